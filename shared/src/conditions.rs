@@ -1,0 +1,141 @@
+//! Condition types and reasons (DESIGN.md §2.2), and the pure setter that keeps
+//! `lastTransitionTime` honest.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use k8s_openapi::jiff::Timestamp;
+
+pub const READY: &str = "Ready";
+pub const APPLY_JOB_SUCCEEDED: &str = "ApplyJobSucceeded";
+pub const DRIFT_DETECTED: &str = "DriftDetected";
+pub const STATE_READABLE: &str = "StateReadable";
+pub const PAUSED: &str = "Paused";
+
+/// Condition reasons.
+pub mod reason {
+    pub const APPLY_SUCCEEDED: &str = "ApplySucceeded";
+    pub const APPLY_FAILED: &str = "ApplyFailed";
+    pub const DESTRUCTIVE_PLAN_BLOCKED: &str = "DestructivePlanBlocked";
+    pub const PLAN_CHANGED: &str = "PlanChanged";
+    pub const DRIFT_FOUND: &str = "DriftFound";
+    pub const NO_DRIFT: &str = "NoDrift";
+    pub const NEVER_CHECKED: &str = "NeverChecked";
+    pub const STATE_READABLE: &str = "StateReadable";
+    pub const STATE_LOCKED: &str = "StateLocked";
+    pub const STATE_UNREADABLE: &str = "StateUnreadable";
+    pub const INVALID_SPEC: &str = "InvalidSpec";
+    pub const PAUSED: &str = "Paused";
+    pub const DELETION_HELD: &str = "DeletionHeld";
+    pub const PROVISIONED: &str = "Provisioned";
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Status {
+    True,
+    False,
+    Unknown,
+}
+
+impl Status {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::True => "True",
+            Status::False => "False",
+            Status::Unknown => "Unknown",
+        }
+    }
+}
+
+/// Set (or add) a condition. `lastTransitionTime` moves only when the status changes.
+/// Returns true when anything changed.
+pub fn set_condition(
+    conditions: &mut Vec<Condition>,
+    type_: &str,
+    status: Status,
+    reason: &str,
+    message: &str,
+    observed_generation: Option<i64>,
+    now: Timestamp,
+) -> bool {
+    if let Some(c) = conditions.iter_mut().find(|c| c.type_ == type_) {
+        let changed_status = c.status != status.as_str();
+        let changed = changed_status
+            || c.reason != reason
+            || c.message != message
+            || c.observed_generation != observed_generation;
+        if changed_status {
+            c.last_transition_time = Time(now);
+        }
+        c.status = status.as_str().to_string();
+        c.reason = reason.to_string();
+        c.message = message.to_string();
+        c.observed_generation = observed_generation;
+        changed
+    } else {
+        conditions.push(Condition {
+            type_: type_.to_string(),
+            status: status.as_str().to_string(),
+            reason: reason.to_string(),
+            message: message.to_string(),
+            observed_generation,
+            last_transition_time: Time(now),
+        });
+        true
+    }
+}
+
+/// Find a condition by type.
+pub fn find<'a>(conditions: &'a [Condition], type_: &str) -> Option<&'a Condition> {
+    conditions.iter().find(|c| c.type_ == type_)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn last_transition_time_moves_only_on_a_status_change() {
+        let t0 = Timestamp::from_second(1_000).unwrap();
+        let t1 = Timestamp::from_second(2_000).unwrap();
+        let t2 = Timestamp::from_second(3_000).unwrap();
+        let mut cs = vec![];
+        assert!(set_condition(
+            &mut cs,
+            READY,
+            Status::False,
+            "ApplyFailed",
+            "a",
+            Some(1),
+            t0
+        ));
+        assert!(set_condition(
+            &mut cs,
+            READY,
+            Status::False,
+            "ApplyFailed",
+            "b",
+            Some(1),
+            t1
+        ));
+        assert_eq!(cs[0].last_transition_time, Time(t0));
+        assert!(!set_condition(
+            &mut cs,
+            READY,
+            Status::False,
+            "ApplyFailed",
+            "b",
+            Some(1),
+            t1
+        ));
+        assert!(set_condition(
+            &mut cs,
+            READY,
+            Status::True,
+            "ApplySucceeded",
+            "",
+            Some(1),
+            t2
+        ));
+        assert_eq!(cs[0].last_transition_time, Time(t2));
+        assert_eq!(cs.len(), 1);
+    }
+}

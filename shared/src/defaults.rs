@@ -1,0 +1,214 @@
+//! Defaults (DESIGN.md §2.1): `apply_defaults` fills every unset field, and [`Effective`]
+//! is the spec as the controller uses it, with the same defaults.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use crate::types::{
+    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, Remediation, TerraformSpec,
+};
+
+pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 3600;
+/// The lock timeout default is `min(300, activeDeadlineSeconds / 2)`.
+pub const MAX_DEFAULT_LOCK_TIMEOUT_SECONDS: i64 = 300;
+pub const DEFAULT_FAILED_JOBS_HISTORY_LIMIT: i32 = 3;
+pub const DEFAULT_SUCCESSFUL_JOBS_HISTORY_LIMIT: i32 = 1;
+pub const DEFAULT_DRIFT_INTERVAL: &str = "30m";
+
+/// The derived default: a lock wait may use at most half the deadline, and never more than 5 minutes.
+pub fn default_lock_timeout_seconds(active_deadline_seconds: i64) -> i64 {
+    MAX_DEFAULT_LOCK_TIMEOUT_SECONDS.min(active_deadline_seconds / 2)
+}
+
+/// Fill in every default of a Terraform spec. Values already set are never changed.
+pub fn apply_spec_defaults(spec: &mut TerraformSpec) {
+    spec.variables.get_or_insert_with(BTreeMap::new);
+    spec.variables_from.get_or_insert_with(Vec::new);
+    let jobs = spec.jobs.get_or_insert_with(JobsSpec::default);
+    let deadline = *jobs
+        .active_deadline_seconds
+        .get_or_insert(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+    jobs.lock_timeout_seconds
+        .get_or_insert(default_lock_timeout_seconds(deadline));
+    jobs.failed_jobs_history_limit
+        .get_or_insert(DEFAULT_FAILED_JOBS_HISTORY_LIMIT);
+    jobs.successful_jobs_history_limit
+        .get_or_insert(DEFAULT_SUCCESSFUL_JOBS_HISTORY_LIMIT);
+    let drift = spec.drift.get_or_insert_with(DriftSpec::default);
+    drift.interval.get_or_insert_with(|| DEFAULT_DRIFT_INTERVAL.to_string());
+    drift.remediation.get_or_insert(Remediation::Auto);
+    spec.guard
+        .get_or_insert_with(GuardSpec::default)
+        .destructive
+        .get_or_insert(DestructiveGuard::Block);
+    spec.deletion_policy.get_or_insert(DeletionPolicy::Destroy);
+    spec.paused.get_or_insert(false);
+}
+
+/// Fill in every default of an object (a template's `spec.template.spec` included).
+pub fn apply_defaults(obj: &mut CaptfObject) {
+    apply_spec_defaults(obj.terraform_spec_mut());
+}
+
+/// The spec with every default resolved, as the controller acts on it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Effective {
+    pub active_deadline_seconds: i64,
+    pub lock_timeout_seconds: i64,
+    /// As set (may be 0); see [`Effective::failed_limit`].
+    pub failed_jobs_history_limit: u32,
+    pub successful_jobs_history_limit: u32,
+    /// `None` when drift checks are disabled (`0`) or the interval does not parse.
+    pub drift_interval: Option<Duration>,
+    pub remediation: Remediation,
+    pub guard: DestructiveGuard,
+    pub deletion_policy: DeletionPolicy,
+    pub paused: bool,
+}
+
+impl Effective {
+    /// The failed-Jobs limit as backoff, remediation and pruning use it: 0 counts like 1.
+    pub fn failed_limit(&self) -> u32 {
+        self.failed_jobs_history_limit.max(1)
+    }
+}
+
+/// Resolve the effective spec. Negative numbers (rejected by validation) are clamped to 0.
+pub fn effective(spec: &TerraformSpec) -> Effective {
+    let jobs = spec.jobs.clone().unwrap_or_default();
+    let drift = spec.drift.clone().unwrap_or_default();
+    let deadline = jobs.active_deadline_seconds.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+    let interval = drift.interval.as_deref().unwrap_or(DEFAULT_DRIFT_INTERVAL);
+    Effective {
+        active_deadline_seconds: deadline,
+        lock_timeout_seconds: jobs
+            .lock_timeout_seconds
+            .unwrap_or_else(|| default_lock_timeout_seconds(deadline)),
+        failed_jobs_history_limit: clamp_u32(
+            jobs.failed_jobs_history_limit
+                .unwrap_or(DEFAULT_FAILED_JOBS_HISTORY_LIMIT),
+        ),
+        successful_jobs_history_limit: clamp_u32(
+            jobs.successful_jobs_history_limit
+                .unwrap_or(DEFAULT_SUCCESSFUL_JOBS_HISTORY_LIMIT),
+        ),
+        drift_interval: crate::duration::parse(interval).ok().filter(|d| !d.is_zero()),
+        remediation: drift.remediation.unwrap_or_default(),
+        guard: spec.guard.as_ref().and_then(|g| g.destructive).unwrap_or_default(),
+        deletion_policy: spec.deletion_policy.unwrap_or_default(),
+        paused: spec.paused.unwrap_or(false),
+    }
+}
+
+fn clamp_u32(v: i32) -> u32 {
+    u32::try_from(v).unwrap_or(0)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::types::ModuleSpec;
+
+    fn minimal() -> TerraformSpec {
+        TerraformSpec {
+            module: ModuleSpec {
+                source: "git::https://example.com/m.git".into(),
+            },
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn every_default_of_the_table_is_filled_in() {
+        let mut s = minimal();
+        apply_spec_defaults(&mut s);
+        let jobs = s.jobs.clone().unwrap_or_default();
+        assert_eq!(jobs.active_deadline_seconds, Some(3600));
+        assert_eq!(jobs.lock_timeout_seconds, Some(300));
+        assert_eq!(jobs.failed_jobs_history_limit, Some(3));
+        assert_eq!(jobs.successful_jobs_history_limit, Some(1));
+        assert_eq!(jobs.image, None, "image stays unset: the controller's --runner-image");
+        assert_eq!(jobs.service_account_name, None);
+        let drift = s.drift.clone().unwrap_or_default();
+        assert_eq!(drift.interval.as_deref(), Some("30m"));
+        assert_eq!(drift.remediation, Some(Remediation::Auto));
+        assert_eq!(
+            s.guard.as_ref().and_then(|g| g.destructive),
+            Some(DestructiveGuard::Block)
+        );
+        assert_eq!(s.deletion_policy, Some(DeletionPolicy::Destroy));
+        assert_eq!(s.paused, Some(false));
+        assert_eq!(s.variables, Some(BTreeMap::new()));
+        assert_eq!(s.variables_from, Some(vec![]));
+    }
+
+    #[test]
+    fn lock_timeout_default_is_min_300_and_half_the_deadline() {
+        assert_eq!(default_lock_timeout_seconds(3600), 300);
+        assert_eq!(default_lock_timeout_seconds(600), 300);
+        assert_eq!(default_lock_timeout_seconds(400), 200);
+        assert_eq!(default_lock_timeout_seconds(60), 30);
+        let mut s = minimal();
+        s.jobs = Some(JobsSpec {
+            active_deadline_seconds: Some(120),
+            ..Default::default()
+        });
+        apply_spec_defaults(&mut s);
+        assert_eq!(s.jobs.and_then(|j| j.lock_timeout_seconds), Some(60));
+    }
+
+    #[test]
+    fn defaults_never_change_values_that_are_set() {
+        let mut s = minimal();
+        s.jobs = Some(JobsSpec {
+            active_deadline_seconds: Some(900),
+            lock_timeout_seconds: Some(10),
+            failed_jobs_history_limit: Some(0),
+            ..Default::default()
+        });
+        s.paused = Some(true);
+        let before = s.clone();
+        apply_spec_defaults(&mut s);
+        let jobs = s.jobs.clone().unwrap_or_default();
+        assert_eq!(jobs.active_deadline_seconds, Some(900));
+        assert_eq!(jobs.lock_timeout_seconds, Some(10));
+        assert_eq!(jobs.failed_jobs_history_limit, Some(0));
+        assert_eq!(s.paused, before.paused);
+        // Idempotent.
+        let once = s.clone();
+        apply_spec_defaults(&mut s);
+        assert_eq!(s, once);
+    }
+
+    #[test]
+    fn effective_matches_apply_defaults() {
+        let raw = minimal();
+        let mut defaulted = raw.clone();
+        apply_spec_defaults(&mut defaulted);
+        assert_eq!(effective(&raw), effective(&defaulted));
+        let e = effective(&raw);
+        assert_eq!(e.drift_interval, Some(Duration::from_secs(1800)));
+        assert_eq!(e.failed_limit(), 3);
+    }
+
+    #[test]
+    fn failed_limit_zero_counts_like_one() {
+        let mut s = minimal();
+        s.jobs = Some(JobsSpec {
+            failed_jobs_history_limit: Some(0),
+            ..Default::default()
+        });
+        assert_eq!(effective(&s).failed_jobs_history_limit, 0);
+        assert_eq!(effective(&s).failed_limit(), 1);
+    }
+
+    #[test]
+    fn drift_interval_zero_disables_drift_checks() {
+        let mut s = minimal();
+        s.drift = Some(DriftSpec {
+            interval: Some("0".into()),
+            remediation: None,
+        });
+        assert_eq!(effective(&s).drift_interval, None);
+    }
+}

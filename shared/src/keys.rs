@@ -1,0 +1,55 @@
+//! Every label, annotation, finalizer and data key CAPTF owns, in one place.
+
+/// The API group of CAPTF's kinds.
+pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+/// The served version.
+pub const VERSION: &str = "v1alpha1";
+/// `apiVersion` of CAPTF's objects.
+pub const API_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
+
+/// The finalizer that makes deletion run a destroy first.
+pub const FINALIZER: &str = "captf.io/destroy";
+
+// Job labels.
+pub const LABEL_KIND: &str = "captf.io/kind";
+pub const LABEL_OBJECT: &str = "captf.io/object";
+pub const LABEL_OP: &str = "captf.io/op";
+pub const LABEL_ATTEMPT: &str = "captf.io/attempt";
+pub const LABEL_INPUTS_HASH: &str = "captf.io/inputs-hash";
+/// Cluster API's cluster-name label (on members and on CAPTF's Jobs).
+pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+/// Cluster API: objects with this label are managed by someone else and left alone.
+pub const LABEL_MANAGED_BY: &str = "cluster.x-k8s.io/managed-by";
+/// Cluster API pause annotation.
+pub const ANNOTATION_CAPI_PAUSED: &str = "cluster.x-k8s.io/paused";
+
+// Job annotations.
+pub const ANNOTATION_REASON: &str = "captf.io/reason";
+pub const ANNOTATION_DRIFT_REMEDIATION: &str = "captf.io/drift-remediation";
+pub const ANNOTATION_FORCE_UNLOCK: &str = "captf.io/force-unlock";
+pub const ANNOTATION_OUTCOME: &str = "captf.io/outcome";
+pub const ANNOTATION_DELETED_BY: &str = "captf.io/deleted-by";
+/// The approved plan hash carried by an apply Job.
+pub const ANNOTATION_APPROVED_PLAN: &str = "captf.io/approved-plan";
+
+// Object annotations set by people.
+/// `kubectl annotate … captf.io/approve-plan=<hash>` approves a destructive plan.
+pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";
+/// `kubectl annotate … captf.io/refresh=<RFC 3339 time>` requests a refresh.
+pub const ANNOTATION_REFRESH: &str = "captf.io/refresh";
+
+// Durable record on the inputs Secret.
+pub const ANNOTATION_APPLIED_INPUTS_HASH: &str = "captf.io/applied-inputs-hash";
+pub const ANNOTATION_INTERRUPTED_APPLY: &str = "captf.io/interrupted-apply";
+pub const ANNOTATION_LAST_DRIFT_CHECK: &str = "captf.io/last-drift-check";
+/// Data key of the inputs Secret.
+pub const INPUTS_DATA_KEY: &str = "inputs.json";
+
+/// Terraform's lock info annotation on the lock Lease.
+pub const ANNOTATION_TF_LOCK_INFO: &str = "app.terraform.io/lock-info";
+
+/// The Cluster API contract labels on the CRDs.
+pub const CAPI_CONTRACT_LABELS: [(&str, &str); 2] = [
+    ("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    ("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+];

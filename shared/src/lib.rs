@@ -1,0 +1,31 @@
+//! `captf-shared`: everything the webhook, the controller and the runner must agree on.
+//!
+//! Pure: no I/O, no async runtime. Every rule lives here exactly once.
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`kind`] | the kinds and ops as enums |
+//! | [`keys`] | every label and annotation key CAPTF owns |
+//! | [`types`] | the CRD types (spec, status) and [`types::CaptfObject`] |
+//! | [`conditions`] | condition types, reasons and the pure setter |
+//! | [`duration`] | Go-style duration strings (`30m`, `1h30m`) |
+//! | [`defaults`] | `apply_defaults` and the effective (defaulted) spec |
+//! | [`validation`] | `validate_create` / `validate_update` |
+//! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
+//! | [`inputs`] | canonical JSON and the inputs hash |
+//! | [`protocol`] | the runner's result JSON and exit codes |
+//! | [`crd`] | CRD generation for `charts/captf/crds/` |
+
+pub mod conditions;
+pub mod crd;
+pub mod defaults;
+pub mod duration;
+pub mod inputs;
+pub mod keys;
+pub mod kind;
+pub mod names;
+pub mod protocol;
+pub mod types;
+pub mod validation;
+
+pub use kind::{Kind, Op};

@@ -1,0 +1,297 @@
+//! The runner protocol (DESIGN.md §7): the result JSON the runner writes to the termination
+//! log, its exit codes, and serialisation that always fits the kubelet's 4096 bytes.
+
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+use std::fmt;
+
+/// The kubelet reads at most this many bytes of `/dev/termination-log`.
+pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
+
+/// Environment variables the controller sets on runner containers.
+pub mod env {
+    pub const OP: &str = "CAPTF_OP";
+    pub const STATE_SUFFIX: &str = "CAPTF_STATE_SUFFIX";
+    pub const NAMESPACE: &str = "CAPTF_NAMESPACE";
+    pub const LOCK_TIMEOUT: &str = "CAPTF_LOCK_TIMEOUT";
+    pub const FORCE_UNLOCK_ID: &str = "CAPTF_FORCE_UNLOCK_ID";
+    pub const APPROVED_PLAN: &str = "CAPTF_APPROVED_PLAN";
+    pub const GUARD: &str = "CAPTF_GUARD";
+    pub const INPUTS_DIR: &str = "CAPTF_INPUTS_DIR";
+    pub const TF_BINARY: &str = "CAPTF_TF_BINARY";
+    pub const WORK_DIR: &str = "CAPTF_WORK_DIR";
+    pub const TERMINATION_LOG: &str = "CAPTF_TERMINATION_LOG";
+    /// Every variable the runner reads; user env must not start with this prefix.
+    pub const PREFIX: &str = "CAPTF_";
+}
+
+/// What the run came to.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "kebab-case")]
+pub enum RunResult {
+    Succeeded,
+    Failed,
+    Blocked,
+    PlanChanged,
+    Interrupted,
+}
+
+impl RunResult {
+    /// The runner's exit code: 0 succeeded, 1 failed, 3 blocked, 4 plan-changed, 5 interrupted.
+    pub fn exit_code(self) -> i32 {
+        match self {
+            RunResult::Succeeded => 0,
+            RunResult::Failed => 1,
+            RunResult::Blocked => 3,
+            RunResult::PlanChanged => 4,
+            RunResult::Interrupted => 5,
+        }
+    }
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            RunResult::Succeeded => "succeeded",
+            RunResult::Failed => "failed",
+            RunResult::Blocked => "blocked",
+            RunResult::PlanChanged => "plan-changed",
+            RunResult::Interrupted => "interrupted",
+        }
+    }
+}
+
+impl fmt::Display for RunResult {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// The step the run was in when it ended.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[serde(rename_all = "lowercase")]
+pub enum Phase {
+    Init,
+    Unlock,
+    Plan,
+    Guard,
+    Apply,
+    Refresh,
+    Drift,
+    Destroy,
+}
+
+impl Phase {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Phase::Init => "init",
+            Phase::Unlock => "unlock",
+            Phase::Plan => "plan",
+            Phase::Guard => "guard",
+            Phase::Apply => "apply",
+            Phase::Refresh => "refresh",
+            Phase::Drift => "drift",
+            Phase::Destroy => "destroy",
+        }
+    }
+}
+
+impl fmt::Display for Phase {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// What a plan would do.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PlanSummary {
+    pub add: u32,
+    pub change: u32,
+    pub destroy: u32,
+    pub replace: u32,
+}
+
+impl PlanSummary {
+    /// Does the plan delete or replace anything?
+    pub fn is_destructive(&self) -> bool {
+        self.destroy > 0 || self.replace > 0
+    }
+}
+
+/// The runner's one result, written to the termination log.
+#[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
+#[serde(rename_all = "camelCase")]
+pub struct RunnerResult {
+    pub result: RunResult,
+    pub phase: Phase,
+    #[serde(default)]
+    pub message: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub plan_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub summary: Option<PlanSummary>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<bool>,
+    /// Non-sensitive outputs, when they fit.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub outputs: Option<BTreeMap<String, serde_json::Value>>,
+    /// True when the outputs did not fit and are in the Secret `captf-outputs-<suffix>`.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub outputs_in_secret: bool,
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("termination message is not a runner result: {0}")]
+pub struct ParseResultError(#[from] serde_json::Error);
+
+impl RunnerResult {
+    pub fn new(result: RunResult, phase: Phase, message: impl Into<String>) -> Self {
+        RunnerResult {
+            result,
+            phase,
+            message: message.into(),
+            plan_hash: None,
+            summary: None,
+            drift: None,
+            outputs: None,
+            outputs_in_secret: false,
+        }
+    }
+
+    pub fn exit_code(&self) -> i32 {
+        self.result.exit_code()
+    }
+
+    /// Parse a termination message.
+    pub fn parse(text: &str) -> Result<Self, ParseResultError> {
+        Ok(serde_json::from_str(text.trim())?)
+    }
+
+    /// Serialise to at most [`TERMINATION_MESSAGE_LIMIT`] bytes: outputs that do not fit are
+    /// dropped (and flagged `outputsInSecret`), then the message is trimmed (keeping its start,
+    /// at a character boundary, ending in `…`). Always valid JSON.
+    pub fn to_termination_message(&self) -> String {
+        self.to_limited_json(TERMINATION_MESSAGE_LIMIT)
+    }
+
+    /// As [`Self::to_termination_message`] with another byte limit (≥ 512).
+    pub fn to_limited_json(&self, limit: usize) -> String {
+        let full = self.to_json();
+        if full.len() <= limit {
+            return full;
+        }
+        let mut r = self.clone();
+        if r.outputs.is_some() {
+            r.outputs = None;
+            r.outputs_in_secret = true;
+            let without = r.to_json();
+            if without.len() <= limit {
+                return without;
+            }
+        }
+        // Binary search the longest prefix of the message (in characters) that fits.
+        let chars: Vec<char> = self.message.chars().collect();
+        let (mut lo, mut hi) = (0usize, chars.len());
+        while lo < hi {
+            let mid = (lo + hi).div_ceil(2);
+            r.message = trimmed(&chars, mid);
+            if r.to_json().len() <= limit {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        r.message = trimmed(&chars, lo);
+        let json = r.to_json();
+        if json.len() <= limit {
+            json
+        } else {
+            // Only an absurd plan hash could get here; drop the optional fields too.
+            let mut bare = RunnerResult::new(self.result, self.phase, "");
+            bare.outputs_in_secret = r.outputs_in_secret;
+            bare.to_json()
+        }
+    }
+
+    fn to_json(&self) -> String {
+        // A struct of strings, numbers and JSON values always serialises.
+        serde_json::to_string(self).unwrap_or_default()
+    }
+}
+
+fn trimmed(chars: &[char], n: usize) -> String {
+    let mut s: String = chars[..n].iter().collect();
+    if n < chars.len() {
+        s.push('…');
+    }
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn exit_codes_of_the_protocol() {
+        assert_eq!(RunResult::Succeeded.exit_code(), 0);
+        assert_eq!(RunResult::Failed.exit_code(), 1);
+        assert_eq!(RunResult::Blocked.exit_code(), 3);
+        assert_eq!(RunResult::PlanChanged.exit_code(), 4);
+        assert_eq!(RunResult::Interrupted.exit_code(), 5);
+    }
+
+    #[test]
+    fn result_json_shape() {
+        let mut r = RunnerResult::new(RunResult::Blocked, Phase::Guard, "plan destroys 1 resource");
+        r.plan_hash = Some("abc".into());
+        r.summary = Some(PlanSummary {
+            add: 1,
+            change: 0,
+            destroy: 1,
+            replace: 0,
+        });
+        let v: serde_json::Value = serde_json::from_str(&r.to_termination_message()).unwrap();
+        assert_eq!(
+            v,
+            json!({"result": "blocked", "phase": "guard", "message": "plan destroys 1 resource", "planHash": "abc",
+                   "summary": {"add": 1, "change": 0, "destroy": 1, "replace": 0}})
+        );
+        assert_eq!(RunnerResult::parse(&r.to_termination_message()).unwrap(), r);
+        let pc: RunnerResult = serde_json::from_value(json!({"result": "plan-changed", "phase": "guard"})).unwrap();
+        assert_eq!(pc.result, RunResult::PlanChanged);
+    }
+
+    #[test]
+    fn a_message_longer_than_4096_bytes_is_trimmed_to_valid_json() {
+        let r = RunnerResult::new(RunResult::Failed, Phase::Apply, "é".repeat(5000));
+        let text = r.to_termination_message();
+        assert!(text.len() <= 4096, "{}", text.len());
+        let back = RunnerResult::parse(&text).unwrap();
+        assert_eq!(back.result, RunResult::Failed);
+        assert!(back.message.ends_with('…'));
+        assert!(back.message.starts_with("éé"));
+    }
+
+    #[test]
+    fn outputs_that_do_not_fit_are_flagged_for_the_secret() {
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "ok");
+        r.outputs = Some([("big".to_string(), json!("x".repeat(5000)))].into_iter().collect());
+        let back = RunnerResult::parse(&r.to_termination_message()).unwrap();
+        assert_eq!(back.outputs, None);
+        assert!(back.outputs_in_secret);
+        assert_eq!(back.message, "ok");
+    }
+
+    proptest! {
+        #[test]
+        fn serialisation_always_fits_4096_bytes(message in ".{0,6000}", ctrl in "[\\x00-\\x1f\"\\\\]{0,3000}", n_out in 0usize..50) {
+            let mut r = RunnerResult::new(RunResult::Failed, Phase::Plan, format!("{message}{ctrl}"));
+            r.outputs = Some((0..n_out).map(|i| (format!("o{i}"), json!("v".repeat(i * 10)))).collect());
+            let text = r.to_termination_message();
+            prop_assert!(text.len() <= TERMINATION_MESSAGE_LIMIT);
+            let back = RunnerResult::parse(&text).unwrap();
+            prop_assert_eq!(back.result, RunResult::Failed);
+            prop_assert_eq!(back.phase, Phase::Plan);
+        }
+    }
+}

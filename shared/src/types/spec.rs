@@ -1,0 +1,150 @@
+//! The spec common to all three kinds (DESIGN.md §2.1).
+//!
+//! Every field with a default is optional here, so the webhook can tell "unset" from
+//! "set to the default" and `apply_defaults` can fill it in as a JSON patch.
+
+use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+/// A map of Terraform variables: names to arbitrary JSON values.
+pub type Variables = BTreeMap<String, serde_json::Value>;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformSpec {
+    /// The Terraform module to run.
+    pub module: ModuleSpec,
+    /// Terraform variables (any JSON values). Default `{}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::types::schema::any_object")]
+    pub variables: Option<Variables>,
+    /// More variables from Secrets or ConfigMaps, merged in order (later entries win).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub variables_from: Option<Vec<VariablesFrom>>,
+    /// How the Jobs that run Terraform are built.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<JobsSpec>,
+    /// Drift detection and remediation.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub drift: Option<DriftSpec>,
+    /// The destructive-plan guard.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub guard: Option<GuardSpec>,
+    /// What deletion does to the infrastructure: `Destroy` (default) or `Orphan`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub deletion_policy: Option<DeletionPolicy>,
+    /// Stop starting Jobs while true.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub paused: Option<bool>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleSpec {
+    /// A module address `tofu init -from-module` accepts (not a local path).
+    #[schemars(length(min = 1, max = 2048))]
+    pub source: String,
+}
+
+/// One source of variables: exactly one of `secretRef` or `configMapRef`.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VariablesFrom {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub secret_ref: Option<VariablesRef>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub config_map_ref: Option<VariablesRef>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct VariablesRef {
+    /// Name of the Secret or ConfigMap in the object's namespace.
+    pub name: String,
+    /// With a key, that value is a JSON object of variables; without, every key is one string variable.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key: Option<String>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct JobsSpec {
+    /// The Job's deadline in seconds. Default 3600; 60 to 604800.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_deadline_seconds: Option<i64>,
+    /// How long a step waits for the state lock. Default min(300, activeDeadlineSeconds / 2); below the deadline.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub lock_timeout_seconds: Option<i64>,
+    /// Failed Jobs kept per outcome; also the backoff and remediation limit. Default 3; 0 counts like 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failed_jobs_history_limit: Option<i32>,
+    /// Succeeded Jobs kept. Default 1.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub successful_jobs_history_limit: Option<i32>,
+    /// Runner image. Unset: the controller's `--runner-image`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image: Option<String>,
+    /// Service account of the runner pods. Unset: the chart's runner account.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub service_account_name: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub resources: Option<ResourceRequirements>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_selector: Option<BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tolerations: Option<Vec<Toleration>>,
+    /// Extra environment for the runner; names must not start with `CAPTF_`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub env: Option<Vec<EnvVar>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct DriftSpec {
+    /// How often to check for drift (`30m`, `1h30m`); `0` disables. Default `30m`; 1m to 168h.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub interval: Option<String>,
+    /// `Auto` (default) applies to remediate drift; `Manual` only reports it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub remediation: Option<Remediation>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct GuardSpec {
+    /// `Block` (default) stops any plan that deletes or replaces a resource until approved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub destructive: Option<DestructiveGuard>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum Remediation {
+    #[default]
+    Auto,
+    Manual,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DestructiveGuard {
+    #[default]
+    Block,
+    Allow,
+}
+
+impl DestructiveGuard {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            DestructiveGuard::Block => "Block",
+            DestructiveGuard::Allow => "Allow",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum DeletionPolicy {
+    #[default]
+    Destroy,
+    Orphan,
+}

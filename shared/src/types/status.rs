@@ -1,0 +1,152 @@
+//! The status common to all three kinds (DESIGN.md §2.2).
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
+use schemars::JsonSchema;
+use serde::{Deserialize, Serialize};
+use std::collections::BTreeMap;
+
+use crate::Op;
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformStatus {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub observed_generation: Option<i64>,
+    /// Cluster API v1beta1 contract: the infrastructure is provisioned.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Cluster API v1beta2 contract.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub initialization: Option<Initialization>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub conditions: Option<Vec<Condition>>,
+    /// Name of the running Job, or empty.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub active_job: Option<String>,
+    /// The highest Job sequence number used so far.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_job_seq: Option<u32>,
+    /// What the controller decided to do next and, during backoff, when.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub next_action: Option<NextAction>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub applied_inputs_hash: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_drift_check_time: Option<Time>,
+    /// Consecutive failures per op (never capped by pruning).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub consecutive_failures: Option<OpCounts>,
+    /// Time of the newest success per op (`apply`, `refresh`, `drift`, `destroy`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_success_time: Option<BTreeMap<String, Time>>,
+    /// A destructive plan waiting for approval.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pending_plan: Option<PendingPlan>,
+    /// Non-sensitive Terraform outputs (≤ 64 KiB; larger ones are in `captf-outputs-<suffix>`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(schema_with = "crate::types::schema::any_object")]
+    pub outputs: Option<BTreeMap<String, serde_json::Value>>,
+    /// TerraformCluster: failure domains in the v1beta1 map form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains: Option<BTreeMap<String, FailureDomain>>,
+    /// TerraformCluster: failure domains in the v1beta2 list form.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failure_domains_list: Option<Vec<NamedFailureDomain>>,
+    /// TerraformMachine: the machine's addresses.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<Vec<MachineAddress>>,
+    /// TerraformMachinePool: the number of machines.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub replicas: Option<i32>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct Initialization {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub provisioned: Option<bool>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NextAction {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub op: Option<Op>,
+    pub reason: String,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub not_before: Option<Time>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct OpCounts {
+    #[serde(default)]
+    pub apply: u32,
+    #[serde(default)]
+    pub refresh: u32,
+    #[serde(default)]
+    pub drift: u32,
+    #[serde(default)]
+    pub destroy: u32,
+}
+
+impl OpCounts {
+    pub fn get(&self, op: Op) -> u32 {
+        match op {
+            Op::Apply => self.apply,
+            Op::Refresh => self.refresh,
+            Op::Drift => self.drift,
+            Op::Destroy => self.destroy,
+        }
+    }
+
+    pub fn get_mut(&mut self, op: Op) -> &mut u32 {
+        match op {
+            Op::Apply => &mut self.apply,
+            Op::Refresh => &mut self.refresh,
+            Op::Drift => &mut self.drift,
+            Op::Destroy => &mut self.destroy,
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PendingPlan {
+    /// The plan hash to approve with `captf.io/approve-plan`.
+    pub hash: String,
+    pub adds: u32,
+    pub changes: u32,
+    pub destroys: u32,
+    pub replaces: u32,
+    /// The Job that produced the plan.
+    pub job: String,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct FailureDomain {
+    #[serde(default)]
+    pub control_plane: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct NamedFailureDomain {
+    pub name: String,
+    #[serde(default)]
+    pub control_plane: bool,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub attributes: Option<BTreeMap<String, String>>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachineAddress {
+    /// `Hostname`, `ExternalIP`, `InternalIP`, `ExternalDNS` or `InternalDNS`.
+    #[serde(rename = "type")]
+    pub type_: String,
+    pub address: String,
+}
