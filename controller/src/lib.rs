@@ -1,0 +1,3 @@
+//! `captf-controller`: the kube-rs controller (DESIGN.md §4–§6, §8, §10).
+
+pub mod rbac;

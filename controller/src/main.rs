@@ -1,0 +1,4 @@
+fn main() {
+    eprintln!("captf-controller: not built yet");
+    std::process::exit(2);
+}
