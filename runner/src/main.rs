@@ -1,4 +1,7 @@
-fn main() {
-    eprintln!("captf-runner: not built yet");
-    std::process::exit(1);
+//! The runner binary: the container's PID 1. All logic is in the library.
+
+#[tokio::main(flavor = "current_thread")]
+async fn main() {
+    let code = captf_runner::main_entry().await;
+    std::process::exit(code);
 }

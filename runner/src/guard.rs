@@ -1,0 +1,274 @@
+//! The destructive guard (DESIGN.md §5.4): the plan summary, the plan hash and the verdict.
+//! Pure: plain JSON in, plain data out.
+
+use captf_shared::inputs::canonical_hash;
+use captf_shared::protocol::PlanSummary;
+use captf_shared::types::DestructiveGuard;
+use serde_json::Value;
+
+/// What the runner learns from `show -json <planfile>`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PlanFacts {
+    /// SHA-256 of the canonical JSON of `resource_changes` (`[]` when absent).
+    pub hash: String,
+    pub summary: PlanSummary,
+    /// Some change's actions contain `delete` (a delete or a replace in either order).
+    pub destructive: bool,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum GuardError {
+    #[error("failed to parse the plan JSON: {0}")]
+    ParsePlan(String),
+    #[error("failed to read the plan JSON: resource_changes is not a list")]
+    ResourceChangesNotAList,
+}
+
+/// The actions of one resource change.
+fn actions(change: &Value) -> Vec<&str> {
+    change
+        .get("change")
+        .and_then(|c| c.get("actions"))
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default()
+}
+
+/// Read the facts of a plan from the text `show -json` printed.
+pub fn plan_facts_from_text(text: &[u8]) -> Result<PlanFacts, GuardError> {
+    let v: Value = serde_json::from_slice(text).map_err(|e| GuardError::ParsePlan(e.to_string()))?;
+    plan_facts(&v)
+}
+
+/// Read the facts of a plan from its `show -json` document.
+pub fn plan_facts(plan: &Value) -> Result<PlanFacts, GuardError> {
+    let empty = Value::Array(Vec::new());
+    let changes = match plan.get("resource_changes") {
+        None | Some(Value::Null) => &empty,
+        Some(v @ Value::Array(_)) => v,
+        Some(_) => return Err(GuardError::ResourceChangesNotAList),
+    };
+    let mut summary = PlanSummary::default();
+    let mut destructive = false;
+    for change in changes.as_array().map(Vec::as_slice).unwrap_or_default() {
+        let a = actions(change);
+        if a.contains(&"delete") {
+            destructive = true;
+        }
+        match a.as_slice() {
+            ["create"] => summary.add += 1,
+            ["update"] => summary.change += 1,
+            ["delete"] => summary.destroy += 1,
+            ["delete", "create"] | ["create", "delete"] => summary.replace += 1,
+            _ => {}
+        }
+    }
+    Ok(PlanFacts {
+        hash: canonical_hash(changes),
+        summary,
+        destructive,
+    })
+}
+
+/// What the guard says.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Apply the saved plan.
+    Apply,
+    /// A destructive plan without an approval: stop and wait for a person.
+    Blocked,
+    /// A destructive plan whose hash is not the approved one: stop and wait again.
+    PlanChanged,
+}
+
+fn same_hash(a: &str, b: &str) -> bool {
+    a.trim().eq_ignore_ascii_case(b.trim())
+}
+
+/// The guard. `Allow` applies everything. `Block` applies a plan that deletes nothing, or a
+/// destructive plan whose hash is the approved one; a destructive plan with a different
+/// approval is `PlanChanged`, without any approval `Blocked`. A stale approval does not stop a
+/// plan that deletes nothing (approvals only ever permit deletions).
+pub fn verdict(mode: DestructiveGuard, facts: &PlanFacts, approved: Option<&str>) -> Verdict {
+    match mode {
+        DestructiveGuard::Allow => Verdict::Apply,
+        DestructiveGuard::Block if !facts.destructive => Verdict::Apply,
+        DestructiveGuard::Block => match approved {
+            Some(a) if same_hash(a, &facts.hash) => Verdict::Apply,
+            Some(_) => Verdict::PlanChanged,
+            None => Verdict::Blocked,
+        },
+    }
+}
+
+/// "1 to add, 0 to change, 1 to destroy, 1 to replace": for messages.
+pub fn describe(summary: &PlanSummary) -> String {
+    format!(
+        "{} to add, {} to change, {} to destroy, {} to replace",
+        summary.add, summary.change, summary.destroy, summary.replace
+    )
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    fn rc(addr: &str, actions: &[&str]) -> Value {
+        json!({"address": addr, "type": "null_resource", "name": addr, "change": {"actions": actions, "before": null, "after": {"id": addr}}})
+    }
+
+    fn plan(changes: Vec<Value>) -> Value {
+        json!({"format_version": "1.2", "resource_changes": changes})
+    }
+
+    #[test]
+    fn summary_counts_each_kind_of_change() {
+        let p = plan(vec![
+            rc("a", &["create"]),
+            rc("b", &["update"]),
+            rc("c", &["delete"]),
+            rc("d", &["delete", "create"]),
+            rc("e", &["create", "delete"]),
+            rc("f", &["no-op"]),
+            rc("g", &["read"]),
+        ]);
+        let f = plan_facts(&p).unwrap();
+        assert_eq!(
+            f.summary,
+            PlanSummary {
+                add: 1,
+                change: 1,
+                destroy: 1,
+                replace: 2
+            }
+        );
+        assert!(f.destructive);
+        assert_eq!(
+            describe(&f.summary),
+            "1 to add, 1 to change, 1 to destroy, 2 to replace"
+        );
+    }
+
+    #[test]
+    fn replace_in_either_order_is_destructive() {
+        for actions in [&["delete", "create"][..], &["create", "delete"][..], &["delete"][..]] {
+            let f = plan_facts(&plan(vec![rc("a", actions)])).unwrap();
+            assert!(f.destructive, "{actions:?}");
+            assert_eq!(verdict(DestructiveGuard::Block, &f, None), Verdict::Blocked);
+        }
+    }
+
+    #[test]
+    fn plans_without_deletes_are_applied_under_block() {
+        let f = plan_facts(&plan(vec![rc("a", &["create"]), rc("b", &["update"])])).unwrap();
+        assert!(!f.destructive);
+        assert_eq!(verdict(DestructiveGuard::Block, &f, None), Verdict::Apply);
+        // A stale approval of some other plan does not stop a plan that deletes nothing.
+        assert_eq!(verdict(DestructiveGuard::Block, &f, Some("0000")), Verdict::Apply);
+    }
+
+    #[test]
+    fn destructive_plan_is_applied_with_the_matching_hash() {
+        let f = plan_facts(&plan(vec![rc("a", &["delete"])])).unwrap();
+        assert_eq!(verdict(DestructiveGuard::Block, &f, Some(&f.hash)), Verdict::Apply);
+        assert_eq!(
+            verdict(DestructiveGuard::Block, &f, Some(&f.hash.to_uppercase())),
+            Verdict::Apply
+        );
+    }
+
+    #[test]
+    fn destructive_plan_with_another_approved_hash_is_plan_changed() {
+        let f = plan_facts(&plan(vec![rc("a", &["delete"])])).unwrap();
+        let other = plan_facts(&plan(vec![rc("b", &["delete"])])).unwrap();
+        assert_ne!(f.hash, other.hash);
+        assert_eq!(
+            verdict(DestructiveGuard::Block, &f, Some(&other.hash)),
+            Verdict::PlanChanged
+        );
+    }
+
+    #[test]
+    fn allow_applies_destructive_plans_without_approval() {
+        let f = plan_facts(&plan(vec![rc("a", &["delete"])])).unwrap();
+        assert_eq!(verdict(DestructiveGuard::Allow, &f, None), Verdict::Apply);
+        assert_eq!(verdict(DestructiveGuard::Allow, &f, Some("other")), Verdict::Apply);
+    }
+
+    #[test]
+    fn plan_hash_is_the_canonical_hash_of_resource_changes() {
+        let changes = vec![rc("a", &["delete"])];
+        let f = plan_facts(&plan(changes.clone())).unwrap();
+        assert_eq!(f.hash, canonical_hash(&Value::Array(changes)));
+        // Other parts of the plan (timestamps, versions) do not change it.
+        let mut p = plan(vec![rc("a", &["delete"])]);
+        p["timestamp"] = json!("2026-11-29T10:00:00Z");
+        p["terraform_version"] = json!("1.9.5");
+        assert_eq!(plan_facts(&p).unwrap().hash, f.hash);
+    }
+
+    #[test]
+    fn a_plan_without_resource_changes_hashes_as_an_empty_list() {
+        let f = plan_facts(&json!({"format_version": "1.2"})).unwrap();
+        assert_eq!(f.hash, canonical_hash(&json!([])));
+        assert_eq!(f.summary, PlanSummary::default());
+        assert!(!f.destructive);
+    }
+
+    #[test]
+    fn bad_plan_json_is_an_error_not_a_panic() {
+        assert!(plan_facts_from_text(b"not json").is_err());
+        assert_eq!(
+            plan_facts(&json!({"resource_changes": 3})),
+            Err(GuardError::ResourceChangesNotAList)
+        );
+    }
+
+    fn action_set() -> impl Strategy<Value = Vec<&'static str>> {
+        prop_oneof![
+            Just(vec!["create"]),
+            Just(vec!["update"]),
+            Just(vec!["delete"]),
+            Just(vec!["delete", "create"]),
+            Just(vec!["create", "delete"]),
+            Just(vec!["no-op"]),
+            Just(vec!["read"]),
+            Just(vec!["forget"]),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn block_stops_exactly_the_plans_with_a_delete(sets in prop::collection::vec(action_set(), 0..12)) {
+            let changes: Vec<Value> = sets.iter().enumerate().map(|(i, a)| rc(&format!("r{i}"), a)).collect();
+            let f = plan_facts(&plan(changes)).unwrap();
+            let has_delete = sets.iter().any(|a| a.contains(&"delete"));
+            prop_assert_eq!(f.destructive, has_delete);
+            prop_assert_eq!(f.summary.is_destructive(), has_delete);
+            let v = verdict(DestructiveGuard::Block, &f, None);
+            prop_assert_eq!(v == Verdict::Blocked, has_delete);
+            // The approval of this very plan always lets it through.
+            prop_assert_eq!(verdict(DestructiveGuard::Block, &f, Some(&f.hash)), Verdict::Apply);
+            prop_assert_eq!(verdict(DestructiveGuard::Allow, &f, None), Verdict::Apply);
+        }
+
+        #[test]
+        fn plan_hash_ignores_key_order(sets in prop::collection::vec(action_set(), 1..6)) {
+            let changes: Vec<Value> = sets.iter().enumerate().map(|(i, a)| rc(&format!("r{i}"), a)).collect();
+            let text = serde_json::to_string(&plan(changes.clone())).unwrap();
+            // Re-serialise with keys in reverse order of insertion.
+            let reordered: Vec<Value> = changes.iter().map(|c| {
+                let mut m = serde_json::Map::new();
+                let obj = c.as_object().unwrap();
+                for k in obj.keys().rev() { m.insert(k.clone(), obj[k].clone()); }
+                Value::Object(m)
+            }).collect();
+            let a = plan_facts_from_text(text.as_bytes()).unwrap();
+            let b = plan_facts(&plan(reordered)).unwrap();
+            prop_assert_eq!(a.hash, b.hash);
+        }
+    }
+}

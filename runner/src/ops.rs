@@ -1,0 +1,381 @@
+//! The run: prepare the working directory, init, force-unlock, then the op (DESIGN.md §7).
+//!
+//! Every step returns `Result<_, RunnerResult>`: the error side is the run's final result
+//! (failed or interrupted, with the phase it was in), so the sequence reads top to bottom.
+
+use captf_shared::Op;
+use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+
+use crate::config::Config;
+use crate::guard::{self, Verdict};
+use crate::outputs::{self, OutputsStore};
+use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
+use crate::unlock;
+use crate::workdir::{self, PLAN_FILE};
+
+/// The command lines of every step, built in one place so tests can state them exactly.
+#[derive(Clone, Debug)]
+pub struct Commands {
+    lock_timeout: String,
+}
+
+fn strings(parts: &[&str]) -> Vec<String> {
+    parts.iter().map(|s| s.to_string()).collect()
+}
+
+impl Commands {
+    pub fn new(lock_timeout: &str) -> Commands {
+        Commands {
+            lock_timeout: format!("-lock-timeout={lock_timeout}"),
+        }
+    }
+
+    /// The flags every state-touching command gets.
+    fn state_flags(&self) -> [&str; 3] {
+        [self.lock_timeout.as_str(), "-input=false", "-no-color"]
+    }
+
+    fn with_state_flags(&self, head: &[&str], tail: &[&str]) -> Vec<String> {
+        let mut v = strings(head);
+        v.extend(strings(&self.state_flags()));
+        v.extend(strings(tail));
+        v
+    }
+
+    pub fn init_from_module(&self, source: &str) -> Vec<String> {
+        let mut v = strings(&["init", "-input=false", "-no-color"]);
+        v.push(format!("-from-module={source}"));
+        v
+    }
+    pub fn init(&self) -> Vec<String> {
+        strings(&["init", "-input=false", "-no-color"])
+    }
+    pub fn plan_to_file(&self) -> Vec<String> {
+        let out = format!("-out={PLAN_FILE}");
+        self.with_state_flags(&["plan"], &[&out])
+    }
+    pub fn show_plan(&self) -> Vec<String> {
+        strings(&["show", "-json", "-no-color", PLAN_FILE])
+    }
+    pub fn apply_plan(&self) -> Vec<String> {
+        self.with_state_flags(&["apply"], &[PLAN_FILE])
+    }
+    pub fn refresh(&self) -> Vec<String> {
+        self.with_state_flags(&["apply", "-refresh-only", "-auto-approve"], &[])
+    }
+    pub fn drift(&self) -> Vec<String> {
+        self.with_state_flags(&["plan", "-detailed-exitcode"], &[])
+    }
+    pub fn destroy(&self) -> Vec<String> {
+        self.with_state_flags(&["destroy", "-auto-approve"], &[])
+    }
+    pub fn output(&self) -> Vec<String> {
+        strings(&["output", "-json", "-no-color"])
+    }
+}
+
+fn failed(phase: Phase, message: impl Into<String>) -> RunnerResult {
+    RunnerResult::new(RunResult::Failed, phase, message)
+}
+
+struct Steps<'a, S> {
+    cfg: &'a Config,
+    tf: Tf,
+    cmd: Commands,
+    store: &'a S,
+}
+
+impl<S: OutputsStore> Steps<'_, S> {
+    fn log(&self) -> &Log {
+        self.tf.log()
+    }
+
+    /// Run a command; a start failure, an interruption or a death by signal ends the run.
+    async fn exec(&self, phase: Phase, args: Vec<String>, stdout: Stdout) -> Result<Finished, RunnerResult> {
+        let finished = self.tf.run(&args, stdout).await.map_err(|e| match e {
+            TfError::Interrupted { .. } | TfError::InterruptedBeforeStart { .. } => {
+                RunnerResult::new(RunResult::Interrupted, phase, e.to_string())
+            }
+            TfError::Spawn { .. } => failed(
+                phase,
+                format!("{e} (is {} installed? set CAPTF_TF_BINARY)", self.cfg.tf_binary),
+            ),
+            other => failed(phase, other.to_string()),
+        })?;
+        if let Some(sig) = finished.killed_by() {
+            let verb = args.first().map(String::as_str).unwrap_or("");
+            return Err(failed(
+                phase,
+                format!("{} {verb} was killed by {sig}", self.tf.program()),
+            ));
+        }
+        Ok(finished)
+    }
+
+    /// Run a command that must exit 0.
+    async fn ok(&self, phase: Phase, args: Vec<String>, stdout: Stdout) -> Result<Finished, RunnerResult> {
+        let verb = args.first().cloned().unwrap_or_default();
+        let f = self.exec(phase, args, stdout).await?;
+        if f.code() == Some(0) {
+            Ok(f)
+        } else {
+            Err(self.command_failed(phase, &verb, &f))
+        }
+    }
+
+    fn command_failed(&self, phase: Phase, verb: &str, f: &Finished) -> RunnerResult {
+        let status = crate::tf::describe_status(&f.status);
+        let words = f.last_words();
+        let message = if words.is_empty() {
+            format!("{} {verb} failed ({status})", self.tf.program())
+        } else {
+            format!("{} {verb} failed ({status}): {words}", self.tf.program())
+        };
+        failed(phase, message)
+    }
+
+    async fn unlock(&self, id: &str) -> Result<(), RunnerResult> {
+        let f = self.exec(Phase::Unlock, unlock::args(id), Stdout::Stream).await?;
+        let outcome = unlock::classify(f.code(), &f.all_text());
+        if outcome.tolerated() {
+            self.log().note(&format!("force-unlock {id}: {}", outcome.describe()));
+            Ok(())
+        } else {
+            Err(self.command_failed(Phase::Unlock, "force-unlock", &f))
+        }
+    }
+
+    /// Read the outputs, store the full document, put the public ones in the result.
+    async fn outputs(&self, phase: Phase, result: &mut RunnerResult) -> Result<(), RunnerResult> {
+        let f = self.ok(phase, self.cmd.output(), Stdout::Capture).await?;
+        let outs = outputs::parse(&f.stdout).map_err(|e| failed(phase, e.to_string()))?;
+        if !outs.is_empty() {
+            self.store
+                .store(&outs.document)
+                .await
+                .map_err(|e| failed(phase, e.to_string()))?;
+            self.log().note(&format!(
+                "outputs: {} public, {} sensitive; full document written to {}",
+                outs.public.len(),
+                outs.sensitive.len(),
+                self.store.describe()
+            ));
+        }
+        outputs::attach(result, &outs);
+        Ok(())
+    }
+
+    async fn apply(&self) -> Result<RunnerResult, RunnerResult> {
+        self.ok(Phase::Plan, self.cmd.plan_to_file(), Stdout::Stream).await?;
+        let show = self.ok(Phase::Plan, self.cmd.show_plan(), Stdout::Capture).await?;
+        let facts = guard::plan_facts_from_text(&show.stdout).map_err(|e| failed(Phase::Plan, e.to_string()))?;
+        let approved = self.cfg.approved_plan.as_deref();
+        let what = guard::describe(&facts.summary);
+        self.log().note(&format!("plan {}: {what}", facts.hash));
+        let stop = |result: RunResult, message: String| {
+            let mut r = RunnerResult::new(result, Phase::Guard, message);
+            r.plan_hash = Some(facts.hash.clone());
+            r.summary = Some(facts.summary);
+            r
+        };
+        match guard::verdict(self.cfg.guard, &facts, approved) {
+            Verdict::Blocked => {
+                return Err(stop(
+                    RunResult::Blocked,
+                    format!(
+                        "plan deletes or replaces resources ({what}); approve plan {} to apply it",
+                        facts.hash
+                    ),
+                ));
+            }
+            Verdict::PlanChanged => {
+                return Err(stop(
+                    RunResult::PlanChanged,
+                    format!(
+                        "the approved plan {} is not the new plan {} ({what}); approve the new plan to apply it",
+                        approved.unwrap_or_default(),
+                        facts.hash
+                    ),
+                ));
+            }
+            Verdict::Apply => {}
+        }
+        self.ok(Phase::Apply, self.cmd.apply_plan(), Stdout::Stream).await?;
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, format!("applied: {what}"));
+        r.plan_hash = Some(facts.hash.clone());
+        r.summary = Some(facts.summary);
+        self.outputs(Phase::Apply, &mut r).await?;
+        Ok(r)
+    }
+
+    async fn refresh(&self) -> Result<RunnerResult, RunnerResult> {
+        self.ok(Phase::Refresh, self.cmd.refresh(), Stdout::Stream).await?;
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Refresh, "refreshed");
+        self.outputs(Phase::Refresh, &mut r).await?;
+        Ok(r)
+    }
+
+    async fn drift(&self) -> Result<RunnerResult, RunnerResult> {
+        let f = self.exec(Phase::Drift, self.cmd.drift(), Stdout::Stream).await?;
+        let (drift, message) = match f.code() {
+            Some(0) => (false, "no drift: the infrastructure matches the configuration"),
+            Some(2) => (true, "drift found: the plan has changes"),
+            _ => return Err(self.command_failed(Phase::Drift, "plan", &f)),
+        };
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, message);
+        r.drift = Some(drift);
+        Ok(r)
+    }
+
+    async fn destroy(&self) -> Result<RunnerResult, RunnerResult> {
+        self.ok(Phase::Destroy, self.cmd.destroy(), Stdout::Stream).await?;
+        Ok(RunnerResult::new(RunResult::Succeeded, Phase::Destroy, "destroyed"))
+    }
+}
+
+/// Run the whole op and return its one result. Never panics, never returns `succeeded` once a
+/// termination request has arrived.
+pub async fn run<S: OutputsStore>(cfg: &Config, interrupt: Interrupt, log: Log, store: &S) -> RunnerResult {
+    let result = match pipeline(cfg, interrupt.clone(), log, store).await {
+        Ok(r) | Err(r) => r,
+    };
+    if result.result == RunResult::Succeeded && *interrupt.borrow() {
+        let mut r = RunnerResult::new(
+            RunResult::Interrupted,
+            result.phase,
+            format!(
+                "termination requested after the {} step finished; reported as interrupted",
+                result.phase
+            ),
+        );
+        r.plan_hash = result.plan_hash;
+        r.summary = result.summary;
+        return r;
+    }
+    result
+}
+
+async fn pipeline<S: OutputsStore>(
+    cfg: &Config,
+    interrupt: Interrupt,
+    log: Log,
+    store: &S,
+) -> Result<RunnerResult, RunnerResult> {
+    let inputs = workdir::read_inputs(&cfg.inputs_dir).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    log.note(&format!(
+        "{} of state {} in namespace {} (work dir {})",
+        cfg.op,
+        cfg.state_suffix,
+        cfg.namespace,
+        dir.display()
+    ));
+    let steps = Steps {
+        cfg,
+        tf: Tf::new(&cfg.tf_binary, &dir, interrupt, log),
+        cmd: Commands::new(&cfg.lock_timeout),
+        store,
+    };
+    steps
+        .ok(
+            Phase::Init,
+            steps.cmd.init_from_module(&inputs.module.source),
+            Stdout::Stream,
+        )
+        .await?;
+    workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, &inputs)
+        .map_err(|e| failed(Phase::Init, e.to_string()))?;
+    steps.ok(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
+    if let Some(id) = &cfg.force_unlock_id {
+        steps.unlock(id).await?;
+    }
+    match cfg.op {
+        Op::Apply => steps.apply().await,
+        Op::Refresh => steps.refresh().await,
+        Op::Drift => steps.drift().await,
+        Op::Destroy => steps.destroy().await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_state_touching_command_gets_lock_timeout_input_and_no_color() {
+        let c = Commands::new("300s");
+        for args in [c.plan_to_file(), c.apply_plan(), c.refresh(), c.drift(), c.destroy()] {
+            for flag in ["-lock-timeout=300s", "-input=false", "-no-color"] {
+                assert!(args.iter().any(|a| a == flag), "{args:?} lacks {flag}");
+            }
+        }
+    }
+
+    #[test]
+    fn command_lines_of_each_step() {
+        let c = Commands::new("300s");
+        assert_eq!(
+            c.init_from_module("git::https://example.com/m.git?ref=v1"),
+            [
+                "init",
+                "-input=false",
+                "-no-color",
+                "-from-module=git::https://example.com/m.git?ref=v1"
+            ]
+        );
+        assert_eq!(c.init(), ["init", "-input=false", "-no-color"]);
+        assert_eq!(
+            c.plan_to_file(),
+            [
+                "plan",
+                "-lock-timeout=300s",
+                "-input=false",
+                "-no-color",
+                "-out=captf.tfplan"
+            ]
+        );
+        assert_eq!(c.show_plan(), ["show", "-json", "-no-color", "captf.tfplan"]);
+        assert_eq!(
+            c.apply_plan(),
+            [
+                "apply",
+                "-lock-timeout=300s",
+                "-input=false",
+                "-no-color",
+                "captf.tfplan"
+            ]
+        );
+        assert_eq!(
+            c.refresh(),
+            [
+                "apply",
+                "-refresh-only",
+                "-auto-approve",
+                "-lock-timeout=300s",
+                "-input=false",
+                "-no-color"
+            ]
+        );
+        assert_eq!(
+            c.drift(),
+            [
+                "plan",
+                "-detailed-exitcode",
+                "-lock-timeout=300s",
+                "-input=false",
+                "-no-color"
+            ]
+        );
+        assert_eq!(
+            c.destroy(),
+            [
+                "destroy",
+                "-auto-approve",
+                "-lock-timeout=300s",
+                "-input=false",
+                "-no-color"
+            ]
+        );
+        assert_eq!(c.output(), ["output", "-json", "-no-color"]);
+    }
+}

@@ -1,0 +1,201 @@
+//! Terraform outputs after a successful apply or refresh (DESIGN.md §2.2, §7).
+//!
+//! `output -json` prints `{"name": {"sensitive": bool, "type": …, "value": …}}` with sensitive
+//! values in clear, so its stdout is captured and never logged. Non-sensitive values go into the
+//! result when they fit; the whole document (sensitive ones included, with their `sensitive`
+//! flags, so a reader can tell them apart) goes to the outputs store: the Secret
+//! `captf-outputs-<suffix>` under the key [`OUTPUTS_KEY`], or a file in tests.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
+use std::path::PathBuf;
+
+use captf_shared::protocol::{RunnerResult, TERMINATION_MESSAGE_LIMIT};
+use serde_json::Value;
+
+/// The data key of the outputs Secret that holds the `output -json` document.
+pub const OUTPUTS_KEY: &str = "outputs.json";
+
+#[derive(Debug, thiserror::Error)]
+pub enum OutputsError {
+    #[error("failed to parse output -json: {0}")]
+    Parse(String),
+    #[error("failed to write outputs to {target}: {why}")]
+    Write { target: String, why: String },
+}
+
+/// The outputs, split by sensitivity.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Outputs {
+    /// Non-sensitive outputs: name → value.
+    pub public: BTreeMap<String, Value>,
+    /// Names of sensitive outputs (their values stay out of results and logs).
+    pub sensitive: Vec<String>,
+    /// The `output -json` document as printed, for the outputs store.
+    pub document: Vec<u8>,
+}
+
+/// Parse the stdout of `output -json`. An output without a `sensitive` flag counts as sensitive:
+/// when in doubt, keep a value out of the log.
+pub fn parse(stdout: &[u8]) -> Result<Outputs, OutputsError> {
+    let v: Value = serde_json::from_slice(stdout).map_err(|e| OutputsError::Parse(e.to_string()))?;
+    let map = v
+        .as_object()
+        .ok_or_else(|| OutputsError::Parse("expected a JSON object".to_string()))?;
+    let mut out = Outputs {
+        document: stdout.to_vec(),
+        ..Outputs::default()
+    };
+    for (name, entry) in map {
+        let sensitive = entry.get("sensitive").and_then(Value::as_bool).unwrap_or(true);
+        if sensitive {
+            out.sensitive.push(name.clone());
+        } else {
+            out.public
+                .insert(name.clone(), entry.get("value").cloned().unwrap_or(Value::Null));
+        }
+    }
+    Ok(out)
+}
+
+impl Outputs {
+    pub fn is_empty(&self) -> bool {
+        self.public.is_empty() && self.sensitive.is_empty()
+    }
+}
+
+/// Put the non-sensitive outputs into the result when the whole result still fits the
+/// termination log; otherwise leave them out and flag `outputsInSecret`.
+pub fn attach(result: &mut RunnerResult, outputs: &Outputs) {
+    if outputs.public.is_empty() {
+        return;
+    }
+    let mut with = result.clone();
+    with.outputs = Some(outputs.public.clone());
+    let fits = serde_json::to_string(&with)
+        .map(|s| s.len() <= TERMINATION_MESSAGE_LIMIT)
+        .unwrap_or(false);
+    if fits {
+        *result = with;
+    } else {
+        result.outputs = None;
+        result.outputs_in_secret = true;
+    }
+}
+
+/// Where the full outputs document goes.
+pub trait OutputsStore {
+    /// Store the `output -json` document (sensitive values included).
+    fn store(&self, document: &[u8]) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
+    /// What it writes to, for messages (`Secret default/captf-outputs-x-tc`).
+    fn describe(&self) -> String;
+}
+
+/// Writes the document to a file with mode 0600 (tests and local runs).
+#[derive(Clone, Debug)]
+pub struct FileStore {
+    pub path: PathBuf,
+}
+
+impl OutputsStore for FileStore {
+    async fn store(&self, document: &[u8]) -> Result<(), OutputsError> {
+        let err = |e: std::io::Error| OutputsError::Write {
+            target: self.describe(),
+            why: e.to_string(),
+        };
+        let mut f = fs::OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&self.path)
+            .map_err(err)?;
+        fs::set_permissions(&self.path, fs::Permissions::from_mode(0o600)).map_err(err)?;
+        f.write_all(document).map_err(err)?;
+        Ok(())
+    }
+
+    fn describe(&self) -> String {
+        format!("file {}", self.path.display())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_shared::protocol::{Phase, RunResult};
+    use proptest::prelude::*;
+    use serde_json::json;
+
+    #[test]
+    fn sensitive_outputs_are_kept_out_of_the_public_map() {
+        let doc = json!({
+            "endpoint": {"sensitive": false, "type": "string", "value": "10.0.0.1"},
+            "token": {"sensitive": true, "type": "string", "value": "s3cr3t"},
+            "unknown_flag": {"type": "string", "value": "maybe-secret"}
+        });
+        let o = parse(doc.to_string().as_bytes()).unwrap();
+        assert_eq!(o.public.len(), 1);
+        assert_eq!(o.public["endpoint"], json!("10.0.0.1"));
+        assert_eq!(o.sensitive, vec!["token", "unknown_flag"]);
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "applied");
+        attach(&mut r, &o);
+        let text = r.to_termination_message();
+        assert!(!text.contains("s3cr3t"), "{text}");
+        assert!(!text.contains("maybe-secret"), "{text}");
+        assert!(text.contains("10.0.0.1"), "{text}");
+        assert!(!r.outputs_in_secret);
+    }
+
+    #[test]
+    fn outputs_that_do_not_fit_are_flagged_for_the_secret() {
+        let doc = json!({"big": {"sensitive": false, "type": "string", "value": "x".repeat(5000)}});
+        let o = parse(doc.to_string().as_bytes()).unwrap();
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "applied");
+        attach(&mut r, &o);
+        assert_eq!(r.outputs, None);
+        assert!(r.outputs_in_secret);
+    }
+
+    #[test]
+    fn not_an_object_is_a_parse_error() {
+        assert!(parse(b"[1]").is_err());
+        assert!(parse(b"").is_err());
+    }
+
+    #[tokio::test]
+    async fn file_store_writes_the_document_with_mode_0600() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FileStore {
+            path: d.path().join("outputs.json"),
+        };
+        s.store(b"{\"a\":1}").await.unwrap();
+        assert_eq!(fs::read(&s.path).unwrap(), b"{\"a\":1}");
+        assert_eq!(fs::metadata(&s.path).unwrap().permissions().mode() & 0o777, 0o600);
+    }
+
+    proptest! {
+        #[test]
+        fn no_sensitive_value_ever_reaches_the_result(
+            values in prop::collection::btree_map("[a-z]{1,8}", ("[A-Za-z0-9]{12,40}", any::<bool>()), 0..20)
+        ) {
+            let doc: serde_json::Map<String, Value> = values.iter().map(|(k, (v, s))| {
+                (k.clone(), json!({"sensitive": s, "type": "string", "value": format!("V{v}")}))
+            }).collect();
+            let o = parse(Value::Object(doc).to_string().as_bytes()).unwrap();
+            let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Refresh, "ok");
+            attach(&mut r, &o);
+            let text = r.to_termination_message();
+            prop_assert!(text.len() <= TERMINATION_MESSAGE_LIMIT);
+            for (v, s) in values.values() {
+                if *s {
+                    let needle = format!("V{}", v);
+                    prop_assert!(!text.contains(&needle));
+                }
+            }
+        }
+    }
+}
