@@ -1,9 +1,44 @@
 //! Validation (DESIGN.md §2.1): every violation with its field path, the rule and the
 //! offending value, plus warnings for legal but doubtful values.
+//!
+//! The webhook calls [`parse_object`], [`validate_create`] and [`validate_update`]; the controller
+//! re-checks with [`validate_spec`] and sets `Ready=False/InvalidSpec` on a violation.
+
+mod formats;
+mod parse;
+mod path;
 
 use std::fmt;
+use std::time::Duration;
 
-use crate::types::CaptfObject;
+use serde::Serialize;
+
+use crate::defaults::{DEFAULT_ACTIVE_DEADLINE_SECONDS, effective};
+use crate::types::{CaptfObject, DestructiveGuard, JobsSpec, Remediation, TerraformSpec, VariablesFrom, VariablesRef};
+
+pub use formats::{
+    VARIABLE_NAME_PATTERN, is_data_key, is_image_reference, is_local_path, is_module_address, is_registry_address,
+    is_variable_name,
+};
+pub use parse::parse_object;
+pub use path::FieldPath;
+
+/// `module.source` is at most this many characters.
+pub const MAX_MODULE_SOURCE_CHARS: usize = 2048;
+/// `variables`, serialized as JSON, is at most this many bytes (512 KiB).
+pub const MAX_VARIABLES_BYTES: usize = 512 * 1024;
+/// `jobs.activeDeadlineSeconds` bounds.
+pub const MIN_ACTIVE_DEADLINE_SECONDS: i64 = 60;
+pub const MAX_ACTIVE_DEADLINE_SECONDS: i64 = 604_800;
+/// `drift.interval` bounds (when not `0`).
+pub const MIN_DRIFT_INTERVAL: Duration = Duration::from_secs(60);
+pub const MAX_DRIFT_INTERVAL: Duration = Duration::from_secs(168 * 3600);
+/// A drift interval below this (and not `0`) draws a warning.
+pub const WARN_DRIFT_INTERVAL_BELOW: Duration = Duration::from_secs(5 * 60);
+/// Env names with this prefix are the runner's own.
+pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
+/// Offending values longer than this are cut in messages.
+const MAX_RENDERED_VALUE_CHARS: usize = 200;
 
 /// One broken rule: `<field>: <rule> (got <value>)`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -16,9 +51,31 @@ pub struct Violation {
     pub value: String,
 }
 
+impl Violation {
+    /// A violation of `rule` at `field` by `value` (rendered as JSON, long values cut).
+    pub fn new(field: &FieldPath, rule: impl Into<String>, value: &impl Serialize) -> Self {
+        Violation {
+            field: field.to_string(),
+            rule: rule.into(),
+            value: render_value(value),
+        }
+    }
+}
+
 impl fmt::Display for Violation {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         write!(f, "{}: {} (got {})", self.field, self.rule, self.value)
+    }
+}
+
+/// JSON of a value, cut to a readable length with `…` when long.
+pub fn render_value(value: &impl Serialize) -> String {
+    let json = serde_json::to_string(value).unwrap_or_else(|e| format!("<unserializable: {e}>"));
+    if json.chars().count() <= MAX_RENDERED_VALUE_CHARS {
+        json
+    } else {
+        let cut: String = json.chars().take(MAX_RENDERED_VALUE_CHARS).collect();
+        format!("{cut}…")
     }
 }
 
@@ -42,16 +99,272 @@ impl Report {
             .collect::<Vec<_>>()
             .join("; ")
     }
+
+    /// Record a violation.
+    pub fn violation(&mut self, field: &FieldPath, rule: impl Into<String>, value: &impl Serialize) {
+        self.violations.push(Violation::new(field, rule, value));
+    }
+
+    /// Record a warning, rendered like a violation: `<field>: <what is doubtful> (got <value>)`.
+    pub fn warning(&mut self, field: &FieldPath, what: &str, value: &impl Serialize) {
+        self.warnings
+            .push(format!("{field}: {what} (got {})", render_value(value)));
+    }
+
+    /// Append everything another report found.
+    pub fn merge(&mut self, other: Report) {
+        self.violations.extend(other.violations);
+        self.warnings.extend(other.warnings);
+    }
+
+    /// The violation at `field`, if any (handy for callers and tests).
+    pub fn violation_at(&self, field: &str) -> Option<&Violation> {
+        self.violations.iter().find(|v| v.field == field)
+    }
 }
 
-/// Validate an object being created.
+/// Validate an object being created: its Terraform spec (a template's `spec.template.spec`).
 pub fn validate_create(obj: &CaptfObject) -> Report {
-    let _ = obj;
-    Report::default()
+    validate_spec(obj.terraform_spec(), obj.spec_path())
 }
 
-/// Validate an update: everything `validate_create` checks, plus immutability.
+/// Validate an update: everything [`validate_create`] checks, plus immutability of
+/// `spec.controlPlaneEndpoint` (TerraformCluster) and `spec.providerID` (TerraformMachine) once set.
+///
+/// When the Terraform spec is unchanged, its rules are not re-checked: an update that only touches
+/// metadata (removing the finalizer, approving a plan) must never be refused because of a spec
+/// the object already had. The controller still re-checks such a spec and reports `InvalidSpec`.
 pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
-    let _ = old;
-    validate_create(new)
+    let mut report = if old.terraform_spec() == new.terraform_spec() && old.spec_path() == new.spec_path() {
+        Report::default()
+    } else {
+        validate_create(new)
+    };
+    let spec = FieldPath::new("spec");
+    match (old, new) {
+        (CaptfObject::Cluster(o), CaptfObject::Cluster(n)) => {
+            if let Some(was) = o.spec.control_plane_endpoint.as_ref().filter(|e| !e.host.is_empty())
+                && n.spec.control_plane_endpoint.as_ref() != Some(was)
+            {
+                report.violation(
+                    &spec.child("controlPlaneEndpoint"),
+                    format!("is immutable once set (was {})", render_value(was)),
+                    &n.spec.control_plane_endpoint,
+                );
+            }
+        }
+        (CaptfObject::Machine(o), CaptfObject::Machine(n)) => {
+            if let Some(was) = o.spec.provider_id.as_ref().filter(|p| !p.is_empty())
+                && n.spec.provider_id.as_ref() != Some(was)
+            {
+                report.violation(
+                    &spec.child("providerID"),
+                    format!("is immutable once set (was {})", render_value(was)),
+                    &n.spec.provider_id,
+                );
+            }
+        }
+        _ => {}
+    }
+    report
+}
+
+/// Validate a Terraform spec whose fields live under `path_prefix` (`spec`, or
+/// `spec.template.spec` for a template). Reports every violation and the warnings.
+pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
+    let mut report = Report::default();
+    let root = FieldPath::new(path_prefix);
+    check_module_source(&mut report, &root.child("module").child("source"), &spec.module.source);
+    if let Some(vars) = &spec.variables {
+        check_variables(&mut report, &root.child("variables"), vars);
+    }
+    for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
+        check_variables_from(&mut report, &root.child("variablesFrom").index(i), entry);
+    }
+    if let Some(jobs) = &spec.jobs {
+        check_jobs(&mut report, &root.child("jobs"), jobs);
+    }
+    if let Some(interval) = spec.drift.as_ref().and_then(|d| d.interval.as_deref()) {
+        check_drift_interval(&mut report, &root.child("drift").child("interval"), interval);
+    }
+    let eff = effective(spec);
+    if eff.guard == DestructiveGuard::Allow && eff.remediation == Remediation::Auto {
+        report.warning(
+            &root.child("guard").child("destructive"),
+            &format!(
+                "Allow together with {} Auto lets drift remediation delete or replace resources without approval",
+                root.child("drift").child("remediation")
+            ),
+            &DestructiveGuard::Allow,
+        );
+    }
+    report
+}
+
+fn check_module_source(report: &mut Report, path: &FieldPath, source: &str) {
+    if source.is_empty() {
+        report.violation(path, "is required and must not be empty", &source);
+        return;
+    }
+    if source.chars().count() > MAX_MODULE_SOURCE_CHARS {
+        report.violation(
+            path,
+            format!("must be at most {MAX_MODULE_SOURCE_CHARS} characters"),
+            &source,
+        );
+    }
+    if source.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        report.violation(path, "must not contain whitespace or control characters", &source);
+        return;
+    }
+    if is_local_path(source) {
+        report.violation(
+            path,
+            "must not be a local path (./, ../, / or file:): the runner has only the module it downloads",
+            &source,
+        );
+    } else if !is_module_address(source) {
+        report.violation(
+            path,
+            "must be a module address tofu init -from-module accepts: a registry address namespace/name/provider \
+             (optionally host/ first), git::, hg::, s3::, gcs::, http(s)://, oci://, github.com/owner/repo, \
+             bitbucket.org/owner/repo or git@host:path",
+            &source,
+        );
+    }
+}
+
+fn check_variables(report: &mut Report, path: &FieldPath, vars: &crate::types::Variables) {
+    for key in vars.keys() {
+        if !is_variable_name(key) {
+            report.violation(&path.key(key), format!("name must match {VARIABLE_NAME_PATTERN}"), key);
+        }
+    }
+    let size = serde_json::to_vec(vars).map(|v| v.len()).unwrap_or(usize::MAX);
+    if size > MAX_VARIABLES_BYTES {
+        report.violation(
+            path,
+            format!("must serialize to at most {MAX_VARIABLES_BYTES} bytes (512 KiB) of JSON; the value is its size"),
+            &size,
+        );
+    }
+}
+
+fn check_variables_from(report: &mut Report, path: &FieldPath, entry: &VariablesFrom) {
+    match (&entry.secret_ref, &entry.config_map_ref) {
+        (Some(_), Some(_)) => report.violation(
+            path,
+            "must set exactly one of secretRef or configMapRef, not both",
+            entry,
+        ),
+        (None, None) => report.violation(path, "must set exactly one of secretRef or configMapRef", entry),
+        _ => {}
+    }
+    if let Some(r) = &entry.secret_ref {
+        check_variables_ref(report, &path.child("secretRef"), r, "Secret");
+    }
+    if let Some(r) = &entry.config_map_ref {
+        check_variables_ref(report, &path.child("configMapRef"), r, "ConfigMap");
+    }
+}
+
+fn check_variables_ref(report: &mut Report, path: &FieldPath, r: &VariablesRef, what: &str) {
+    if !crate::names::is_dns1123_subdomain(&r.name) {
+        report.violation(
+            &path.child("name"),
+            format!("must be a {what} name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)"),
+            &r.name,
+        );
+    }
+    if let Some(key) = &r.key
+        && !is_data_key(key)
+    {
+        report.violation(
+            &path.child("key"),
+            format!("must be a valid {what} data key (letters, digits, '-', '_' and '.', at most 253 characters, not . or ..)"),
+            key,
+        );
+    }
+}
+
+fn check_jobs(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
+    let deadline_path = path.child("activeDeadlineSeconds");
+    if let Some(d) = jobs.active_deadline_seconds
+        && !(MIN_ACTIVE_DEADLINE_SECONDS..=MAX_ACTIVE_DEADLINE_SECONDS).contains(&d)
+    {
+        report.violation(
+            &deadline_path,
+            format!("must be between {MIN_ACTIVE_DEADLINE_SECONDS} and {MAX_ACTIVE_DEADLINE_SECONDS} seconds"),
+            &d,
+        );
+    }
+    if let Some(lock) = jobs.lock_timeout_seconds {
+        let lock_path = path.child("lockTimeoutSeconds");
+        // The effective deadline: the default applies when it is unset.
+        let deadline = jobs.active_deadline_seconds.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+        if lock < 0 {
+            report.violation(&lock_path, "must be at least 0", &lock);
+        } else if lock >= deadline {
+            report.violation(
+                &lock_path,
+                format!("must be less than {deadline_path} ({deadline})"),
+                &lock,
+            );
+        }
+    }
+    if let Some(n) = jobs.failed_jobs_history_limit
+        && n < 0
+    {
+        report.violation(&path.child("failedJobsHistoryLimit"), "must be at least 0", &n);
+    }
+    if let Some(n) = jobs.successful_jobs_history_limit
+        && n < 0
+    {
+        report.violation(&path.child("successfulJobsHistoryLimit"), "must be at least 0", &n);
+    }
+    if let Some(image) = &jobs.image
+        && !is_image_reference(image)
+    {
+        report.violation(
+            &path.child("image"),
+            "must be a valid image reference, like registry.example.com/captf/runner:1.0 or runner@sha256:<digest>",
+            image,
+        );
+    }
+    if let Some(sa) = &jobs.service_account_name
+        && !crate::names::is_dns1123_subdomain(sa)
+    {
+        report.violation(
+            &path.child("serviceAccountName"),
+            "must be a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+            sa,
+        );
+    }
+    for (i, env) in jobs.env.iter().flatten().enumerate() {
+        if env.name.starts_with(RESERVED_ENV_PREFIX) {
+            report.violation(
+                &path.child("env").index(i).child("name"),
+                format!("must not start with {RESERVED_ENV_PREFIX} (reserved for the runner)"),
+                &env.name,
+            );
+        }
+    }
+}
+
+fn check_drift_interval(report: &mut Report, path: &FieldPath, interval: &str) {
+    if interval == "0" {
+        return;
+    }
+    match crate::duration::parse(interval) {
+        Err(_) => report.violation(path, "must be 0 or a duration like 30m or 1h30m", &interval),
+        Ok(d) if !(MIN_DRIFT_INTERVAL..=MAX_DRIFT_INTERVAL).contains(&d) => {
+            report.violation(path, "must be 0 (off) or between 1m and 168h", &interval)
+        }
+        Ok(d) if d < WARN_DRIFT_INTERVAL_BELOW => report.warning(
+            path,
+            "under 5m: every drift check is a Terraform plan, so this runs one very often",
+            &interval,
+        ),
+        Ok(_) => {}
+    }
 }
