@@ -1,0 +1,106 @@
+{{/* The chart name. */}}
+{{- define "captf.name" -}}
+{{- default .Chart.Name .Values.nameOverride | trunc 63 | trimSuffix "-" }}
+{{- end }}
+
+{{/* The prefix of every resource name: "<release>-<chart>", or the release alone when it contains the chart name. */}}
+{{- define "captf.fullname" -}}
+{{- if .Values.fullnameOverride }}
+{{- .Values.fullnameOverride | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- $name := default .Chart.Name .Values.nameOverride }}
+{{- if contains $name .Release.Name }}
+{{- .Release.Name | trunc 40 | trimSuffix "-" }}
+{{- else }}
+{{- printf "%s-%s" .Release.Name $name | trunc 40 | trimSuffix "-" }}
+{{- end }}
+{{- end }}
+{{- end }}
+
+{{/* Labels of every object. */}}
+{{- define "captf.labels" -}}
+helm.sh/chart: {{ printf "%s-%s" .Chart.Name .Chart.Version | replace "+" "_" | trunc 63 | trimSuffix "-" }}
+app.kubernetes.io/name: {{ include "captf.name" . }}
+app.kubernetes.io/instance: {{ .Release.Name }}
+app.kubernetes.io/version: {{ .Chart.AppVersion | quote }}
+app.kubernetes.io/managed-by: {{ .Release.Service }}
+app.kubernetes.io/part-of: captf
+{{- with .Values.commonLabels }}
+{{ toYaml . }}
+{{- end }}
+{{- end }}
+
+{{/* Selector labels of one component; call with (dict "ctx" $ "component" "webhook"). */}}
+{{- define "captf.selectorLabels" -}}
+app.kubernetes.io/name: {{ include "captf.name" .ctx }}
+app.kubernetes.io/instance: {{ .ctx.Release.Name }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* Labels of one component's objects; call with (dict "ctx" $ "component" "webhook"). */}}
+{{- define "captf.componentLabels" -}}
+{{ include "captf.labels" .ctx }}
+app.kubernetes.io/component: {{ .component }}
+{{- end }}
+
+{{/* An image reference: repository@digest when a digest is set, else repository:tag. */}}
+{{- define "captf.image" -}}
+{{- if .digest }}
+{{- printf "%s@%s" .repository .digest }}
+{{- else }}
+{{- printf "%s:%s" .repository .tag }}
+{{- end }}
+{{- end }}
+
+{{- define "captf.webhook.name" -}}
+{{- printf "%s-webhook" (include "captf.fullname" .) }}
+{{- end }}
+
+{{- define "captf.controller.name" -}}
+{{- printf "%s-controller" (include "captf.fullname" .) }}
+{{- end }}
+
+{{- define "captf.runner.clusterRoleName" -}}
+{{- printf "%s-runner" (include "captf.fullname" .) }}
+{{- end }}
+
+{{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
+{{- define "captf.webhook.tlsSecret" -}}
+{{- if .Values.webhook.tls.certManager.enabled }}
+{{- printf "%s-webhook-tls" (include "captf.fullname" .) }}
+{{- else }}
+{{- required "webhook.tls.existingSecret is required when webhook.tls.certManager.enabled is false" .Values.webhook.tls.existingSecret }}
+{{- end }}
+{{- end }}
+
+{{/* The serving Certificate, as "<namespace>/<name>" for cert-manager.io/inject-ca-from. */}}
+{{- define "captf.webhook.certificate" -}}
+{{- printf "%s-webhook" (include "captf.fullname" .) }}
+{{- end }}
+
+{{- define "captf.webhook.clientConfig" -}}
+{{- $ctx := .ctx }}
+clientConfig:
+  service:
+    name: {{ include "captf.webhook.name" $ctx }}
+    namespace: {{ $ctx.Release.Namespace }}
+    path: {{ .path }}
+    port: {{ $ctx.Values.webhook.service.port }}
+  {{- if not $ctx.Values.webhook.tls.certManager.enabled }}
+  caBundle: {{ required "webhook.tls.caBundle is required when webhook.tls.certManager.enabled is false" $ctx.Values.webhook.tls.caBundle }}
+  {{- end }}
+{{- end }}
+
+{{/* The rules both webhook configurations share: the four kinds, on CREATE and UPDATE. */}}
+{{- define "captf.webhook.rules" -}}
+rules:
+  - apiGroups: ["infrastructure.cluster.x-k8s.io"]
+    apiVersions: ["v1alpha1"]
+    operations: ["CREATE", "UPDATE"]
+    resources:
+      - terraformclusters
+      - terraformmachinepools
+      - terraformmachines
+      - terraformmachinetemplates
+    scope: Namespaced
+{{- end }}

@@ -1,0 +1,37 @@
+//! `helm lint --strict` with the defaults and with every optional feature on.
+
+use captf_chart_tests::{chart_dir, run_ok};
+
+const FEATURES: &[&[&str]] = &[
+    &[],
+    &[
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+    ],
+    &[
+        "--set",
+        "webhook.tls.certManager.enabled=false",
+        "--set",
+        "webhook.tls.existingSecret=my-webhook-tls",
+        "--set",
+        "webhook.tls.caBundle=Q0E=",
+    ],
+    &["--set", "controller.watchNamespace=tenant-a"],
+];
+
+#[test]
+fn helm_lint_strict_passes_with_defaults_and_every_optional_feature() {
+    let chart = chart_dir();
+    for extra in FEATURES {
+        let mut args = vec!["lint", "--strict", "--namespace", "captf-system"];
+        let chart = chart.to_string_lossy();
+        args.push(&chart);
+        args.extend_from_slice(extra);
+        match run_ok("helm", &args) {
+            Ok(out) => assert!(out.contains("0 chart(s) failed"), "helm lint {extra:?}: {out}"),
+            Err(e) => panic!("helm lint --strict {extra:?}: {e}"),
+        }
+    }
+}

@@ -1,0 +1,82 @@
+//! NOTES.txt renders and tells the person what to do next. (`helm install --dry-run` needs a
+//! cluster, so the test renders NOTES.txt as a template of a scratch copy of the chart.)
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::Path;
+
+use captf_chart_tests::{KUBERNETES_VERSION, NAMESPACE, RELEASE, chart_dir, run_ok};
+
+fn copy_dir(from: &Path, to: &Path) {
+    std::fs::create_dir_all(to).unwrap();
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            copy_dir(&entry.path(), &target);
+        } else {
+            std::fs::copy(entry.path(), &target).unwrap();
+        }
+    }
+}
+
+fn render_notes(extra: &[&str]) -> String {
+    let scratch = tempfile::tempdir().unwrap();
+    let chart = scratch.path().join("captf");
+    copy_dir(&chart_dir(), &chart);
+    std::fs::copy(chart.join("templates/NOTES.txt"), chart.join("notes.txt")).unwrap();
+    std::fs::write(
+        chart.join("templates/zz-notes.yaml"),
+        "notes: |\n{{ tpl (.Files.Get \"notes.txt\") . | indent 2 }}\n",
+    )
+    .unwrap();
+    let chart = chart.to_string_lossy().into_owned();
+    let mut args = vec![
+        "template",
+        RELEASE,
+        &chart,
+        "--namespace",
+        NAMESPACE,
+        "--kube-version",
+        KUBERNETES_VERSION,
+        "--show-only",
+        "templates/zz-notes.yaml",
+    ];
+    args.extend_from_slice(extra);
+    let out = run_ok("helm", &args).unwrap();
+    let doc: serde_json::Value = serde_yaml_ng::from_str(&out).unwrap();
+    doc["notes"].as_str().unwrap().to_string()
+}
+
+#[test]
+fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
+    let notes = render_notes(&[]);
+    for want in [
+        "rollout status deploy/captf-webhook deploy/captf-controller",
+        "get certificate captf-webhook",
+        "kubectl apply -n default -f examples/terraformcluster-minimal.yaml",
+        "kubectl describe terraformcluster",
+        "kubectl logs job/",
+        "captf.io/approve-plan=",
+        "failed calling webhook",
+    ] {
+        assert!(notes.contains(want), "NOTES.txt lacks {want:?}:\n{notes}");
+    }
+    assert!(!notes.contains("<no value>"), "{notes}");
+}
+
+#[test]
+fn notes_without_cert_manager_do_not_mention_the_certificate() {
+    let notes = render_notes(&[
+        "--set",
+        "webhook.tls.certManager.enabled=false",
+        "--set",
+        "webhook.tls.existingSecret=s",
+        "--set",
+        "webhook.tls.caBundle=Q0E=",
+        "--set",
+        "runner.namespaces={tenant-a}",
+    ]);
+    assert!(!notes.contains("get certificate"), "{notes}");
+    assert!(notes.contains("kubectl apply -n tenant-a"), "{notes}");
+}

@@ -1,0 +1,224 @@
+//! The webhook configurations point at the rendered Service, on the webhook's own routes, and
+//! the API server can trust the certificate (cert-manager chain or your own).
+
+#![allow(clippy::unwrap_used)]
+
+use captf_chart_tests::{NAMESPACE, Rendered, helm_template, strings};
+use serde_json::Value;
+
+const KINDS: [&str; 4] = [
+    "terraformclusters",
+    "terraformmachinepools",
+    "terraformmachines",
+    "terraformmachinetemplates",
+];
+
+fn configurations(r: &Rendered) -> Vec<(&'static str, &Value)> {
+    let m = r.get("MutatingWebhookConfiguration", "captf-webhook").unwrap();
+    let v = r.get("ValidatingWebhookConfiguration", "captf-webhook").unwrap();
+    vec![(captf_webhook::MUTATE_PATH, m), (captf_webhook::VALIDATE_PATH, v)]
+}
+
+/// The port of an `addr` like `0.0.0.0:9443`.
+fn port_of(addr: &str) -> u64 {
+    addr.rsplit(':').next().unwrap().parse().unwrap()
+}
+
+/// The container port a Service port's targetPort names.
+fn container_port(pod: &Value, target: &Value) -> u64 {
+    match target {
+        Value::Number(n) => n.as_u64().unwrap(),
+        Value::String(name) => pod["containers"][0]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["name"] == name.as_str())
+            .unwrap_or_else(|| panic!("no container port named {name}"))["containerPort"]
+            .as_u64()
+            .unwrap(),
+        other => panic!("targetPort {other}"),
+    }
+}
+
+fn arg<'a>(args: &'a [String], flag: &str) -> &'a str {
+    args.iter()
+        .find_map(|a| a.strip_prefix(&format!("{flag}=")))
+        .unwrap_or_else(|| panic!("{flag} missing from {args:?}"))
+}
+
+#[test]
+fn webhook_configurations_call_the_rendered_service_on_the_webhooks_own_routes() {
+    let r = helm_template(&[]).unwrap();
+    let svc = r.get("Service", "captf-webhook").unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    for (path, conf) in configurations(&r) {
+        let hooks = conf["webhooks"].as_array().unwrap();
+        assert_eq!(hooks.len(), 1);
+        let cc = &hooks[0]["clientConfig"]["service"];
+        assert_eq!(cc["name"], svc["metadata"]["name"]);
+        assert_eq!(cc["namespace"], NAMESPACE);
+        assert_eq!(cc["namespace"], svc["metadata"]["namespace"]);
+        assert_eq!(cc["path"], path, "the route constant of captf_webhook");
+        let port = svc["spec"]["ports"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .find(|p| p["port"] == cc["port"])
+            .unwrap_or_else(|| panic!("the Service has no port {}", cc["port"]));
+        // The Service forwards to the port the webhook listens on by default.
+        let target = container_port(pod, &port["targetPort"]);
+        assert_eq!(target, port_of(captf_webhook::DEFAULT_ADDR));
+        let args = strings(&pod["containers"][0]["args"]);
+        assert_eq!(port_of(arg(&args, "--addr")), target);
+    }
+    // The Service selects the webhook pods.
+    for (k, v) in svc["spec"]["selector"].as_object().unwrap() {
+        assert_eq!(&pod_labels(deploy)[k], v, "selector {k}");
+    }
+}
+
+fn pod_labels(deploy: &Value) -> &Value {
+    &deploy["spec"]["template"]["metadata"]["labels"]
+}
+
+#[test]
+fn webhook_configurations_match_the_four_kinds_on_create_and_update_and_fail_closed() {
+    let r = helm_template(&[]).unwrap();
+    for (_, conf) in configurations(&r) {
+        let hook = &conf["webhooks"][0];
+        assert_eq!(hook["sideEffects"], "None");
+        assert_eq!(strings(&hook["admissionReviewVersions"]), ["v1"]);
+        assert_eq!(hook["failurePolicy"], "Fail");
+        assert_eq!(hook["timeoutSeconds"], 5);
+        let rules = hook["rules"].as_array().unwrap();
+        assert_eq!(rules.len(), 1);
+        let rule = &rules[0];
+        assert_eq!(strings(&rule["apiGroups"]), [captf_shared::keys::GROUP]);
+        assert_eq!(strings(&rule["apiVersions"]), [captf_shared::keys::VERSION]);
+        assert_eq!(strings(&rule["operations"]), ["CREATE", "UPDATE"]);
+        assert_eq!(strings(&rule["resources"]), KINDS);
+        let served: Vec<String> = captf_shared::types::SERVED_KINDS
+            .iter()
+            .map(|k| format!("{}s", k.to_lowercase()))
+            .collect();
+        assert_eq!(strings(&rule["resources"]), served, "every kind the webhook serves");
+    }
+}
+
+#[test]
+fn webhook_pods_mount_the_certificate_secret_and_are_ready_on_readyz() {
+    let r = helm_template(&[]).unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    assert_eq!(c["readinessProbe"]["httpGet"]["path"], captf_webhook::READYZ_PATH);
+    assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
+    assert_eq!(c["livenessProbe"]["httpGet"]["path"], captf_webhook::HEALTHZ_PATH);
+    let args = strings(&c["args"]);
+    let mount = c["volumeMounts"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|m| m["name"] == "tls")
+        .unwrap();
+    let dir = mount["mountPath"].as_str().unwrap();
+    assert_eq!(mount["readOnly"], true);
+    assert_eq!(arg(&args, "--tls-cert-file"), format!("{dir}/tls.crt"));
+    assert_eq!(arg(&args, "--tls-key-file"), format!("{dir}/tls.key"));
+    let volume = pod["volumes"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "tls")
+        .unwrap();
+    let cert = r.get("Certificate", "captf-webhook").unwrap();
+    assert_eq!(volume["secret"]["secretName"], cert["spec"]["secretName"]);
+    // The metrics port is plain HTTP on the default metrics address.
+    assert_eq!(
+        port_of(arg(&args, "--metrics-addr")),
+        port_of(captf_webhook::DEFAULT_METRICS_ADDR)
+    );
+}
+
+#[test]
+fn cert_manager_chain_goes_from_self_signed_to_ca_to_the_serving_certificate_for_the_service() {
+    let r = helm_template(&[]).unwrap();
+    let selfsigned = r.get("Issuer", "captf-selfsigned").unwrap();
+    assert!(selfsigned["spec"]["selfSigned"].is_object());
+    let ca = r.get("Certificate", "captf-ca").unwrap();
+    assert_eq!(ca["spec"]["isCA"], true);
+    assert_eq!(ca["spec"]["issuerRef"]["name"], "captf-selfsigned");
+    assert_eq!(ca["spec"]["issuerRef"]["kind"], "Issuer");
+    let ca_issuer = r.get("Issuer", "captf-ca").unwrap();
+    assert_eq!(ca_issuer["spec"]["ca"]["secretName"], ca["spec"]["secretName"]);
+    let serving = r.get("Certificate", "captf-webhook").unwrap();
+    assert_eq!(serving["spec"]["issuerRef"]["name"], "captf-ca");
+    assert_ne!(serving["spec"]["isCA"], true);
+    let dns = strings(&serving["spec"]["dnsNames"]);
+    let svc = r.get("Service", "captf-webhook").unwrap();
+    let name = svc["metadata"]["name"].as_str().unwrap();
+    assert!(dns.contains(&format!("{name}.{NAMESPACE}.svc")), "{dns:?}");
+    assert!(
+        dns.contains(&format!("{name}.{NAMESPACE}.svc.cluster.local")),
+        "{dns:?}"
+    );
+    for doc in [selfsigned, ca, ca_issuer, serving] {
+        assert_eq!(doc["metadata"]["namespace"], NAMESPACE);
+    }
+    // Both configurations get the CA injected from the serving Certificate.
+    for (_, conf) in configurations(&r) {
+        assert_eq!(
+            conf["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NAMESPACE}/captf-webhook")
+        );
+        assert!(conf["webhooks"][0]["clientConfig"].get("caBundle").is_none());
+    }
+}
+
+#[test]
+fn own_certificate_replaces_cert_manager_with_the_given_secret_and_ca_bundle() {
+    let r = helm_template(&[
+        "--set",
+        "webhook.tls.certManager.enabled=false",
+        "--set",
+        "webhook.tls.existingSecret=my-webhook-tls",
+        "--set",
+        "webhook.tls.caBundle=Q0E=",
+    ])
+    .unwrap();
+    assert!(r.of_kind("Certificate").is_empty());
+    assert!(r.of_kind("Issuer").is_empty());
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let volumes = deploy["spec"]["template"]["spec"]["volumes"].as_array().unwrap();
+    assert!(volumes.iter().any(|v| v["secret"]["secretName"] == "my-webhook-tls"));
+    for (_, conf) in configurations(&r) {
+        assert!(
+            conf["metadata"]["annotations"]
+                .get("cert-manager.io/inject-ca-from")
+                .is_none()
+        );
+        assert_eq!(conf["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
+    }
+}
+
+#[test]
+fn webhook_needs_no_api_access() {
+    let r = helm_template(&[]).unwrap();
+    let sa = r.get("ServiceAccount", "captf-webhook").unwrap();
+    assert_eq!(sa["automountServiceAccountToken"], false);
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    for binding in r
+        .of_kind("ClusterRoleBinding")
+        .into_iter()
+        .chain(r.of_kind("RoleBinding"))
+    {
+        for s in binding["subjects"].as_array().unwrap() {
+            assert_ne!(s["name"], "captf-webhook", "the webhook is bound to nothing");
+        }
+    }
+}
