@@ -1,3 +1,5 @@
 //! `captf-controller`: the kube-rs controller (DESIGN.md §4–§6, §8, §10).
 
+pub mod core;
+pub mod explain;
 pub mod rbac;

@@ -1,0 +1,300 @@
+//! Resolving the inputs document (DESIGN.md §2.3) and `cluster_name`, as pure functions over
+//! what was read: the runtime and `explain` use the same ones.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+use captf_shared::Kind;
+use captf_shared::inputs::{Inputs, ModuleRef};
+use captf_shared::keys;
+use captf_shared::types::{TerraformSpec, Variables};
+
+/// The variable CAPTF adds with the Cluster API cluster's name.
+pub const CLUSTER_NAME_VAR: &str = "cluster_name";
+/// The variable CAPTF adds for a TerraformMachine: the bootstrap data Secret's name.
+pub const BOOTSTRAP_DATA_SECRET_VAR: &str = "bootstrap_data_secret";
+
+/// The cluster name: the label `cluster.x-k8s.io/cluster-name`, else a TerraformCluster's own name.
+/// `None` for a member object without the label.
+pub fn cluster_name(kind: Kind, meta: &ObjectMeta) -> Option<String> {
+    meta.labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
+        .filter(|v| !v.is_empty())
+        .cloned()
+        .or_else(|| match kind {
+            Kind::TerraformCluster => meta.name.clone(),
+            _ => None,
+        })
+}
+
+/// Which kind of object a `variablesFrom` entry names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum SourceKind {
+    Secret,
+    ConfigMap,
+}
+
+impl SourceKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            SourceKind::Secret => "Secret",
+            SourceKind::ConfigMap => "ConfigMap",
+        }
+    }
+}
+
+/// What a lookup of one Secret or ConfigMap returned: its data as text, or absent.
+pub type SourceData = Option<BTreeMap<String, String>>;
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ResolveError {
+    #[error("{field}: needs exactly one of secretRef or configMapRef")]
+    BadEntry { field: String },
+    #[error("{field}: {kind} {name} does not exist (yet)")]
+    Missing {
+        field: String,
+        kind: &'static str,
+        name: String,
+    },
+    #[error("{field}: {kind} {name} has no key {key:?}")]
+    MissingKey {
+        field: String,
+        kind: &'static str,
+        name: String,
+        key: String,
+    },
+    #[error("{field}: key {key:?} of {kind} {name} is not a JSON object of variables: {why}")]
+    NotVariables {
+        field: String,
+        kind: &'static str,
+        name: String,
+        key: String,
+        why: String,
+    },
+    #[error("{field}: cannot be read here (it needs the live {kind} {name})")]
+    Offline {
+        field: String,
+        kind: &'static str,
+        name: String,
+    },
+    #[error("metadata.labels.{label}: a {kind} needs it to name its cluster")]
+    NoClusterName { kind: &'static str, label: &'static str },
+    #[error("{var}: the bootstrap data Secret of a TerraformMachine comes from its Cluster API Machine")]
+    NoBootstrapData { var: &'static str },
+}
+
+impl ResolveError {
+    /// A referenced Secret or ConfigMap that does not exist yet: `InputsUnresolved`, retried.
+    pub fn is_missing(&self) -> bool {
+        matches!(self, ResolveError::Missing { .. } | ResolveError::MissingKey { .. })
+    }
+}
+
+/// Resolve the inputs: `variables` merged with `variablesFrom` in order (later entries win),
+/// then `cluster_name` and, for a TerraformMachine, `bootstrap_data_secret`.
+///
+/// `lookup` returns a Secret's (decoded) or ConfigMap's data, or `None` when it does not exist;
+/// `Err(())` means it cannot be read at all (offline), which is reported as such.
+pub fn resolve_inputs<F>(
+    kind: Kind,
+    meta: &ObjectMeta,
+    spec: &TerraformSpec,
+    bootstrap_data_secret: Option<&str>,
+    mut lookup: F,
+) -> Result<Inputs, ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    let mut variables: Variables = spec.variables.clone().unwrap_or_default();
+    for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
+        let (source, r, field) = match (&entry.secret_ref, &entry.config_map_ref) {
+            (Some(r), None) => (SourceKind::Secret, r, format!("spec.variablesFrom[{i}].secretRef")),
+            (None, Some(r)) => (
+                SourceKind::ConfigMap,
+                r,
+                format!("spec.variablesFrom[{i}].configMapRef"),
+            ),
+            _ => {
+                return Err(ResolveError::BadEntry {
+                    field: format!("spec.variablesFrom[{i}]"),
+                });
+            }
+        };
+        let data = lookup(source, &r.name)
+            .map_err(|()| ResolveError::Offline {
+                field: field.clone(),
+                kind: source.as_str(),
+                name: r.name.clone(),
+            })?
+            .ok_or_else(|| ResolveError::Missing {
+                field: field.clone(),
+                kind: source.as_str(),
+                name: r.name.clone(),
+            })?;
+        match &r.key {
+            Some(key) => {
+                let text = data.get(key).ok_or_else(|| ResolveError::MissingKey {
+                    field: field.clone(),
+                    kind: source.as_str(),
+                    name: r.name.clone(),
+                    key: key.clone(),
+                })?;
+                let not_vars = |why: String| ResolveError::NotVariables {
+                    field: field.clone(),
+                    kind: source.as_str(),
+                    name: r.name.clone(),
+                    key: key.clone(),
+                    why,
+                };
+                match serde_json::from_str::<Value>(text).map_err(|e| not_vars(e.to_string()))? {
+                    Value::Object(map) => variables.extend(map),
+                    other => return Err(not_vars(format!("got a JSON {}", json_type(&other)))),
+                }
+            }
+            None => variables.extend(data.into_iter().map(|(k, v)| (k, Value::String(v)))),
+        }
+    }
+    let cluster = cluster_name(kind, meta).ok_or(ResolveError::NoClusterName {
+        kind: kind.as_str(),
+        label: keys::LABEL_CLUSTER_NAME,
+    })?;
+    variables.insert(CLUSTER_NAME_VAR.to_string(), Value::String(cluster));
+    if kind == Kind::TerraformMachine {
+        let secret = bootstrap_data_secret.ok_or(ResolveError::NoBootstrapData {
+            var: BOOTSTRAP_DATA_SECRET_VAR,
+        })?;
+        variables.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(secret.to_string()));
+    }
+    Ok(Inputs {
+        module: ModuleRef {
+            source: spec.module.source.clone(),
+        },
+        variables,
+    })
+}
+
+fn json_type(v: &Value) -> &'static str {
+    match v {
+        Value::Null => "null",
+        Value::Bool(_) => "boolean",
+        Value::Number(_) => "number",
+        Value::String(_) => "string",
+        Value::Array(_) => "array",
+        Value::Object(_) => "object",
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_shared::types::{ModuleSpec, VariablesFrom, VariablesRef};
+    use serde_json::json;
+
+    fn meta(name: &str, label: Option<&str>) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some("default".into()),
+            labels: label.map(|l| [(keys::LABEL_CLUSTER_NAME.to_string(), l.to_string())].into()),
+            ..Default::default()
+        }
+    }
+
+    fn spec() -> TerraformSpec {
+        TerraformSpec {
+            module: ModuleSpec {
+                source: "git::https://example.com/m.git".into(),
+            },
+            variables: Some([("region".to_string(), json!("eu-west-1")), ("n".to_string(), json!(3))].into()),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn cluster_name_is_the_label_or_a_clusters_own_name() {
+        assert_eq!(
+            cluster_name(Kind::TerraformCluster, &meta("prod-eu", None)).as_deref(),
+            Some("prod-eu")
+        );
+        assert_eq!(
+            cluster_name(Kind::TerraformCluster, &meta("x", Some("prod"))).as_deref(),
+            Some("prod")
+        );
+        assert_eq!(
+            cluster_name(Kind::TerraformMachinePool, &meta("w", Some("prod"))).as_deref(),
+            Some("prod")
+        );
+        assert_eq!(cluster_name(Kind::TerraformMachinePool, &meta("w", None)), None);
+    }
+
+    #[test]
+    fn variables_merge_in_order_and_captf_adds_cluster_name() {
+        let mut s = spec();
+        s.variables_from = Some(vec![
+            VariablesFrom {
+                secret_ref: Some(VariablesRef {
+                    name: "a".into(),
+                    key: Some("vars.json".into()),
+                }),
+                config_map_ref: None,
+            },
+            VariablesFrom {
+                secret_ref: None,
+                config_map_ref: Some(VariablesRef {
+                    name: "b".into(),
+                    key: None,
+                }),
+            },
+        ]);
+        let inputs = resolve_inputs(Kind::TerraformCluster, &meta("prod-eu", None), &s, None, |k, name| {
+            Ok(match (k, name) {
+                (SourceKind::Secret, "a") => Some([("vars.json".into(), r#"{"n": 5, "size": "m"}"#.into())].into()),
+                (SourceKind::ConfigMap, "b") => Some([("size".into(), "l".into())].into()),
+                _ => None,
+            })
+        })
+        .unwrap();
+        assert_eq!(
+            serde_json::to_value(&inputs.variables).unwrap(),
+            json!({"region": "eu-west-1", "n": 5, "size": "l", "cluster_name": "prod-eu"})
+        );
+    }
+
+    #[test]
+    fn a_missing_or_offline_reference_is_named() {
+        let mut s = spec();
+        s.variables_from = Some(vec![VariablesFrom {
+            secret_ref: Some(VariablesRef {
+                name: "creds".into(),
+                key: None,
+            }),
+            config_map_ref: None,
+        }]);
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap_err();
+        assert!(e.is_missing());
+        assert_eq!(
+            e.to_string(),
+            "spec.variablesFrom[0].secretRef: Secret creds does not exist (yet)"
+        );
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Err(())).unwrap_err();
+        assert!(!e.is_missing());
+        assert!(e.to_string().contains("cannot be read here"));
+    }
+
+    #[test]
+    fn a_machine_needs_its_bootstrap_data_secret() {
+        let m = meta("m-1", Some("prod"));
+        assert!(matches!(
+            resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)),
+            Err(ResolveError::NoBootstrapData { .. })
+        ));
+        let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), |_, _| {
+            Ok(None)
+        })
+        .unwrap();
+        assert_eq!(i.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("m-1-bootstrap"));
+    }
+}

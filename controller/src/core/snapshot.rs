@@ -1,0 +1,270 @@
+//! The plain-data view of an object and its Jobs that `decide` takes, and the pure helpers that
+//! build it from what the reconciler (or `explain`) read.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+
+use captf_shared::conditions;
+use captf_shared::defaults::{self, Effective};
+use captf_shared::keys;
+use captf_shared::types::{CaptfObject, TerraformStatus};
+use captf_shared::validation;
+use captf_shared::{Kind, Op};
+
+use super::lock::{HolderPod, LockLease, LockState};
+use super::record::{self, JobRecord};
+
+/// The durable record on the inputs Secret (DESIGN.md §2.3).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct DurableRecord {
+    pub applied_inputs_hash: Option<String>,
+    pub interrupted_apply: Option<String>,
+    pub last_drift_check: Option<Timestamp>,
+}
+
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum SnapshotError {
+    #[error(
+        "{kind} {name} runs no Jobs: explain and decide take a TerraformCluster, TerraformMachinePool or TerraformMachine"
+    )]
+    NotAJobKind { kind: &'static str, name: String },
+    #[error("metadata.{0} is missing")]
+    MissingMeta(&'static str),
+    #[error("metadata.annotations.{annotation}: {value:?} is not an RFC 3339 time")]
+    BadTime { annotation: &'static str, value: String },
+}
+
+impl DurableRecord {
+    /// Read the record from the inputs Secret's annotations.
+    pub fn from_secret(secret: &Secret) -> Result<DurableRecord, SnapshotError> {
+        let ann = secret.metadata.annotations.as_ref();
+        let get = |k: &str| ann.and_then(|a| a.get(k)).filter(|v| !v.is_empty()).cloned();
+        let last_drift_check = match get(keys::ANNOTATION_LAST_DRIFT_CHECK) {
+            Some(v) => Some(v.parse::<Timestamp>().map_err(|_| SnapshotError::BadTime {
+                annotation: keys::ANNOTATION_LAST_DRIFT_CHECK,
+                value: v.clone(),
+            })?),
+            None => None,
+        };
+        Ok(DurableRecord {
+            applied_inputs_hash: get(keys::ANNOTATION_APPLIED_INPUTS_HASH),
+            interrupted_apply: get(keys::ANNOTATION_INTERRUPTED_APPLY),
+            last_drift_check,
+        })
+    }
+}
+
+/// The current inputs hash, or why it could not be computed.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum InputsHash {
+    Known(String),
+    Unresolved(String),
+}
+
+impl InputsHash {
+    pub fn known(&self) -> Option<&str> {
+        match self {
+            InputsHash::Known(h) => Some(h),
+            InputsHash::Unresolved(_) => None,
+        }
+    }
+}
+
+/// Facts from outside the object that hold a Job back (§4, §8).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Holds {
+    /// The state cannot be read (`StateUnreadable`): holds a deletion.
+    pub state_unreadable: Option<String>,
+    /// A TerraformCluster's member machine pools and machines that still exist: hold its deletion.
+    pub members: Vec<String>,
+    /// A member's or machine's Job may not start: the cluster lease is held by this live Job.
+    pub cluster_lease_holder: Option<String>,
+    /// A TerraformCluster's apply or destroy may not start: this member has an active Job.
+    pub member_job_active: Option<String>,
+    /// Cluster API pause (`Cluster.spec.paused`).
+    pub cluster_paused: bool,
+}
+
+/// Everything `decide` looks at.
+#[derive(Clone, Debug, PartialEq)]
+pub struct Snapshot {
+    pub kind: Kind,
+    pub namespace: String,
+    pub name: String,
+    pub generation: Option<i64>,
+    pub deletion_timestamp: Option<Timestamp>,
+    /// `captf.io/approve-plan`.
+    pub approve_plan: Option<String>,
+    /// `captf.io/refresh`, parsed (an unparsable value is no request).
+    pub refresh_requested: Option<Timestamp>,
+    pub spec: Effective,
+    /// The validation message when the spec is invalid.
+    pub invalid: Option<String>,
+    /// `spec.paused`, the Cluster API pause annotation or the paused Cluster.
+    pub paused: bool,
+    pub status: TerraformStatus,
+    pub durable: DurableRecord,
+    pub inputs_hash: InputsHash,
+    /// The object's Jobs, newest first.
+    pub jobs: Vec<JobRecord>,
+    pub lock: LockState,
+    pub holds: Holds,
+}
+
+impl Snapshot {
+    /// Build the snapshot of a Job-running object. `jobs` may come in any order.
+    pub fn new(
+        object: &CaptfObject,
+        mut jobs: Vec<JobRecord>,
+        durable: DurableRecord,
+        inputs_hash: InputsHash,
+        lock: LockState,
+        holds: Holds,
+    ) -> Result<Snapshot, SnapshotError> {
+        let meta = object.metadata();
+        let name = meta.name.clone().ok_or(SnapshotError::MissingMeta("name"))?;
+        let kind = object.job_kind().ok_or_else(|| SnapshotError::NotAJobKind {
+            kind: object.kind_name(),
+            name: name.clone(),
+        })?;
+        let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+        let ann = |k: &str| meta.annotations.as_ref().and_then(|a| a.get(k)).cloned();
+        let spec = defaults::effective(object.terraform_spec());
+        let report = validation::validate_create(object);
+        let status = object_status(object).cloned().unwrap_or_default();
+        record::sort_newest_first(&mut jobs);
+        Ok(Snapshot {
+            kind,
+            namespace,
+            generation: meta.generation,
+            deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0),
+            approve_plan: ann(keys::ANNOTATION_APPROVE_PLAN).filter(|v| !v.is_empty()),
+            refresh_requested: ann(keys::ANNOTATION_REFRESH).and_then(|v| v.parse().ok()),
+            paused: spec.paused || ann(keys::ANNOTATION_CAPI_PAUSED).is_some() || holds.cluster_paused,
+            spec,
+            invalid: (!report.is_valid()).then(|| report.message()),
+            status,
+            durable,
+            inputs_hash,
+            jobs,
+            lock,
+            holds,
+            name,
+        })
+    }
+
+    /// The newest success of `op`: the newest succeeded Job, or `status.lastSuccessTime`.
+    pub fn last_success(&self, op: Op) -> Option<Timestamp> {
+        let from_jobs = self
+            .jobs
+            .iter()
+            .find(|r| r.op == op && r.succeeded())
+            .and_then(JobRecord::time);
+        let from_status = self
+            .status
+            .last_success_time
+            .as_ref()
+            .and_then(|m| m.get(op.as_str()))
+            .map(|t| t.0);
+        from_jobs.max(from_status)
+    }
+
+    /// The last successful drift check: the durable record, the status, or the newest succeeded drift Job.
+    pub fn last_drift_check(&self) -> Option<Timestamp> {
+        self.durable
+            .last_drift_check
+            .max(self.status.last_drift_check_time.as_ref().map(|t| t.0))
+            .max(self.last_success(Op::Drift))
+    }
+
+    /// The Job that is active: an unfinished Job, or `status.activeJob` unless it is booked finished.
+    pub fn active_job(&self) -> Option<&str> {
+        if let Some(r) = self.jobs.iter().find(|r| !r.is_finished()) {
+            return Some(&r.name);
+        }
+        let named = self.status.active_job.as_deref().filter(|j| !j.is_empty())?;
+        (!self.jobs.iter().any(|r| r.name == named)).then_some(named)
+    }
+
+    /// Did the newest successful drift check find drift? From its runner result, else `DriftDetected`.
+    pub fn drift_found(&self) -> bool {
+        let newest = self.jobs.iter().find(|r| r.op == Op::Drift && r.succeeded());
+        if let Some(drift) = newest.and_then(|r| r.result.as_ref()).and_then(|res| res.drift) {
+            return drift;
+        }
+        self.status
+            .conditions
+            .as_deref()
+            .and_then(|cs| conditions::find(cs, conditions::DRIFT_DETECTED))
+            .is_some_and(|c| c.status == "True")
+    }
+}
+
+/// The status of any of the kinds.
+pub fn object_status(object: &CaptfObject) -> Option<&TerraformStatus> {
+    match object {
+        CaptfObject::Cluster(o) => o.status.as_ref(),
+        CaptfObject::MachinePool(o) => o.status.as_ref(),
+        CaptfObject::Machine(o) => o.status.as_ref(),
+        CaptfObject::MachineTemplate(_) => None,
+    }
+}
+
+/// The lock Lease's holder and lock info.
+pub fn lock_lease(lease: &Lease) -> LockLease {
+    LockLease {
+        holder_identity: lease.spec.as_ref().and_then(|s| s.holder_identity.clone()),
+        lock_info: lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::ANNOTATION_TF_LOCK_INFO))
+            .cloned(),
+    }
+}
+
+/// The holder pod view of a pod read live (`None`: NotFound).
+pub fn holder_pod(pod: Option<&Pod>) -> HolderPod {
+    match pod {
+        None => HolderPod::Gone,
+        Some(p) => HolderPod::Present {
+            phase: p.status.as_ref().and_then(|s| s.phase.clone()),
+            terminating: p.metadata.deletion_timestamp.is_some(),
+        },
+    }
+}
+
+/// The name of the Job a pod belongs to: the `batch.kubernetes.io/job-name` (or `job-name`) label,
+/// else its Job ownerReference.
+pub fn pod_job_name(pod: &Pod) -> Option<&str> {
+    let labels = pod.metadata.labels.as_ref();
+    labels
+        .and_then(|l| l.get("batch.kubernetes.io/job-name").or_else(|| l.get("job-name")))
+        .map(String::as_str)
+        .or_else(|| {
+            pod.metadata
+                .owner_references
+                .as_ref()?
+                .iter()
+                .find(|o| o.kind == "Job")
+                .map(|o| o.name.as_str())
+        })
+}
+
+/// Index pods by their Job, keeping the newest pod (by creation time) of each Job.
+pub fn pods_by_job(pods: &[Pod]) -> BTreeMap<&str, &Pod> {
+    let mut out: BTreeMap<&str, &Pod> = BTreeMap::new();
+    for p in pods {
+        let Some(job) = pod_job_name(p) else { continue };
+        let newer = out
+            .get(job)
+            .is_none_or(|old| p.metadata.creation_timestamp >= old.metadata.creation_timestamp);
+        if newer {
+            out.insert(job, p);
+        }
+    }
+    out
+}
