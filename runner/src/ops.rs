@@ -4,6 +4,7 @@
 //! (failed or interrupted, with the phase it was in), so the sequence reads top to bottom.
 
 use captf_shared::Op;
+use captf_shared::keys;
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 
 use crate::config::Config;
@@ -183,7 +184,8 @@ impl<S: OutputsStore> Steps<'_, S> {
                 return Err(stop(
                     RunResult::Blocked,
                     format!(
-                        "plan deletes or replaces resources ({what}); approve plan {} to apply it",
+                        "plan deletes or replaces resources ({what}); to apply it, annotate the object with {}={}",
+                        keys::ANNOTATION_APPROVE_PLAN,
                         facts.hash
                     ),
                 ));
@@ -192,8 +194,10 @@ impl<S: OutputsStore> Steps<'_, S> {
                 return Err(stop(
                     RunResult::PlanChanged,
                     format!(
-                        "the approved plan {} is not the new plan {} ({what}); approve the new plan to apply it",
+                        "the approved plan {} is not the new plan {} ({what}); to apply it, annotate the object with {}={}",
                         approved.unwrap_or_default(),
+                        facts.hash,
+                        keys::ANNOTATION_APPROVE_PLAN,
                         facts.hash
                     ),
                 ));

@@ -79,7 +79,7 @@ impl Write for SharedBuf {
     }
 }
 
-/// The last few KiB of a stream, whole lines where possible.
+/// The last few KiB of a stream, in whole lines (unless one line alone is longer).
 #[derive(Default, Debug)]
 struct Tail {
     bytes: VecDeque<u8>,
@@ -91,8 +91,17 @@ impl Tail {
         if !line.ends_with(b"\n") {
             self.bytes.push_back(b'\n');
         }
+        // Drop whole lines from the front; a single line longer than the tail loses its start.
         while self.bytes.len() > TAIL_BYTES {
-            self.bytes.pop_front();
+            match self.bytes.iter().position(|b| *b == b'\n') {
+                Some(i) if self.bytes.len() - (i + 1) > 0 => {
+                    self.bytes.drain(..=i);
+                }
+                _ => {
+                    let excess = self.bytes.len() - TAIL_BYTES;
+                    self.bytes.drain(..excess);
+                }
+            }
         }
     }
 
@@ -423,6 +432,17 @@ mod tests {
             .unwrap();
         assert!(f.stderr_tail.len() <= TAIL_BYTES);
         assert!(f.stderr_tail.ends_with("line-1999\n"));
+        assert!(f.stderr_tail.starts_with("line-"), "whole lines only");
+    }
+
+    #[test]
+    fn a_single_line_longer_than_the_tail_keeps_its_end() {
+        let mut t = Tail::default();
+        t.push(b"first\n");
+        t.push(format!("{}END\n", "x".repeat(TAIL_BYTES * 2)).as_bytes());
+        let text = t.text();
+        assert_eq!(text.len(), TAIL_BYTES);
+        assert!(text.ends_with("xEND\n"));
     }
 
     #[tokio::test]
