@@ -1,6 +1,41 @@
 //! `captf-webhook`: the admission webhook (DESIGN.md §9).
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
+//! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
+//! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
+//! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
+//! | [`metrics`] | prometheus-client metrics and the plain `/metrics` router |
+//! | [`server`] | binding, the TLS accept loop, timeouts, graceful shutdown |
+//! | [`cli`] | clap flags (each with an env var) and logging setup |
+//! | [`devcerts`] | a development CA and serving certificate (rcgen) |
+
+pub mod admission;
+pub mod cli;
+pub mod devcerts;
+pub mod metrics;
+pub mod patch;
+pub mod routes;
+pub mod server;
+pub mod tls;
+
+pub use routes::{AppState, router};
+pub use server::{Bound, Config, ServeError, bind, serve};
 
 /// The route that returns defaults as a JSON patch.
 pub const MUTATE_PATH: &str = "/mutate";
 /// The route that validates.
 pub const VALIDATE_PATH: &str = "/validate";
+/// Liveness, on the TLS port.
+pub const HEALTHZ_PATH: &str = "/healthz";
+/// Readiness, on the TLS port (503 once shutdown has begun).
+pub const READYZ_PATH: &str = "/readyz";
+/// Prometheus metrics, on the plain metrics port.
+pub const METRICS_PATH: &str = "/metrics";
+/// Where the TLS server listens by default (the chart's Service targets this port).
+pub const DEFAULT_ADDR: &str = "0.0.0.0:9443";
+/// Where the plain metrics server listens by default.
+pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:8080";
+/// The largest AdmissionReview body accepted (3 MiB); larger ones get 413.
+pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;

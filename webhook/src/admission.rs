@@ -1,0 +1,369 @@
+//! The pure part of the webhook: an AdmissionReview body in, an AdmissionReview response out.
+//!
+//! A thin adapter (STYLE.md lesson 3): it parses the review with kube's types, hands the object to
+//! `captf-shared` (`apply_defaults`, `validate_create`, `validate_update`) and builds the response
+//! from the request, so `request.uid` is always echoed. It has no side effects at all, so
+//! `dryRun: true` and `dryRun: false` are answered identically (and a test checks that).
+
+use std::borrow::Cow;
+
+use base64::Engine as _;
+use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
+use captf_shared::validation::{Report, validate_create, validate_update};
+use kube::Resource;
+use kube::core::DynamicObject;
+use kube::core::Status;
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use prometheus_client::encoding::EncodeLabelValue;
+use serde_json::Value;
+
+/// The only AdmissionReview version served.
+pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
+/// `status.code` of a denied review.
+pub const INVALID_CODE: u16 = 422;
+/// `status.reason` of a denied review.
+pub const INVALID_REASON: &str = "Invalid";
+
+/// Which webhook was called.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum Route {
+    Mutate,
+    Validate,
+}
+
+/// The kind label of a request (bounded: anything CAPTF does not serve is `Other`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum KindLabel {
+    TerraformCluster,
+    TerraformMachinePool,
+    TerraformMachine,
+    TerraformMachineTemplate,
+    Other,
+    /// The body was not a review, so there is no kind.
+    None,
+}
+
+/// The operation label of a request.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum OperationLabel {
+    Create,
+    Update,
+    Delete,
+    Connect,
+    None,
+}
+
+/// What the webhook answered.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+pub enum ResultLabel {
+    /// Allowed, no patch.
+    Allowed,
+    /// Allowed with a JSON patch of defaults.
+    Patched,
+    /// Denied (validation failed).
+    Denied,
+    /// Allowed unchanged because CAPTF does not handle the kind (with a warning).
+    Unhandled,
+    /// The HTTP request was rejected (4xx) before any review.
+    Rejected,
+}
+
+/// A body that is not an AdmissionReview this webhook can answer: HTTP 400.
+#[derive(Debug, thiserror::Error)]
+pub enum ReviewError {
+    #[error("request body is not JSON: {0}")]
+    NotJson(#[source] serde_json::Error),
+    #[error(
+        "request body is not an {ADMISSION_API_VERSION} AdmissionReview (got apiVersion {api_version:?}, kind {kind:?})"
+    )]
+    NotAdmissionReview { api_version: String, kind: String },
+    #[error("AdmissionReview has no request")]
+    NoRequest,
+    #[error("AdmissionReview request does not parse: {0}")]
+    BadRequest(#[source] serde_json::Error),
+    #[error("AdmissionReview request for {operation} has no object")]
+    NoObject { operation: &'static str },
+}
+
+/// The answer to one review.
+#[derive(Clone, Debug)]
+pub struct Reviewed {
+    /// The response AdmissionReview, serialized.
+    pub body: Vec<u8>,
+    pub kind: KindLabel,
+    pub operation: OperationLabel,
+    pub result: ResultLabel,
+}
+
+/// The answer before serialization (tests read it).
+struct Decision {
+    response: AdmissionResponse,
+    patch: Option<json_patch::Patch>,
+    result: ResultLabel,
+}
+
+/// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
+pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
+    let mut value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
+    check_type(&value)?;
+    let request = match value.get_mut("request") {
+        None | Some(Value::Null) => return Err(ReviewError::NoRequest),
+        Some(r) => r,
+    };
+    // Keep the objects raw: the patch is computed against them, and unknown fields must survive.
+    let (object, old_object) = match request.as_object_mut() {
+        Some(m) => (take_object(m.remove("object")), take_object(m.remove("oldObject"))),
+        None => (None, None),
+    };
+    let review: AdmissionReview<DynamicObject> = serde_json::from_value(value).map_err(ReviewError::BadRequest)?;
+    let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| ReviewError::NoRequest)?;
+
+    let kind = kind_label(&request);
+    let operation = operation_label(&request.operation);
+    let decision = decide(route, &request, object, old_object)?;
+    Ok(Reviewed {
+        body: serialize(decision.response, decision.patch.as_ref()),
+        kind,
+        operation,
+        result: decision.result,
+    })
+}
+
+fn check_type(value: &Value) -> Result<(), ReviewError> {
+    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
+    let (api_version, kind) = (field("apiVersion"), field("kind"));
+    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
+        return Err(ReviewError::NotAdmissionReview { api_version, kind });
+    }
+    Ok(())
+}
+
+fn take_object(v: Option<Value>) -> Option<Value> {
+    v.filter(|v| !v.is_null())
+}
+
+fn captf_group() -> Cow<'static, str> {
+    TerraformCluster::group(&())
+}
+
+/// The served kind of the request, if CAPTF serves it (by group and kind).
+fn served_kind(request: &AdmissionRequest<DynamicObject>) -> Option<&'static str> {
+    if request.kind.group != captf_group() {
+        return None;
+    }
+    SERVED_KINDS.into_iter().find(|k| *k == request.kind.kind)
+}
+
+fn kind_label(request: &AdmissionRequest<DynamicObject>) -> KindLabel {
+    match served_kind(request) {
+        Some("TerraformCluster") => KindLabel::TerraformCluster,
+        Some("TerraformMachinePool") => KindLabel::TerraformMachinePool,
+        Some("TerraformMachine") => KindLabel::TerraformMachine,
+        Some("TerraformMachineTemplate") => KindLabel::TerraformMachineTemplate,
+        _ => KindLabel::Other,
+    }
+}
+
+fn operation_label(op: &Operation) -> OperationLabel {
+    match op {
+        Operation::Create => OperationLabel::Create,
+        Operation::Update => OperationLabel::Update,
+        Operation::Delete => OperationLabel::Delete,
+        Operation::Connect => OperationLabel::Connect,
+    }
+}
+
+fn operation_name(op: &Operation) -> &'static str {
+    match op {
+        Operation::Create => "CREATE",
+        Operation::Update => "UPDATE",
+        Operation::Delete => "DELETE",
+        Operation::Connect => "CONNECT",
+    }
+}
+
+fn allowed(request: &AdmissionRequest<DynamicObject>, result: ResultLabel) -> Decision {
+    Decision {
+        response: AdmissionResponse::from(request),
+        patch: None,
+        result,
+    }
+}
+
+fn decide(
+    route: Route,
+    request: &AdmissionRequest<DynamicObject>,
+    object: Option<Value>,
+    old_object: Option<Value>,
+) -> Result<Decision, ReviewError> {
+    // `request.dryRun` needs nothing: answering has no side effects either way.
+    let Some(kind) = served_kind(request) else {
+        let mut d = allowed(request, ResultLabel::Unhandled);
+        d.response.warnings = Some(vec![format!(
+            "captf-webhook does not handle {}/{} {}: allowed unchanged",
+            request.kind.group, request.kind.version, request.kind.kind
+        )]);
+        return Ok(d);
+    };
+    if request.sub_resource.is_some() {
+        // Status and other subresources carry no spec to default or validate.
+        return Ok(allowed(request, ResultLabel::Allowed));
+    }
+    let is_update = match request.operation {
+        Operation::Create => false,
+        Operation::Update => true,
+        Operation::Delete | Operation::Connect => return Ok(allowed(request, ResultLabel::Allowed)),
+    };
+    let object = object.ok_or(ReviewError::NoObject {
+        operation: operation_name(&request.operation),
+    })?;
+    Ok(match route {
+        Route::Mutate => mutate(request, kind, object),
+        Route::Validate => validate(request, kind, object, old_object.filter(|_| is_update)),
+    })
+}
+
+fn mutate(request: &AdmissionRequest<DynamicObject>, kind: &str, object: Value) -> Decision {
+    // An object that does not parse is not defaulted; the validating webhook denies it.
+    let Ok(parsed) = parse_object(kind, &object) else {
+        return allowed(request, ResultLabel::Allowed);
+    };
+    let patch = crate::patch::defaults_patch(&object, parsed);
+    if patch.0.is_empty() {
+        return allowed(request, ResultLabel::Allowed);
+    }
+    Decision {
+        response: AdmissionResponse::from(request),
+        patch: Some(patch),
+        result: ResultLabel::Patched,
+    }
+}
+
+fn validate(
+    request: &AdmissionRequest<DynamicObject>,
+    kind: &str,
+    object: Value,
+    old_object: Option<Value>,
+) -> Decision {
+    let new = match parse_object(kind, &object) {
+        Ok(new) => new,
+        Err(report) => return deny(request, &report),
+    };
+    let mut extra_warnings = Vec::new();
+    let report = match old_object {
+        // Ratcheting, as Kubernetes does for CRD schemas: an update that leaves the spec as it was
+        // (labels, finalizers, annotations) is never blocked, so a finalizer can always be removed
+        // from an object stored before a rule was tightened.
+        Some(old) if old.get("spec") == object.get("spec") => return allowed(request, ResultLabel::Allowed),
+        Some(old) => match parse_object(kind, &old) {
+            Ok(old) => validate_update(&old, &new),
+            Err(_) => {
+                extra_warnings.push(format!(
+                    "the stored {kind} does not parse, so immutable fields were not compared"
+                ));
+                validate_create(&new)
+            }
+        },
+        None => validate_create(&new),
+    };
+    let mut d = if report.is_valid() {
+        allowed(request, ResultLabel::Allowed)
+    } else {
+        deny(request, &report)
+    };
+    let warnings: Vec<String> = report.warnings.into_iter().chain(extra_warnings).collect();
+    if !warnings.is_empty() {
+        d.response.warnings = Some(warnings);
+    }
+    d
+}
+
+fn deny(request: &AdmissionRequest<DynamicObject>, report: &Report) -> Decision {
+    let message = report.message();
+    let mut response = AdmissionResponse::from(request).deny(&message);
+    response.result = Status::failure(&message, INVALID_REASON).with_code(INVALID_CODE);
+    Decision {
+        response,
+        patch: None,
+        result: ResultLabel::Denied,
+    }
+}
+
+/// Parse an object of a served kind; a failure is a [`Report`] with one violation that names the
+/// field (`spec.jobs.activeDeadlineSeconds: invalid type: string "x", expected i64 (got "x")`).
+///
+/// Stands in for `captf_shared::validation::parse_object` until that lands (same signature).
+pub fn parse_object(kind: &str, value: &Value) -> Result<CaptfObject, Report> {
+    use captf_shared::types::{TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
+    fn typed<T: serde::de::DeserializeOwned>(
+        value: &Value,
+    ) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
+        serde_path_to_error::deserialize(value)
+    }
+    let parsed = match kind {
+        "TerraformCluster" => typed::<TerraformCluster>(value).map(CaptfObject::Cluster),
+        "TerraformMachinePool" => typed::<TerraformMachinePool>(value).map(CaptfObject::MachinePool),
+        "TerraformMachine" => typed::<TerraformMachine>(value).map(CaptfObject::Machine),
+        "TerraformMachineTemplate" => typed::<TerraformMachineTemplate>(value).map(CaptfObject::MachineTemplate),
+        other => {
+            return Err(one_violation(
+                "kind",
+                "is not served by captf-webhook".to_string(),
+                Value::String(other.to_string()).to_string(),
+            ));
+        }
+    };
+    parsed.map_err(|e| {
+        let mut at = Some(value);
+        let mut field = Vec::new();
+        for seg in e.path().iter() {
+            match seg {
+                serde_path_to_error::Segment::Map { key } => {
+                    at = at.and_then(|v| v.get(key));
+                    field.push(key.clone());
+                }
+                serde_path_to_error::Segment::Seq { index } => {
+                    at = at.and_then(|v| v.get(index));
+                    if let Some(last) = field.last_mut() {
+                        last.push_str(&format!("[{index}]"));
+                    }
+                }
+                serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
+            }
+        }
+        let field = if field.is_empty() {
+            kind.to_string()
+        } else {
+            field.join(".")
+        };
+        let got = at.map_or_else(|| "nothing".to_string(), Value::to_string);
+        one_violation(&field, e.into_inner().to_string(), got)
+    })
+}
+
+fn one_violation(field: &str, rule: String, value: String) -> Report {
+    Report {
+        violations: vec![captf_shared::validation::Violation {
+            field: field.to_string(),
+            rule,
+            value,
+        }],
+        warnings: Vec::new(),
+    }
+}
+
+/// The response review as bytes. kube's `with_patch` is tied to json-patch 4 and writes the patch
+/// as a JSON array of numbers; the API server's `[]byte` is base64, so the patch is set here.
+fn serialize(response: AdmissionResponse, patch: Option<&json_patch::Patch>) -> Vec<u8> {
+    let review = response.into_review();
+    let mut value = serde_json::to_value(&review).unwrap_or(Value::Null);
+    if let (Some(patch), Some(resp)) = (patch, value.get_mut("response").and_then(Value::as_object_mut)) {
+        let bytes = serde_json::to_vec(patch).unwrap_or_default();
+        resp.insert(
+            "patch".into(),
+            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        );
+        resp.insert("patchType".into(), Value::String("JSONPatch".into()));
+    }
+    serde_json::to_vec(&value).unwrap_or_default()
+}

@@ -1,0 +1,142 @@
+//! Metrics (prometheus-client) on the separate plain port: requests by route, kind, operation and
+//! result, and a latency histogram by route. Every label is a bounded enum.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::Router;
+use axum::extract::State;
+use axum::http::{StatusCode, header};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
+use prometheus_client::registry::Registry;
+
+use crate::METRICS_PATH;
+use crate::admission::{KindLabel, OperationLabel, ResultLabel, Route};
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RequestLabels {
+    pub route: Route,
+    pub kind: KindLabel,
+    pub operation: OperationLabel,
+    pub result: ResultLabel,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RouteLabels {
+    pub route: Route,
+}
+
+/// The webhook's metrics and the registry that holds them.
+#[derive(Debug)]
+pub struct Metrics {
+    registry: Registry,
+    requests: Family<RequestLabels, Counter>,
+    latency: Family<RouteLabels, Histogram>,
+    cert_reloads: Family<ReloadLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReloadLabels {
+    pub result: ReloadResult,
+}
+
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+pub enum ReloadResult {
+    Reloaded,
+    Rejected,
+}
+
+fn latency_histogram() -> Histogram {
+    // 50 µs .. ~1.6 s.
+    Histogram::new(exponential_buckets(0.000_05, 2.0, 16))
+}
+
+impl Default for Metrics {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl Metrics {
+    pub fn new() -> Self {
+        let mut registry = Registry::default();
+        let requests = Family::<RequestLabels, Counter>::default();
+        let latency = Family::<RouteLabels, Histogram>::new_with_constructor(latency_histogram as fn() -> Histogram);
+        let cert_reloads = Family::<ReloadLabels, Counter>::default();
+        let sub = registry.sub_registry_with_prefix("captf_webhook");
+        sub.register(
+            "requests",
+            "Admission requests by route, kind, operation and result",
+            requests.clone(),
+        );
+        sub.register(
+            "request_duration_seconds",
+            "Time to answer an admission request, body read included",
+            latency.clone(),
+        );
+        sub.register(
+            "certificate_reloads",
+            "Serving certificate changes seen on disk, by whether the new pair was taken",
+            cert_reloads.clone(),
+        );
+        Self {
+            registry,
+            requests,
+            latency,
+            cert_reloads,
+        }
+    }
+
+    pub fn observe(&self, labels: RequestLabels, elapsed: Duration) {
+        self.latency
+            .get_or_create(&RouteLabels { route: labels.route })
+            .observe(elapsed.as_secs_f64());
+        self.requests.get_or_create(&labels).inc();
+    }
+
+    pub fn cert_reload(&self, result: ReloadResult) {
+        self.cert_reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// The count of one request series (tests).
+    pub fn requests(&self, labels: &RequestLabels) -> u64 {
+        self.requests.get_or_create(labels).get()
+    }
+
+    /// The OpenMetrics text.
+    pub fn encode(&self) -> Result<String, std::fmt::Error> {
+        let mut out = String::new();
+        prometheus_client::encoding::text::encode(&mut out, &self.registry)?;
+        Ok(out)
+    }
+}
+
+/// The plain-HTTP metrics router: `GET /metrics`.
+pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+    Router::new()
+        .route(METRICS_PATH, get(serve_metrics))
+        .with_state(metrics)
+}
+
+async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> Response {
+    match metrics.encode() {
+        Ok(text) => (
+            [(
+                header::CONTENT_TYPE,
+                "application/openmetrics-text; version=1.0.0; charset=utf-8",
+            )],
+            text,
+        )
+            .into_response(),
+        Err(e) => (
+            StatusCode::INTERNAL_SERVER_ERROR,
+            format!("failed to encode metrics: {e}\n"),
+        )
+            .into_response(),
+    }
+}
