@@ -8,8 +8,8 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
-use captf_shared::validation::{Report, validate_create, validate_update};
+use captf_shared::types::{SERVED_KINDS, TerraformCluster};
+use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
 use kube::Resource;
 use kube::core::DynamicObject;
 use kube::core::Status;
@@ -286,69 +286,6 @@ fn deny(request: &AdmissionRequest<DynamicObject>, report: &Report) -> Decision 
         response,
         patch: None,
         result: ResultLabel::Denied,
-    }
-}
-
-/// Parse an object of a served kind; a failure is a [`Report`] with one violation that names the
-/// field (`spec.jobs.activeDeadlineSeconds: invalid type: string "x", expected i64 (got "x")`).
-///
-/// Stands in for `captf_shared::validation::parse_object` until that lands (same signature).
-pub fn parse_object(kind: &str, value: &Value) -> Result<CaptfObject, Report> {
-    use captf_shared::types::{TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
-    fn typed<T: serde::de::DeserializeOwned>(
-        value: &Value,
-    ) -> Result<T, serde_path_to_error::Error<serde_json::Error>> {
-        serde_path_to_error::deserialize(value)
-    }
-    let parsed = match kind {
-        "TerraformCluster" => typed::<TerraformCluster>(value).map(CaptfObject::Cluster),
-        "TerraformMachinePool" => typed::<TerraformMachinePool>(value).map(CaptfObject::MachinePool),
-        "TerraformMachine" => typed::<TerraformMachine>(value).map(CaptfObject::Machine),
-        "TerraformMachineTemplate" => typed::<TerraformMachineTemplate>(value).map(CaptfObject::MachineTemplate),
-        other => {
-            return Err(one_violation(
-                "kind",
-                "is not served by captf-webhook".to_string(),
-                Value::String(other.to_string()).to_string(),
-            ));
-        }
-    };
-    parsed.map_err(|e| {
-        let mut at = Some(value);
-        let mut field = Vec::new();
-        for seg in e.path().iter() {
-            match seg {
-                serde_path_to_error::Segment::Map { key } => {
-                    at = at.and_then(|v| v.get(key));
-                    field.push(key.clone());
-                }
-                serde_path_to_error::Segment::Seq { index } => {
-                    at = at.and_then(|v| v.get(index));
-                    if let Some(last) = field.last_mut() {
-                        last.push_str(&format!("[{index}]"));
-                    }
-                }
-                serde_path_to_error::Segment::Enum { .. } | serde_path_to_error::Segment::Unknown => {}
-            }
-        }
-        let field = if field.is_empty() {
-            kind.to_string()
-        } else {
-            field.join(".")
-        };
-        let got = at.map_or_else(|| "nothing".to_string(), Value::to_string);
-        one_violation(&field, e.into_inner().to_string(), got)
-    })
-}
-
-fn one_violation(field: &str, rule: String, value: String) -> Report {
-    Report {
-        violations: vec![captf_shared::validation::Violation {
-            field: field.to_string(),
-            rule,
-            value,
-        }],
-        warnings: Vec::new(),
     }
 }
 

@@ -214,7 +214,7 @@ async fn a_spec_value_of_the_wrong_type_is_denied_naming_the_field_and_not_defau
     assert_eq!(r["allowed"], false);
     assert_eq!(r["status"]["code"], 422);
     let msg = r["status"]["message"].as_str().unwrap();
-    assert!(msg.starts_with("spec"), "{msg}");
+    assert!(msg.starts_with("spec.jobs.activeDeadlineSeconds: "), "{msg}");
     assert!(msg.contains("\"1h\""), "{msg}");
     let mutated = review(MUTATE_PATH, &req).await;
     assert_eq!(
@@ -454,4 +454,17 @@ async fn requests_are_counted_by_route_kind_operation_and_result() {
         "{text}"
     );
     assert!(text.contains("captf_webhook_request_duration_seconds_bucket"), "{text}");
+}
+
+#[tokio::test]
+async fn legal_but_doubtful_values_are_allowed_with_warnings() {
+    let mut req = fixture("cluster-create-accepted");
+    req["request"]["object"]["spec"]["drift"] = json!({"interval": "2m"});
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+    let warnings = resp["response"]["warnings"].as_array().unwrap();
+    assert!(
+        warnings.iter().any(|w| w.as_str().unwrap().contains("drift.interval")),
+        "{warnings:?}"
+    );
 }
