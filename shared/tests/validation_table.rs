@@ -1,0 +1,786 @@
+//! Every row of DESIGN.md §2.1, at and around each boundary, each rejection naming its field path.
+#![allow(clippy::unwrap_used)]
+
+use captf_shared::types::{
+    ApiEndpoint, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
+    TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec, TerraformMachineTemplate,
+    TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec, VariablesFrom, VariablesRef,
+};
+use captf_shared::validation::{Report, validate_create, validate_spec, validate_update};
+use k8s_openapi::api::core::v1::EnvVar;
+use serde_json::json;
+
+fn spec() -> TerraformSpec {
+    TerraformSpec {
+        module: ModuleSpec {
+            source: "git::https://example.com/modules/vpc.git?ref=v1.2.0".into(),
+        },
+        ..Default::default()
+    }
+}
+
+fn cluster(terraform: TerraformSpec) -> CaptfObject {
+    CaptfObject::Cluster(TerraformCluster::new(
+        "prod-eu",
+        TerraformClusterSpec {
+            terraform,
+            control_plane_endpoint: None,
+        },
+    ))
+}
+
+fn machine(terraform: TerraformSpec, provider_id: Option<&str>) -> CaptfObject {
+    CaptfObject::Machine(TerraformMachine::new(
+        "m-0",
+        TerraformMachineSpec {
+            terraform,
+            provider_id: provider_id.map(str::to_string),
+        },
+    ))
+}
+
+fn template(terraform: TerraformSpec) -> CaptfObject {
+    CaptfObject::MachineTemplate(TerraformMachineTemplate::new(
+        "workers",
+        TerraformMachineTemplateSpec {
+            template: TerraformMachineTemplateResource {
+                spec: TerraformMachineSpec {
+                    terraform,
+                    provider_id: None,
+                },
+            },
+        },
+    ))
+}
+
+fn with_jobs(jobs: JobsSpec) -> TerraformSpec {
+    TerraformSpec {
+        jobs: Some(jobs),
+        ..spec()
+    }
+}
+
+fn with_interval(interval: &str) -> TerraformSpec {
+    TerraformSpec {
+        drift: Some(DriftSpec {
+            interval: Some(interval.into()),
+            remediation: None,
+        }),
+        ..spec()
+    }
+}
+
+fn with_source(source: &str) -> TerraformSpec {
+    TerraformSpec {
+        module: ModuleSpec { source: source.into() },
+        ..spec()
+    }
+}
+
+fn check(s: &TerraformSpec) -> Report {
+    validate_create(&cluster(s.clone()))
+}
+
+/// The spec is accepted.
+#[track_caller]
+fn accepted(s: TerraformSpec) {
+    let r = check(&s);
+    assert!(r.is_valid(), "expected valid, got: {}", r.message());
+}
+
+/// The spec is rejected with exactly one violation at `field`; returns its message.
+#[track_caller]
+fn rejected_at(s: TerraformSpec, field: &str) -> String {
+    let r = check(&s);
+    assert_eq!(
+        r.violations.iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),
+        [field],
+        "{}",
+        r.message()
+    );
+    let msg = r.message();
+    assert!(msg.starts_with(&format!("{field}: ")), "{msg}");
+    msg
+}
+
+// ---- module.source ----------------------------------------------------------------------------
+
+#[test]
+fn module_source_is_required_and_non_empty() {
+    let msg = rejected_at(with_source(""), "spec.module.source");
+    assert_eq!(msg, "spec.module.source: is required and must not be empty (got \"\")");
+}
+
+#[test]
+fn module_source_may_have_2048_characters_but_not_2049() {
+    let base = "https://example.com/";
+    let at = format!("{base}{}", "a".repeat(2048 - base.len()));
+    assert_eq!(at.chars().count(), 2048);
+    accepted(with_source(&at));
+    let over = format!("{at}b");
+    let msg = rejected_at(with_source(&over), "spec.module.source");
+    assert!(msg.contains("must be at most 2048 characters"), "{msg}");
+    assert!(msg.ends_with("…)"), "a long value is cut in the message: {msg}");
+}
+
+#[test]
+fn module_source_length_counts_characters_not_bytes() {
+    let base = "https://example.com/";
+    let at = format!("{base}{}", "é".repeat(2048 - base.len()));
+    assert!(at.len() > 2048);
+    accepted(with_source(&at));
+}
+
+#[test]
+fn module_source_rejects_whitespace_and_control_characters() {
+    for bad in [
+        "git::https://example.com/a b.git",
+        " hashicorp/consul/aws",
+        "hashicorp/consul/aws\n",
+        "hashicorp/consul/aws\t",
+        "https://example.com/m\u{7}.zip",
+    ] {
+        let msg = rejected_at(with_source(bad), "spec.module.source");
+        assert!(
+            msg.contains("must not contain whitespace or control characters"),
+            "{msg}"
+        );
+    }
+}
+
+#[test]
+fn module_source_rejects_local_paths() {
+    for bad in ["./modules/vpc", "../vpc", "/srv/modules/vpc", "file:///srv/m", "."] {
+        let msg = rejected_at(with_source(bad), "spec.module.source");
+        assert!(msg.contains("must not be a local path"), "{msg}");
+    }
+}
+
+#[test]
+fn module_source_accepts_every_documented_remote_address() {
+    for ok in [
+        "hashicorp/consul/aws",
+        "app.terraform.io/example-corp/k8s-cluster/azurerm",
+        "hashicorp/consul/aws//modules/consul-cluster",
+        "github.com/hashicorp/example",
+        "bitbucket.org/hashicorp/terraform-consul-aws",
+        "git::https://example.com/vpc.git",
+        "git::ssh://username@example.com/storage.git",
+        "git@github.com:hashicorp/example.git",
+        "hg::http://example.com/vpc.hg",
+        "https://example.com/vpc-module.zip",
+        "s3::https://s3-eu-west-1.amazonaws.com/examplecorp-terraform-modules/vpc.zip",
+        "gcs::https://www.googleapis.com/storage/v1/modules/foomodule.zip",
+        "oci://example.com/repository-name",
+    ] {
+        accepted(with_source(ok));
+    }
+}
+
+#[test]
+fn module_source_rejects_what_is_not_a_module_address() {
+    for bad in [
+        "vpc",
+        "hashicorp/consul",
+        "svn::https://example.com/x",
+        "ftp://example.com/m.zip",
+        "github.com/x",
+    ] {
+        let msg = rejected_at(with_source(bad), "spec.module.source");
+        assert!(
+            msg.contains("must be a module address tofu init -from-module accepts"),
+            "{msg}"
+        );
+    }
+}
+
+// ---- variables ----------------------------------------------------------------------------------
+
+fn with_variables(vars: serde_json::Value) -> TerraformSpec {
+    TerraformSpec {
+        variables: Some(serde_json::from_value(vars).unwrap()),
+        ..spec()
+    }
+}
+
+#[test]
+fn variable_names_must_match_the_pattern() {
+    accepted(with_variables(
+        json!({"region": "eu", "_x": 1, "instance-count": 3, "A9": {"nested.ok": true}}),
+    ));
+    for bad in ["1x", "-x", "a.b", "a b", ""] {
+        let r = check(&with_variables(json!({ bad: 1 })));
+        assert_eq!(r.violations.len(), 1, "{bad}: {}", r.message());
+        let v = &r.violations[0];
+        assert!(v.field.starts_with("spec.variables["), "{}", v.field);
+        assert!(v.rule.contains("^[A-Za-z_][A-Za-z0-9_-]*$"), "{}", v.rule);
+        assert_eq!(v.value, serde_json::to_string(bad).unwrap());
+    }
+    let msg = rejected_at(with_variables(json!({"a.b": 1})), "spec.variables[a.b]");
+    assert_eq!(
+        msg,
+        "spec.variables[a.b]: name must match ^[A-Za-z_][A-Za-z0-9_-]*$ (got \"a.b\")"
+    );
+}
+
+/// Variables `{"v": "<n x's>"}` whose JSON is exactly `len` bytes.
+fn variables_of_size(len: usize) -> TerraformSpec {
+    let overhead = r#"{"v":""}"#.len();
+    let s = with_variables(json!({ "v": "x".repeat(len - overhead) }));
+    assert_eq!(serde_json::to_vec(s.variables.as_ref().unwrap()).unwrap().len(), len);
+    s
+}
+
+#[test]
+fn variables_may_serialize_to_512_kib_but_not_one_byte_more() {
+    accepted(variables_of_size(512 * 1024));
+    let msg = rejected_at(variables_of_size(512 * 1024 + 1), "spec.variables");
+    assert!(msg.contains("at most 524288 bytes"), "{msg}");
+    assert!(
+        msg.ends_with("(got 524289)"),
+        "the value is the size, not 512 KiB of JSON: {msg}"
+    );
+}
+
+// ---- variablesFrom --------------------------------------------------------------------------------
+
+fn secret(name: &str, key: Option<&str>) -> Option<VariablesRef> {
+    Some(VariablesRef {
+        name: name.into(),
+        key: key.map(str::to_string),
+    })
+}
+
+fn with_from(entries: Vec<VariablesFrom>) -> TerraformSpec {
+    TerraformSpec {
+        variables_from: Some(entries),
+        ..spec()
+    }
+}
+
+#[test]
+fn variables_from_accepts_one_ref_per_entry() {
+    accepted(with_from(vec![
+        VariablesFrom {
+            secret_ref: secret("cloud-creds", None),
+            config_map_ref: None,
+        },
+        VariablesFrom {
+            secret_ref: None,
+            config_map_ref: secret("vpc.vars", Some("vars.json")),
+        },
+    ]));
+}
+
+#[test]
+fn variables_from_entry_needs_exactly_one_ref() {
+    let msg = rejected_at(with_from(vec![VariablesFrom::default()]), "spec.variablesFrom[0]");
+    assert_eq!(
+        msg,
+        "spec.variablesFrom[0]: must set exactly one of secretRef or configMapRef (got {})"
+    );
+    let both = VariablesFrom {
+        secret_ref: secret("a", None),
+        config_map_ref: secret("b", None),
+    };
+    let ok = VariablesFrom {
+        secret_ref: secret("a", None),
+        config_map_ref: None,
+    };
+    let msg = rejected_at(with_from(vec![ok, both]), "spec.variablesFrom[1]");
+    assert!(msg.contains("not both"), "{msg}");
+}
+
+#[test]
+fn variables_from_names_are_dns1123_subdomains() {
+    for good in ["a", "cloud-creds", "a.b-c", &"a".repeat(63)] {
+        accepted(with_from(vec![VariablesFrom {
+            secret_ref: secret(good, None),
+            config_map_ref: None,
+        }]));
+    }
+    for bad in ["", "Creds", "creds_", "-creds", "creds-", "a..b", &"a".repeat(64)] {
+        let msg = rejected_at(
+            with_from(vec![VariablesFrom {
+                secret_ref: None,
+                config_map_ref: secret(bad, None),
+            }]),
+            "spec.variablesFrom[0].configMapRef.name",
+        );
+        assert!(msg.contains("DNS-1123 subdomain"), "{msg}");
+    }
+}
+
+#[test]
+fn variables_from_key_must_be_a_data_key_when_set() {
+    for good in ["vars.json", "VARS", "a_b-c.d"] {
+        accepted(with_from(vec![VariablesFrom {
+            secret_ref: secret("s", Some(good)),
+            config_map_ref: None,
+        }]));
+    }
+    for bad in ["", ".", "..", "a/b", "a b", &"k".repeat(254)] {
+        let msg = rejected_at(
+            with_from(vec![VariablesFrom {
+                secret_ref: secret("s", Some(bad)),
+                config_map_ref: None,
+            }]),
+            "spec.variablesFrom[0].secretRef.key",
+        );
+        assert!(msg.contains("data key"), "{msg}");
+    }
+}
+
+// ---- jobs ---------------------------------------------------------------------------------------
+
+fn deadline(d: i64) -> TerraformSpec {
+    // No lock timeout set, so only the deadline rule is exercised.
+    with_jobs(JobsSpec {
+        active_deadline_seconds: Some(d),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn active_deadline_is_between_60_and_604800() {
+    accepted(deadline(60));
+    accepted(deadline(3600));
+    accepted(deadline(604_800));
+    for bad in [59, 0, -1, 604_801, i64::MAX, i64::MIN] {
+        let msg = rejected_at(deadline(bad), "spec.jobs.activeDeadlineSeconds");
+        assert_eq!(
+            msg,
+            format!("spec.jobs.activeDeadlineSeconds: must be between 60 and 604800 seconds (got {bad})")
+        );
+    }
+}
+
+fn lock(deadline: Option<i64>, lock: i64) -> TerraformSpec {
+    with_jobs(JobsSpec {
+        active_deadline_seconds: deadline,
+        lock_timeout_seconds: Some(lock),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn lock_timeout_may_be_deadline_minus_one_but_not_the_deadline() {
+    accepted(lock(Some(600), 599));
+    accepted(lock(Some(60), 59));
+    let msg = rejected_at(lock(Some(600), 600), "spec.jobs.lockTimeoutSeconds");
+    assert_eq!(
+        msg,
+        "spec.jobs.lockTimeoutSeconds: must be less than spec.jobs.activeDeadlineSeconds (600) (got 600)"
+    );
+    rejected_at(lock(Some(60), 60), "spec.jobs.lockTimeoutSeconds");
+}
+
+#[test]
+fn lock_timeout_compares_with_the_default_deadline_when_it_is_unset() {
+    accepted(lock(None, 3599));
+    rejected_at(lock(None, 3600), "spec.jobs.lockTimeoutSeconds");
+    let msg = rejected_at(lock(None, 4000), "spec.jobs.lockTimeoutSeconds");
+    assert_eq!(
+        msg,
+        "spec.jobs.lockTimeoutSeconds: must be less than spec.jobs.activeDeadlineSeconds (3600) (got 4000)"
+    );
+}
+
+#[test]
+fn lock_timeout_zero_is_allowed_and_negative_is_not() {
+    accepted(lock(None, 0));
+    let msg = rejected_at(lock(None, -1), "spec.jobs.lockTimeoutSeconds");
+    assert_eq!(msg, "spec.jobs.lockTimeoutSeconds: must be at least 0 (got -1)");
+}
+
+#[test]
+fn lock_timeout_above_3600_is_fine_under_a_larger_deadline() {
+    accepted(lock(Some(7200), 4000));
+    accepted(lock(Some(604_800), 604_799));
+}
+
+#[test]
+fn history_limits_may_be_zero_but_not_negative() {
+    accepted(with_jobs(JobsSpec {
+        failed_jobs_history_limit: Some(0),
+        successful_jobs_history_limit: Some(0),
+        ..Default::default()
+    }));
+    let msg = rejected_at(
+        with_jobs(JobsSpec {
+            failed_jobs_history_limit: Some(-1),
+            ..Default::default()
+        }),
+        "spec.jobs.failedJobsHistoryLimit",
+    );
+    assert_eq!(msg, "spec.jobs.failedJobsHistoryLimit: must be at least 0 (got -1)");
+    let msg = rejected_at(
+        with_jobs(JobsSpec {
+            successful_jobs_history_limit: Some(-1),
+            ..Default::default()
+        }),
+        "spec.jobs.successfulJobsHistoryLimit",
+    );
+    assert_eq!(msg, "spec.jobs.successfulJobsHistoryLimit: must be at least 0 (got -1)");
+}
+
+fn image(i: &str) -> TerraformSpec {
+    with_jobs(JobsSpec {
+        image: Some(i.into()),
+        ..Default::default()
+    })
+}
+
+#[test]
+fn image_must_be_a_valid_reference_when_set() {
+    accepted(with_jobs(JobsSpec::default()));
+    for ok in [
+        "ghcr.io/captf/runner:0.1.0",
+        "registry.example.com:5000/captf/runner",
+        "runner@sha256:0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef",
+    ] {
+        accepted(image(ok));
+    }
+    for bad in [
+        "",
+        "Runner:1",
+        "runner:",
+        "ghcr.io/captf/runner:1 ",
+        "runner@sha256:xyz",
+    ] {
+        let msg = rejected_at(image(bad), "spec.jobs.image");
+        assert!(msg.contains("must be a valid image reference"), "{msg}");
+    }
+}
+
+#[test]
+fn service_account_name_is_a_dns1123_subdomain() {
+    let sa = |n: &str| {
+        with_jobs(JobsSpec {
+            service_account_name: Some(n.into()),
+            ..Default::default()
+        })
+    };
+    accepted(sa("captf-runner"));
+    accepted(sa("runner.v2"));
+    for bad in ["", "Runner", "runner_1", "-runner", &"a".repeat(254)] {
+        rejected_at(sa(bad), "spec.jobs.serviceAccountName");
+    }
+}
+
+#[test]
+fn env_names_must_not_start_with_captf_() {
+    let env = |names: &[&str]| {
+        with_jobs(JobsSpec {
+            env: Some(
+                names
+                    .iter()
+                    .map(|n| EnvVar {
+                        name: n.to_string(),
+                        value: Some("v".into()),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        })
+    };
+    accepted(env(&["TF_LOG", "captf_lower_is_not_reserved", "XCAPTF_", "CAPTF"]));
+    let msg = rejected_at(env(&["TF_LOG", "CAPTF_PHASE"]), "spec.jobs.env[1].name");
+    assert_eq!(
+        msg,
+        "spec.jobs.env[1].name: must not start with CAPTF_ (reserved for the runner) (got \"CAPTF_PHASE\")"
+    );
+}
+
+// ---- drift --------------------------------------------------------------------------------------
+
+#[test]
+fn drift_interval_is_zero_or_between_1m_and_168h() {
+    for ok in ["0", "1m", "60s", "30m", "1h30m", "168h", "167h59m59s", "5m"] {
+        accepted(with_interval(ok));
+    }
+    for bad in ["59s", "169h", "168h1s", "0s", "1ms"] {
+        let msg = rejected_at(with_interval(bad), "spec.drift.interval");
+        assert_eq!(
+            msg,
+            format!("spec.drift.interval: must be 0 (off) or between 1m and 168h (got \"{bad}\")")
+        );
+    }
+    for junk in ["", "30", "1d", "-5m", "abc", "1h 30m"] {
+        let msg = rejected_at(with_interval(junk), "spec.drift.interval");
+        assert!(msg.contains("must be 0 or a duration like 30m or 1h30m"), "{msg}");
+    }
+}
+
+#[test]
+fn enums_accept_every_value() {
+    for (remediation, guard) in [
+        (Remediation::Auto, DestructiveGuard::Block),
+        (Remediation::Manual, DestructiveGuard::Allow),
+        (Remediation::Manual, DestructiveGuard::Block),
+    ] {
+        let s = TerraformSpec {
+            drift: Some(DriftSpec {
+                interval: None,
+                remediation: Some(remediation),
+            }),
+            guard: Some(GuardSpec {
+                destructive: Some(guard),
+            }),
+            ..spec()
+        };
+        let r = check(&s);
+        assert!(r.is_valid() && r.warnings.is_empty(), "{r:?}");
+    }
+}
+
+// ---- warnings -----------------------------------------------------------------------------------
+
+#[test]
+fn drift_interval_under_5m_warns_but_zero_does_not() {
+    for warn in ["1m", "4m59s", "90s"] {
+        let r = check(&with_interval(warn));
+        assert!(r.is_valid(), "{warn}");
+        assert_eq!(r.warnings.len(), 1, "{warn}");
+        assert!(
+            r.warnings[0].starts_with("spec.drift.interval: under 5m"),
+            "{}",
+            r.warnings[0]
+        );
+        assert!(
+            r.warnings[0].ends_with(&format!("(got \"{warn}\")")),
+            "{}",
+            r.warnings[0]
+        );
+    }
+    for quiet in ["0", "5m", "30m"] {
+        assert!(check(&with_interval(quiet)).warnings.is_empty(), "{quiet}");
+    }
+    // An invalid interval is a violation, not also a warning.
+    assert!(check(&with_interval("59s")).warnings.is_empty());
+}
+
+fn guard(destructive: DestructiveGuard, remediation: Option<Remediation>) -> TerraformSpec {
+    TerraformSpec {
+        guard: Some(GuardSpec {
+            destructive: Some(destructive),
+        }),
+        drift: Some(DriftSpec {
+            interval: None,
+            remediation,
+        }),
+        ..spec()
+    }
+}
+
+#[test]
+fn allow_destructive_with_auto_remediation_warns() {
+    for remediation in [Some(Remediation::Auto), None] {
+        let r = check(&guard(DestructiveGuard::Allow, remediation));
+        assert!(r.is_valid());
+        assert_eq!(r.warnings.len(), 1, "{remediation:?}");
+        assert!(
+            r.warnings[0].starts_with("spec.guard.destructive: Allow together with spec.drift.remediation Auto"),
+            "{}",
+            r.warnings[0]
+        );
+    }
+    assert!(
+        check(&guard(DestructiveGuard::Allow, Some(Remediation::Manual)))
+            .warnings
+            .is_empty()
+    );
+    assert!(
+        check(&guard(DestructiveGuard::Block, Some(Remediation::Auto)))
+            .warnings
+            .is_empty()
+    );
+}
+
+// ---- everything together ------------------------------------------------------------------------
+
+#[test]
+fn every_violation_is_reported_together() {
+    let s = TerraformSpec {
+        module: ModuleSpec {
+            source: "./local".into(),
+        },
+        variables: Some(serde_json::from_value(json!({"1bad": 1})).unwrap()),
+        variables_from: Some(vec![VariablesFrom::default()]),
+        jobs: Some(JobsSpec {
+            active_deadline_seconds: Some(59),
+            lock_timeout_seconds: Some(4000),
+            failed_jobs_history_limit: Some(-1),
+            successful_jobs_history_limit: Some(-1),
+            image: Some("Bad Image".into()),
+            service_account_name: Some("Bad_SA".into()),
+            env: Some(vec![EnvVar {
+                name: "CAPTF_X".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }),
+        drift: Some(DriftSpec {
+            interval: Some("169h".into()),
+            remediation: Some(Remediation::Auto),
+        }),
+        guard: Some(GuardSpec {
+            destructive: Some(DestructiveGuard::Allow),
+        }),
+        ..Default::default()
+    };
+    let r = check(&s);
+    let fields: Vec<&str> = r.violations.iter().map(|v| v.field.as_str()).collect();
+    assert_eq!(
+        fields,
+        [
+            "spec.module.source",
+            "spec.variables[1bad]",
+            "spec.variablesFrom[0]",
+            "spec.jobs.activeDeadlineSeconds",
+            "spec.jobs.lockTimeoutSeconds",
+            "spec.jobs.failedJobsHistoryLimit",
+            "spec.jobs.successfulJobsHistoryLimit",
+            "spec.jobs.image",
+            "spec.jobs.serviceAccountName",
+            "spec.jobs.env[0].name",
+            "spec.drift.interval",
+        ]
+    );
+    let msg = r.message();
+    assert_eq!(msg.split("; ").count(), fields.len(), "{msg}");
+    assert!(
+        msg.contains("spec.jobs.lockTimeoutSeconds: must be less than spec.jobs.activeDeadlineSeconds (59) (got 4000)"),
+        "{msg}"
+    );
+    assert_eq!(r.warnings.len(), 1, "{:?}", r.warnings);
+}
+
+#[test]
+fn a_minimal_spec_and_its_defaulted_form_are_valid_without_warnings() {
+    let mut obj = cluster(spec());
+    let r = validate_create(&obj);
+    assert!(r.is_valid() && r.warnings.is_empty(), "{r:?}");
+    captf_shared::defaults::apply_defaults(&mut obj);
+    let r = validate_create(&obj);
+    assert!(r.is_valid() && r.warnings.is_empty(), "{r:?}");
+}
+
+// ---- templates ----------------------------------------------------------------------------------
+
+#[test]
+fn template_paths_start_with_spec_template_spec() {
+    let r = validate_create(&template(lock(None, 4000)));
+    assert_eq!(
+        r.message(),
+        "spec.template.spec.jobs.lockTimeoutSeconds: must be less than spec.template.spec.jobs.activeDeadlineSeconds (3600) (got 4000)"
+    );
+    let r = validate_create(&template(with_source("")));
+    assert_eq!(r.violations[0].field, "spec.template.spec.module.source");
+    let r = validate_create(&template(with_interval("2m")));
+    assert!(
+        r.warnings[0].starts_with("spec.template.spec.drift.interval:"),
+        "{:?}",
+        r.warnings
+    );
+}
+
+#[test]
+fn validate_spec_takes_the_path_prefix_for_the_controller() {
+    let r = validate_spec(&deadline(59), "spec.template.spec");
+    assert_eq!(r.violations[0].field, "spec.template.spec.jobs.activeDeadlineSeconds");
+    let r = validate_spec(&deadline(59), "spec");
+    assert_eq!(r.violations[0].field, "spec.jobs.activeDeadlineSeconds");
+}
+
+#[test]
+fn every_kind_is_validated() {
+    let bad = deadline(59);
+    let pool = CaptfObject::MachinePool(captf_shared::types::TerraformMachinePool::new(
+        "p",
+        captf_shared::types::TerraformMachinePoolSpec {
+            terraform: bad.clone(),
+            provider_id_list: None,
+        },
+    ));
+    for obj in [cluster(bad.clone()), machine(bad.clone(), None), pool, template(bad)] {
+        assert!(!validate_create(&obj).is_valid(), "{}", obj.kind_name());
+    }
+}
+
+// ---- updates ------------------------------------------------------------------------------------
+
+fn cluster_with_endpoint(endpoint: Option<(&str, i32)>) -> CaptfObject {
+    CaptfObject::Cluster(TerraformCluster::new(
+        "prod-eu",
+        TerraformClusterSpec {
+            terraform: spec(),
+            control_plane_endpoint: endpoint.map(|(host, port)| ApiEndpoint {
+                host: host.into(),
+                port,
+            }),
+        },
+    ))
+}
+
+#[test]
+fn control_plane_endpoint_is_immutable_once_set() {
+    let set = cluster_with_endpoint(Some(("api.prod.example.com", 6443)));
+    // Setting it the first time, or over an empty host, is allowed.
+    assert!(validate_update(&cluster_with_endpoint(None), &set).is_valid());
+    assert!(validate_update(&cluster_with_endpoint(Some(("", 0))), &set).is_valid());
+    assert!(validate_update(&set, &set.clone()).is_valid());
+    let r = validate_update(&set, &cluster_with_endpoint(Some(("api.other.example.com", 6443))));
+    assert_eq!(
+        r.message(),
+        "spec.controlPlaneEndpoint: is immutable once set (was {\"host\":\"api.prod.example.com\",\"port\":6443}) \
+         (got {\"host\":\"api.other.example.com\",\"port\":6443})"
+    );
+    let r = validate_update(&set, &cluster_with_endpoint(Some(("api.prod.example.com", 443))));
+    assert_eq!(r.violations[0].field, "spec.controlPlaneEndpoint");
+    let r = validate_update(&set, &cluster_with_endpoint(None));
+    assert!(r.message().ends_with("(got null)"), "{}", r.message());
+}
+
+#[test]
+fn provider_id_is_immutable_once_set() {
+    let set = machine(spec(), Some("aws:///eu-west-1a/i-0abc"));
+    assert!(validate_update(&machine(spec(), None), &set).is_valid());
+    assert!(validate_update(&machine(spec(), Some("")), &set).is_valid());
+    assert!(validate_update(&set, &set.clone()).is_valid());
+    let r = validate_update(&set, &machine(spec(), Some("aws:///eu-west-1b/i-0def")));
+    assert_eq!(
+        r.message(),
+        "spec.providerID: is immutable once set (was \"aws:///eu-west-1a/i-0abc\") (got \"aws:///eu-west-1b/i-0def\")"
+    );
+    assert!(!validate_update(&set, &machine(spec(), None)).is_valid());
+}
+
+#[test]
+fn update_checks_everything_create_checks() {
+    let old = cluster(spec());
+    let r = validate_update(&old, &cluster(lock(None, 4000)));
+    assert_eq!(
+        r.message(),
+        "spec.jobs.lockTimeoutSeconds: must be less than spec.jobs.activeDeadlineSeconds (3600) (got 4000)"
+    );
+    // Both kinds of violation together.
+    let old = machine(spec(), Some("p-1"));
+    let r = validate_update(&old, &machine(deadline(59), Some("p-2")));
+    let fields: Vec<&str> = r.violations.iter().map(|v| v.field.as_str()).collect();
+    assert_eq!(fields, ["spec.jobs.activeDeadlineSeconds", "spec.providerID"]);
+}
+
+#[test]
+fn an_update_that_leaves_the_spec_alone_is_never_refused_for_it() {
+    // An object whose spec predates a rule can still lose its finalizer or get a plan approved.
+    let old = cluster(deadline(59));
+    let mut new = old.clone();
+    if let CaptfObject::Cluster(c) = &mut new {
+        c.metadata.finalizers = Some(vec![]);
+    }
+    assert!(validate_update(&old, &new).is_valid());
+    // The controller's re-check still sees it.
+    assert!(!validate_spec(new.terraform_spec(), new.spec_path()).is_valid());
+}
