@@ -122,3 +122,121 @@ fn the_other_manifests_in_examples_validate_against_kubernetes_1_30() {
     );
     assert_eq!(v.passed.len(), others.len(), "{}", v.output);
 }
+
+/// Check a value against a CRD's structural schema as the API server's strict field validation
+/// does: unknown fields, wrong types, enums and required fields. (CEL rules are the webhook's
+/// and `validate_create`'s job, checked above.)
+fn schema_errors(path: &str, v: &Value, schema: &Value, out: &mut Vec<String>) {
+    if schema["x-kubernetes-preserve-unknown-fields"] == true && schema.get("properties").is_none() {
+        return;
+    }
+    if schema["x-kubernetes-int-or-string"] == true {
+        if !(v.is_i64() || v.is_u64() || v.is_string()) {
+            out.push(format!("{path}: must be an integer or a string (got {v})"));
+        }
+        return;
+    }
+    let ok = match schema["type"].as_str() {
+        Some("object") => v.is_object(),
+        Some("array") => v.is_array(),
+        Some("string") => v.is_string(),
+        Some("integer") => v.is_i64() || v.is_u64(),
+        Some("number") => v.is_number(),
+        Some("boolean") => v.is_boolean(),
+        _ => true,
+    };
+    if !ok {
+        out.push(format!("{path}: must be of type {} (got {v})", schema["type"]));
+        return;
+    }
+    if let Some(allowed) = schema["enum"].as_array()
+        && !allowed.contains(v)
+    {
+        out.push(format!("{path}: must be one of {allowed:?} (got {v})"));
+    }
+    if let Some(items) = v.as_array() {
+        for (i, item) in items.iter().enumerate() {
+            schema_errors(&format!("{path}[{i}]"), item, &schema["items"], out);
+        }
+    }
+    if let Some(map) = v.as_object() {
+        for req in captf_chart_tests::strings(&schema["required"]) {
+            if !map.contains_key(&req) {
+                out.push(format!("{path}.{req}: required"));
+            }
+        }
+        for (k, child) in map {
+            let sub = if let Some(p) = schema["properties"].get(k) {
+                p
+            } else if schema["additionalProperties"].is_object() {
+                &schema["additionalProperties"]
+            } else if schema["x-kubernetes-preserve-unknown-fields"] == true
+                || (path.is_empty() && ["apiVersion", "kind", "metadata"].contains(&k.as_str()))
+            {
+                // The API server checks the root's apiVersion, kind and metadata itself.
+                continue;
+            } else {
+                out.push(format!("{path}.{k}: unknown field"));
+                continue;
+            };
+            schema_errors(&format!("{path}.{k}"), child, sub, out);
+        }
+    }
+}
+
+#[test]
+fn every_example_fits_its_crd_schema_with_no_unknown_fields() {
+    let crds = captf_shared::crd::crds();
+    let mut checked = 0;
+    for (file, doc) in example_documents().unwrap() {
+        if doc["apiVersion"] != captf_shared::keys::API_VERSION {
+            continue;
+        }
+        let kind = doc["kind"].as_str().unwrap();
+        let crd = crds.iter().find(|c| c.spec.names.kind == kind).unwrap();
+        let version = crd
+            .spec
+            .versions
+            .iter()
+            .find(|v| v.name == captf_shared::keys::VERSION)
+            .unwrap();
+        let schema = serde_json::to_value(&version.schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+        let mut errors = vec![];
+        schema_errors("", &doc, &schema, &mut errors);
+        assert!(
+            errors.is_empty(),
+            "examples/{file} ({kind}) does not fit its CRD: {errors:#?}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 5);
+}
+
+#[test]
+fn the_crd_schema_check_catches_a_misspelt_field() {
+    let crd = captf_shared::crd::crds()
+        .into_iter()
+        .find(|c| c.spec.names.kind == "TerraformCluster")
+        .unwrap();
+    let schema = serde_json::to_value(&crd.spec.versions[0].schema.as_ref().unwrap().open_api_v3_schema).unwrap();
+    let doc = serde_json::json!({
+        "apiVersion": captf_shared::keys::API_VERSION,
+        "kind": "TerraformCluster",
+        "metadata": {"name": "x"},
+        "spec": {"module": {"source": "git::https://x/y"}, "jobs": {"activeDeadlineSecond": 60}, "deletionPolicy": "Keep"}
+    });
+    let mut errors = vec![];
+    schema_errors("", &doc, &schema, &mut errors);
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(".spec.jobs.activeDeadlineSecond: unknown field")),
+        "{errors:?}"
+    );
+    assert!(
+        errors
+            .iter()
+            .any(|e| e.contains(".spec.deletionPolicy: must be one of")),
+        "{errors:?}"
+    );
+}

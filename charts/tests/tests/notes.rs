@@ -52,7 +52,8 @@ fn render_notes(extra: &[&str]) -> String {
 fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
     let notes = render_notes(&[]);
     for want in [
-        "rollout status deploy/captf-webhook deploy/captf-controller",
+        "rollout status deploy/captf-webhook\n",
+        "rollout status deploy/captf-controller\n",
         "get certificate captf-webhook",
         "kubectl apply -n default -f examples/terraformcluster-minimal.yaml",
         "kubectl describe terraformcluster",
