@@ -1,2 +1,43 @@
 //! `captf-sim`: a Kubernetes API server and Job/Pod simulator (DESIGN.md §12). A test double,
-//! not a product.
+//! not a product: see `sim/README.md` for what it does not simulate.
+//!
+//! ```no_run
+//! # async fn demo() -> Result<(), captf_sim::SimError> {
+//! use captf_sim::{JobMatch, RunnerScript, Sim};
+//! use std::time::Duration;
+//! let sim = Sim::start().await?;
+//! let client = sim.client()?; // a kube::Client over HTTP
+//! sim.script(JobMatch::any(), RunnerScript::fail("boom").after(Duration::from_secs(60)));
+//! // ... create objects through `client`, then:
+//! sim.advance(Duration::from_secs(60));
+//! # Ok(()) }
+//! ```
+//!
+//! | module | what it holds |
+//! | --- | --- |
+//! | [`sim`] | [`Sim`]: start, clients, kubeconfig, clock, scripts, faults, direct reads |
+//! | [`server`] | the REST paths, discovery, watch streams, `/sim/v1/clock` |
+//! | [`store`] | objects, resourceVersions, status subresource, finalizers, GC, watch history |
+//! | [`kubelet`] | the simulated Job controller and kubelet |
+//! | [`runner`] | runner scripts and how they are chosen |
+//! | [`admission`] | calling admission webhooks over TLS |
+//! | [`faults`] | injected errors, dropped watches, latency |
+//! | [`resources`] | built-in resources and CRDs |
+//! | [`selectors`] | label and field selectors |
+//! | [`error`] | Kubernetes `Status` errors |
+
+pub mod admission;
+pub mod error;
+pub mod faults;
+pub mod kubelet;
+pub mod resources;
+pub mod runner;
+pub mod selectors;
+pub mod server;
+pub mod sim;
+pub mod store;
+
+pub use error::ApiError;
+pub use faults::{FaultRule, Faults, Verb};
+pub use runner::{JobMatch, RunnerAction, RunnerScript};
+pub use sim::{Sim, SimBuilder, SimError};

@@ -1,0 +1,679 @@
+//! The simulated Job controller and kubelet: a created Job gets one pod `<job>-<5 chars>` whose
+//! runner plays its [`RunnerScript`] in simulated time; Job conditions follow Kubernetes'
+//! Job controller (FailureTarget then Failed; SuccessCriteriaMet then Complete).
+
+use std::collections::BTreeMap;
+
+use captf_shared::keys::ANNOTATION_TF_LOCK_INFO;
+use captf_shared::protocol::{Phase, RunResult, RunnerResult, env};
+use captf_shared::{Op, names};
+use jiff::{SignedDuration, Timestamp};
+use serde_json::{Value, json};
+
+use crate::resources::ResourceDef;
+use crate::runner::{RunnerAction, RunnerScript, job_env, job_op, phase_of};
+use crate::store::{Sub, World, fmt_micro, fmt_time};
+
+const JOBS: &str = "batch/jobs";
+const PODS: &str = "/pods";
+const LEASES: &str = "coordination.k8s.io/leases";
+
+/// One running runner pod.
+#[derive(Clone, Debug)]
+struct Runner {
+    ns: String,
+    job: String,
+    job_uid: String,
+    pod: String,
+    script: RunnerScript,
+    op: Option<Op>,
+    env: BTreeMap<String, String>,
+    /// When the script's action ends (None: never, it hangs).
+    finish_at: Option<Timestamp>,
+    deadline: Option<Timestamp>,
+    /// Waiting for a foreign lock until `finish_at`.
+    waiting_for_lock: bool,
+    /// The lock ID this runner holds.
+    holds_lock: Option<String>,
+}
+
+/// The runners of the simulated kubelet.
+#[derive(Clone, Debug, Default)]
+pub struct Kubelet {
+    runners: BTreeMap<(String, String), Runner>,
+}
+
+impl Kubelet {
+    /// Pods whose runner is still running.
+    pub fn running(&self) -> Vec<(String, String)> {
+        self.runners.keys().cloned().collect()
+    }
+}
+
+/// How a pod ends.
+struct PodEnd {
+    exit_code: i32,
+    reason: &'static str,
+    message: Option<String>,
+    disruption: bool,
+    /// `None`: the Job succeeds. Else the Job's failure reason and message.
+    job_failure: Option<(&'static str, &'static str)>,
+    /// The Job controller decided first (deadline): FailureTarget before the pod terminates.
+    job_first: bool,
+}
+
+const DEADLINE: (&str, &str) = ("DeadlineExceeded", "Job was active longer than specified deadline");
+const BACKOFF: (&str, &str) = ("BackoffLimitExceeded", "Job has reached the specified backoff limit");
+
+fn condition(type_: &str, reason: &str, message: &str, now: &str) -> Value {
+    json!({"type": type_, "status": "True", "reason": reason, "message": message,
+           "lastProbeTime": now, "lastTransitionTime": now})
+}
+
+fn secs(d: std::time::Duration) -> SignedDuration {
+    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
+}
+
+fn lock_info_json(id: &str, operation: &str, who: &str, created: Timestamp) -> String {
+    json!({"ID": id, "Operation": operation, "Info": "", "Who": who, "Version": "1.9.5",
+           "Created": fmt_micro(created), "Path": ""})
+    .to_string()
+}
+
+impl World {
+    /// Hook: an object was created.
+    pub(crate) fn after_create(&mut self, def: &ResourceDef, obj: &Value) {
+        if def.id() == JOBS {
+            self.start_job(obj);
+        }
+    }
+
+    /// Hook: an object was removed for good.
+    pub(crate) fn after_remove(&mut self, def: &ResourceDef, obj: &Value) {
+        if def.id() != PODS {
+            return;
+        }
+        let ns = obj
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let name = obj
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default();
+        let Some(r) = self.kubelet.runners.remove(&(ns.to_string(), name.to_string())) else {
+            return;
+        };
+        // A running pod deleted: SIGTERM (the real runner unlocks on interrupt) and the Job
+        // counts the pod as failed (backoffLimit 0 → Failed).
+        if !matches!(r.script.action, RunnerAction::DieHoldingLock { .. }) {
+            self.release_lock(&r);
+        }
+        self.fail_job(&r, BACKOFF);
+    }
+
+    fn start_job(&mut self, job: &Value) {
+        if job.pointer("/spec/suspend").and_then(Value::as_bool) == Some(true) {
+            return;
+        }
+        let now = self.now();
+        let ns = job
+            .pointer("/metadata/namespace")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let name = job
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let uid = job
+            .pointer("/metadata/uid")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let script = self.scripts.choose(job);
+        let mut pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
+        while self.try_get(PODS, &ns, &pod_name).is_some() {
+            pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
+        }
+        let template = job.pointer("/spec/template").cloned().unwrap_or_else(|| json!({}));
+        let mut labels = template
+            .pointer("/metadata/labels")
+            .cloned()
+            .unwrap_or_else(|| json!({}));
+        for (k, v) in [
+            ("batch.kubernetes.io/controller-uid", &uid),
+            ("batch.kubernetes.io/job-name", &name),
+            ("controller-uid", &uid),
+            ("job-name", &name),
+        ] {
+            labels[k] = json!(v);
+        }
+        let mut spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
+        spec["hostname"] = json!(pod_name);
+        spec["nodeName"] = json!("sim-node");
+        let container = spec
+            .pointer("/containers/0/name")
+            .and_then(Value::as_str)
+            .unwrap_or("runner")
+            .to_string();
+        let image = spec
+            .pointer("/containers/0/image")
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string();
+        let pod = json!({
+            "apiVersion": "v1", "kind": "Pod",
+            "metadata": {
+                "name": pod_name, "namespace": ns, "generateName": format!("{name}-"), "labels": labels,
+                "annotations": template.pointer("/metadata/annotations").cloned().unwrap_or_else(|| json!({})),
+                "ownerReferences": [{"apiVersion": "batch/v1", "kind": "Job", "name": name, "uid": uid,
+                                     "controller": true, "blockOwnerDeletion": true}],
+            },
+            "spec": spec,
+            "status": {"phase": "Pending", "qosClass": "BestEffort"},
+        });
+        if self.put(PODS, pod).is_err() {
+            return;
+        }
+        let t = fmt_time(now);
+        let mut job_now = job.clone();
+        job_now["status"] = json!({"startTime": t, "active": 1, "ready": 0, "terminating": 0,
+                                   "uncountedTerminatedPods": {}});
+        let _ = self.write_status(JOBS, &ns, &name, job_now["status"].clone());
+        if let Some(mut p) = self.try_get(PODS, &ns, &pod_name).cloned() {
+            let conds: Vec<Value> = ["PodScheduled", "Initialized", "ContainersReady", "Ready"]
+                .iter()
+                .map(|c| json!({"type": c, "status": "True", "lastProbeTime": null, "lastTransitionTime": t}))
+                .collect();
+            p["status"] = json!({
+                "phase": "Running", "startTime": t, "hostIP": "10.0.0.1", "podIP": "10.0.1.1", "qosClass": "BestEffort",
+                "conditions": conds,
+                "containerStatuses": [{"name": container, "image": image, "imageID": "", "ready": true,
+                    "restartCount": 0, "started": true, "state": {"running": {"startedAt": t}}}],
+            });
+            let _ = self.write_status(PODS, &ns, &pod_name, p["status"].clone());
+        }
+        let mut st = job_now["status"].clone();
+        st["ready"] = json!(1);
+        let _ = self.write_status(JOBS, &ns, &name, st);
+        let deadline = job
+            .pointer("/spec/activeDeadlineSeconds")
+            .and_then(Value::as_i64)
+            .map(|s| now + SignedDuration::from_secs(s));
+        let mut r = Runner {
+            ns: ns.clone(),
+            job: name,
+            job_uid: uid,
+            pod: pod_name.clone(),
+            op: job_op(job),
+            env: job_env(job),
+            finish_at: None,
+            deadline,
+            waiting_for_lock: false,
+            holds_lock: None,
+            script,
+        };
+        // init, then force-unlock of a handed-over lock ID.
+        if r.script.force_unlock
+            && let Some(id) = r.env.get(env::FORCE_UNLOCK_ID).filter(|s| !s.is_empty()).cloned()
+        {
+            self.force_unlock(&r, &id);
+        }
+        let run = secs(r.script.duration);
+        match r.script.action.clone() {
+            RunnerAction::Hang => {}
+            RunnerAction::Realistic { .. } => {
+                if self.lock_holder(&r).is_some() {
+                    r.waiting_for_lock = true;
+                    r.finish_at = Some(now + self.lock_timeout(&r));
+                } else {
+                    self.take_lock(&mut r, None);
+                    r.finish_at = Some(now + run);
+                }
+            }
+            RunnerAction::DieHoldingLock { lock_id } => {
+                self.take_lock(&mut r, lock_id);
+                r.finish_at = Some(now + run);
+            }
+            _ => r.finish_at = Some(now + run),
+        }
+        self.kubelet.runners.insert((ns, pod_name), r);
+        self.process_due();
+    }
+
+    fn write_status(&mut self, def_id: &str, ns: &str, name: &str, status: Value) -> Option<Value> {
+        let def = self.def(def_id).ok()?;
+        let mut o = self.try_get(def_id, ns, name).cloned()?;
+        o["status"] = status;
+        if let Some(m) = o.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        self.update(&def, ns, name, o, Sub::Status).ok()
+    }
+
+    fn lock_lease_name(&self, r: &Runner) -> Option<(String, String)> {
+        let suffix = r.env.get(env::STATE_SUFFIX).filter(|s| !s.is_empty())?;
+        let ns = r
+            .env
+            .get(env::NAMESPACE)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(&r.ns)
+            .clone();
+        Some((ns, names::lock_lease_name(suffix)))
+    }
+
+    fn lock_holder(&self, r: &Runner) -> Option<String> {
+        let (ns, name) = self.lock_lease_name(r)?;
+        self.try_get(LEASES, &ns, &name)?
+            .pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .map(String::from)
+    }
+
+    fn lock_timeout(&self, r: &Runner) -> SignedDuration {
+        r.env
+            .get(env::LOCK_TIMEOUT)
+            .and_then(|s| captf_shared::duration::parse(s).ok())
+            .map(secs)
+            .unwrap_or(SignedDuration::ZERO)
+    }
+
+    fn force_unlock(&mut self, r: &Runner, id: &str) {
+        if let Some((ns, name)) = self.lock_lease_name(r)
+            && self.lock_holder(r).as_deref() == Some(id)
+        {
+            self.unlock_lease(&ns, &name);
+        }
+    }
+
+    /// Terraform's unlock: holderIdentity null, lock-info annotation removed, Lease kept.
+    pub fn unlock_lease(&mut self, ns: &str, name: &str) {
+        let Some(mut lease) = self.try_get(LEASES, ns, name).cloned() else {
+            return;
+        };
+        if let Some(s) = lease.get_mut("spec").and_then(Value::as_object_mut) {
+            s.remove("holderIdentity");
+        }
+        if let Some(a) = lease
+            .pointer_mut("/metadata/annotations")
+            .and_then(Value::as_object_mut)
+        {
+            a.remove(ANNOTATION_TF_LOCK_INFO);
+        }
+        if let Some(m) = lease.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        let _ = self.put(LEASES, lease);
+    }
+
+    /// Write Terraform's lock Lease `lock-tfstate-default-<suffix>` held by `lock_id` with `who`.
+    pub fn hold_lock(&mut self, ns: &str, suffix: &str, lock_id: &str, who: &str, operation: &str) {
+        let name = names::lock_lease_name(suffix);
+        let info = lock_info_json(lock_id, operation, who, self.now());
+        let labels = json!({"tfstate": "true", "tfstateSecretSuffix": suffix, "tfstateWorkspace": "default",
+                            "app.kubernetes.io/managed-by": "terraform"});
+        let lease = match self.try_get(LEASES, ns, &name).cloned() {
+            Some(mut l) => {
+                l["spec"]["holderIdentity"] = json!(lock_id);
+                let ann = l["metadata"].get("annotations").cloned().unwrap_or_else(|| json!({}));
+                l["metadata"]["annotations"] = ann;
+                l["metadata"]["annotations"][ANNOTATION_TF_LOCK_INFO] = json!(info);
+                if let Some(m) = l.get_mut("metadata").and_then(Value::as_object_mut) {
+                    m.remove("resourceVersion");
+                }
+                l
+            }
+            None => json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+                "metadata": {"name": name, "namespace": ns, "labels": labels,
+                             "annotations": {ANNOTATION_TF_LOCK_INFO: info}},
+                "spec": {"holderIdentity": lock_id}}),
+        };
+        let _ = self.put(LEASES, lease);
+    }
+
+    fn take_lock(&mut self, r: &mut Runner, lock_id: Option<String>) {
+        let Some((ns, _)) = self.lock_lease_name(r) else { return };
+        let suffix = r.env.get(env::STATE_SUFFIX).cloned().unwrap_or_default();
+        let id = lock_id.unwrap_or_else(|| self.rng.uuid());
+        let operation = if r.op == Some(Op::Drift) {
+            "OperationTypePlan"
+        } else {
+            "OperationTypeApply"
+        };
+        self.hold_lock(&ns, &suffix, &id, &format!("root@{}", r.pod), operation);
+        r.holds_lock = Some(id);
+    }
+
+    fn release_lock(&mut self, r: &Runner) {
+        if let (Some(id), Some((ns, name))) = (&r.holds_lock, self.lock_lease_name(r))
+            && self.lock_holder(r).as_deref() == Some(id.as_str())
+        {
+            self.unlock_lease(&ns, &name);
+        }
+    }
+
+    /// The earliest time a runner has something to do.
+    pub fn next_due(&self) -> Option<Timestamp> {
+        self.kubelet
+            .runners
+            .values()
+            .flat_map(|r| [r.finish_at, r.deadline])
+            .flatten()
+            .min()
+    }
+
+    /// Run every runner step due at the current time.
+    pub fn process_due(&mut self) {
+        loop {
+            let now = self.now();
+            let due: Vec<(String, String)> = self
+                .kubelet
+                .runners
+                .iter()
+                .filter(|(_, r)| r.finish_at.is_some_and(|t| t <= now) || r.deadline.is_some_and(|t| t <= now))
+                .map(|(k, _)| k.clone())
+                .collect();
+            if due.is_empty() {
+                return;
+            }
+            for key in due {
+                self.step(&key);
+            }
+        }
+    }
+
+    /// Move the clock to `target`, stopping at every runner step on the way.
+    pub fn advance_to(&mut self, target: Timestamp) {
+        self.process_due();
+        while let Some(t) = self.next_due().filter(|t| *t <= target) {
+            if t > self.now() {
+                self.set_now(t);
+            }
+            self.process_due();
+        }
+        if target > self.now() {
+            self.set_now(target);
+        }
+    }
+
+    fn step(&mut self, key: &(String, String)) {
+        let Some(mut r) = self.kubelet.runners.get(key).cloned() else {
+            return;
+        };
+        let now = self.now();
+        let phase = phase_of(r.op);
+        if r.deadline.is_some_and(|d| d <= now) {
+            // The Job controller kills the pod: SIGTERM to the runner.
+            if !matches!(r.script.action, RunnerAction::DieHoldingLock { .. }) {
+                self.release_lock(&r);
+            }
+            let (code, message) = self.sigterm_result(&r, phase);
+            self.end(
+                &r,
+                PodEnd {
+                    exit_code: code,
+                    reason: "Error",
+                    message,
+                    disruption: false,
+                    job_failure: Some(DEADLINE),
+                    job_first: true,
+                },
+            );
+            return;
+        }
+        let end = match r.script.action.clone() {
+            RunnerAction::Hang => return,
+            RunnerAction::Finish(mut result) => {
+                if result.phase == Phase::Apply && matches!(result.result, RunResult::Succeeded | RunResult::Failed) {
+                    result.phase = phase;
+                }
+                let code = result.exit_code();
+                PodEnd {
+                    exit_code: code,
+                    reason: if code == 0 { "Completed" } else { "Error" },
+                    message: Some(result.to_termination_message()),
+                    disruption: false,
+                    job_failure: (code != 0).then_some(BACKOFF),
+                    job_first: false,
+                }
+            }
+            RunnerAction::Exit { code, message } => PodEnd {
+                exit_code: code,
+                reason: if code == 0 { "Completed" } else { "Error" },
+                message,
+                disruption: false,
+                job_failure: (code != 0).then_some(BACKOFF),
+                job_first: false,
+            },
+            RunnerAction::Evicted => {
+                self.release_lock(&r);
+                let (code, message) = self.sigterm_result(&r, phase);
+                PodEnd {
+                    exit_code: code,
+                    reason: "Error",
+                    message,
+                    disruption: true,
+                    job_failure: Some(BACKOFF),
+                    job_first: false,
+                }
+            }
+            RunnerAction::DieHoldingLock { .. } => PodEnd {
+                exit_code: 137,
+                reason: "OOMKilled",
+                message: None,
+                disruption: false,
+                job_failure: Some(BACKOFF),
+                job_first: false,
+            },
+            RunnerAction::Realistic { outputs, drift } => {
+                if r.waiting_for_lock {
+                    if self.lock_holder(&r).is_some() {
+                        let lock_phase = if r.op == Some(Op::Apply) || r.op == Some(Op::Drift) {
+                            Phase::Plan
+                        } else {
+                            phase
+                        };
+                        let msg = "Error acquiring the state lock: lock is held by another client";
+                        let result = RunnerResult::new(RunResult::Failed, lock_phase, msg);
+                        PodEnd {
+                            exit_code: 1,
+                            reason: "Error",
+                            message: Some(result.to_termination_message()),
+                            disruption: false,
+                            job_failure: Some(BACKOFF),
+                            job_first: false,
+                        }
+                    } else {
+                        // The lock was released while it waited: take it and run.
+                        r.waiting_for_lock = false;
+                        self.take_lock(&mut r, None);
+                        r.finish_at = Some(now + secs(r.script.duration));
+                        self.kubelet.runners.insert(key.clone(), r);
+                        return;
+                    }
+                } else {
+                    self.release_lock(&r);
+                    let mut result = RunnerResult::new(RunResult::Succeeded, phase, "");
+                    if r.op == Some(Op::Drift) {
+                        result.drift = Some(drift);
+                    }
+                    if !outputs.is_empty() && matches!(r.op, Some(Op::Apply) | Some(Op::Refresh) | None) {
+                        result.outputs = Some(outputs);
+                    }
+                    PodEnd {
+                        exit_code: 0,
+                        reason: "Completed",
+                        message: Some(result.to_termination_message()),
+                        disruption: false,
+                        job_failure: None,
+                        job_first: false,
+                    }
+                }
+            }
+        };
+        self.end(&r, end);
+    }
+
+    fn sigterm_result(&self, r: &Runner, phase: Phase) -> (i32, Option<String>) {
+        if r.script.interrupted_on_sigterm {
+            let res = RunnerResult::new(RunResult::Interrupted, phase, "interrupted by SIGTERM");
+            (res.exit_code(), Some(res.to_termination_message()))
+        } else {
+            (143, None)
+        }
+    }
+
+    fn job_alive(&self, r: &Runner) -> Option<Value> {
+        self.try_get(JOBS, &r.ns, &r.job)
+            .filter(|j| j.pointer("/metadata/uid").and_then(Value::as_str) == Some(r.job_uid.as_str()))
+            .cloned()
+    }
+
+    fn add_job_condition(&mut self, r: &Runner, cond: Value, patch: &[(&str, Value)]) {
+        let Some(job) = self.job_alive(r) else { return };
+        let mut st = job.get("status").cloned().unwrap_or_else(|| json!({}));
+        let mut conds = st
+            .get("conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        conds.push(cond);
+        st["conditions"] = json!(conds);
+        for (k, v) in patch {
+            st[*k] = v.clone();
+        }
+        let _ = self.write_status(JOBS, &r.ns, &r.job, st);
+    }
+
+    fn fail_job(&mut self, r: &Runner, (reason, message): (&str, &str)) {
+        let t = fmt_time(self.now());
+        let failed_already = self.job_alive(r).is_some_and(|j| {
+            j.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Failed" || c["type"] == "Complete"))
+        });
+        if failed_already {
+            return;
+        }
+        let has_target = self.job_alive(r).is_some_and(|j| {
+            j.pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "FailureTarget"))
+        });
+        if !has_target {
+            self.add_job_condition(
+                r,
+                condition("FailureTarget", reason, message, &t),
+                &[("active", json!(0)), ("ready", json!(0)), ("terminating", json!(0))],
+            );
+        }
+        self.add_job_condition(
+            r,
+            condition("Failed", reason, message, &t),
+            &[
+                ("failed", json!(1)),
+                ("active", json!(0)),
+                ("ready", json!(0)),
+                ("terminating", json!(0)),
+            ],
+        );
+    }
+
+    fn end(&mut self, r: &Runner, end: PodEnd) {
+        self.kubelet.runners.remove(&(r.ns.clone(), r.pod.clone()));
+        let t = fmt_time(self.now());
+        if end.job_first
+            && let Some((reason, message)) = end.job_failure
+        {
+            self.add_job_condition(
+                r,
+                condition("FailureTarget", reason, message, &t),
+                &[("active", json!(0)), ("ready", json!(0)), ("terminating", json!(1))],
+            );
+        }
+        if let Some(pod) = self.try_get(PODS, &r.ns, &r.pod).cloned() {
+            let mut st = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+            let mut conds: Vec<Value> = st
+                .get("conditions")
+                .and_then(Value::as_array)
+                .cloned()
+                .unwrap_or_default();
+            if end.disruption {
+                conds.push(
+                    json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                                  "message": "Eviction API: evicting", "lastProbeTime": null, "lastTransitionTime": t}),
+                );
+                st["conditions"] = json!(conds.clone());
+                let _ = self.write_status(PODS, &r.ns, &r.pod, st.clone());
+            }
+            for c in conds.iter_mut() {
+                if c["type"] == "Ready" || c["type"] == "ContainersReady" {
+                    c["status"] = json!("False");
+                    c["reason"] = json!("PodCompleted");
+                    c["lastTransitionTime"] = json!(t);
+                }
+            }
+            st["conditions"] = json!(conds);
+            st["phase"] = json!(if end.exit_code == 0 { "Succeeded" } else { "Failed" });
+            let started = pod.pointer("/status/startTime").cloned().unwrap_or_else(|| json!(t));
+            let mut term = json!({"exitCode": end.exit_code, "reason": end.reason, "startedAt": started,
+                                  "finishedAt": t, "containerID": format!("sim://{}", r.pod)});
+            if let Some(m) = &end.message {
+                term["message"] = json!(m);
+            }
+            if let Some(cs) = st.pointer_mut("/containerStatuses/0") {
+                cs["state"] = json!({"terminated": term});
+                cs["ready"] = json!(false);
+                cs["started"] = json!(false);
+            }
+            let _ = self.write_status(PODS, &r.ns, &r.pod, st);
+        }
+        match end.job_failure {
+            None => {
+                self.add_job_condition(
+                    r,
+                    condition(
+                        "SuccessCriteriaMet",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        &t,
+                    ),
+                    &[],
+                );
+                self.add_job_condition(
+                    r,
+                    condition(
+                        "Complete",
+                        "CompletionsReached",
+                        "Reached expected number of succeeded pods",
+                        &t,
+                    ),
+                    &[
+                        ("succeeded", json!(1)),
+                        ("active", json!(0)),
+                        ("ready", json!(0)),
+                        ("terminating", json!(0)),
+                        ("completionTime", json!(t)),
+                    ],
+                );
+            }
+            Some(f) => self.fail_job(r, f),
+        }
+    }
+
+    /// Evict a running pod now (as the Eviction API would): DisruptionTarget, result
+    /// interrupted, Job Failed. Returns false when no runner runs in that pod.
+    pub fn evict(&mut self, ns: &str, pod: &str) -> bool {
+        let key = (ns.to_string(), pod.to_string());
+        let Some(r) = self.kubelet.runners.get_mut(&key) else {
+            return false;
+        };
+        r.script.action = RunnerAction::Evicted;
+        r.finish_at = Some(self.clock.borrow().to_owned());
+        self.step(&key);
+        true
+    }
+}

@@ -1,0 +1,317 @@
+//! The resources the simulator serves: the built-in ones CAPTF uses and the CRDs it loads.
+
+use std::path::Path;
+
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use serde_json::{Value, json};
+
+/// One served resource (group, version, kind, plural and how it behaves).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ResourceDef {
+    pub group: String,
+    pub version: String,
+    pub kind: String,
+    pub plural: String,
+    pub singular: String,
+    pub namespaced: bool,
+    /// Has a `status` subresource: writes to the main resource keep the status, and vice versa.
+    pub has_status: bool,
+    pub short_names: Vec<String>,
+    pub categories: Vec<String>,
+}
+
+impl ResourceDef {
+    fn builtin(group: &str, version: &str, kind: &str, plural: &str, namespaced: bool, has_status: bool) -> Self {
+        ResourceDef {
+            group: group.into(),
+            version: version.into(),
+            kind: kind.into(),
+            plural: plural.into(),
+            singular: kind.to_lowercase(),
+            namespaced,
+            has_status,
+            short_names: vec![],
+            categories: vec![],
+        }
+    }
+
+    fn short(mut self, names: &[&str]) -> Self {
+        self.short_names = names.iter().map(|s| s.to_string()).collect();
+        self
+    }
+
+    /// `v1` or `batch/v1`.
+    pub fn api_version(&self) -> String {
+        if self.group.is_empty() {
+            self.version.clone()
+        } else {
+            format!("{}/{}", self.group, self.version)
+        }
+    }
+
+    /// `jobs.batch` or `pods`, as kube-apiserver names a resource in its error messages.
+    pub fn qualified(&self) -> String {
+        if self.group.is_empty() {
+            self.plural.clone()
+        } else {
+            format!("{}.{}", self.plural, self.group)
+        }
+    }
+
+    /// The store's key for the resource: `group/plural`.
+    pub fn id(&self) -> String {
+        format!("{}/{}", self.group, self.plural)
+    }
+
+    fn discovery_entries(&self) -> Vec<Value> {
+        let mut out = vec![json!({
+            "name": self.plural,
+            "singularName": self.singular,
+            "namespaced": self.namespaced,
+            "kind": self.kind,
+            "verbs": ["create", "delete", "deletecollection", "get", "list", "patch", "update", "watch"],
+            "shortNames": self.short_names,
+            "categories": self.categories,
+        })];
+        if self.has_status {
+            out.push(json!({
+                "name": format!("{}/status", self.plural),
+                "singularName": "",
+                "namespaced": self.namespaced,
+                "kind": self.kind,
+                "verbs": ["get", "patch", "update"],
+            }));
+        }
+        if self.group.is_empty() && self.plural == "pods" {
+            out.push(json!({"name": "pods/eviction", "singularName": "", "namespaced": true,
+                "group": "policy", "version": "v1", "kind": "Eviction", "verbs": ["create"]}));
+        }
+        out
+    }
+}
+
+/// Failed to load or read a CRD.
+#[derive(Debug, thiserror::Error)]
+pub enum RegistryError {
+    #[error("failed to read CRD directory {0}: {1}")]
+    ReadDir(String, std::io::Error),
+    #[error("failed to parse CRD file {0}: {1}")]
+    Parse(String, serde_yaml_ng::Error),
+    #[error("CRD {0} has no served version")]
+    NoVersion(String),
+}
+
+/// Every served resource.
+#[derive(Clone, Debug, Default)]
+pub struct Registry {
+    defs: Vec<ResourceDef>,
+}
+
+impl Registry {
+    /// The built-in resources (no CRDs).
+    pub fn builtin() -> Self {
+        let b = ResourceDef::builtin;
+        Registry {
+            defs: vec![
+                b("", "v1", "Namespace", "namespaces", false, true).short(&["ns"]),
+                b("", "v1", "Secret", "secrets", true, false),
+                b("", "v1", "ConfigMap", "configmaps", true, false).short(&["cm"]),
+                b("", "v1", "Pod", "pods", true, true).short(&["po"]),
+                b("", "v1", "Event", "events", true, false).short(&["ev"]),
+                b("", "v1", "ServiceAccount", "serviceaccounts", true, false).short(&["sa"]),
+                b("batch", "v1", "Job", "jobs", true, true),
+                b("coordination.k8s.io", "v1", "Lease", "leases", true, false),
+                b("events.k8s.io", "v1", "Event", "events", true, false).short(&["ev"]),
+                b(
+                    "admissionregistration.k8s.io",
+                    "v1",
+                    "MutatingWebhookConfiguration",
+                    "mutatingwebhookconfigurations",
+                    false,
+                    false,
+                ),
+                b(
+                    "admissionregistration.k8s.io",
+                    "v1",
+                    "ValidatingWebhookConfiguration",
+                    "validatingwebhookconfigurations",
+                    false,
+                    false,
+                ),
+                b(
+                    "apiextensions.k8s.io",
+                    "v1",
+                    "CustomResourceDefinition",
+                    "customresourcedefinitions",
+                    false,
+                    true,
+                )
+                .short(&["crd", "crds"]),
+            ],
+        }
+    }
+
+    /// Serve a CRD (its first served version; pruning, defaulting and validation are ignored).
+    pub fn add_crd(&mut self, crd: &CustomResourceDefinition) -> Result<ResourceDef, RegistryError> {
+        let spec = &crd.spec;
+        let name = crd.metadata.name.clone().unwrap_or_default();
+        let version = spec
+            .versions
+            .iter()
+            .find(|v| v.storage)
+            .or_else(|| spec.versions.iter().find(|v| v.served))
+            .ok_or(RegistryError::NoVersion(name))?;
+        let def = ResourceDef {
+            group: spec.group.clone(),
+            version: version.name.clone(),
+            kind: spec.names.kind.clone(),
+            plural: spec.names.plural.clone(),
+            singular: spec
+                .names
+                .singular
+                .clone()
+                .unwrap_or_else(|| spec.names.kind.to_lowercase()),
+            namespaced: spec.scope == "Namespaced",
+            has_status: version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
+            short_names: spec.names.short_names.clone().unwrap_or_default(),
+            categories: spec.names.categories.clone().unwrap_or_default(),
+        };
+        self.defs.retain(|d| !(d.group == def.group && d.plural == def.plural));
+        self.defs.push(def.clone());
+        Ok(def)
+    }
+
+    /// Load every `*.yaml` CRD of a directory (e.g. `charts/captf/crds`).
+    pub fn load_crd_dir(&mut self, dir: &Path) -> Result<usize, RegistryError> {
+        let shown = dir.display().to_string();
+        let mut files: Vec<_> = std::fs::read_dir(dir)
+            .map_err(|e| RegistryError::ReadDir(shown.clone(), e))?
+            .filter_map(|e| e.ok().map(|e| e.path()))
+            .filter(|p| p.extension().is_some_and(|x| x == "yaml" || x == "yml"))
+            .collect();
+        files.sort();
+        let mut n = 0;
+        for file in files {
+            let shown = file.display().to_string();
+            let text = std::fs::read_to_string(&file).map_err(|e| RegistryError::ReadDir(shown.clone(), e))?;
+            let crd: CustomResourceDefinition =
+                serde_yaml_ng::from_str(&text).map_err(|e| RegistryError::Parse(shown.clone(), e))?;
+            self.add_crd(&crd)?;
+            n += 1;
+        }
+        Ok(n)
+    }
+
+    /// Find a resource by group, version and plural.
+    pub fn find(&self, group: &str, version: &str, plural: &str) -> Option<&ResourceDef> {
+        self.defs
+            .iter()
+            .find(|d| d.group == group && d.version == version && d.plural == plural)
+    }
+
+    /// Find a resource by apiVersion and kind.
+    pub fn by_kind(&self, api_version: &str, kind: &str) -> Option<&ResourceDef> {
+        self.defs
+            .iter()
+            .find(|d| d.api_version() == api_version && d.kind == kind)
+    }
+
+    /// Find a resource by its store id (`group/plural`).
+    pub fn by_id(&self, id: &str) -> Option<&ResourceDef> {
+        self.defs.iter().find(|d| d.id() == id)
+    }
+
+    pub fn all(&self) -> &[ResourceDef] {
+        &self.defs
+    }
+
+    /// `/api/v1` or `/apis/<group>/<version>`: an APIResourceList.
+    pub fn resource_list(&self, group: &str, version: &str) -> Option<Value> {
+        let resources: Vec<Value> = self
+            .defs
+            .iter()
+            .filter(|d| d.group == group && d.version == version)
+            .flat_map(ResourceDef::discovery_entries)
+            .collect();
+        if resources.is_empty() {
+            return None;
+        }
+        let gv = if group.is_empty() {
+            version.to_string()
+        } else {
+            format!("{group}/{version}")
+        };
+        Some(json!({"kind": "APIResourceList", "apiVersion": "v1", "groupVersion": gv, "resources": resources}))
+    }
+
+    fn group_json(&self, group: &str) -> Option<Value> {
+        let mut versions: Vec<&str> = self
+            .defs
+            .iter()
+            .filter(|d| d.group == group)
+            .map(|d| d.version.as_str())
+            .collect();
+        versions.dedup();
+        let first = versions.first()?;
+        let v = |v: &str| json!({"groupVersion": format!("{group}/{v}"), "version": v});
+        Some(json!({
+            "name": group,
+            "versions": versions.iter().map(|x| v(x)).collect::<Vec<_>>(),
+            "preferredVersion": v(first),
+        }))
+    }
+
+    /// `/apis`: an APIGroupList.
+    pub fn group_list(&self) -> Value {
+        let mut groups: Vec<&str> = Vec::new();
+        for d in &self.defs {
+            if !d.group.is_empty() && !groups.contains(&d.group.as_str()) {
+                groups.push(&d.group);
+            }
+        }
+        let groups: Vec<Value> = groups.iter().filter_map(|g| self.group_json(g)).collect();
+        json!({"kind": "APIGroupList", "apiVersion": "v1", "groups": groups})
+    }
+
+    /// `/apis/<group>`: an APIGroup.
+    pub fn group(&self, group: &str) -> Option<Value> {
+        let mut g = self.group_json(group)?;
+        g["kind"] = json!("APIGroup");
+        g["apiVersion"] = json!("v1");
+        Some(g)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn the_captf_crds_load_from_the_chart_with_scope_and_status_subresource() {
+        let mut r = Registry::builtin();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
+        assert_eq!(r.load_crd_dir(&dir).unwrap(), 4);
+        let tc = r
+            .find("infrastructure.cluster.x-k8s.io", "v1alpha1", "terraformclusters")
+            .unwrap();
+        assert_eq!(tc.kind, "TerraformCluster");
+        assert!(tc.namespaced);
+        assert!(tc.has_status);
+        let list = r.resource_list("infrastructure.cluster.x-k8s.io", "v1alpha1").unwrap();
+        let names: Vec<&str> = list["resources"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x["name"].as_str().unwrap())
+            .collect();
+        assert!(names.contains(&"terraformclusters/status"), "{names:?}");
+        assert!(
+            r.group_list()["groups"]
+                .as_array()
+                .unwrap()
+                .iter()
+                .any(|g| g["name"] == "infrastructure.cluster.x-k8s.io")
+        );
+    }
+}

@@ -1,0 +1,374 @@
+//! What each simulated runner pod does: a [`RunnerScript`] chosen per Job.
+//!
+//! Scripts are chosen, in order: the first queued script whose [`JobMatch`] matches the Job
+//! (each queued script is used once), then the rule closure if it returns one, then the
+//! default (the [`RunnerScript::realistic`] runner unless changed).
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use captf_shared::protocol::{Phase, PlanSummary, RunResult, RunnerResult};
+use captf_shared::{Kind, Op};
+use k8s_openapi::api::batch::v1::Job;
+use serde_json::Value;
+
+/// How long a scripted runner takes unless told otherwise (simulated time).
+pub const DEFAULT_RUN_DURATION: Duration = Duration::from_secs(30);
+
+/// What the runner does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum RunnerAction {
+    /// Exit with this result as the termination message and its exit code (0 succeeded,
+    /// 1 failed, 3 blocked, 4 plan-changed, 5 interrupted).
+    Finish(RunnerResult),
+    /// Exit with a raw exit code and termination message (or none): e.g. a crash with no result.
+    Exit { code: i32, message: Option<String> },
+    /// Run until killed: at the Job's deadline, or by an eviction.
+    Hang,
+    /// Be evicted when the duration has passed: pod condition `DisruptionTarget`, result
+    /// `interrupted`, Job Failed (`BackoffLimitExceeded`).
+    Evicted,
+    /// Take the Terraform state lock at start (`lock_id`, or a random UUID), then die holding
+    /// it when the duration has passed: pod Failed (OOMKilled, exit 137), no result.
+    DieHoldingLock { lock_id: Option<String> },
+    /// Like the real runner: honours `CAPTF_FORCE_UNLOCK_ID`; takes the state lock while it
+    /// runs; when someone else holds the lock it waits `CAPTF_LOCK_TIMEOUT` and then fails with
+    /// `Error acquiring the state lock`; otherwise succeeds (drift check: `drift`).
+    Realistic {
+        outputs: BTreeMap<String, Value>,
+        drift: bool,
+    },
+}
+
+/// One runner's script: an action and how long it takes (simulated time).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RunnerScript {
+    pub action: RunnerAction,
+    pub duration: Duration,
+    /// On SIGTERM (deadline kill, pod deletion) write an `interrupted` result and exit 5, as the
+    /// real runner does; `false` exits 143 with no result.
+    pub interrupted_on_sigterm: bool,
+    /// Clear the lock named by `CAPTF_FORCE_UNLOCK_ID` at start when its ID matches (every
+    /// script does, as the real runner runs `force-unlock` right after `init`).
+    pub force_unlock: bool,
+}
+
+impl RunnerScript {
+    fn new(action: RunnerAction) -> Self {
+        RunnerScript {
+            action,
+            duration: DEFAULT_RUN_DURATION,
+            interrupted_on_sigterm: true,
+            force_unlock: true,
+        }
+    }
+
+    /// The realistic runner with no outputs and no drift.
+    pub fn realistic() -> Self {
+        Self::new(RunnerAction::Realistic {
+            outputs: BTreeMap::new(),
+            drift: false,
+        })
+    }
+
+    /// The realistic runner returning these outputs.
+    pub fn realistic_with_outputs(outputs: BTreeMap<String, Value>) -> Self {
+        Self::new(RunnerAction::Realistic { outputs, drift: false })
+    }
+
+    /// Succeed (result `succeeded`, phase of the Job's op) without touching the lock.
+    pub fn succeed() -> Self {
+        Self::new(RunnerAction::Finish(RunnerResult::new(
+            RunResult::Succeeded,
+            Phase::Apply,
+            "",
+        )))
+    }
+
+    /// Succeed with these outputs.
+    pub fn succeed_with_outputs(outputs: BTreeMap<String, Value>) -> Self {
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "");
+        r.outputs = Some(outputs);
+        Self::new(RunnerAction::Finish(r))
+    }
+
+    /// A drift check that succeeds and reports `drift`.
+    pub fn drift(drift: bool) -> Self {
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, "");
+        r.drift = Some(drift);
+        Self::new(RunnerAction::Finish(r))
+    }
+
+    /// Fail (exit 1) in the phase of the Job's op.
+    pub fn fail(message: impl Into<String>) -> Self {
+        Self::new(RunnerAction::Finish(RunnerResult::new(
+            RunResult::Failed,
+            Phase::Apply,
+            message,
+        )))
+    }
+
+    /// Fail (exit 1) in a given phase.
+    pub fn fail_in(phase: Phase, message: impl Into<String>) -> Self {
+        let mut s = Self::fail(message);
+        if let RunnerAction::Finish(r) = &mut s.action {
+            r.phase = phase;
+        }
+        s
+    }
+
+    /// Exit with any result.
+    pub fn result(result: RunnerResult) -> Self {
+        Self::new(RunnerAction::Finish(result))
+    }
+
+    /// Exit with a raw code and termination message.
+    pub fn exit(code: i32, message: Option<String>) -> Self {
+        Self::new(RunnerAction::Exit { code, message })
+    }
+
+    /// Hang until the deadline; reports `interrupted` on SIGTERM (see [`Self::silent_on_sigterm`]).
+    pub fn hang() -> Self {
+        Self::new(RunnerAction::Hang)
+    }
+
+    /// Be evicted after the duration.
+    pub fn evicted() -> Self {
+        Self::new(RunnerAction::Evicted)
+    }
+
+    /// Stop before applying a destructive plan: result `blocked` with the plan hash and summary.
+    pub fn blocked(plan_hash: impl Into<String>, summary: PlanSummary) -> Self {
+        let mut r = RunnerResult::new(
+            RunResult::Blocked,
+            Phase::Guard,
+            "the plan deletes or replaces resources",
+        );
+        r.plan_hash = Some(plan_hash.into());
+        r.summary = Some(summary);
+        Self::new(RunnerAction::Finish(r))
+    }
+
+    /// The approved plan differs from the new plan: result `plan-changed`.
+    pub fn plan_changed(new_plan_hash: impl Into<String>, summary: PlanSummary) -> Self {
+        let mut r = RunnerResult::new(
+            RunResult::PlanChanged,
+            Phase::Guard,
+            "the plan differs from the approved plan",
+        );
+        r.plan_hash = Some(new_plan_hash.into());
+        r.summary = Some(summary);
+        Self::new(RunnerAction::Finish(r))
+    }
+
+    /// Take the state lock and die holding it.
+    pub fn die_holding_lock() -> Self {
+        Self::new(RunnerAction::DieHoldingLock { lock_id: None })
+    }
+
+    /// Take the state lock with this ID and die holding it.
+    pub fn die_holding_lock_id(lock_id: impl Into<String>) -> Self {
+        Self::new(RunnerAction::DieHoldingLock {
+            lock_id: Some(lock_id.into()),
+        })
+    }
+
+    /// Take this long (simulated time).
+    pub fn after(mut self, duration: Duration) -> Self {
+        self.duration = duration;
+        self
+    }
+
+    /// Exit 143 with no result on SIGTERM instead of reporting `interrupted`.
+    pub fn silent_on_sigterm(mut self) -> Self {
+        self.interrupted_on_sigterm = false;
+        self
+    }
+
+    /// Ignore `CAPTF_FORCE_UNLOCK_ID`.
+    pub fn without_force_unlock(mut self) -> Self {
+        self.force_unlock = false;
+        self
+    }
+}
+
+/// The runner phase of an op (where a scripted `Finish` with the default phase lands).
+pub fn phase_of(op: Option<Op>) -> Phase {
+    match op {
+        Some(Op::Refresh) => Phase::Refresh,
+        Some(Op::Drift) => Phase::Drift,
+        Some(Op::Destroy) => Phase::Destroy,
+        Some(Op::Apply) | None => Phase::Apply,
+    }
+}
+
+/// The op of a Job: its `captf.io/op` label, else its container's `CAPTF_OP`.
+pub fn job_op(job: &Value) -> Option<Op> {
+    let label = job
+        .pointer("/metadata/labels")
+        .and_then(|l| l.get(captf_shared::keys::LABEL_OP))
+        .and_then(Value::as_str)
+        .map(String::from);
+    label
+        .or_else(|| job_env(job).remove(captf_shared::protocol::env::OP))
+        .and_then(|s| s.parse().ok())
+}
+
+/// Literal `env` values of the Job's first container.
+pub fn job_env(job: &Value) -> BTreeMap<String, String> {
+    job.pointer("/spec/template/spec/containers/0/env")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .filter_map(|e| {
+            Some((
+                e.get("name")?.as_str()?.to_string(),
+                e.get("value").and_then(Value::as_str).unwrap_or_default().to_string(),
+            ))
+        })
+        .collect()
+}
+
+/// Which Jobs a queued script applies to. Empty matches every Job.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct JobMatch {
+    namespace: Option<String>,
+    object_id: Option<String>,
+    op: Option<Op>,
+    name_prefix: Option<String>,
+}
+
+impl JobMatch {
+    pub fn any() -> Self {
+        Self::default()
+    }
+
+    /// The Jobs of one CAPTF object (by its `captf.io/object` label and namespace).
+    pub fn object(kind: Kind, namespace: &str, name: &str) -> Self {
+        JobMatch {
+            namespace: Some(namespace.into()),
+            object_id: Some(captf_shared::names::object_id(kind, namespace, name)),
+            ..Self::default()
+        }
+    }
+
+    pub fn namespace(mut self, ns: impl Into<String>) -> Self {
+        self.namespace = Some(ns.into());
+        self
+    }
+
+    pub fn op(mut self, op: Op) -> Self {
+        self.op = Some(op);
+        self
+    }
+
+    pub fn name_prefix(mut self, prefix: impl Into<String>) -> Self {
+        self.name_prefix = Some(prefix.into());
+        self
+    }
+
+    pub fn matches(&self, job: &Value) -> bool {
+        let meta = |f: &str| job.pointer(&format!("/metadata/{f}")).and_then(Value::as_str);
+        let label = job
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(captf_shared::keys::LABEL_OBJECT))
+            .and_then(Value::as_str);
+        self.namespace.as_deref().is_none_or(|ns| meta("namespace") == Some(ns))
+            && self.object_id.as_deref().is_none_or(|id| label == Some(id))
+            && self.op.is_none_or(|op| job_op(job) == Some(op))
+            && self
+                .name_prefix
+                .as_deref()
+                .is_none_or(|p| meta("name").is_some_and(|n| n.starts_with(p)))
+    }
+}
+
+/// A rule choosing a script from the Job (return `None` to fall through to the default).
+pub type ScriptRule = Arc<dyn Fn(&Job) -> Option<RunnerScript> + Send + Sync>;
+
+/// The scripts of the simulated runners.
+#[derive(Clone)]
+pub struct Scripts {
+    queue: Vec<(JobMatch, RunnerScript)>,
+    rule: Option<ScriptRule>,
+    default: RunnerScript,
+}
+
+impl Default for Scripts {
+    fn default() -> Self {
+        Scripts {
+            queue: Vec::new(),
+            rule: None,
+            default: RunnerScript::realistic(),
+        }
+    }
+}
+
+impl Scripts {
+    pub fn push(&mut self, m: JobMatch, s: RunnerScript) {
+        self.queue.push((m, s));
+    }
+    pub fn set_rule(&mut self, rule: ScriptRule) {
+        self.rule = Some(rule);
+    }
+    pub fn set_default(&mut self, s: RunnerScript) {
+        self.default = s;
+    }
+    /// Queued scripts not used yet.
+    pub fn pending(&self) -> usize {
+        self.queue.len()
+    }
+
+    /// Choose (and consume, if queued) the script of a Job.
+    pub fn choose(&mut self, job: &Value) -> RunnerScript {
+        if let Some(i) = self.queue.iter().position(|(m, _)| m.matches(job)) {
+            return self.queue.remove(i).1;
+        }
+        if let Some(rule) = &self.rule
+            && let Ok(typed) = serde_json::from_value::<Job>(job.clone())
+            && let Some(s) = rule(&typed)
+        {
+            return s;
+        }
+        self.default.clone()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn job(ns: &str, name: &str, object: &str, op: &str) -> Value {
+        json!({"metadata": {"namespace": ns, "name": name, "labels": {"captf.io/object": object, "captf.io/op": op}}})
+    }
+
+    #[test]
+    fn queued_scripts_are_used_once_in_order_then_the_default() {
+        let mut s = Scripts::default();
+        let id = captf_shared::names::object_id(Kind::TerraformCluster, "default", "prod-eu");
+        s.push(
+            JobMatch::object(Kind::TerraformCluster, "default", "prod-eu").op(Op::Apply),
+            RunnerScript::fail("boom"),
+        );
+        s.push(JobMatch::any(), RunnerScript::hang());
+        let drift = job("default", "tc-x-drift-1", &id, "drift");
+        let apply = job("default", "tc-x-apply-2", &id, "apply");
+        assert_eq!(s.choose(&drift).action, RunnerAction::Hang);
+        assert!(matches!(s.choose(&apply).action, RunnerAction::Finish(ref r) if r.result == RunResult::Failed));
+        assert_eq!(s.choose(&apply), RunnerScript::realistic());
+        assert_eq!(s.pending(), 0);
+    }
+
+    #[test]
+    fn a_rule_closure_chooses_by_job_before_the_default() {
+        let mut s = Scripts::default();
+        s.set_rule(Arc::new(|j: &Job| {
+            (j.metadata.name.as_deref() == Some("a")).then(RunnerScript::evicted)
+        }));
+        assert_eq!(s.choose(&job("d", "a", "x", "apply")).action, RunnerAction::Evicted);
+        assert_eq!(s.choose(&job("d", "b", "x", "apply")), RunnerScript::realistic());
+    }
+}

@@ -1,0 +1,647 @@
+//! The HTTP face of the simulator: Kubernetes REST paths, discovery, watch streams and the
+//! simulator's own `/sim/v1/...` endpoints (the clock).
+
+use std::collections::HashMap;
+use std::convert::Infallible;
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::Duration;
+
+use axum::body::{Body, Bytes};
+use axum::extract::State;
+use axum::http::{HeaderMap, Method, StatusCode, Uri, header};
+use axum::response::{IntoResponse, Response};
+use jiff::Timestamp;
+use serde_json::{Value, json};
+use tokio::sync::mpsc;
+
+use crate::admission::{Attributes, Services, admit};
+use crate::error::ApiError;
+use crate::faults::{Faults, Verb};
+use crate::resources::ResourceDef;
+use crate::selectors::{FieldSelector, LabelSelector};
+use crate::store::{DeleteOpts, Propagation, Sub, WatchEvent, World};
+
+/// Everything the request handlers share.
+pub struct Shared {
+    pub world: Mutex<World>,
+    pub faults: Faults,
+    pub services: Services,
+}
+
+impl Shared {
+    pub fn lock(&self) -> Result<MutexGuard<'_, World>, ApiError> {
+        self.world
+            .lock()
+            .map_err(|_| ApiError::internal("simulator state poisoned"))
+    }
+}
+
+/// The router: one handler for every path.
+pub fn router(shared: Arc<Shared>) -> axum::Router {
+    axum::Router::new().fallback(handle).with_state(shared)
+}
+
+fn json_response(code: u16, v: &Value) -> Response {
+    let status = StatusCode::from_u16(code).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR);
+    (status, [(header::CONTENT_TYPE, "application/json")], v.to_string()).into_response()
+}
+
+fn error_response(e: &ApiError) -> Response {
+    let mut r = json_response(e.code, &e.status());
+    if e.code == 429 {
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, header::HeaderValue::from_static("1"));
+    }
+    r
+}
+
+/// A parsed resource path.
+struct Target {
+    def: ResourceDef,
+    ns: Option<String>,
+    name: Option<String>,
+    sub: Option<String>,
+}
+
+async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let query: HashMap<String, String> = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
+        .into_owned()
+        .collect();
+    let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    match handle_inner(&sh, &method, &segs, &query, &headers, body).await {
+        Ok(r) => r,
+        Err(e) => error_response(&e),
+    }
+}
+
+async fn handle_inner(
+    sh: &Arc<Shared>,
+    method: &Method,
+    segs: &[&str],
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let not_found = || ApiError::new(404, "NotFound", "the server could not find the requested resource");
+    let (group, version, rest): (&str, &str, &[&str]) = match segs {
+        ["version"] => {
+            return Ok(json_response(
+                200,
+                &json!({"major": "1", "minor": "33", "gitVersion": "v1.33.0-captf-sim", "gitCommit": "",
+                        "gitTreeState": "clean", "buildDate": "2025-01-01T00:00:00Z", "goVersion": "go1.24",
+                        "compiler": "gc", "platform": "linux/amd64"}),
+            ));
+        }
+        ["healthz" | "readyz" | "livez", ..] => return Ok((StatusCode::OK, "ok").into_response()),
+        ["api"] => {
+            return Ok(json_response(
+                200,
+                &json!({"kind": "APIVersions", "versions": ["v1"],
+                        "serverAddressByClientCIDRs": [{"clientCIDR": "0.0.0.0/0", "serverAddress": "127.0.0.1"}]}),
+            ));
+        }
+        ["apis"] => return Ok(json_response(200, &sh.lock()?.registry.group_list())),
+        ["apis", g] => {
+            return sh
+                .lock()?
+                .registry
+                .group(g)
+                .map(|v| json_response(200, &v))
+                .ok_or_else(not_found);
+        }
+        ["sim", "v1", rest @ ..] => return sim_endpoint(sh, method, rest, query).await,
+        ["api", v, rest @ ..] => ("", *v, rest),
+        ["apis", g, v, rest @ ..] => (*g, *v, rest),
+        _ => return Err(not_found()),
+    };
+    if rest.is_empty() {
+        return sh
+            .lock()?
+            .registry
+            .resource_list(group, version)
+            .map(|v| json_response(200, &v))
+            .ok_or_else(not_found);
+    }
+    let (ns, plural, name, sub) = match rest {
+        ["namespaces", ns, res, tail @ ..] if !(tail.is_empty() && (*res == "status" || *res == "finalize")) => {
+            (Some(ns.to_string()), *res, tail.first().copied(), tail.get(1).copied())
+        }
+        [res, tail @ ..] => (None, *res, tail.first().copied(), tail.get(1).copied()),
+        [] => return Err(not_found()),
+    };
+    let def = sh
+        .lock()?
+        .registry
+        .find(group, version, plural)
+        .cloned()
+        .ok_or_else(not_found)?;
+    if sub.is_some_and(|s| !((s == "status" && def.has_status) || (s == "eviction" && def.id() == "/pods"))) {
+        return Err(not_found());
+    }
+    let t = Target {
+        def,
+        ns,
+        name: name.map(String::from),
+        sub: sub.map(String::from),
+    };
+    let watch = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    let verb = match (method, &t.name, watch) {
+        (&Method::GET, Some(_), _) => Verb::Get,
+        (&Method::GET, None, true) => Verb::Watch,
+        (&Method::GET, None, false) => Verb::List,
+        (&Method::POST, _, _) => Verb::Create,
+        (&Method::PUT, Some(_), _) => Verb::Update,
+        (&Method::PATCH, Some(_), _) => Verb::Patch,
+        (&Method::DELETE, _, _) => Verb::Delete,
+        _ => {
+            return Err(ApiError::new(
+                405,
+                "MethodNotAllowed",
+                "the server does not allow this method on the requested resource",
+            ));
+        }
+    };
+    let latency = sh.faults.latency();
+    if !latency.is_zero() {
+        tokio::time::sleep(latency).await;
+    }
+    let fault_res = match &t.sub {
+        Some(s) => format!("{}/{s}", t.def.plural),
+        None => t.def.plural.clone(),
+    };
+    if let Some(e) = sh.faults.check(
+        verb,
+        &fault_res,
+        t.ns.as_deref().unwrap_or(""),
+        t.name.as_deref().unwrap_or(""),
+    ) {
+        return Err(e);
+    }
+    let ns = t.ns.clone().unwrap_or_default();
+    match verb {
+        Verb::Get => {
+            let name = t.name.as_deref().unwrap_or_default();
+            Ok(json_response(200, &sh.lock()?.get(&t.def, &ns, name)?))
+        }
+        Verb::List => list(sh, &t, query),
+        Verb::Watch => watch_stream(sh, &t, query),
+        Verb::Create => {
+            if t.sub.as_deref() == Some("eviction") {
+                let name = t.name.as_deref().unwrap_or_default();
+                return evict(sh, &t.def, &ns, name);
+            }
+            if t.def.namespaced && t.ns.is_none() {
+                return Err(ApiError::new(
+                    404,
+                    "NotFound",
+                    "the server could not find the requested resource",
+                ));
+            }
+            let obj = parse_body(&body, headers)?;
+            let mut obj = obj;
+            if obj.pointer("/metadata/namespace").is_none() && t.def.namespaced {
+                obj["metadata"]["namespace"] = json!(ns);
+            }
+            let name = obj
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or_default()
+                .to_string();
+            let uid = sh.lock()?.rng.uuid();
+            let attrs = Attributes {
+                def: &t.def,
+                subresource: None,
+                operation: "CREATE",
+                namespace: &ns,
+                name: &name,
+                object: Some(obj.clone()),
+                old_object: None,
+            };
+            let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+            if query.get("dryRun").is_some_and(|d| d == "All") {
+                return Ok(json_response(201, &obj));
+            }
+            let created = sh.lock()?.create(&t.def, &ns, obj)?;
+            Ok(json_response(201, &created))
+        }
+        Verb::Update => {
+            let name = t.name.clone().unwrap_or_default();
+            let new = parse_body(&body, headers)?;
+            let sub = if t.sub.is_some() { Sub::Status } else { Sub::Main };
+            let old = sh.lock()?.get(&t.def, &ns, &name)?;
+            let new = admit_update(sh, &t, &ns, &name, new, old).await?;
+            Ok(json_response(200, &sh.lock()?.update(&t.def, &ns, &name, new, sub)?))
+        }
+        Verb::Patch => patch(sh, &t, &ns, query, headers, &body).await,
+        Verb::Delete => {
+            let opts = delete_opts(&body, query)?;
+            match t.name.clone() {
+                Some(name) => {
+                    let old = sh.lock()?.get(&t.def, &ns, &name)?;
+                    let uid = sh.lock()?.rng.uuid();
+                    let attrs = Attributes {
+                        def: &t.def,
+                        subresource: None,
+                        operation: "DELETE",
+                        namespace: &ns,
+                        name: &name,
+                        object: None,
+                        old_object: Some(old),
+                    };
+                    admit(&sh.world, &sh.services, attrs, uid).await?;
+                    Ok(json_response(200, &sh.lock()?.delete(&t.def, &ns, &name, &opts)?))
+                }
+                None => {
+                    // deletecollection
+                    let (ls, fs) = selectors(query)?;
+                    let mut w = sh.lock()?;
+                    let items: Vec<Value> = w
+                        .list(&t.def, t.ns.as_deref())
+                        .into_iter()
+                        .filter(|o| ls.matches(o) && fs.matches(o))
+                        .collect();
+                    for o in &items {
+                        let n = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+                        let _ = w.delete(&t.def, &ns, n, &opts);
+                    }
+                    Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
+                }
+            }
+        }
+    }
+}
+
+async fn admit_update(
+    sh: &Arc<Shared>,
+    t: &Target,
+    ns: &str,
+    name: &str,
+    new: Value,
+    old: Value,
+) -> Result<Value, ApiError> {
+    let uid = sh.lock()?.rng.uuid();
+    let attrs = Attributes {
+        def: &t.def,
+        subresource: t.sub.as_deref(),
+        operation: "UPDATE",
+        namespace: ns,
+        name,
+        object: Some(new.clone()),
+        old_object: Some(old),
+    };
+    Ok(admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(new))
+}
+
+fn parse_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let v: Value = if ct.contains("yaml") {
+        serde_yaml_ng::from_slice(body).map_err(|e| ApiError::bad_request(format!("failed to parse YAML body: {e}")))?
+    } else {
+        serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("failed to parse JSON body: {e}")))?
+    };
+    if !v.is_object() {
+        return Err(ApiError::bad_request("the body of the request is not a JSON object"));
+    }
+    Ok(v)
+}
+
+fn delete_opts(body: &Bytes, query: &HashMap<String, String>) -> Result<DeleteOpts, ApiError> {
+    let v: Value = if body.is_empty() {
+        json!({})
+    } else {
+        serde_json::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("failed to parse DeleteOptions: {e}")))?
+    };
+    let policy = v
+        .get("propagationPolicy")
+        .and_then(Value::as_str)
+        .map(String::from)
+        .or_else(|| query.get("propagationPolicy").cloned());
+    let propagation = match policy.as_deref() {
+        Some("Background") => Some(Propagation::Background),
+        Some("Foreground") => Some(Propagation::Foreground),
+        Some("Orphan") => Some(Propagation::Orphan),
+        Some(other) => return Err(ApiError::bad_request(format!("unknown propagationPolicy {other:?}"))),
+        None => match v.get("orphanDependents").and_then(Value::as_bool) {
+            Some(true) => Some(Propagation::Orphan),
+            Some(false) => Some(Propagation::Background),
+            None => None,
+        },
+    };
+    Ok(DeleteOpts {
+        propagation,
+        uid: v
+            .pointer("/preconditions/uid")
+            .and_then(Value::as_str)
+            .map(String::from),
+        resource_version: v
+            .pointer("/preconditions/resourceVersion")
+            .and_then(Value::as_str)
+            .map(String::from),
+    })
+}
+
+fn selectors(query: &HashMap<String, String>) -> Result<(LabelSelector, FieldSelector), ApiError> {
+    Ok((
+        LabelSelector::parse(query.get("labelSelector").map(String::as_str).unwrap_or(""))?,
+        FieldSelector::parse(query.get("fieldSelector").map(String::as_str).unwrap_or(""))?,
+    ))
+}
+
+fn list_body(def: &ResourceDef, rv: u64, items: Vec<Value>) -> Value {
+    json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
+           "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+}
+
+fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let (ls, fs) = selectors(query)?;
+    let w = sh.lock()?;
+    let items: Vec<Value> = w
+        .list(&t.def, t.ns.as_deref())
+        .into_iter()
+        .filter(|o| ls.matches(o) && fs.matches(o))
+        .collect();
+    Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
+}
+
+fn line(v: &Value) -> Bytes {
+    let mut s = v.to_string();
+    s.push('\n');
+    Bytes::from(s)
+}
+
+fn event_line(kind: &str, object: &Value) -> Bytes {
+    line(&json!({"type": kind, "object": object}))
+}
+
+fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "application/json")
+        .header(header::CACHE_CONTROL, "no-cache, private")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
+}
+
+fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+    let (ls, fs) = selectors(query)?;
+    let res = t.def.id();
+    let ns_filter = t.ns.clone();
+    let matches = move |e: &WatchEvent| {
+        e.res == res && ns_filter.as_deref().is_none_or(|n| n == e.ns) && ls.matches(&e.object) && fs.matches(&e.object)
+    };
+    let rv_param = query.get("resourceVersion").filter(|r| !r.is_empty() && *r != "0");
+    let initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
+    let bookmarks = query.get("allowWatchBookmarks").is_some_and(|v| v == "true");
+    let timeout = query
+        .get("timeoutSeconds")
+        .and_then(|s| s.parse::<u64>().ok())
+        .map(Duration::from_secs)
+        .unwrap_or(Duration::from_secs(1800));
+    let (tx, rx) = mpsc::channel::<Bytes>(1024);
+    let mut backlog: Vec<Bytes> = Vec::new();
+    let (mut live, mut last_rv);
+    {
+        let w = sh.lock()?;
+        live = w.tx.subscribe();
+        last_rv = w.resource_version();
+        match rv_param {
+            Some(rv) if !initial => {
+                let from: u64 = rv
+                    .parse()
+                    .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
+                match w.history_since(from) {
+                    Some(events) => {
+                        for e in events.iter().filter(|e| matches(e)) {
+                            backlog.push(event_line(e.kind.as_str(), &e.object));
+                        }
+                    }
+                    None => {
+                        let gone =
+                            ApiError::gone(format!("too old resource version: {from} ({})", w.compacted_rv() + 1));
+                        backlog.push(event_line("ERROR", &gone.status()));
+                        drop(live);
+                        let (tx2, rx2) = mpsc::channel(2);
+                        let _ = tx2.try_send(backlog.remove(0));
+                        return Ok(stream_response(rx2));
+                    }
+                }
+            }
+            _ => {
+                for o in w.list(&t.def, t.ns.as_deref()) {
+                    let e = WatchEvent {
+                        rv: 0,
+                        res: t.def.id(),
+                        ns: o
+                            .pointer("/metadata/namespace")
+                            .and_then(Value::as_str)
+                            .unwrap_or("")
+                            .into(),
+                        kind: crate::store::EventType::Added,
+                        object: o,
+                    };
+                    if matches(&e) {
+                        backlog.push(event_line("ADDED", &e.object));
+                    }
+                }
+                if initial || bookmarks {
+                    backlog.push(event_line(
+                        "BOOKMARK",
+                        &json!({"kind": t.def.kind, "apiVersion": t.def.api_version(),
+                                "metadata": {"resourceVersion": last_rv.to_string(),
+                                             "annotations": {"k8s.io/initial-events-end": "true"}}}),
+                    ));
+                }
+            }
+        }
+    }
+    let mut drops = sh.faults.drop_signal();
+    drops.mark_unchanged();
+    tokio::spawn(async move {
+        for b in backlog {
+            if tx.send(b).await.is_err() {
+                return;
+            }
+        }
+        let deadline = tokio::time::sleep(timeout);
+        tokio::pin!(deadline);
+        loop {
+            tokio::select! {
+                _ = &mut deadline => return,
+                _ = drops.changed() => return,
+                ev = live.recv() => match ev {
+                    Ok(e) => {
+                        if e.rv <= last_rv && e.rv != 0 {
+                            continue;
+                        }
+                        last_rv = e.rv;
+                        if matches(&e) && tx.send(event_line(e.kind.as_str(), &e.object)).await.is_err() {
+                            return;
+                        }
+                    }
+                    Err(_) => return,
+                },
+            }
+        }
+    });
+    Ok(stream_response(rx))
+}
+
+fn patch_touches_rv(body: &Bytes) -> bool {
+    body.windows(b"resourceVersion".len()).any(|w| w == b"resourceVersion")
+}
+
+async fn patch(
+    sh: &Arc<Shared>,
+    t: &Target,
+    ns: &str,
+    query: &HashMap<String, String>,
+    headers: &HeaderMap,
+    body: &Bytes,
+) -> Result<Response, ApiError> {
+    let name = t.name.clone().unwrap_or_default();
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .split(';')
+        .next()
+        .unwrap_or("")
+        .trim()
+        .to_string();
+    let sub = if t.sub.is_some() { Sub::Status } else { Sub::Main };
+    let is_apply = ct == "application/apply-patch+yaml";
+    if is_apply && query.get("fieldManager").is_none_or(|m| m.is_empty()) {
+        return Err(ApiError::bad_request(
+            "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
+        ));
+    }
+    let patch_value: Value = match ct.as_str() {
+        "application/apply-patch+yaml" => serde_yaml_ng::from_slice(body)
+            .map_err(|e| ApiError::bad_request(format!("failed to parse apply patch: {e}")))?,
+        "application/json-patch+json" | "application/merge-patch+json" | "application/strategic-merge-patch+json" => {
+            serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("failed to parse patch: {e}")))?
+        }
+        other => {
+            return Err(ApiError::new(
+                415,
+                "UnsupportedMediaType",
+                format!(
+                    "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml, application/strategic-merge-patch+json (got {other:?})"
+                ),
+            ));
+        }
+    };
+    for _ in 0..10 {
+        let got = sh.lock()?.get(&t.def, ns, &name);
+        let old = match got {
+            Ok(o) => o,
+            Err(e) if e.code == 404 && is_apply && sub == Sub::Main => {
+                // Server-side apply of an absent object creates it.
+                let mut obj = patch_value.clone();
+                obj["metadata"]["name"] = json!(name);
+                if t.def.namespaced {
+                    obj["metadata"]["namespace"] = json!(ns);
+                }
+                let uid = sh.lock()?.rng.uuid();
+                let attrs = Attributes {
+                    def: &t.def,
+                    subresource: None,
+                    operation: "CREATE",
+                    namespace: ns,
+                    name: &name,
+                    object: Some(obj.clone()),
+                    old_object: None,
+                };
+                let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+                return Ok(json_response(201, &sh.lock()?.create(&t.def, ns, obj)?));
+            }
+            Err(e) => return Err(e),
+        };
+        let mut new = old.clone();
+        if ct == "application/json-patch+json" {
+            let p: json_patch::Patch = serde_json::from_value(patch_value.clone())
+                .map_err(|e| ApiError::bad_request(format!("invalid JSON patch: {e}")))?;
+            json_patch::patch(&mut new, &p).map_err(|e| {
+                ApiError::new(
+                    422,
+                    "Invalid",
+                    format!("the server rejected our request due to an error in our request: {e}"),
+                )
+            })?;
+        } else {
+            json_patch::merge(&mut new, &patch_value);
+        }
+        let new = admit_update(sh, t, ns, &name, new, old).await?;
+        match sh.lock()?.update(&t.def, ns, &name, new, sub) {
+            Err(e) if e.code == 409 && e.reason == "Conflict" && !patch_touches_rv(body) => continue,
+            r => return Ok(json_response(200, &r?)),
+        }
+    }
+    Err(ApiError::conflict(&t.def, &name))
+}
+
+fn evict(sh: &Arc<Shared>, def: &ResourceDef, ns: &str, name: &str) -> Result<Response, ApiError> {
+    let mut w = sh.lock()?;
+    w.get(def, ns, name)?;
+    if !w.evict(ns, name) {
+        w.delete(def, ns, name, &DeleteOpts::default())?;
+    }
+    Ok(json_response(
+        201,
+        &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+fn clock_json(now: Timestamp) -> Value {
+    json!({"now": now.to_string()})
+}
+
+async fn sim_endpoint(
+    sh: &Arc<Shared>,
+    method: &Method,
+    rest: &[&str],
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    match (method, rest) {
+        (&Method::GET, ["clock"]) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
+            let mut rx = sh.lock()?.clock.subscribe();
+            let (tx, out) = mpsc::channel::<Bytes>(64);
+            tokio::spawn(async move {
+                let first = *rx.borrow_and_update();
+                if tx.send(line(&clock_json(first))).await.is_err() {
+                    return;
+                }
+                while rx.changed().await.is_ok() {
+                    let now = *rx.borrow_and_update();
+                    if tx.send(line(&clock_json(now))).await.is_err() {
+                        return;
+                    }
+                }
+            });
+            Ok(stream_response(out))
+        }
+        (&Method::GET, ["clock"]) => Ok(json_response(200, &clock_json(sh.lock()?.now()))),
+        (&Method::POST, ["clock", "advance"]) => {
+            let by = query
+                .get("by")
+                .or_else(|| query.get("seconds"))
+                .ok_or_else(|| ApiError::bad_request("advance needs ?by=<Go duration> or ?seconds=<n>"))?;
+            let d = match by.parse::<u64>() {
+                Ok(s) => Duration::from_secs(s),
+                Err(_) => captf_shared::duration::parse(by).map_err(|e| ApiError::bad_request(e.to_string()))?,
+            };
+            let mut w = sh.lock()?;
+            let target = w.now() + jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO);
+            w.advance_to(target);
+            Ok(json_response(200, &clock_json(w.now())))
+        }
+        _ => Err(ApiError::new(404, "NotFound", "unknown simulator endpoint")),
+    }
+}

@@ -1,0 +1,460 @@
+//! API semantics of the simulator, exercised through kube-rs over HTTP.
+#![allow(clippy::unwrap_used)]
+
+use std::time::{Duration, Instant};
+
+use captf_sim::{FaultRule, Sim, Verb};
+use futures::{StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ConfigMap, Namespace, Pod, Secret};
+use kube::api::{
+    Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, PropagationPolicy, WatchEvent, WatchParams,
+};
+use kube::core::{DynamicObject, GroupVersionKind};
+use kube::discovery::{ApiResource, Discovery};
+use serde_json::json;
+
+fn cm(name: &str) -> ConfigMap {
+    serde_json::from_value(json!({"metadata": {"name": name}, "data": {"k": "v"}})).unwrap()
+}
+
+fn tc_resource() -> ApiResource {
+    ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        "terraformclusters",
+    )
+}
+
+fn tc(name: &str) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": {"name": name},
+        "spec": {"module": {"source": "git::https://example.com/m.git"}},
+    }))
+    .unwrap()
+}
+
+fn api_err(e: kube::Error) -> kube::core::Status {
+    match e {
+        kube::Error::Api(s) => *s,
+        other => panic!("expected an API error, got {other}"),
+    }
+}
+
+#[tokio::test]
+async fn starts_in_well_under_a_second() {
+    let t = Instant::now();
+    let sim = Sim::start().await.unwrap();
+    let took = t.elapsed();
+    println!("sim start: {took:?}");
+    assert!(took < Duration::from_millis(500), "{took:?}");
+    let v = sim.client().unwrap().apiserver_version().await.unwrap();
+    assert_eq!(v.major, "1");
+}
+
+#[tokio::test]
+async fn create_fills_uid_timestamps_and_generate_name_and_get_reads_it_back() {
+    let sim = Sim::builder()
+        .start_time("2026-01-02T03:04:05Z".parse().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    let mut obj = cm("");
+    obj.metadata.name = None;
+    obj.metadata.generate_name = Some("cfg-".into());
+    let made = api.create(&PostParams::default(), &obj).await.unwrap();
+    let name = made.metadata.name.clone().unwrap();
+    assert!(name.starts_with("cfg-") && name.len() == 9, "{name}");
+    assert!(made.metadata.uid.is_some());
+    assert!(made.metadata.resource_version.is_some());
+    assert_eq!(
+        made.metadata.creation_timestamp.clone().unwrap().0.to_string(),
+        "2026-01-02T03:04:05Z"
+    );
+    assert_eq!(api.get(&name).await.unwrap().data.unwrap()["k"], "v");
+    let dup = api_err(api.create(&PostParams::default(), &made).await.unwrap_err());
+    assert_eq!((dup.code, dup.reason.as_str()), (409, "AlreadyExists"));
+    let missing = api_err(api.get("nope").await.unwrap_err());
+    assert_eq!(missing.code, 404);
+    assert_eq!(missing.message, "configmaps \"nope\" not found");
+}
+
+#[tokio::test]
+async fn creating_in_a_missing_namespace_is_not_found() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::namespaced(sim.client().unwrap(), "ghost");
+    let e = api_err(api.create(&PostParams::default(), &cm("a")).await.unwrap_err());
+    assert_eq!((e.code, e.message.as_str()), (404, "namespaces \"ghost\" not found"));
+    let ns: Api<Namespace> = Api::all(sim.client().unwrap());
+    ns.create(
+        &PostParams::default(),
+        &serde_json::from_value(json!({"metadata": {"name": "ghost"}})).unwrap(),
+    )
+    .await
+    .unwrap();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+}
+
+#[tokio::test]
+async fn update_with_a_stale_resource_version_is_a_409_conflict() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    let first = api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let mut second = first.clone();
+    second.data = Some([("k".to_string(), "w".to_string())].into());
+    let updated = api.replace("a", &PostParams::default(), &second).await.unwrap();
+    assert_ne!(updated.metadata.resource_version, first.metadata.resource_version);
+    let e = api_err(api.replace("a", &PostParams::default(), &first).await.unwrap_err());
+    assert_eq!((e.code, e.reason.as_str()), (409, "Conflict"));
+    assert!(e.message.contains("the object has been modified"), "{}", e.message);
+}
+
+#[tokio::test]
+async fn merge_json_and_server_side_apply_patches() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let p = api
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"x": "1", "k": null}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.data.clone().unwrap(), [("x".to_string(), "1".to_string())].into());
+    let jp = serde_json::from_value(json!([{"op": "add", "path": "/data/y", "value": "2"}])).unwrap();
+    let p = api
+        .patch("a", &PatchParams::default(), &Patch::Json::<()>(jp))
+        .await
+        .unwrap();
+    assert_eq!(p.data.unwrap()["y"], "2");
+    let ssa = PatchParams::apply("test").force();
+    let applied = api
+        .patch(
+            "b",
+            &ssa,
+            &Patch::Apply(
+                json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "b"}, "data": {"z": "3"}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap()["z"], "3");
+    let applied = api
+        .patch(
+            "b",
+            &ssa,
+            &Patch::Apply(json!({"apiVersion": "v1", "kind": "ConfigMap", "data": {"w": "4"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(applied.data.unwrap().len(), 2);
+    let bad = serde_json::from_value(json!([{"op": "test", "path": "/data/y", "value": "9"}])).unwrap();
+    assert_eq!(
+        api_err(
+            api.patch("a", &PatchParams::default(), &Patch::Json::<()>(bad))
+                .await
+                .unwrap_err()
+        )
+        .code,
+        422
+    );
+}
+
+#[tokio::test]
+async fn status_subresource_is_separate_and_spec_changes_bump_generation() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<DynamicObject> = Api::default_namespaced_with(sim.client().unwrap(), &tc_resource());
+    let mut obj = tc("prod");
+    obj.data["status"] = json!({"ready": true});
+    let made = api.create(&PostParams::default(), &obj).await.unwrap();
+    assert_eq!(made.data.get("status"), None, "status is dropped on create");
+    assert_eq!(made.metadata.generation, Some(1));
+    let s = api
+        .patch_status(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(s.data["status"]["ready"], true);
+    assert_eq!(s.data["spec"].get("paused"), None, "a status write cannot change spec");
+    assert_eq!(s.metadata.generation, Some(1));
+    let m = api
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(m.data["status"]["ready"], true, "a main write cannot change status");
+    assert_eq!(m.data["spec"]["paused"], true);
+    assert_eq!(m.metadata.generation, Some(2));
+    let l = api
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"labels": {"a": "b"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(l.metadata.generation, Some(2), "metadata changes keep the generation");
+}
+
+#[tokio::test]
+async fn finalizers_hold_a_delete_until_the_last_one_goes() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<DynamicObject> = Api::default_namespaced_with(sim.client().unwrap(), &tc_resource());
+    let mut obj = tc("prod");
+    obj.metadata.finalizers = Some(vec!["captf.io/destroy".into()]);
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    let d = api.delete("prod", &DeleteParams::default()).await.unwrap();
+    let held = d.left().unwrap();
+    assert!(held.metadata.deletion_timestamp.is_some());
+    assert!(api.get("prod").await.unwrap().metadata.deletion_timestamp.is_some());
+    api.patch(
+        "prod",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+    )
+    .await
+    .unwrap();
+    assert_eq!(api_err(api.get("prod").await.unwrap_err()).code, 404);
+}
+
+fn owned_secret(name: &str, owner: &DynamicObject) -> Secret {
+    serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "name": owner.metadata.name, "uid": owner.metadata.uid}]}}))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn owner_deletion_propagates_background_foreground_and_orphan() {
+    let sim = Sim::start().await.unwrap();
+    let client = sim.client().unwrap();
+    let tcs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &tc_resource());
+    let secrets: Api<Secret> = Api::default_namespaced(client);
+    for (i, policy) in [
+        PropagationPolicy::Background,
+        PropagationPolicy::Foreground,
+        PropagationPolicy::Orphan,
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let owner = tcs.create(&PostParams::default(), &tc(&format!("o{i}"))).await.unwrap();
+        secrets
+            .create(&PostParams::default(), &owned_secret(&format!("s{i}"), &owner))
+            .await
+            .unwrap();
+        let dp = DeleteParams {
+            propagation_policy: Some(policy.clone()),
+            ..Default::default()
+        };
+        tcs.delete(&format!("o{i}"), &dp).await.unwrap();
+        assert_eq!(api_err(tcs.get(&format!("o{i}")).await.unwrap_err()).code, 404);
+        let left = secrets.get_opt(&format!("s{i}")).await.unwrap();
+        match policy {
+            PropagationPolicy::Orphan => {
+                assert!(left.unwrap().metadata.owner_references.unwrap_or_default().is_empty())
+            }
+            _ => assert!(left.is_none(), "{policy:?} leaves the dependent"),
+        }
+    }
+}
+
+#[tokio::test]
+async fn list_filters_by_label_and_field_selectors() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    for (n, op) in [("a", "apply"), ("b", "drift"), ("c", "apply")] {
+        let mut c = cm(n);
+        c.metadata.labels = Some([("captf.io/op".to_string(), op.to_string())].into());
+        api.create(&PostParams::default(), &c).await.unwrap();
+    }
+    let names = |l: kube::core::ObjectList<ConfigMap>| {
+        l.items
+            .into_iter()
+            .map(|c| c.metadata.name.unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("captf.io/op=apply"))
+                .await
+                .unwrap()
+        ),
+        ["a", "c"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().labels("captf.io/op in (drift)"))
+                .await
+                .unwrap()
+        ),
+        ["b"]
+    );
+    assert_eq!(
+        names(
+            api.list(&ListParams::default().fields("metadata.name=c,metadata.namespace=default"))
+                .await
+                .unwrap()
+        ),
+        ["c"]
+    );
+}
+
+#[tokio::test]
+async fn watch_from_a_resource_version_replays_later_changes_and_410_when_too_old() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    let rv = api
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .metadata
+        .resource_version
+        .unwrap();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    api.patch("a", &PatchParams::default(), &Patch::Merge(json!({"data": {"k": "2"}})))
+        .await
+        .unwrap();
+    api.delete("a", &DeleteParams::default()).await.unwrap();
+    let events: Vec<_> = api
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .take(3)
+        .try_collect()
+        .await
+        .unwrap();
+    let kinds: Vec<&str> = events
+        .iter()
+        .map(|e| match e {
+            WatchEvent::Added(_) => "ADDED",
+            WatchEvent::Modified(_) => "MODIFIED",
+            WatchEvent::Deleted(_) => "DELETED",
+            _ => "OTHER",
+        })
+        .collect();
+    assert_eq!(kinds, ["ADDED", "MODIFIED", "DELETED"]);
+    sim.compact();
+    let mut s = api
+        .watch(&WatchParams::default().timeout(1), &rv)
+        .await
+        .unwrap()
+        .boxed();
+    match s.next().await.unwrap().unwrap() {
+        WatchEvent::Error(e) => assert_eq!(e.code, 410),
+        other => panic!("expected 410 Gone, got {other:?}"),
+    }
+}
+
+#[tokio::test]
+async fn a_kube_runtime_watcher_sees_live_changes_and_survives_dropped_watches() {
+    use kube::runtime::{WatchStreamExt, watcher};
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    let mut stream = watcher(api.clone(), watcher::Config::default())
+        .applied_objects()
+        .boxed();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let got = tokio::time::timeout(Duration::from_secs(5), stream.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    assert_eq!(got.metadata.name.as_deref(), Some("a"));
+    sim.faults().drop_watches();
+    api.create(&PostParams::default(), &cm("b")).await.unwrap();
+    let mut seen = vec![];
+    while !seen.contains(&"b".to_string()) {
+        let o = tokio::time::timeout(Duration::from_secs(10), stream.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        seen.push(o.metadata.name.unwrap());
+    }
+}
+
+#[tokio::test]
+async fn discovery_lists_builtins_and_the_captf_crds() {
+    let sim = Sim::start().await.unwrap();
+    let d = Discovery::new(sim.client().unwrap()).run().await.unwrap();
+    let groups: Vec<String> = d.groups().map(|g| g.name().to_string()).collect();
+    for g in [
+        "",
+        "batch",
+        "coordination.k8s.io",
+        "events.k8s.io",
+        "infrastructure.cluster.x-k8s.io",
+    ] {
+        assert!(groups.contains(&g.to_string()), "{g} missing from {groups:?}");
+    }
+    let (ar, caps) = d
+        .resolve_gvk(&GroupVersionKind::gvk(
+            "infrastructure.cluster.x-k8s.io",
+            "v1alpha1",
+            "TerraformCluster",
+        ))
+        .unwrap();
+    assert_eq!(ar.plural, "terraformclusters");
+    assert!(caps.subresources.iter().any(|(s, _)| s.plural == "status"));
+}
+
+#[tokio::test]
+async fn injected_faults_answer_500_429_409_then_recover() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<Job> = Api::default_namespaced(sim.client().unwrap());
+    for code in [500u16, 409] {
+        sim.faults().inject(FaultRule::new(Verb::List, "jobs", code, 1));
+        let e = api_err(api.list(&ListParams::default()).await.unwrap_err());
+        assert_eq!(e.code, code);
+    }
+    api.list(&ListParams::default()).await.unwrap();
+    // kube-rs retries 429 (Retry-After) by itself: the fault is consumed and the list succeeds.
+    sim.faults().inject(FaultRule::new(Verb::List, "jobs", 429, 1));
+    api.list(&ListParams::default()).await.unwrap();
+    assert_eq!(sim.faults().remaining(), 0);
+    let pods: Api<Pod> = Api::default_namespaced(sim.client().unwrap());
+    sim.faults().set_latency(Duration::from_millis(50));
+    let t = Instant::now();
+    pods.list(&ListParams::default()).await.unwrap();
+    assert!(t.elapsed() >= Duration::from_millis(50));
+}
+
+#[tokio::test]
+async fn the_clock_is_served_over_http_and_streams_every_change() {
+    let sim = Sim::builder()
+        .start_time("2026-01-01T00:00:00Z".parse().unwrap())
+        .start()
+        .await
+        .unwrap();
+    let client = sim.client().unwrap();
+    let now: serde_json::Value = client
+        .request(http::Request::get("/sim/v1/clock").body(vec![]).unwrap())
+        .await
+        .unwrap();
+    assert_eq!(now, json!({"now": "2026-01-01T00:00:00Z"}));
+    use futures::AsyncBufReadExt;
+    let mut lines = client
+        .request_stream(http::Request::get("/sim/v1/clock?watch=true").body(vec![]).unwrap())
+        .await
+        .unwrap()
+        .lines();
+    assert_eq!(
+        lines.next().await.unwrap().unwrap(),
+        r#"{"now":"2026-01-01T00:00:00Z"}"#
+    );
+    sim.advance(Duration::from_secs(90));
+    assert_eq!(
+        lines.next().await.unwrap().unwrap(),
+        r#"{"now":"2026-01-01T00:01:30Z"}"#
+    );
+}

@@ -1,0 +1,426 @@
+//! The simulated Job controller and kubelet, the clock and the runner scripts.
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use captf_shared::names::{lock_lease_name, suffix};
+use captf_shared::protocol::{Phase, PlanSummary, RunResult, RunnerResult};
+use captf_shared::{Kind, Op};
+use captf_sim::{JobMatch, RunnerScript, Sim};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Pod;
+use kube::api::{Api, DeleteParams, PostParams, PropagationPolicy};
+use serde_json::{Value, json};
+
+const START: &str = "2026-03-01T10:00:00Z";
+
+async fn sim() -> Sim {
+    Sim::builder().start_time(START.parse().unwrap()).start().await.unwrap()
+}
+
+/// A Job as the controller builds it (the parts the simulator reads).
+fn job(name: &str, op: Op, deadline: i64, extra_env: &[(&str, &str)]) -> Job {
+    let sfx = suffix(Kind::TerraformCluster, "default", "prod-eu");
+    let mut env = vec![
+        json!({"name": "CAPTF_OP", "value": op.as_str()}),
+        json!({"name": "CAPTF_STATE_SUFFIX", "value": sfx}),
+        json!({"name": "CAPTF_NAMESPACE", "value": "default"}),
+        json!({"name": "CAPTF_LOCK_TIMEOUT", "value": "300s"}),
+    ];
+    env.extend(extra_env.iter().map(|(k, v)| json!({"name": k, "value": v})));
+    serde_json::from_value(json!({
+        "metadata": {"name": name, "labels": {
+            "captf.io/kind": "TerraformCluster", "captf.io/op": op.as_str(),
+            "captf.io/object": captf_shared::names::object_id(Kind::TerraformCluster, "default", "prod-eu")}},
+        "spec": {"backoffLimit": 0, "activeDeadlineSeconds": deadline, "template": {
+            "metadata": {"labels": {"captf.io/op": op.as_str()}},
+            "spec": {"restartPolicy": "Never", "containers": [{"name": "runner", "image": "captf-runner:dev", "env": env}]}}}
+    }))
+    .unwrap()
+}
+
+fn conditions(j: &Job) -> Vec<(String, String)> {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .map(|c| (c.type_, c.reason.unwrap_or_default()))
+        .collect()
+}
+
+fn ctypes(j: &Job) -> Vec<String> {
+    conditions(j).into_iter().map(|(t, _)| t).collect()
+}
+
+fn terminated(p: &Pod) -> k8s_openapi::api::core::v1::ContainerStateTerminated {
+    p.status.as_ref().unwrap().container_statuses.as_ref().unwrap()[0]
+        .state
+        .as_ref()
+        .unwrap()
+        .terminated
+        .clone()
+        .unwrap()
+}
+
+struct Env {
+    sim: Sim,
+    jobs: Api<Job>,
+    pods: Api<Pod>,
+    leases: Api<Lease>,
+}
+
+async fn env() -> Env {
+    let sim = sim().await;
+    let c = sim.client().unwrap();
+    Env {
+        jobs: Api::default_namespaced(c.clone()),
+        pods: Api::default_namespaced(c.clone()),
+        leases: Api::default_namespaced(c),
+        sim,
+    }
+}
+
+impl Env {
+    async fn start(&self, j: &Job) -> Pod {
+        let name = j.metadata.name.clone().unwrap();
+        self.jobs.create(&PostParams::default(), j).await.unwrap();
+        let pods = self.sim.pods_of_job("default", &name).unwrap();
+        assert_eq!(pods.len(), 1);
+        pods[0].clone()
+    }
+    async fn job(&self, name: &str) -> Job {
+        self.jobs.get(name).await.unwrap()
+    }
+    async fn pod(&self, p: &Pod) -> Pod {
+        self.pods.get(p.metadata.name.as_deref().unwrap()).await.unwrap()
+    }
+    async fn lock(&self) -> Lease {
+        self.leases
+            .get(&lock_lease_name(&suffix(Kind::TerraformCluster, "default", "prod-eu")))
+            .await
+            .unwrap()
+    }
+}
+
+#[tokio::test]
+async fn a_job_gets_one_pod_named_job_dash_5_chars_with_that_hostname_owned_by_the_job() {
+    let e = env().await;
+    let pod = e.start(&job("tc-prod-eu-225654-apply-7", Op::Apply, 3600, &[])).await;
+    let name = pod.metadata.name.clone().unwrap();
+    let pattern = captf_shared::names::RunnerPattern::new(Kind::TerraformCluster, "default", "prod-eu");
+    assert!(pattern.matches(&name), "{name} does not match {}", pattern.as_str());
+    assert!(name.starts_with("tc-prod-eu-225654-apply-7-") && name.len() == "tc-prod-eu-225654-apply-7-".len() + 5);
+    assert_eq!(pod.spec.as_ref().unwrap().hostname.as_deref(), Some(name.as_str()));
+    let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!((owner.kind.as_str(), owner.controller), ("Job", Some(true)));
+    assert_eq!(pod.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+    let j = e.job("tc-prod-eu-225654-apply-7").await;
+    assert_eq!(j.status.as_ref().unwrap().active, Some(1));
+    assert_eq!(
+        j.status.as_ref().unwrap().start_time.as_ref().unwrap().0.to_string(),
+        START
+    );
+}
+
+#[tokio::test]
+async fn a_succeeding_runner_stays_active_until_the_clock_passes_its_duration_then_completes_with_its_result() {
+    let e = env().await;
+    let outputs: BTreeMap<String, Value> = [("endpoint".to_string(), json!("https://k8s.example"))].into();
+    e.sim.script(
+        JobMatch::any(),
+        RunnerScript::succeed_with_outputs(outputs.clone()).after(Duration::from_secs(120)),
+    );
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(119));
+    assert_eq!(ctypes(&e.job("tc-a-apply-1").await), Vec::<String>::new());
+    e.sim.advance(Duration::from_secs(600));
+    let j = e.job("tc-a-apply-1").await;
+    assert_eq!(ctypes(&j), ["SuccessCriteriaMet", "Complete"]);
+    let st = j.status.unwrap();
+    assert_eq!((st.succeeded, st.active), (Some(1), Some(0)));
+    assert_eq!(
+        st.completion_time.unwrap().0.to_string(),
+        "2026-03-01T10:02:00Z",
+        "finishes at its own time"
+    );
+    let p = e.pod(&pod).await;
+    assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Succeeded"));
+    let t = terminated(&p);
+    assert_eq!(t.exit_code, 0);
+    let r = RunnerResult::parse(t.message.as_deref().unwrap()).unwrap();
+    assert_eq!((r.result, r.phase), (RunResult::Succeeded, Phase::Apply));
+    assert_eq!(r.outputs.unwrap(), outputs);
+}
+
+#[tokio::test]
+async fn a_failing_runner_exits_1_and_the_job_fails_failure_target_first() {
+    let e = env().await;
+    e.sim.script(
+        JobMatch::any(),
+        RunnerScript::fail("Error: boom").after(Duration::from_secs(5)),
+    );
+    let pod = e.start(&job("tc-a-drift-2", Op::Drift, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(5));
+    let j = e.job("tc-a-drift-2").await;
+    assert_eq!(
+        conditions(&j),
+        [
+            ("FailureTarget".to_string(), "BackoffLimitExceeded".to_string()),
+            ("Failed".to_string(), "BackoffLimitExceeded".to_string())
+        ]
+    );
+    assert_eq!(j.status.unwrap().failed, Some(1));
+    let t = terminated(&e.pod(&pod).await);
+    assert_eq!(t.exit_code, 1);
+    let r = RunnerResult::parse(t.message.as_deref().unwrap()).unwrap();
+    assert_eq!(
+        (r.result, r.phase, r.message.as_str()),
+        (RunResult::Failed, Phase::Drift, "Error: boom")
+    );
+}
+
+#[tokio::test]
+async fn deadline_kill_fails_the_job_deadline_exceeded_and_the_runner_may_report_interrupted() {
+    let e = env().await;
+    e.sim.script(JobMatch::any(), RunnerScript::hang());
+    e.sim.script(JobMatch::any(), RunnerScript::hang().silent_on_sigterm());
+    let p1 = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    let p2 = e.start(&job("tc-a-apply-2", Op::Apply, 1800, &[])).await;
+    e.sim.advance(Duration::from_secs(1799));
+    assert!(ctypes(&e.job("tc-a-apply-2").await).is_empty());
+    e.sim.advance(Duration::from_secs(1));
+    let j2 = e.job("tc-a-apply-2").await;
+    assert_eq!(ctypes(&j2), ["FailureTarget", "Failed"]);
+    let failed = j2.status.unwrap().conditions.unwrap().pop().unwrap();
+    assert_eq!(failed.reason.as_deref(), Some("DeadlineExceeded"));
+    assert_eq!(
+        failed.message.as_deref(),
+        Some("Job was active longer than specified deadline")
+    );
+    assert_eq!(terminated(&e.pod(&p2).await).message, None, "silent on SIGTERM");
+    e.sim.advance(Duration::from_secs(3600));
+    let j1 = e.job("tc-a-apply-1").await;
+    assert_eq!(
+        conditions(&j1)[1],
+        ("Failed".to_string(), "DeadlineExceeded".to_string())
+    );
+    let p1 = e.pod(&p1).await;
+    assert_eq!(p1.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+    let t = terminated(&p1);
+    assert_eq!(t.exit_code, 5);
+    assert_eq!(
+        RunnerResult::parse(t.message.as_deref().unwrap()).unwrap().result,
+        RunResult::Interrupted
+    );
+}
+
+#[tokio::test]
+async fn an_evicted_runner_gets_disruption_target_reports_interrupted_and_the_job_fails() {
+    let e = env().await;
+    e.sim
+        .script(JobMatch::any(), RunnerScript::evicted().after(Duration::from_secs(60)));
+    let pod = e.start(&job("tc-a-refresh-3", Op::Refresh, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(60));
+    let p = e.pod(&pod).await;
+    let conds = p.status.as_ref().unwrap().conditions.clone().unwrap();
+    assert!(
+        conds
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget" && c.status == "True")
+    );
+    let r = RunnerResult::parse(terminated(&p).message.as_deref().unwrap()).unwrap();
+    assert_eq!((r.result, r.phase), (RunResult::Interrupted, Phase::Refresh));
+    assert_eq!(conditions(&e.job("tc-a-refresh-3").await)[1].0, "Failed");
+    // Eviction on demand, too.
+    let pod = e.start(&job("tc-a-refresh-4", Op::Refresh, 3600, &[])).await;
+    assert!(e.sim.evict("default", pod.metadata.name.as_deref().unwrap()));
+    assert_eq!(ctypes(&e.job("tc-a-refresh-4").await), ["FailureTarget", "Failed"]);
+}
+
+#[tokio::test]
+async fn blocked_and_plan_changed_results_carry_the_plan_hash_and_summary() {
+    let e = env().await;
+    let summary = PlanSummary {
+        add: 1,
+        change: 0,
+        destroy: 2,
+        replace: 0,
+    };
+    e.sim.script(JobMatch::any(), RunnerScript::blocked("abc123", summary));
+    e.sim
+        .script(JobMatch::any(), RunnerScript::plan_changed("def456", summary));
+    for (name, want, code) in [
+        ("tc-a-apply-1", RunResult::Blocked, 3),
+        ("tc-a-apply-2", RunResult::PlanChanged, 4),
+    ] {
+        let pod = e.start(&job(name, Op::Apply, 3600, &[])).await;
+        e.sim.advance(Duration::from_secs(30));
+        let t = terminated(&e.pod(&pod).await);
+        assert_eq!(t.exit_code, code);
+        let r = RunnerResult::parse(t.message.as_deref().unwrap()).unwrap();
+        assert_eq!(r.result, want);
+        assert_eq!(r.summary, Some(summary));
+        assert!(r.plan_hash.is_some());
+        assert_eq!(ctypes(&e.job(name).await), ["FailureTarget", "Failed"]);
+    }
+}
+
+#[tokio::test]
+async fn a_runner_that_dies_holding_the_lock_leaves_a_lease_naming_its_pod() {
+    let e = env().await;
+    e.sim.script(
+        JobMatch::any(),
+        RunnerScript::die_holding_lock_id("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55"),
+    );
+    let pod = e.start(&job("tc-prod-eu-225654-apply-7", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(30));
+    let lease = e.lock().await;
+    assert_eq!(
+        lease.spec.as_ref().unwrap().holder_identity.as_deref(),
+        Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55")
+    );
+    let info: Value =
+        serde_json::from_str(&lease.metadata.annotations.as_ref().unwrap()["app.terraform.io/lock-info"]).unwrap();
+    assert_eq!(info["Who"], format!("root@{}", pod.metadata.name.as_deref().unwrap()));
+    assert_eq!(info["ID"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
+    assert_eq!(info["Operation"], "OperationTypeApply");
+    assert_eq!(lease.metadata.labels.as_ref().unwrap()["tfstate"], "true");
+    let p = e.pod(&pod).await;
+    assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Failed"));
+    assert_eq!(terminated(&p).message, None, "no result");
+    assert_eq!(terminated(&p).exit_code, 137);
+}
+
+#[tokio::test]
+async fn the_realistic_runner_force_unlocks_a_matching_id_and_then_succeeds() {
+    let e = env().await;
+    e.sim
+        .script(JobMatch::any(), RunnerScript::die_holding_lock_id("dead-lock-id"));
+    e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(30));
+    // The next Job is handed the stale lock's ID.
+    let pod = e
+        .start(&job(
+            "tc-a-apply-2",
+            Op::Apply,
+            3600,
+            &[("CAPTF_FORCE_UNLOCK_ID", "dead-lock-id")],
+        ))
+        .await;
+    let during = e.lock().await;
+    let info: Value =
+        serde_json::from_str(&during.metadata.annotations.as_ref().unwrap()["app.terraform.io/lock-info"]).unwrap();
+    assert_eq!(
+        info["Who"],
+        format!("root@{}", pod.metadata.name.as_deref().unwrap()),
+        "it holds the lock while it runs"
+    );
+    e.sim.advance(Duration::from_secs(30));
+    assert_eq!(ctypes(&e.job("tc-a-apply-2").await), ["SuccessCriteriaMet", "Complete"]);
+    let after = e.lock().await;
+    assert_eq!(
+        after.spec.as_ref().unwrap().holder_identity,
+        None,
+        "unlocked: holder null, Lease kept"
+    );
+    assert!(
+        !after
+            .metadata
+            .annotations
+            .unwrap_or_default()
+            .contains_key("app.terraform.io/lock-info")
+    );
+}
+
+#[tokio::test]
+async fn the_realistic_runner_fails_with_error_acquiring_the_state_lock_after_the_lock_timeout_on_a_foreign_lock() {
+    let e = env().await;
+    let sfx = suffix(Kind::TerraformCluster, "default", "prod-eu");
+    e.sim.hold_lock("default", &sfx, "workstation-lock", "alice@laptop");
+    let pod = e
+        .start(&job(
+            "tc-a-apply-1",
+            Op::Apply,
+            3600,
+            &[("CAPTF_FORCE_UNLOCK_ID", "other-id")],
+        ))
+        .await;
+    e.sim.advance(Duration::from_secs(299));
+    assert!(
+        ctypes(&e.job("tc-a-apply-1").await).is_empty(),
+        "waits lockTimeoutSeconds"
+    );
+    e.sim.advance(Duration::from_secs(1));
+    assert_eq!(ctypes(&e.job("tc-a-apply-1").await), ["FailureTarget", "Failed"]);
+    let r = RunnerResult::parse(terminated(&e.pod(&pod).await).message.as_deref().unwrap()).unwrap();
+    assert_eq!(r.result, RunResult::Failed);
+    assert!(r.message.contains("Error acquiring the state lock"), "{}", r.message);
+    assert_eq!(
+        e.lock().await.spec.unwrap().holder_identity.as_deref(),
+        Some("workstation-lock"),
+        "never unlocked"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_job_in_the_background_deletes_its_pod_and_the_job_default_orphans_it() {
+    let e = env().await;
+    e.sim.set_default_script(RunnerScript::hang());
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    e.jobs
+        .delete(
+            "tc-a-apply-1",
+            &DeleteParams {
+                propagation_policy: Some(PropagationPolicy::Background),
+                ..Default::default()
+            },
+        )
+        .await
+        .unwrap();
+    assert!(
+        e.pods
+            .get_opt(pod.metadata.name.as_deref().unwrap())
+            .await
+            .unwrap()
+            .is_none()
+    );
+    let pod = e.start(&job("tc-a-apply-2", Op::Apply, 3600, &[])).await;
+    e.jobs.delete("tc-a-apply-2", &DeleteParams::default()).await.unwrap();
+    assert!(
+        e.pods
+            .get_opt(pod.metadata.name.as_deref().unwrap())
+            .await
+            .unwrap()
+            .is_some(),
+        "Jobs orphan by default"
+    );
+}
+
+#[tokio::test]
+async fn a_clock_jump_runs_each_step_at_its_own_time_and_script_rules_choose_by_job() {
+    let e = env().await;
+    e.sim.script_with(|j: &Job| {
+        j.metadata
+            .name
+            .as_deref()
+            .is_some_and(|n| n.contains("drift"))
+            .then(|| RunnerScript::drift(true).after(Duration::from_secs(10)))
+    });
+    e.start(&job("tc-a-drift-1", Op::Drift, 3600, &[])).await;
+    e.start(&job("tc-a-apply-2", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(3600));
+    let d = e.job("tc-a-drift-1").await;
+    assert_eq!(
+        d.status.unwrap().completion_time.unwrap().0.to_string(),
+        "2026-03-01T10:00:10Z"
+    );
+    let a = e.job("tc-a-apply-2").await;
+    assert_eq!(
+        a.status.unwrap().completion_time.unwrap().0.to_string(),
+        "2026-03-01T10:00:30Z"
+    );
+    assert_eq!(e.sim.now().to_string(), "2026-03-01T11:00:00Z");
+}
