@@ -205,10 +205,15 @@ impl Rendered {
 
 /// `helm template captf charts/captf -n captf-system --kube-version 1.30.0 <extra>`.
 pub fn helm_template(extra: &[&str]) -> Result<Rendered, ToolError> {
+    helm_template_release(RELEASE, extra)
+}
+
+/// `helm template <release> charts/captf -n captf-system --kube-version 1.30.0 <extra>`.
+pub fn helm_template_release(release: &str, extra: &[&str]) -> Result<Rendered, ToolError> {
     let chart = chart_dir();
     let mut args: Vec<std::ffi::OsString> = vec![
         "template".into(),
-        RELEASE.into(),
+        release.into(),
         chart.into_os_string(),
         "--namespace".into(),
         NAMESPACE.into(),

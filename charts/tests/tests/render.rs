@@ -199,8 +199,8 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
     let c = &d["spec"]["template"]["spec"]["containers"][0];
     let args = captf_chart_tests::strings(&c["args"]);
     for want in [
-        "--leader-elect=true",
-        "--runner-image=ghcr.io/captf/captf-runner:0.1.0",
+        "--leader-elect",
+        "--runner-image=ghcr.io/captf/runner:0.1.0",
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--concurrency=4",
@@ -244,6 +244,37 @@ fn digests_replace_tags_in_every_image_reference() {
     let r = helm_template(&["--set", &format!("runner.image.digest={digest}")]).unwrap();
     let d = r.get("Deployment", "captf-controller").unwrap();
     let args = captf_chart_tests::strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]);
-    let want = format!("--runner-image=ghcr.io/captf/captf-runner@{digest}");
+    let want = format!("--runner-image=ghcr.io/captf/runner@{digest}");
     assert!(args.contains(&want), "{args:?}");
+}
+
+/// A DNS-1123 label: what Service names (and every name here) must be.
+fn is_dns_label(s: &str) -> bool {
+    !s.is_empty()
+        && s.len() <= 63
+        && s.bytes()
+            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
+        && !s.starts_with('-')
+        && !s.ends_with('-')
+}
+
+#[test]
+fn every_name_is_a_dns_label_for_release_names_up_to_helms_limit_of_53() {
+    let long = "a".repeat(53);
+    let with_chart = format!("{}-captf-{}", "b".repeat(20), "c".repeat(26));
+    for release in ["x", "captf", "platform-captf", with_chart.as_str(), long.as_str()] {
+        let r = captf_chart_tests::helm_template_release(release, &[]).unwrap();
+        for doc in &r.docs {
+            let name = doc["metadata"]["name"].as_str().unwrap();
+            assert!(is_dns_label(name), "release {release}: {} name {name:?}", doc["kind"]);
+        }
+        let cert = r
+            .of_kind("Certificate")
+            .into_iter()
+            .find(|c| c["spec"]["isCA"] != true)
+            .unwrap();
+        for dns in captf_chart_tests::strings(&cert["spec"]["dnsNames"]) {
+            assert!(dns.split('.').all(is_dns_label), "release {release}: dnsName {dns}");
+        }
+    }
 }

@@ -1,0 +1,90 @@
+//! The arguments the chart passes are accepted by the binaries' own flag parsers (clap), and
+//! mean what the values say.
+
+#![allow(clippy::unwrap_used)]
+
+use captf_chart_tests::{helm_template, strings};
+use clap::Parser;
+
+fn args_of(extra: &[&str], deployment: &str) -> Vec<String> {
+    let r = helm_template(extra).unwrap();
+    let d = r.get("Deployment", deployment).unwrap();
+    let c = &d["spec"]["template"]["spec"]["containers"][0];
+    assert!(c["command"].is_null(), "the image's entrypoint is the binary");
+    strings(&c["args"])
+}
+
+/// `captf-controller run <flags>`, as in the controller's main.rs.
+#[derive(Parser, Debug)]
+struct ControllerCli {
+    #[command(subcommand)]
+    command: ControllerCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ControllerCommand {
+    Run(captf_controller::runtime::RunArgs),
+}
+
+fn parse_controller(args: &[String]) -> captf_controller::runtime::RunArgs {
+    let argv = std::iter::once("captf-controller".to_string()).chain(args.iter().cloned());
+    match ControllerCli::try_parse_from(argv) {
+        Ok(ControllerCli {
+            command: ControllerCommand::Run(run),
+        }) => run,
+        Err(e) => panic!("captf-controller rejects the chart's args {args:?}: {e}"),
+    }
+}
+
+#[test]
+fn controller_accepts_the_charts_arguments_with_leader_election_on() {
+    let run = parse_controller(&args_of(&[], "captf-controller"));
+    assert!(run.leader_elect);
+    assert_eq!(run.namespace, None, "all namespaces");
+    assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.metrics_addr.port(), 8080);
+    assert_eq!(run.health_addr.port(), 8081);
+    assert_eq!(run.concurrency, 4);
+    assert_eq!(run.log_format, captf_controller::runtime::LogFormat::Json);
+}
+
+#[test]
+fn controller_accepts_the_charts_arguments_for_one_namespace_without_leader_election() {
+    let args = args_of(
+        &[
+            "--set",
+            "controller.watchNamespace=tenant-a",
+            "--set",
+            "controller.leaderElect=false",
+            "--set",
+            "controller.logFormat=text",
+        ],
+        "captf-controller",
+    );
+    let run = parse_controller(&args);
+    assert!(!run.leader_elect);
+    assert_eq!(run.namespace.as_deref(), Some("tenant-a"));
+    assert_eq!(run.log_format, captf_controller::runtime::LogFormat::Text);
+}
+
+#[test]
+fn webhook_accepts_the_charts_arguments() {
+    let args = args_of(&[], "captf-webhook");
+    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
+    let cli = captf_webhook::cli::Cli::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("captf-webhook rejects the chart's args {args:?}: {e}"));
+    assert!(cli.command.is_none(), "serves");
+    assert_eq!(cli.log.log_format, captf_webhook::cli::LogFormat::Json);
+    let serve = &cli.serve;
+    assert_eq!(serve.addr.to_string(), captf_webhook::DEFAULT_ADDR);
+    assert_eq!(serve.metrics_addr.to_string(), captf_webhook::DEFAULT_METRICS_ADDR);
+    assert_eq!(
+        serve.tls_cert_file.as_deref(),
+        Some(std::path::Path::new("/etc/captf/tls/tls.crt"))
+    );
+    assert_eq!(
+        serve.tls_key_file.as_deref(),
+        Some(std::path::Path::new("/etc/captf/tls/tls.key"))
+    );
+    serve.to_config().unwrap();
+}
