@@ -282,6 +282,76 @@ impl Registry {
     }
 }
 
+impl Registry {
+    fn group_versions(&self) -> Vec<(String, String)> {
+        let mut out: Vec<(String, String)> = Vec::new();
+        for d in &self.defs {
+            let gv = (d.group.clone(), d.version.clone());
+            if !out.contains(&gv) {
+                out.push(gv);
+            }
+        }
+        out
+    }
+
+    /// `/openapi/v3`: the index of group-version documents.
+    pub fn openapi_v3_index(&self) -> Value {
+        let mut paths = serde_json::Map::new();
+        for (g, v) in self.group_versions() {
+            let p = if g.is_empty() {
+                format!("api/{v}")
+            } else {
+                format!("apis/{g}/{v}")
+            };
+            paths.insert(
+                p.clone(),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=sim")}),
+            );
+        }
+        json!({"paths": paths})
+    }
+
+    /// `/openapi/v3/apis/<group>/<version>`: a minimal document: each resource's paths with the
+    /// GVK extension and the `fieldValidation` parameter (so kubectl validates server-side).
+    /// Schemas are not published.
+    pub fn openapi_v3_doc(&self, group: &str, version: &str) -> Option<Value> {
+        let mut paths = serde_json::Map::new();
+        for d in self.defs.iter().filter(|d| d.group == group && d.version == version) {
+            let base = if group.is_empty() {
+                format!("/api/{version}")
+            } else {
+                format!("/apis/{group}/{version}")
+            };
+            let item = if d.namespaced {
+                format!("{base}/namespaces/{{namespace}}/{}/{{name}}", d.plural)
+            } else {
+                format!("{base}/{}/{{name}}", d.plural)
+            };
+            let gvk = json!({"group": group, "version": version, "kind": d.kind});
+            let params = json!([
+                {"name": "fieldValidation", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+                {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
+            ]);
+            let op = |id: &str| {
+                json!({"operationId": format!("{id}{}", d.kind), "x-kubernetes-group-version-kind": gvk,
+                       "parameters": params, "responses": {"200": {"description": "OK"}}})
+            };
+            paths.insert(
+                item,
+                json!({"get": op("read"), "put": op("replace"), "patch": op("patch"), "delete": op("delete")}),
+            );
+        }
+        if paths.is_empty() {
+            return None;
+        }
+        Some(
+            json!({"openapi": "3.0.0", "info": {"title": "Kubernetes (captf-sim)", "version": "v1.33.0"},
+                    "paths": paths, "components": {"schemas": {}}}),
+        )
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -110,6 +110,23 @@ async fn handle_inner(
                 .ok_or_else(not_found);
         }
         ["sim", "v1", rest @ ..] => return sim_endpoint(sh, method, rest, query).await,
+        ["openapi", "v3"] => return Ok(json_response(200, &sh.lock()?.registry.openapi_v3_index())),
+        ["openapi", "v3", "api", v] => {
+            return sh
+                .lock()?
+                .registry
+                .openapi_v3_doc("", v)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(not_found);
+        }
+        ["openapi", "v3", "apis", g, v] => {
+            return sh
+                .lock()?
+                .registry
+                .openapi_v3_doc(g, v)
+                .map(|d| json_response(200, &d))
+                .ok_or_else(not_found);
+        }
         ["api", v, rest @ ..] => ("", *v, rest),
         ["apis", g, v, rest @ ..] => (*g, *v, rest),
         _ => return Err(not_found()),

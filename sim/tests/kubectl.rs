@@ -1,0 +1,169 @@
+//! The real `kubectl` (v1.30) against the simulator: apply, get, patch status-free edits, delete.
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+
+use captf_sim::Sim;
+
+/// `kubectl` from `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`.
+fn kubectl_path() -> PathBuf {
+    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
+    let k = dir.join("kubectl");
+    assert!(
+        k.is_file(),
+        "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
+        k.display()
+    );
+    k
+}
+
+async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
+    use tokio::io::AsyncWriteExt;
+    let mut cmd = tokio::process::Command::new(kubectl_path());
+    cmd.arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(args)
+        .env("HOME", kubeconfig.parent().unwrap())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut input = child.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        input.write_all(s.as_bytes()).await.unwrap();
+    }
+    drop(input);
+    let out = tokio::time::timeout(std::time::Duration::from_secs(60), child.wait_with_output())
+        .await
+        .expect("kubectl timed out")
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+const TC: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: TerraformCluster
+metadata:
+  name: prod-eu
+  namespace: default
+spec:
+  module:
+    source: git::https://example.com/modules/cluster.git
+  variables:
+    region: eu-west-1
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_applies_gets_and_deletes_a_terraform_cluster() {
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "-f", "-"], Some(TC)).await;
+    assert!(ok, "apply failed: {out}{err}");
+    assert!(
+        out.contains("terraformcluster.infrastructure.cluster.x-k8s.io/prod-eu created"),
+        "{out}"
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["get", "terraformclusters", "-o", "name"], None).await;
+    assert!(ok, "get failed: {err}");
+    assert_eq!(out.trim(), "terraformcluster.infrastructure.cluster.x-k8s.io/prod-eu");
+
+    let (ok, out, err) = kubectl(
+        &kc,
+        &[
+            "get",
+            "terraformcluster",
+            "prod-eu",
+            "-o",
+            "jsonpath={.spec.variables.region}",
+        ],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out, "eu-west-1");
+
+    // A second apply with a change patches it (client-side apply: three-way merge patch).
+    let (ok, out, err) = kubectl(
+        &kc,
+        &["apply", "-f", "-"],
+        Some(&TC.replace("eu-west-1", "eu-central-1")),
+    )
+    .await;
+    assert!(ok, "re-apply failed: {out}{err}");
+    assert!(out.contains("configured"), "{out}");
+    let (_, out, _) = kubectl(
+        &kc,
+        &[
+            "get",
+            "terraformcluster",
+            "prod-eu",
+            "-o",
+            "jsonpath={.spec.variables.region} {.metadata.generation}",
+        ],
+        None,
+    )
+    .await;
+    assert_eq!(out, "eu-central-1 2");
+
+    let (ok, out, err) = kubectl(
+        &kc,
+        &["annotate", "terraformcluster", "prod-eu", "captf.io/approve-plan=abc"],
+        None,
+    )
+    .await;
+    assert!(ok, "annotate failed: {out}{err}");
+
+    let (ok, out, err) = kubectl(&kc, &["delete", "terraformcluster", "prod-eu", "--timeout=20s"], None).await;
+    assert!(ok, "delete failed: {out}{err}");
+    assert!(out.contains("deleted"), "{out}");
+    let (ok, _, err) = kubectl(&kc, &["get", "terraformcluster", "prod-eu"], None).await;
+    assert!(!ok);
+    assert!(err.contains("NotFound") || err.contains("not found"), "{err}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_lists_jobs_and_pods_with_selectors() {
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+    let job = r#"apiVersion: batch/v1
+kind: Job
+metadata:
+  name: tc-demo-aaaaaa-apply-1
+  labels: {captf.io/op: apply}
+spec:
+  backoffLimit: 0
+  template:
+    spec:
+      restartPolicy: Never
+      containers: [{name: runner, image: captf-runner:dev}]
+"#;
+    let (ok, out, err) = kubectl(&kc, &["create", "-f", "-"], Some(job)).await;
+    assert!(ok, "create failed: {out}{err}");
+    let (ok, out, err) = kubectl(
+        &kc,
+        &["get", "pods", "-l", "job-name=tc-demo-aaaaaa-apply-1", "-o", "name"],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert!(out.trim().starts_with("pod/tc-demo-aaaaaa-apply-1-"), "{out}");
+    let (ok, out, err) = kubectl(
+        &kc,
+        &["get", "pods", "--field-selector", "status.phase=Running", "-o", "name"],
+        None,
+    )
+    .await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 1, "{out}");
+}
