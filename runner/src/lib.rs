@@ -11,12 +11,14 @@
 //! | [`outputs`] | `output -json`: public outputs in the result, the rest in the store |
 //! | [`ops`] | the sequence of steps per op |
 //! | [`result`] | the termination log and the summary line |
+//! | [`secret`] | the outputs Secret, written with server-side apply |
 
 pub mod config;
 pub mod guard;
 pub mod ops;
 pub mod outputs;
 pub mod result;
+pub mod secret;
 pub mod tf;
 pub mod unlock;
 pub mod workdir;
@@ -29,6 +31,7 @@ use tokio::sync::watch;
 
 use crate::config::Config;
 use crate::outputs::{FileStore, OutputsError, OutputsStore};
+use crate::secret::SecretStore;
 use crate::tf::Log;
 
 /// Turn SIGTERM (and SIGINT, for local runs) into the interrupt flag. Only the flag is set
@@ -60,24 +63,21 @@ fn install_signal_handlers(log: &Log) -> watch::Receiver<bool> {
 /// Where the outputs go in this process.
 enum Store {
     File(FileStore),
-    Missing,
+    Secret(Box<SecretStore>),
 }
 
 impl OutputsStore for Store {
     async fn store(&self, document: &[u8]) -> Result<(), OutputsError> {
         match self {
             Store::File(f) => f.store(document).await,
-            Store::Missing => Err(OutputsError::Write {
-                target: self.describe(),
-                why: "no outputs store configured".to_string(),
-            }),
+            Store::Secret(s) => s.store(document).await,
         }
     }
 
     fn describe(&self) -> String {
         match self {
             Store::File(f) => f.describe(),
-            Store::Missing => "the outputs Secret".to_string(),
+            Store::Secret(s) => s.describe(),
         }
     }
 }
@@ -94,7 +94,10 @@ pub async fn main_entry() -> i32 {
         Ok(cfg) => {
             let store = match &cfg.outputs_file {
                 Some(path) => Store::File(FileStore { path: path.clone() }),
-                None => Store::Missing,
+                None => Store::Secret(Box::new(SecretStore::inferred(
+                    &cfg.namespace,
+                    &cfg.outputs_secret_name(),
+                ))),
             };
             ops::run(&cfg, interrupt, log.clone(), &store).await
         }

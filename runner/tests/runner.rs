@@ -618,3 +618,24 @@ fn the_result_is_also_the_last_line_of_the_log() {
         "captf-runner: result succeeded in phase drift drift=true: drift found: the plan has changes"
     );
 }
+
+#[test]
+fn without_an_outputs_file_outputs_go_to_the_outputs_secret_and_a_failed_write_fails_the_run() {
+    let mut c = Case::new("apply");
+    let outputs = json!({"kubeconfig": {"sensitive": true, "type": "string", "value": SECRET_OUTPUT}});
+    c.file_env("FAKE_OUTPUTS_JSON", "fake-outputs.json", &outputs.to_string())
+        .unset("CAPTF_OUTPUTS_FILE");
+    // No cluster here: neither in-cluster configuration nor a kubeconfig.
+    let r = c.run();
+    assert_eq!(r.code, Some(1));
+    assert_eq!(r.result.result, RunResult::Failed);
+    assert_eq!(r.result.phase, Phase::Apply);
+    assert!(
+        r.result
+            .message
+            .starts_with("failed to write outputs to Secret team-a/captf-outputs-prod-eu-tc: "),
+        "{}",
+        r.result.message
+    );
+    assert_no_secrets(&r);
+}
