@@ -118,3 +118,69 @@ fn service_monitor_scrapes_the_metrics_port_of_both_metrics_services() {
     selected.sort();
     assert_eq!(selected, ["captf-controller-metrics", "captf-webhook-metrics"]);
 }
+
+/// Every vector selector of an expression with the labels the expression relies on: its own
+/// matchers and the `by (...)` / `on (...)` labels around it.
+fn selectors(expr: &promql_parser::parser::Expr, around: &[String], out: &mut Vec<(String, Vec<String>)>) {
+    use promql_parser::parser::{Expr, LabelModifier};
+    match expr {
+        Expr::Aggregate(a) => {
+            let mut labels = around.to_vec();
+            if let Some(LabelModifier::Include(by)) = &a.modifier {
+                labels.extend(by.labels.iter().cloned());
+            }
+            selectors(&a.expr, &labels, out);
+        }
+        Expr::Binary(b) => {
+            let mut labels = around.to_vec();
+            if let Some(LabelModifier::Include(on)) = b.modifier.as_ref().and_then(|m| m.matching.as_ref()) {
+                labels.extend(on.labels.iter().cloned());
+            }
+            selectors(&b.lhs, &labels, out);
+            selectors(&b.rhs, &labels, out);
+        }
+        Expr::Paren(p) => selectors(&p.expr, around, out),
+        Expr::Unary(u) => selectors(&u.expr, around, out),
+        Expr::Call(c) => {
+            for arg in &c.args.args {
+                selectors(arg, around, out);
+            }
+        }
+        Expr::VectorSelector(v) => {
+            let mut labels = around.to_vec();
+            labels.extend(v.matchers.matchers.iter().map(|m| m.name.clone()));
+            out.push((v.name.clone().unwrap_or_default(), labels));
+        }
+        _ => {}
+    }
+}
+
+/// The alerts on CAPTF's own metrics select series the controller really exports, by labels
+/// those series really have (checked against the controller's prometheus-client registry).
+#[test]
+fn alerts_select_metrics_and_labels_the_controller_exports() {
+    use captf_shared::{Kind, Op};
+    let metrics = captf_controller::runtime::metrics::Metrics::new();
+    metrics.set_consecutive_failures(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 3);
+    metrics.set_last_success(Kind::TerraformCluster, "default", "prod-eu", Op::Drift, 1.7e9);
+    let exposition = metrics.encode();
+    let mut used = vec![];
+    for rule in rule_set() {
+        let expr = promql_parser::parser::parse(rule["expr"].as_str().unwrap()).unwrap();
+        selectors(&expr, &[], &mut used);
+    }
+    let captf: Vec<_> = used.iter().filter(|(name, _)| name.starts_with("captf_")).collect();
+    assert_eq!(captf.len(), 2, "{used:?}");
+    for (name, labels) in captf {
+        let series = exposition
+            .lines()
+            .find(|l| l.starts_with(&format!("{name}{{")))
+            .unwrap_or_else(|| panic!("the controller exports no {name}:\n{exposition}"));
+        for label in labels {
+            assert!(
+                series.contains(&format!("{label}=\"")),
+                "{name} has no label {label}: {series}"
+            );
+        }
+    }
+}

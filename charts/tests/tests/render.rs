@@ -97,6 +97,10 @@ fn every_rendered_manifest_validates_against_kubernetes_1_30_in_every_scenario()
     for (name, extra) in SCENARIOS {
         let rendered = helm_template(extra).unwrap_or_else(|e| panic!("{name}: {e}"));
         assert!(!rendered.docs.is_empty(), "{name}: nothing rendered");
+        assert!(
+            !rendered.yaml.contains("<no value>"),
+            "{name}: a template used a missing value"
+        );
         validate_all(name, &rendered);
     }
 }
