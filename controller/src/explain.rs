@@ -1,1 +1,562 @@
-pub fn _placeholder() {}
+//! `captf-controller explain`: run the decision core offline over files (DESIGN.md §6).
+//!
+//! Reads the object, its Jobs, pods, lock Lease and inputs Secret from YAML or JSON (a single
+//! object, several documents, or a `kind: List`, so `kubectl get -o yaml` output works; `-` is
+//! stdin), does the pure part of the bookkeeping pass as the reconciler would (classify the
+//! Jobs, the active-Job check of §5.6, pruning, the stale-lock check), then `decide`.
+
+use std::collections::BTreeMap;
+use std::io::Read;
+use std::time::Duration;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
+use serde::Deserialize;
+use serde::de::DeserializeOwned;
+use serde_json::{Value, json};
+
+use captf_shared::keys;
+use captf_shared::names::{self, RunnerPattern};
+use captf_shared::validation::parse_object;
+use captf_shared::{Kind, Op};
+
+use crate::core::decide::{self, Decision};
+use crate::core::inputs::{self, ResolveError};
+use crate::core::interrupted::{self, ActiveJobCheck, ActiveJobReads, LiveJob};
+use crate::core::lock::{self, HolderPod, LockState};
+use crate::core::prune;
+use crate::core::record::{JobRecord, RecordError};
+use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot};
+
+/// Where each input comes from: a path or `-` for stdin.
+#[derive(Clone, Debug, Default)]
+pub struct ExplainInput {
+    pub object: String,
+    pub jobs: String,
+    pub pods: Option<String>,
+    pub lease: Option<String>,
+    pub secret: Option<String>,
+    /// RFC 3339; default: the current time.
+    pub now: Option<String>,
+    /// The current inputs hash, when the caller knows it (variablesFrom cannot be read offline).
+    pub inputs_hash: Option<String>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ExplainError {
+    #[error("{file}: cannot read: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file}: not YAML or JSON: {why}")]
+    Syntax { file: String, why: String },
+    #[error("{file}: {field}: {why}")]
+    Field { file: String, field: String, why: String },
+    #[error("only one input can be read from stdin (-), but {0} are")]
+    TwoStdins(usize),
+    #[error("--now: {0:?} is not an RFC 3339 time")]
+    BadNow(String),
+    #[error("--inputs-hash: {0:?} is not a 64-character lowercase hex SHA-256")]
+    BadHash(String),
+}
+
+fn field(file: &str, field: impl Into<String>, why: impl ToString) -> ExplainError {
+    ExplainError::Field {
+        file: file.to_string(),
+        field: field.into(),
+        why: why.to_string(),
+    }
+}
+
+/// One item of an input file, with its path inside the file (`items[2]`) for messages.
+struct Item {
+    at: String,
+    value: Value,
+}
+
+impl Item {
+    /// The path of a field of this item: `items[2].metadata.name`, or `metadata.name` at the top.
+    fn path(&self, sub: &str) -> String {
+        match (self.at.is_empty(), sub.is_empty()) {
+            (true, true) => "(top level)".to_string(),
+            (true, false) => sub.to_string(),
+            (false, true) => self.at.clone(),
+            (false, false) => format!("{}.{sub}", self.at),
+        }
+    }
+}
+
+fn read_text(file: &str, stdin: &mut Option<String>) -> Result<String, ExplainError> {
+    if file == "-" {
+        if let Some(text) = stdin.take() {
+            return Ok(text);
+        }
+        let mut text = String::new();
+        std::io::stdin()
+            .read_to_string(&mut text)
+            .map_err(|source| ExplainError::Read {
+                file: "-".into(),
+                source,
+            })?;
+        return Ok(text);
+    }
+    std::fs::read_to_string(file).map_err(|source| ExplainError::Read {
+        file: file.to_string(),
+        source,
+    })
+}
+
+/// Parse YAML or JSON text: one object, several documents, or `kind: List`s.
+fn parse_items(file: &str, text: &str) -> Result<Vec<Item>, ExplainError> {
+    let mut docs = Vec::new();
+    for doc in serde_yaml_ng::Deserializer::from_str(text) {
+        let v = Value::deserialize(doc).map_err(|e| ExplainError::Syntax {
+            file: file.to_string(),
+            why: e.to_string(),
+        })?;
+        if !v.is_null() {
+            docs.push(v);
+        }
+    }
+    let many = docs.len() > 1;
+    let mut out = Vec::new();
+    for (d, doc) in docs.into_iter().enumerate() {
+        let prefix = if many { format!("document {d}: ") } else { String::new() };
+        let is_list = doc
+            .get("kind")
+            .and_then(Value::as_str)
+            .is_some_and(|k| k.ends_with("List"));
+        if is_list {
+            let items = match doc.get("items") {
+                Some(Value::Array(items)) => items.clone(),
+                Some(Value::Null) | None => vec![],
+                Some(_) => return Err(field(file, format!("{prefix}items"), "must be a list")),
+            };
+            out.extend(items.into_iter().enumerate().map(|(i, value)| Item {
+                at: format!("{prefix}items[{i}]"),
+                value,
+            }));
+        } else {
+            let at = if many { format!("document {d}") } else { String::new() };
+            out.push(Item { at, value: doc });
+        }
+    }
+    Ok(out)
+}
+
+/// Deserialize an item as `T`, naming the field that does not fit.
+fn typed<T: DeserializeOwned>(file: &str, item: &Item, kind: &str) -> Result<T, ExplainError> {
+    match item.value.get("kind").and_then(Value::as_str) {
+        Some(k) if k != kind => {
+            return Err(field(file, item.path("kind"), format!("expected {kind}, got {k}")));
+        }
+        _ => {}
+    }
+    serde_path_to_error::deserialize(&item.value).map_err(|e| {
+        let path = e.path().to_string();
+        let at = item.path(if path == "." { "" } else { &path });
+        field(file, at, format!("{kind} does not parse: {}", e.inner()))
+    })
+}
+
+/// What `explain` found and decided: the JSON it prints and the one-line summary.
+#[derive(Clone, Debug)]
+pub struct Explanation {
+    pub json: Value,
+    pub summary: String,
+    pub decision: Decision,
+}
+
+fn rfc3339(t: Option<Timestamp>) -> Value {
+    t.map_or(Value::Null, |t| Value::String(t.to_string()))
+}
+
+fn human(d: Duration) -> String {
+    let s = d.as_secs();
+    match (s / 3600, (s % 3600) / 60, s % 60) {
+        (0, 0, s) => format!("{s}s"),
+        (0, m, 0) => format!("{m}m"),
+        (0, m, s) => format!("{m}m{s}s"),
+        (h, m, _) => format!("{h}h{m}m"),
+    }
+}
+
+/// Run explain over the given inputs.
+pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
+    let files = [
+        Some(&input.object),
+        Some(&input.jobs),
+        input.pods.as_ref(),
+        input.lease.as_ref(),
+        input.secret.as_ref(),
+    ];
+    let stdins = files.iter().flatten().filter(|f| f.as_str() == "-").count();
+    if stdins > 1 {
+        return Err(ExplainError::TwoStdins(stdins));
+    }
+    let now = match &input.now {
+        Some(s) => s.parse::<Timestamp>().map_err(|_| ExplainError::BadNow(s.clone()))?,
+        None => Timestamp::now(),
+    };
+    let mut stdin = None;
+    let mut load = |file: &str| -> Result<Vec<Item>, ExplainError> {
+        let text = read_text(file, &mut stdin)?;
+        parse_items(file, &text)
+    };
+
+    // The object.
+    let file = input.object.as_str();
+    let items = load(file)?;
+    let [item] = items.as_slice() else {
+        return Err(field(
+            file,
+            "(top level)",
+            format!("expected exactly one object, got {}", items.len()),
+        ));
+    };
+    let kind_name = item.value.get("kind").and_then(Value::as_str).unwrap_or_default();
+    let object = parse_object(kind_name, &item.value).map_err(|r| field(file, item.path(""), r.message()))?;
+    let meta = object.metadata();
+    let name = meta
+        .name
+        .clone()
+        .ok_or_else(|| field(file, "metadata.name", "is missing"))?;
+    let namespace = meta.namespace.clone().unwrap_or_else(|| "default".to_string());
+    let kind = object.job_kind().ok_or_else(|| {
+        field(
+            file,
+            "kind",
+            format!("{kind_name} runs no Jobs: give a TerraformCluster, TerraformMachinePool or TerraformMachine"),
+        )
+    })?;
+    let suffix = names::suffix(kind, &namespace, &name);
+    let object_id = names::object_id(kind, &namespace, &name);
+
+    // Pods, indexed by Job.
+    let pods: Vec<Pod> = match &input.pods {
+        Some(file) => load(file)?
+            .iter()
+            .map(|it| typed::<Pod>(file, it, "Pod"))
+            .collect::<Result<_, _>>()?,
+        None => vec![],
+    };
+    let pods_by_job = snapshot::pods_by_job(&pods);
+
+    // Jobs: this object's, booked as the reconciler would.
+    let file = input.jobs.as_str();
+    let mut records = Vec::new();
+    let mut ignored = 0usize;
+    for it in load(file)? {
+        let job: Job = typed(file, &it, "Job")?;
+        let job_name = job.metadata.name.clone().unwrap_or_default();
+        let labelled_ours = job
+            .metadata
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::LABEL_OBJECT))
+            .is_some_and(|v| *v == object_id);
+        let ours = names::parse_job_name(kind, &namespace, &name, &job_name).is_some();
+        if !ours && !labelled_ours {
+            ignored += 1;
+            continue;
+        }
+        if let Some(ns) = &job.metadata.namespace
+            && *ns != namespace
+        {
+            return Err(field(
+                file,
+                it.path("metadata.namespace"),
+                format!("{ns:?} is not the object's namespace {namespace:?}"),
+            ));
+        }
+        let pod = pods_by_job.get(job_name.as_str()).copied();
+        let record = JobRecord::from_job(kind, &namespace, &name, &job, pod).map_err(|e| {
+            let at = match e {
+                RecordError::NoName => it.path("metadata.name"),
+                RecordError::NotOurs { .. } => it.path(&format!("metadata.labels.{}", keys::LABEL_OBJECT)),
+                RecordError::LabelMismatch { label, .. } => it.path(&format!("metadata.labels.{label}")),
+                RecordError::BadOutcome { annotation, .. } => it.path(&format!("metadata.annotations.{annotation}")),
+            };
+            field(file, at, e)
+        })?;
+        records.push(record);
+    }
+
+    // The lock Lease and the cluster lease.
+    let mut lock_lease = None;
+    let mut holds = Holds::default();
+    let cluster = inputs::cluster_name(kind, meta);
+    if let Some(file) = &input.lease {
+        for it in load(file)? {
+            let lease: Lease = typed(file, &it, "Lease")?;
+            let lname = lease.metadata.name.clone().unwrap_or_default();
+            let holder = lease
+                .spec
+                .as_ref()
+                .and_then(|s| s.holder_identity.clone())
+                .filter(|h| !h.is_empty());
+            if lname == names::lock_lease_name(&suffix) {
+                lock_lease = Some(snapshot::lock_lease(&lease));
+            } else if cluster
+                .as_deref()
+                .is_some_and(|c| lname == names::cluster_lease_name(&namespace, c))
+            {
+                if kind != Kind::TerraformCluster {
+                    holds.cluster_lease_holder = holder;
+                }
+            } else if lname != names::run_lease_name(&suffix) {
+                return Err(field(
+                    file,
+                    it.path("metadata.name"),
+                    format!(
+                        "{lname:?} is not this object's lock Lease ({})",
+                        names::lock_lease_name(&suffix)
+                    ),
+                ));
+            }
+        }
+    }
+
+    // The durable record.
+    let mut durable = DurableRecord::default();
+    if let Some(file) = &input.secret {
+        let items = load(file)?;
+        let [it] = items.as_slice() else {
+            return Err(field(
+                file,
+                "(top level)",
+                format!("expected exactly one Secret, got {}", items.len()),
+            ));
+        };
+        let secret: Secret = typed(file, it, "Secret")?;
+        let sname = secret.metadata.name.clone().unwrap_or_default();
+        if sname != names::inputs_secret_name(&suffix) {
+            return Err(field(
+                file,
+                it.path("metadata.name"),
+                format!(
+                    "{sname:?} is not this object's inputs Secret ({})",
+                    names::inputs_secret_name(&suffix)
+                ),
+            ));
+        }
+        durable = DurableRecord::from_secret(&secret).map_err(|e| field(file, it.path("metadata.annotations"), e))?;
+    }
+
+    // The inputs hash.
+    let inputs_hash = match &input.inputs_hash {
+        Some(h) if h.len() == 64 && h.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b)) => {
+            InputsHash::Known(h.clone())
+        }
+        Some(h) => return Err(ExplainError::BadHash(h.clone())),
+        None => match inputs::resolve_inputs(kind, meta, object.terraform_spec(), None, |_, _| Err(())) {
+            Ok(i) => InputsHash::Known(i.hash()),
+            Err(e) => InputsHash::Unresolved(offline_note(&e)),
+        },
+    };
+
+    // The lock check (the holder pod "read live" from the pods given).
+    let pattern = RunnerPattern::new(kind, &namespace, &name);
+    let holder = match lock::holder_hostname(lock_lease.as_ref()) {
+        Some(host) if input.pods.is_some() => {
+            snapshot::holder_pod(pods.iter().find(|p| p.metadata.name.as_deref() == Some(host.as_str())))
+        }
+        _ => HolderPod::Unknown,
+    };
+    let lock_state = lock::check_lock(lock_lease.as_ref(), &pattern, &holder);
+
+    let mut snap = Snapshot::new(&object, records, durable, inputs_hash, lock_state, holds)
+        .map_err(|e| field(&input.object, "(top level)", e))?;
+
+    // §5.6: status.activeJob names a Job that is not in the Jobs given.
+    let mut active_check = ActiveJobCheck::Nothing;
+    if let Some(active) = snap.status.active_job.clone().filter(|j| !j.is_empty())
+        && !snap.jobs.iter().any(|r| r.name == active)
+    {
+        active_check = interrupted::check_active_job(&ActiveJobReads {
+            kind,
+            namespace: &namespace,
+            name: &name,
+            active_job: Some(&active),
+            live_job: LiveJob::NotFound,
+            live_active_job: Some(&active),
+            deleted_by_controller: false,
+        });
+        match &active_check {
+            ActiveJobCheck::RecordInterruptedApply { job } => {
+                snap.durable.interrupted_apply = Some(job.clone());
+                snap.status.active_job = None;
+            }
+            ActiveJobCheck::Forget { .. } => snap.status.active_job = None,
+            ActiveJobCheck::Nothing => {}
+        }
+    }
+
+    // Pruning, as booking does before the decision.
+    let pruned = prune::prune(
+        &snap.jobs,
+        snap.spec.successful_jobs_history_limit,
+        snap.spec.failed_jobs_history_limit,
+    );
+    let history = std::mem::take(&mut snap.jobs);
+    snap.jobs = history.iter().filter(|r| !pruned.contains(&r.name)).cloned().collect();
+
+    let decision = decide::decide(&snap, now);
+    let json = render(&snap, &decision, &history, &pruned, ignored, &active_check, now);
+    let summary = summarize(&snap, &decision, now);
+    Ok(Explanation {
+        json,
+        summary,
+        decision,
+    })
+}
+
+fn offline_note(e: &ResolveError) -> String {
+    match e {
+        ResolveError::Offline { .. } => format!("{e}; pass --inputs-hash to decide with the live hash"),
+        other => other.to_string(),
+    }
+}
+
+fn render(
+    s: &Snapshot,
+    d: &Decision,
+    history: &[JobRecord],
+    pruned: &[String],
+    ignored: usize,
+    active_check: &ActiveJobCheck,
+    now: Timestamp,
+) -> Value {
+    let (action, op, reason, attempt, not_before, requeue, remediation, unlock, approved) = match d {
+        Decision::Start(st) => (
+            "start",
+            Some(st.op),
+            Some(st.reason),
+            Some(st.attempt),
+            None,
+            None,
+            st.drift_remediation,
+            st.force_unlock_id.clone(),
+            st.approved_plan.clone(),
+        ),
+        Decision::Wait(w) => (
+            "wait",
+            w.op,
+            Some(w.reason),
+            w.attempt,
+            w.not_before,
+            w.requeue_after,
+            false,
+            None,
+            None,
+        ),
+        Decision::Finalize => ("finalize", None, None, None, None, None, false, None, None),
+    };
+    let backoff_op = op.or_else(|| history.iter().find(|r| r.is_finished()).map(|r| r.op));
+    let backoff = backoff_op.map(|op| {
+        let b = decide::backoff_of(s, op);
+        json!({"op": op.as_str(), "n": b.n, "attempt": b.attempt, "delaySeconds": b.delay.as_secs(), "notBefore": rfc3339(b.not_before)})
+    });
+    let jobs: Vec<Value> = history
+        .iter()
+        .map(|r| {
+            json!({
+                "name": r.name, "op": r.op.as_str(), "seq": r.seq,
+                "outcome": r.outcome.map(|o| o.as_str()),
+                "countsAsFailure": r.failed(),
+                "driftRemediation": r.drift_remediation,
+                "finished": rfc3339(r.finished),
+                "pruned": pruned.contains(&r.name),
+            })
+        })
+        .collect();
+    let active = match active_check {
+        ActiveJobCheck::Nothing => Value::Null,
+        ActiveJobCheck::RecordInterruptedApply { job } => {
+            json!({"job": job, "found": false, "action": "record captf.io/interrupted-apply", "message": interrupted::interrupted_apply_message(job)})
+        }
+        ActiveJobCheck::Forget { job } => json!({"job": job, "found": false, "action": "forget (records nothing)"}),
+    };
+    let (holder, stale) = (s.lock.holder(), matches!(s.lock, LockState::Stale { .. }));
+    json!({
+        "object": format!("{} {}/{}", s.kind, s.namespace, s.name),
+        "now": now.to_string(),
+        "action": action,
+        "op": op.map(Op::as_str),
+        "reason": reason.map(|r| r.as_str()),
+        "attempt": attempt,
+        "driftRemediation": remediation,
+        "notBefore": rfc3339(not_before),
+        "requeueAfterSeconds": requeue.map(|d| d.as_secs()),
+        "forceUnlockId": unlock,
+        "approvedPlan": approved,
+        "stateLock": {
+            "holder": holder,
+            "stale": stale,
+            "foreign": matches!(s.lock, LockState::Foreign { .. }),
+            "why": s.lock.why(),
+        },
+        "inputsHash": {
+            "current": s.inputs_hash.known(),
+            "applied": s.durable.applied_inputs_hash.as_deref().or(s.status.applied_inputs_hash.as_deref()),
+            "unresolved": match &s.inputs_hash { InputsHash::Unresolved(why) => Some(why.as_str()), InputsHash::Known(_) => None },
+        },
+        "invalidSpec": s.invalid,
+        "activeJob": active,
+        "interruptedApply": s.durable.interrupted_apply,
+        "backoff": backoff,
+        "jobs": jobs,
+        "prune": pruned,
+        "ignoredJobs": ignored,
+        "lastSuccess": Op::ALL.iter().filter_map(|op| s.last_success(*op).map(|t| (op.as_str().to_string(), Value::String(t.to_string())))).collect::<BTreeMap<_, _>>(),
+    })
+}
+
+fn summarize(s: &Snapshot, d: &Decision, now: Timestamp) -> String {
+    let who = format!("{} {}/{}", s.kind, s.namespace, s.name);
+    let what = match d {
+        Decision::Finalize => "finalize: remove the finalizer".to_string(),
+        Decision::Start(st) => {
+            let mut line = format!("start {} ({}), attempt {}", st.op, st.reason, st.attempt);
+            if st.drift_remediation {
+                line.push_str(", remediating drift");
+            }
+            if let Some(id) = &st.force_unlock_id {
+                line.push_str(&format!(", force-unlock {id} first"));
+            }
+            if let Some(p) = &st.approved_plan {
+                line.push_str(&format!(", approved plan {p}"));
+            }
+            line
+        }
+        Decision::Wait(w) => {
+            let mut line = format!("wait ({})", w.reason);
+            if let (Some(op), Some(nb)) = (w.op, w.not_before) {
+                let left = Duration::try_from(nb.duration_since(now)).unwrap_or_default();
+                line.push_str(&format!(": {op} may start at {nb} (in {})", human(left)));
+            } else if let Some(op) = w.op {
+                line.push_str(&format!(": {op} held back"));
+            } else if let Some(after) = w.requeue_after {
+                line.push_str(&format!(", next look in {}", human(after)));
+            }
+            if let (crate::core::Reason::InputsUnresolved, InputsHash::Unresolved(why)) = (w.reason, &s.inputs_hash) {
+                line.push_str(&format!(": {why}"));
+            }
+            if let Some(why) = &s.invalid
+                && w.reason == crate::core::Reason::InvalidSpec
+            {
+                line.push_str(&format!(": {why}"));
+            }
+            line
+        }
+    };
+    let lock = match &s.lock {
+        LockState::Free => String::new(),
+        other => format!("; state lock: {}", other.why()),
+    };
+    format!("{who}: {what}{lock}")
+}

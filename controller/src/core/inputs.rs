@@ -31,7 +31,7 @@ pub fn cluster_name(kind: Kind, meta: &ObjectMeta) -> Option<String> {
 }
 
 /// Which kind of object a `variablesFrom` entry names.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
 pub enum SourceKind {
     Secret,
     ConfigMap,
