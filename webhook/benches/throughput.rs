@@ -1,1 +1,372 @@
-fn main() {}
+//! AdmissionReviews per second and latency percentiles over TLS keep-alive (HTTP/1.1), for
+//! captf-webhook and, in the same run, a bare axum + rustls endpoint that answers a constant
+//! body (the ceiling: TLS, HTTP and axum with no admission work). Also the p99 at a paced
+//! 1,000 reviews/s and the RSS of the real binary under load. DESIGN.md §13 has the targets.
+//!
+//! `cargo bench -p captf-webhook --bench throughput` (env: BENCH_SECS, BENCH_CONNS).
+//! Prints figures; asserts nothing.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::Router;
+use axum::body::Bytes;
+use axum::routing::post;
+use captf_webhook::tls::{CertFiles, provider};
+use captf_webhook::{Config, MUTATE_PATH, VALIDATE_PATH};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::{TokioExecutor, TokioIo};
+use hyper_util::server::conn::auto;
+use hyper_util::service::TowerToHyperService;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
+use tokio::net::{TcpListener, TcpStream};
+use tokio_rustls::{TlsAcceptor, TlsConnector};
+
+fn env_num(name: &str, default: u64) -> u64 {
+    std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
+}
+
+fn fixture(name: &str) -> Vec<u8> {
+    let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
+    let v: serde_json::Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+    serde_json::to_vec(&v).unwrap()
+}
+
+/// The bare endpoint: rustls + hyper-util + axum, a handler that reads the body and returns a
+/// constant allowed review.
+async fn bare_server(cert_pem: &str, key_pem: &str) -> SocketAddr {
+    let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<_, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_no_client_auth()
+        .with_single_cert(chain, key)
+        .unwrap();
+    config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
+    let acceptor = TlsAcceptor::from(Arc::new(config));
+    const ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true,"status":{}}}"#;
+    let app = Router::new().route(
+        VALIDATE_PATH,
+        post(|body: Bytes| async move {
+            std::hint::black_box(body);
+            ([(axum::http::header::CONTENT_TYPE, "application/json")], ANSWER)
+        }),
+    );
+    let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move {
+        let service = TowerToHyperService::new(app);
+        loop {
+            let (tcp, _) = listener.accept().await.unwrap();
+            let _ = tcp.set_nodelay(true);
+            let acceptor = acceptor.clone();
+            let service = service.clone();
+            tokio::spawn(async move {
+                if let Ok(tls) = acceptor.accept(tcp).await {
+                    let _ = auto::Builder::new(TokioExecutor::new())
+                        .serve_connection(TokioIo::new(tls), service)
+                        .await;
+                }
+            });
+        }
+    });
+    addr
+}
+
+fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(CertificateDer::from_pem_slice(ca_pem.as_bytes()).unwrap())
+        .unwrap();
+    let mut c = rustls::ClientConfig::builder_with_provider(provider())
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+async fn connection(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+) -> hyper::client::conn::http1::SendRequest<Full<Bytes>> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    tcp.set_nodelay(true).unwrap();
+    let stream = TlsConnector::from(tls)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .unwrap();
+    tokio::spawn(conn);
+    sender
+}
+
+async fn one(sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, path: &str, body: &Bytes) -> Duration {
+    let req = hyper::Request::post(path)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(body.clone()))
+        .unwrap();
+    let start = Instant::now();
+    sender.ready().await.unwrap();
+    let resp = sender.send_request(req).await.unwrap();
+    assert_eq!(resp.status(), 200);
+    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+    std::hint::black_box(bytes);
+    start.elapsed()
+}
+
+struct Figures {
+    requests: usize,
+    per_sec: f64,
+    p50: Duration,
+    p99: Duration,
+}
+
+fn figures(mut lat: Vec<Duration>, elapsed: Duration) -> Figures {
+    lat.sort();
+    let pct = |p: f64| lat[((lat.len() as f64 * p) as usize).min(lat.len() - 1)];
+    Figures {
+        requests: lat.len(),
+        per_sec: lat.len() as f64 / elapsed.as_secs_f64(),
+        p50: pct(0.50),
+        p99: pct(0.99),
+    }
+}
+
+/// `conns` keep-alive connections sending back to back for `secs`.
+async fn saturate(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &'static str,
+    body: Bytes,
+    conns: u64,
+    secs: u64,
+) -> Figures {
+    // Warm up.
+    let mut s = connection(addr, tls.clone()).await;
+    for _ in 0..200 {
+        one(&mut s, path, &body).await;
+    }
+    let start = Instant::now();
+    let end = start + Duration::from_secs(secs);
+    let mut tasks = Vec::new();
+    for _ in 0..conns {
+        let (tls, body) = (tls.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = connection(addr, tls).await;
+            let mut lat = Vec::with_capacity(100_000);
+            while Instant::now() < end {
+                lat.push(one(&mut s, path, &body).await);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    figures(all, start.elapsed())
+}
+
+/// `rate` reviews/s spread over `conns` connections, for `secs`.
+async fn paced(
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    path: &'static str,
+    body: Bytes,
+    rate: u64,
+    conns: u64,
+    secs: u64,
+) -> Figures {
+    let start = Instant::now();
+    let mut tasks = Vec::new();
+    for i in 0..conns {
+        let (tls, body) = (tls.clone(), body.clone());
+        tasks.push(tokio::spawn(async move {
+            let mut s = connection(addr, tls).await;
+            let period = Duration::from_secs_f64(conns as f64 / rate as f64);
+            let first = tokio::time::Instant::now() + period.mul_f64(i as f64 / conns as f64);
+            let mut ticker = tokio::time::interval_at(first, period);
+            ticker.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Burst);
+            let n = rate * secs / conns;
+            let mut lat = Vec::with_capacity(n as usize);
+            for _ in 0..n {
+                ticker.tick().await;
+                lat.push(one(&mut s, path, &body).await);
+            }
+            lat
+        }));
+    }
+    let mut all = Vec::new();
+    for t in tasks {
+        all.extend(t.await.unwrap());
+    }
+    figures(all, start.elapsed())
+}
+
+fn print(name: &str, f: &Figures) {
+    println!(
+        "{name:<34} {:>9} req  {:>9.0} req/s  p50 {:>7.0} µs  p99 {:>7.0} µs",
+        f.requests,
+        f.per_sec,
+        f.p50.as_secs_f64() * 1e6,
+        f.p99.as_secs_f64() * 1e6
+    );
+}
+
+fn status_kib(pid: u32, field: &str) -> Option<u64> {
+    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    s.lines()
+        .find(|l| l.starts_with(field))?
+        .split_whitespace()
+        .nth(1)?
+        .parse()
+        .ok()
+}
+
+fn main() {
+    let secs = env_num("BENCH_SECS", 5);
+    let conns = env_num("BENCH_CONNS", 16);
+    let certs = captf_webhook::devcerts::generate("bench CA", &["localhost".into()], &[]).unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let files = captf_webhook::devcerts::write(dir.path(), &certs).unwrap();
+    let validate_body = Bytes::from(fixture("cluster-create-accepted"));
+    let tls = client_config(&certs.ca_pem);
+    println!(
+        "captf-webhook throughput: {} CPUs, {conns} keep-alive HTTP/1.1 connections over TLS, {secs}s per phase, body {} bytes",
+        std::thread::available_parallelism().map_or(0, |n| n.get()),
+        validate_body.len()
+    );
+
+    // Servers and clients on separate runtimes (the machine's cores are shared either way).
+    let server_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let client_rt = tokio::runtime::Builder::new_multi_thread()
+        .worker_threads(2)
+        .enable_all()
+        .build()
+        .unwrap();
+    let (webhook_addr, bare_addr) = server_rt.block_on(async {
+        let mut config = Config::new(
+            "127.0.0.1:0".parse().unwrap(),
+            CertFiles {
+                cert: files.cert.clone(),
+                key: files.key.clone(),
+            },
+        );
+        config.metrics_addr = None;
+        let bound = captf_webhook::bind(config).await.unwrap();
+        let addr = bound.local_addr();
+        tokio::spawn(bound.run(std::future::pending()));
+        (addr, bare_server(&certs.cert_pem, &certs.key_pem).await)
+    });
+
+    let (bare, validate, mutate, paced_webhook, paced_bare) = client_rt.block_on(async {
+        let bare = saturate(
+            bare_addr,
+            tls.clone(),
+            VALIDATE_PATH,
+            validate_body.clone(),
+            conns,
+            secs,
+        )
+        .await;
+        let validate = saturate(
+            webhook_addr,
+            tls.clone(),
+            VALIDATE_PATH,
+            validate_body.clone(),
+            conns,
+            secs,
+        )
+        .await;
+        let mutate = saturate(
+            webhook_addr,
+            tls.clone(),
+            MUTATE_PATH,
+            validate_body.clone(),
+            conns,
+            secs,
+        )
+        .await;
+        let paced_webhook = paced(
+            webhook_addr,
+            tls.clone(),
+            VALIDATE_PATH,
+            validate_body.clone(),
+            1000,
+            4,
+            secs,
+        )
+        .await;
+        let paced_bare = paced(
+            bare_addr,
+            tls.clone(),
+            VALIDATE_PATH,
+            validate_body.clone(),
+            1000,
+            4,
+            secs,
+        )
+        .await;
+        (bare, validate, mutate, paced_webhook, paced_bare)
+    });
+    print("bare axum+rustls (saturated)", &bare);
+    print("captf-webhook /validate (saturated)", &validate);
+    print("captf-webhook /mutate (saturated)", &mutate);
+    print("bare axum+rustls @ 1000/s", &paced_bare);
+    print("captf-webhook /validate @ 1000/s", &paced_webhook);
+    println!(
+        "ratio webhook/bare: validate {:.1}%  mutate {:.1}%",
+        100.0 * validate.per_sec / bare.per_sec,
+        100.0 * mutate.per_sec / bare.per_sec
+    );
+    drop(server_rt);
+
+    // RSS of the real binary (release when run by `cargo bench`) under the saturating load.
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_captf-webhook"))
+        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
+        .arg("--tls-cert-file")
+        .arg(&files.cert)
+        .arg("--tls-key-file")
+        .arg(&files.key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let addr: SocketAddr = line.trim().trim_start_matches("listening on https://").parse().unwrap();
+    let idle_rss = status_kib(child.id(), "VmRSS:");
+    let loaded = client_rt.block_on(saturate(
+        addr,
+        tls.clone(),
+        VALIDATE_PATH,
+        validate_body.clone(),
+        conns,
+        secs.min(3),
+    ));
+    let (rss, hwm) = (status_kib(child.id(), "VmRSS:"), status_kib(child.id(), "VmHWM:"));
+    print("captf-webhook binary /validate", &loaded);
+    println!(
+        "binary RSS: idle {} KiB, under load {} KiB, peak (VmHWM) {} KiB",
+        idle_rss.unwrap_or(0),
+        rss.unwrap_or(0),
+        hwm.unwrap_or(0)
+    );
+    let _ = child.kill();
+    let _ = child.wait();
+}

@@ -68,6 +68,9 @@ pub struct ServeArgs {
     /// Time a client has to send a request's body.
     #[arg(long, env = "CAPTF_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub body_timeout: Duration,
+    /// Time after which a connection with no traffic is closed.
+    #[arg(long, env = "CAPTF_WEBHOOK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    pub idle_timeout: Duration,
     /// Time open connections get to finish on shutdown.
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -107,6 +110,7 @@ impl ServeArgs {
         config.handshake_timeout = self.header_read_timeout;
         config.header_read_timeout = self.header_read_timeout;
         config.body_timeout = self.body_timeout;
+        config.idle_timeout = self.idle_timeout;
         config.shutdown_grace = self.shutdown_grace;
         Ok(config)
     }

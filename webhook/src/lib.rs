@@ -5,6 +5,7 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
+//! | [`idle`] | closing connections that send nothing (hyper's header timeout starts only with a request) |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
 //! | [`metrics`] | prometheus-client metrics and the plain `/metrics` router |
 //! | [`server`] | binding, the TLS accept loop, timeouts, graceful shutdown |
@@ -14,6 +15,7 @@
 pub mod admission;
 pub mod cli;
 pub mod devcerts;
+pub mod idle;
 pub mod metrics;
 pub mod patch;
 pub mod routes;

@@ -18,6 +18,7 @@ use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
 use tokio_rustls::TlsAcceptor;
 
+use crate::idle::IdleTimeout;
 use crate::metrics::{Metrics, metrics_router};
 use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
@@ -37,6 +38,8 @@ pub struct Config {
     pub header_read_timeout: Duration,
     /// A client must send a request's body within this after its headers.
     pub body_timeout: Duration,
+    /// A connection on which nothing is read or written for this long is closed.
+    pub idle_timeout: Duration,
     /// How long open connections get to finish after shutdown begins.
     pub shutdown_grace: Duration,
 }
@@ -51,6 +54,7 @@ impl Config {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            idle_timeout: Duration::from_secs(60),
             shutdown_grace: Duration::from_secs(20),
         }
     }
@@ -204,6 +208,7 @@ impl Bound {
             let service = service.clone();
             let watcher = graceful.watcher();
             let handshake_timeout = config.handshake_timeout;
+            let idle_timeout = config.idle_timeout;
             tokio::spawn(async move {
                 let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
                     Ok(Ok(tls)) => tls,
@@ -216,7 +221,9 @@ impl Bound {
                         return;
                     }
                 };
-                let conn = builder.serve_connection(TokioIo::new(tls), service).into_owned();
+                let conn = builder
+                    .serve_connection(TokioIo::new(IdleTimeout::new(tls, idle_timeout)), service)
+                    .into_owned();
                 if let Err(e) = watcher.watch(conn).await {
                     tracing::debug!(%peer, "connection ended: {e}");
                 }

@@ -1,0 +1,523 @@
+//! The real server on 127.0.0.1 over TLS: certificate rotation with an open connection, broken
+//! pairs, TLS versions, full chains, slow clients, graceful shutdown, metrics, the binary.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::body::Bytes;
+use captf_webhook::devcerts::{self, DevCerts};
+use captf_webhook::tls::CertFiles;
+use captf_webhook::{Config, HEALTHZ_PATH, VALIDATE_PATH};
+use http_body_util::{BodyExt, Full};
+use hyper::client::conn::http1::SendRequest;
+use hyper_util::rt::TokioIo;
+use rcgen::{BasicConstraints, CertificateParams, IsCa, Issuer, KeyPair};
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+fn certs(name: &str) -> DevCerts {
+    devcerts::generate(name, &["localhost".into()], &["127.0.0.1".parse().unwrap()]).unwrap()
+}
+
+fn leaf_der(pem: &str) -> CertificateDer<'static> {
+    use rustls::pki_types::pem::PemObject;
+    CertificateDer::pem_slice_iter(pem.as_bytes()).next().unwrap().unwrap()
+}
+
+/// A Secret volume as the kubelet lays it out: `tls.crt -> ..data/tls.crt`, `..data -> ..<ts>/`,
+/// rotated by writing a new timestamped directory and renaming a new `..data` symlink over the old.
+struct SecretVolume {
+    dir: tempfile::TempDir,
+    generation: u32,
+}
+
+impl SecretVolume {
+    fn new(cert_pem: &str, key_pem: &str) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut v = SecretVolume { dir, generation: 0 };
+        v.rotate(cert_pem, key_pem);
+        for name in ["tls.crt", "tls.key"] {
+            std::os::unix::fs::symlink(Path::new("..data").join(name), v.dir.path().join(name)).unwrap();
+        }
+        v
+    }
+
+    fn rotate(&mut self, cert_pem: &str, key_pem: &str) {
+        self.generation += 1;
+        let ts = format!("..2026_11_29_15_00_{:02}.{}", self.generation, self.generation);
+        let data = self.dir.path().join(&ts);
+        std::fs::create_dir(&data).unwrap();
+        std::fs::write(data.join("tls.crt"), cert_pem).unwrap();
+        std::fs::write(data.join("tls.key"), key_pem).unwrap();
+        let tmp = self.dir.path().join("..data_tmp");
+        std::os::unix::fs::symlink(&ts, &tmp).unwrap();
+        std::fs::rename(&tmp, self.dir.path().join("..data")).unwrap();
+    }
+
+    fn files(&self) -> CertFiles {
+        CertFiles {
+            cert: self.dir.path().join("tls.crt"),
+            key: self.dir.path().join("tls.key"),
+        }
+    }
+}
+
+fn test_config(files: CertFiles) -> Config {
+    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), files);
+    c.metrics_addr = Some("127.0.0.1:0".parse().unwrap());
+    c.reload_interval = Duration::from_millis(50);
+    c.handshake_timeout = Duration::from_millis(500);
+    c.header_read_timeout = Duration::from_millis(300);
+    c.body_timeout = Duration::from_millis(300);
+    c.idle_timeout = Duration::from_secs(3);
+    c.shutdown_grace = Duration::from_secs(5);
+    c
+}
+
+struct Running {
+    addr: SocketAddr,
+    metrics_addr: SocketAddr,
+    metrics: Arc<captf_webhook::metrics::Metrics>,
+    stop: Option<tokio::sync::oneshot::Sender<()>>,
+    task: tokio::task::JoinHandle<Result<(), captf_webhook::ServeError>>,
+}
+
+async fn start(config: Config) -> Running {
+    let bound = captf_webhook::bind(config).await.unwrap();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let addr = bound.local_addr();
+    let metrics_addr = bound.metrics_addr().unwrap();
+    let metrics = bound.metrics();
+    let task = tokio::spawn(bound.run(async move {
+        let _ = stopped.await;
+    }));
+    Running {
+        addr,
+        metrics_addr,
+        metrics,
+        stop: Some(stop),
+        task,
+    }
+}
+
+impl Running {
+    async fn shutdown(mut self) {
+        let _ = self.stop.take().unwrap().send(());
+        tokio::time::timeout(Duration::from_secs(10), self.task)
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+    }
+}
+
+fn client_config(cas: &[&str], versions: &[&'static rustls::SupportedProtocolVersion]) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    for ca in cas {
+        roots.add(leaf_der(ca)).unwrap();
+    }
+    let mut c = rustls::ClientConfig::builder_with_provider(captf_webhook::tls::provider())
+        .with_protocol_versions(versions)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    // A resumed session presents no certificate; every test connection does a full handshake.
+    c.resumption = rustls::client::Resumption::disabled();
+    Arc::new(c)
+}
+
+const BOTH: &[&rustls::SupportedProtocolVersion] = &[&rustls::version::TLS13, &rustls::version::TLS12];
+
+async fn tls_connect(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> TlsStream<TcpStream> {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+        .unwrap()
+}
+
+/// One keep-alive HTTP/1.1 connection and the leaf certificate the server presented on it.
+struct Conn {
+    sender: SendRequest<Full<Bytes>>,
+    leaf: CertificateDer<'static>,
+    version: rustls::ProtocolVersion,
+}
+
+async fn connect(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> Conn {
+    let tls = tls_connect(addr, config).await;
+    let (_, session) = tls.get_ref();
+    let leaf = session.peer_certificates().unwrap()[0].clone();
+    let version = session.protocol_version().unwrap();
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await.unwrap();
+    tokio::spawn(conn);
+    Conn { sender, leaf, version }
+}
+
+impl Conn {
+    async fn post(&mut self, path: &str, body: Vec<u8>) -> (u16, Vec<u8>) {
+        let req = hyper::Request::post(path)
+            .header("host", "localhost")
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body)))
+            .unwrap();
+        self.sender.ready().await.unwrap();
+        let resp = self.sender.send_request(req).await.unwrap();
+        let status = resp.status().as_u16();
+        (status, resp.into_body().collect().await.unwrap().to_bytes().to_vec())
+    }
+
+    async fn review_allowed(&mut self) -> bool {
+        let body = serde_json::to_vec(&common::fixture("cluster-create-accepted")).unwrap();
+        let (status, body) = self.post(VALIDATE_PATH, body).await;
+        assert_eq!(status, 200, "{}", String::from_utf8_lossy(&body));
+        let v: serde_json::Value = serde_json::from_slice(&body).unwrap();
+        v["response"]["allowed"] == true
+    }
+}
+
+/// Connect again and again until the server presents `want` (or fail after 5 s).
+async fn wait_for_leaf(addr: SocketAddr, config: Arc<rustls::ClientConfig>, want: &CertificateDer<'_>) -> Conn {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let c = connect(addr, config.clone()).await;
+        if &c.leaf == want {
+            return c;
+        }
+        assert!(Instant::now() < deadline, "the new certificate was never served");
+        tokio::time::sleep(Duration::from_millis(25)).await;
+    }
+}
+
+async fn wait_for_metric(metrics: &captf_webhook::metrics::Metrics, line: &str) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while !metrics.encode().unwrap().contains(line) {
+        assert!(Instant::now() < deadline, "{line} never appeared");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+#[tokio::test]
+async fn rotation_keeps_the_open_connection_working_and_new_connections_get_the_new_certificate() {
+    let (a, b) = (certs("CA A"), certs("CA B"));
+    let mut volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let client = client_config(&[&a.ca_pem, &b.ca_pem], BOTH);
+
+    let mut old = connect(server.addr, client.clone()).await;
+    assert_eq!(old.leaf, leaf_der(&a.cert_pem));
+    assert!(old.review_allowed().await);
+
+    volume.rotate(&b.cert_pem, &b.key_pem);
+    let mut new = wait_for_leaf(server.addr, client.clone(), &leaf_der(&b.cert_pem)).await;
+    assert!(new.review_allowed().await);
+    // The connection opened before the rotation still answers, on the same session.
+    for _ in 0..3 {
+        assert!(old.review_allowed().await);
+    }
+    wait_for_metric(
+        &server.metrics,
+        r#"captf_webhook_certificate_reloads_total{result="Reloaded"} 1"#,
+    )
+    .await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_broken_new_pair_is_rejected_and_the_old_one_kept_until_a_good_pair_arrives() {
+    let (a, b) = (certs("CA A"), certs("CA B"));
+    let mut volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let client = client_config(&[&a.ca_pem, &b.ca_pem], BOTH);
+
+    // B's certificate with A's key: parses, but is not a pair.
+    volume.rotate(&b.cert_pem, &a.key_pem);
+    wait_for_metric(
+        &server.metrics,
+        r#"captf_webhook_certificate_reloads_total{result="Rejected"} 1"#,
+    )
+    .await;
+    let mut c = connect(server.addr, client.clone()).await;
+    assert_eq!(c.leaf, leaf_der(&a.cert_pem));
+    assert!(c.review_allowed().await);
+
+    // Garbage.
+    volume.rotate(
+        "-----BEGIN CERTIFICATE-----\nnope\n-----END CERTIFICATE-----\n",
+        "not a key",
+    );
+    wait_for_metric(
+        &server.metrics,
+        r#"captf_webhook_certificate_reloads_total{result="Rejected"} 2"#,
+    )
+    .await;
+    assert_eq!(connect(server.addr, client.clone()).await.leaf, leaf_der(&a.cert_pem));
+
+    // A good pair is taken.
+    volume.rotate(&b.cert_pem, &b.key_pem);
+    wait_for_leaf(server.addr, client, &leaf_der(&b.cert_pem)).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_key_missing_mid_rotation_keeps_the_old_pair() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    std::fs::remove_file(volume.dir.path().join("tls.key")).unwrap();
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let mut c = connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    assert_eq!(c.leaf, leaf_der(&a.cert_pem));
+    assert!(c.review_allowed().await);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn tls_1_2_and_tls_1_3_clients_both_connect() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    for (version, want) in [
+        (&rustls::version::TLS12, rustls::ProtocolVersion::TLSv1_2),
+        (&rustls::version::TLS13, rustls::ProtocolVersion::TLSv1_3),
+    ] {
+        let mut c = connect(server.addr, client_config(&[&a.ca_pem], &[version])).await;
+        assert_eq!(c.version, want);
+        assert!(c.review_allowed().await);
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_full_chain_with_an_intermediate_is_served_and_verifies_against_the_root() {
+    let mut root_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    root_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    let root_key = KeyPair::generate().unwrap();
+    let root = root_params.self_signed(&root_key).unwrap();
+    let root_issuer = Issuer::new(root_params, root_key);
+    let mut mid_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    mid_params.is_ca = IsCa::Ca(BasicConstraints::Constrained(0));
+    let mid_key = KeyPair::generate().unwrap();
+    let mid = mid_params.signed_by(&mid_key, &root_issuer).unwrap();
+    let mid_issuer = Issuer::new(mid_params, mid_key);
+    let leaf_params = CertificateParams::new(vec!["localhost".to_string()]).unwrap();
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &mid_issuer).unwrap();
+
+    let chain = format!("{}{}", leaf.pem(), mid.pem());
+    let volume = SecretVolume::new(&chain, &leaf_key.serialize_pem());
+    let server = start(test_config(volume.files())).await;
+    let tls = tls_connect(server.addr, client_config(&[&root.pem()], BOTH)).await;
+    let presented = tls.get_ref().1.peer_certificates().unwrap().to_vec();
+    assert_eq!(presented, vec![leaf.der().clone(), mid.der().clone()]);
+    server.shutdown().await;
+}
+
+async fn read_until_closed(stream: &mut (impl AsyncReadExt + Unpin), within: Duration) -> Vec<u8> {
+    let mut out = Vec::new();
+    tokio::time::timeout(within, async {
+        let mut buf = [0u8; 4096];
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => break,
+                Ok(n) => out.extend_from_slice(&buf[..n]),
+            }
+        }
+    })
+    .await
+    .expect("the server never closed the connection");
+    out
+}
+
+#[tokio::test]
+async fn a_client_that_never_starts_the_handshake_is_dropped() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let mut tcp = TcpStream::connect(server.addr).await.unwrap();
+    read_until_closed(&mut tcp, Duration::from_secs(3)).await;
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_headers_is_disconnected() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    tls.write_all(b"POST /validate HTTP/1.1\r\nHost: localhost\r\n")
+        .await
+        .unwrap();
+    let started = Instant::now();
+    read_until_closed(&mut tls, Duration::from_secs(3)).await;
+    assert!(started.elapsed() >= Duration::from_millis(250));
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_that_never_finishes_its_body_gets_408() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    tls.write_all(
+        b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{\"kind\":",
+    )
+    .await
+    .unwrap();
+    let got = read_until_closed(&mut tls, Duration::from_secs(3)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 408"), "{text}");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn shutdown_lets_the_request_in_flight_finish_then_refuses_connections() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.body_timeout = Duration::from_secs(5);
+    let server = start(config).await;
+    let addr = server.addr;
+    let body = serde_json::to_vec(&common::fixture("cluster-create-accepted")).unwrap();
+    let mut tls = tls_connect(addr, client_config(&[&a.ca_pem], BOTH)).await;
+    let head = format!(
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        body.len()
+    );
+    tls.write_all(head.as_bytes()).await.unwrap();
+    tls.write_all(&body[..10]).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(100)).await;
+
+    let shutdown = tokio::spawn(server.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    tls.write_all(&body[10..]).await.unwrap();
+    let got = read_until_closed(&mut tls, Duration::from_secs(5)).await;
+    let text = String::from_utf8_lossy(&got);
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(text.contains(r#""allowed":true"#), "{text}");
+    shutdown.await.unwrap();
+    assert!(
+        TcpStream::connect(addr).await.is_err(),
+        "still accepting after shutdown"
+    );
+}
+
+#[tokio::test]
+async fn metrics_are_served_as_plain_http_on_their_own_port() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let mut c = connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    assert!(c.review_allowed().await);
+    let mut tcp = TcpStream::connect(server.metrics_addr).await.unwrap();
+    tcp.write_all(b"GET /metrics HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n")
+        .await
+        .unwrap();
+    let text = String::from_utf8(read_until_closed(&mut tcp, Duration::from_secs(3)).await).unwrap();
+    assert!(text.starts_with("HTTP/1.1 200"), "{text}");
+    assert!(
+        text.contains(r#"captf_webhook_requests_total{route="Validate",kind="TerraformCluster",operation="Create",result="Allowed"} 1"#),
+        "{text}"
+    );
+    server.shutdown().await;
+}
+
+#[test]
+fn the_binary_prints_its_bound_address_serves_and_exits_cleanly_on_sigterm() {
+    use std::io::BufRead as _;
+    let dir = tempfile::tempdir().unwrap();
+    let a = certs("CA A");
+    let files = devcerts::write(dir.path(), &a).unwrap();
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_captf-webhook"))
+        .args([
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--log-format",
+            "json",
+        ])
+        .arg("--tls-cert-file")
+        .arg(&files.cert)
+        .arg("--tls-key-file")
+        .arg(&files.key)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    let mut stdout = std::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    stdout.read_line(&mut line).unwrap();
+    let addr: SocketAddr = line
+        .trim()
+        .strip_prefix("listening on https://")
+        .unwrap()
+        .parse()
+        .unwrap();
+
+    let rt = tokio::runtime::Runtime::new().unwrap();
+    rt.block_on(async {
+        let mut c = connect(addr, client_config(&[&a.ca_pem], BOTH)).await;
+        let req = hyper::Request::get(HEALTHZ_PATH)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        let resp = c.sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        assert!(c.review_allowed().await);
+    });
+
+    let status = std::process::Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let exit = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "no exit after SIGTERM");
+        std::thread::sleep(Duration::from_millis(20));
+    };
+    assert!(exit.success(), "{exit:?}");
+}
+
+#[test]
+fn dev_certs_subcommand_writes_a_usable_pair() {
+    let dir = tempfile::tempdir().unwrap();
+    let out: PathBuf = dir.path().join("dev");
+    let status = std::process::Command::new(env!("CARGO_BIN_EXE_captf-webhook"))
+        .arg("dev-certs")
+        .arg("--out-dir")
+        .arg(&out)
+        .stdout(std::process::Stdio::null())
+        .status()
+        .unwrap();
+    assert!(status.success());
+    let cert = std::fs::read(out.join("tls.crt")).unwrap();
+    let key = std::fs::read(out.join("tls.key")).unwrap();
+    captf_webhook::tls::certified_key_from_pem(&cert, &key).unwrap();
+    assert!(out.join("ca.crt").exists());
+}
+
+#[tokio::test]
+async fn a_client_that_completes_the_handshake_and_sends_nothing_is_disconnected() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.idle_timeout = Duration::from_millis(300);
+    let server = start(config).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    read_until_closed(&mut tls, Duration::from_secs(3)).await;
+    server.shutdown().await;
+}
