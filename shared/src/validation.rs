@@ -37,6 +37,24 @@ pub const MAX_DRIFT_INTERVAL: Duration = Duration::from_secs(168 * 3600);
 pub const WARN_DRIFT_INTERVAL_BELOW: Duration = Duration::from_secs(5 * 60);
 /// Env names with this prefix are the runner's own.
 pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
+/// At most this many `variablesFrom` entries (bounds the CRD's CEL rule over them).
+pub const MAX_VARIABLES_FROM: usize = 32;
+/// At most this many `jobs.env` entries (bounds the CRD's CEL rule over them).
+pub const MAX_ENV: usize = 256;
+/// `drift.interval` is at most this many characters (bounds the CRD's CEL `duration()`).
+pub const MAX_DRIFT_INTERVAL_CHARS: usize = 64;
+/// DNS-1123 subdomains (object names) are at most this long.
+pub const MAX_DNS1123_SUBDOMAIN_LEN: usize = 253;
+/// Secret and ConfigMap data keys are at most this long.
+pub const MAX_DATA_KEY_LEN: usize = 253;
+/// The CRD pattern of a DNS-1123 subdomain (Kubernetes' own expression).
+pub const DNS1123_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
+/// The CRD pattern of a data key (Kubernetes' `IsConfigMapKey` expression; `.` and `..` are left
+/// to the webhook).
+pub const DATA_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
+/// The CRD pattern of `module.source`: no whitespace, not starting like a local path (`./`,
+/// `../`, `/`). The address forms are left to the webhook.
+pub const MODULE_SOURCE_PATTERN: &str = r"^[^\s./]\S*$";
 /// Offending values longer than this are cut in messages.
 const MAX_RENDERED_VALUE_CHARS: usize = 200;
 
@@ -177,6 +195,15 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     check_module_source(&mut report, &root.child("module").child("source"), &spec.module.source);
     if let Some(vars) = &spec.variables {
         check_variables(&mut report, &root.child("variables"), vars);
+    }
+    if let Some(from) = &spec.variables_from
+        && from.len() > MAX_VARIABLES_FROM
+    {
+        report.violation(
+            &root.child("variablesFrom"),
+            format!("must have at most {MAX_VARIABLES_FROM} entries; the value is the count"),
+            &from.len(),
+        );
     }
     for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
         check_variables_from(&mut report, &root.child("variablesFrom").index(i), entry);
@@ -340,6 +367,15 @@ fn check_jobs(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
             sa,
         );
     }
+    if let Some(env) = &jobs.env
+        && env.len() > MAX_ENV
+    {
+        report.violation(
+            &path.child("env"),
+            format!("must have at most {MAX_ENV} entries; the value is the count"),
+            &env.len(),
+        );
+    }
     for (i, env) in jobs.env.iter().flatten().enumerate() {
         if env.name.starts_with(RESERVED_ENV_PREFIX) {
             report.violation(
@@ -353,6 +389,14 @@ fn check_jobs(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
 
 fn check_drift_interval(report: &mut Report, path: &FieldPath, interval: &str) {
     if interval == "0" {
+        return;
+    }
+    if interval.chars().count() > MAX_DRIFT_INTERVAL_CHARS {
+        report.violation(
+            path,
+            format!("must be at most {MAX_DRIFT_INTERVAL_CHARS} characters"),
+            &interval,
+        );
         return;
     }
     match crate::duration::parse(interval) {

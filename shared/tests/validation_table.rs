@@ -784,3 +784,47 @@ fn an_update_that_leaves_the_spec_alone_is_never_refused_for_it() {
     // The controller's re-check still sees it.
     assert!(!validate_spec(new.terraform_spec(), new.spec_path()).is_valid());
 }
+
+// ---- limits the CRD schema also enforces (bounds for its CEL rules) -----------------------------
+
+#[test]
+fn variables_from_has_at_most_32_entries() {
+    let entry = VariablesFrom {
+        secret_ref: secret("s", None),
+        config_map_ref: None,
+    };
+    accepted(with_from(vec![entry.clone(); 32]));
+    let msg = rejected_at(with_from(vec![entry; 33]), "spec.variablesFrom");
+    assert!(msg.contains("at most 32 entries") && msg.ends_with("(got 33)"), "{msg}");
+}
+
+#[test]
+fn env_has_at_most_256_entries() {
+    let env = |n: usize| {
+        with_jobs(JobsSpec {
+            env: Some(
+                (0..n)
+                    .map(|i| EnvVar {
+                        name: format!("V{i}"),
+                        ..Default::default()
+                    })
+                    .collect(),
+            ),
+            ..Default::default()
+        })
+    };
+    accepted(env(256));
+    let msg = rejected_at(env(257), "spec.jobs.env");
+    assert!(
+        msg.contains("at most 256 entries") && msg.ends_with("(got 257)"),
+        "{msg}"
+    );
+}
+
+#[test]
+fn drift_interval_has_at_most_64_characters() {
+    // 32 x "1h" is 64 characters and 32h: fine. 33 x "1h" is 33h, legal as a duration, but too long.
+    accepted(with_interval(&"1h".repeat(32)));
+    let msg = rejected_at(with_interval(&"1h".repeat(33)), "spec.drift.interval");
+    assert!(msg.contains("at most 64 characters"), "{msg}");
+}

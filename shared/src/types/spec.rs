@@ -2,11 +2,25 @@
 //!
 //! Every field with a default is optional here, so the webhook can tell "unset" from
 //! "set to the default" and `apply_defaults` can fill it in as a JSON patch.
+//!
+//! The schemars attributes put the table's numeric, length and pattern rules into the generated
+//! CRDs as a first line of defence beside the webhook, and bound every string and list a CEL rule
+//! reads (the API server refuses a CRD whose CEL cost estimate is unbounded). The constants come
+//! from [`crate::validation`], which checks the same limits, so the two cannot disagree.
 
 use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
+
+use crate::validation::{
+    DATA_KEY_PATTERN, DNS1123_SUBDOMAIN_PATTERN, MAX_ACTIVE_DEADLINE_SECONDS, MAX_DATA_KEY_LEN,
+    MAX_DNS1123_SUBDOMAIN_LEN, MAX_DRIFT_INTERVAL_CHARS, MAX_ENV, MAX_MODULE_SOURCE_CHARS, MAX_VARIABLES_FROM,
+    MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
+};
+
+/// CEL on `jobs`: env names starting with `CAPTF_` are the runner's own.
+pub const CEL_NO_RESERVED_ENV: &str = "!has(self.env) || self.env.all(e, !e.name.startsWith('CAPTF_'))";
 
 /// A map of Terraform variables: names to arbitrary JSON values.
 pub type Variables = BTreeMap<String, serde_json::Value>;
@@ -20,8 +34,9 @@ pub struct TerraformSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::types::schema::any_object")]
     pub variables: Option<Variables>,
-    /// More variables from Secrets or ConfigMaps, merged in order (later entries win).
+    /// More variables from Secrets or ConfigMaps, merged in order (later entries win). At most 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_VARIABLES_FROM))]
     pub variables_from: Option<Vec<VariablesFrom>>,
     /// How the Jobs that run Terraform are built.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -43,8 +58,10 @@ pub struct TerraformSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct ModuleSpec {
-    /// A module address `tofu init -from-module` accepts (not a local path).
-    #[schemars(length(min = 1, max = 2048))]
+    /// A module address `tofu init -from-module` accepts (not a local path): a registry address
+    /// (`namespace/name/provider`), `git::`, `hg::`, `s3::`, `gcs::`, `http(s)://`, `oci://`,
+    /// `github.com/…`, `bitbucket.org/…` or `git@host:path`. At most 2048 characters, no whitespace.
+    #[schemars(length(min = 1, max = MAX_MODULE_SOURCE_CHARS), regex(pattern = MODULE_SOURCE_PATTERN))]
     pub source: String,
 }
 
@@ -61,33 +78,44 @@ pub struct VariablesFrom {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct VariablesRef {
-    /// Name of the Secret or ConfigMap in the object's namespace.
+    /// Name of the Secret or ConfigMap in the object's namespace (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
     pub name: String,
     /// With a key, that value is a JSON object of variables; without, every key is one string variable.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DATA_KEY_LEN), regex(pattern = DATA_KEY_PATTERN))]
     pub key: Option<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
+#[schemars(extend("x-kubernetes-validations" = [{
+    "rule": CEL_NO_RESERVED_ENV,
+    "message": "env names must not start with CAPTF_ (reserved for the runner)",
+}]))]
 pub struct JobsSpec {
     /// The Job's deadline in seconds. Default 3600; 60 to 604800.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = MIN_ACTIVE_DEADLINE_SECONDS, max = MAX_ACTIVE_DEADLINE_SECONDS))]
     pub active_deadline_seconds: Option<i64>,
     /// How long a step waits for the state lock. Default min(300, activeDeadlineSeconds / 2); below the deadline.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0, max = MAX_ACTIVE_DEADLINE_SECONDS - 1))]
     pub lock_timeout_seconds: Option<i64>,
     /// Failed Jobs kept per outcome; also the backoff and remediation limit. Default 3; 0 counts like 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub failed_jobs_history_limit: Option<i32>,
     /// Succeeded Jobs kept. Default 1.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(range(min = 0))]
     pub successful_jobs_history_limit: Option<i32>,
     /// Runner image. Unset: the controller's `--runner-image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
-    /// Service account of the runner pods. Unset: the chart's runner account.
+    /// Service account of the runner pods (a DNS-1123 subdomain). Unset: the chart's runner account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
     pub service_account_name: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub resources: Option<ResourceRequirements>,
@@ -95,8 +123,9 @@ pub struct JobsSpec {
     pub node_selector: Option<BTreeMap<String, String>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tolerations: Option<Vec<Toleration>>,
-    /// Extra environment for the runner; names must not start with `CAPTF_`.
+    /// Extra environment for the runner; names must not start with `CAPTF_`. At most 256.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_ENV))]
     pub env: Option<Vec<EnvVar>>,
 }
 
@@ -105,6 +134,7 @@ pub struct JobsSpec {
 pub struct DriftSpec {
     /// How often to check for drift (`30m`, `1h30m`); `0` disables. Default `30m`; 1m to 168h.
     #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DRIFT_INTERVAL_CHARS))]
     pub interval: Option<String>,
     /// `Auto` (default) applies to remediate drift; `Manual` only reports it.
     #[serde(default, skip_serializing_if = "Option::is_none")]
