@@ -9,6 +9,7 @@
 //! | [`unlock`] | force-unlock of a handed-over stale lock, tolerated failures |
 //! | [`guard`] | plan summary, plan hash, the destructive guard's verdict |
 //! | [`outputs`] | `output -json`: public outputs in the result, the rest in the store |
+//! | [`redact`] | credentials in a module source, masked in the log and the result |
 //! | [`ops`] | the sequence of steps per op |
 //! | [`result`] | the termination log and the summary line |
 //! | [`secret`] | the outputs Secret, written with server-side apply |
@@ -17,6 +18,7 @@ pub mod config;
 pub mod guard;
 pub mod ops;
 pub mod outputs;
+pub mod redact;
 pub mod result;
 pub mod secret;
 pub mod tf;

@@ -4,12 +4,14 @@
 //! (failed or interrupted, with the phase it was in), so the sequence reads top to bottom.
 
 use captf_shared::Op;
+use captf_shared::inputs::Inputs;
 use captf_shared::keys;
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 
 use crate::config::Config;
 use crate::guard::{self, Verdict};
 use crate::outputs::{self, OutputsStore};
+use crate::redact;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
 use crate::workdir::{self, PLAN_FILE};
@@ -266,6 +268,25 @@ async fn pipeline<S: OutputsStore>(
     store: &S,
 ) -> Result<RunnerResult, RunnerResult> {
     let inputs = workdir::read_inputs(&cfg.inputs_dir).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    let secrets = redact::source_secrets(&inputs.module.source);
+    let log = log.with_secrets(secrets.clone());
+    let mask = |mut r: RunnerResult| {
+        r.message = redact::redact(&r.message, &secrets);
+        r
+    };
+    run_steps(cfg, &inputs, interrupt, log, store)
+        .await
+        .map(mask)
+        .map_err(mask)
+}
+
+async fn run_steps<S: OutputsStore>(
+    cfg: &Config,
+    inputs: &Inputs,
+    interrupt: Interrupt,
+    log: Log,
+    store: &S,
+) -> Result<RunnerResult, RunnerResult> {
     let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
     log.note(&format!(
         "{} of state {} in namespace {} (work dir {})",
@@ -287,7 +308,7 @@ async fn pipeline<S: OutputsStore>(
             Stdout::Stream,
         )
         .await?;
-    workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, &inputs)
+    workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, inputs)
         .map_err(|e| failed(Phase::Init, e.to_string()))?;
     steps.ok(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
     if let Some(id) = &cfg.force_unlock_id {

@@ -33,23 +33,49 @@ pub type Interrupt = watch::Receiver<bool>;
 
 /// Where the Job's log goes: stdout in production, a buffer in unit tests. Each call writes
 /// one whole line, so lines of stdout and stderr never interleave mid-line.
+/// Every line passes through [`crate::redact`] with the run's known secrets.
 #[derive(Clone)]
-pub struct Log(Arc<Mutex<dyn Write + Send>>);
+pub struct Log {
+    out: Arc<Mutex<dyn Write + Send>>,
+    secrets: Arc<Vec<String>>,
+}
 
 impl Log {
     pub fn stdout() -> Log {
-        Log(Arc::new(Mutex::new(std::io::stdout())))
+        Log {
+            out: Arc::new(Mutex::new(std::io::stdout())),
+            secrets: Arc::new(Vec::new()),
+        }
     }
 
     /// A log that keeps everything in memory, and the buffer to read it back.
     pub fn memory() -> (Log, Arc<Mutex<Vec<u8>>>) {
         let buf = Arc::new(Mutex::new(Vec::new()));
-        (Log(Arc::new(Mutex::new(SharedBuf(buf.clone())))), buf)
+        let log = Log {
+            out: Arc::new(Mutex::new(SharedBuf(buf.clone()))),
+            secrets: Arc::new(Vec::new()),
+        };
+        (log, buf)
+    }
+
+    /// The same log, masking these values from now on.
+    pub fn with_secrets(&self, secrets: Vec<String>) -> Log {
+        Log {
+            out: self.out.clone(),
+            secrets: Arc::new(secrets),
+        }
     }
 
     /// Write one line (a newline is added when missing). Logging never fails the run.
     pub fn line(&self, bytes: &[u8]) {
-        if let Ok(mut w) = self.0.lock() {
+        let redacted;
+        let bytes = if self.secrets.is_empty() {
+            bytes
+        } else {
+            redacted = crate::redact::redact_bytes(bytes, &self.secrets);
+            &redacted
+        };
+        if let Ok(mut w) = self.out.lock() {
             let _ = w.write_all(bytes);
             if !bytes.ends_with(b"\n") {
                 let _ = w.write_all(b"\n");
@@ -404,6 +430,17 @@ mod tests {
         assert!(log.contains("no newline\n"), "{log}");
         assert_eq!(f.stderr_tail, "two\n");
         assert_eq!(f.last_words(), "two");
+    }
+
+    #[test]
+    fn the_log_masks_known_secrets() {
+        let (log, buf) = Log::memory();
+        let log = log.with_secrets(vec!["hunter2pw".to_string()]);
+        log.line(b"Copying configuration from \"git::https://u:hunter2pw@example.com/m.git\"...");
+        log.note("$ tofu init -from-module=git::https://u:hunter2pw@example.com/m.git");
+        let t = text(&buf);
+        assert!(!t.contains("hunter2pw"), "{t}");
+        assert_eq!(t.matches("***").count(), 2);
     }
 
     #[tokio::test]

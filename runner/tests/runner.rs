@@ -70,6 +70,16 @@ impl Case {
         }
     }
 
+    /// Replace the module source in inputs.json.
+    fn source(&mut self, source: &str) -> &mut Case {
+        fs::write(
+            self.path("inputs/inputs.json"),
+            json!({"module": {"source": source}, "variables": {"password": SECRET_VAR}}).to_string(),
+        )
+        .unwrap();
+        self
+    }
+
     fn path(&self, name: &str) -> PathBuf {
         self.dir.path().join(name)
     }
@@ -638,4 +648,37 @@ fn without_an_outputs_file_outputs_go_to_the_outputs_secret_and_a_failed_write_f
         r.result.message
     );
     assert_no_secrets(&r);
+}
+
+#[test]
+fn credentials_in_the_module_source_are_masked_in_the_log_and_the_result() {
+    let token = "glpat-Zx9Yw8Vu7Ts6";
+    let mut c = Case::new("apply");
+    c.source(&format!(
+        "git::https://oauth2:{token}@gitlab.example.com/team/mod.git?ref=v1"
+    ));
+    let r = c.run();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(
+        r.stdout
+            .contains("Copying configuration from \"git::https://***@gitlab.example.com"),
+        "{}",
+        r.stdout
+    );
+    assert!(!r.stdout.contains(token), "{}", r.stdout);
+    // Terraform quoting the source in an error: masked in the result message too.
+    c.set("FAKE_FAIL_ON", "init").set(
+        "FAKE_FAIL_MESSAGE",
+        &format!("Error: Failed to download module from git::https://oauth2:{token}@gitlab.example.com/team/mod.git"),
+    );
+    fs::remove_dir_all(c.path("work")).unwrap();
+    let r = c.run();
+    assert_eq!(r.result.phase, Phase::Init);
+    assert!(!r.termination_log.contains(token), "{}", r.termination_log);
+    assert!(!r.stdout.contains(token), "{}", r.stdout);
+    assert!(
+        r.result.message.contains("git::https://***@gitlab.example.com"),
+        "{}",
+        r.result.message
+    );
 }
