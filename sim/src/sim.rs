@@ -52,7 +52,7 @@ impl Default for SimBuilder {
             start_time: None,
             seed: 0x5eed,
             crd_dir: None,
-            history: 100_000,
+            history: 10_000,
         }
     }
 }
@@ -84,7 +84,7 @@ impl SimBuilder {
         self.crd_dir = Some(dir.into());
         self
     }
-    /// How many events watches can replay before `410 Gone` (default 100,000).
+    /// How many events watches can replay before `410 Gone` (default 10,000).
     pub fn history(mut self, events: usize) -> Self {
         self.history = events;
         self

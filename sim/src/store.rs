@@ -3,7 +3,7 @@
 //! `metadata.generation`, finalizers and `deletionTimestamp`, propagation policies and ownerReference
 //! garbage collection, and the event history that watches replay.
 
-use std::collections::{BTreeMap, HashMap, VecDeque};
+use std::collections::{BTreeMap, BTreeSet, HashMap, VecDeque};
 use std::sync::Arc;
 
 use jiff::Timestamp;
@@ -121,6 +121,8 @@ pub struct World {
     rv: u64,
     objects: BTreeMap<Key, Value>,
     uids: HashMap<String, Key>,
+    /// owner uid → its dependents.
+    owners: HashMap<String, BTreeSet<Key>>,
     history: VecDeque<Arc<WatchEvent>>,
     history_cap: usize,
     compacted: u64,
@@ -201,6 +203,7 @@ impl World {
             rv: 1000,
             objects: BTreeMap::new(),
             uids: HashMap::new(),
+            owners: HashMap::new(),
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
             compacted: 1000,
@@ -302,9 +305,10 @@ impl World {
     /// Objects of a resource, in one namespace or (`None`) all.
     pub fn list(&self, def: &ResourceDef, ns: Option<&str>) -> Vec<Value> {
         let id = def.id();
+        let start = (id.clone(), ns.unwrap_or_default().to_string(), String::new());
         self.objects
-            .iter()
-            .filter(|((r, n, _), _)| *r == id && ns.is_none_or(|ns| ns == n))
+            .range(start..)
+            .take_while(|((r, n, _), _)| *r == id && ns.is_none_or(|ns| ns == n))
             .map(|(_, v)| v.clone())
             .collect()
     }
@@ -412,7 +416,7 @@ impl World {
             let labels = meta_mut(&mut obj).entry("labels").or_insert_with(|| json!({}));
             labels["kubernetes.io/metadata.name"] = json!(name);
         }
-        self.objects.insert(key.clone(), obj.clone());
+        self.store_obj(key.clone(), obj.clone());
         self.uids.insert(uid, key);
         self.emit(&def.id(), ns, EventType::Added, obj.clone());
         if def.id() == "apiextensions.k8s.io/customresourcedefinitions"
@@ -508,7 +512,7 @@ impl World {
         self.rv += 1;
         meta_mut(&mut merged).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let key = (def.id(), ns.to_string(), name.to_string());
-        self.objects.insert(key, merged.clone());
+        self.store_obj(key, merged.clone());
         self.emit(&def.id(), ns, EventType::Modified, merged.clone());
         if meta(&merged).get("deletionTimestamp").is_some() && finalizers(&merged).is_empty() {
             self.remove(def, ns, name);
@@ -572,8 +576,7 @@ impl World {
         if def.id() == "/namespaces" {
             marked["status"] = json!({"phase": "Terminating"});
         }
-        self.objects
-            .insert((def.id(), ns.to_string(), name.to_string()), marked.clone());
+        self.store_obj((def.id(), ns.to_string(), name.to_string()), marked.clone());
         self.emit(&def.id(), ns, EventType::Modified, marked.clone());
         match policy {
             Propagation::Orphan if has_dependents => {
@@ -623,11 +626,38 @@ impl World {
         if uid.is_empty() {
             return vec![];
         }
-        self.objects
-            .iter()
-            .filter(|(_, o)| owner_uids(o).iter().any(|u| u == uid))
-            .map(|(k, _)| k.clone())
-            .collect()
+        self.owners
+            .get(uid)
+            .map(|keys| keys.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+
+    /// Insert or replace an object, keeping the owner index.
+    fn store_obj(&mut self, key: Key, obj: Value) {
+        if let Some(old) = self.objects.get(&key) {
+            for u in owner_uids(old) {
+                if let Some(set) = self.owners.get_mut(&u) {
+                    set.remove(&key);
+                }
+            }
+        }
+        for u in owner_uids(&obj) {
+            self.owners.entry(u).or_default().insert(key.clone());
+        }
+        self.objects.insert(key, obj);
+    }
+
+    fn unstore(&mut self, key: &Key) -> Option<Value> {
+        let obj = self.objects.remove(key)?;
+        for u in owner_uids(&obj) {
+            if let Some(set) = self.owners.get_mut(&u) {
+                set.remove(key);
+                if set.is_empty() {
+                    self.owners.remove(&u);
+                }
+            }
+        }
+        Some(obj)
     }
 
     fn drop_owner_ref(&mut self, key: &Key, uid: &str) {
@@ -670,7 +700,7 @@ impl World {
     /// Remove the object for good, then collect its garbage.
     fn remove(&mut self, def: &ResourceDef, ns: &str, name: &str) {
         let key = (def.id(), ns.to_string(), name.to_string());
-        let Some(mut obj) = self.objects.remove(&key) else {
+        let Some(mut obj) = self.unstore(&key) else {
             return;
         };
         let uid = meta_str(&obj, "uid").unwrap_or_default().to_string();
