@@ -324,7 +324,93 @@ async fn run_steps<S: OutputsStore>(
 
 #[cfg(test)]
 mod tests {
+    #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::outputs::OutputsError;
+    use captf_shared::types::DestructiveGuard;
+    use std::path::{Path, PathBuf};
+    use tokio::sync::watch;
+
+    /// A store that records nothing but raises the interrupt flag when called, i.e. a SIGTERM
+    /// that arrives after `apply` finished but before the run reported.
+    struct InterruptingStore(watch::Sender<bool>);
+
+    impl OutputsStore for InterruptingStore {
+        async fn store(&self, _document: &[u8]) -> Result<(), OutputsError> {
+            self.0.send_replace(true);
+            Ok(())
+        }
+        fn describe(&self) -> String {
+            "interrupting test store".to_string()
+        }
+    }
+
+    fn config(dir: &Path) -> Config {
+        let inputs = dir.join("inputs");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(
+            inputs.join("inputs.json"),
+            r#"{"module":{"source":"git::https://example.com/m.git"},"variables":{}}"#,
+        )
+        .unwrap();
+        Config {
+            op: Op::Apply,
+            state_suffix: "x-tc".to_string(),
+            namespace: "default".to_string(),
+            lock_timeout: "1s".to_string(),
+            force_unlock_id: None,
+            approved_plan: None,
+            guard: DestructiveGuard::Block,
+            inputs_dir: inputs,
+            tf_binary: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+                .join("tests/fake/tofu")
+                .display()
+                .to_string(),
+            work_dir: Some(dir.join("work")),
+            termination_log: dir.join("termination-log"),
+            outputs_file: None,
+        }
+    }
+
+    #[tokio::test]
+    async fn a_termination_request_before_the_first_step_runs_nothing_and_reports_interrupted_in_init() {
+        let d = tempfile::tempdir().unwrap();
+        let (tx, rx) = watch::channel(true);
+        let (log, buf) = Log::memory();
+        let r = run(&config(d.path()), rx, log, &InterruptingStore(tx)).await;
+        assert_eq!(r.result, RunResult::Interrupted);
+        assert_eq!(r.phase, Phase::Init);
+        assert_eq!(r.exit_code(), 5);
+        assert!(!String::from_utf8_lossy(&buf.lock().unwrap()).contains("$ tofu"));
+    }
+
+    #[tokio::test]
+    async fn a_termination_request_after_apply_finished_is_never_reported_as_succeeded() {
+        let d = tempfile::tempdir().unwrap();
+        let outputs = d.path().join("outputs.json");
+        std::fs::write(&outputs, r#"{"a":{"sensitive":false,"type":"string","value":"1"}}"#).unwrap();
+        // The fake reads its steering from the environment of the child; set it for this
+        // process's children only through the config's binary: a wrapper script.
+        let wrapper = d.path().join("tofu");
+        std::fs::write(
+            &wrapper,
+            format!(
+                "#!/bin/sh\nFAKE_OUTPUTS_JSON={} exec {} \"$@\"\n",
+                outputs.display(),
+                config(d.path()).tf_binary
+            ),
+        )
+        .unwrap();
+        std::fs::set_permissions(&wrapper, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+        let mut cfg = config(d.path());
+        cfg.tf_binary = wrapper.display().to_string();
+        let (tx, rx) = watch::channel(false);
+        let (log, _) = Log::memory();
+        let r = run(&cfg, rx, log, &InterruptingStore(tx)).await;
+        assert_eq!(r.result, RunResult::Interrupted);
+        assert_eq!(r.phase, Phase::Apply);
+        assert!(r.message.contains("after the apply step finished"), "{}", r.message);
+    }
 
     #[test]
     fn every_state_touching_command_gets_lock_timeout_input_and_no_color() {
