@@ -3,3 +3,4 @@
 pub mod core;
 pub mod explain;
 pub mod rbac;
+pub mod runtime;

@@ -1,0 +1,489 @@
+//! The bookkeeping pass (DESIGN.md §5.2): every finished Job without `captf.io/outcome` is
+//! booked once, oldest first. The annotation write with the Job's resourceVersion is the
+//! "once": events and metrics are emitted only by the write that set it.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
+use serde_json::{Value, json};
+
+use captf_shared::types::{CaptfObject, MachineAddress, PendingPlan, TerraformStatus};
+use captf_shared::{Kind, Op, keys, names};
+
+use super::controller::Ctx;
+use super::errors::{self, ApiAction, Error};
+use super::gather::Ident;
+use super::leases;
+use crate::core::Outcome;
+use crate::core::interrupted;
+use crate::core::outcome::EventReason;
+use crate::core::record::JobRecord;
+
+/// Output names the controller reads after a successful apply (documented in the report and
+/// the chart README): a TerraformCluster's endpoint from `control_plane_endpoint`
+/// (`{"host","port"}` or `"host:port"`), else from `host` and `port`; a TerraformMachine's
+/// `provider_id` and `addresses` (`[{"type","address"}]`); a TerraformMachinePool's
+/// `provider_id_list`.
+pub const OUTPUT_CONTROL_PLANE_ENDPOINT: &str = "control_plane_endpoint";
+pub const OUTPUT_HOST: &str = "host";
+pub const OUTPUT_PORT: &str = "port";
+pub const OUTPUT_PROVIDER_ID: &str = "provider_id";
+pub const OUTPUT_PROVIDER_ID_LIST: &str = "provider_id_list";
+pub const OUTPUT_ADDRESSES: &str = "addresses";
+
+/// What booking one Job changes in the status (PURE). `applied` is the inputs hash of a
+/// successful apply (from the inputs Secret the Job mounted).
+pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outcome, now: Timestamp) {
+    let when = rec.finished.or(rec.created).unwrap_or(now);
+    let counts = st.consecutive_failures.get_or_insert_with(Default::default);
+    match outcome {
+        Outcome::Succeeded => *counts.get_mut(rec.op) = 0,
+        o if o.counts_as_failure() => *counts.get_mut(rec.op) = counts.get(rec.op).saturating_add(1),
+        _ => {}
+    }
+    if outcome == Outcome::Succeeded {
+        st.last_success_time
+            .get_or_insert_with(BTreeMap::new)
+            .insert(rec.op.as_str().to_string(), Time(when));
+    }
+    let result = rec.result.as_ref();
+    match (rec.op, outcome) {
+        (Op::Apply, Outcome::Succeeded) => {
+            st.pending_plan = None;
+            if let Some(outputs) = result.and_then(|r| r.outputs.clone()) {
+                st.outputs = Some(outputs);
+            }
+            if let Some(addrs) = st.outputs.as_ref().and_then(|o| o.get(OUTPUT_ADDRESSES)).cloned()
+                && let Ok(addrs) = serde_json::from_value::<Vec<MachineAddress>>(addrs)
+            {
+                st.addresses = Some(addrs);
+            }
+        }
+        (Op::Refresh, Outcome::Succeeded) => {
+            if let Some(outputs) = result.and_then(|r| r.outputs.clone()) {
+                st.outputs = Some(outputs);
+            }
+        }
+        (Op::Drift, Outcome::Succeeded) => st.last_drift_check_time = Some(Time(when)),
+        (Op::Apply, Outcome::Blocked | Outcome::PlanChanged) => {
+            let summary = result.and_then(|r| r.summary).unwrap_or_default();
+            st.pending_plan = Some(PendingPlan {
+                hash: result.and_then(|r| r.plan_hash.clone()).unwrap_or_default(),
+                adds: summary.add,
+                changes: summary.change,
+                destroys: summary.destroy,
+                replaces: summary.replace,
+                job: rec.name.clone(),
+            });
+        }
+        _ => {}
+    }
+}
+
+/// The durable annotations booking one Job writes on the inputs Secret (PURE).
+pub fn durable_changes(
+    kind: Kind,
+    namespace: &str,
+    name: &str,
+    rec: &JobRecord,
+    outcome: Outcome,
+    applied_hash: Option<&str>,
+    recorded_interrupted: Option<&str>,
+) -> BTreeMap<&'static str, Option<String>> {
+    let mut out = BTreeMap::new();
+    let when = rec.finished.or(rec.created);
+    match (rec.op, outcome) {
+        (Op::Apply, Outcome::Succeeded) => {
+            if let Some(h) = applied_hash {
+                out.insert(keys::ANNOTATION_APPLIED_INPUTS_HASH, Some(h.to_string()));
+            }
+            let recorded_seq = recorded_interrupted
+                .filter(|j| !j.is_empty())
+                .map(|j| names::parse_job_name(kind, namespace, name, j).map_or(0, |(_, s)| s));
+            if recorded_seq.is_some_and(|s| rec.seq > s) {
+                out.insert(keys::ANNOTATION_INTERRUPTED_APPLY, None);
+            }
+        }
+        (Op::Drift, Outcome::Succeeded) => {
+            if let Some(t) = when {
+                out.insert(keys::ANNOTATION_LAST_DRIFT_CHECK, Some(t.to_string()));
+            }
+        }
+        _ => {}
+    }
+    out
+}
+
+/// The Cluster API fields of the spec a successful apply fills from outputs, when unset (PURE).
+pub fn capi_spec_patch(object: &CaptfObject, outputs: &BTreeMap<String, Value>) -> Option<Value> {
+    match object {
+        CaptfObject::Cluster(c) => {
+            if c.spec
+                .control_plane_endpoint
+                .as_ref()
+                .is_some_and(|e| !e.host.is_empty())
+            {
+                return None;
+            }
+            let (host, port) = endpoint_from_outputs(outputs)?;
+            Some(json!({"spec": {"controlPlaneEndpoint": {"host": host, "port": port}}}))
+        }
+        CaptfObject::Machine(m) => {
+            if m.spec.provider_id.as_deref().is_some_and(|p| !p.is_empty()) {
+                return None;
+            }
+            let id = outputs.get(OUTPUT_PROVIDER_ID)?.as_str()?;
+            Some(json!({"spec": {"providerID": id}}))
+        }
+        CaptfObject::MachinePool(p) => {
+            let list: Vec<String> = outputs
+                .get(OUTPUT_PROVIDER_ID_LIST)?
+                .as_array()?
+                .iter()
+                .filter_map(|v| v.as_str().map(str::to_string))
+                .collect();
+            (p.spec.provider_id_list.as_ref() != Some(&list)).then(|| json!({"spec": {"providerIDList": list}}))
+        }
+        CaptfObject::MachineTemplate(_) => None,
+    }
+}
+
+fn endpoint_from_outputs(o: &BTreeMap<String, Value>) -> Option<(String, i64)> {
+    fn port_of(v: &Value) -> Option<i64> {
+        v.as_i64().or_else(|| v.as_str()?.parse().ok())
+    }
+    match o.get(OUTPUT_CONTROL_PLANE_ENDPOINT) {
+        Some(Value::Object(m)) => Some((m.get("host")?.as_str()?.to_string(), port_of(m.get("port")?)?)),
+        Some(Value::String(s)) => {
+            let (h, p) = s.rsplit_once(':')?;
+            Some((h.to_string(), p.parse().ok()?))
+        }
+        _ => Some((o.get(OUTPUT_HOST)?.as_str()?.to_string(), port_of(o.get(OUTPUT_PORT)?)?)),
+    }
+}
+
+/// The retry number of a Job: its `captf.io/attempt` label.
+fn attempt_of(job: &Job) -> u32 {
+    job.metadata
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LABEL_ATTEMPT))
+        .and_then(|a| a.parse().ok())
+        .unwrap_or(1)
+}
+
+/// The event of an outcome, with a one-line note.
+fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
+    let result = rec.result.as_ref();
+    let phase = result.map(|r| r.phase.as_str()).unwrap_or("unknown");
+    let msg = result.map(|r| r.message.as_str()).unwrap_or("");
+    match outcome {
+        Outcome::Deadline => format!("Job {} exceeded its activeDeadlineSeconds (phase {phase})", rec.name),
+        Outcome::Interrupted => format!(
+            "Job {} was interrupted (phase {phase}); not counted as a failure",
+            rec.name
+        ),
+        Outcome::Blocked => format!(
+            "Job {}: the plan deletes or replaces resources; approve plan {} with captf.io/approve-plan",
+            rec.name,
+            result.and_then(|r| r.plan_hash.as_deref()).unwrap_or("")
+        ),
+        _ => format!("Job {} failed in phase {phase}: {msg}", rec.name),
+    }
+}
+
+/// What booking found.
+#[derive(Debug, Default)]
+pub struct Booking {
+    /// Names booked by this pass.
+    pub booked: Vec<String>,
+    /// A finished Job could not be booked (409: another writer booked it, or it changed).
+    pub conflict: bool,
+}
+
+/// Book every finished, unbooked Job, oldest first. `records` is newest first.
+#[allow(clippy::too_many_arguments)]
+pub async fn book_all(
+    ctx: &Ctx,
+    id: &Ident,
+    object: &CaptfObject,
+    jobs: &[Job],
+    records: &mut [JobRecord],
+    status: &mut TerraformStatus,
+    applied_hash: Option<&str>,
+    recorded_interrupted: Option<&str>,
+) -> Result<Booking, Error> {
+    let now = ctx.clock.now();
+    let mut booking = Booking::default();
+    let mut durable: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
+    for i in (0..records.len()).rev() {
+        let rec = &records[i];
+        let (Some(outcome), false) = (rec.outcome, rec.booked) else {
+            continue;
+        };
+        let Some(job) = jobs
+            .iter()
+            .find(|j| j.metadata.name.as_deref() == Some(rec.name.as_str()))
+        else {
+            continue;
+        };
+        let patch = json!({"metadata": {
+            "resourceVersion": job.metadata.resource_version,
+            "annotations": {keys::ANNOTATION_OUTCOME: outcome.as_str()},
+        }});
+        match api
+            .patch(&rec.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => {
+                booking.conflict = true;
+                continue;
+            }
+            Err(e) => {
+                return Err(Error::api(
+                    ApiAction::PatchJob,
+                    format!("{}/{}", id.namespace, rec.name),
+                    e,
+                ));
+            }
+        }
+        // This write set the outcome: everything below happens once per Job.
+        tracing::info!(job = %rec.name, outcome = %outcome, "booked Job");
+        ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
+        if let Some(reason) = outcome.event_reason() {
+            let warning = !matches!(reason, EventReason::JobInterrupted);
+            ctx.event(id, warning, reason.as_str(), "Book", &event_note(rec, outcome))
+                .await;
+        }
+        apply_to_status(status, rec, outcome, now);
+        let n = status.consecutive_failures.map_or(0, |c| c.get(rec.op));
+        ctx.metrics
+            .set_consecutive_failures(id.kind, &id.namespace, &id.name, rec.op, n);
+        if outcome == Outcome::Succeeded {
+            let when = rec.finished.or(rec.created).unwrap_or(now);
+            ctx.metrics.set_last_success(
+                id.kind,
+                &id.namespace,
+                &id.name,
+                rec.op,
+                when.as_millisecond() as f64 / 1000.0,
+            );
+            if rec.op == Op::Apply
+                && let Some(outputs) = status.outputs.clone()
+                && let Some(p) = capi_spec_patch(object, &outputs)
+            {
+                patch_object(ctx, id, &p).await?;
+            }
+        }
+        let changes = durable_changes(
+            id.kind,
+            &id.namespace,
+            &id.name,
+            rec,
+            outcome,
+            applied_hash,
+            recorded_interrupted,
+        );
+        durable.extend(changes);
+        leases::release(
+            &ctx.client,
+            &id.namespace,
+            &names::run_lease_name(&id.suffix),
+            &rec.name,
+        )
+        .await?;
+        if id.kind == Kind::TerraformCluster
+            && let Some(c) = &id.cluster_name
+        {
+            leases::release(
+                &ctx.client,
+                &id.namespace,
+                &names::cluster_lease_name(&id.namespace, c),
+                &rec.name,
+            )
+            .await?;
+        }
+        records[i].booked = true;
+        booking.booked.push(records[i].name.clone());
+    }
+    super::inputs::annotate(&ctx.client, id, &durable).await?;
+    Ok(booking)
+}
+
+/// Merge-patch the object itself (the Cluster API spec fields).
+pub async fn patch_object(ctx: &Ctx, id: &Ident, patch: &Value) -> Result<(), Error> {
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &id.namespace, &super::kinds::api_resource(id.kind));
+    api.patch(&id.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::api(ApiAction::PatchObject, id.what(), e))
+}
+
+/// Prune (§5.5) the booked history: delete with propagationPolicy Background; 404 is success.
+pub async fn prune(ctx: &Ctx, id: &Ident, records: &[JobRecord], successful: u32, failed: u32) -> Result<(), Error> {
+    let booked: Vec<JobRecord> = records
+        .iter()
+        .filter(|r| r.booked || !r.is_finished())
+        .cloned()
+        .collect();
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
+    let dp = DeleteParams {
+        propagation_policy: Some(PropagationPolicy::Background),
+        ..Default::default()
+    };
+    for name in crate::core::prune::prune(&booked, successful, failed) {
+        match api.delete(&name, &dp).await {
+            Ok(_) => tracing::debug!(job = %name, "pruned Job"),
+            Err(e) if errors::is_not_found(&e) => {}
+            Err(e) => return Err(Error::api(ApiAction::DeleteJob, format!("{}/{name}", id.namespace), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Whether the interrupted-apply record is still pending after this history (re-exported for
+/// the status).
+pub fn interrupted_pending(id: &Ident, recorded: Option<&str>, records: &[JobRecord]) -> bool {
+    interrupted::interrupted_apply_pending(id.kind, &id.namespace, &id.name, recorded, records)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_shared::protocol::{Phase, PlanSummary, RunResult, RunnerResult};
+    use captf_shared::types::{ApiEndpoint, TerraformCluster, TerraformClusterSpec};
+
+    fn rec(op: Op, seq: u32, result: Option<RunnerResult>) -> JobRecord {
+        JobRecord {
+            name: names::job_name(Kind::TerraformCluster, "default", "prod-eu", op, seq),
+            op,
+            seq,
+            created: Some(Timestamp::from_second(1_000).unwrap()),
+            finished: Some(Timestamp::from_second(1_060).unwrap()),
+            outcome: None,
+            booked: false,
+            drift_remediation: false,
+            approved_plan: None,
+            force_unlock_id: None,
+            inputs_hash: None,
+            deleting: false,
+            result,
+        }
+    }
+
+    #[test]
+    fn failures_count_up_and_one_success_resets_the_op() {
+        let mut st = TerraformStatus::default();
+        let now = Timestamp::from_second(2_000).unwrap();
+        apply_to_status(&mut st, &rec(Op::Apply, 1, None), Outcome::Failed, now);
+        apply_to_status(&mut st, &rec(Op::Apply, 2, None), Outcome::Deadline, now);
+        apply_to_status(&mut st, &rec(Op::Drift, 3, None), Outcome::Failed, now);
+        apply_to_status(&mut st, &rec(Op::Apply, 4, None), Outcome::Interrupted, now);
+        let c = st.consecutive_failures.unwrap();
+        assert_eq!((c.apply, c.drift), (2, 1));
+        apply_to_status(&mut st, &rec(Op::Apply, 5, None), Outcome::Succeeded, now);
+        let c = st.consecutive_failures.unwrap();
+        assert_eq!((c.apply, c.drift), (0, 1));
+        assert_eq!(
+            st.last_success_time.unwrap()["apply"].0,
+            Timestamp::from_second(1_060).unwrap()
+        );
+    }
+
+    #[test]
+    fn a_blocked_apply_sets_the_pending_plan_and_a_success_clears_it() {
+        let mut r = RunnerResult::new(RunResult::Blocked, Phase::Guard, "");
+        r.plan_hash = Some("h1".into());
+        r.summary = Some(PlanSummary {
+            add: 1,
+            change: 0,
+            destroy: 2,
+            replace: 1,
+        });
+        let mut st = TerraformStatus::default();
+        let now = Timestamp::from_second(2_000).unwrap();
+        apply_to_status(&mut st, &rec(Op::Apply, 1, Some(r)), Outcome::Blocked, now);
+        let p = st.pending_plan.clone().unwrap();
+        assert_eq!((p.hash.as_str(), p.destroys, p.replaces), ("h1", 2, 1));
+        assert_eq!(st.consecutive_failures.unwrap().apply, 0);
+        apply_to_status(&mut st, &rec(Op::Apply, 2, None), Outcome::Succeeded, now);
+        assert_eq!(st.pending_plan, None);
+    }
+
+    #[test]
+    fn a_successful_apply_records_the_hash_and_clears_an_older_interrupted_apply() {
+        let r = rec(Op::Apply, 5, None);
+        let old = names::job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 4);
+        let d = durable_changes(
+            Kind::TerraformCluster,
+            "default",
+            "prod-eu",
+            &r,
+            Outcome::Succeeded,
+            Some("abc"),
+            Some(&old),
+        );
+        assert_eq!(d[keys::ANNOTATION_APPLIED_INPUTS_HASH].as_deref(), Some("abc"));
+        assert_eq!(d[keys::ANNOTATION_INTERRUPTED_APPLY], None);
+        let newer = names::job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 6);
+        let d = durable_changes(
+            Kind::TerraformCluster,
+            "default",
+            "prod-eu",
+            &r,
+            Outcome::Succeeded,
+            Some("abc"),
+            Some(&newer),
+        );
+        assert!(!d.contains_key(keys::ANNOTATION_INTERRUPTED_APPLY));
+        let d = durable_changes(
+            Kind::TerraformCluster,
+            "default",
+            "prod-eu",
+            &rec(Op::Drift, 7, None),
+            Outcome::Succeeded,
+            None,
+            None,
+        );
+        assert_eq!(
+            d[keys::ANNOTATION_LAST_DRIFT_CHECK].as_deref(),
+            Some("1970-01-01T00:17:40Z")
+        );
+    }
+
+    #[test]
+    fn control_plane_endpoint_comes_from_outputs_only_when_unset() {
+        let mut c = TerraformCluster::new("prod-eu", TerraformClusterSpec::default());
+        let outputs: BTreeMap<String, Value> = [(
+            "control_plane_endpoint".to_string(),
+            json!({"host": "10.0.0.1", "port": 6443}),
+        )]
+        .into();
+        let obj = CaptfObject::Cluster(c.clone());
+        assert_eq!(
+            capi_spec_patch(&obj, &outputs),
+            Some(json!({"spec": {"controlPlaneEndpoint": {"host": "10.0.0.1", "port": 6443}}}))
+        );
+        let split: BTreeMap<String, Value> = [
+            ("host".to_string(), json!("api.example")),
+            ("port".to_string(), json!("443")),
+        ]
+        .into();
+        assert_eq!(
+            capi_spec_patch(&obj, &split),
+            Some(json!({"spec": {"controlPlaneEndpoint": {"host": "api.example", "port": 443}}}))
+        );
+        c.spec.control_plane_endpoint = Some(ApiEndpoint {
+            host: "x".into(),
+            port: 1,
+        });
+        assert_eq!(capi_spec_patch(&CaptfObject::Cluster(c), &outputs), None);
+    }
+}

@@ -1,0 +1,524 @@
+//! Three kube-rs `Controller`s (one per kind) sharing one [`Ctx`], and the reconcile pass:
+//! read → book finished Jobs → check the lock → `decide` → act → write status.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+use futures::StreamExt;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::events::{Event, EventType, Recorder, Reporter};
+use kube::runtime::watcher;
+use tokio::sync::watch;
+
+use captf_shared::conditions::{self, reason as reasons};
+use captf_shared::inputs::Inputs;
+use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformStatus};
+use captf_shared::{Kind, keys, names};
+
+use super::book;
+use super::clock::SharedClock;
+use super::deletion;
+use super::errors::{self, ApiAction, Error};
+use super::gather::{self, Ident};
+use super::inputs;
+use super::interrupted::{self, Checked};
+use super::job::{JobParams, build_job, owner_reference};
+use super::kinds::{CaptfKind, api_resource};
+use super::leases::{self, Take};
+use super::metrics::Metrics;
+use super::status;
+use crate::core::lock::LockState;
+use crate::core::record::{self, JobRecord};
+use crate::core::snapshot::{self, DurableRecord, InputsHash, Snapshot, object_status};
+use crate::core::{Decision, Reason, Start, Wait, decide};
+
+/// How the runtime is configured (from the flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Watch one namespace, or all when `None`.
+    pub namespace: Option<String>,
+    pub runner_image: String,
+    pub concurrency: u16,
+}
+
+/// What every reconcile shares.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub config: Config,
+    pub clock: SharedClock,
+    pub metrics: Arc<Metrics>,
+    pub recorder: Recorder,
+    /// True while this replica may write (leader election, or always without it).
+    pub leader: Arc<AtomicBool>,
+}
+
+impl Ctx {
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        clock: SharedClock,
+        metrics: Arc<Metrics>,
+        leader: Arc<AtomicBool>,
+    ) -> Ctx {
+        let reporter = Reporter {
+            controller: "captf-controller".into(),
+            instance: std::env::var("POD_NAME").ok(),
+        };
+        Ctx {
+            recorder: Recorder::new(client.clone(), reporter),
+            client,
+            config,
+            clock,
+            metrics,
+            leader,
+        }
+    }
+
+    /// Publish an event about the object (failures to publish are logged, never fatal).
+    pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str) {
+        let reference = ObjectReference {
+            api_version: Some(keys::API_VERSION.into()),
+            kind: Some(id.kind.as_str().into()),
+            name: Some(id.name.clone()),
+            namespace: Some(id.namespace.clone()),
+            uid: Some(id.uid.clone()).filter(|u| !u.is_empty()),
+            ..Default::default()
+        };
+        let ev = Event {
+            type_: if warning { EventType::Warning } else { EventType::Normal },
+            reason: reason.into(),
+            note: Some(note.chars().take(1024).collect()),
+            action: action.into(),
+            secondary: None,
+        };
+        if let Err(e) = self.recorder.publish(&ev, &reference).await {
+            tracing::warn!(error = %e, reason, "failed to publish event for {}", id.what());
+        }
+    }
+}
+
+/// Requeue after a lost race (409, lease held by somebody else).
+const RACE_REQUEUE: Duration = Duration::from_secs(2);
+/// Requeue while a Job runs (its watch event usually comes first).
+const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
+
+/// The reconcile of one object of kind `K`.
+pub async fn reconcile<K: CaptfKind>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    if !ctx.leader.load(Ordering::SeqCst) {
+        return Ok(Action::requeue(Duration::from_secs(5)));
+    }
+    let started = Instant::now();
+    let out = reconcile_object(&ctx, obj.to_object()).await;
+    ctx.metrics.observe_reconcile(K::KIND, started.elapsed().as_secs_f64());
+    match out {
+        Err(e) if e.is_conflict() => Ok(Action::requeue(RACE_REQUEUE)),
+        other => other,
+    }
+}
+
+/// The error policy: count, log, retry soon.
+pub fn error_policy<K: CaptfKind>(obj: Arc<K>, e: &Error, ctx: Arc<Ctx>) -> Action {
+    ctx.metrics.reconcile_error(e.category());
+    tracing::warn!(
+        kind = %K::KIND,
+        namespace = obj.meta().namespace.as_deref().unwrap_or(""),
+        name = obj.meta().name.as_deref().unwrap_or(""),
+        category = e.category(),
+        "reconcile failed: {e}"
+    );
+    Action::requeue(Duration::from_secs(2))
+}
+
+fn requeue_for(wait: &Wait, simulated: bool) -> Action {
+    let d = match wait.reason {
+        Reason::JobActive => Some(ACTIVE_REQUEUE),
+        _ => wait.requeue_after,
+    };
+    match d {
+        // With a simulated clock every jump re-reconciles everything; keep real waits short.
+        Some(d) if simulated => Action::requeue(d.min(Duration::from_secs(5))),
+        Some(d) => Action::requeue(d.max(Duration::from_secs(1))),
+        None => Action::await_change(),
+    }
+}
+
+/// The reconcile pass over one object.
+pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, Error> {
+    let Some(kind) = object.job_kind() else {
+        return Ok(Action::await_change());
+    };
+    let id = Ident::of(&object, kind)?;
+    let meta = object.metadata();
+    if meta
+        .labels
+        .as_ref()
+        .is_some_and(|l| l.contains_key(keys::LABEL_MANAGED_BY))
+    {
+        return Ok(Action::await_change());
+    }
+    let deleting = meta.deletion_timestamp.is_some();
+    if !deleting && !deletion::ensure_finalizer(&ctx.client, &id, &object).await? {
+        return Ok(Action::requeue(RACE_REQUEUE));
+    }
+
+    // ---- read ----
+    let (jobs, pods) = gather::jobs_and_pods(&ctx.client, &id).await?;
+    let by_job = snapshot::pods_by_job(&pods);
+    let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
+    for j in &jobs {
+        let pod = j.metadata.name.as_deref().and_then(|n| by_job.get(n).copied());
+        match JobRecord::from_job(kind, &id.namespace, &id.name, j, pod) {
+            Ok(r) => records.push(r),
+            Err(e) => tracing::warn!("ignoring a Job of {}: {e}", id.what()),
+        }
+    }
+    record::sort_newest_first(&mut records);
+    let inputs_name = names::inputs_secret_name(&id.suffix);
+    let mut inputs_secret = gather::secret(&ctx.client, &id.namespace, &inputs_name).await?;
+    let durable_of = |s: Option<&Secret>| -> Result<DurableRecord, Error> {
+        s.map(DurableRecord::from_secret)
+            .transpose()
+            .map(Option::unwrap_or_default)
+            .map_err(|source| Error::Snapshot {
+                kind,
+                name: id.name.clone(),
+                source,
+            })
+    };
+    let mut durable = durable_of(inputs_secret.as_ref())?;
+    let original = object_status(&object).cloned().unwrap_or_default();
+    let mut status = original.clone();
+
+    // ---- an apply Job deleted while it ran (§5.6) ----
+    let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+    match interrupted::check(ctx, &id, status.active_job.as_deref(), &listed).await? {
+        Checked::Nothing => {}
+        Checked::Stale => return Ok(Action::requeue(RACE_REQUEUE)),
+        Checked::Recorded(job) => {
+            durable.interrupted_apply = Some(job);
+            status.active_job = None;
+        }
+        Checked::Forgot(_) => status.active_job = None,
+    }
+
+    // ---- book finished Jobs (§5.2) ----
+    let applied_hash = inputs_secret.as_ref().and_then(inputs::stored_inputs).map(|i| i.hash());
+    let booking = book::book_all(
+        ctx,
+        &id,
+        &object,
+        &jobs,
+        &mut records,
+        &mut status,
+        applied_hash.as_deref(),
+        durable.interrupted_apply.as_deref(),
+    )
+    .await?;
+    if !booking.booked.is_empty() {
+        inputs_secret = gather::secret(&ctx.client, &id.namespace, &inputs_name).await?;
+        durable = durable_of(inputs_secret.as_ref())?;
+    }
+    let active = records.iter().find(|r| !r.is_finished()).map(|r| r.name.clone());
+    status.active_job = match active.clone() {
+        Some(a) => Some(a),
+        // A Job listed as finished is no longer active; one not listed was handled above.
+        None => status.active_job.filter(|a| !a.is_empty() && !listed.contains(a)),
+    };
+    let spec = captf_shared::defaults::effective(object.terraform_spec());
+    book::prune(
+        ctx,
+        &id,
+        &records,
+        spec.successful_jobs_history_limit,
+        spec.failed_limit(),
+    )
+    .await?;
+
+    // ---- the lock check, only when no Job is active (§4) ----
+    let lock = if active.is_none() {
+        gather::lock_state(&ctx.client, &id).await?
+    } else {
+        LockState::Free
+    };
+
+    // ---- inputs, holds, decide ----
+    let resolved = gather::resolve_inputs(&ctx.client, &object, &id).await?;
+    let inputs_hash = match &resolved {
+        Ok(i) => InputsHash::Known(i.hash()),
+        Err(e) => InputsHash::Unresolved(e.to_string()),
+    };
+    let holds = gather::holds(&ctx.client, &id).await?;
+    let mut snap =
+        Snapshot::new(&object, records, durable, inputs_hash, lock, holds).map_err(|source| Error::Snapshot {
+            kind,
+            name: id.name.clone(),
+            source,
+        })?;
+    snap.status = status;
+    let now = ctx.clock.now();
+    let mut decision = decide(&snap, now);
+    tracing::debug!(object = %id.what(), ?decision, "decided");
+
+    // ---- act ----
+    let mut active_job = snap.status.active_job.clone().filter(|a| !a.is_empty());
+    let mut action = match &decision {
+        Decision::Wait(w) => requeue_for(w, ctx.clock.simulated()),
+        Decision::Start(_) => Action::requeue(ACTIVE_REQUEUE),
+        Decision::Finalize => {
+            if deletion::remove_finalizer(&ctx.client, &id, &object).await? {
+                ctx.metrics.forget_object(kind, &id.namespace, &id.name);
+                tracing::info!("removed the finalizer of {}", id.what());
+                return Ok(Action::await_change());
+            }
+            return Ok(Action::requeue(RACE_REQUEUE));
+        }
+    };
+    if let Decision::Start(start) = decision.clone() {
+        // A destroy of an object whose inputs no longer resolve runs with the stored inputs.
+        let inputs = resolved
+            .as_ref()
+            .ok()
+            .cloned()
+            .or_else(|| inputs_secret.as_ref().and_then(inputs::stored_inputs));
+        let seq = snap
+            .jobs
+            .iter()
+            .map(|r| r.seq)
+            .chain(snap.status.last_job_seq)
+            .max()
+            .unwrap_or(0)
+            .saturating_add(1);
+        match inputs {
+            None => {
+                decision = Decision::Wait(Wait {
+                    reason: Reason::InputsUnresolved,
+                    op: Some(start.op),
+                    requeue_after: Some(crate::core::decide::HOLD_REQUEUE),
+                    not_before: None,
+                    attempt: Some(start.attempt),
+                });
+                action = Action::requeue(crate::core::decide::HOLD_REQUEUE);
+            }
+            Some(inputs) => {
+                match start_job(ctx, &id, &object, &snap, &start, &inputs, inputs_secret.as_ref(), seq).await? {
+                    Some(name) => {
+                        active_job = Some(name);
+                        snap.status.last_job_seq = Some(seq);
+                    }
+                    None => action = Action::requeue(RACE_REQUEUE),
+                }
+            }
+        }
+    }
+    if booking.conflict {
+        action = Action::requeue(RACE_REQUEUE);
+    }
+
+    // ---- write status ----
+    let current = snap.inputs_hash.known().map(str::to_string);
+    let new = status::compute(&snap, &decision, active_job.as_deref(), current.as_deref(), now);
+    if new != original {
+        write_status(ctx, &id, &new).await?;
+    }
+    if let Some(msg) = state_locked_transition(&original, &new) {
+        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg).await;
+    }
+    Ok(action)
+}
+
+/// The StateLocked message when the condition just became StateLocked (or its holder changed).
+fn state_locked_transition(old: &TerraformStatus, new: &TerraformStatus) -> Option<String> {
+    let find = |s: &TerraformStatus| {
+        s.conditions
+            .as_deref()
+            .and_then(|c| conditions::find(c, conditions::STATE_READABLE))
+            .map(|c| (c.reason.clone(), c.message.clone()))
+    };
+    let (reason, message) = find(new)?;
+    (reason == reasons::STATE_LOCKED && find(old) != Some((reason, message.clone()))).then_some(message)
+}
+
+async fn write_status(ctx: &Ctx, id: &Ident, st: &TerraformStatus) -> Result<(), Error> {
+    let body = status::status_patch(st).map_err(|source| Error::Serialize { what: "status", source })?;
+    let api: Api<kube::core::DynamicObject> =
+        Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
+    api.patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&body))
+        .await
+        .map(|_| ())
+        .map_err(|e| Error::api(ApiAction::PatchStatus, id.what(), e))
+}
+
+/// §5.1: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
+/// create the Job, emit `JobStarted` (and `ForceUnlocked`). `None` when a lease is held or the
+/// Job already exists (requeue, no failure).
+#[allow(clippy::too_many_arguments)]
+async fn start_job(
+    ctx: &Ctx,
+    id: &Ident,
+    object: &CaptfObject,
+    snap: &Snapshot,
+    start: &Start,
+    inputs_doc: &Inputs,
+    existing_secret: Option<&Secret>,
+    seq: u32,
+) -> Result<Option<String>, Error> {
+    let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
+    inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
+    let now = ctx.clock.now();
+    let active = snap.status.active_job.as_deref();
+    let cluster_lease = match (id.kind, &id.cluster_name) {
+        (Kind::TerraformCluster, Some(c)) => Some(names::cluster_lease_name(&id.namespace, c)),
+        _ => None,
+    };
+    if let Some(cl) = &cluster_lease
+        && let Take::Held(why) = leases::take(&ctx.client, &id.namespace, cl, &job_name, active, None, now).await?
+    {
+        tracing::info!("not starting {job_name}: {why}");
+        return Ok(None);
+    }
+    let owner = owner_reference(id.kind, &id.name, &id.uid);
+    let run_lease = names::run_lease_name(&id.suffix);
+    if let Take::Held(why) = leases::take(
+        &ctx.client,
+        &id.namespace,
+        &run_lease,
+        &job_name,
+        active,
+        Some(owner),
+        now,
+    )
+    .await?
+    {
+        tracing::info!("not starting {job_name}: {why}");
+        if let Some(cl) = &cluster_lease {
+            leases::release(&ctx.client, &id.namespace, cl, &job_name).await?;
+        }
+        return Ok(None);
+    }
+    let spec = object.terraform_spec();
+    let hash = inputs_doc.hash();
+    let job = build_job(&JobParams {
+        kind: id.kind,
+        namespace: &id.namespace,
+        name: &id.name,
+        uid: &id.uid,
+        seq,
+        start,
+        effective: &snap.spec,
+        jobs: spec.jobs.as_ref(),
+        inputs_hash: &hash,
+        cluster_name: id.cluster_name.as_deref(),
+        runner_image: &ctx.config.runner_image,
+    });
+    let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
+    match api.create(&PostParams::default(), &job).await {
+        Ok(_) => {}
+        Err(e) if errors::is_conflict(&e) => return Ok(None),
+        Err(e) => {
+            return Err(Error::api(
+                ApiAction::CreateJob,
+                format!("{}/{job_name}", id.namespace),
+                e,
+            ));
+        }
+    }
+    tracing::info!(job = %job_name, op = %start.op, reason = %start.reason, attempt = start.attempt, "started Job for {}", id.what());
+    ctx.event(
+        id,
+        false,
+        "JobStarted",
+        "StartJob",
+        &format!(
+            "started Job {job_name} ({} because {}, attempt {})",
+            start.op, start.reason, start.attempt
+        ),
+    )
+    .await;
+    if let Some(lock_id) = &start.force_unlock_id {
+        ctx.metrics.force_unlock(id.kind);
+        let holder = snap.lock.holder().unwrap_or("");
+        ctx.event(
+            id,
+            true,
+            "ForceUnlocked",
+            "StartJob",
+            &format!("Job {job_name} force-unlocks the stale state lock {lock_id} held by {holder}"),
+        )
+        .await;
+    }
+    Ok(Some(job_name))
+}
+
+/// A controller for one kind.
+fn controller_for<K: CaptfKind>(
+    ctx: Arc<Ctx>,
+    shutdown: watch::Receiver<bool>,
+    synced: Arc<AtomicBool>,
+) -> impl std::future::Future<Output = ()> + Send {
+    let client = ctx.client.clone();
+    let ns = ctx.config.namespace.clone();
+    let api: Api<K> = match &ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    let jobs: Api<Job> = match &ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    let secrets: Api<Secret> = match &ns {
+        Some(n) => Api::namespaced(client.clone(), n),
+        None => Api::all(client.clone()),
+    };
+    let selector = format!("{}={}", keys::LABEL_KIND, K::KIND.as_str());
+    let controller = Controller::new(api, watcher::Config::default())
+        .owns(jobs, watcher::Config::default().labels(&selector))
+        .owns(secrets, watcher::Config::default().labels(&selector))
+        .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
+        .reconcile_all_on(ctx.clock.jumps())
+        .graceful_shutdown_on(async move {
+            let mut rx = shutdown;
+            let _ = rx.wait_for(|stop| *stop).await;
+        });
+    let store = controller.store();
+    tokio::spawn(async move {
+        if store.wait_until_ready().await.is_ok() {
+            synced.store(true, Ordering::SeqCst);
+        }
+    });
+    controller
+        .run(reconcile::<K>, error_policy::<K>, ctx)
+        .for_each(|res| async move {
+            if let Err(e) = res {
+                tracing::debug!("controller event: {e}");
+            }
+        })
+}
+
+/// Run the three controllers until `shutdown` turns true; `ready` turns true once all three
+/// have listed their objects.
+pub async fn run_controllers(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>, ready: Arc<AtomicBool>) {
+    let synced: [Arc<AtomicBool>; 3] = Default::default();
+    let watch_ready = {
+        let synced = synced.clone();
+        async move {
+            loop {
+                if synced.iter().all(|s| s.load(Ordering::SeqCst)) {
+                    ready.store(true, Ordering::SeqCst);
+                    return;
+                }
+                tokio::time::sleep(Duration::from_millis(50)).await;
+            }
+        }
+    };
+    tokio::spawn(watch_ready);
+    let [a, b, c] = synced;
+    futures::join!(
+        controller_for::<TerraformCluster>(ctx.clone(), shutdown.clone(), a),
+        controller_for::<TerraformMachinePool>(ctx.clone(), shutdown.clone(), b),
+        controller_for::<TerraformMachine>(ctx, shutdown, c),
+    );
+}

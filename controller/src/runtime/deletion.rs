@@ -1,0 +1,83 @@
+//! Deletion (DESIGN.md §8): the finalizer `captf.io/destroy` is added to every object; on
+//! deletion `decide` starts a destroy (or holds, or finalizes for `Orphan`), and after a
+//! successful destroy the finalizer is removed. Writes carry the read resourceVersion.
+
+use kube::api::{Api, Patch, PatchParams};
+use kube::core::DynamicObject;
+use serde_json::json;
+
+use captf_shared::keys;
+use captf_shared::types::CaptfObject;
+
+use super::errors::{self, ApiAction, Error};
+use super::gather::Ident;
+use super::kinds::api_resource;
+
+/// The finalizers after adding ours, or `None` when it is there (PURE).
+pub fn with_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
+    if finalizers.iter().any(|f| f == keys::FINALIZER) {
+        return None;
+    }
+    let mut f = finalizers.to_vec();
+    f.push(keys::FINALIZER.to_string());
+    Some(f)
+}
+
+/// The finalizers after removing ours, or `None` when it is not there (PURE).
+pub fn without_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
+    finalizers
+        .iter()
+        .any(|f| f == keys::FINALIZER)
+        .then(|| finalizers.iter().filter(|f| *f != keys::FINALIZER).cloned().collect())
+}
+
+async fn set_finalizers(
+    client: &kube::Client,
+    id: &Ident,
+    object: &CaptfObject,
+    f: Vec<String>,
+) -> Result<bool, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &api_resource(id.kind));
+    let patch = json!({"metadata": {"finalizers": f, "resourceVersion": object.metadata().resource_version}});
+    match api
+        .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(true),
+        Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(false),
+        Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
+    }
+}
+
+/// Add the finalizer if missing. False when the write lost a race (requeue).
+pub async fn ensure_finalizer(client: &kube::Client, id: &Ident, object: &CaptfObject) -> Result<bool, Error> {
+    let current = object.metadata().finalizers.clone().unwrap_or_default();
+    match with_finalizer(&current) {
+        None => Ok(true),
+        Some(f) => set_finalizers(client, id, object, f).await,
+    }
+}
+
+/// Remove the finalizer: the object goes, with its inputs and outputs Secrets (owned).
+pub async fn remove_finalizer(client: &kube::Client, id: &Ident, object: &CaptfObject) -> Result<bool, Error> {
+    let current = object.metadata().finalizers.clone().unwrap_or_default();
+    match without_finalizer(&current) {
+        None => Ok(true),
+        Some(f) => set_finalizers(client, id, object, f).await,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_finalizer_is_added_once_and_removed_alone() {
+        let other = vec!["example.com/x".to_string()];
+        let added = with_finalizer(&other).unwrap_or_default();
+        assert_eq!(added, vec!["example.com/x".to_string(), "captf.io/destroy".to_string()]);
+        assert_eq!(with_finalizer(&added), None);
+        assert_eq!(without_finalizer(&added), Some(other.clone()));
+        assert_eq!(without_finalizer(&other), None);
+    }
+}

@@ -1,0 +1,147 @@
+//! The durable inputs Secret `captf-inputs-<suffix>` (DESIGN.md §2.3): written before every
+//! Job, mounted read-only by it, and carrying CAPTF's durable annotations.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::ByteString;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, Patch, PatchParams, PostParams};
+
+use captf_shared::inputs::Inputs;
+use captf_shared::{keys, names};
+
+use super::errors::{self, ApiAction, Error};
+use super::gather::Ident;
+use super::job::owner_reference;
+
+/// The inputs Secret for these inputs (PURE).
+pub fn inputs_secret(id: &Ident, inputs: &Inputs) -> Secret {
+    let mut labels = BTreeMap::new();
+    labels.insert(keys::LABEL_KIND.to_string(), id.kind.as_str().to_string());
+    labels.insert(keys::LABEL_OBJECT.to_string(), id.object_id.clone());
+    Secret {
+        metadata: ObjectMeta {
+            name: Some(names::inputs_secret_name(&id.suffix)),
+            namespace: Some(id.namespace.clone()),
+            labels: Some(labels),
+            owner_references: Some(vec![owner_reference(id.kind, &id.name, &id.uid)]),
+            ..Default::default()
+        },
+        data: Some(BTreeMap::from([(
+            keys::INPUTS_DATA_KEY.to_string(),
+            ByteString(inputs.canonical_json().into_bytes()),
+        )])),
+        type_: Some("Opaque".to_string()),
+        ..Default::default()
+    }
+}
+
+/// The inputs stored in an inputs Secret, if it parses.
+pub fn stored_inputs(secret: &Secret) -> Option<Inputs> {
+    let bytes = secret.data.as_ref()?.get(keys::INPUTS_DATA_KEY)?;
+    serde_json::from_slice(&bytes.0).ok()
+}
+
+/// Write the inputs Secret (create, or replace its data keeping its annotations).
+pub async fn write(client: &kube::Client, id: &Ident, inputs: &Inputs, existing: Option<&Secret>) -> Result<(), Error> {
+    let api: Api<Secret> = Api::namespaced(client.clone(), &id.namespace);
+    let desired = inputs_secret(id, inputs);
+    let name = names::inputs_secret_name(&id.suffix);
+    let what = format!("{}/{name}", id.namespace);
+    match existing {
+        None => match api.create(&PostParams::default(), &desired).await {
+            Ok(_) => Ok(()),
+            Err(e) if errors::is_conflict(&e) => Err(Error::api(ApiAction::WriteSecret, what, e)),
+            Err(e) => Err(Error::api(ApiAction::WriteSecret, what, e)),
+        },
+        Some(s) if s.data == desired.data => Ok(()),
+        Some(_) => {
+            let patch = serde_json::json!({"data": desired.data, "metadata": {"labels": desired.metadata.labels}});
+            api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::api(ApiAction::WriteSecret, what, e))
+        }
+    }
+}
+
+/// Set (Some) or remove (None) durable annotations on the inputs Secret. A missing Secret is
+/// created empty first, so a record is never lost.
+pub async fn annotate(
+    client: &kube::Client,
+    id: &Ident,
+    annotations: &BTreeMap<&'static str, Option<String>>,
+) -> Result<(), Error> {
+    if annotations.is_empty() {
+        return Ok(());
+    }
+    let api: Api<Secret> = Api::namespaced(client.clone(), &id.namespace);
+    let name = names::inputs_secret_name(&id.suffix);
+    let what = format!("{}/{name}", id.namespace);
+    let ann: serde_json::Map<String, serde_json::Value> = annotations
+        .iter()
+        .map(|(k, v)| {
+            (
+                (*k).to_string(),
+                v.clone().map_or(serde_json::Value::Null, serde_json::Value::String),
+            )
+        })
+        .collect();
+    let patch = serde_json::json!({"metadata": {"annotations": ann}});
+    match api.patch(&name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        Ok(_) => Ok(()),
+        Err(e) if errors::is_not_found(&e) => {
+            let mut s = inputs_secret(id, &Inputs::default());
+            s.data = None;
+            s.metadata.annotations = Some(
+                annotations
+                    .iter()
+                    .filter_map(|(k, v)| Some(((*k).to_string(), v.clone()?)))
+                    .collect(),
+            );
+            api.create(&PostParams::default(), &s)
+                .await
+                .map(|_| ())
+                .map_err(|e| Error::api(ApiAction::WriteSecret, what, e))
+        }
+        Err(e) => Err(Error::api(ApiAction::WriteSecret, what, e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_shared::Kind;
+    use captf_shared::inputs::ModuleRef;
+
+    #[test]
+    fn the_inputs_secret_holds_canonical_inputs_json_and_is_owned_by_the_object() {
+        let id = Ident {
+            kind: Kind::TerraformCluster,
+            namespace: "default".into(),
+            name: "prod-eu".into(),
+            uid: "u1".into(),
+            suffix: "prod-eu-tc".into(),
+            object_id: "225654".into(),
+            cluster_name: Some("prod-eu".into()),
+        };
+        let inputs = Inputs {
+            module: ModuleRef {
+                source: "git::https://example.com/m.git".into(),
+            },
+            variables: [
+                ("b".to_string(), serde_json::json!(1)),
+                ("a".to_string(), serde_json::json!("x")),
+            ]
+            .into(),
+        };
+        let s = inputs_secret(&id, &inputs);
+        assert_eq!(s.metadata.name.as_deref(), Some("captf-inputs-prod-eu-tc"));
+        assert_eq!(s.metadata.owner_references.as_ref().unwrap()[0].uid, "u1");
+        let text = String::from_utf8(s.data.as_ref().unwrap()["inputs.json"].0.clone()).unwrap();
+        assert_eq!(text, inputs.canonical_json());
+        assert_eq!(stored_inputs(&s).unwrap().hash(), inputs.hash());
+    }
+}

@@ -1,0 +1,92 @@
+//! An apply Job deleted while it ran (DESIGN.md §5.6, seed 000): confirmed with live reads (the
+//! Job is NotFound, and the object's live `status.activeJob` still names it), then recorded on
+//! the durable inputs Secret. The rule itself is the core's `check_active_job`.
+
+use std::collections::BTreeMap;
+
+use kube::api::Api;
+use kube::core::DynamicObject;
+
+use captf_shared::{Kind, keys, names};
+
+use super::controller::Ctx;
+use super::errors::{ApiAction, Error};
+use super::gather::{self, Ident};
+use super::kinds::api_resource;
+use super::leases;
+use crate::core::interrupted::{ActiveJobCheck, ActiveJobReads, LiveJob, check_active_job};
+
+/// What the check did.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// `status.activeJob` is empty or names a Job that exists.
+    Nothing,
+    /// Recorded `captf.io/interrupted-apply=<job>`; `activeJob` must be cleared.
+    Recorded(String),
+    /// The Job is gone and records nothing (not an apply, a TerraformMachine, or deleted by
+    /// CAPTF); `activeJob` must be cleared.
+    Forgot(String),
+    /// Our copy of the object is older than the live one: look again.
+    Stale,
+}
+
+/// Run the check for a `status.activeJob` that is not among the listed Jobs.
+pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[String]) -> Result<Checked, Error> {
+    let Some(job) = active_job.filter(|j| !j.is_empty()) else {
+        return Ok(Checked::Nothing);
+    };
+    if listed.iter().any(|n| n == job) {
+        return Ok(Checked::Nothing);
+    }
+    let live_job = match gather::job(&ctx.client, &id.namespace, job).await? {
+        Some(_) => LiveJob::Found,
+        None => LiveJob::NotFound,
+    };
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
+    let live = api
+        .get_opt(&id.name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetObject, id.what(), e))?;
+    let live_active = live
+        .as_ref()
+        .and_then(|o| o.data.pointer("/status/activeJob"))
+        .and_then(|v| v.as_str())
+        .map(str::to_string);
+    let reads = ActiveJobReads {
+        kind: id.kind,
+        namespace: &id.namespace,
+        name: &id.name,
+        active_job: Some(job),
+        live_job,
+        live_active_job: live_active.as_deref(),
+        deleted_by_controller: false,
+    };
+    let out = match check_active_job(&reads) {
+        ActiveJobCheck::Nothing if live_job == LiveJob::NotFound => return Ok(Checked::Stale),
+        ActiveJobCheck::Nothing => return Ok(Checked::Nothing),
+        ActiveJobCheck::RecordInterruptedApply { job } => {
+            let ann = BTreeMap::from([(keys::ANNOTATION_INTERRUPTED_APPLY, Some(job.clone()))]);
+            super::inputs::annotate(&ctx.client, id, &ann).await?;
+            tracing::warn!(job = %job, "{}", crate::core::interrupted::interrupted_apply_message(&job));
+            Checked::Recorded(job)
+        }
+        ActiveJobCheck::Forget { job } => Checked::Forgot(job),
+    };
+    let job = match &out {
+        Checked::Recorded(j) | Checked::Forgot(j) => j.as_str(),
+        _ => return Ok(out),
+    };
+    leases::release(&ctx.client, &id.namespace, &names::run_lease_name(&id.suffix), job).await?;
+    if id.kind == Kind::TerraformCluster
+        && let Some(c) = &id.cluster_name
+    {
+        leases::release(
+            &ctx.client,
+            &id.namespace,
+            &names::cluster_lease_name(&id.namespace, c),
+            job,
+        )
+        .await?;
+    }
+    Ok(out)
+}

@@ -1,0 +1,414 @@
+//! The PURE builder of a runner Job from a `Start` decision (DESIGN.md §3, §5.1, §7).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::{Job, JobSpec};
+use k8s_openapi::api::core::v1::{
+    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
+    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use captf_shared::defaults::Effective;
+use captf_shared::keys;
+use captf_shared::names;
+use captf_shared::protocol::env;
+use captf_shared::types::JobsSpec;
+use captf_shared::{Kind, Op};
+
+use crate::core::Start;
+
+/// Where the inputs Secret is mounted.
+pub const INPUTS_DIR: &str = "/captf/inputs";
+/// The runner's work directory (an emptyDir).
+pub const WORK_DIR: &str = "/work";
+/// The runner container's name.
+pub const CONTAINER: &str = "runner";
+/// Non-root user the runner runs as.
+pub const RUNNER_UID: i64 = 65532;
+/// Time the runner gets after SIGTERM to let Terraform stop and release its lock.
+pub const TERMINATION_GRACE_SECONDS: i64 = 120;
+
+/// Everything the builder needs.
+#[derive(Clone, Debug)]
+pub struct JobParams<'a> {
+    pub kind: Kind,
+    pub namespace: &'a str,
+    pub name: &'a str,
+    pub uid: &'a str,
+    pub seq: u32,
+    pub start: &'a Start,
+    pub effective: &'a Effective,
+    pub jobs: Option<&'a JobsSpec>,
+    pub inputs_hash: &'a str,
+    pub cluster_name: Option<&'a str>,
+    /// `--runner-image`, used when `spec.jobs.image` is unset.
+    pub runner_image: &'a str,
+}
+
+/// The ownerReference every Job and Secret of the object carries.
+pub fn owner_reference(kind: Kind, name: &str, uid: &str) -> OwnerReference {
+    OwnerReference {
+        api_version: keys::API_VERSION.to_string(),
+        kind: kind.as_str().to_string(),
+        name: name.to_string(),
+        uid: uid.to_string(),
+        controller: Some(true),
+        block_owner_deletion: Some(true),
+    }
+}
+
+/// The labels every Job of an object carries plus the per-Job ones.
+pub fn job_labels(p: &JobParams<'_>) -> BTreeMap<String, String> {
+    let mut l = BTreeMap::new();
+    l.insert(keys::LABEL_KIND.to_string(), p.kind.as_str().to_string());
+    l.insert(
+        keys::LABEL_OBJECT.to_string(),
+        names::object_id(p.kind, p.namespace, p.name),
+    );
+    l.insert(keys::LABEL_OP.to_string(), p.start.op.as_str().to_string());
+    l.insert(keys::LABEL_ATTEMPT.to_string(), p.start.attempt.to_string());
+    l.insert(
+        keys::LABEL_INPUTS_HASH.to_string(),
+        p.inputs_hash.chars().take(16).collect(),
+    );
+    if let Some(c) = p.cluster_name.filter(|c| !c.is_empty()) {
+        l.insert(keys::LABEL_CLUSTER_NAME.to_string(), c.to_string());
+    }
+    l
+}
+
+fn job_annotations(s: &Start) -> BTreeMap<String, String> {
+    let mut a = BTreeMap::new();
+    a.insert(keys::ANNOTATION_REASON.to_string(), s.reason.as_str().to_string());
+    if s.drift_remediation {
+        a.insert(keys::ANNOTATION_DRIFT_REMEDIATION.to_string(), "true".to_string());
+    }
+    if let Some(id) = &s.force_unlock_id {
+        a.insert(keys::ANNOTATION_FORCE_UNLOCK.to_string(), id.clone());
+    }
+    if let Some(h) = &s.approved_plan {
+        a.insert(keys::ANNOTATION_APPROVED_PLAN.to_string(), h.clone());
+    }
+    a
+}
+
+fn var(name: &str, value: impl Into<String>) -> EnvVar {
+    EnvVar {
+        name: name.to_string(),
+        value: Some(value.into()),
+        value_from: None,
+    }
+}
+
+/// The runner's environment (§7) followed by `spec.jobs.env`.
+pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
+    let suffix = names::suffix(p.kind, p.namespace, p.name);
+    let mut e = vec![
+        var(env::OP, p.start.op.as_str()),
+        var(env::STATE_SUFFIX, suffix),
+        var(env::NAMESPACE, p.namespace),
+        var(
+            env::LOCK_TIMEOUT,
+            format!("{}s", p.effective.lock_timeout_seconds.max(0)),
+        ),
+        var(env::GUARD, p.effective.guard.as_str()),
+        var(env::INPUTS_DIR, INPUTS_DIR),
+        var(env::WORK_DIR, WORK_DIR),
+    ];
+    if let Some(id) = &p.start.force_unlock_id {
+        e.push(var(env::FORCE_UNLOCK_ID, id.clone()));
+    }
+    if p.start.op == Op::Apply
+        && let Some(h) = &p.start.approved_plan
+    {
+        e.push(var(env::APPROVED_PLAN, h.clone()));
+    }
+    // The webhook rejects CAPTF_ names in spec.jobs.env; drop them here too, so a spec that
+    // skipped admission cannot override the runner's contract.
+    e.extend(
+        p.jobs
+            .and_then(|j| j.env.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| !v.name.starts_with(env::PREFIX)),
+    );
+    e
+}
+
+/// Build the Job.
+pub fn build_job(p: &JobParams<'_>) -> Job {
+    let name = names::job_name(p.kind, p.namespace, p.name, p.start.op, p.seq);
+    let suffix = names::suffix(p.kind, p.namespace, p.name);
+    let labels = job_labels(p);
+    let image = p
+        .jobs
+        .and_then(|j| j.image.clone())
+        .filter(|i| !i.is_empty())
+        .unwrap_or_else(|| p.runner_image.to_string());
+    let container = Container {
+        name: CONTAINER.to_string(),
+        image: Some(image),
+        env: Some(runner_env(p)),
+        resources: p.jobs.and_then(|j| j.resources.clone()),
+        termination_message_policy: Some("File".to_string()),
+        volume_mounts: Some(vec![
+            VolumeMount {
+                name: "inputs".into(),
+                mount_path: INPUTS_DIR.into(),
+                read_only: Some(true),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "work".into(),
+                mount_path: WORK_DIR.into(),
+                ..Default::default()
+            },
+            VolumeMount {
+                name: "tmp".into(),
+                mount_path: "/tmp".into(),
+                ..Default::default()
+            },
+        ]),
+        security_context: Some(SecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUNNER_UID),
+            read_only_root_filesystem: Some(true),
+            allow_privilege_escalation: Some(false),
+            privileged: Some(false),
+            capabilities: Some(Capabilities {
+                drop: Some(vec!["ALL".into()]),
+                add: None,
+            }),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
+        ..Default::default()
+    };
+    let pod = PodSpec {
+        containers: vec![container],
+        restart_policy: Some("Never".into()),
+        service_account_name: p.jobs.and_then(|j| j.service_account_name.clone()),
+        node_selector: p.jobs.and_then(|j| j.node_selector.clone()),
+        tolerations: p.jobs.and_then(|j| j.tolerations.clone()),
+        termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
+        security_context: Some(PodSecurityContext {
+            run_as_non_root: Some(true),
+            run_as_user: Some(RUNNER_UID),
+            fs_group: Some(RUNNER_UID),
+            seccomp_profile: Some(SeccompProfile {
+                type_: "RuntimeDefault".into(),
+                localhost_profile: None,
+            }),
+            ..Default::default()
+        }),
+        volumes: Some(vec![
+            Volume {
+                name: "inputs".into(),
+                secret: Some(SecretVolumeSource {
+                    secret_name: Some(names::inputs_secret_name(&suffix)),
+                    default_mode: Some(0o440),
+                    ..Default::default()
+                }),
+                ..Default::default()
+            },
+            Volume {
+                name: "work".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+            Volume {
+                name: "tmp".into(),
+                empty_dir: Some(EmptyDirVolumeSource::default()),
+                ..Default::default()
+            },
+        ]),
+        ..Default::default()
+    };
+    Job {
+        metadata: ObjectMeta {
+            name: Some(name),
+            namespace: Some(p.namespace.to_string()),
+            labels: Some(labels.clone()),
+            annotations: Some(job_annotations(p.start)),
+            owner_references: Some(vec![owner_reference(p.kind, p.name, p.uid)]),
+            ..Default::default()
+        },
+        spec: Some(JobSpec {
+            backoff_limit: Some(0),
+            active_deadline_seconds: Some(p.effective.active_deadline_seconds),
+            template: PodTemplateSpec {
+                metadata: Some(ObjectMeta {
+                    labels: Some(labels),
+                    ..Default::default()
+                }),
+                spec: Some(pod),
+            },
+            ..Default::default()
+        }),
+        status: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::core::Reason;
+    use captf_shared::defaults;
+    use captf_shared::types::TerraformSpec;
+
+    fn start(op: Op) -> Start {
+        Start {
+            op,
+            reason: Reason::InputsChanged,
+            attempt: 2,
+            drift_remediation: true,
+            force_unlock_id: Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55".into()),
+            approved_plan: Some("abc".into()),
+        }
+    }
+
+    fn build(op: Op, jobs: Option<JobsSpec>) -> Job {
+        let spec = TerraformSpec {
+            jobs: jobs.clone(),
+            ..Default::default()
+        };
+        let eff = defaults::effective(&spec);
+        let s = start(op);
+        build_job(&JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: jobs.as_ref(),
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+        })
+    }
+
+    fn env_of(job: &Job) -> BTreeMap<String, String> {
+        job.spec.as_ref().unwrap().template.spec.as_ref().unwrap().containers[0]
+            .env
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|e| (e.name, e.value.unwrap_or_default()))
+            .collect()
+    }
+
+    #[test]
+    fn job_is_named_labelled_annotated_and_owned_as_design_section_3_says() {
+        let job = build(Op::Apply, None);
+        let m = &job.metadata;
+        assert_eq!(m.name.as_deref(), Some("tc-prod-eu-225654-apply-7"));
+        let l = m.labels.as_ref().unwrap();
+        assert_eq!(l["captf.io/kind"], "TerraformCluster");
+        assert_eq!(l["captf.io/object"], "225654");
+        assert_eq!(l["captf.io/op"], "apply");
+        assert_eq!(l["captf.io/attempt"], "2");
+        assert_eq!(l["captf.io/inputs-hash"], "0123456789abcdef");
+        assert_eq!(l["cluster.x-k8s.io/cluster-name"], "prod-eu");
+        let a = m.annotations.as_ref().unwrap();
+        assert_eq!(a["captf.io/reason"], "InputsChanged");
+        assert_eq!(a["captf.io/drift-remediation"], "true");
+        assert_eq!(a["captf.io/force-unlock"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
+        let o = &m.owner_references.as_ref().unwrap()[0];
+        assert_eq!(
+            (o.kind.as_str(), o.name.as_str(), o.controller),
+            ("TerraformCluster", "prod-eu", Some(true))
+        );
+        let pod_labels = job
+            .spec
+            .as_ref()
+            .unwrap()
+            .template
+            .metadata
+            .as_ref()
+            .unwrap()
+            .labels
+            .as_ref()
+            .unwrap();
+        assert_eq!(pod_labels, l);
+    }
+
+    #[test]
+    fn job_never_retries_in_place_and_carries_the_deadline() {
+        let job = build(Op::Apply, None);
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.backoff_limit, Some(0));
+        assert_eq!(spec.active_deadline_seconds, Some(3600));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.restart_policy.as_deref(), Some("Never"));
+        assert_eq!(pod.containers[0].image.as_deref(), Some("ghcr.io/captf/runner:1"));
+    }
+
+    #[test]
+    fn runner_env_follows_section_7_then_spec_env_without_captf_names() {
+        let jobs = JobsSpec {
+            env: Some(vec![var("TF_LOG", "INFO"), var("CAPTF_OP", "destroy")]),
+            ..Default::default()
+        };
+        let e = env_of(&build(Op::Apply, Some(jobs)));
+        assert_eq!(e["CAPTF_OP"], "apply");
+        assert_eq!(e["CAPTF_STATE_SUFFIX"], "prod-eu-tc");
+        assert_eq!(e["CAPTF_NAMESPACE"], "default");
+        assert_eq!(e["CAPTF_LOCK_TIMEOUT"], "300s");
+        assert_eq!(e["CAPTF_FORCE_UNLOCK_ID"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
+        assert_eq!(e["CAPTF_APPROVED_PLAN"], "abc");
+        assert_eq!(e["CAPTF_GUARD"], "Block");
+        assert_eq!(e["CAPTF_INPUTS_DIR"], INPUTS_DIR);
+        assert_eq!(e["TF_LOG"], "INFO");
+        let drift = env_of(&build(Op::Drift, None));
+        assert!(!drift.contains_key("CAPTF_APPROVED_PLAN"));
+    }
+
+    #[test]
+    fn spec_jobs_image_and_service_account_win_over_the_flags() {
+        let jobs = JobsSpec {
+            image: Some("example.com/runner:2".into()),
+            service_account_name: Some("tf".into()),
+            active_deadline_seconds: Some(600),
+            ..Default::default()
+        };
+        let job = build(Op::Refresh, Some(jobs));
+        let spec = job.spec.as_ref().unwrap();
+        assert_eq!(spec.active_deadline_seconds, Some(600));
+        let pod = spec.template.spec.as_ref().unwrap();
+        assert_eq!(pod.containers[0].image.as_deref(), Some("example.com/runner:2"));
+        assert_eq!(pod.service_account_name.as_deref(), Some("tf"));
+        assert_eq!(env_of(&job)["CAPTF_LOCK_TIMEOUT"], "300s");
+    }
+
+    #[test]
+    fn runner_is_non_root_read_only_without_privilege_and_mounts_inputs_read_only() {
+        let job = build(Op::Apply, None);
+        let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+        let sc = pod.containers[0].security_context.clone().unwrap();
+        assert_eq!(sc.run_as_non_root, Some(true));
+        assert_eq!(sc.read_only_root_filesystem, Some(true));
+        assert_eq!(sc.allow_privilege_escalation, Some(false));
+        assert_eq!(sc.capabilities.unwrap().drop, Some(vec!["ALL".to_string()]));
+        assert_eq!(sc.seccomp_profile.unwrap().type_, "RuntimeDefault");
+        let mounts = pod.containers[0].volume_mounts.clone().unwrap();
+        assert!(
+            mounts
+                .iter()
+                .any(|m| m.mount_path == INPUTS_DIR && m.read_only == Some(true))
+        );
+        assert!(mounts.iter().any(|m| m.mount_path == "/tmp"));
+        let vols = pod.volumes.unwrap();
+        assert_eq!(
+            vols[0].secret.as_ref().unwrap().secret_name.as_deref(),
+            Some("captf-inputs-prod-eu-tc")
+        );
+        assert!(vols[1].empty_dir.is_some());
+    }
+}

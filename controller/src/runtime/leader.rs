@@ -1,0 +1,157 @@
+//! Lease-based leader election: the Lease `captf-controller-leader` in the controller's own
+//! namespace. One replica holds it and writes; a standby takes over when the holder stops
+//! renewing for `LEASE_DURATION`.
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::Duration;
+
+use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, PostParams};
+use tokio::sync::watch;
+
+use super::errors::{self, ApiAction, Error};
+
+pub const LEASE_NAME: &str = "captf-controller-leader";
+pub const LEASE_DURATION: Duration = Duration::from_secs(15);
+pub const RENEW_EVERY: Duration = Duration::from_secs(5);
+
+/// What the elector should do with the Lease it read (PURE).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Step {
+    /// Write ourselves as holder (create, renew, or take over a lapsed lease).
+    Acquire { transition: bool },
+    /// Somebody else holds a live lease.
+    Follow(String),
+}
+
+pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
+    let Some(spec) = spec else {
+        return Step::Acquire { transition: true };
+    };
+    let holder = spec.holder_identity.as_deref().unwrap_or("");
+    if holder.is_empty() {
+        return Step::Acquire { transition: true };
+    }
+    if holder == me {
+        return Step::Acquire { transition: false };
+    }
+    let secs = spec
+        .lease_duration_seconds
+        .map_or(LEASE_DURATION.as_secs() as i64, i64::from);
+    let renewed = spec.renew_time.as_ref().map(|t| t.0);
+    let lapsed = renewed.is_none_or(|r| r + SignedDuration::from_secs(secs) < now);
+    if lapsed {
+        Step::Acquire { transition: true }
+    } else {
+        Step::Follow(holder.to_string())
+    }
+}
+
+/// Try once; returns whether we lead afterwards.
+pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str) -> Result<bool, Error> {
+    let now = Timestamp::now();
+    let current = api
+        .get_opt(LEASE_NAME)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{LEASE_NAME}"), e))?;
+    let Step::Acquire { transition } = step(current.as_ref().and_then(|l| l.spec.as_ref()), me, now) else {
+        return Ok(false);
+    };
+    let mut lease = current.unwrap_or_else(|| Lease {
+        metadata: ObjectMeta {
+            name: Some(LEASE_NAME.into()),
+            namespace: Some(ns.into()),
+            ..Default::default()
+        },
+        spec: None,
+    });
+    let exists = lease.metadata.resource_version.is_some();
+    let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
+    spec.holder_identity = Some(me.into());
+    spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+    spec.renew_time = Some(MicroTime(now));
+    if transition {
+        spec.acquire_time = Some(MicroTime(now));
+        spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
+    }
+    let res = if exists {
+        api.replace(LEASE_NAME, &PostParams::default(), &lease).await
+    } else {
+        api.create(&PostParams::default(), &lease).await
+    };
+    match res {
+        Ok(_) => Ok(true),
+        Err(e) if errors::is_conflict(&e) => Ok(false),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{LEASE_NAME}"), e)),
+    }
+}
+
+/// Keep electing until `shutdown`; `leader` follows the outcome. On shutdown a leader gives
+/// the lease up so a standby takes over at once.
+pub async fn run(
+    client: kube::Client,
+    ns: String,
+    me: String,
+    leader: Arc<AtomicBool>,
+    mut shutdown: watch::Receiver<bool>,
+) {
+    let api: Api<Lease> = Api::namespaced(client, &ns);
+    loop {
+        let leading = match try_lead(&api, &ns, &me).await {
+            Ok(l) => l,
+            Err(e) => {
+                tracing::warn!("leader election: {e}");
+                false
+            }
+        };
+        if leader.swap(leading, Ordering::SeqCst) != leading {
+            tracing::info!(identity = %me, leading, "leader election changed");
+        }
+        tokio::select! {
+            _ = tokio::time::sleep(RENEW_EVERY) => {}
+            _ = shutdown.wait_for(|s| *s) => break,
+        }
+    }
+    if leader.swap(false, Ordering::SeqCst)
+        && let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await
+        && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(me.as_str())
+    {
+        if let Some(s) = lease.spec.as_mut() {
+            s.holder_identity = None;
+        }
+        let _ = api.replace(LEASE_NAME, &PostParams::default(), &lease).await;
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn spec(holder: &str, renewed: i64) -> LeaseSpec {
+        LeaseSpec {
+            holder_identity: Some(holder.into()),
+            lease_duration_seconds: Some(15),
+            renew_time: Some(MicroTime(Timestamp::from_second(renewed).unwrap())),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_standby_takes_over_only_when_the_lease_lapses() {
+        let now = Timestamp::from_second(1_000).unwrap();
+        assert_eq!(step(None, "b", now), Step::Acquire { transition: true });
+        assert_eq!(step(Some(&spec("a", 990)), "b", now), Step::Follow("a".into()));
+        assert_eq!(
+            step(Some(&spec("a", 984)), "b", now),
+            Step::Acquire { transition: true }
+        );
+        assert_eq!(
+            step(Some(&spec("b", 990)), "b", now),
+            Step::Acquire { transition: false }
+        );
+    }
+}

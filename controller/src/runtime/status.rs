@@ -1,0 +1,346 @@
+//! The status of an object (DESIGN.md §2.2), computed PURELY from the snapshot after booking,
+//! the decision and the lock check; written as one merge patch of the status subresource.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
+use k8s_openapi::jiff::Timestamp;
+use serde_json::Value;
+
+use captf_shared::conditions::{self, Status, reason as reasons};
+use captf_shared::types::{Initialization, NextAction, TerraformStatus};
+use captf_shared::{Kind, Op};
+
+use crate::core::interrupted;
+use crate::core::lock::LockState;
+use crate::core::{Decision, Outcome, Reason, Snapshot};
+
+/// Status fields that may need clearing: a merge patch sends `null` for each that is unset.
+const CLEARABLE: [&str; 7] = [
+    "activeJob",
+    "nextAction",
+    "pendingPlan",
+    "outputs",
+    "addresses",
+    "replicas",
+    "lastDriftCheckTime",
+];
+
+/// The status merge patch body `{"status": …}` with explicit nulls for cleared fields.
+pub fn status_patch(status: &TerraformStatus) -> Result<Value, serde_json::Error> {
+    let mut v = serde_json::to_value(status)?;
+    if let Value::Object(m) = &mut v {
+        for k in CLEARABLE {
+            m.entry(k.to_string()).or_insert(Value::Null);
+        }
+    }
+    Ok(serde_json::json!({ "status": v }))
+}
+
+/// The reasons that keep `Ready` False (as opposed to a ready object idling or checking drift).
+fn blocks_ready(reason: Reason) -> bool {
+    !matches!(
+        reason,
+        Reason::Idle
+            | Reason::DriftCheckDue
+            | Reason::DriftCheckDueBackoff
+            | Reason::RefreshRequested
+            | Reason::RefreshRequestedBackoff
+            | Reason::DriftRemediation
+            | Reason::DriftRemediationBackoff
+            | Reason::RemediationLimit
+            | Reason::ClusterBusy
+            | Reason::MemberJobActive
+    )
+}
+
+fn set(
+    c: &mut Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>,
+    t: &str,
+    s: Status,
+    r: &str,
+    m: &str,
+    g: Option<i64>,
+    now: Timestamp,
+) {
+    conditions::set_condition(c, t, s, r, m, g, now);
+}
+
+/// Compute the new status. `active_job` is the Job now running (or just created), if any.
+pub fn compute(
+    s: &Snapshot,
+    decision: &Decision,
+    active_job: Option<&str>,
+    current_inputs_hash: Option<&str>,
+    now: Timestamp,
+) -> TerraformStatus {
+    let mut st = s.status.clone();
+    let g = s.generation;
+    st.observed_generation = g;
+    st.active_job = active_job.map(str::to_string);
+    st.applied_inputs_hash = s.durable.applied_inputs_hash.clone().or(st.applied_inputs_hash);
+    if let Some(t) = s.last_drift_check() {
+        st.last_drift_check_time = Some(Time(t));
+    }
+    let mut cs = st.conditions.take().unwrap_or_default();
+
+    // ApplyJobSucceeded: the newest finished apply, or the interrupted-apply record.
+    let interrupted_pending = interrupted::interrupted_apply_pending(
+        s.kind,
+        &s.namespace,
+        &s.name,
+        s.durable.interrupted_apply.as_deref(),
+        &s.jobs,
+    );
+    let newest_apply = s
+        .jobs
+        .iter()
+        .find(|r| r.op == Op::Apply && r.is_finished() && r.outcome != Some(Outcome::Interrupted));
+    if let (true, Some(job)) = (interrupted_pending, s.durable.interrupted_apply.as_deref()) {
+        set(
+            &mut cs,
+            conditions::APPLY_JOB_SUCCEEDED,
+            Status::False,
+            reasons::APPLY_FAILED,
+            &interrupted::interrupted_apply_message(job),
+            g,
+            now,
+        );
+    } else if let Some(r) = newest_apply {
+        let msg = r.result.as_ref().map(|x| x.message.clone()).unwrap_or_default();
+        let (status, reason, message) = match r.outcome {
+            Some(Outcome::Succeeded) => (
+                Status::True,
+                reasons::APPLY_SUCCEEDED,
+                format!("Job {} succeeded", r.name),
+            ),
+            Some(Outcome::Blocked) => (
+                Status::False,
+                reasons::DESTRUCTIVE_PLAN_BLOCKED,
+                format!(
+                    "Job {}: the plan deletes or replaces resources; approve it with the annotation captf.io/approve-plan={}",
+                    r.name,
+                    r.result.as_ref().and_then(|x| x.plan_hash.clone()).unwrap_or_default()
+                ),
+            ),
+            Some(Outcome::PlanChanged) => (
+                Status::False,
+                reasons::PLAN_CHANGED,
+                format!(
+                    "Job {}: the plan differs from the approved plan; approve the new plan {}",
+                    r.name,
+                    r.result.as_ref().and_then(|x| x.plan_hash.clone()).unwrap_or_default()
+                ),
+            ),
+            Some(Outcome::Deadline) => (
+                Status::False,
+                reasons::APPLY_FAILED,
+                format!("Job {}: exceeded its deadline {msg}", r.name)
+                    .trim_end()
+                    .to_string(),
+            ),
+            _ => (
+                Status::False,
+                reasons::APPLY_FAILED,
+                format!("Job {} failed: {msg}", r.name)
+                    .trim_end_matches([' ', ':'])
+                    .to_string(),
+            ),
+        };
+        set(
+            &mut cs,
+            conditions::APPLY_JOB_SUCCEEDED,
+            status,
+            reason,
+            &message,
+            g,
+            now,
+        );
+    }
+
+    // DriftDetected
+    match s.last_drift_check() {
+        None => set(
+            &mut cs,
+            conditions::DRIFT_DETECTED,
+            Status::Unknown,
+            reasons::NEVER_CHECKED,
+            "no drift check has succeeded yet",
+            g,
+            now,
+        ),
+        Some(_) if s.drift_found() && !drift_resolved(s) => set(
+            &mut cs,
+            conditions::DRIFT_DETECTED,
+            Status::True,
+            reasons::DRIFT_FOUND,
+            "the last drift check found changes",
+            g,
+            now,
+        ),
+        Some(_) => set(
+            &mut cs,
+            conditions::DRIFT_DETECTED,
+            Status::False,
+            reasons::NO_DRIFT,
+            "the state matches the infrastructure",
+            g,
+            now,
+        ),
+    }
+
+    // StateReadable
+    match s.lock.state_locked_message() {
+        Some(m) => set(
+            &mut cs,
+            conditions::STATE_READABLE,
+            Status::False,
+            reasons::STATE_LOCKED,
+            &m,
+            g,
+            now,
+        ),
+        None if matches!(
+            s.lock,
+            LockState::Free | LockState::Stale { .. } | LockState::OwnAlive { .. }
+        ) || s.active_job().is_none() =>
+        {
+            set(
+                &mut cs,
+                conditions::STATE_READABLE,
+                Status::True,
+                reasons::STATE_READABLE,
+                "",
+                g,
+                now,
+            )
+        }
+        None => {}
+    }
+
+    // Paused
+    if s.paused {
+        set(
+            &mut cs,
+            conditions::PAUSED,
+            Status::True,
+            reasons::PAUSED,
+            "spec.paused or Cluster API pause",
+            g,
+            now,
+        );
+    } else {
+        set(&mut cs, conditions::PAUSED, Status::False, reasons::PAUSED, "", g, now);
+    }
+
+    // Ready
+    let applied = current_inputs_hash.is_some_and(|h| crate::core::decide::inputs_applied(s, h));
+    let reason = decision.reason();
+    let (ready_status, ready_reason, ready_message) = if let Some(inv) = &s.invalid {
+        (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())
+    } else if s.paused {
+        (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
+    } else if s.deletion_timestamp.is_some() {
+        match reason {
+            Some(r @ (Reason::StateUnreadable | Reason::MembersExist)) => (
+                Status::False,
+                reasons::DELETION_HELD.to_string(),
+                match r {
+                    Reason::MembersExist => {
+                        format!("deletion held: members still exist: {}", s.holds.members.join(", "))
+                    }
+                    _ => "deletion held: the state cannot be read".to_string(),
+                },
+            ),
+            _ => (Status::False, "Deleting".to_string(), "destroying".to_string()),
+        }
+    } else if interrupted_pending {
+        (
+            Status::False,
+            Reason::InterruptedApply.as_str().to_string(),
+            "an interrupted apply must be re-run".to_string(),
+        )
+    } else if active_job.is_some() && !applied {
+        (
+            Status::False,
+            Reason::JobActive.as_str().to_string(),
+            format!("Job {} is running", active_job.unwrap_or_default()),
+        )
+    } else if !applied {
+        let r = reason.filter(|r| blocks_ready(*r)).map_or("NotApplied", Reason::as_str);
+        (
+            Status::False,
+            r.to_string(),
+            "the current inputs are not applied yet".to_string(),
+        )
+    } else {
+        (Status::True, "Ready".to_string(), String::new())
+    };
+    set(
+        &mut cs,
+        conditions::READY,
+        ready_status,
+        &ready_reason,
+        &ready_message,
+        g,
+        now,
+    );
+    st.conditions = Some(cs);
+
+    if s.status.applied_inputs_hash.is_some()
+        || s.durable.applied_inputs_hash.is_some()
+        || s.last_success(Op::Apply).is_some()
+    {
+        st.ready = Some(true);
+        st.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+    }
+
+    st.next_action = match decision {
+        Decision::Start(x) => Some(NextAction {
+            op: Some(x.op),
+            reason: x.reason.as_str().to_string(),
+            not_before: None,
+        }),
+        Decision::Wait(w) => Some(NextAction {
+            op: w.op,
+            reason: w.reason.as_str().to_string(),
+            not_before: w.not_before.map(Time),
+        }),
+        Decision::Finalize => None,
+    };
+    if s.kind == Kind::TerraformMachinePool
+        && let Some(list) = &st
+            .outputs
+            .as_ref()
+            .and_then(|o| o.get(super::book::OUTPUT_PROVIDER_ID_LIST))
+            .and_then(|v| v.as_array())
+    {
+        st.replicas = i32::try_from(list.len()).ok();
+    }
+    st
+}
+
+/// Drift found by the newest check but remediated by a later successful apply.
+fn drift_resolved(s: &Snapshot) -> bool {
+    match (s.last_success(Op::Apply), s.last_drift_check()) {
+        (Some(a), Some(c)) => a > c,
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_status_patch_clears_unset_fields_with_null() {
+        let st = TerraformStatus {
+            active_job: Some("tc-x-apply-1".into()),
+            ..Default::default()
+        };
+        let p = status_patch(&st).unwrap_or_default();
+        assert_eq!(p["status"]["activeJob"], "tc-x-apply-1");
+        assert_eq!(p["status"]["pendingPlan"], Value::Null);
+        assert!(p["status"].as_object().is_some_and(|m| m.contains_key("pendingPlan")));
+    }
+}
