@@ -41,8 +41,11 @@ impl Serialize for K8s<'_> {
     }
 }
 
-/// `(rule, message)` of a kind's CRD at its root, and at `spec.jobs`.
-fn rules(kind: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
+/// `(rule, message)` pairs.
+type Rules = Vec<(String, String)>;
+
+/// The rules of a kind's CRD at its root, and at `spec.jobs`.
+fn rules(kind: &str) -> (Rules, Rules) {
     let crd = crds().into_iter().find(|c| c.spec.names.kind == kind).unwrap();
     let root = serde_json::to_value(
         crd.spec.versions[0]
@@ -53,7 +56,7 @@ fn rules(kind: &str) -> (Vec<(String, String)>, Vec<(String, String)>) {
             .as_ref(),
     )
     .unwrap();
-    let pick = |v: &Value| -> Vec<(String, String)> {
+    let pick = |v: &Value| -> Rules {
         v.as_array()
             .into_iter()
             .flatten()
