@@ -24,6 +24,7 @@
 //! | [`faults`] | injected errors, dropped watches, latency |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`selectors`] | label and field selectors |
+//! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
 
 pub mod admission;
@@ -36,6 +37,7 @@ pub mod selectors;
 pub mod server;
 pub mod sim;
 pub mod store;
+pub mod table;
 
 pub use error::ApiError;
 pub use faults::{FaultRule, Faults, Verb};

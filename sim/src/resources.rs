@@ -18,6 +18,17 @@ pub struct ResourceDef {
     pub has_status: bool,
     pub short_names: Vec<String>,
     pub categories: Vec<String>,
+    /// Printer columns (`kubectl get`), as a CRD's `additionalPrinterColumns` declare them.
+    pub columns: Vec<Column>,
+}
+
+/// One printer column.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Column {
+    pub name: String,
+    pub type_: String,
+    pub json_path: String,
+    pub priority: i32,
 }
 
 impl ResourceDef {
@@ -32,6 +43,7 @@ impl ResourceDef {
             has_status,
             short_names: vec![],
             categories: vec![],
+            columns: vec![],
         }
     }
 
@@ -175,6 +187,17 @@ impl Registry {
             has_status: version.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
             short_names: spec.names.short_names.clone().unwrap_or_default(),
             categories: spec.names.categories.clone().unwrap_or_default(),
+            columns: version
+                .additional_printer_columns
+                .iter()
+                .flatten()
+                .map(|c| Column {
+                    name: c.name.clone(),
+                    type_: c.type_.clone(),
+                    json_path: c.json_path.clone(),
+                    priority: c.priority.unwrap_or(0),
+                })
+                .collect(),
         };
         self.defs.retain(|d| !(d.group == def.group && d.plural == def.plural));
         self.defs.push(def.clone());

@@ -198,9 +198,17 @@ async fn handle_inner(
     match verb {
         Verb::Get => {
             let name = t.name.as_deref().unwrap_or_default();
-            Ok(json_response(200, &sh.lock()?.get(&t.def, &ns, name)?))
+            let w = sh.lock()?;
+            let obj = w.get(&t.def, &ns, name)?;
+            if wants_table(headers) {
+                return Ok(json_response(
+                    200,
+                    &crate::table::table(&t.def, &[obj], w.now(), w.resource_version()),
+                ));
+            }
+            Ok(json_response(200, &obj))
         }
-        Verb::List => list(sh, &t, query),
+        Verb::List => list(sh, &t, query, wants_table(headers)),
         Verb::Watch => watch_stream(sh, &t, query),
         Verb::Create => {
             if t.sub.as_deref() == Some("eviction") {
@@ -373,7 +381,14 @@ fn list_body(def: &ResourceDef, rv: u64, items: Vec<Value>) -> Value {
            "metadata": {"resourceVersion": rv.to_string()}, "items": items})
 }
 
-fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+fn wants_table(headers: &HeaderMap) -> bool {
+    headers
+        .get(header::ACCEPT)
+        .and_then(|v| v.to_str().ok())
+        .is_some_and(|a| a.contains("as=Table"))
+}
+
+fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>, table: bool) -> Result<Response, ApiError> {
     let (ls, fs) = selectors(query)?;
     let w = sh.lock()?;
     let items: Vec<Value> = w
@@ -381,6 +396,12 @@ fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -> Result
         .into_iter()
         .filter(|o| ls.matches(o) && fs.matches(o))
         .collect();
+    if table {
+        return Ok(json_response(
+            200,
+            &crate::table::table(&t.def, &items, w.now(), w.resource_version()),
+        ));
+    }
     Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
 }
 

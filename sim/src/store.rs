@@ -773,7 +773,7 @@ mod tests {
 
     #[test]
     fn uuids_and_name_suffixes_use_the_right_shapes() {
-        let mut r = Rng::new(7);
+        let mut r = super::Rng::new(7);
         let u = r.uuid();
         assert_eq!(u.len(), 36);
         assert_eq!(&u[14..15], "4");
@@ -783,6 +783,78 @@ mod tests {
             s.chars()
                 .all(|c| captf_shared::names::GENERATED_NAME_ALPHABET.contains(c))
         );
+    }
+
+    use proptest::prelude::*;
+
+    #[derive(Clone, Debug)]
+    enum Op {
+        Create(usize, bool),
+        Update(usize, String, bool),
+        Delete(usize),
+        DropFinalizer(usize),
+    }
+
+    fn op() -> impl Strategy<Value = Op> {
+        prop_oneof![
+            (0..3usize, any::<bool>()).prop_map(|(i, f)| Op::Create(i, f)),
+            (0..3usize, "[a-z]{0,3}", any::<bool>()).prop_map(|(i, v, s)| Op::Update(i, v, s)),
+            (0..3usize).prop_map(Op::Delete),
+            (0..3usize).prop_map(Op::DropFinalizer),
+        ]
+    }
+
+    proptest! {
+        #[test]
+        fn replaying_the_watch_history_rebuilds_the_store_and_versions_only_grow(ops in proptest::collection::vec(op(), 0..40)) {
+            let mut w = World::new(Registry::builtin(), Timestamp::UNIX_EPOCH, 1, 100_000);
+            let def = w.def("/configmaps").unwrap();
+            let start = w.resource_version();
+            let names = ["a", "b", "c"];
+            for op in ops {
+                match op {
+                    Op::Create(i, fin) => {
+                        let mut o = json!({"metadata": {"name": names[i]}, "data": {}});
+                        if fin { o["metadata"]["finalizers"] = json!(["x/y"]); }
+                        let _ = w.create(&def, "default", o);
+                    }
+                    Op::Update(i, v, stale) => {
+                        if let Ok(mut o) = w.get(&def, "default", names[i]) {
+                            o["data"]["v"] = json!(v);
+                            if stale { o["metadata"]["resourceVersion"] = json!("1"); }
+                            let r = w.update(&def, "default", names[i], o, Sub::Main);
+                            prop_assert_eq!(stale, r.is_err());
+                        }
+                    }
+                    Op::Delete(i) => { let _ = w.delete(&def, "default", names[i], &DeleteOpts::default()); }
+                    Op::DropFinalizer(i) => {
+                        if let Ok(mut o) = w.get(&def, "default", names[i]) {
+                            o["metadata"]["finalizers"] = json!([]);
+                            let _ = w.update(&def, "default", names[i], o, Sub::Main);
+                        }
+                    }
+                }
+            }
+            let mut rebuilt: BTreeMap<String, Value> = BTreeMap::new();
+            let mut last = start;
+            for e in w.history_since(start).unwrap() {
+                prop_assert!(e.rv > last);
+                last = e.rv;
+                if e.res != "/configmaps" { continue; }
+                let name = e.object["metadata"]["name"].as_str().unwrap().to_string();
+                prop_assert_eq!(e.object["metadata"]["resourceVersion"].as_str().unwrap(), e.rv.to_string());
+                match e.kind {
+                    EventType::Deleted => { rebuilt.remove(&name); }
+                    _ => { rebuilt.insert(name, e.object.clone()); }
+                }
+            }
+            let now: BTreeMap<String, Value> = w
+                .list(&def, Some("default"))
+                .into_iter()
+                .map(|o| (o["metadata"]["name"].as_str().unwrap().to_string(), o))
+                .collect();
+            prop_assert_eq!(rebuilt, now);
+        }
     }
 
     #[test]
