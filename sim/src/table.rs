@@ -87,11 +87,14 @@ fn job_status(o: &Value) -> String {
     "Running".into()
 }
 
+/// A built-in column: its name and how to read it.
+type BuiltinColumn = (&'static str, fn(&Value) -> String);
+
 /// A Table of these objects.
 pub fn table(def: &ResourceDef, objects: &[Value], now: Timestamp, rv: u64) -> Value {
     let mut cols =
         vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0})];
-    let builtin: Vec<(&str, fn(&Value) -> String)> = match def.id().as_str() {
+    let builtin: Vec<BuiltinColumn> = match def.id().as_str() {
         "/pods" => vec![("Status", |o| {
             o.pointer("/status/phase").and_then(Value::as_str).unwrap_or("").into()
         })],
