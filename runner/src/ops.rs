@@ -107,10 +107,12 @@ impl<S: OutputsStore> Steps<'_, S> {
         })?;
         if let Some(sig) = finished.killed_by() {
             let verb = args.first().map(String::as_str).unwrap_or("");
-            return Err(failed(
-                phase,
-                format!("{} {verb} was killed by {sig}", self.tf.program()),
-            ));
+            let words = finished.last_words();
+            let mut message = format!("{} {verb} was killed by {sig}", self.tf.program());
+            if !words.is_empty() {
+                message.push_str(&format!("; its last output: {words}"));
+            }
+            return Err(failed(phase, message));
         }
         Ok(finished)
     }
