@@ -16,6 +16,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`sim`] | [`Sim`]: start, clients, kubeconfig, clock, scripts, faults, direct reads |
+//! | [`clock`] | reading the simulated clock from another process |
 //! | [`server`] | the REST paths, discovery, watch streams, `/sim/v1/clock` |
 //! | [`store`] | objects, resourceVersions, status subresource, finalizers, GC, watch history |
 //! | [`kubelet`] | the simulated Job controller and kubelet |
@@ -28,6 +29,7 @@
 //! | [`error`] | Kubernetes `Status` errors |
 
 pub mod admission;
+pub mod clock;
 pub mod error;
 pub mod faults;
 pub mod kubelet;

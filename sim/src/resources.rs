@@ -111,6 +111,8 @@ pub enum RegistryError {
     Parse(String, serde_yaml_ng::Error),
     #[error("CRD {0} has no served version")]
     NoVersion(String),
+    #[error("{0}")]
+    Cached(String),
 }
 
 /// Every served resource.

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -62,6 +62,23 @@ pub fn default_crd_dir() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds")
 }
 
+static DEFAULT_REGISTRY: LazyLock<Result<Registry, String>> =
+    LazyLock::new(|| registry_for(&default_crd_dir()).map_err(|e| e.to_string()));
+
+/// The built-in resources plus the CRDs of `dir` (or, when it does not exist, the CRDs that
+/// `captf-shared` generates, which the chart's files are checked against).
+fn registry_for(dir: &Path) -> Result<Registry, RegistryError> {
+    let mut registry = Registry::builtin();
+    if dir.is_dir() {
+        registry.load_crd_dir(dir)?;
+    } else {
+        for crd in captf_shared::crd::crds() {
+            registry.add_crd(&crd)?;
+        }
+    }
+    Ok(registry)
+}
+
 impl SimBuilder {
     /// Listen here (default `127.0.0.1:0`, a random port).
     pub fn addr(mut self, addr: SocketAddr) -> Self {
@@ -91,15 +108,14 @@ impl SimBuilder {
     }
 
     pub async fn start(self) -> Result<Sim, SimError> {
-        let mut registry = Registry::builtin();
-        let dir = self.crd_dir.clone().unwrap_or_else(default_crd_dir);
-        if dir.is_dir() {
-            registry.load_crd_dir(&dir)?;
-        } else {
-            for crd in captf_shared::crd::crds() {
-                registry.add_crd(&crd)?;
-            }
-        }
+        let registry = match &self.crd_dir {
+            Some(dir) => registry_for(dir)?,
+            // Parsed once per process: hundreds of simulators in one test binary share it.
+            None => DEFAULT_REGISTRY
+                .as_ref()
+                .map_err(|e| SimError::Crds(RegistryError::Cached(e.clone())))?
+                .clone(),
+        };
         let now = self.start_time.unwrap_or_else(|| {
             let n = Timestamp::now();
             Timestamp::from_second(n.as_second()).unwrap_or(n)
