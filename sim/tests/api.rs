@@ -487,3 +487,100 @@ async fn the_clock_is_served_over_http_and_streams_every_change() {
         r#"{"now":"2026-01-01T00:01:30Z"}"#
     );
 }
+
+#[tokio::test]
+async fn foreground_deletion_waits_for_a_dependent_held_by_a_finalizer() {
+    let sim = Sim::start().await.unwrap();
+    let client = sim.client().unwrap();
+    let tcs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &tc_resource());
+    let secrets: Api<Secret> = Api::default_namespaced(client);
+    let owner = tcs.create(&PostParams::default(), &tc("o")).await.unwrap();
+    let mut dep = owned_secret("held", &owner);
+    dep.metadata.finalizers = Some(vec!["example.com/hold".into()]);
+    secrets.create(&PostParams::default(), &dep).await.unwrap();
+    tcs.delete("o", &DeleteParams::foreground()).await.unwrap();
+    let o = tcs.get("o").await.unwrap();
+    assert!(o.metadata.deletion_timestamp.is_some());
+    assert_eq!(o.metadata.finalizers.unwrap(), ["foregroundDeletion"]);
+    assert!(secrets.get("held").await.unwrap().metadata.deletion_timestamp.is_some());
+    secrets
+        .patch(
+            "held",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": null}})),
+        )
+        .await
+        .unwrap();
+    assert!(secrets.get_opt("held").await.unwrap().is_none());
+    assert!(
+        tcs.get_opt("o").await.unwrap().is_none(),
+        "the owner goes when its last dependent does"
+    );
+}
+
+#[tokio::test]
+async fn deleting_a_namespace_deletes_its_contents() {
+    let sim = Sim::start().await.unwrap();
+    sim.create_namespace("team");
+    let client = sim.client().unwrap();
+    let cms: Api<ConfigMap> = Api::namespaced(client.clone(), "team");
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let nss: Api<Namespace> = Api::all(client);
+    nss.delete("team", &DeleteParams::default()).await.unwrap();
+    assert!(nss.get_opt("team").await.unwrap().is_none());
+    assert!(sim.list("/configmaps", Some("team")).is_empty());
+}
+
+#[tokio::test]
+async fn a_selector_watch_across_namespaces_sees_only_matching_objects() {
+    let sim = Sim::start().await.unwrap();
+    sim.create_namespace("other");
+    let client = sim.client().unwrap();
+    let all: Api<ConfigMap> = Api::all(client.clone());
+    let mut s = all
+        .watch(&WatchParams::default().labels("pick=me").timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    for (ns, name, pick) in [("default", "a", false), ("other", "b", true), ("default", "c", true)] {
+        let mut c = cm(name);
+        if pick {
+            c.metadata.labels = Some([("pick".to_string(), "me".to_string())].into());
+        }
+        Api::<ConfigMap>::namespaced(client.clone(), ns)
+            .create(&PostParams::default(), &c)
+            .await
+            .unwrap();
+    }
+    let mut names = vec![];
+    while names.len() < 2 {
+        if let WatchEvent::Added(o) = s.next().await.unwrap().unwrap() {
+            names.push(o.metadata.name.unwrap());
+        }
+    }
+    assert_eq!(names, ["b", "c"]);
+}
+
+#[tokio::test]
+async fn job_status_writes_go_through_the_status_subresource_only() {
+    let sim = Sim::start().await.unwrap();
+    sim.set_default_script(captf_sim::RunnerScript::hang());
+    let jobs: Api<Job> = Api::default_namespaced(sim.client().unwrap());
+    let j: Job = serde_json::from_value(json!({"metadata": {"name": "j"}, "spec": {"template": {"spec": {
+        "restartPolicy": "Never", "containers": [{"name": "c", "image": "x"}]}}}}))
+    .unwrap();
+    jobs.create(&PostParams::default(), &j).await.unwrap();
+    let annotated = jobs
+        .patch(
+            "j",
+            &PatchParams::default(),
+            &Patch::Merge(
+                json!({"metadata": {"annotations": {"captf.io/outcome": "failed"}}, "status": {"active": 7}}),
+            ),
+        )
+        .await
+        .unwrap();
+    assert_eq!(annotated.status.unwrap().active, Some(1));
+    assert_eq!(annotated.metadata.annotations.unwrap()["captf.io/outcome"], "failed");
+    assert_eq!(annotated.metadata.generation, Some(1));
+}
