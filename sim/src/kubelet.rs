@@ -35,6 +35,15 @@ struct Runner {
     waiting_for_lock: bool,
     /// The lock ID this runner holds.
     holds_lock: Option<String>,
+    /// SIGTERM received (and why); the runner ends at `finish_at`.
+    sigterm: Option<Sigterm>,
+}
+
+/// Why a runner got SIGTERM.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Sigterm {
+    Deadline,
+    Evicted,
 }
 
 /// The runners of the simulated kubelet.
@@ -55,11 +64,8 @@ struct PodEnd {
     exit_code: i32,
     reason: &'static str,
     message: Option<String>,
-    disruption: bool,
     /// `None`: the Job succeeds. Else the Job's failure reason and message.
     job_failure: Option<(&'static str, &'static str)>,
-    /// The Job controller decided first (deadline): FailureTarget before the pod terminates.
-    job_first: bool,
 }
 
 const DEADLINE: (&str, &str) = ("DeadlineExceeded", "Job was active longer than specified deadline");
@@ -213,6 +219,7 @@ impl World {
             deadline,
             waiting_for_lock: false,
             holds_lock: None,
+            sigterm: None,
             script,
         };
         // init, then force-unlock of a handed-over lock ID.
@@ -405,23 +412,14 @@ impl World {
         };
         let now = self.now();
         let phase = phase_of(r.op);
+        if let Some(why) = r.sigterm {
+            // The runner's shutdown after SIGTERM is over.
+            self.end_after_sigterm(&r, why);
+            return;
+        }
         if r.deadline.is_some_and(|d| d <= now) {
             // The Job controller kills the pod: SIGTERM to the runner.
-            if !matches!(r.script.action, RunnerAction::DieHoldingLock { .. }) {
-                self.release_lock(&r);
-            }
-            let (code, message) = self.sigterm_result(&r, phase);
-            self.end(
-                &r,
-                PodEnd {
-                    exit_code: code,
-                    reason: "Error",
-                    message,
-                    disruption: false,
-                    job_failure: Some(DEADLINE),
-                    job_first: true,
-                },
-            );
+            self.sigterm(key, r, Sigterm::Deadline);
             return;
         }
         let end = match r.script.action.clone() {
@@ -435,38 +433,24 @@ impl World {
                     exit_code: code,
                     reason: if code == 0 { "Completed" } else { "Error" },
                     message: Some(result.to_termination_message()),
-                    disruption: false,
                     job_failure: (code != 0).then_some(BACKOFF),
-                    job_first: false,
                 }
             }
             RunnerAction::Exit { code, message } => PodEnd {
                 exit_code: code,
                 reason: if code == 0 { "Completed" } else { "Error" },
                 message,
-                disruption: false,
                 job_failure: (code != 0).then_some(BACKOFF),
-                job_first: false,
             },
             RunnerAction::Evicted => {
-                self.release_lock(&r);
-                let (code, message) = self.sigterm_result(&r, phase);
-                PodEnd {
-                    exit_code: code,
-                    reason: "Error",
-                    message,
-                    disruption: true,
-                    job_failure: Some(BACKOFF),
-                    job_first: false,
-                }
+                self.sigterm(key, r, Sigterm::Evicted);
+                return;
             }
             RunnerAction::DieHoldingLock { .. } => PodEnd {
                 exit_code: 137,
                 reason: "OOMKilled",
                 message: None,
-                disruption: false,
                 job_failure: Some(BACKOFF),
-                job_first: false,
             },
             RunnerAction::Realistic { outputs, drift } => {
                 if r.waiting_for_lock {
@@ -482,9 +466,7 @@ impl World {
                             exit_code: 1,
                             reason: "Error",
                             message: Some(result.to_termination_message()),
-                            disruption: false,
                             job_failure: Some(BACKOFF),
-                            job_first: false,
                         }
                     } else {
                         // The lock was released while it waited: take it and run.
@@ -507,14 +489,80 @@ impl World {
                         exit_code: 0,
                         reason: "Completed",
                         message: Some(result.to_termination_message()),
-                        disruption: false,
                         job_failure: None,
-                        job_first: false,
                     }
                 }
             }
         };
         self.end(&r, end);
+    }
+
+    /// SIGTERM: the Job controller marks a deadline kill (`FailureTarget`), an eviction marks
+    /// the pod (`DisruptionTarget`); the runner ends after its shutdown time.
+    fn sigterm(&mut self, key: &(String, String), mut r: Runner, why: Sigterm) {
+        let t = fmt_time(self.now());
+        match why {
+            Sigterm::Deadline => {
+                let (reason, message) = DEADLINE;
+                self.add_job_condition(
+                    &r,
+                    condition("FailureTarget", reason, message, &t),
+                    &[("active", json!(0)), ("ready", json!(0)), ("terminating", json!(1))],
+                );
+            }
+            Sigterm::Evicted => self.add_disruption_target(&r),
+        }
+        if r.script.shutdown.is_zero() {
+            self.end_after_sigterm(&r, why);
+            return;
+        }
+        r.sigterm = Some(why);
+        r.deadline = None;
+        r.finish_at = Some(self.now() + secs(r.script.shutdown));
+        self.kubelet.runners.insert(key.clone(), r);
+    }
+
+    fn add_disruption_target(&mut self, r: &Runner) {
+        let t = fmt_time(self.now());
+        let Some(pod) = self.try_get(PODS, &r.ns, &r.pod).cloned() else {
+            return;
+        };
+        let mut st = pod.get("status").cloned().unwrap_or_else(|| json!({}));
+        let mut conds: Vec<Value> = st
+            .get("conditions")
+            .and_then(Value::as_array)
+            .cloned()
+            .unwrap_or_default();
+        if conds.iter().any(|c| c["type"] == "DisruptionTarget") {
+            return;
+        }
+        conds.push(
+            json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
+                          "message": "Eviction API: evicting", "lastProbeTime": null, "lastTransitionTime": t}),
+        );
+        st["conditions"] = json!(conds);
+        let _ = self.write_status(PODS, &r.ns, &r.pod, st);
+    }
+
+    fn end_after_sigterm(&mut self, r: &Runner, why: Sigterm) {
+        // Terraform unlocks when it is interrupted; a runner that died holding the lock does not.
+        if !matches!(r.script.action, RunnerAction::DieHoldingLock { .. }) {
+            self.release_lock(r);
+        }
+        let (code, message) = self.sigterm_result(r, phase_of(r.op));
+        let job_failure = match why {
+            Sigterm::Deadline => DEADLINE,
+            Sigterm::Evicted => BACKOFF,
+        };
+        self.end(
+            r,
+            PodEnd {
+                exit_code: code,
+                reason: "Error",
+                message,
+                job_failure: Some(job_failure),
+            },
+        );
     }
 
     fn sigterm_result(&self, r: &Runner, phase: Phase) -> (i32, Option<String>) {
@@ -585,15 +633,6 @@ impl World {
     fn end(&mut self, r: &Runner, end: PodEnd) {
         self.kubelet.runners.remove(&(r.ns.clone(), r.pod.clone()));
         let t = fmt_time(self.now());
-        if end.job_first
-            && let Some((reason, message)) = end.job_failure
-        {
-            self.add_job_condition(
-                r,
-                condition("FailureTarget", reason, message, &t),
-                &[("active", json!(0)), ("ready", json!(0)), ("terminating", json!(1))],
-            );
-        }
         if let Some(pod) = self.try_get(PODS, &r.ns, &r.pod).cloned() {
             let mut st = pod.get("status").cloned().unwrap_or_else(|| json!({}));
             let mut conds: Vec<Value> = st
@@ -601,14 +640,6 @@ impl World {
                 .and_then(Value::as_array)
                 .cloned()
                 .unwrap_or_default();
-            if end.disruption {
-                conds.push(
-                    json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
-                                  "message": "Eviction API: evicting", "lastProbeTime": null, "lastTransitionTime": t}),
-                );
-                st["conditions"] = json!(conds.clone());
-                let _ = self.write_status(PODS, &r.ns, &r.pod, st.clone());
-            }
             for c in conds.iter_mut() {
                 if c["type"] == "Ready" || c["type"] == "ContainersReady" {
                     c["status"] = json!("False");

@@ -52,6 +52,10 @@ pub struct RunnerScript {
     /// Clear the lock named by `CAPTF_FORCE_UNLOCK_ID` at start when its ID matches (every
     /// script does, as the real runner runs `force-unlock` right after `init`).
     pub force_unlock: bool,
+    /// How long the runner takes to shut down after SIGTERM (deadline kill, eviction): in that
+    /// window the pod still runs and may hold the state lock, and a deadline-killed Job has
+    /// only `FailureTarget`. Default zero.
+    pub shutdown: Duration,
 }
 
 impl RunnerScript {
@@ -61,6 +65,7 @@ impl RunnerScript {
             duration: DEFAULT_RUN_DURATION,
             interrupted_on_sigterm: true,
             force_unlock: true,
+            shutdown: Duration::ZERO,
         }
     }
 
@@ -183,6 +188,12 @@ impl RunnerScript {
     /// Exit 143 with no result on SIGTERM instead of reporting `interrupted`.
     pub fn silent_on_sigterm(mut self) -> Self {
         self.interrupted_on_sigterm = false;
+        self
+    }
+
+    /// Take this long (simulated time) to shut down after SIGTERM.
+    pub fn shutdown_after(mut self, d: Duration) -> Self {
+        self.shutdown = d;
         self
     }
 

@@ -424,3 +424,59 @@ async fn a_clock_jump_runs_each_step_at_its_own_time_and_script_rules_choose_by_
     );
     assert_eq!(e.sim.now().to_string(), "2026-03-01T11:00:00Z");
 }
+
+#[tokio::test]
+async fn during_the_shutdown_after_a_deadline_the_job_has_only_failure_target_and_the_runner_still_holds_the_lock() {
+    let e = env().await;
+    e.sim.script(
+        JobMatch::any(),
+        RunnerScript::realistic()
+            .after(Duration::from_secs(7200))
+            .shutdown_after(Duration::from_secs(20)),
+    );
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 60, &[])).await;
+    e.sim.advance(Duration::from_secs(60));
+    let j = e.job("tc-a-apply-1").await;
+    assert_eq!(
+        conditions(&j),
+        [("FailureTarget".to_string(), "DeadlineExceeded".to_string())]
+    );
+    assert_eq!(e.pod(&pod).await.status.unwrap().phase.as_deref(), Some("Running"));
+    let info: Value =
+        serde_json::from_str(&e.lock().await.metadata.annotations.unwrap()["app.terraform.io/lock-info"]).unwrap();
+    assert_eq!(info["Who"], format!("root@{}", pod.metadata.name.as_deref().unwrap()));
+    e.sim.advance(Duration::from_secs(20));
+    assert_eq!(ctypes(&e.job("tc-a-apply-1").await), ["FailureTarget", "Failed"]);
+    let t = terminated(&e.pod(&pod).await);
+    assert_eq!(
+        RunnerResult::parse(t.message.as_deref().unwrap()).unwrap().result,
+        RunResult::Interrupted
+    );
+    assert_eq!(
+        e.lock().await.spec.unwrap().holder_identity,
+        None,
+        "Terraform unlocks on interrupt"
+    );
+}
+
+#[tokio::test]
+async fn an_evicted_pod_is_marked_disruption_target_while_it_shuts_down() {
+    let e = env().await;
+    e.sim
+        .set_default_script(RunnerScript::hang().shutdown_after(Duration::from_secs(10)));
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    assert!(e.sim.evict("default", pod.metadata.name.as_deref().unwrap()));
+    let p = e.pod(&pod).await;
+    assert_eq!(p.status.as_ref().unwrap().phase.as_deref(), Some("Running"));
+    assert!(
+        p.status
+            .unwrap()
+            .conditions
+            .unwrap()
+            .iter()
+            .any(|c| c.type_ == "DisruptionTarget")
+    );
+    assert!(ctypes(&e.job("tc-a-apply-1").await).is_empty());
+    e.sim.advance(Duration::from_secs(10));
+    assert_eq!(ctypes(&e.job("tc-a-apply-1").await), ["FailureTarget", "Failed"]);
+}
