@@ -241,7 +241,10 @@ impl World {
                 }
             }
             RunnerAction::DieHoldingLock { lock_id } => {
-                self.take_lock(&mut r, lock_id);
+                // Terraform cannot take a lock somebody else holds.
+                if self.lock_holder(&r).is_none() {
+                    self.take_lock(&mut r, lock_id);
+                }
                 r.finish_at = Some(now + run);
             }
             _ => r.finish_at = Some(now + run),
@@ -706,5 +709,89 @@ impl World {
         r.finish_at = Some(self.clock.borrow().to_owned());
         self.step(&key);
         true
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::resources::Registry;
+    use crate::runner::JobMatch;
+    use captf_shared::protocol::PlanSummary;
+    use proptest::prelude::*;
+    use std::time::Duration;
+
+    fn script() -> impl Strategy<Value = RunnerScript> {
+        let base = prop_oneof![
+            Just(RunnerScript::succeed()),
+            Just(RunnerScript::fail("boom")),
+            Just(RunnerScript::hang()),
+            Just(RunnerScript::hang().silent_on_sigterm()),
+            Just(RunnerScript::evicted()),
+            Just(RunnerScript::blocked("h", PlanSummary::default())),
+            Just(RunnerScript::die_holding_lock()),
+            Just(RunnerScript::realistic()),
+            Just(RunnerScript::exit(2, None)),
+        ];
+        (base, 0u64..200, 0u64..30)
+            .prop_map(|(s, d, g)| s.after(Duration::from_secs(d)).shutdown_after(Duration::from_secs(g)))
+    }
+
+    fn types(job: &Value) -> Vec<String> {
+        job.pointer("/status/conditions")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .map(|c| c["type"].as_str().unwrap().to_string())
+            .collect()
+    }
+
+    proptest! {
+        #[test]
+        fn every_job_ends_complete_or_failed_once_with_conditions_in_kubernetes_order(
+            s in script(), deadline in 1i64..300, steps in proptest::collection::vec(1u64..120, 1..8), hold in any::<bool>(),
+        ) {
+            let start: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+            let mut w = World::new(Registry::builtin(), start, 3, 10_000);
+            if hold {
+                w.hold_lock("default", "x-tc", "foreign", "alice@laptop", "OperationTypeApply");
+            }
+            w.scripts.push(JobMatch::any(), s);
+            let def = w.def(JOBS).unwrap();
+            let job = json!({"metadata": {"name": "tc-x-apply-1", "namespace": "default"},
+                "spec": {"backoffLimit": 0, "activeDeadlineSeconds": deadline, "template": {"spec": {
+                    "restartPolicy": "Never", "containers": [{"name": "runner", "image": "r", "env": [
+                        {"name": "CAPTF_STATE_SUFFIX", "value": "x-tc"}, {"name": "CAPTF_LOCK_TIMEOUT", "value": "100s"}]}]}}}});
+            w.create(&def, "default", job).unwrap();
+            let mut last = w.now();
+            for secs in steps {
+                let target = w.now() + SignedDuration::from_secs(secs as i64);
+                w.advance_to(target);
+                prop_assert!(w.now() >= last);
+                last = w.now();
+            }
+            // Past any deadline and shutdown, every Job has ended.
+            let target = w.now() + SignedDuration::from_secs(400);
+            w.advance_to(target);
+            let j = w.try_get(JOBS, "default", "tc-x-apply-1").unwrap().clone();
+            let t = types(&j);
+            let ok = t == ["SuccessCriteriaMet", "Complete"] || t == ["FailureTarget", "Failed"];
+            prop_assert!(ok, "conditions {:?}", t);
+            let st = &j["status"];
+            prop_assert_eq!(st["active"].as_i64(), Some(0));
+            prop_assert_eq!(st.get("completionTime").is_some(), t[1] == "Complete");
+            prop_assert_eq!(st["succeeded"].as_i64().unwrap_or(0) + st["failed"].as_i64().unwrap_or(0), 1);
+            if let Some(done) = st.get("completionTime").and_then(Value::as_str) {
+                let start_s = st["startTime"].as_str().unwrap();
+                prop_assert!(done.parse::<Timestamp>().unwrap() >= start_s.parse::<Timestamp>().unwrap());
+            }
+            prop_assert!(w.kubelet.running().is_empty());
+            // The foreign lock is never released by a runner.
+            if hold {
+                let lease = w.try_get(LEASES, "default", "lock-tfstate-default-x-tc").unwrap();
+                prop_assert_eq!(lease.pointer("/spec/holderIdentity").and_then(Value::as_str), Some("foreign"));
+            }
+        }
     }
 }
