@@ -186,11 +186,18 @@ async fn handle_inner(
         Some(s) => format!("{}/{s}", t.def.plural),
         None => t.def.plural.clone(),
     };
+    // A create names its object in the body.
+    let body_name = match (verb, &t.name) {
+        (Verb::Create, None) => serde_json::from_slice::<Value>(&body)
+            .ok()
+            .and_then(|v| v.pointer("/metadata/name").and_then(Value::as_str).map(String::from)),
+        _ => None,
+    };
     if let Some(e) = sh.faults.check(
         verb,
         &fault_res,
         t.ns.as_deref().unwrap_or(""),
-        t.name.as_deref().unwrap_or(""),
+        t.name.as_deref().or(body_name.as_deref()).unwrap_or(""),
     ) {
         return Err(e);
     }

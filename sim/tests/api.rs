@@ -447,6 +447,16 @@ async fn injected_faults_answer_500_429_409_then_recover() {
         assert_eq!(e.code, code);
     }
     api.list(&ListParams::default()).await.unwrap();
+    // A create is matched by the name in its body.
+    let cms: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    sim.faults()
+        .inject(FaultRule::new(Verb::Create, "configmaps", 500, 1).named("b"));
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    assert_eq!(
+        api_err(cms.create(&PostParams::default(), &cm("b")).await.unwrap_err()).code,
+        500
+    );
+    cms.create(&PostParams::default(), &cm("b")).await.unwrap();
     // kube-rs retries 429 (Retry-After) by itself: the fault is consumed and the list succeeds.
     sim.faults().inject(FaultRule::new(Verb::List, "jobs", 429, 1));
     api.list(&ListParams::default()).await.unwrap();
