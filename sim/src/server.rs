@@ -69,8 +69,14 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
         .collect();
     let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
     match handle_inner(&sh, &method, &segs, &query, &headers, body).await {
-        Ok(r) => r,
-        Err(e) => error_response(&e),
+        Ok(r) => {
+            tracing::debug!(%method, %uri, status = r.status().as_u16(), "sim request");
+            r
+        }
+        Err(e) => {
+            tracing::debug!(%method, %uri, status = e.code, reason = %e.reason, message = %e.message, "sim request failed");
+            error_response(&e)
+        }
     }
 }
 
