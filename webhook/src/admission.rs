@@ -14,7 +14,7 @@ use kube::Resource;
 use kube::core::DynamicObject;
 use kube::core::Status;
 use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
-use prometheus_client::encoding::EncodeLabelValue;
+use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
 use serde_json::Value;
 
 /// The only AdmissionReview version served.
@@ -25,14 +25,14 @@ pub const INVALID_CODE: u16 = 422;
 pub const INVALID_REASON: &str = "Invalid";
 
 /// Which webhook was called.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum Route {
     Mutate,
     Validate,
 }
 
 /// The kind label of a request (bounded: anything CAPTF does not serve is `Other`).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum KindLabel {
     TerraformCluster,
     TerraformMachinePool,
@@ -44,7 +44,7 @@ pub enum KindLabel {
 }
 
 /// The operation label of a request.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum OperationLabel {
     Create,
     Update,
@@ -54,7 +54,7 @@ pub enum OperationLabel {
 }
 
 /// What the webhook answered.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 pub enum ResultLabel {
     /// Allowed, no patch.
     Allowed,
@@ -67,6 +67,64 @@ pub enum ResultLabel {
     /// The HTTP request was rejected (4xx) before any review.
     Rejected,
 }
+
+impl Route {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Route::Mutate => "mutate",
+            Route::Validate => "validate",
+        }
+    }
+}
+
+impl KindLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            KindLabel::TerraformCluster => "TerraformCluster",
+            KindLabel::TerraformMachinePool => "TerraformMachinePool",
+            KindLabel::TerraformMachine => "TerraformMachine",
+            KindLabel::TerraformMachineTemplate => "TerraformMachineTemplate",
+            KindLabel::Other => "other",
+            KindLabel::None => "",
+        }
+    }
+}
+
+impl OperationLabel {
+    /// As Kubernetes spells it (`CREATE`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            OperationLabel::Create => "CREATE",
+            OperationLabel::Update => "UPDATE",
+            OperationLabel::Delete => "DELETE",
+            OperationLabel::Connect => "CONNECT",
+            OperationLabel::None => "",
+        }
+    }
+}
+
+impl ResultLabel {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ResultLabel::Allowed => "allowed",
+            ResultLabel::Patched => "patched",
+            ResultLabel::Denied => "denied",
+            ResultLabel::Unhandled => "unhandled",
+            ResultLabel::Rejected => "rejected",
+        }
+    }
+}
+
+macro_rules! label_value_as_str {
+    ($($t:ty),*) => {$(
+        impl EncodeLabelValue for $t {
+            fn encode(&self, encoder: &mut LabelValueEncoder) -> Result<(), std::fmt::Error> {
+                std::fmt::Write::write_str(encoder, self.as_str())
+            }
+        }
+    )*};
+}
+label_value_as_str!(Route, KindLabel, OperationLabel, ResultLabel);
 
 /// A body that is not an AdmissionReview this webhook can answer: HTTP 400.
 #[derive(Debug, thiserror::Error)]
@@ -93,9 +151,14 @@ pub struct Reviewed {
     pub kind: KindLabel,
     pub operation: OperationLabel,
     pub result: ResultLabel,
+    /// For logs: the request's uid, namespace and name, and the denial message if denied.
+    pub uid: String,
+    pub namespace: String,
+    pub name: String,
+    pub message: Option<String>,
 }
 
-/// The answer before serialization (tests read it).
+/// The answer before serialization.
 struct Decision {
     response: AdmissionResponse,
     patch: Option<json_patch::Patch>,
@@ -121,11 +184,16 @@ pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
     let kind = kind_label(&request);
     let operation = operation_label(&request.operation);
     let decision = decide(route, &request, object, old_object)?;
+    let message = (!decision.response.allowed).then(|| decision.response.result.message.clone());
     Ok(Reviewed {
         body: serialize(decision.response, decision.patch.as_ref()),
         kind,
         operation,
         result: decision.result,
+        uid: request.uid,
+        namespace: request.namespace.unwrap_or_default(),
+        name: request.name,
+        message,
     })
 }
 
@@ -173,15 +241,6 @@ fn operation_label(op: &Operation) -> OperationLabel {
     }
 }
 
-fn operation_name(op: &Operation) -> &'static str {
-    match op {
-        Operation::Create => "CREATE",
-        Operation::Update => "UPDATE",
-        Operation::Delete => "DELETE",
-        Operation::Connect => "CONNECT",
-    }
-}
-
 fn allowed(request: &AdmissionRequest<DynamicObject>, result: ResultLabel) -> Decision {
     Decision {
         response: AdmissionResponse::from(request),
@@ -215,7 +274,7 @@ fn decide(
         Operation::Delete | Operation::Connect => return Ok(allowed(request, ResultLabel::Allowed)),
     };
     let object = object.ok_or(ReviewError::NoObject {
-        operation: operation_name(&request.operation),
+        operation: operation_label(&request.operation).as_str(),
     })?;
     Ok(match route {
         Route::Mutate => mutate(request, kind, object),

@@ -71,6 +71,9 @@ pub struct ServeArgs {
     /// Time after which a connection with no traffic is closed.
     #[arg(long, env = "CAPTF_WEBHOOK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// After SIGTERM, time to keep accepting while /readyz fails (endpoints propagation).
+    #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
+    pub shutdown_delay: Duration,
     /// Time open connections get to finish on shutdown.
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
@@ -111,6 +114,7 @@ impl ServeArgs {
         config.header_read_timeout = self.header_read_timeout;
         config.body_timeout = self.body_timeout;
         config.idle_timeout = self.idle_timeout;
+        config.shutdown_delay = self.shutdown_delay;
         config.shutdown_grace = self.shutdown_grace;
         Ok(config)
     }
@@ -122,7 +126,8 @@ pub fn init_logging(format: LogFormat) {
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     let builder = tracing_subscriber::fmt()
         .with_env_filter(filter)
-        .with_writer(std::io::stderr);
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::IsTerminal::is_terminal(&std::io::stderr()));
     let _ = match format {
         LogFormat::Json => builder.json().try_init(),
         LogFormat::Text => builder.try_init(),

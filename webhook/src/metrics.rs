@@ -45,10 +45,22 @@ pub struct ReloadLabels {
     pub result: ReloadResult,
 }
 
-#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq, prometheus_client::encoding::EncodeLabelValue)]
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum ReloadResult {
     Reloaded,
     Rejected,
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for ReloadResult {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(
+            encoder,
+            match self {
+                ReloadResult::Reloaded => "reloaded",
+                ReloadResult::Rejected => "rejected",
+            },
+        )
+    }
 }
 
 fn latency_histogram() -> Histogram {

@@ -151,7 +151,11 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
             ([(header::CONTENT_TYPE, "application/json")], reviewed.body).into_response(),
         ),
         Err(e) => {
-            tracing::info!(route = ?route, status = e.status().as_u16(), "rejected admission request: {e}");
+            tracing::info!(
+                route = route.as_str(),
+                status = e.status().as_u16(),
+                "rejected admission request: {e}"
+            );
             (
                 RequestLabels {
                     route,
@@ -172,7 +176,26 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     let (parts, body) = req.into_parts();
     let body = read_body(&parts.headers, body, state.body_timeout).await?;
     let reviewed = admission::review(route, &body)?;
-    tracing::debug!(route = ?route, kind = ?reviewed.kind, operation = ?reviewed.operation, result = ?reviewed.result, "answered admission review");
+    match &reviewed.message {
+        Some(message) => tracing::info!(
+            route = route.as_str(),
+            kind = reviewed.kind.as_str(),
+            namespace = %reviewed.namespace,
+            name = %reviewed.name,
+            uid = %reviewed.uid,
+            "denied: {message}"
+        ),
+        None => tracing::debug!(
+            route = route.as_str(),
+            kind = reviewed.kind.as_str(),
+            namespace = %reviewed.namespace,
+            name = %reviewed.name,
+            uid = %reviewed.uid,
+            operation = reviewed.operation.as_str(),
+            result = reviewed.result.as_str(),
+            "answered"
+        ),
+    }
     Ok(reviewed)
 }
 

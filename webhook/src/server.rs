@@ -40,7 +40,10 @@ pub struct Config {
     pub body_timeout: Duration,
     /// A connection on which nothing is read or written for this long is closed.
     pub idle_timeout: Duration,
-    /// How long open connections get to finish after shutdown begins.
+    /// After the shutdown signal, how long to keep accepting while `/readyz` fails, so the
+    /// Service's endpoints drop this pod before connections are refused.
+    pub shutdown_delay: Duration,
+    /// How long open connections get to finish after accepting stops.
     pub shutdown_grace: Duration,
 }
 
@@ -55,6 +58,7 @@ impl Config {
             header_read_timeout: Duration::from_secs(10),
             body_timeout: DEFAULT_BODY_TIMEOUT,
             idle_timeout: Duration::from_secs(60),
+            shutdown_delay: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(20),
         }
     }
@@ -189,9 +193,22 @@ impl Bound {
         let graceful = GracefulShutdown::new();
 
         tokio::pin!(shutdown);
+        let mut signalled = false;
+        let drain = tokio::time::sleep(Duration::from_secs(86_400));
+        tokio::pin!(drain);
         loop {
             let (tcp, peer) = tokio::select! {
-                () = &mut shutdown => break,
+                () = &mut shutdown, if !signalled => {
+                    signalled = true;
+                    state.ready.store(false, Ordering::Relaxed);
+                    if config.shutdown_delay.is_zero() {
+                        break;
+                    }
+                    tracing::info!("shutdown signalled: /readyz fails, still accepting for {:?}", config.shutdown_delay);
+                    drain.as_mut().reset(tokio::time::Instant::now() + config.shutdown_delay);
+                    continue;
+                }
+                () = &mut drain, if signalled => break,
                 accepted = listener.accept() => match accepted {
                     Ok(a) => a,
                     Err(e) => {

@@ -449,7 +449,7 @@ async fn requests_are_counted_by_route_kind_operation_and_result() {
     let text = st.metrics.encode().unwrap();
     assert!(
         text.contains(
-            r#"captf_webhook_requests_total{route="Mutate",kind="TerraformMachine",operation="Create",result="Patched"} 2"#
+            r#"captf_webhook_requests_total{route="mutate",kind="TerraformMachine",operation="CREATE",result="patched"} 2"#
         ),
         "{text}"
     );

@@ -78,6 +78,7 @@ fn test_config(files: CertFiles) -> Config {
     c.header_read_timeout = Duration::from_millis(300);
     c.body_timeout = Duration::from_millis(300);
     c.idle_timeout = Duration::from_secs(3);
+    c.shutdown_delay = Duration::ZERO;
     c.shutdown_grace = Duration::from_secs(5);
     c
 }
@@ -225,7 +226,7 @@ async fn rotation_keeps_the_open_connection_working_and_new_connections_get_the_
     }
     wait_for_metric(
         &server.metrics,
-        r#"captf_webhook_certificate_reloads_total{result="Reloaded"} 1"#,
+        r#"captf_webhook_certificate_reloads_total{result="reloaded"} 1"#,
     )
     .await;
     server.shutdown().await;
@@ -242,7 +243,7 @@ async fn a_broken_new_pair_is_rejected_and_the_old_one_kept_until_a_good_pair_ar
     volume.rotate(&b.cert_pem, &a.key_pem);
     wait_for_metric(
         &server.metrics,
-        r#"captf_webhook_certificate_reloads_total{result="Rejected"} 1"#,
+        r#"captf_webhook_certificate_reloads_total{result="rejected"} 1"#,
     )
     .await;
     let mut c = connect(server.addr, client.clone()).await;
@@ -256,7 +257,7 @@ async fn a_broken_new_pair_is_rejected_and_the_old_one_kept_until_a_good_pair_ar
     );
     wait_for_metric(
         &server.metrics,
-        r#"captf_webhook_certificate_reloads_total{result="Rejected"} 2"#,
+        r#"captf_webhook_certificate_reloads_total{result="rejected"} 2"#,
     )
     .await;
     assert_eq!(connect(server.addr, client.clone()).await.leaf, leaf_der(&a.cert_pem));
@@ -425,7 +426,7 @@ async fn metrics_are_served_as_plain_http_on_their_own_port() {
     let text = String::from_utf8(read_until_closed(&mut tcp, Duration::from_secs(3)).await).unwrap();
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(
-        text.contains(r#"captf_webhook_requests_total{route="Validate",kind="TerraformCluster",operation="Create",result="Allowed"} 1"#),
+        text.contains(r#"captf_webhook_requests_total{route="validate",kind="TerraformCluster",operation="CREATE",result="allowed"} 1"#),
         "{text}"
     );
     server.shutdown().await;
@@ -520,4 +521,29 @@ async fn a_client_that_completes_the_handshake_and_sends_nothing_is_disconnected
     let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
     read_until_closed(&mut tls, Duration::from_secs(3)).await;
     server.shutdown().await;
+}
+
+#[tokio::test]
+async fn after_the_signal_readyz_fails_but_connections_are_accepted_for_the_shutdown_delay() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.shutdown_delay = Duration::from_millis(600);
+    let server = start(config).await;
+    let (addr, client) = (server.addr, client_config(&[&a.ca_pem], BOTH));
+    let shutdown = tokio::spawn(server.shutdown());
+    tokio::time::sleep(Duration::from_millis(100)).await;
+    let mut c = connect(addr, client.clone()).await;
+    let req = hyper::Request::get(captf_webhook::READYZ_PATH)
+        .header("host", "localhost")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(c.sender.send_request(req).await.unwrap().status(), 503);
+    assert!(
+        c.review_allowed().await,
+        "still answering reviews while endpoints catch up"
+    );
+    drop(c);
+    shutdown.await.unwrap();
+    assert!(TcpStream::connect(addr).await.is_err());
 }
