@@ -444,8 +444,20 @@ fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -
     let (ls, fs) = selectors(query)?;
     let res = t.def.id();
     let ns_filter = t.ns.clone();
-    let matches = move |e: &WatchEvent| {
-        e.res == res && ns_filter.as_deref().is_none_or(|n| n == e.ns) && ls.matches(&e.object) && fs.matches(&e.object)
+    // As kube-apiserver's watch cache: a change that makes an object match is ADDED, one that
+    // makes it stop matching is DELETED.
+    let select = move |e: &WatchEvent| -> Option<&'static str> {
+        if e.res != res || ns_filter.as_deref().is_some_and(|n| n != e.ns) {
+            return None;
+        }
+        let now = ls.matches(&e.object) && fs.matches(&e.object);
+        let before = e.old.as_ref().map(|o| ls.matches(o) && fs.matches(o));
+        match (e.kind, before, now) {
+            (crate::store::EventType::Modified, Some(false), true) => Some("ADDED"),
+            (crate::store::EventType::Modified, Some(true), false) => Some("DELETED"),
+            (_, _, true) => Some(e.kind.as_str()),
+            _ => None,
+        }
     };
     let rv_param = query.get("resourceVersion").filter(|r| !r.is_empty() && *r != "0");
     let initial = query.get("sendInitialEvents").is_some_and(|v| v == "true");
@@ -469,8 +481,10 @@ fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -
                     .map_err(|_| ApiError::bad_request(format!("invalid resourceVersion {rv:?}")))?;
                 match w.history_since(from) {
                     Some(events) => {
-                        for e in events.iter().filter(|e| matches(e)) {
-                            backlog.push(event_line(e.kind.as_str(), &e.object));
+                        for e in &events {
+                            if let Some(kind) = select(e) {
+                                backlog.push(event_line(kind, &e.object));
+                            }
                         }
                     }
                     None => {
@@ -496,8 +510,9 @@ fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -
                             .into(),
                         kind: crate::store::EventType::Added,
                         object: o,
+                        old: None,
                     };
-                    if matches(&e) {
+                    if select(&e).is_some() {
                         backlog.push(event_line("ADDED", &e.object));
                     }
                 }
@@ -532,7 +547,9 @@ fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -
                             continue;
                         }
                         last_rv = e.rv;
-                        if matches(&e) && tx.send(event_line(e.kind.as_str(), &e.object)).await.is_err() {
+                        if let Some(kind) = select(&e)
+                            && tx.send(event_line(kind, &e.object)).await.is_err()
+                        {
                             return;
                         }
                     }

@@ -51,6 +51,8 @@ pub struct WatchEvent {
     pub ns: String,
     pub kind: EventType,
     pub object: Value,
+    /// The object before a MODIFIED change (selector watches turn changes into ADDED/DELETED).
+    pub old: Option<Value>,
 }
 
 type Key = (String, String, String);
@@ -265,13 +267,14 @@ impl World {
         }
     }
 
-    fn emit(&mut self, res: &str, ns: &str, kind: EventType, object: Value) {
+    fn emit(&mut self, res: &str, ns: &str, kind: EventType, object: Value, old: Option<Value>) {
         let ev = Arc::new(WatchEvent {
             rv: self.rv,
             res: res.into(),
             ns: ns.into(),
             kind,
             object,
+            old,
         });
         self.history.push_back(ev.clone());
         while self.history.len() > self.history_cap {
@@ -418,7 +421,7 @@ impl World {
         }
         self.store_obj(key.clone(), obj.clone());
         self.uids.insert(uid, key);
-        self.emit(&def.id(), ns, EventType::Added, obj.clone());
+        self.emit(&def.id(), ns, EventType::Added, obj.clone(), None);
         if def.id() == "apiextensions.k8s.io/customresourcedefinitions"
             && let Ok(crd) = serde_json::from_value(obj.clone())
         {
@@ -513,7 +516,7 @@ impl World {
         meta_mut(&mut merged).insert("resourceVersion".into(), json!(self.rv.to_string()));
         let key = (def.id(), ns.to_string(), name.to_string());
         self.store_obj(key, merged.clone());
-        self.emit(&def.id(), ns, EventType::Modified, merged.clone());
+        self.emit(&def.id(), ns, EventType::Modified, merged.clone(), Some(old));
         if meta(&merged).get("deletionTimestamp").is_some() && finalizers(&merged).is_empty() {
             self.remove(def, ns, name);
         }
@@ -577,7 +580,7 @@ impl World {
             marked["status"] = json!({"phase": "Terminating"});
         }
         self.store_obj((def.id(), ns.to_string(), name.to_string()), marked.clone());
-        self.emit(&def.id(), ns, EventType::Modified, marked.clone());
+        self.emit(&def.id(), ns, EventType::Modified, marked.clone(), Some(obj.clone()));
         match policy {
             Propagation::Orphan if has_dependents => {
                 for key in self.dependents_of(&uid) {
@@ -707,7 +710,7 @@ impl World {
         self.uids.remove(&uid);
         self.rv += 1;
         meta_mut(&mut obj).insert("resourceVersion".into(), json!(self.rv.to_string()));
-        self.emit(&def.id(), ns, EventType::Deleted, obj.clone());
+        self.emit(&def.id(), ns, EventType::Deleted, obj.clone(), None);
         self.after_remove(def, &obj);
         // Garbage collection: dependents whose owners are all gone are deleted in the background.
         for (r, dns, dname) in self.dependents_of(&uid) {

@@ -594,3 +594,32 @@ async fn job_status_writes_go_through_the_status_subresource_only() {
     assert_eq!(annotated.metadata.annotations.unwrap()["captf.io/outcome"], "failed");
     assert_eq!(annotated.metadata.generation, Some(1));
 }
+
+#[tokio::test]
+async fn a_change_that_makes_an_object_stop_matching_a_selector_watch_is_deleted_for_that_watch() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    let mut s = api
+        .watch(&WatchParams::default().labels("pick=me").timeout(5), "0")
+        .await
+        .unwrap()
+        .boxed();
+    api.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let label = |v: Option<&str>| Patch::Merge(json!({"metadata": {"labels": {"pick": v}}}));
+    api.patch("a", &PatchParams::default(), &label(Some("me")))
+        .await
+        .unwrap();
+    api.patch("a", &PatchParams::default(), &label(Some("other")))
+        .await
+        .unwrap();
+    let mut kinds = vec![];
+    while kinds.len() < 2 {
+        match s.next().await.unwrap().unwrap() {
+            WatchEvent::Added(_) => kinds.push("ADDED"),
+            WatchEvent::Deleted(_) => kinds.push("DELETED"),
+            WatchEvent::Modified(_) => kinds.push("MODIFIED"),
+            _ => {}
+        }
+    }
+    assert_eq!(kinds, ["ADDED", "DELETED"]);
+}
