@@ -547,3 +547,33 @@ async fn after_the_signal_readyz_fails_but_connections_are_accepted_for_the_shut
     shutdown.await.unwrap();
     assert!(TcpStream::connect(addr).await.is_err());
 }
+
+#[tokio::test]
+async fn an_http2_client_negotiated_by_alpn_is_served() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    let mut config = (*client_config(&[&a.ca_pem], BOTH)).clone();
+    config.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = tls_connect(server.addr, Arc::new(config)).await;
+    assert_eq!(tls.get_ref().1.alpn_protocol(), Some(&b"h2"[..]));
+    let (mut sender, conn) =
+        hyper::client::conn::http2::handshake(hyper_util::rt::TokioExecutor::new(), TokioIo::new(tls))
+            .await
+            .unwrap();
+    tokio::spawn(conn);
+    let body = serde_json::to_vec(&common::fixture("machine-update-rejected")).unwrap();
+    for _ in 0..3 {
+        let req = hyper::Request::post(format!("https://localhost{VALIDATE_PATH}"))
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(body.clone())))
+            .unwrap();
+        let resp = sender.send_request(req).await.unwrap();
+        assert_eq!(resp.status(), 200);
+        let v: serde_json::Value =
+            serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap();
+        assert_eq!(v["response"]["allowed"], false);
+        assert_eq!(v["response"]["status"]["code"], 422);
+    }
+    server.shutdown().await;
+}
