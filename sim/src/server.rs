@@ -680,16 +680,26 @@ async fn sim_endpoint(
     match (method, rest) {
         (&Method::GET, ["clock"]) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
             let mut rx = sh.lock()?.clock.subscribe();
+            let mut drops = sh.faults.drop_signal();
+            drops.mark_unchanged();
             let (tx, out) = mpsc::channel::<Bytes>(64);
             tokio::spawn(async move {
                 let first = *rx.borrow_and_update();
                 if tx.send(line(&clock_json(first))).await.is_err() {
                     return;
                 }
-                while rx.changed().await.is_ok() {
-                    let now = *rx.borrow_and_update();
-                    if tx.send(line(&clock_json(now))).await.is_err() {
-                        return;
+                loop {
+                    tokio::select! {
+                        _ = drops.changed() => return,
+                        changed = rx.changed() => {
+                            if changed.is_err() {
+                                return;
+                            }
+                            let now = *rx.borrow_and_update();
+                            if tx.send(line(&clock_json(now))).await.is_err() {
+                                return;
+                            }
+                        }
                     }
                 }
             });

@@ -156,6 +156,8 @@ pub struct Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
+        // End the long-lived streams (watches, clock) so the server's connections close.
+        self.shared.faults.drop_watches();
         if let Some(s) = self.stop.take() {
             let _ = s.send(());
         }

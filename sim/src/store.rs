@@ -504,7 +504,6 @@ impl World {
             }
             m.remove("managedFields");
         }
-        // A deleting object may lose finalizers but gain none (kube-apiserver forbids adding them).
         if spec_part(&merged) != spec_part(&old) {
             let g = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut merged).insert("generation".into(), json!(g + 1));
@@ -743,7 +742,15 @@ impl World {
     /// Internal write of a whole object (the simulated controllers use it; no admission).
     pub fn put(&mut self, def_id: &str, obj: Value) -> Result<Value, ApiError> {
         let def = self.def(def_id)?;
-        let ns = meta_str(&obj, "namespace").unwrap_or_default().to_string();
+        let mut obj = obj;
+        let ns = match meta_str(&obj, "namespace").filter(|n| !n.is_empty()) {
+            Some(n) => n.to_string(),
+            None if def.namespaced => {
+                meta_mut(&mut obj).insert("namespace".into(), json!("default"));
+                "default".to_string()
+            }
+            None => String::new(),
+        };
         let name = meta_str(&obj, "name").unwrap_or_default().to_string();
         if self.try_get(def_id, &ns, &name).is_some() {
             let mut o = obj;
