@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde::Serialize;
 
-use crate::defaults::{DEFAULT_ACTIVE_DEADLINE_SECONDS, effective};
+use crate::defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS;
 use crate::types::{CaptfObject, DestructiveGuard, JobsSpec, Remediation, TerraformSpec, VariablesFrom, VariablesRef};
 
 pub use formats::{
@@ -214,8 +214,10 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     if let Some(interval) = spec.drift.as_ref().and_then(|d| d.interval.as_deref()) {
         check_drift_interval(&mut report, &root.child("drift").child("interval"), interval);
     }
-    let eff = effective(spec);
-    if eff.guard == DestructiveGuard::Allow && eff.remediation == Remediation::Auto {
+    // Effective values (defaults applied), read without cloning the spec.
+    let guard = spec.guard.as_ref().and_then(|g| g.destructive).unwrap_or_default();
+    let remediation = spec.drift.as_ref().and_then(|d| d.remediation).unwrap_or_default();
+    if guard == DestructiveGuard::Allow && remediation == Remediation::Auto {
         report.warning(
             &root.child("guard").child("destructive"),
             &format!(
