@@ -663,6 +663,32 @@ mod tests {
         }
 
         #[test]
+        fn only_a_stale_lock_ever_puts_a_force_unlock_id_on_a_job(
+            who in "[a-z@-]{0,20}", own in any::<bool>(), gone in any::<bool>(),
+            phase in prop::sample::select(vec!["Running", "Pending", "Succeeded", "Failed"]), terminating in any::<bool>(),
+        ) {
+            use crate::core::lock::{HolderPod, LockLease, check_lock};
+            let pattern = captf_shared::names::RunnerPattern::new(Kind::TerraformCluster, "default", "prod-eu");
+            let host = if own {
+                format!("{}-x2k9q", captf_shared::names::job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 3))
+            } else {
+                who.clone()
+            };
+            let info = serde_json::json!({"ID": "id-1", "Operation": "OperationTypeApply", "Who": format!("{who}@{host}"), "Created": "t"});
+            let lease = LockLease { holder_identity: Some("id-1".into()), lock_info: Some(info.to_string()) };
+            let pod = if gone { HolderPod::Gone } else { HolderPod::Present { phase: Some(phase.to_string()), terminating } };
+            let mut s = snap(3, vec![], 0);
+            s.lock = check_lock(Some(&lease), &pattern, &pod);
+            let stale = matches!(s.lock, LockState::Stale { .. });
+            if let Decision::Start(st) = decide(&s, ts(10_000)) {
+                prop_assert_eq!(st.force_unlock_id.is_some(), stale);
+                if !pattern.matches(&host) {
+                    prop_assert_eq!(st.force_unlock_id, None);
+                }
+            }
+        }
+
+        #[test]
         fn decide_never_starts_inside_the_backoff(
             outcomes in prop::collection::vec(0usize..6, 1..10), limit in 0i32..5, after in 0i64..1_000,
         ) {

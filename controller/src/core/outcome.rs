@@ -323,6 +323,42 @@ pub(crate) mod tests {
         assert_eq!(finished_at(&job), Some(Timestamp::from_second(10).unwrap()));
     }
 
+    fn arb_result() -> impl proptest::strategy::Strategy<Value = Option<RunResult>> {
+        use proptest::prelude::*;
+        prop::option::of(prop::sample::select(vec![
+            RunResult::Succeeded,
+            RunResult::Failed,
+            RunResult::Blocked,
+            RunResult::PlanChanged,
+            RunResult::Interrupted,
+        ]))
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn a_deadline_kill_always_counts_whatever_the_runner_or_pod_says(result in arb_result(), disrupted: bool) {
+            let o = classify_terminal(Terminal::Failed { deadline: true }, result, disrupted);
+            proptest::prop_assert_eq!(o, Outcome::Deadline);
+            proptest::prop_assert!(o.counts_as_failure());
+        }
+
+        #[test]
+        fn classify_never_panics_on_any_termination_message(message in ".{0,300}", reason in "[A-Za-z]{0,20}", failed: bool) {
+            let job = job_with(&[(if failed { "Failed" } else { "Complete" }, Some(reason.as_str()))], 1);
+            let mut pod = pod_with(None, false);
+            if let Some(t) = pod
+                .status
+                .as_mut()
+                .and_then(|s| s.container_statuses.as_mut())
+                .and_then(|cs| cs[0].state.as_mut())
+                .and_then(|s| s.terminated.as_mut())
+            {
+                t.message = Some(message.clone());
+            }
+            proptest::prop_assert!(classify(&job, Some(&pod)).is_some());
+        }
+    }
+
     #[test]
     fn outcomes_round_trip_through_their_names() {
         for o in Outcome::ALL {

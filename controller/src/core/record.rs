@@ -92,7 +92,16 @@ impl JobRecord {
             })?),
             None => None,
         };
-        let outcome = booked.or_else(|| outcome::classify(job, pod));
+        // Parse the termination message once: it serves the classification and the record.
+        let result = pod.and_then(outcome::runner_result);
+        let outcome = booked.or_else(|| {
+            let terminal = outcome::terminal(job)?;
+            Some(outcome::classify_terminal(
+                terminal,
+                result.as_ref().map(|r| r.result),
+                pod.is_some_and(outcome::disrupted),
+            ))
+        });
         Ok(JobRecord {
             op,
             seq,
@@ -105,7 +114,7 @@ impl JobRecord {
             force_unlock_id: ann(keys::ANNOTATION_FORCE_UNLOCK),
             inputs_hash: labels.and_then(|l| l.get(keys::LABEL_INPUTS_HASH)).cloned(),
             deleting: job.metadata.deletion_timestamp.is_some(),
-            result: pod.and_then(outcome::runner_result),
+            result,
             name,
         })
     }
