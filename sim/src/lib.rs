@@ -22,6 +22,7 @@
 //! | [`kubelet`] | the simulated Job controller and kubelet |
 //! | [`runner`] | runner scripts and how they are chosen |
 //! | [`admission`] | calling admission webhooks over TLS |
+//! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`selectors`] | label and field selectors |
@@ -31,6 +32,7 @@
 pub mod admission;
 pub mod clock;
 pub mod error;
+pub mod events;
 pub mod faults;
 pub mod kubelet;
 pub mod resources;

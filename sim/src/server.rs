@@ -67,8 +67,24 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
     let query: HashMap<String, String> = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .into_owned()
         .collect();
-    let segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
-    match handle_inner(&sh, &method, &segs, &query, &headers, body).await {
+    let mut query = query;
+    let mut segs: Vec<&str> = uri.path().split('/').filter(|s| !s.is_empty()).collect();
+    let mut body = body;
+    // events.k8s.io/v1 Events are served from the core/v1 Events, converted both ways.
+    let events_view = segs.len() > 3 && segs[..3] == ["apis", "events.k8s.io", "v1"];
+    let watching = matches!(query.get("watch").map(String::as_str), Some("true" | "1"));
+    if events_view {
+        segs = ["api", "v1"].into_iter().chain(segs[3..].iter().copied()).collect();
+        if let Some(fs) = query.get("fieldSelector").cloned() {
+            query.insert("fieldSelector".into(), crate::events::field_selector_to_core(&fs));
+        }
+        body = events_body_to_core(&headers, body);
+    }
+    match handle_inner(&sh, &method, &segs, &query, &headers, body, events_view).await {
+        Ok(r) if events_view && !watching => {
+            tracing::debug!(%method, %uri, status = r.status().as_u16(), "sim request");
+            events_response_to_v1(r).await
+        }
         Ok(r) => {
             tracing::debug!(%method, %uri, status = r.status().as_u16(), "sim request");
             r
@@ -80,6 +96,40 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
     }
 }
 
+fn events_body_to_core(headers: &HeaderMap, body: Bytes) -> Bytes {
+    if body.is_empty() {
+        return body;
+    }
+    let ct = headers
+        .get(header::CONTENT_TYPE)
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("");
+    let parsed: Option<Value> = if ct.contains("yaml") {
+        serde_yaml_ng::from_slice(&body).ok()
+    } else {
+        serde_json::from_slice(&body).ok()
+    };
+    match parsed {
+        Some(v @ Value::Array(_)) => Bytes::from(crate::events::json_patch_to_core(&v).to_string()),
+        Some(v) => Bytes::from(crate::events::to_core(&v).to_string()),
+        None => body,
+    }
+}
+
+async fn events_response_to_v1(r: Response) -> Response {
+    let (parts, body) = r.into_parts();
+    let Ok(bytes) = axum::body::to_bytes(body, usize::MAX).await else {
+        return Response::from_parts(parts, Body::empty());
+    };
+    let out = match serde_json::from_slice::<Value>(&bytes) {
+        Ok(v) => Bytes::from(crate::events::response_to_events_v1(&v).to_string()),
+        Err(_) => bytes,
+    };
+    let mut parts = parts;
+    parts.headers.remove(header::CONTENT_LENGTH);
+    Response::from_parts(parts, Body::from(out))
+}
+
 async fn handle_inner(
     sh: &Arc<Shared>,
     method: &Method,
@@ -87,6 +137,7 @@ async fn handle_inner(
     query: &HashMap<String, String>,
     headers: &HeaderMap,
     body: Bytes,
+    events_view: bool,
 ) -> Result<Response, ApiError> {
     let not_found = || ApiError::new(404, "NotFound", "the server could not find the requested resource");
     let (group, version, rest): (&str, &str, &[&str]) = match segs {
@@ -222,7 +273,7 @@ async fn handle_inner(
             Ok(json_response(200, &obj))
         }
         Verb::List => list(sh, &t, query, wants_table(headers)),
-        Verb::Watch => watch_stream(sh, &t, query),
+        Verb::Watch => watch_stream(sh, &t, query, events_view),
         Verb::Create => {
             if t.sub.as_deref() == Some("eviction") {
                 let name = t.name.as_deref().unwrap_or_default();
@@ -440,7 +491,19 @@ fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
         .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
-fn watch_stream(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>) -> Result<Response, ApiError> {
+fn watch_stream(
+    sh: &Arc<Shared>,
+    t: &Target,
+    query: &HashMap<String, String>,
+    events_view: bool,
+) -> Result<Response, ApiError> {
+    let event_line = move |kind: &str, object: &Value| {
+        if events_view && kind != "ERROR" && kind != "BOOKMARK" {
+            event_line(kind, &crate::events::to_events_v1(object))
+        } else {
+            event_line(kind, object)
+        }
+    };
     let (ls, fs) = selectors(query)?;
     let res = t.def.id();
     let ns_filter = t.ns.clone();

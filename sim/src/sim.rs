@@ -380,11 +380,18 @@ impl Sim {
             .collect()
     }
 
-    /// Events (core/v1 and events.k8s.io/v1) in a namespace.
+    /// Events in a namespace, in the events.k8s.io/v1 shape (`regarding`, `note`, ...): one
+    /// store serves both views, as in kube-apiserver.
     pub fn events(&self, namespace: &str) -> Vec<Value> {
-        let mut v = self.list("/events", Some(namespace));
-        v.extend(self.list("events.k8s.io/events", Some(namespace)));
-        v
+        self.list("/events", Some(namespace))
+            .iter()
+            .map(crate::events::to_events_v1)
+            .collect()
+    }
+
+    /// Events in a namespace, in the core/v1 shape (`involvedObject`, `message`, ...).
+    pub fn core_events(&self, namespace: &str) -> Vec<Value> {
+        self.list("/events", Some(namespace))
     }
 
     /// Forget the watch history: a watch from any older resourceVersion gets 410 Gone.

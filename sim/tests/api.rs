@@ -383,7 +383,7 @@ async fn a_kube_runtime_watcher_sees_live_changes_and_survives_dropped_watches()
 }
 
 #[tokio::test]
-async fn kube_event_recorder_publishes_events_k8s_io_events() {
+async fn kube_event_recorder_events_are_one_store_seen_through_both_event_apis() {
     use kube::runtime::events::{Event, EventType, Recorder, Reporter};
     let sim = Sim::start().await.unwrap();
     let client = sim.client().unwrap();
@@ -410,6 +410,21 @@ async fn kube_event_recorder_publishes_events_k8s_io_events() {
     assert_eq!(events.len(), 1, "the second publish patches the series");
     assert_eq!(events[0]["reason"], "JobFailed");
     assert_eq!(events[0]["series"]["count"], 2);
+    assert_eq!(events[0]["note"], "boom");
+    // One store, two views: the core/v1 API shows the same Event.
+    let core: Api<k8s_openapi::api::core::v1::Event> = Api::default_namespaced(sim.client().unwrap());
+    let listed = core
+        .list(&ListParams::default().fields("involvedObject.name=a"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items.len(), 1);
+    assert_eq!(listed.items[0].message.as_deref(), Some("boom"));
+    let v1: Api<k8s_openapi::api::events::v1::Event> = Api::default_namespaced(sim.client().unwrap());
+    let listed = v1
+        .list(&ListParams::default().fields("regarding.name=a"))
+        .await
+        .unwrap();
+    assert_eq!(listed.items[0].note.as_deref(), Some("boom"));
 }
 
 #[tokio::test]
