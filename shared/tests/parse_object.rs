@@ -182,3 +182,26 @@ fn a_parsed_object_round_trips_through_to_value() {
     let obj = parse_object("TerraformCluster", &v).unwrap();
     assert_eq!(parse_object("TerraformCluster", &obj.to_value()).unwrap(), obj);
 }
+
+#[test]
+fn every_enum_of_the_table_names_its_values() {
+    for (spec, want) in [
+        (
+            json!({"module": {"source": "a/b/c"}, "deletionPolicy": "Delete"}),
+            "spec.deletionPolicy: must be one of Destroy, Orphan (got \"Delete\")",
+        ),
+        (
+            json!({"module": {"source": "a/b/c"}, "drift": {"remediation": "Off"}}),
+            "spec.drift.remediation: must be one of Auto, Manual (got \"Off\")",
+        ),
+        (
+            json!({"module": {"source": "a/b/c"}, "guard": {"destructive": "block"}}),
+            "spec.guard.destructive: must be one of Block, Allow (got \"block\")",
+        ),
+    ] {
+        assert_eq!(
+            errors("TerraformMachinePool", &object("TerraformMachinePool", spec)),
+            [want]
+        );
+    }
+}
