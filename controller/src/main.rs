@@ -1,4 +1,4 @@
-//! `captf-controller`: `run` (the controller; built later in `runtime/`) and `explain`.
+//! `captf-controller`: `run` (the controller, `runtime/`) and `explain`.
 
 use std::process::ExitCode;
 
@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controller.
-    Run,
+    Run(captf_controller::runtime::RunArgs),
     /// Explain what the controller would do for an object, offline, from files.
     Explain(ExplainArgs),
 }
@@ -53,9 +53,21 @@ struct ExplainArgs {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.command {
-        Command::Run => {
-            eprintln!("captf-controller run: not built yet");
-            ExitCode::from(2)
+        Command::Run(args) => {
+            let rt = match tokio::runtime::Runtime::new() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("captf-controller run: failed to start the async runtime: {e}");
+                    return ExitCode::from(1);
+                }
+            };
+            match rt.block_on(captf_controller::runtime::run(args)) {
+                Ok(()) => ExitCode::SUCCESS,
+                Err(e) => {
+                    eprintln!("captf-controller run: {e}");
+                    ExitCode::from(1)
+                }
+            }
         }
         Command::Explain(a) => {
             let input = ExplainInput {

@@ -73,6 +73,13 @@ pub const CONTROLLER_API_CALLS: &[ApiCall] = &[
         resource: "events",
         verbs: &["create", "patch"],
     },
+    // A TerraformMachine's `bootstrap_data_secret` input: its owner Machine's
+    // `spec.bootstrap.dataSecretName` (runtime/gather.rs).
+    ApiCall {
+        group: "cluster.x-k8s.io",
+        resource: "machines",
+        verbs: &["get"],
+    },
 ];
 
 /// What a runner Job's service account may touch: its state Secrets, lock Lease and outputs

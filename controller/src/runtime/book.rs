@@ -257,8 +257,15 @@ pub async fn book_all(
         ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
         if let Some(reason) = outcome.event_reason() {
             let warning = !matches!(reason, EventReason::JobInterrupted);
-            ctx.event(id, warning, reason.as_str(), "Book", &event_note(rec, outcome))
-                .await;
+            ctx.event(
+                id,
+                warning,
+                reason.as_str(),
+                "Book",
+                &event_note(rec, outcome),
+                Some(&rec.name),
+            )
+            .await;
         }
         apply_to_status(status, rec, outcome, now);
         let n = status.consecutive_failures.map_or(0, |c| c.get(rec.op));

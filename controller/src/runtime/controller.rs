@@ -78,8 +78,10 @@ impl Ctx {
         }
     }
 
-    /// Publish an event about the object (failures to publish are logged, never fatal).
-    pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str) {
+    /// Publish an event about the object, related to one of its Jobs when it concerns a Job
+    /// (so kube's Recorder keeps one event per Job rather than folding them into a series).
+    /// Failures to publish are logged, never fatal.
+    pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str, job: Option<&str>) {
         let reference = ObjectReference {
             api_version: Some(keys::API_VERSION.into()),
             kind: Some(id.kind.as_str().into()),
@@ -93,7 +95,13 @@ impl Ctx {
             reason: reason.into(),
             note: Some(note.chars().take(1024).collect()),
             action: action.into(),
-            secondary: None,
+            secondary: job.map(|j| ObjectReference {
+                api_version: Some("batch/v1".into()),
+                kind: Some("Job".into()),
+                name: Some(j.to_string()),
+                namespace: Some(id.namespace.clone()),
+                ..Default::default()
+            }),
         };
         if let Err(e) = self.recorder.publish(&ev, &reference).await {
             tracing::warn!(error = %e, reason, "failed to publish event for {}", id.what());
@@ -112,7 +120,19 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Actio
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let started = Instant::now();
-    let out = reconcile_object(&ctx, obj.to_object()).await;
+    // The cached object may lag behind our own last status write: read it live, so counters
+    // such as consecutiveFailures are never computed from (and written back over) a stale copy.
+    let ns = obj.meta().namespace.clone().unwrap_or_default();
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let live = Api::<K>::namespaced(ctx.client.clone(), &ns)
+        .get_opt(&name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetObject, format!("{} {ns}/{name}", K::KIND), e));
+    let out = match live {
+        Ok(Some(o)) => reconcile_object(&ctx, o.to_object()).await,
+        Ok(None) => Ok(Action::await_change()),
+        Err(e) => Err(e),
+    };
     ctx.metrics.observe_reconcile(K::KIND, started.elapsed().as_secs_f64());
     match out {
         Err(e) if e.is_conflict() => Ok(Action::requeue(RACE_REQUEUE)),
@@ -239,7 +259,8 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     .await?;
 
     // ---- the lock check, only when no Job is active (§4) ----
-    let lock = if active.is_none() {
+    let lock_checked = active.is_none();
+    let lock = if lock_checked {
         gather::lock_state(&ctx.client, &id).await?
     } else {
         LockState::Free
@@ -320,12 +341,18 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
 
     // ---- write status ----
     let current = snap.inputs_hash.known().map(str::to_string);
-    let new = status::compute(&snap, &decision, active_job.as_deref(), current.as_deref(), now);
-    if new != original {
-        write_status(ctx, &id, &new).await?;
-    }
+    let new = status::compute(
+        &snap,
+        &decision,
+        active_job.as_deref(),
+        current.as_deref(),
+        lock_checked,
+        now,
+    );
+    write_status(ctx, &id, &original, &new).await?;
     if let Some(msg) = state_locked_transition(&original, &new) {
-        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg).await;
+        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
+            .await;
     }
     Ok(action)
 }
@@ -342,8 +369,12 @@ fn state_locked_transition(old: &TerraformStatus, new: &TerraformStatus) -> Opti
     (reason == reasons::STATE_LOCKED && find(old) != Some((reason, message.clone()))).then_some(message)
 }
 
-async fn write_status(ctx: &Ctx, id: &Ident, st: &TerraformStatus) -> Result<(), Error> {
-    let body = status::status_patch(st).map_err(|source| Error::Serialize { what: "status", source })?;
+async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &TerraformStatus) -> Result<(), Error> {
+    let body = status::status_patch(old, new).map_err(|source| Error::Serialize { what: "status", source })?;
+    let Some(body) = body else {
+        return Ok(());
+    };
+    tracing::debug!(object = %id.what(), patch = %body, "status patch");
     let api: Api<kube::core::DynamicObject> =
         Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
     api.patch_status(&id.name, &PatchParams::default(), &Patch::Merge(&body))
@@ -436,6 +467,7 @@ async fn start_job(
             "started Job {job_name} ({} because {}, attempt {})",
             start.op, start.reason, start.attempt
         ),
+        Some(&job_name),
     )
     .await;
     if let Some(lock_id) = &start.force_unlock_id {
@@ -447,6 +479,7 @@ async fn start_job(
             "ForceUnlocked",
             "StartJob",
             &format!("Job {job_name} force-unlocks the stale state lock {lock_id} held by {holder}"),
+            Some(&job_name),
         )
         .await;
     }

@@ -10,29 +10,41 @@ use captf_shared::types::{Initialization, NextAction, TerraformStatus};
 use captf_shared::{Kind, Op};
 
 use crate::core::interrupted;
-use crate::core::lock::LockState;
 use crate::core::{Decision, Outcome, Reason, Snapshot};
 
-/// Status fields that may need clearing: a merge patch sends `null` for each that is unset.
-const CLEARABLE: [&str; 7] = [
-    "activeJob",
-    "nextAction",
-    "pendingPlan",
-    "outputs",
-    "addresses",
-    "replicas",
-    "lastDriftCheckTime",
-];
-
-/// The status merge patch body `{"status": …}` with explicit nulls for cleared fields.
-pub fn status_patch(status: &TerraformStatus) -> Result<Value, serde_json::Error> {
-    let mut v = serde_json::to_value(status)?;
-    if let Value::Object(m) = &mut v {
-        for k in CLEARABLE {
-            m.entry(k.to_string()).or_insert(Value::Null);
+/// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed
+/// ones, recursing into objects (arrays are replaced whole) (PURE).
+pub fn merge_diff(old: &Value, new: &Value) -> Option<Value> {
+    match (old, new) {
+        (Value::Object(o), Value::Object(n)) => {
+            let mut out = serde_json::Map::new();
+            for k in o.keys().filter(|k| !n.contains_key(*k)) {
+                out.insert(k.clone(), Value::Null);
+            }
+            for (k, nv) in n {
+                match o.get(k) {
+                    Some(ov) => {
+                        if let Some(d) = merge_diff(ov, nv) {
+                            out.insert(k.clone(), d);
+                        }
+                    }
+                    None => {
+                        out.insert(k.clone(), nv.clone());
+                    }
+                }
+            }
+            (!out.is_empty()).then_some(Value::Object(out))
         }
+        (o, n) if o == n => None,
+        (_, n) => Some(n.clone()),
     }
-    Ok(serde_json::json!({ "status": v }))
+}
+
+/// The status merge patch body `{"status": …}` from the status read to the computed one, or
+/// `None` when nothing changed.
+pub fn status_patch(old: &TerraformStatus, new: &TerraformStatus) -> Result<Option<Value>, serde_json::Error> {
+    let (o, n) = (serde_json::to_value(old)?, serde_json::to_value(new)?);
+    Ok(merge_diff(&o, &n).map(|d| serde_json::json!({ "status": d })))
 }
 
 /// The reasons that keep `Ready` False (as opposed to a ready object idling or checking drift).
@@ -70,6 +82,7 @@ pub fn compute(
     decision: &Decision,
     active_job: Option<&str>,
     current_inputs_hash: Option<&str>,
+    lock_checked: bool,
     now: Timestamp,
 ) -> TerraformStatus {
     let mut st = s.status.clone();
@@ -187,23 +200,19 @@ pub fn compute(
         ),
     }
 
-    // StateReadable
-    match s.lock.state_locked_message() {
-        Some(m) => set(
-            &mut cs,
-            conditions::STATE_READABLE,
-            Status::False,
-            reasons::STATE_LOCKED,
-            &m,
-            g,
-            now,
-        ),
-        None if matches!(
-            s.lock,
-            LockState::Free | LockState::Stale { .. } | LockState::OwnAlive { .. }
-        ) || s.active_job().is_none() =>
-        {
-            set(
+    // StateReadable: only from a lock check (none runs while a Job is active: keep it).
+    if lock_checked {
+        match s.lock.state_locked_message() {
+            Some(m) => set(
+                &mut cs,
+                conditions::STATE_READABLE,
+                Status::False,
+                reasons::STATE_LOCKED,
+                &m,
+                g,
+                now,
+            ),
+            None => set(
                 &mut cs,
                 conditions::STATE_READABLE,
                 Status::True,
@@ -211,9 +220,8 @@ pub fn compute(
                 "",
                 g,
                 now,
-            )
+            ),
         }
-        None => {}
     }
 
     // Paused
@@ -333,14 +341,54 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_status_patch_clears_unset_fields_with_null() {
-        let st = TerraformStatus {
+    fn the_status_patch_sets_changes_and_clears_removed_fields_with_null() {
+        let old = TerraformStatus {
             active_job: Some("tc-x-apply-1".into()),
+            next_action: Some(NextAction {
+                op: Some(Op::Apply),
+                reason: "InputsChangedBackoff".into(),
+                not_before: Some(Time(Timestamp::UNIX_EPOCH)),
+            }),
             ..Default::default()
         };
-        let p = status_patch(&st).unwrap_or_default();
-        assert_eq!(p["status"]["activeJob"], "tc-x-apply-1");
-        assert_eq!(p["status"]["pendingPlan"], Value::Null);
-        assert!(p["status"].as_object().is_some_and(|m| m.contains_key("pendingPlan")));
+        let new = TerraformStatus {
+            next_action: Some(NextAction {
+                op: Some(Op::Apply),
+                reason: "InputsChanged".into(),
+                not_before: None,
+            }),
+            ..Default::default()
+        };
+        let p = status_patch(&old, &new).unwrap_or_default().unwrap_or_default();
+        assert_eq!(
+            p,
+            serde_json::json!({"status": {"activeJob": null, "nextAction": {"reason": "InputsChanged", "notBefore": null}}})
+        );
+        assert_eq!(status_patch(&new, &new).ok().flatten(), None);
+    }
+
+    #[test]
+    fn merge_diff_applied_to_old_gives_new() {
+        let old = serde_json::json!({"a": 1, "b": {"c": 2, "d": [1, 2]}, "e": "x"});
+        let new = serde_json::json!({"a": 1, "b": {"d": [3]}, "f": true});
+        let d = merge_diff(&old, &new).unwrap_or_default();
+        let mut merged = old.clone();
+        json_merge(&mut merged, &d);
+        assert_eq!(merged, new);
+    }
+
+    fn json_merge(target: &mut Value, patch: &Value) {
+        match (target, patch) {
+            (Value::Object(t), Value::Object(p)) => {
+                for (k, v) in p {
+                    if v.is_null() {
+                        t.remove(k);
+                    } else {
+                        json_merge(t.entry(k.clone()).or_insert(Value::Null), v);
+                    }
+                }
+            }
+            (t, p) => *t = p.clone(),
+        }
     }
 }

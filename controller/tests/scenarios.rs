@@ -1,0 +1,934 @@
+//! Scenario tests: the real runtime (real kube-rs client and controllers) against captf-sim,
+//! with the simulator's clock. Time moves only when a test advances it; each wait polls the
+//! API for at most a few seconds of wall time.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use jiff::Timestamp;
+use k8s_openapi::api::batch::v1::Job;
+use serde_json::{Value, json};
+
+use captf_controller::runtime::clock::WatchClock;
+use captf_controller::runtime::{self, Handle, LogFormat, RunArgs};
+use captf_shared::protocol::PlanSummary;
+use captf_shared::{Kind, Op, names};
+use captf_sim::{FaultRule, JobMatch, RunnerScript, Sim, Verb};
+
+const NS: &str = "default";
+const TC: &str = "infrastructure.cluster.x-k8s.io/terraformclusters";
+const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
+const T0: &str = "2026-01-01T00:00:00Z";
+const WAIT: Duration = Duration::from_secs(15);
+
+fn args() -> RunArgs {
+    RunArgs {
+        namespace: Some(NS.into()),
+        runner_image: "runner:test".into(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        health_addr: "127.0.0.1:0".parse().unwrap(),
+        leader_elect: false,
+        leader_namespace: None,
+        concurrency: 4,
+        log_format: LogFormat::Text,
+        sim_clock_url: None,
+    }
+}
+
+struct Env {
+    sim: Sim,
+    handle: Option<Handle>,
+}
+
+impl Env {
+    async fn new() -> Result<Env> {
+        Env::with(Sim::builder()).await
+    }
+
+    async fn with(builder: captf_sim::SimBuilder) -> Result<Env> {
+        if std::env::var_os("RUST_LOG").is_some() {
+            runtime::init_logging(LogFormat::Text);
+        }
+        let sim = builder.start_time(T0.parse()?).start().await?;
+        sim.create_namespace(NS);
+        let mut env = Env { sim, handle: None };
+        env.start_controller().await?;
+        Ok(env)
+    }
+
+    async fn start_controller(&mut self) -> Result<()> {
+        let clock = Arc::new(WatchClock::new(self.sim.clock_watch()));
+        let handle = runtime::start(self.sim.client()?, &args(), clock).await?;
+        self.handle = Some(handle);
+        Ok(())
+    }
+
+    fn metrics(&self) -> String {
+        self.handle.as_ref().map(|h| h.metrics.encode()).unwrap_or_default()
+    }
+
+    fn now(&self) -> Timestamp {
+        self.sim.now()
+    }
+
+    fn advance(&self, secs: u64) {
+        self.sim.advance(Duration::from_secs(secs));
+    }
+
+    fn object(&self, resource: &str, name: &str) -> Option<Value> {
+        self.sim.get(resource, NS, name)
+    }
+
+    fn cluster(&self, name: &str) -> Value {
+        self.object(TC, name).unwrap_or(Value::Null)
+    }
+
+    fn jobs_of(&self, kind: Kind, name: &str) -> Vec<Job> {
+        let id = names::object_id(kind, NS, name);
+        self.sim
+            .jobs(NS)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|j| j.metadata.labels.as_ref().and_then(|l| l.get("captf.io/object")) == Some(&id))
+            .collect()
+    }
+
+    fn job_names(&self, kind: Kind, name: &str) -> Vec<String> {
+        self.jobs_of(kind, name)
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect()
+    }
+
+    /// Events with this reason, one entry per emission (a series counts its `count`).
+    fn events(&self, reason: &str) -> Vec<Value> {
+        self.sim
+            .events(NS)
+            .into_iter()
+            .filter(|e| e.get("reason").and_then(Value::as_str) == Some(reason))
+            .flat_map(|e| {
+                let n = e.pointer("/series/count").and_then(Value::as_u64).unwrap_or(1);
+                std::iter::repeat_n(e, n as usize)
+            })
+            .collect()
+    }
+
+    /// Poll until `f` returns Some (wall time ≤ WAIT).
+    async fn until<T>(&self, what: &str, mut f: impl FnMut(&Env) -> Option<T>) -> Result<T> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(v) = f(self) {
+                return Ok(v);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("timed out waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Wait for the object's Job with this op and sequence number to exist.
+    async fn job(&self, kind: Kind, name: &str, op: Op, seq: u32) -> Result<Job> {
+        let want = names::job_name(kind, NS, name, op, seq);
+        self.until(&format!("Job {want}"), |e| {
+            e.jobs_of(kind, name)
+                .into_iter()
+                .find(|j| j.metadata.name.as_deref() == Some(&want))
+        })
+        .await
+    }
+
+    /// Wait for a Job to be booked with this outcome.
+    async fn booked(&self, job: &str, outcome: &str) -> Result<()> {
+        self.until(&format!("Job {job} booked as {outcome}"), |e| {
+            let j = e.sim.get("batch/jobs", NS, job)?;
+            (j.pointer("/metadata/annotations/captf.io~1outcome")?.as_str()? == outcome).then_some(())
+        })
+        .await
+    }
+
+    /// Make sure nothing new happens for a moment (the controller had its chance to act).
+    async fn settle(&self) {
+        tokio::time::sleep(Duration::from_millis(400)).await;
+    }
+}
+
+fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
+    obj.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+        .map(|c| {
+            (
+                c["status"].as_str().unwrap_or("").to_string(),
+                c["reason"].as_str().unwrap_or("").to_string(),
+                c["message"].as_str().unwrap_or("").to_string(),
+            )
+        })
+}
+
+fn cluster_json(name: &str, spec_extra: Value) -> Value {
+    let mut spec = json!({
+        "module": {"source": "git::https://example.com/net.git"},
+        "variables": {"region": "eu-west-1"},
+        "drift": {"interval": "0"},
+    });
+    if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
+        for (k, v) in extra {
+            s.insert(k.clone(), v.clone());
+        }
+    }
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": spec,
+    })
+}
+
+fn outputs() -> BTreeMap<String, Value> {
+    BTreeMap::from([(
+        "control_plane_endpoint".to_string(),
+        json!({"host": "10.0.0.1", "port": 6443}),
+    )])
+}
+
+fn ts(j: &Job) -> Timestamp {
+    j.metadata.creation_timestamp.as_ref().unwrap().0
+}
+
+fn finished(j: &Job) -> Timestamp {
+    j.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| {
+            cs.iter()
+                .find(|c| (c.type_ == "Failed" || c.type_ == "Complete") && c.status == "True")
+        })
+        .and_then(|c| c.last_transition_time.as_ref())
+        .map(|t| t.0)
+        .unwrap()
+}
+
+fn live(env: &Env, job: &str) -> Job {
+    serde_json::from_value(env.sim.get("batch/jobs", NS, job).unwrap()).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.put(cluster_json("prod-eu", json!({})))?;
+    let job = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 1).await?;
+    assert_eq!(job.metadata.name.as_deref(), Some("tc-prod-eu-225654-apply-1"));
+    let c = env.cluster("prod-eu");
+    assert_eq!(c.pointer("/metadata/finalizers/0"), Some(&json!("captf.io/destroy")));
+    assert!(
+        env.sim.get("/secrets", NS, "captf-inputs-prod-eu-tc").is_some(),
+        "inputs Secret written first"
+    );
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, "captf-run-prod-eu-tc")
+        .unwrap();
+    assert_eq!(
+        lease.pointer("/spec/holderIdentity"),
+        Some(&json!("tc-prod-eu-225654-apply-1"))
+    );
+    env.until("activeJob", |e| {
+        (e.cluster("prod-eu").pointer("/status/activeJob") == Some(&json!("tc-prod-eu-225654-apply-1"))).then_some(())
+    })
+    .await?;
+    assert_eq!(env.events("JobStarted").len(), 1);
+
+    env.advance(30);
+    env.booked("tc-prod-eu-225654-apply-1", "succeeded").await?;
+    let c = env
+        .until("Ready=True", |e| {
+            let c = e.cluster("prod-eu");
+            (condition(&c, "Ready")?.0 == "True").then_some(c)
+        })
+        .await?;
+    assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "ApplySucceeded");
+    assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
+    assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
+    assert_eq!(
+        c.pointer("/status/outputs/control_plane_endpoint/host"),
+        Some(&json!("10.0.0.1"))
+    );
+    assert_eq!(
+        c.pointer("/spec/controlPlaneEndpoint"),
+        Some(&json!({"host": "10.0.0.1", "port": 6443}))
+    );
+    let secret = env.sim.get("/secrets", NS, "captf-inputs-prod-eu-tc").unwrap();
+    assert!(
+        secret
+            .pointer("/metadata/annotations/captf.io~1applied-inputs-hash")
+            .is_some()
+    );
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, "captf-run-prod-eu-tc")
+        .unwrap();
+    assert!(
+        lease.pointer("/spec/holderIdentity").is_none_or(Value::is_null),
+        "run lease released"
+    );
+    env.settle().await;
+    assert_eq!(
+        env.job_names(Kind::TerraformCluster, "prod-eu").len(),
+        1,
+        "no second Job while idle"
+    );
+    assert!(
+        env.metrics()
+            .contains("captf_jobs_finished_total{kind=\"TerraformCluster\",op=\"apply\",outcome=\"succeeded\"} 1")
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
+    env.sim.put(cluster_json("retry", json!({})))?;
+    let k = Kind::TerraformCluster;
+    let mut prev = env.job(k, "retry", Op::Apply, 1).await?;
+    for (seq, delay) in [(2u32, 60i64), (3, 120), (4, 600)] {
+        env.advance(30);
+        let prev_name = prev.metadata.name.clone().unwrap();
+        env.booked(&prev_name, "failed").await?;
+        let fin = finished(&live(&env, &prev_name));
+
+        // Just before the delay ends: nothing starts.
+        let wait = env
+            .until("nextAction backoff", |e| {
+                let c = e.cluster("retry");
+                let na = c.pointer("/status/nextAction")?;
+                (na["reason"] == "InputsChangedBackoff").then(|| na["notBefore"].as_str().map(str::to_string))?
+            })
+            .await?;
+        let not_before: Timestamp = wait.parse()?;
+        assert_eq!((not_before - fin).get_seconds(), delay, "delay before attempt {seq}");
+        env.sim.advance_to(not_before - jiff::SignedDuration::from_secs(1));
+        env.settle().await;
+        assert_eq!(
+            env.job_names(k, "retry").len() as u32,
+            seq - 1,
+            "no retry before notBefore"
+        );
+        env.sim.advance_to(not_before);
+        let j = env.job(k, "retry", Op::Apply, seq).await?;
+        assert_eq!((ts(&j) - fin).get_seconds(), delay);
+        assert_eq!(j.metadata.labels.as_ref().unwrap()["captf.io/attempt"], seq.to_string());
+        prev = j;
+    }
+    let c = env.cluster("retry");
+    assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(3)));
+    assert_eq!(env.events("JobFailed").len(), 3);
+    assert!(env.metrics().contains(
+        "captf_consecutive_failures{kind=\"TerraformCluster\",namespace=\"default\",name=\"retry\",op=\"apply\"} 3"
+    ));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deadline_kill_counted_though_runner_reported_interrupted() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::hang());
+    env.sim.put(cluster_json(
+        "slow",
+        json!({"jobs": {"activeDeadlineSeconds": 60, "lockTimeoutSeconds": 30}}),
+    ))?;
+    let j = env.job(Kind::TerraformCluster, "slow", Op::Apply, 1).await?;
+    assert_eq!(j.spec.as_ref().unwrap().active_deadline_seconds, Some(60));
+    env.advance(61);
+    env.advance(200);
+    env.booked("tc-slow-", "deadline").await.ok();
+    let name = j.metadata.name.unwrap();
+    env.booked(&name, "deadline").await?;
+    env.until("consecutiveFailures.apply=1", |e| {
+        (e.cluster("slow").pointer("/status/consecutiveFailures/apply") == Some(&json!(1))).then_some(())
+    })
+    .await?;
+    assert_eq!(env.events("JobDeadlineExceeded").len(), 1);
+    assert!(env.events("JobInterrupted").is_empty());
+    assert!(env.metrics().contains("outcome=\"deadline\"} 1"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn eviction_is_not_counted_and_retries_at_once() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim.script(
+        JobMatch::object(k, NS, "evicted").op(Op::Apply),
+        RunnerScript::evicted(),
+    );
+    env.sim.put(cluster_json("evicted", json!({})))?;
+    let j = env.job(k, "evicted", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j.metadata.name.as_deref().unwrap(), "interrupted").await?;
+    let j2 = env.job(k, "evicted", Op::Apply, 2).await?;
+    assert_eq!(ts(&j2), env.now(), "no backoff after an eviction");
+    assert_eq!(j2.metadata.labels.as_ref().unwrap()["captf.io/attempt"], "1");
+    assert_eq!(env.events("JobInterrupted").len(), 1);
+    let c = env.cluster("evicted");
+    assert_eq!(
+        c.pointer("/status/consecutiveFailures/apply")
+            .cloned()
+            .unwrap_or(json!(0)),
+        json!(0)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stale_lock_of_a_dead_runner_is_handed_to_the_next_job_once() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim.script(
+        JobMatch::object(k, NS, "locky").op(Op::Apply),
+        RunnerScript::die_holding_lock_id("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55"),
+    );
+    env.sim.put(cluster_json("locky", json!({})))?;
+    let j1 = env.job(k, "locky", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
+    let fin = finished(&live(&env, j1.metadata.name.as_deref().unwrap()));
+    env.sim.advance_to(fin + jiff::SignedDuration::from_secs(60));
+    let j2 = env.job(k, "locky", Op::Apply, 2).await?;
+    assert_eq!(
+        j2.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("captf.io/force-unlock")
+            .map(String::as_str),
+        Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55")
+    );
+    env.until("ForceUnlocked event", |e| {
+        (e.events("ForceUnlocked").len() == 1).then_some(())
+    })
+    .await?;
+    env.advance(30);
+    env.booked(j2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.settle().await;
+    assert_eq!(env.events("ForceUnlocked").len(), 1, "emitted once");
+    assert!(
+        env.metrics()
+            .contains("captf_force_unlocks_total{kind=\"TerraformCluster\"} 1")
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workstation_lock_reports_state_locked_and_is_never_unlocked() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .hold_lock(NS, "ws-tc", "11111111-2222-3333-4444-555555555555", "alice@laptop");
+    env.sim
+        .put(cluster_json("ws", json!({"jobs": {"lockTimeoutSeconds": 60}})))?;
+    let j1 = env.job(k, "ws", Op::Apply, 1).await?;
+    assert!(
+        j1.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("captf.io/force-unlock")
+            .is_none()
+    );
+    let c = env
+        .until("StateLocked", |e| {
+            let c = e.cluster("ws");
+            (condition(&c, "StateReadable")?.1 == "StateLocked").then_some(c)
+        })
+        .await?;
+    let (status, _, message) = condition(&c, "StateReadable").unwrap();
+    assert_eq!(status, "False");
+    assert!(
+        message.contains("alice@laptop") && message.contains("OperationTypeApply"),
+        "{message}"
+    );
+    env.advance(61);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.advance(60);
+    let j2 = env.job(k, "ws", Op::Apply, 2).await?;
+    assert!(
+        j2.metadata
+            .annotations
+            .as_ref()
+            .unwrap()
+            .get("captf.io/force-unlock")
+            .is_none(),
+        "never unlocked"
+    );
+    assert_eq!(env.events("StateLocked").len(), 1);
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, "lock-tfstate-default-ws-tc")
+        .unwrap();
+    assert_eq!(
+        lease.pointer("/spec/holderIdentity"),
+        Some(&json!("11111111-2222-3333-4444-555555555555"))
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_job_deleted_while_running_records_interrupted_apply_until_next_success() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .script(JobMatch::object(k, NS, "gone").op(Op::Apply), RunnerScript::hang());
+    env.sim.put(cluster_json("gone", json!({})))?;
+    let j1 = env.job(k, "gone", Op::Apply, 1).await?;
+    let name = j1.metadata.name.clone().unwrap();
+    env.until("activeJob", |e| {
+        (e.cluster("gone").pointer("/status/activeJob") == Some(&json!(name.clone()))).then_some(())
+    })
+    .await?;
+    // Someone deletes the running Job (no background GC wait: the Job is simply gone).
+    env.sim.client()?;
+    let jobs: kube::Api<Job> = kube::Api::namespaced(env.sim.client()?, NS);
+    jobs.delete(&name, &Default::default()).await?;
+    let want = format!(
+        "Job {name}: disappeared while it ran and may have applied part of its change; an apply of the current inputs is due."
+    );
+    let j2 = env.job(k, "gone", Op::Apply, 2).await?;
+    assert_eq!(
+        j2.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
+        "InterruptedApply"
+    );
+    let secret = env.sim.get("/secrets", NS, "captf-inputs-gone-tc").unwrap();
+    assert_eq!(
+        secret.pointer("/metadata/annotations/captf.io~1interrupted-apply"),
+        Some(&json!(name))
+    );
+    env.until("the interrupted-apply message", |e| {
+        let (st, reason, msg) = condition(&e.cluster("gone"), "ApplyJobSucceeded")?;
+        (st == "False" && reason == "ApplyFailed" && msg == want).then_some(())
+    })
+    .await?;
+    env.advance(30);
+    env.booked(j2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.until("record cleared", |e| {
+        let s = e.sim.get("/secrets", NS, "captf-inputs-gone-tc")?;
+        s.pointer("/metadata/annotations/captf.io~1interrupted-apply")
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    env.until("ApplySucceeded", |e| {
+        (condition(&e.cluster("gone"), "ApplyJobSucceeded")?.1 == "ApplySucceeded").then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_again() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let s = PlanSummary {
+        add: 0,
+        change: 1,
+        destroy: 1,
+        replace: 0,
+    };
+    let m = || JobMatch::object(k, NS, "guarded").op(Op::Apply);
+    env.sim.script(m(), RunnerScript::blocked("hash-1", s));
+    env.sim.script(m(), RunnerScript::plan_changed("hash-2", s));
+    env.sim.script(m(), RunnerScript::succeed());
+    env.sim.put(cluster_json("guarded", json!({})))?;
+    let j1 = env.job(k, "guarded", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "blocked").await?;
+    let c = env
+        .until("AwaitingApproval", |e| {
+            let c = e.cluster("guarded");
+            (c.pointer("/status/nextAction/reason")? == "AwaitingApproval").then_some(c)
+        })
+        .await?;
+    assert_eq!(c.pointer("/status/pendingPlan/hash"), Some(&json!("hash-1")));
+    assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "DestructivePlanBlocked");
+    assert_eq!(env.events("DestructivePlanBlocked").len(), 1);
+    env.advance(3600);
+    env.settle().await;
+    assert_eq!(env.job_names(k, "guarded").len(), 1, "waits for a person, not a timer");
+
+    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
+    let approve = |h: &str| json!({"metadata": {"annotations": {"captf.io/approve-plan": h}}});
+    api.patch(
+        "guarded",
+        &Default::default(),
+        &kube::api::Patch::Merge(approve("hash-1")),
+    )
+    .await?;
+    let j2 = env.job(k, "guarded", Op::Apply, 2).await?;
+    assert_eq!(
+        j2.metadata.annotations.as_ref().unwrap()["captf.io/approved-plan"],
+        "hash-1"
+    );
+    env.advance(30);
+    env.booked(j2.metadata.name.as_deref().unwrap(), "plan-changed").await?;
+    env.until("PlanChanged", |e| {
+        (e.cluster("guarded").pointer("/status/nextAction/reason")? == "PlanChanged").then_some(())
+    })
+    .await?;
+    api.patch(
+        "guarded",
+        &Default::default(),
+        &kube::api::Patch::Merge(approve("hash-2")),
+    )
+    .await?;
+    let j3 = env.job(k, "guarded", Op::Apply, 3).await?;
+    assert_eq!(
+        j3.metadata.annotations.as_ref().unwrap()["captf.io/approved-plan"],
+        "hash-2"
+    );
+    env.advance(30);
+    env.booked(j3.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let c = env
+        .until("Ready", |e| {
+            let c = e.cluster("guarded");
+            (condition(&c, "Ready")?.0 == "True").then_some(c)
+        })
+        .await?;
+    assert!(c.pointer("/status/pendingPlan").is_none_or(Value::is_null));
+    let c = env.cluster("guarded");
+    assert_eq!(
+        c.pointer("/status/consecutiveFailures/apply")
+            .cloned()
+            .unwrap_or(json!(0)),
+        json!(0)
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_runs_destroy_then_removes_the_finalizer() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.put(cluster_json("bye", json!({})))?;
+    let j1 = env.job(k, "bye", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.until("Ready", |e| {
+        (condition(&e.cluster("bye"), "Ready")?.0 == "True").then_some(())
+    })
+    .await?;
+    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
+    api.delete("bye", &Default::default()).await?;
+    let d = env.job(k, "bye", Op::Destroy, 2).await?;
+    assert!(
+        env.object(TC, "bye").is_some(),
+        "held by the finalizer while destroying"
+    );
+    assert_eq!(d.metadata.annotations.as_ref().unwrap()["captf.io/reason"], "Deleting");
+    env.advance(30);
+    // Booking the destroy removes the finalizer; the object and its Jobs then go.
+    env.until("object gone", |e| e.object(TC, "bye").is_none().then_some(()))
+        .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.put(cluster_json("held", json!({})))?;
+    let mut pool = cluster_json("held-pool", json!({}));
+    pool["kind"] = json!("TerraformMachinePool");
+    pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "held"});
+    let j1 = env.job(k, "held", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.sim.put(pool)?;
+    let p1 = env.job(Kind::TerraformMachinePool, "held-pool", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(p1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
+    api.delete("held", &Default::default()).await?;
+    let c = env
+        .until("DeletionHeld", |e| {
+            let c = e.cluster("held");
+            (condition(&c, "Ready")?.1 == "DeletionHeld").then_some(c)
+        })
+        .await?;
+    assert!(
+        condition(&c, "Ready")
+            .unwrap()
+            .2
+            .contains("TerraformMachinePool/held-pool")
+    );
+    env.advance(120);
+    env.settle().await;
+    assert!(
+        !env.job_names(k, "held").iter().any(|n| n.contains("-destroy-")),
+        "no destroy while members exist"
+    );
+    let pools = kube::Api::<captf_shared::types::TerraformMachinePool>::namespaced(env.sim.client()?, NS);
+    pools.delete("held-pool", &Default::default()).await?;
+    let pd = env.job(Kind::TerraformMachinePool, "held-pool", Op::Destroy, 2).await?;
+    assert!(pd.metadata.name.is_some());
+    env.advance(30);
+    env.until("pool gone", |e| e.object(TMP, "held-pool").is_none().then_some(()))
+        .await?;
+    env.advance(30);
+    let _ = env.job(k, "held", Op::Destroy, 2).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_restarted_mid_job_starts_no_second_job() -> Result<()> {
+    let mut env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.put(cluster_json("restart", json!({})))?;
+    let j1 = env.job(k, "restart", Op::Apply, 1).await?;
+    env.handle.take().unwrap().abort();
+    env.start_controller().await?;
+    env.settle().await;
+    assert_eq!(env.job_names(k, "restart").len(), 1);
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.until("Ready", |e| {
+        (condition(&e.cluster("restart"), "Ready")?.0 == "True").then_some(())
+    })
+    .await?;
+    assert_eq!(env.job_names(k, "restart").len(), 1);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn injected_500s_and_dropped_watches_lose_nothing() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim.set_default_script(RunnerScript::fail("boom"));
+    env.sim.faults().inject(FaultRule::new(Verb::Create, "jobs", 500, 2));
+    env.sim.faults().inject(FaultRule::new(Verb::Patch, "jobs", 500, 2));
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Patch, "terraformclusters", 500, 1));
+    env.sim.put(cluster_json("faulty", json!({})))?;
+    let j1 = env.job(k, "faulty", Op::Apply, 1).await?;
+    env.sim.faults().drop_watches();
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.sim.faults().drop_watches();
+    env.until("consecutiveFailures=1", |e| {
+        (e.cluster("faulty").pointer("/status/consecutiveFailures/apply") == Some(&json!(1))).then_some(())
+    })
+    .await?;
+    assert_eq!(env.events("JobFailed").len(), 1, "booked exactly once");
+    assert!(env.metrics().contains("outcome=\"failed\"} 1"));
+    env.advance(60);
+    let _ = env.job(k, "faulty", Op::Apply, 2).await?;
+    env.settle().await;
+    assert_eq!(env.job_names(k, "faulty").len(), 2);
+    Ok(())
+}
+
+fn drift_cluster(name: &str, extra: Value) -> Value {
+    let mut c = cluster_json(name, extra);
+    c["spec"]["drift"] = json!({"interval": "5m", "remediation": "Auto"});
+    c
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failing_drift_check_never_delays_an_apply() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let m = |op| JobMatch::object(k, NS, "drifty").op(op);
+    env.sim
+        .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
+    env.sim.script(
+        m(Op::Drift),
+        RunnerScript::fail_in(captf_shared::protocol::Phase::Drift, "plan failed"),
+    );
+    env.sim
+        .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
+    env.sim.put(drift_cluster("drifty", json!({})))?;
+    let a1 = env.job(k, "drifty", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(a1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let d2 = env.job(k, "drifty", Op::Drift, 2).await?;
+    env.advance(30);
+    env.booked(d2.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.until("drift backoff", |e| {
+        (e.cluster("drifty").pointer("/status/nextAction/reason")? == "DriftCheckDueBackoff").then_some(())
+    })
+    .await?;
+    // New inputs: the apply starts at once, the drift failure does not count for it.
+    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
+    let change = json!({"spec": {"variables": {"region": "eu-central-1"}}});
+    api.patch("drifty", &Default::default(), &kube::api::Patch::Merge(change))
+        .await?;
+    let a3 = env.job(k, "drifty", Op::Apply, 3).await?;
+    assert_eq!(ts(&a3), env.now(), "no delay from the failed drift check");
+    assert_eq!(a3.metadata.labels.as_ref().unwrap()["captf.io/attempt"], "1");
+    assert_eq!(
+        a3.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
+        "InputsChanged"
+    );
+    let c = env.cluster("drifty");
+    assert_eq!(c.pointer("/status/consecutiveFailures/drift"), Some(&json!(1)));
+    assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(0)));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_it() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let m = |op| JobMatch::object(k, NS, "remedy").op(op);
+    env.sim
+        .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
+    env.sim.script(m(Op::Apply), RunnerScript::fail("apply failed"));
+    env.sim.script(m(Op::Apply), RunnerScript::fail("apply failed again"));
+    env.sim
+        .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
+    env.sim.script(m(Op::Drift), RunnerScript::drift(true));
+    env.sim.script(m(Op::Drift), RunnerScript::drift(true));
+    env.sim
+        .put(drift_cluster("remedy", json!({"jobs": {"failedJobsHistoryLimit": 2}})))?;
+    let t0 = env.now();
+    let a1 = env.job(k, "remedy", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(a1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let d2 = env.job(k, "remedy", Op::Drift, 2).await?;
+    env.advance(30);
+    env.booked(d2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let a3 = env.job(k, "remedy", Op::Apply, 3).await?;
+    let ann = a3.metadata.annotations.clone().unwrap();
+    assert_eq!(ann["captf.io/reason"], "DriftRemediation");
+    assert_eq!(ann["captf.io/drift-remediation"], "true");
+    env.until("DriftFound", |e| {
+        (condition(&e.cluster("remedy"), "DriftDetected")?.1 == "DriftFound").then_some(())
+    })
+    .await?;
+    env.advance(30);
+    env.booked(a3.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.advance(60);
+    let a4 = env.job(k, "remedy", Op::Apply, 4).await?;
+    assert_eq!(
+        a4.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
+        "DriftRemediation"
+    );
+    env.advance(30);
+    env.booked(a4.metadata.name.as_deref().unwrap(), "failed").await?;
+    // Two failed remediations = the limit (failedJobsHistoryLimit 2): wait, drift stays found.
+    let c = env
+        .until("RemediationLimit", |e| {
+            let c = e.cluster("remedy");
+            (c.pointer("/status/nextAction/reason")? == "RemediationLimit").then_some(c)
+        })
+        .await?;
+    assert_eq!(condition(&c, "DriftDetected").unwrap().0, "True");
+    // The next drift check is due 5m after the last successful one (t0+60s).
+    env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300 - 1));
+    env.settle().await;
+    assert_eq!(env.job_names(k, "remedy").len(), 4, "no remediation at the cap");
+    env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300));
+    let d5 = env.job(k, "remedy", Op::Drift, 5).await?;
+    env.advance(30);
+    env.booked(d5.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    // The successful check reset the count: remediation is allowed again, after the apply
+    // backoff (2 failures ≥ limit 2: 10m from the last failure).
+    let c = env
+        .until("DriftRemediationBackoff", |e| {
+            let c = e.cluster("remedy");
+            (c.pointer("/status/nextAction/reason")? == "DriftRemediationBackoff").then_some(c)
+        })
+        .await?;
+    let nb: Timestamp = c
+        .pointer("/status/nextAction/notBefore")
+        .and_then(Value::as_str)
+        .unwrap()
+        .parse()?;
+    env.sim.advance_to(nb);
+    let a6 = env.job(k, "remedy", Op::Apply, 6).await?;
+    assert_eq!(
+        a6.metadata.annotations.as_ref().unwrap()["captf.io/drift-remediation"],
+        "true"
+    );
+    Ok(())
+}
+
+const MACHINE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
+kind: CustomResourceDefinition
+metadata:
+  name: machines.cluster.x-k8s.io
+spec:
+  group: cluster.x-k8s.io
+  scope: Namespaced
+  names: {plural: machines, singular: machine, kind: Machine, listKind: MachineList}
+  versions:
+  - name: v1beta1
+    served: true
+    storage: true
+    schema:
+      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
+"#;
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
+        let f = f?.path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
+    }
+    std::fs::write(dir.path().join("zz-machines.yaml"), MACHINE_CRD)?;
+    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let k = Kind::TerraformMachine;
+    let machine = env.sim.put(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m1", "namespace": NS},
+        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "m1-bootstrap"}},
+    }))?;
+    let mut tm = cluster_json("m1", json!({}));
+    tm["kind"] = json!("TerraformMachine");
+    tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"});
+    tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "name": "m1", "uid": machine["metadata"]["uid"]}]);
+    env.sim
+        .script(JobMatch::object(k, NS, "m1").op(Op::Apply), RunnerScript::hang());
+    env.sim.put(tm)?;
+    let j1 = env.job(k, "m1", Op::Apply, 1).await?;
+    let name = j1.metadata.name.clone().unwrap();
+    let secret = env.sim.get("/secrets", NS, "captf-inputs-m1-tm").unwrap();
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
+    let inputs: Value = serde_json::from_slice(&secret.data.unwrap()["inputs.json"].0)?;
+    assert_eq!(inputs["variables"]["bootstrap_data_secret"], "m1-bootstrap");
+    assert_eq!(inputs["variables"]["cluster_name"], "c1");
+    const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
+    env.until("activeJob", |e| {
+        (e.object(TM, "m1")?.pointer("/status/activeJob")? == &json!(name.clone())).then_some(())
+    })
+    .await?;
+    let jobs: kube::Api<Job> = kube::Api::namespaced(env.sim.client()?, NS);
+    jobs.delete(&name, &Default::default()).await?;
+    let j2 = env.job(k, "m1", Op::Apply, 2).await?;
+    assert_eq!(
+        j2.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
+        "InputsChanged"
+    );
+    let secret = env.sim.get("/secrets", NS, "captf-inputs-m1-tm").unwrap();
+    assert!(
+        secret
+            .pointer("/metadata/annotations/captf.io~1interrupted-apply")
+            .is_none()
+    );
+    Ok(())
+}
