@@ -248,6 +248,61 @@ fn main() {
         validate_body.len()
     );
 
+    // The pure handler alone, one thread: what one review costs without TLS and HTTP.
+    for (name, route) in [
+        ("validate", captf_webhook::admission::Route::Validate),
+        ("mutate", captf_webhook::admission::Route::Mutate),
+    ] {
+        let n = 20_000;
+        let start = Instant::now();
+        for _ in 0..n {
+            std::hint::black_box(captf_webhook::admission::review(route, &validate_body).unwrap());
+        }
+        println!(
+            "admission::review {name:<8} (no TLS/HTTP)  {:>7.1} µs/review",
+            start.elapsed().as_secs_f64() * 1e6 / n as f64
+        );
+    }
+
+    if std::env::var("BENCH_PARTS").is_ok() {
+        let t = |name: &str, f: &mut dyn FnMut()| {
+            let n = 20_000;
+            let start = Instant::now();
+            for _ in 0..n {
+                f();
+            }
+            println!(
+                "  part {name:<28} {:>7.1} µs",
+                start.elapsed().as_secs_f64() * 1e6 / n as f64
+            );
+        };
+        let v: serde_json::Value = serde_json::from_slice(&validate_body).unwrap();
+        let obj = v["request"]["object"].clone();
+        t("from_slice Value", &mut || {
+            std::hint::black_box(serde_json::from_slice::<serde_json::Value>(&validate_body).unwrap());
+        });
+        t("review from_value", &mut || {
+            let mut v = v.clone();
+            v["request"].as_object_mut().unwrap().remove("object");
+            std::hint::black_box(
+                serde_json::from_value::<kube::core::admission::AdmissionReview<kube::core::DynamicObject>>(v).unwrap(),
+            );
+        });
+        t("parse_object", &mut || {
+            std::hint::black_box(captf_shared::validation::parse_object("TerraformCluster", &obj).unwrap());
+        });
+        let parsed = captf_shared::validation::parse_object("TerraformCluster", &obj).unwrap();
+        t("validate_create", &mut || {
+            std::hint::black_box(captf_shared::validation::validate_create(&parsed));
+        });
+        t("defaults_patch", &mut || {
+            std::hint::black_box(captf_webhook::patch::defaults_patch(&obj["spec"], parsed.clone()));
+        });
+        t("to_value", &mut || {
+            std::hint::black_box(parsed.to_value());
+        });
+    }
+
     // Servers and clients on separate runtimes (the machine's cores are shared either way).
     let server_rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -348,7 +403,8 @@ fn main() {
         .spawn()
         .unwrap();
     let mut line = String::new();
-    std::io::BufRead::read_line(&mut std::io::BufReader::new(child.stdout.take().unwrap()), &mut line).unwrap();
+    let mut child_out = std::io::BufReader::new(child.stdout.take().unwrap());
+    std::io::BufRead::read_line(&mut child_out, &mut line).unwrap();
     let addr: SocketAddr = line.trim().trim_start_matches("listening on https://").parse().unwrap();
     let idle_rss = status_kib(child.id(), "VmRSS:");
     let loaded = client_rt.block_on(saturate(

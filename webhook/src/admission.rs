@@ -8,14 +8,16 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
-use captf_shared::types::{SERVED_KINDS, TerraformCluster};
+use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::core::DynamicObject;
-use kube::core::Status;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, AdmissionReview, Operation};
+use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
+use kube::core::{DynamicResourceScope, Status, TypeMeta};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
+use serde::Deserialize;
 use serde_json::Value;
+use serde_json::value::RawValue;
 
 /// The only AdmissionReview version served.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -165,25 +167,92 @@ struct Decision {
     result: ResultLabel,
 }
 
+/// The outside of a review: read without building the request or the objects.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct Envelope<'a> {
+    #[serde(default)]
+    api_version: Option<String>,
+    #[serde(default)]
+    kind: Option<String>,
+    #[serde(borrow, default)]
+    request: Option<&'a RawValue>,
+}
+
+/// The request's objects, kept raw: they are parsed once, straight into CAPTF's types (and the
+/// patch is computed against the raw spec, so unknown fields survive).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawObjects<'a> {
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    old_object: Option<&'a RawValue>,
+}
+
+/// Stands in for the objects when kube's `AdmissionRequest` is parsed: they are skipped there
+/// and read from [`RawObjects`] instead.
+#[derive(Clone, Debug, Default)]
+pub struct Unparsed {
+    meta: ObjectMeta,
+}
+
+impl<'de> Deserialize<'de> for Unparsed {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        serde::de::IgnoredAny::deserialize(d)?;
+        Ok(Unparsed::default())
+    }
+}
+
+impl Resource for Unparsed {
+    type DynamicType = ();
+    type Scope = DynamicResourceScope;
+    fn kind(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn group(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn version(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn plural(_: &()) -> Cow<'_, str> {
+        Cow::Borrowed("")
+    }
+    fn meta(&self) -> &ObjectMeta {
+        &self.meta
+    }
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.meta
+    }
+}
+
+type Request = AdmissionRequest<Unparsed>;
+
 /// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
 pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
-    let mut value: Value = serde_json::from_slice(body).map_err(ReviewError::NotJson)?;
-    check_type(&value)?;
-    let request = match value.get_mut("request") {
-        None | Some(Value::Null) => return Err(ReviewError::NoRequest),
-        Some(r) => r,
-    };
-    // Keep the objects raw: the patch is computed against them, and unknown fields must survive.
-    let (object, old_object) = match request.as_object_mut() {
-        Some(m) => (take_object(m.remove("object")), take_object(m.remove("oldObject"))),
-        None => (None, None),
-    };
-    let review: AdmissionReview<DynamicObject> = serde_json::from_value(value).map_err(ReviewError::BadRequest)?;
-    let request: AdmissionRequest<DynamicObject> = review.try_into().map_err(|_| ReviewError::NoRequest)?;
+    let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| match e.classify() {
+        serde_json::error::Category::Data => ReviewError::NotAdmissionReview {
+            api_version: String::new(),
+            kind: String::new(),
+        },
+        _ => ReviewError::NotJson(e),
+    })?;
+    let (api_version, kind) = (
+        envelope.api_version.unwrap_or_default(),
+        envelope.kind.unwrap_or_default(),
+    );
+    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
+        return Err(ReviewError::NotAdmissionReview { api_version, kind });
+    }
+    let raw = envelope.request.ok_or(ReviewError::NoRequest)?;
+    let mut request: Request = serde_json::from_str(raw.get()).map_err(ReviewError::BadRequest)?;
+    request.types = TypeMeta { api_version, kind };
+    let objects: RawObjects<'_> = serde_json::from_str(raw.get()).map_err(ReviewError::BadRequest)?;
 
     let kind = kind_label(&request);
     let operation = operation_label(&request.operation);
-    let decision = decide(route, &request, object, old_object)?;
+    let decision = decide(route, &request, objects.object, objects.old_object)?;
     let message = (!decision.response.allowed).then(|| decision.response.result.message.clone());
     Ok(Reviewed {
         body: serialize(decision.response, decision.patch.as_ref()),
@@ -197,32 +266,19 @@ pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
     })
 }
 
-fn check_type(value: &Value) -> Result<(), ReviewError> {
-    let field = |name: &str| value.get(name).and_then(Value::as_str).unwrap_or_default().to_string();
-    let (api_version, kind) = (field("apiVersion"), field("kind"));
-    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
-        return Err(ReviewError::NotAdmissionReview { api_version, kind });
-    }
-    Ok(())
-}
-
-fn take_object(v: Option<Value>) -> Option<Value> {
-    v.filter(|v| !v.is_null())
-}
-
 fn captf_group() -> Cow<'static, str> {
     TerraformCluster::group(&())
 }
 
 /// The served kind of the request, if CAPTF serves it (by group and kind).
-fn served_kind(request: &AdmissionRequest<DynamicObject>) -> Option<&'static str> {
+fn served_kind(request: &Request) -> Option<&'static str> {
     if request.kind.group != captf_group() {
         return None;
     }
     SERVED_KINDS.into_iter().find(|k| *k == request.kind.kind)
 }
 
-fn kind_label(request: &AdmissionRequest<DynamicObject>) -> KindLabel {
+fn kind_label(request: &Request) -> KindLabel {
     match served_kind(request) {
         Some("TerraformCluster") => KindLabel::TerraformCluster,
         Some("TerraformMachinePool") => KindLabel::TerraformMachinePool,
@@ -241,7 +297,7 @@ fn operation_label(op: &Operation) -> OperationLabel {
     }
 }
 
-fn allowed(request: &AdmissionRequest<DynamicObject>, result: ResultLabel) -> Decision {
+fn allowed(request: &Request, result: ResultLabel) -> Decision {
     Decision {
         response: AdmissionResponse::from(request),
         patch: None,
@@ -251,9 +307,9 @@ fn allowed(request: &AdmissionRequest<DynamicObject>, result: ResultLabel) -> De
 
 fn decide(
     route: Route,
-    request: &AdmissionRequest<DynamicObject>,
-    object: Option<Value>,
-    old_object: Option<Value>,
+    request: &Request,
+    object: Option<&RawValue>,
+    old_object: Option<&RawValue>,
 ) -> Result<Decision, ReviewError> {
     // `request.dryRun` needs nothing: answering has no side effects either way.
     let Some(kind) = served_kind(request) else {
@@ -282,12 +338,15 @@ fn decide(
     })
 }
 
-fn mutate(request: &AdmissionRequest<DynamicObject>, kind: &str, object: Value) -> Decision {
+fn mutate(request: &Request, kind: &str, object: &RawValue) -> Decision {
     // An object that does not parse is not defaulted; the validating webhook denies it.
-    let Ok(parsed) = parse_object(kind, &object) else {
+    let Ok(parsed) = parse_raw(kind, object) else {
         return allowed(request, ResultLabel::Allowed);
     };
-    let patch = crate::patch::defaults_patch(&object, parsed);
+    let Ok(SpecOnly { spec }) = serde_json::from_str::<SpecOnly>(object.get()) else {
+        return allowed(request, ResultLabel::Allowed);
+    };
+    let patch = crate::patch::defaults_patch(&spec, parsed);
     if patch.0.is_empty() {
         return allowed(request, ResultLabel::Allowed);
     }
@@ -298,13 +357,8 @@ fn mutate(request: &AdmissionRequest<DynamicObject>, kind: &str, object: Value) 
     }
 }
 
-fn validate(
-    request: &AdmissionRequest<DynamicObject>,
-    kind: &str,
-    object: Value,
-    old_object: Option<Value>,
-) -> Decision {
-    let new = match parse_object(kind, &object) {
+fn validate(request: &Request, kind: &str, object: &RawValue, old_object: Option<&RawValue>) -> Decision {
+    let new = match parse_raw(kind, object) {
         Ok(new) => new,
         Err(report) => return deny(request, &report),
     };
@@ -313,8 +367,8 @@ fn validate(
         // Ratcheting, as Kubernetes does for CRD schemas: an update that leaves the spec as it was
         // (labels, finalizers, annotations) is never blocked, so a finalizer can always be removed
         // from an object stored before a rule was tightened.
-        Some(old) if old.get("spec") == object.get("spec") => return allowed(request, ResultLabel::Allowed),
-        Some(old) => match parse_object(kind, &old) {
+        Some(old) => match parse_raw(kind, old) {
+            Ok(old) if same_spec(&old, &new) => return allowed(request, ResultLabel::Allowed),
             Ok(old) => validate_update(&old, &new),
             Err(_) => {
                 extra_warnings.push(format!(
@@ -337,7 +391,42 @@ fn validate(
     d
 }
 
-fn deny(request: &AdmissionRequest<DynamicObject>, report: &Report) -> Decision {
+/// The object's `spec`, raw (absent: `null`).
+#[derive(Deserialize)]
+struct SpecOnly {
+    #[serde(default)]
+    spec: Value,
+}
+
+/// Parse a raw object of a served kind straight into its type; when that fails, parse it again
+/// through `captf-shared`'s `parse_object` for a report that names the fields.
+fn parse_raw(kind: &str, raw: &RawValue) -> Result<CaptfObject, Report> {
+    let text = raw.get();
+    let fast = match kind {
+        "TerraformCluster" => serde_json::from_str(text).map(CaptfObject::Cluster),
+        "TerraformMachinePool" => serde_json::from_str(text).map(CaptfObject::MachinePool),
+        "TerraformMachine" => serde_json::from_str(text).map(CaptfObject::Machine),
+        "TerraformMachineTemplate" => serde_json::from_str(text).map(CaptfObject::MachineTemplate),
+        _ => return parse_object(kind, &Value::Null),
+    };
+    fast.or_else(|_| {
+        let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
+        parse_object(kind, &value)
+    })
+}
+
+/// Whether two objects of a kind have the same spec (metadata and status aside).
+fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
+    match (a, b) {
+        (CaptfObject::Cluster(a), CaptfObject::Cluster(b)) => a.spec == b.spec,
+        (CaptfObject::MachinePool(a), CaptfObject::MachinePool(b)) => a.spec == b.spec,
+        (CaptfObject::Machine(a), CaptfObject::Machine(b)) => a.spec == b.spec,
+        (CaptfObject::MachineTemplate(a), CaptfObject::MachineTemplate(b)) => a.spec == b.spec,
+        _ => false,
+    }
+}
+
+fn deny(request: &Request, report: &Report) -> Decision {
     let message = report.message();
     let mut response = AdmissionResponse::from(request).deny(&message);
     response.result = Status::failure(&message, INVALID_REASON).with_code(INVALID_CODE);

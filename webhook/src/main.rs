@@ -1,3 +1,4 @@
+use std::io::Write as _;
 use std::process::ExitCode;
 
 use captf_webhook::cli::{Cli, Command, init_logging};
@@ -31,10 +32,13 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
     }
     let bound = captf_webhook::bind(cli.serve.to_config()?).await?;
     // One line on stdout, so a parent process started with `--addr 127.0.0.1:0` finds the port.
-    println!("listening on https://{}", bound.local_addr());
+    // Written without `println!`: a parent that closed the pipe after reading must not kill us.
+    let mut out = std::io::stdout();
+    let _ = writeln!(out, "listening on https://{}", bound.local_addr());
     if let Some(m) = bound.metrics_addr() {
-        println!("metrics on http://{m}{}", captf_webhook::METRICS_PATH);
+        let _ = writeln!(out, "metrics on http://{m}{}", captf_webhook::METRICS_PATH);
     }
+    let _ = out.flush();
     tracing::info!(addr = %bound.local_addr(), "serving admission webhooks");
     bound.run(shutdown_signal()).await?;
     Ok(())

@@ -10,19 +10,27 @@ use captf_shared::defaults::apply_defaults;
 use captf_shared::types::CaptfObject;
 use serde_json::{Map, Value};
 
-/// The patch that turns `raw` (the request's object) into its defaulted form.
-/// `parsed` is `raw` parsed; an empty patch means nothing changes.
-pub fn defaults_patch(raw: &Value, parsed: CaptfObject) -> json_patch::Patch {
+/// The patch that turns the request's object, whose raw `spec` is `raw_spec`, into its defaulted
+/// form. `parsed` is that object parsed; an empty patch means nothing changes.
+pub fn defaults_patch(raw_spec: &Value, parsed: CaptfObject) -> json_patch::Patch {
     let mut defaulted = parsed;
     apply_defaults(&mut defaulted);
-    let defaulted = defaulted.to_value();
-    let raw_spec = raw.get("spec").cloned().unwrap_or(Value::Null);
-    let Some(defaulted_spec) = defaulted.get("spec") else {
-        return json_patch::Patch(Vec::new());
-    };
+    let defaulted_spec = spec_value(&defaulted);
     let mut filled = raw_spec.clone();
-    fill_missing(&mut filled, defaulted_spec);
-    json_patch::diff(&wrap_spec(raw_spec), &wrap_spec(filled))
+    fill_missing(&mut filled, &defaulted_spec);
+    json_patch::diff(&wrap_spec(raw_spec.clone()), &wrap_spec(filled))
+}
+
+/// The object's `spec` as JSON (without serializing its metadata).
+fn spec_value(obj: &CaptfObject) -> Value {
+    let v = match obj {
+        CaptfObject::Cluster(o) => serde_json::to_value(&o.spec),
+        CaptfObject::MachinePool(o) => serde_json::to_value(&o.spec),
+        CaptfObject::Machine(o) => serde_json::to_value(&o.spec),
+        CaptfObject::MachineTemplate(o) => serde_json::to_value(&o.spec),
+    };
+    // Plain data with string keys: serializing cannot fail.
+    v.unwrap_or(Value::Null)
 }
 
 fn wrap_spec(spec: Value) -> Value {
@@ -67,7 +75,7 @@ mod tests {
 
     fn patched(raw: &Value) -> (json_patch::Patch, Value) {
         let obj = CaptfObject::from_kind_value("TerraformCluster", raw.clone()).unwrap();
-        let p = defaults_patch(raw, obj);
+        let p = defaults_patch(&raw["spec"], obj);
         let mut doc = raw.clone();
         json_patch::patch(&mut doc, &p).unwrap();
         (p, doc)
