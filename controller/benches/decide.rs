@@ -147,6 +147,26 @@ fn bench(c: &mut Criterion) {
             black_box(decide(black_box(&snap), now))
         })
     });
+    c.bench_function("book 10 Jobs (JobRecord::from_job)", |b| {
+        b.iter(|| {
+            for (j, p) in &jobs {
+                black_box(JobRecord::from_job(Kind::TerraformCluster, NS, NAME, black_box(j), Some(p)).ok());
+            }
+        })
+    });
+    let records: Vec<JobRecord> = snap.jobs.clone();
+    c.bench_function("Snapshot::new (effective spec, validation, sort)", |b| {
+        b.iter(|| {
+            black_box(Snapshot::new(
+                &obj,
+                records.clone(),
+                DurableRecord::default(),
+                InputsHash::Known("b".repeat(64)),
+                LockState::Free,
+                Holds::default(),
+            ))
+        })
+    });
     c.bench_function("book 10 Jobs (records) + Snapshot + decide", |b| {
         b.iter(|| {
             let records: Vec<JobRecord> = jobs

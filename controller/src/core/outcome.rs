@@ -160,7 +160,11 @@ pub fn disrupted(pod: &Pod) -> bool {
 /// Classify a finished Job; `None` while it is not finished.
 pub fn classify(job: &Job, pod: Option<&Pod>) -> Option<Outcome> {
     let terminal = terminal(job)?;
-    let result = pod.and_then(runner_result);
+    // A deadline kill counts whatever the runner said: no need to parse its message.
+    let result = match terminal {
+        Terminal::Failed { deadline: true } => None,
+        _ => pod.and_then(runner_result),
+    };
     Some(classify_terminal(
         terminal,
         result.as_ref().map(|r| r.result),
