@@ -7,12 +7,12 @@ use std::collections::BTreeMap;
 use captf_shared::keys::ANNOTATION_TF_LOCK_INFO;
 use captf_shared::protocol::{Phase, RunResult, RunnerResult, env};
 use captf_shared::{Op, names};
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use serde_json::{Value, json};
 
 use crate::resources::ResourceDef;
 use crate::runner::{RunnerAction, RunnerScript, job_env, job_op, phase_of};
-use crate::store::{Sub, World, fmt_micro, fmt_time};
+use crate::store::{Sub, World, child, fmt_micro, fmt_time, later, set};
 
 const JOBS: &str = "batch/jobs";
 const PODS: &str = "/pods";
@@ -74,10 +74,6 @@ const BACKOFF: (&str, &str) = ("BackoffLimitExceeded", "Job has reached the spec
 fn condition(type_: &str, reason: &str, message: &str, now: &str) -> Value {
     json!({"type": type_, "status": "True", "reason": reason, "message": message,
            "lastProbeTime": now, "lastTransitionTime": now})
-}
-
-fn secs(d: std::time::Duration) -> SignedDuration {
-    SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX)
 }
 
 fn lock_info_json(id: &str, operation: &str, who: &str, created: Timestamp) -> String {
@@ -154,11 +150,11 @@ impl World {
             ("controller-uid", &uid),
             ("job-name", &name),
         ] {
-            labels[k] = json!(v);
+            set(&mut labels, k, json!(v));
         }
         let mut spec = template.get("spec").cloned().unwrap_or_else(|| json!({}));
-        spec["hostname"] = json!(pod_name);
-        spec["nodeName"] = json!("sim-node");
+        set(&mut spec, "hostname", json!(pod_name));
+        set(&mut spec, "nodeName", json!("sim-node"));
         let container = spec
             .pointer("/containers/0/name")
             .and_then(Value::as_str)
@@ -207,7 +203,7 @@ impl World {
         let deadline = job
             .pointer("/spec/activeDeadlineSeconds")
             .and_then(Value::as_i64)
-            .map(|s| now + SignedDuration::from_secs(s));
+            .and_then(|s| later(now, std::time::Duration::from_secs(s.max(0) as u64)));
         let mut r = Runner {
             ns: ns.clone(),
             job: name,
@@ -228,16 +224,16 @@ impl World {
         {
             self.force_unlock(&r, &id);
         }
-        let run = secs(r.script.duration);
+        let run = r.script.duration;
         match r.script.action.clone() {
             RunnerAction::Hang => {}
             RunnerAction::Realistic { .. } => {
                 if self.lock_holder(&r).is_some() {
                     r.waiting_for_lock = true;
-                    r.finish_at = Some(now + self.lock_timeout(&r));
+                    r.finish_at = later(now, self.lock_timeout(&r));
                 } else {
                     self.take_lock(&mut r, None);
-                    r.finish_at = Some(now + run);
+                    r.finish_at = later(now, run);
                 }
             }
             RunnerAction::DieHoldingLock { lock_id } => {
@@ -245,9 +241,9 @@ impl World {
                 if self.lock_holder(&r).is_none() {
                     self.take_lock(&mut r, lock_id);
                 }
-                r.finish_at = Some(now + run);
+                r.finish_at = later(now, run);
             }
-            _ => r.finish_at = Some(now + run),
+            _ => r.finish_at = later(now, run),
         }
         self.kubelet.runners.insert((ns, pod_name), r);
         self.process_due();
@@ -283,12 +279,11 @@ impl World {
             .map(String::from)
     }
 
-    fn lock_timeout(&self, r: &Runner) -> SignedDuration {
+    fn lock_timeout(&self, r: &Runner) -> std::time::Duration {
         r.env
             .get(env::LOCK_TIMEOUT)
             .and_then(|s| captf_shared::duration::parse(s).ok())
-            .map(secs)
-            .unwrap_or(SignedDuration::ZERO)
+            .unwrap_or_default()
     }
 
     fn force_unlock(&mut self, r: &Runner, id: &str) {
@@ -327,10 +322,9 @@ impl World {
                             "app.kubernetes.io/managed-by": "terraform"});
         let lease = match self.try_get(LEASES, ns, &name).cloned() {
             Some(mut l) => {
-                l["spec"]["holderIdentity"] = json!(lock_id);
-                let ann = l["metadata"].get("annotations").cloned().unwrap_or_else(|| json!({}));
-                l["metadata"]["annotations"] = ann;
-                l["metadata"]["annotations"][ANNOTATION_TF_LOCK_INFO] = json!(info);
+                set(child(&mut l, "spec"), "holderIdentity", json!(lock_id));
+                let annotations = child(child(&mut l, "metadata"), "annotations");
+                set(annotations, ANNOTATION_TF_LOCK_INFO, json!(info));
                 if let Some(m) = l.get_mut("metadata").and_then(Value::as_object_mut) {
                     m.remove("resourceVersion");
                 }
@@ -475,7 +469,7 @@ impl World {
                         // The lock was released while it waited: take it and run.
                         r.waiting_for_lock = false;
                         self.take_lock(&mut r, None);
-                        r.finish_at = Some(now + secs(r.script.duration));
+                        r.finish_at = later(now, r.script.duration);
                         self.kubelet.runners.insert(key.clone(), r);
                         return;
                     }
@@ -521,7 +515,7 @@ impl World {
         }
         r.sigterm = Some(why);
         r.deadline = None;
-        r.finish_at = Some(self.now() + secs(r.script.shutdown));
+        r.finish_at = later(self.now(), r.script.shutdown);
         self.kubelet.runners.insert(key.clone(), r);
     }
 
@@ -543,7 +537,7 @@ impl World {
             json!({"type": "DisruptionTarget", "status": "True", "reason": "EvictionByEvictionAPI",
                           "message": "Eviction API: evicting", "lastProbeTime": null, "lastTransitionTime": t}),
         );
-        st["conditions"] = json!(conds);
+        set(&mut st, "conditions", json!(conds));
         let _ = self.write_status(PODS, &r.ns, &r.pod, st);
     }
 
@@ -592,9 +586,9 @@ impl World {
             .cloned()
             .unwrap_or_default();
         conds.push(cond);
-        st["conditions"] = json!(conds);
+        set(&mut st, "conditions", json!(conds));
         for (k, v) in patch {
-            st[*k] = v.clone();
+            set(&mut st, k, v.clone());
         }
         let _ = self.write_status(JOBS, &r.ns, &r.job, st);
     }
@@ -645,13 +639,17 @@ impl World {
                 .unwrap_or_default();
             for c in conds.iter_mut() {
                 if c["type"] == "Ready" || c["type"] == "ContainersReady" {
-                    c["status"] = json!("False");
-                    c["reason"] = json!("PodCompleted");
-                    c["lastTransitionTime"] = json!(t);
+                    set(c, "status", json!("False"));
+                    set(c, "reason", json!("PodCompleted"));
+                    set(c, "lastTransitionTime", json!(t));
                 }
             }
-            st["conditions"] = json!(conds);
-            st["phase"] = json!(if end.exit_code == 0 { "Succeeded" } else { "Failed" });
+            set(&mut st, "conditions", json!(conds));
+            set(
+                &mut st,
+                "phase",
+                json!(if end.exit_code == 0 { "Succeeded" } else { "Failed" }),
+            );
             let started = pod.pointer("/status/startTime").cloned().unwrap_or_else(|| json!(t));
             let mut term = json!({"exitCode": end.exit_code, "reason": end.reason, "startedAt": started,
                                   "finishedAt": t, "containerID": format!("sim://{}", r.pod)});
@@ -659,9 +657,9 @@ impl World {
                 term["message"] = json!(m);
             }
             if let Some(cs) = st.pointer_mut("/containerStatuses/0") {
-                cs["state"] = json!({"terminated": term});
-                cs["ready"] = json!(false);
-                cs["started"] = json!(false);
+                set(cs, "state", json!({"terminated": term}));
+                set(cs, "ready", json!(false));
+                set(cs, "started", json!(false));
             }
             let _ = self.write_status(PODS, &r.ns, &r.pod, st);
         }
@@ -719,6 +717,7 @@ mod tests {
     use crate::resources::Registry;
     use crate::runner::JobMatch;
     use captf_shared::protocol::PlanSummary;
+    use jiff::SignedDuration;
     use proptest::prelude::*;
     use std::time::Duration;
 
@@ -792,6 +791,57 @@ mod tests {
                 let lease = w.try_get(LEASES, "default", "lock-tfstate-default-x-tc").unwrap();
                 prop_assert_eq!(lease.pointer("/spec/holderIdentity").and_then(Value::as_str), Some("foreign"));
             }
+        }
+    }
+
+    fn any_json() -> impl Strategy<Value = Value> {
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::from),
+            any::<i64>().prop_map(Value::from),
+            "[a-z0-9/.-]{0,8}".prop_map(Value::from),
+        ];
+        leaf.prop_recursive(4, 32, 6, |inner| {
+            prop_oneof![
+                proptest::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                proptest::collection::btree_map(
+                    prop_oneof![
+                        Just("spec".to_string()),
+                        Just("template".to_string()),
+                        Just("metadata".to_string()),
+                        Just("labels".to_string()),
+                        Just("containers".to_string()),
+                        Just("env".to_string()),
+                        Just("status".to_string()),
+                        Just("activeDeadlineSeconds".to_string()),
+                        Just("conditions".to_string()),
+                        Just("name".to_string()),
+                        "[a-z]{1,4}",
+                    ],
+                    inner,
+                    0..5,
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn arbitrary_job_specs_and_metadata_never_panic_the_simulator(spec in any_json(), meta in any_json(), status in any_json()) {
+            let start: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap();
+            let mut w = World::new(Registry::builtin(), start, 5, 1_000);
+            let def = w.def(JOBS).unwrap();
+            let _ = w.create(&def, "default", json!({"metadata": meta, "spec": spec.clone()}));
+            let _ = w.create(&def, "default", json!({"metadata": {"name": "j"}, "spec": spec}));
+            if let Some(p) = w.list(&w.def(PODS).unwrap(), Some("default")).first() {
+                let name = p["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                let _ = w.update(&w.def(PODS).unwrap(), "default", &name, json!({"status": status.clone()}), Sub::Status);
+            }
+            let _ = w.update(&def, "default", "j", json!({"status": status}), Sub::Status);
+            let target = w.now() + SignedDuration::from_secs(100_000);
+            w.advance_to(target);
+            let _ = w.delete(&def, "default", "j", &crate::store::DeleteOpts::default());
         }
     }
 }

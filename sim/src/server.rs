@@ -19,7 +19,7 @@ use crate::error::ApiError;
 use crate::faults::{Faults, Verb};
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
-use crate::store::{DeleteOpts, Propagation, Sub, WatchEvent, World};
+use crate::store::{DeleteOpts, Propagation, Sub, WatchEvent, World, child, set};
 
 /// Everything the request handlers share.
 pub struct Shared {
@@ -289,7 +289,7 @@ async fn handle_inner(
             let obj = parse_body(&body, headers)?;
             let mut obj = obj;
             if obj.pointer("/metadata/namespace").is_none() && t.def.namespaced {
-                obj["metadata"]["namespace"] = json!(ns);
+                set(child(&mut obj, "metadata"), "namespace", json!(ns));
             }
             let name = obj
                 .pointer("/metadata/name")
@@ -678,7 +678,7 @@ async fn patch(
                 let mut obj = patch_value.clone();
                 obj["metadata"]["name"] = json!(name);
                 if t.def.namespaced {
-                    obj["metadata"]["namespace"] = json!(ns);
+                    set(child(&mut obj, "metadata"), "namespace", json!(ns));
                 }
                 let uid = sh.lock()?.rng.uuid();
                 let attrs = Attributes {
@@ -779,7 +779,7 @@ async fn sim_endpoint(
                 Err(_) => captf_shared::duration::parse(by).map_err(|e| ApiError::bad_request(e.to_string()))?,
             };
             let mut w = sh.lock()?;
-            let target = w.now() + jiff::SignedDuration::try_from(d).unwrap_or(jiff::SignedDuration::ZERO);
+            let target = crate::store::later_or_max(w.now(), d);
             w.advance_to(target);
             Ok(json_response(200, &clock_json(w.now())))
         }

@@ -5,7 +5,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, LazyLock, Mutex};
 use std::time::Duration;
 
-use jiff::{SignedDuration, Timestamp};
+use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
 use serde_json::{Value, json};
@@ -16,7 +16,7 @@ use crate::faults::Faults;
 use crate::resources::{Registry, RegistryError};
 use crate::runner::{JobMatch, RunnerScript};
 use crate::server::{Shared, router};
-use crate::store::World;
+use crate::store::{World, later_or_max};
 
 /// Failed to start or drive the simulator.
 #[derive(Debug, thiserror::Error)]
@@ -226,7 +226,7 @@ impl Sim {
     /// time).
     pub fn advance(&self, d: Duration) {
         let mut w = self.world();
-        let target = w.now() + SignedDuration::try_from(d).unwrap_or(SignedDuration::ZERO);
+        let target = later_or_max(w.now(), d);
         w.advance_to(target);
     }
 
@@ -255,7 +255,7 @@ impl Sim {
                 every.tick().await;
                 let Some(sh) = weak.upgrade() else { return };
                 let mut w = sh.world.lock().unwrap_or_else(|p| p.into_inner());
-                let target = w.now() + SignedDuration::try_from(tick * speed).unwrap_or(SignedDuration::ZERO);
+                let target = later_or_max(w.now(), tick.saturating_mul(speed));
                 w.advance_to(target);
             }
         });

@@ -138,6 +138,39 @@ pub struct World {
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
 
+/// `ts + d`, or `None` past the end of time (a huge deadline or duration never comes).
+pub fn later(ts: Timestamp, d: std::time::Duration) -> Option<Timestamp> {
+    let d = jiff::SignedDuration::try_from(d).ok()?;
+    ts.checked_add(d).ok()
+}
+
+/// `ts + d`, saturating at the latest representable time.
+pub fn later_or_max(ts: Timestamp, d: std::time::Duration) -> Timestamp {
+    later(ts, d).unwrap_or(Timestamp::MAX)
+}
+
+/// `v[key] = val`, making `v` an object first if it is not one (never panics).
+pub fn set(v: &mut Value, key: &str, val: Value) {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    if let Some(m) = v.as_object_mut() {
+        m.insert(key.into(), val);
+    }
+}
+
+/// `&mut v[key]`, made an object (as `v` is) when it is not one (never panics).
+pub fn child<'a>(v: &'a mut Value, key: &str) -> &'a mut Value {
+    if !v.is_object() {
+        *v = Value::Object(Map::new());
+    }
+    let slot = &mut v[key];
+    if !slot.is_object() {
+        *slot = Value::Object(Map::new());
+    }
+    slot
+}
+
 fn meta(obj: &Value) -> &Value {
     &obj["metadata"]
 }
@@ -417,7 +450,7 @@ impl World {
             obj["status"] = json!({"phase": "Active"});
             obj["spec"] = json!({"finalizers": ["kubernetes"]});
             let labels = meta_mut(&mut obj).entry("labels").or_insert_with(|| json!({}));
-            labels["kubernetes.io/metadata.name"] = json!(name);
+            set(labels, "kubernetes.io/metadata.name", json!(name));
         }
         self.store_obj(key.clone(), obj.clone());
         self.uids.insert(uid, key);
