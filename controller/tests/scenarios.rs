@@ -156,6 +156,17 @@ impl Env {
     }
 }
 
+/// A plain HTTP/1.1 GET (no client crate needed for one request).
+async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut s = tokio::net::TcpStream::connect(addr).await?;
+    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
+        .await?;
+    let mut out = String::new();
+    s.read_to_string(&mut out).await?;
+    Ok(out)
+}
+
 fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
     obj.pointer("/status/conditions")?
         .as_array()?
@@ -225,6 +236,17 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
     env.sim.put(cluster_json("prod-eu", json!({})))?;
     let job = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 1).await?;
     assert_eq!(job.metadata.name.as_deref(), Some("tc-prod-eu-225654-apply-1"));
+    let health = env.handle.as_ref().unwrap().health_addr;
+    env.until("ready after the first sync", |e| {
+        e.handle
+            .as_ref()?
+            .ready
+            .load(std::sync::atomic::Ordering::SeqCst)
+            .then_some(())
+    })
+    .await?;
+    let readyz = http_get(health, "/readyz").await?;
+    assert!(readyz.starts_with("HTTP/1.1 200"), "{readyz}");
     let c = env.cluster("prod-eu");
     assert_eq!(c.pointer("/metadata/finalizers/0"), Some(&json!("captf.io/destroy")));
     assert!(

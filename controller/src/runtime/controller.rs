@@ -507,6 +507,7 @@ fn controller_for<K: CaptfKind>(
         None => Api::all(client.clone()),
     };
     let selector = format!("{}={}", keys::LABEL_KIND, K::KIND.as_str());
+    let api_for_ready = api.clone();
     let controller = Controller::new(api, watcher::Config::default())
         .owns(jobs, watcher::Config::default().labels(&selector))
         .owns(secrets, watcher::Config::default().labels(&selector))
@@ -516,10 +517,20 @@ fn controller_for<K: CaptfKind>(
             let mut rx = shutdown;
             let _ = rx.wait_for(|stop| *stop).await;
         });
-    let store = controller.store();
+    // Ready once the kind can be listed. (Not `Store::wait_until_ready`: its one-waker
+    // oneshot would race the applier's own wait and could leave one of them asleep.)
+    let list_api = api_for_ready;
     tokio::spawn(async move {
-        if store.wait_until_ready().await.is_ok() {
-            synced.store(true, Ordering::SeqCst);
+        let lp = kube::api::ListParams::default().limit(1);
+        loop {
+            match list_api.list_metadata(&lp).await {
+                Ok(_) => {
+                    synced.store(true, Ordering::SeqCst);
+                    return;
+                }
+                Err(e) => tracing::debug!(kind = %K::KIND, "first list failed: {e}"),
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
         }
     });
     controller
