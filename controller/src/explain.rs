@@ -482,6 +482,17 @@ fn render(
         ActiveJobCheck::Forget { job } => json!({"job": job, "found": false, "action": "forget (records nothing)"}),
     };
     let (holder, stale) = (s.lock.holder(), matches!(s.lock, LockState::Stale { .. }));
+    // Seed 003: the lock is checked only when no Job of the object is active.
+    let state_lock = match s.active_job() {
+        Some(job) => json!({
+            "holder": Value::Null, "stale": false, "foreign": false, "checked": false,
+            "why": format!("not checked while Job {job} is active"),
+        }),
+        None => json!({
+            "holder": holder, "stale": stale, "foreign": matches!(s.lock, LockState::Foreign { .. }),
+            "checked": true, "why": s.lock.why(),
+        }),
+    };
     json!({
         "object": format!("{} {}/{}", s.kind, s.namespace, s.name),
         "now": now.to_string(),
@@ -494,12 +505,7 @@ fn render(
         "requeueAfterSeconds": requeue.map(|d| d.as_secs()),
         "forceUnlockId": unlock,
         "approvedPlan": approved,
-        "stateLock": {
-            "holder": holder,
-            "stale": stale,
-            "foreign": matches!(s.lock, LockState::Foreign { .. }),
-            "why": s.lock.why(),
-        },
+        "stateLock": state_lock,
         "inputsHash": {
             "current": s.inputs_hash.known(),
             "applied": s.durable.applied_inputs_hash.as_deref().or(s.status.applied_inputs_hash.as_deref()),
@@ -555,6 +561,7 @@ fn summarize(s: &Snapshot, d: &Decision, now: Timestamp) -> String {
         }
     };
     let lock = match &s.lock {
+        _ if s.active_job().is_some() => String::new(),
         LockState::Free => String::new(),
         other => format!("; state lock: {}", other.why()),
     };

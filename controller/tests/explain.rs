@@ -151,6 +151,7 @@ fn a_stale_lock_of_this_objects_failed_runner_rides_on_the_next_job() {
     assert_eq!(d["reason"], "DriftCheckDue");
     assert_eq!(d["forceUnlockId"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
     assert_eq!(d["stateLock"]["stale"], true);
+    assert_eq!(d["stateLock"]["checked"], true);
     assert_eq!(d["stateLock"]["holder"], "tc-prod-eu-225654-apply-3-x2k9q");
     assert!(summary.contains("force-unlock 0c1e3a9d"), "{summary}");
 }
@@ -221,6 +222,10 @@ fn failure_target_without_failed_is_still_active() {
         (Some("wait"), Some("JobActive"))
     );
     assert_eq!(d["jobs"][0]["outcome"], Value::Null);
+    assert_eq!(
+        d["stateLock"]["checked"], false,
+        "the lock is checked only when no Job is active"
+    );
     assert!(summary.contains("JobActive"));
 }
 
