@@ -1,0 +1,17 @@
+//! `captf-demo`: CAPTF's main job on the embedded simulator (DESIGN.md §12, issue 9).
+//!
+//! | module | what |
+//! | --- | --- |
+//! | [`setup`] | start the simulator, the webhook (certificates on the fly) and the controller |
+//! | [`procs`] | the child processes (the real binaries) and their logs |
+//! | [`certs`] | a CA and serving certificate (rcgen) |
+//! | [`lifecycle`] | the scripted lifecycle, step by step |
+//! | [`timeline`] | the readable timeline of what changed (pure) |
+//! | [`summary`] | the final table (pure) |
+
+pub mod certs;
+pub mod lifecycle;
+pub mod procs;
+pub mod setup;
+pub mod summary;
+pub mod timeline;

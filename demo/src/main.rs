@@ -1,0 +1,133 @@
+//! `captf-demo`: CAPTF's main job on the embedded simulator. Starts captf-sim, the real
+//! captf-webhook and captf-controller binaries (found next to this executable), plays the
+//! lifecycle of issue 9 with a readable timeline and a summary table, and can keep serving.
+
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::time::Duration;
+
+use clap::{Parser, Subcommand};
+
+use captf_demo::lifecycle::Demo;
+use captf_demo::{setup, summary};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "captf-demo",
+    version,
+    about = "CAPTF's main job: a real lifecycle on the embedded Kubernetes simulator"
+)]
+struct Cli {
+    /// Keep the simulator, webhook and controller running after the script, until Ctrl-C.
+    #[arg(long)]
+    serve: bool,
+    /// With --serve: skip the scripted lifecycle, just serve.
+    #[arg(long, requires = "serve")]
+    no_script: bool,
+    /// With --serve: where to write the kubeconfig for kubectl.
+    #[arg(long, default_value = "captf-demo.kubeconfig")]
+    kubeconfig: PathBuf,
+    /// With --serve: simulated seconds per real second once the script is over.
+    #[arg(long, default_value_t = 10)]
+    speed: u32,
+    /// Print only the summary table, not the timeline.
+    #[arg(long, short)]
+    quiet: bool,
+    #[command(subcommand)]
+    command: Option<Command>,
+}
+
+#[derive(Subcommand, Debug)]
+enum Command {
+    /// Internal: the controller (captf_controller::runtime::run) in its own process, used only
+    /// while `captf-controller run` is not built.
+    #[command(hide = true)]
+    ControllerProcess(captf_controller::runtime::RunArgs),
+}
+
+#[tokio::main]
+async fn main() -> ExitCode {
+    let cli = Cli::parse();
+    if let Some(Command::ControllerProcess(args)) = cli.command {
+        return match captf_controller::runtime::run(args).await {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("captf-demo controller-process: {e}");
+                ExitCode::FAILURE
+            }
+        };
+    }
+    match run(cli).await {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("captf-demo: {e}");
+            ExitCode::from(2)
+        }
+    }
+}
+
+async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
+    let quiet = cli.quiet;
+    let say = move |s: &str| {
+        if !quiet {
+            println!("   {s}");
+        }
+    };
+    if !quiet {
+        println!("== starting the simulator, the webhook and the controller");
+    }
+    let stack = setup::start(None, &say).await?;
+    let client = stack.sim.client()?;
+    let mut demo = Demo::new(&stack.sim, client);
+    demo.echo = !quiet;
+    let mut code = ExitCode::SUCCESS;
+
+    if !cli.no_script {
+        demo.prepare();
+        let rows = demo.run_script().await;
+        println!("\n== summary (simulated time {})", stack.sim.now().strftime("%H:%M:%S"));
+        println!("{}", summary::render(&rows, 60));
+        match rows.iter().find(|r| !r.ok) {
+            None => println!("all {} steps behaved as expected", rows.len()),
+            Some(r) => {
+                println!("step \"{}\" FAILED: {}", r.step, r.observed);
+                println!(
+                    "logs: {} and {}",
+                    stack.webhook.log.display(),
+                    stack.controller.log.display()
+                );
+                code = ExitCode::FAILURE;
+            }
+        }
+        if stack.controller_fallback {
+            println!(
+                "note: `captf-controller run` is still a stub; the controller ran as `captf-demo controller-process` (the same captf_controller::runtime::run)"
+            );
+        }
+    }
+
+    if cli.serve {
+        if let Err(e) = stack.sim.write_kubeconfig(&cli.kubeconfig) {
+            eprintln!("captf-demo: {e}");
+            return Ok(ExitCode::from(2));
+        }
+        stack.sim.run_clock(Duration::from_secs(1), cli.speed);
+        let kc = std::fs::canonicalize(&cli.kubeconfig).unwrap_or(cli.kubeconfig.clone());
+        println!(
+            "\n== serving (the simulated clock runs at {}x); Ctrl-C stops everything",
+            cli.speed
+        );
+        println!("   kubectl --kubeconfig {} get terraformclusters", kc.display());
+        let mut tick = tokio::time::interval(Duration::from_millis(250));
+        loop {
+            tokio::select! {
+                _ = tick.tick() => demo.observe(),
+                _ = tokio::signal::ctrl_c() => break,
+            }
+        }
+        println!("\n== stopping");
+    }
+    drop(demo);
+    stack.stop().await;
+    Ok(code)
+}

@@ -1,0 +1,220 @@
+//! Start everything: the simulator in-process, the real webhook binary (registered through a
+//! ValidatingWebhookConfiguration and a MutatingWebhookConfiguration whose caBundle is a CA made
+//! on the fly), and the real controller binary following the simulator's clock.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use base64::Engine as _;
+use captf_sim::Sim;
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+use crate::certs::{self, CertsError};
+use crate::procs::{self, ControllerEnv, Proc, ProcError};
+
+/// Where the webhook "Service" lives (its certificate is for `<name>.<namespace>.svc`).
+pub const WEBHOOK_NAMESPACE: &str = "captf-system";
+pub const WEBHOOK_SERVICE: &str = "captf-webhook";
+/// The simulated clock starts here, so every run prints the same times.
+pub const START_TIME: &str = "2026-03-01T10:00:00Z";
+
+#[derive(Debug, thiserror::Error)]
+pub enum SetupError {
+    #[error("failed to start the simulator: {0}")]
+    Sim(#[from] captf_sim::SimError),
+    #[error(transparent)]
+    Certs(#[from] CertsError),
+    #[error(transparent)]
+    Proc(#[from] ProcError),
+    #[error("failed to create {what}: {source}")]
+    Create {
+        what: String,
+        #[source]
+        source: Box<kube::Error>,
+    },
+    #[error("failed to create the work directory: {0}")]
+    WorkDir(#[source] std::io::Error),
+}
+
+/// The running pieces. Dropping it kills the children; [`Stack::stop`] stops them gracefully.
+pub struct Stack {
+    pub sim: Sim,
+    pub webhook: Proc,
+    pub controller: Proc,
+    /// Set when `captf-controller run` is not built and the same library entry point ran in a
+    /// `captf-demo controller-process` child instead.
+    pub controller_fallback: bool,
+    pub controller_env: ControllerEnv,
+    pub work: tempfile::TempDir,
+    pub kubeconfig: PathBuf,
+}
+
+impl Stack {
+    pub async fn stop(self) {
+        self.controller.stop(Duration::from_secs(5)).await;
+        self.webhook.stop(Duration::from_secs(5)).await;
+        drop(self.sim);
+    }
+}
+
+fn webhook_configuration(kind: &str, webhook: &str, path: &str, ca_bundle: &str) -> Value {
+    json!({
+        "apiVersion": "admissionregistration.k8s.io/v1",
+        "kind": kind,
+        "metadata": {"name": "captf-webhook"},
+        "webhooks": [{
+            "name": webhook,
+            "admissionReviewVersions": ["v1"],
+            "sideEffects": "None",
+            "failurePolicy": "Fail",
+            "timeoutSeconds": 5,
+            "clientConfig": {
+                "caBundle": ca_bundle,
+                "service": {"namespace": WEBHOOK_NAMESPACE, "name": WEBHOOK_SERVICE, "path": path, "port": 443},
+            },
+            "rules": [{
+                "apiGroups": ["infrastructure.cluster.x-k8s.io"],
+                "apiVersions": ["v1alpha1"],
+                "operations": ["CREATE", "UPDATE"],
+                "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines", "terraformmachinetemplates"],
+                "scope": "Namespaced",
+            }],
+        }],
+    })
+}
+
+/// The two configurations, as the chart renders them (caBundle = the CA, base64).
+pub fn webhook_configurations(ca_pem: &str) -> [Value; 2] {
+    let ca = base64::engine::general_purpose::STANDARD.encode(ca_pem);
+    [
+        webhook_configuration(
+            "ValidatingWebhookConfiguration",
+            "validate.infrastructure.cluster.x-k8s.io",
+            "/validate",
+            &ca,
+        ),
+        webhook_configuration(
+            "MutatingWebhookConfiguration",
+            "default.infrastructure.cluster.x-k8s.io",
+            "/mutate",
+            &ca,
+        ),
+    ]
+}
+
+async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<(), SetupError> {
+    let kind = obj["kind"].as_str().unwrap_or_default().to_string();
+    let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind));
+    let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
+    let dynamic: DynamicObject = serde_json::from_value(obj).map_err(|e| SetupError::Create {
+        what: kind.clone(),
+        source: Box::new(kube::Error::SerdeError(e)),
+    })?;
+    api.create(&PostParams::default(), &dynamic)
+        .await
+        .map_err(|e| SetupError::Create {
+            what: kind,
+            source: Box::new(e),
+        })?;
+    Ok(())
+}
+
+/// Start the simulator, the webhook and the controller. `say` prints progress.
+pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<Stack, SetupError> {
+    let work = tempfile::Builder::new()
+        .prefix("captf-demo-")
+        .tempdir()
+        .map_err(SetupError::WorkDir)?;
+    let start = START_TIME
+        .parse()
+        .map_err(|_| SetupError::WorkDir(std::io::Error::other("bad start time")))?;
+    let sim = Sim::builder().start_time(start).seed(9).start().await?;
+    sim.create_namespace(crate::lifecycle::NS);
+    sim.create_namespace(WEBHOOK_NAMESPACE);
+    let kubeconfig = work.path().join("kubeconfig");
+    sim.write_kubeconfig(&kubeconfig)?;
+    say(&format!("captf-sim serving the Kubernetes API on {}", sim.url()));
+
+    let find = |name: &str| match bin_dir_hint {
+        Some(d) => Ok(d.join(name)),
+        None => procs::sibling(name),
+    };
+
+    let dns = format!("{WEBHOOK_SERVICE}.{WEBHOOK_NAMESPACE}.svc");
+    let serving = certs::generate(&dns)?;
+    let (cert, key) = certs::write(work.path(), &serving)?;
+    let (webhook, addr) =
+        procs::start_webhook(&find("captf-webhook")?, &cert, &key, work.path().join("webhook.log")).await?;
+    sim.register_service(WEBHOOK_NAMESPACE, WEBHOOK_SERVICE, addr);
+    let client = sim.client()?;
+    for obj in webhook_configurations(&serving.ca_pem) {
+        create_cluster_scoped(&client, obj).await?;
+    }
+    say(&format!(
+        "captf-webhook listening on https://{addr} (certificate for {dns}, signed by a CA made just now); registered as Validating- and MutatingWebhookConfiguration captf-webhook"
+    ));
+
+    let env = ControllerEnv {
+        kubeconfig: kubeconfig.clone(),
+        namespace: crate::lifecycle::NS.to_string(),
+        sim_url: sim.url(),
+        metrics_addr: procs::free_addr()?,
+        health_addr: procs::free_addr()?,
+    };
+    let log = work.path().join("controller.log");
+    let real = find("captf-controller")?;
+    let (controller, controller_fallback) = match procs::start_controller(&real, &["run"], &env, log.clone()).await {
+        Ok(p) => (p, false),
+        Err(ProcError::Exited { .. }) if stub_controller(&log) => {
+            say(
+                "NOTE: `captf-controller run` is not built yet (it exits with \"not built yet\"); running the same library entry point, captf_controller::runtime::run, as `captf-demo controller-process`",
+            );
+            let me = std::env::current_exe().map_err(ProcError::CurrentExe)?;
+            let p = procs::start_controller(&me, &["controller-process"], &env, log).await?;
+            (p, true)
+        }
+        Err(e) => return Err(e.into()),
+    };
+    say(&format!(
+        "captf-controller running (KUBECONFIG={}, following the simulator's clock; metrics on http://{}/metrics)",
+        kubeconfig.display(),
+        env.metrics_addr
+    ));
+    Ok(Stack {
+        sim,
+        webhook,
+        controller,
+        controller_fallback,
+        controller_env: env,
+        work,
+        kubeconfig,
+    })
+}
+
+fn stub_controller(log: &Path) -> bool {
+    std::fs::read_to_string(log).is_ok_and(|s| s.contains("not built yet"))
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn both_configurations_send_the_four_kinds_to_the_service_with_the_ca() {
+        let [v, m] = webhook_configurations("PEM");
+        assert_eq!(v["kind"], "ValidatingWebhookConfiguration");
+        assert_eq!(m["kind"], "MutatingWebhookConfiguration");
+        for (c, path) in [(&v, "/validate"), (&m, "/mutate")] {
+            let h = &c["webhooks"][0];
+            assert_eq!(h["clientConfig"]["caBundle"], "UEVN");
+            assert_eq!(h["clientConfig"]["service"]["path"], path);
+            assert_eq!(h["clientConfig"]["service"]["name"], WEBHOOK_SERVICE);
+            assert_eq!(h["failurePolicy"], "Fail");
+            assert_eq!(h["rules"][0]["resources"].as_array().unwrap().len(), 4);
+        }
+    }
+}
