@@ -273,7 +273,7 @@ async fn handle_inner(
             Ok(json_response(200, &obj))
         }
         Verb::List => list(sh, &t, query, wants_table(headers)),
-        Verb::Watch => watch_stream(sh, &t, query, events_view),
+        Verb::Watch => watch_stream(sh, &t, query, events_view, wants_table(headers)),
         Verb::Create => {
             if t.sub.as_deref() == Some("eviction") {
                 let name = t.name.as_deref().unwrap_or_default();
@@ -496,9 +496,25 @@ fn watch_stream(
     t: &Target,
     query: &HashMap<String, String>,
     events_view: bool,
+    table: bool,
 ) -> Result<Response, ApiError> {
+    // Each object as the client asked for it: a one-row Table (kubectl get -w), the
+    // events.k8s.io view, or as stored.
+    let (table_def, clock) = (t.def.clone(), sh.lock()?.clock.subscribe());
     let event_line = move |kind: &str, object: &Value| {
-        if events_view && kind != "ERROR" && kind != "BOOKMARK" {
+        if kind == "ERROR" || kind == "BOOKMARK" {
+            event_line(kind, object)
+        } else if table {
+            let rv = object
+                .pointer("/metadata/resourceVersion")
+                .and_then(Value::as_str)
+                .and_then(|r| r.parse().ok())
+                .unwrap_or(0);
+            event_line(
+                kind,
+                &crate::table::table(&table_def, std::slice::from_ref(object), *clock.borrow(), rv),
+            )
+        } else if events_view {
             event_line(kind, &crate::events::to_events_v1(object))
         } else {
             event_line(kind, object)

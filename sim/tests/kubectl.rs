@@ -114,6 +114,11 @@ async fn kubectl_applies_gets_and_deletes_a_terraform_cluster() {
     .await;
     assert_eq!(out, "eu-central-1 2");
 
+    // `get -w` streams Table rows with the printer columns.
+    let (_, out, _) = kubectl(&kc, &["get", "tfc", "-w", "--request-timeout=2s"], None).await;
+    let first: Vec<&str> = out.lines().next().unwrap_or("").split_whitespace().collect();
+    assert_eq!(first, ["NAME", "READY", "OP", "REASON", "AGE"], "{out}");
+
     let (ok, out, err) = kubectl(
         &kc,
         &["annotate", "terraformcluster", "prod-eu", "captf.io/approve-plan=abc"],
