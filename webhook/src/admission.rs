@@ -179,32 +179,25 @@ struct Envelope<'a> {
     request: Option<&'a RawValue>,
 }
 
-/// The request's objects, kept raw: they are parsed once, straight into CAPTF's types (and the
-/// patch is computed against the raw spec, so unknown fields survive).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase")]
-struct RawObjects<'a> {
-    #[serde(borrow, default)]
-    object: Option<&'a RawValue>,
-    #[serde(borrow, default)]
-    old_object: Option<&'a RawValue>,
-}
-
-/// Stands in for the objects when kube's `AdmissionRequest` is parsed: they are skipped there
-/// and read from [`RawObjects`] instead.
-#[derive(Clone, Debug, Default)]
-pub struct Unparsed {
+/// One of the request's objects, kept raw: it is parsed once, straight into CAPTF's types (and
+/// the patch is computed against the raw spec, so unknown fields survive). kube's
+/// `AdmissionRequest` needs a `Resource`; this is one that holds the JSON text.
+#[derive(Clone, Debug)]
+pub struct RawObject {
+    raw: Box<RawValue>,
     meta: ObjectMeta,
 }
 
-impl<'de> Deserialize<'de> for Unparsed {
+impl<'de> Deserialize<'de> for RawObject {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        serde::de::IgnoredAny::deserialize(d)?;
-        Ok(Unparsed::default())
+        Ok(RawObject {
+            raw: Box::<RawValue>::deserialize(d)?,
+            meta: ObjectMeta::default(),
+        })
     }
 }
 
-impl Resource for Unparsed {
+impl Resource for RawObject {
     type DynamicType = ();
     type Scope = DynamicResourceScope;
     fn kind(_: &()) -> Cow<'_, str> {
@@ -227,32 +220,65 @@ impl Resource for Unparsed {
     }
 }
 
-type Request = AdmissionRequest<Unparsed>;
+type Request = AdmissionRequest<RawObject>;
 
-/// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
-pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
-    let envelope: Envelope<'_> = serde_json::from_slice(body).map_err(|e| match e.classify() {
-        serde_json::error::Category::Data => ReviewError::NotAdmissionReview {
-            api_version: String::new(),
-            kind: String::new(),
-        },
-        _ => ReviewError::NotJson(e),
-    })?;
+/// A whole review in one pass (the common case: a well-formed review).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct FastReview {
+    api_version: String,
+    kind: String,
+    request: Request,
+}
+
+/// Why a body is not a review, found step by step (only when the one-pass parse failed).
+fn diagnose(body: &[u8], fast: serde_json::Error) -> ReviewError {
+    let envelope: Envelope<'_> = match serde_json::from_slice(body) {
+        Ok(e) => e,
+        Err(e) if e.classify() == serde_json::error::Category::Data => {
+            return ReviewError::NotAdmissionReview {
+                api_version: String::new(),
+                kind: String::new(),
+            };
+        }
+        Err(e) => return ReviewError::NotJson(e),
+    };
     let (api_version, kind) = (
         envelope.api_version.unwrap_or_default(),
         envelope.kind.unwrap_or_default(),
     );
     if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
-        return Err(ReviewError::NotAdmissionReview { api_version, kind });
+        return ReviewError::NotAdmissionReview { api_version, kind };
     }
-    let raw = envelope.request.ok_or(ReviewError::NoRequest)?;
-    let mut request: Request = serde_json::from_str(raw.get()).map_err(ReviewError::BadRequest)?;
-    request.types = TypeMeta { api_version, kind };
-    let objects: RawObjects<'_> = serde_json::from_str(raw.get()).map_err(ReviewError::BadRequest)?;
+    let Some(raw) = envelope.request else {
+        return ReviewError::NoRequest;
+    };
+    match serde_json::from_str::<Request>(raw.get()) {
+        Err(e) => ReviewError::BadRequest(e),
+        Ok(_) => ReviewError::BadRequest(fast),
+    }
+}
+
+/// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
+pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
+    let fast: FastReview = serde_json::from_slice(body).map_err(|e| diagnose(body, e))?;
+    if fast.api_version != ADMISSION_API_VERSION || fast.kind != "AdmissionReview" {
+        return Err(ReviewError::NotAdmissionReview {
+            api_version: fast.api_version,
+            kind: fast.kind,
+        });
+    }
+    let mut request = fast.request;
+    request.types = TypeMeta {
+        api_version: fast.api_version,
+        kind: fast.kind,
+    };
+    let object = request.object.take().map(|o| o.raw);
+    let old_object = request.old_object.take().map(|o| o.raw);
 
     let kind = kind_label(&request);
     let operation = operation_label(&request.operation);
-    let decision = decide(route, &request, objects.object, objects.old_object)?;
+    let decision = decide(route, &request, object.as_deref(), old_object.as_deref())?;
     let message = (!decision.response.allowed).then(|| decision.response.result.message.clone());
     Ok(Reviewed {
         body: serialize(decision.response, decision.patch.as_ref()),
@@ -398,15 +424,45 @@ struct SpecOnly {
     spec: Value,
 }
 
+/// What the fast path reads of an object: its name, namespace and spec. The API server has
+/// validated the metadata already, and CAPTF's rules are about the spec.
+#[derive(Deserialize)]
+struct SpecOf<S> {
+    #[serde(default)]
+    metadata: NameOnly,
+    spec: S,
+}
+
+#[derive(Default, Deserialize)]
+struct NameOnly {
+    #[serde(default)]
+    name: Option<String>,
+    #[serde(default)]
+    namespace: Option<String>,
+}
+
+fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: NameOnly) -> K {
+    let m = obj.meta_mut();
+    m.name = meta.name;
+    m.namespace = meta.namespace;
+    obj
+}
+
 /// Parse a raw object of a served kind straight into its type; when that fails, parse it again
 /// through `captf-shared`'s `parse_object` for a report that names the fields.
 fn parse_raw(kind: &str, raw: &RawValue) -> Result<CaptfObject, Report> {
+    use captf_shared::types::{TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
     let text = raw.get();
     let fast = match kind {
-        "TerraformCluster" => serde_json::from_str(text).map(CaptfObject::Cluster),
-        "TerraformMachinePool" => serde_json::from_str(text).map(CaptfObject::MachinePool),
-        "TerraformMachine" => serde_json::from_str(text).map(CaptfObject::Machine),
-        "TerraformMachineTemplate" => serde_json::from_str(text).map(CaptfObject::MachineTemplate),
+        "TerraformCluster" => serde_json::from_str(text)
+            .map(|o: SpecOf<_>| CaptfObject::Cluster(with_meta(TerraformCluster::new("", o.spec), o.metadata))),
+        "TerraformMachinePool" => serde_json::from_str(text)
+            .map(|o: SpecOf<_>| CaptfObject::MachinePool(with_meta(TerraformMachinePool::new("", o.spec), o.metadata))),
+        "TerraformMachine" => serde_json::from_str(text)
+            .map(|o: SpecOf<_>| CaptfObject::Machine(with_meta(TerraformMachine::new("", o.spec), o.metadata))),
+        "TerraformMachineTemplate" => serde_json::from_str(text).map(|o: SpecOf<_>| {
+            CaptfObject::MachineTemplate(with_meta(TerraformMachineTemplate::new("", o.spec), o.metadata))
+        }),
         _ => return parse_object(kind, &Value::Null),
     };
     fast.or_else(|_| {
