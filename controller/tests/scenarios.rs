@@ -32,6 +32,8 @@ fn args() -> RunArgs {
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,
         leader_namespace: None,
+        leader_lease_seconds: 15,
+        leader_identity: None,
         concurrency: 4,
         log_format: LogFormat::Text,
         sim_clock_url: None,
@@ -952,5 +954,45 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
             .pointer("/metadata/annotations/captf.io~1interrupted-apply")
             .is_none()
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses() -> Result<()> {
+    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
+    sim.create_namespace(NS);
+    let env = Env { sim, handle: None };
+    let start = |who: &str| {
+        let mut a = args();
+        a.leader_elect = true;
+        a.leader_namespace = Some(NS.into());
+        a.leader_lease_seconds = 2;
+        a.leader_identity = Some(who.into());
+        let clock = Arc::new(WatchClock::new(env.sim.clock_watch()));
+        let client = env.sim.client();
+        async move { Ok::<_, anyhow::Error>(runtime::start(client?, &a, clock).await?) }
+    };
+    let a = start("replica-a").await?;
+    env.until("replica-a leads", |e| {
+        let l = e.sim.get("coordination.k8s.io/leases", NS, "captf-controller-leader")?;
+        (l.pointer("/spec/holderIdentity")? == "replica-a").then_some(())
+    })
+    .await?;
+    let b = start("replica-b").await?;
+    let k = Kind::TerraformCluster;
+    env.sim.put(cluster_json("led", json!({})))?;
+    let j1 = env.job(k, "led", Op::Apply, 1).await?;
+    env.settle().await;
+    assert_eq!(env.job_names(k, "led").len(), 1, "one writer, one Job");
+    // The leader crashes without releasing the lease; the standby takes over after it lapses.
+    a.abort();
+    env.until("replica-b leads", |e| {
+        let l = e.sim.get("coordination.k8s.io/leases", NS, "captf-controller-leader")?;
+        (l.pointer("/spec/holderIdentity")? == "replica-b").then_some(())
+    })
+    .await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    b.shutdown().await;
     Ok(())
 }

@@ -15,8 +15,8 @@ use tokio::sync::watch;
 use super::errors::{self, ApiAction, Error};
 
 pub const LEASE_NAME: &str = "captf-controller-leader";
+/// Default lease duration; the holder renews every third of it.
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
-pub const RENEW_EVERY: Duration = Duration::from_secs(5);
 
 /// What the elector should do with the Lease it read (PURE).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -27,7 +27,7 @@ pub enum Step {
     Follow(String),
 }
 
-pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
+pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp, default_duration: Duration) -> Step {
     let Some(spec) = spec else {
         return Step::Acquire { transition: true };
     };
@@ -40,7 +40,7 @@ pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
     }
     let secs = spec
         .lease_duration_seconds
-        .map_or(LEASE_DURATION.as_secs() as i64, i64::from);
+        .map_or(i64::try_from(default_duration.as_secs()).unwrap_or(i64::MAX), i64::from);
     let renewed = spec.renew_time.as_ref().map(|t| t.0);
     let lapsed = renewed.is_none_or(|r| r + SignedDuration::from_secs(secs) < now);
     if lapsed {
@@ -51,13 +51,13 @@ pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp) -> Step {
 }
 
 /// Try once; returns whether we lead afterwards.
-pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str) -> Result<bool, Error> {
+pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str, duration: Duration) -> Result<bool, Error> {
     let now = Timestamp::now();
     let current = api
         .get_opt(LEASE_NAME)
         .await
         .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{LEASE_NAME}"), e))?;
-    let Step::Acquire { transition } = step(current.as_ref().and_then(|l| l.spec.as_ref()), me, now) else {
+    let Step::Acquire { transition } = step(current.as_ref().and_then(|l| l.spec.as_ref()), me, now, duration) else {
         return Ok(false);
     };
     let mut lease = current.unwrap_or_else(|| Lease {
@@ -71,7 +71,7 @@ pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str) -> Result<bool, Erro
     let exists = lease.metadata.resource_version.is_some();
     let spec = lease.spec.get_or_insert_with(LeaseSpec::default);
     spec.holder_identity = Some(me.into());
-    spec.lease_duration_seconds = Some(LEASE_DURATION.as_secs() as i32);
+    spec.lease_duration_seconds = Some(i32::try_from(duration.as_secs().max(1)).unwrap_or(i32::MAX));
     spec.renew_time = Some(MicroTime(now));
     if transition {
         spec.acquire_time = Some(MicroTime(now));
@@ -95,12 +95,13 @@ pub async fn run(
     client: kube::Client,
     ns: String,
     me: String,
+    duration: Duration,
     leader: Arc<AtomicBool>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &ns);
     loop {
-        let leading = match try_lead(&api, &ns, &me).await {
+        let leading = match try_lead(&api, &ns, &me, duration).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!("leader election: {e}");
@@ -111,7 +112,7 @@ pub async fn run(
             tracing::info!(identity = %me, leading, "leader election changed");
         }
         tokio::select! {
-            _ = tokio::time::sleep(RENEW_EVERY) => {}
+            _ = tokio::time::sleep(duration / 3) => {}
             _ = shutdown.wait_for(|s| *s) => break,
         }
     }
@@ -143,14 +144,17 @@ mod tests {
     #[test]
     fn a_standby_takes_over_only_when_the_lease_lapses() {
         let now = Timestamp::from_second(1_000).unwrap();
-        assert_eq!(step(None, "b", now), Step::Acquire { transition: true });
-        assert_eq!(step(Some(&spec("a", 990)), "b", now), Step::Follow("a".into()));
+        assert_eq!(step(None, "b", now, LEASE_DURATION), Step::Acquire { transition: true });
         assert_eq!(
-            step(Some(&spec("a", 984)), "b", now),
+            step(Some(&spec("a", 990)), "b", now, LEASE_DURATION),
+            Step::Follow("a".into())
+        );
+        assert_eq!(
+            step(Some(&spec("a", 984)), "b", now, LEASE_DURATION),
             Step::Acquire { transition: true }
         );
         assert_eq!(
-            step(Some(&spec("b", 990)), "b", now),
+            step(Some(&spec("b", 990)), "b", now, LEASE_DURATION),
             Step::Acquire { transition: false }
         );
     }

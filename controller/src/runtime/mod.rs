@@ -65,6 +65,12 @@ pub struct RunArgs {
     /// The namespace of the leader Lease (default: POD_NAMESPACE, else --namespace, else default).
     #[arg(long, env = "CAPTF_LEADER_NAMESPACE")]
     pub leader_namespace: Option<String>,
+    /// Leader lease duration in seconds (the leader renews every third of it).
+    #[arg(long, env = "CAPTF_LEADER_LEASE_SECONDS", default_value_t = 15, hide = true)]
+    pub leader_lease_seconds: u64,
+    /// Identity in leader election (default: POD_NAME, else captf-controller-<pid>).
+    #[arg(long, env = "CAPTF_LEADER_IDENTITY", hide = true)]
+    pub leader_identity: Option<String>,
     /// Objects reconciled at the same time, per kind.
     #[arg(long, env = "CAPTF_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
@@ -113,6 +119,7 @@ pub struct Handle {
     pub ready: Arc<AtomicBool>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
+    elector: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Handle {
@@ -124,6 +131,10 @@ impl Handle {
 
     /// Stop at once (a crash, for restart tests): in-flight reconciles are dropped.
     pub fn abort(self) {
+        // Like a crash: the leader Lease is not given up; a standby waits for it to lapse.
+        if let Some(e) = &self.elector {
+            e.abort();
+        }
         let _ = self.stop.send(true);
         self.task.abort();
     }
@@ -142,6 +153,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     )
     .await?;
     let health_addr = http::serve(args.health_addr, http::health_router(ready.clone()), stop_rx.clone()).await?;
+    let mut elector = None;
     if args.leader_elect {
         let ns = args
             .leader_namespace
@@ -149,10 +161,20 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
             .or_else(|| args.namespace.clone())
             .unwrap_or_else(|| "default".into());
-        let me = std::env::var("POD_NAME")
-            .ok()
+        let me = args
+            .leader_identity
+            .clone()
+            .or_else(|| std::env::var("POD_NAME").ok())
             .unwrap_or_else(|| format!("captf-controller-{}", std::process::id()));
-        tokio::spawn(leader::run(client.clone(), ns, me, leader.clone(), stop_rx.clone()));
+        let duration = Duration::from_secs(args.leader_lease_seconds.max(1));
+        elector = Some(tokio::spawn(leader::run(
+            client.clone(),
+            ns,
+            me,
+            duration,
+            leader.clone(),
+            stop_rx.clone(),
+        )));
     }
     let config = Config {
         namespace: args.namespace.clone(),
@@ -168,6 +190,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         ready,
         stop,
         task,
+        elector,
     })
 }
 
