@@ -5,10 +5,11 @@
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
+use captf_shared::protocol::PlanSummary;
 use captf_shared::{Kind, Op, names};
 use captf_sim::{JobMatch, RunnerScript, Sim};
 use jiff::{SignedDuration, Timestamp};
-use kube::api::{Api, DeleteParams, DynamicObject, PostParams};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
@@ -19,6 +20,12 @@ use crate::timeline::{Snapshot, Timeline};
 pub const NS: &str = "default";
 pub const CLUSTER: &str = "demo";
 pub const POOL: &str = "demo-workers";
+/// The lock ID the OOM-killed runner leaves behind.
+const DEAD_RUNNER_LOCK: &str = "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55";
+/// The lock ID of alice's workstation.
+const WORKSTATION_LOCK: &str = "11111111-2222-3333-4444-555555555555";
+/// The plan hash of the destructive change.
+const PLAN_HASH: &str = "9f2c4e1ab37d";
 const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 const TC: &str = "infrastructure.cluster.x-k8s.io/terraformclusters";
 const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
@@ -26,7 +33,7 @@ const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
 /// Real time a single wait may take before its step fails.
 const WAIT: Duration = Duration::from_secs(20);
 /// Real time given to the controller to act (or not) after the clock moved.
-const SETTLE: Duration = Duration::from_millis(500);
+const SETTLE: Duration = Duration::from_millis(400);
 
 /// The examples the README shows, used as they are.
 pub const MINIMAL_CLUSTER: &str = include_str!("../../examples/terraformcluster-minimal.yaml");
@@ -76,7 +83,22 @@ pub const STEPS: &[StepSpec] = &[
         name: "2 apply retries",
         expected: "apply fails twice, retried 1m then 2m after each failure, then Ready with the control-plane endpoint",
     },
-    // Steps 3-6 follow in the next commit.
+    StepSpec {
+        name: "3 machine pool lock",
+        expected: "eviction not counted (retry at once); runner dies holding the lock; next Job clears it (ForceUnlocked)",
+    },
+    StepSpec {
+        name: "4 drift and guard",
+        expected: "drift found and remediated; a destructive plan waits for approval, then applies",
+    },
+    StepSpec {
+        name: "5 workstation lock",
+        expected: "StateLocked naming the holder, lock never unlocked, the next Job backs off 1m",
+    },
+    StepSpec {
+        name: "6 deletion",
+        expected: "cluster deletion held while the pool exists; pool then cluster destroyed; finalizers removed",
+    },
 ];
 
 /// The demo's view of the world: the simulator, an API client, the timeline.
@@ -200,13 +222,24 @@ impl<'a> Demo<'a> {
         }
     }
 
-    fn advance(&mut self, d: Duration) {
+    /// Print what is still settling at the current time before the clock moves.
+    async fn catch_up(&mut self) {
+        let end = Instant::now() + Duration::from_millis(80);
+        while Instant::now() < end {
+            self.observe();
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn advance(&mut self, d: Duration) {
+        self.catch_up().await;
         self.sim.advance(d);
         self.say(&format!("(clock +{}s)", d.as_secs()));
         self.observe();
     }
 
-    fn advance_to(&mut self, t: Timestamp) {
+    async fn advance_to(&mut self, t: Timestamp) {
+        self.catch_up().await;
         self.sim.advance_to(t);
         self.say("(clock moved)");
         self.observe();
@@ -218,6 +251,8 @@ impl<'a> Demo<'a> {
         loop {
             self.observe();
             if let Some(v) = f(self.sim) {
+                // Print what made it true before the script goes on.
+                self.observe();
                 return Ok(v);
             }
             if Instant::now() > deadline {
@@ -340,6 +375,14 @@ impl<'a> Demo<'a> {
         self.api(kind).create(&PostParams::default(), &obj).await
     }
 
+    async fn merge_patch(&self, kind: Kind, name: &str, patch: Value) -> Result<(), StepError> {
+        self.api(kind)
+            .patch(name, &PatchParams::default(), &Patch::Merge(patch))
+            .await
+            .map_err(api_err(format!("patch {}/{name}", kind.as_str())))?;
+        Ok(())
+    }
+
     /// Run every step; stops at the first failure. Rows for steps not run say so.
     pub async fn run_script(&mut self) -> Vec<Row> {
         let mut rows = Vec::new();
@@ -452,7 +495,7 @@ impl<'a> Demo<'a> {
         let mut delays = Vec::new();
         let (mut seq, mut job) = self.next_job(k, CLUSTER, Op::Apply, 0).await?;
         for (n, want) in [(1, 60i64), (2, 120)] {
-            self.advance(Duration::from_secs(30));
+            self.advance(Duration::from_secs(30)).await;
             let j = self.booked(&job, "failed").await?;
             let fin = job_finish_time(&j).ok_or_else(|| unexpected("failed Job has no finish time"))?;
             let nb = self
@@ -471,12 +514,12 @@ impl<'a> Demo<'a> {
                     (nb - fin).get_seconds()
                 )));
             }
-            self.advance_to(nb - SignedDuration::from_secs(1));
+            self.advance_to(nb - SignedDuration::from_secs(1)).await;
             self.settle().await;
             if self.last_seq(k, CLUSTER) != seq {
                 return Err(unexpected(format!("failure {n}: a retry started before notBefore")));
             }
-            self.advance_to(nb);
+            self.advance_to(nb).await;
             let (s2, j2) = self.next_job(k, CLUSTER, Op::Apply, seq).await?;
             let started = created(&j2).ok_or_else(|| unexpected("Job without creationTimestamp"))?;
             let d = (started - fin).get_seconds();
@@ -489,7 +532,7 @@ impl<'a> Demo<'a> {
             seq = s2;
             job = j2;
         }
-        self.advance(Duration::from_secs(30));
+        self.advance(Duration::from_secs(30)).await;
         self.booked(&job, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
         let c = self
@@ -507,7 +550,7 @@ impl<'a> Demo<'a> {
         }
         // The first drift check runs at once (never checked); it finds nothing.
         let (_, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
-        self.advance(Duration::from_secs(30));
+        self.advance(Duration::from_secs(30)).await;
         self.booked(&drift, "succeeded").await?;
         self.condition_is(k, CLUSTER, "DriftDetected", "False", "NoDrift")
             .await?;
@@ -517,20 +560,369 @@ impl<'a> Demo<'a> {
         ))
     }
 
+    /// Jobs of the namespace not booked yet (no `captf.io/outcome`).
+    fn unbooked(sim: &Sim) -> Vec<Value> {
+        sim.list("batch/jobs", Some(NS))
+            .into_iter()
+            .filter(|j| annotation(j, "captf.io/outcome").is_none())
+            .collect()
+    }
+
+    /// Let every running Job finish (30s of simulated time each) until nothing runs.
+    async fn quiesce(&mut self) -> Result<(), StepError> {
+        for _ in 0..10 {
+            self.settle().await;
+            let open = Self::unbooked(self.sim);
+            let Some(job) = open.first().cloned() else {
+                return Ok(());
+            };
+            self.advance(Duration::from_secs(30)).await;
+            let name = job
+                .pointer("/metadata/name")
+                .and_then(Value::as_str)
+                .unwrap_or("")
+                .to_string();
+            self.until(&format!("Job {name} to be booked"), |sim| {
+                let j = sim.get("batch/jobs", NS, &name)?;
+                annotation(&j, "captf.io/outcome").map(|_| ())
+            })
+            .await?;
+        }
+        Err(unexpected("Jobs kept starting while the demo waited for quiet"))
+    }
+
+    /// Advance the clock by `step` until `f` holds (at most `max` steps).
+    async fn advance_until<T>(
+        &mut self,
+        what: &str,
+        step: Duration,
+        max: u32,
+        mut f: impl FnMut(&Sim) -> Option<T>,
+    ) -> Result<T, StepError> {
+        for _ in 0..max {
+            let end = Instant::now() + Duration::from_millis(300);
+            while Instant::now() < end {
+                self.observe();
+                if let Some(v) = f(self.sim) {
+                    self.observe();
+                    return Ok(v);
+                }
+                tokio::time::sleep(Duration::from_millis(25)).await;
+            }
+            self.advance(step).await;
+        }
+        self.until(what, f).await
+    }
+
+    /// Step 3: the machine pool's first runner is evicted (not counted: the retry starts at
+    /// once with attempt 1), the second dies holding the state lock (counted: 1m backoff), and
+    /// the third is handed the lock ID and clears it (`ForceUnlocked`).
     async fn step3(&mut self) -> Result<String, StepError> {
-        Err(unexpected("not written yet"))
+        let k = Kind::TerraformMachinePool;
+        let m = || JobMatch::object(k, NS, POOL).op(Op::Apply);
+        self.sim.script(m(), RunnerScript::evicted());
+        self.sim
+            .script(m(), RunnerScript::die_holding_lock_id(DEAD_RUNNER_LOCK));
+        self.say("create TerraformMachinePool/demo-workers from examples/terraformmachinepool.yaml");
+        let pool = yaml_object(MACHINE_POOL)?;
+        self.create(k, pool)
+            .await
+            .map_err(api_err("create TerraformMachinePool/demo-workers"))?;
+        let (s1, j1) = self.next_job(k, POOL, Op::Apply, 0).await?;
+        self.say("the node is drained: the runner pod is evicted");
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&j1, "interrupted").await?;
+        let evicted_at = self.sim.now();
+        let (s2, j2) = self.next_job(k, POOL, Op::Apply, s1).await?;
+        if created(&j2) != Some(evicted_at) {
+            return Err(unexpected("the retry after an eviction did not start at once"));
+        }
+        let attempt = j2.pointer("/metadata/labels/captf.io~1attempt").and_then(Value::as_str);
+        if attempt != Some("1") {
+            return Err(unexpected(format!(
+                "retry after an eviction has attempt {attempt:?}, expected 1"
+            )));
+        }
+        self.say("the next runner takes the state lock and is OOM-killed");
+        self.advance(Duration::from_secs(30)).await;
+        let j2 = self.booked(&j2, "failed").await?;
+        let fin = job_finish_time(&j2).ok_or_else(|| unexpected("failed Job has no finish time"))?;
+        let lease = names::lock_lease_name(&names::suffix(k, NS, POOL));
+        let holder = self.sim.get("coordination.k8s.io/leases", NS, &lease).and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if holder.as_deref() != Some(DEAD_RUNNER_LOCK) {
+            return Err(unexpected(format!(
+                "lock {lease} holder is {holder:?} after the runner died"
+            )));
+        }
+        self.advance_to(fin + SignedDuration::from_secs(60)).await;
+        let (_, j3) = self.next_job(k, POOL, Op::Apply, s2).await?;
+        if annotation(&j3, "captf.io/force-unlock") != Some(DEAD_RUNNER_LOCK) {
+            return Err(unexpected("the next Job does not carry the dead runner's lock ID"));
+        }
+        self.until("event ForceUnlocked", |sim| {
+            sim.events(NS)
+                .iter()
+                .any(|e| e["reason"] == "ForceUnlocked")
+                .then_some(())
+        })
+        .await?;
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&j3, "succeeded").await?;
+        self.condition_is(k, POOL, "Ready", "True", "Ready").await?;
+        self.quiesce().await?;
+        let holder = self.sim.get("coordination.k8s.io/leases", NS, &lease).and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if holder.as_deref() == Some(DEAD_RUNNER_LOCK) {
+            return Err(unexpected(format!("lock {lease} still held by the dead runner")));
+        }
+        let fails = self
+            .object(k, POOL)
+            .and_then(|o| o.pointer("/status/consecutiveFailures/apply").and_then(Value::as_i64))
+            .unwrap_or(0);
+        Ok(format!(
+            "eviction: retried at once (attempt 1); dead runner's lock {}… handed to the next Job 60s later: ForceUnlocked, Ready (failures now {fails})",
+            &DEAD_RUNNER_LOCK[..8]
+        ))
     }
 
+    /// Step 4: the next drift check finds drift; an apply remediates it. Then a change whose
+    /// plan destroys a resource is blocked until a person approves its plan hash.
     async fn step4(&mut self) -> Result<String, StepError> {
-        Err(unexpected("not written yet"))
+        let k = Kind::TerraformCluster;
+        self.sim.script(
+            JobMatch::object(k, NS, CLUSTER).op(Op::Drift),
+            RunnerScript::drift(true),
+        );
+        let c = self.object(k, CLUSTER).unwrap_or(Value::Null);
+        let last: Timestamp = c
+            .pointer("/status/lastDriftCheckTime")
+            .and_then(Value::as_str)
+            .and_then(|t| t.parse().ok())
+            .ok_or_else(|| unexpected("status.lastDriftCheckTime is not set"))?;
+        let due = last + SignedDuration::from_mins(30);
+        self.say(&format!(
+            "someone edits the infrastructure by hand; the next drift check is due at {}",
+            fmt_t(due)
+        ));
+        let seq = self.last_seq(k, CLUSTER);
+        self.advance_to(due).await;
+        let (s, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&drift, "succeeded").await?;
+        self.condition_is(k, CLUSTER, "DriftDetected", "True", "DriftFound")
+            .await?;
+        let (s, fix) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
+        if annotation(&fix, "captf.io/drift-remediation") != Some("true")
+            || annotation(&fix, "captf.io/reason") != Some("DriftRemediation")
+        {
+            return Err(unexpected("the apply after drift is not a DriftRemediation"));
+        }
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&fix, "succeeded").await?;
+        self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+
+        let summary = PlanSummary {
+            add: 1,
+            change: 0,
+            destroy: 1,
+            replace: 1,
+        };
+        self.sim.script(
+            JobMatch::object(k, NS, CLUSTER).op(Op::Apply),
+            RunnerScript::blocked(PLAN_HASH, summary),
+        );
+        self.say("change spec.variables.control_plane_instance_type: the plan replaces the control plane");
+        self.merge_patch(
+            k,
+            CLUSTER,
+            json!({"spec": {"variables": {"control_plane_instance_type": "m6i.xlarge"}}}),
+        )
+        .await?;
+        let (s, blocked) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&blocked, "blocked").await?;
+        self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "False", "DestructivePlanBlocked")
+            .await?;
+        let c = self
+            .until("nextAction AwaitingApproval", |sim| {
+                let c = sim.get(TC, NS, CLUSTER)?;
+                (c.pointer("/status/nextAction/reason")? == "AwaitingApproval").then_some(c)
+            })
+            .await?;
+        let hash = c
+            .pointer("/status/pendingPlan/hash")
+            .and_then(Value::as_str)
+            .unwrap_or("");
+        if hash != PLAN_HASH {
+            return Err(unexpected(format!("status.pendingPlan.hash is {hash:?}")));
+        }
+        self.say("an hour passes: nobody approved, so nothing runs");
+        self.advance(Duration::from_secs(3600)).await;
+        self.settle().await;
+        if self.last_seq(k, CLUSTER) != s {
+            return Err(unexpected("a Job started while the plan waited for approval"));
+        }
+        self.say(&format!(
+            "kubectl annotate terraformcluster demo captf.io/approve-plan={PLAN_HASH}"
+        ));
+        self.merge_patch(
+            k,
+            CLUSTER,
+            json!({"metadata": {"annotations": {"captf.io/approve-plan": PLAN_HASH}}}),
+        )
+        .await?;
+        let (_, approved) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
+        if annotation(&approved, "captf.io/approved-plan") != Some(PLAN_HASH) {
+            return Err(unexpected(
+                "the apply after approval does not carry the approved plan hash",
+            ));
+        }
+        self.advance(Duration::from_secs(30)).await;
+        self.booked(&approved, "succeeded").await?;
+        self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "True", "ApplySucceeded")
+            .await?;
+        self.quiesce().await?;
+        Ok(format!(
+            "DriftFound → DriftRemediation apply succeeded; plan {PLAN_HASH} blocked (1 destroy, 1 replace), no Job for 1h, approved → applied"
+        ))
     }
 
+    /// Step 5: a person's workstation holds the state lock. The controller reports
+    /// `StateLocked` with the holder, never unlocks it, and its failed Job backs off.
     async fn step5(&mut self) -> Result<String, StepError> {
-        Err(unexpected("not written yet"))
+        let k = Kind::TerraformCluster;
+        let suffix = names::suffix(k, NS, CLUSTER);
+        let lease = names::lock_lease_name(&suffix);
+        self.say("alice runs `tofu apply` from her laptop: she holds the state lock");
+        self.sim.hold_lock(NS, &suffix, WORKSTATION_LOCK, "alice@laptop");
+        let seq = self.last_seq(k, CLUSTER);
+        self.say("change spec.variables.kubernetes_version");
+        self.merge_patch(
+            k,
+            CLUSTER,
+            json!({"spec": {"variables": {"kubernetes_version": "1.33"}}}),
+        )
+        .await?;
+        let (s1, j1) = self.next_job(k, CLUSTER, Op::Apply, seq).await?;
+        if annotation(&j1, "captf.io/force-unlock").is_some() {
+            return Err(unexpected("a Job was handed a workstation's lock"));
+        }
+        let (_, _, msg) = self
+            .condition_is(k, CLUSTER, "StateReadable", "False", "StateLocked")
+            .await?;
+        if !msg.contains("alice@laptop") {
+            return Err(unexpected(format!(
+                "StateLocked message does not name the holder: {msg}"
+            )));
+        }
+        self.say("the runner waits lockTimeoutSeconds (300s) for the lock, then fails");
+        let name = j1
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        let j1 = self
+            .advance_until(&format!("Job {name} to be booked"), Duration::from_secs(60), 8, |sim| {
+                let j = sim.get("batch/jobs", NS, &name)?;
+                annotation(&j, "captf.io/outcome").is_some().then_some(j)
+            })
+            .await?;
+        if annotation(&j1, "captf.io/outcome") != Some("failed") {
+            return Err(unexpected("the Job that waited for the lock was not booked as failed"));
+        }
+        let fin = job_finish_time(&j1).ok_or_else(|| unexpected("failed Job has no finish time"))?;
+        self.advance_to(fin + SignedDuration::from_secs(59)).await;
+        self.settle().await;
+        if self.last_seq(k, CLUSTER) != s1 {
+            return Err(unexpected("a retry started before its 1m backoff"));
+        }
+        self.advance_to(fin + SignedDuration::from_secs(60)).await;
+        let (_, j2) = self.next_job(k, CLUSTER, Op::Apply, s1).await?;
+        if annotation(&j2, "captf.io/force-unlock").is_some() {
+            return Err(unexpected("the retry was handed the workstation's lock"));
+        }
+        let holder = self.sim.get("coordination.k8s.io/leases", NS, &lease).and_then(|l| {
+            l.pointer("/spec/holderIdentity")
+                .and_then(Value::as_str)
+                .map(str::to_string)
+        });
+        if holder.as_deref() != Some(WORKSTATION_LOCK) {
+            return Err(unexpected(format!(
+                "the workstation's lock was touched: holder {holder:?}"
+            )));
+        }
+        self.say("alice's apply finishes and releases the lock");
+        self.sim.release_lock(NS, &suffix);
+        let name2 = j2
+            .pointer("/metadata/name")
+            .and_then(Value::as_str)
+            .unwrap_or("")
+            .to_string();
+        self.advance_until(
+            &format!("Job {name2} to be booked"),
+            Duration::from_secs(30),
+            12,
+            |sim| {
+                let j = sim.get("batch/jobs", NS, &name2)?;
+                annotation(&j, "captf.io/outcome").map(|_| ())
+            },
+        )
+        .await?;
+        self.booked(&j2, "succeeded").await?;
+        self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.quiesce().await?;
+        Ok("StateLocked naming alice@laptop; Job failed after the 300s lock wait; retry 60s later without force-unlock; lock untouched until alice released it; then Ready".to_string())
     }
 
+    /// Step 6: deleting the cluster is held while its machine pool exists; deleting the pool
+    /// destroys it, then the cluster is destroyed and both finalizers are removed.
     async fn step6(&mut self) -> Result<String, StepError> {
-        Err(unexpected("not written yet"))
+        self.quiesce().await?;
+        let tc = Kind::TerraformCluster;
+        let tmp = Kind::TerraformMachinePool;
+        let seq = self.last_seq(tc, CLUSTER);
+        self.say("kubectl delete terraformcluster demo");
+        self.delete(tc, CLUSTER).await?;
+        let (_, _, msg) = self.condition_is(tc, CLUSTER, "Ready", "False", "DeletionHeld").await?;
+        if !msg.contains(POOL) {
+            return Err(unexpected(format!("DeletionHeld does not name the pool: {msg}")));
+        }
+        self.advance(Duration::from_secs(120)).await;
+        self.settle().await;
+        if self.last_seq(tc, CLUSTER) != seq {
+            return Err(unexpected("the cluster started a Job while its pool exists"));
+        }
+        let pseq = self.last_seq(tmp, POOL);
+        self.say("kubectl delete terraformmachinepool demo-workers");
+        self.delete(tmp, POOL).await?;
+        let (_, pd) = self.next_job(tmp, POOL, Op::Destroy, pseq).await?;
+        self.advance(Duration::from_secs(30)).await;
+        self.until("TerraformMachinePool/demo-workers to be gone", |sim| {
+            sim.get(TMP, NS, POOL).is_none().then_some(())
+        })
+        .await?;
+        let _ = pd;
+        let sim = self.sim;
+        let cd = self
+            .advance_until("the cluster's destroy Job", Duration::from_secs(30), 4, |_| {
+                Self::jobs_of(sim, tc, CLUSTER)
+                    .into_iter()
+                    .find(|(o, s, _)| *o == Op::Destroy && *s > seq)
+            })
+            .await?;
+        let _ = cd;
+        self.advance_until("TerraformCluster/demo to be gone", Duration::from_secs(30), 4, |sim| {
+            sim.get(TC, NS, CLUSTER).is_none().then_some(())
+        })
+        .await?;
+        Ok("DeletionHeld naming the pool; pool destroyed and gone, then cluster destroyed and gone (finalizers removed)".into())
     }
 
     /// Queue the runner behaviour the script needs before the objects exist.
