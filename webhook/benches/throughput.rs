@@ -37,7 +37,7 @@ fn fixture(name: &str) -> Vec<u8> {
 
 /// The bare endpoint: rustls + hyper-util + axum, a handler that reads the body and returns a
 /// constant allowed review.
-async fn bare_server(cert_pem: &str, key_pem: &str) -> SocketAddr {
+async fn bare_server(cert_pem: &str, key_pem: &str, app: Option<Router>) -> SocketAddr {
     let chain: Vec<_> = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
         .collect::<Result<_, _>>()
         .unwrap();
@@ -51,13 +51,15 @@ async fn bare_server(cert_pem: &str, key_pem: &str) -> SocketAddr {
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     let acceptor = TlsAcceptor::from(Arc::new(config));
     const ANSWER: &str = r#"{"apiVersion":"admission.k8s.io/v1","kind":"AdmissionReview","response":{"uid":"x","allowed":true,"status":{}}}"#;
-    let app = Router::new().route(
-        VALIDATE_PATH,
-        post(|body: Bytes| async move {
-            std::hint::black_box(body);
-            ([(axum::http::header::CONTENT_TYPE, "application/json")], ANSWER)
-        }),
-    );
+    let app = app.unwrap_or_else(|| {
+        Router::new().route(
+            VALIDATE_PATH,
+            post(|body: Bytes| async move {
+                std::hint::black_box(body);
+                ([(axum::http::header::CONTENT_TYPE, "application/json")], ANSWER)
+            }),
+        )
+    });
     let listener = TcpListener::bind("127.0.0.1:0").await.unwrap();
     let addr = listener.local_addr().unwrap();
     tokio::spawn(async move {
@@ -324,7 +326,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap();
-    let (webhook_addr, bare_addr) = server_rt.block_on(async {
+    let (webhook_addr, bare_addr, router_on_bare_addr) = server_rt.block_on(async {
         let mut config = Config::new(
             "127.0.0.1:0".parse().unwrap(),
             CertFiles {
@@ -336,18 +338,30 @@ fn main() {
         let bound = captf_webhook::bind(config).await.unwrap();
         let addr = bound.local_addr();
         tokio::spawn(bound.run(std::future::pending()));
-        (addr, bare_server(&certs.cert_pem, &certs.key_pem).await)
+        (
+            addr,
+            bare_server(&certs.cert_pem, &certs.key_pem, None).await,
+            bare_server(
+                &certs.cert_pem,
+                &certs.key_pem,
+                Some(captf_webhook::router(captf_webhook::AppState::new(Arc::new(
+                    captf_webhook::metrics::Metrics::new(),
+                )))),
+            )
+            .await,
+        )
     });
 
     // Saturated phases alternate (bare, validate, mutate) for BENCH_ROUNDS rounds, so background
     // load on the machine hits each alike; CPU per request is this process's (client + server).
     let rounds = env_num("BENCH_ROUNDS", 3);
-    let mut acc: [(Vec<Duration>, Duration, f64); 3] = Default::default();
+    let mut acc: [(Vec<Duration>, Duration, f64); 4] = Default::default();
     for _ in 0..rounds {
         for (i, (addr, path)) in [
             (bare_addr, VALIDATE_PATH),
             (webhook_addr, VALIDATE_PATH),
             (webhook_addr, MUTATE_PATH),
+            (router_on_bare_addr, VALIDATE_PATH),
         ]
         .into_iter()
         .enumerate()
@@ -360,7 +374,7 @@ fn main() {
             acc[i].0.extend(lat);
         }
     }
-    let [bare, validate, mutate] = acc.map(|(lat, elapsed, cpu)| {
+    let [bare, validate, mutate, router_on_bare] = acc.map(|(lat, elapsed, cpu)| {
         let n = lat.len();
         (figures(lat, elapsed), cpu * 1e6 / n as f64)
     });
@@ -390,11 +404,12 @@ fn main() {
     print("bare axum+rustls (saturated)", &bare.0);
     print("captf-webhook /validate (saturated)", &validate.0);
     print("captf-webhook /mutate (saturated)", &mutate.0);
+    print("webhook router in the bare loop", &router_on_bare.0);
     print("bare axum+rustls @ 1000/s", &paced_bare);
     print("captf-webhook /validate @ 1000/s", &paced_webhook);
     println!(
-        "CPU per request (client+server): bare {:.0} µs, validate {:.0} µs, mutate {:.0} µs",
-        bare.1, validate.1, mutate.1
+        "CPU per request (client+server): bare {:.0} µs, validate {:.0} µs, mutate {:.0} µs, router in bare loop {:.0} µs",
+        bare.1, validate.1, mutate.1, router_on_bare.1
     );
     println!(
         "ratio webhook/bare throughput: validate {:.1}%  mutate {:.1}%",

@@ -508,3 +508,60 @@ fn serialize(response: AdmissionResponse, patch: Option<&json_patch::Patch>) -> 
     }
     serde_json::to_vec(&value).unwrap_or_default()
 }
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    fn fixture_object(name: &str) -> (String, Value) {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
+        let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let kind = v["request"]["kind"]["kind"].as_str().unwrap().to_string();
+        (kind, v["request"]["object"].clone())
+    }
+
+    #[test]
+    fn the_spec_only_fast_parse_agrees_with_shared_parse_object_on_every_accepted_fixture() {
+        for name in [
+            "cluster-create-accepted",
+            "machinepool-update-accepted",
+            "machine-create-accepted",
+            "machinetemplate-update-accepted",
+        ] {
+            let (kind, object) = fixture_object(name);
+            let raw = RawValue::from_string(serde_json::to_string(&object).unwrap()).unwrap();
+            let fast_ok = match kind.as_str() {
+                "TerraformCluster" => {
+                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformClusterSpec>>(raw.get()).is_ok()
+                }
+                "TerraformMachinePool" => {
+                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachinePoolSpec>>(raw.get()).is_ok()
+                }
+                "TerraformMachine" => {
+                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachineSpec>>(raw.get()).is_ok()
+                }
+                _ => {
+                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachineTemplateSpec>>(raw.get()).is_ok()
+                }
+            };
+            assert!(fast_ok, "{name}: the fast path must not fall back");
+            let fast = parse_raw(&kind, &raw).unwrap();
+            let full = parse_object(&kind, &object).unwrap();
+            assert!(same_spec(&fast, &full), "{name}");
+            assert_eq!(fast.metadata().name, full.metadata().name, "{name}");
+            assert_eq!(fast.metadata().namespace, full.metadata().namespace, "{name}");
+        }
+    }
+
+    #[test]
+    fn a_spec_that_does_not_parse_gets_shared_parse_objects_field_path_report() {
+        let (kind, mut object) = fixture_object("cluster-create-accepted");
+        object["spec"]["jobs"] = serde_json::json!({"activeDeadlineSeconds": "1h"});
+        let raw = RawValue::from_string(serde_json::to_string(&object).unwrap()).unwrap();
+        assert_eq!(
+            parse_raw(&kind, &raw).unwrap_err(),
+            parse_object(&kind, &object).unwrap_err()
+        );
+    }
+}
