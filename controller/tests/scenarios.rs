@@ -996,3 +996,59 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
     b.shutdown().await;
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> Result<()> {
+    use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "");
+    r.outputs_in_secret = true;
+    env.sim
+        .script(JobMatch::object(k, NS, "big").op(Op::Apply), RunnerScript::result(r));
+    let doc = json!({
+        "control_plane_endpoint": {"sensitive": false, "value": {"host": "api.big", "port": 443}},
+        "admin_token": {"sensitive": true, "value": "do-not-copy"},
+    });
+    let bytes = serde_json::to_vec(&doc)?;
+    let secret = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("captf-outputs-big-tc".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some([("outputs.json".to_string(), k8s_openapi::ByteString(bytes))].into()),
+        ..Default::default()
+    };
+    let mut v = serde_json::to_value(&secret)?;
+    v["apiVersion"] = json!("v1");
+    v["kind"] = json!("Secret");
+    env.sim.put(v)?;
+    env.sim.put(cluster_json("big", json!({})))?;
+    let j1 = env.job(k, "big", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let c = env
+        .until("endpoint from the outputs Secret", |e| {
+            let c = e.cluster("big");
+            c.pointer("/spec/controlPlaneEndpoint/host")?;
+            Some(c)
+        })
+        .await?;
+    assert_eq!(
+        c.pointer("/spec/controlPlaneEndpoint"),
+        Some(&json!({"host": "api.big", "port": 443}))
+    );
+    let c = env
+        .until("status.outputs", |e| {
+            let c = e.cluster("big");
+            c.pointer("/status/outputs")?;
+            Some(c)
+        })
+        .await?;
+    assert!(
+        c.pointer("/status/outputs/admin_token").is_none(),
+        "sensitive outputs stay in the Secret"
+    );
+    Ok(())
+}

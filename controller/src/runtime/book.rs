@@ -34,6 +34,32 @@ pub const OUTPUT_PROVIDER_ID: &str = "provider_id";
 pub const OUTPUT_PROVIDER_ID_LIST: &str = "provider_id_list";
 pub const OUTPUT_ADDRESSES: &str = "addresses";
 
+/// The data key of the runner's outputs Secret `captf-outputs-<suffix>` (runner/src/outputs.rs).
+pub const OUTPUTS_SECRET_KEY: &str = "outputs.json";
+/// `status.outputs` holds at most this much JSON (DESIGN.md §2.2).
+pub const MAX_STATUS_OUTPUTS_BYTES: usize = 64 * 1024;
+
+/// The non-sensitive outputs of a `tofu output -json` document (`{"name": {"sensitive",
+/// "value"}}`; an output without a `sensitive` flag counts as sensitive), by name, as many as
+/// fit in [`MAX_STATUS_OUTPUTS_BYTES`] (PURE).
+pub fn outputs_from_doc(doc: &Value) -> BTreeMap<String, Value> {
+    let mut out = BTreeMap::new();
+    let mut size = 2usize;
+    for (name, entry) in doc.as_object().into_iter().flatten() {
+        if entry.get("sensitive").and_then(Value::as_bool).unwrap_or(true) {
+            continue;
+        }
+        let Some(value) = entry.get("value") else { continue };
+        let len = name.len() + value.to_string().len() + 4;
+        if size + len > MAX_STATUS_OUTPUTS_BYTES {
+            continue;
+        }
+        size += len;
+        out.insert(name.clone(), value.clone());
+    }
+    out
+}
+
 /// What booking one Job changes in the status (PURE). `applied` is the inputs hash of a
 /// successful apply (from the inputs Secret the Job mounted).
 pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outcome, now: Timestamp) {
@@ -253,6 +279,21 @@ pub async fn book_all(
             }
         }
         // This write set the outcome: everything below happens once per Job.
+        let rec = &mut records[i];
+        if outcome == Outcome::Succeeded
+            && matches!(rec.op, Op::Apply | Op::Refresh)
+            && let Some(result) = rec.result.as_mut()
+            && result.outputs_in_secret
+            && result.outputs.is_none()
+        {
+            let name = names::outputs_secret_name(&id.suffix);
+            let secret = super::gather::secret(&ctx.client, &id.namespace, &name).await?;
+            let doc = secret
+                .and_then(|s| s.data?.get(OUTPUTS_SECRET_KEY).cloned())
+                .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
+            result.outputs = doc.as_ref().map(outputs_from_doc);
+        }
+        let rec = &records[i];
         tracing::info!(job = %rec.name, outcome = %outcome, "booked Job");
         ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
         if let Some(reason) = outcome.event_reason() {
@@ -463,6 +504,18 @@ mod tests {
             d[keys::ANNOTATION_LAST_DRIFT_CHECK].as_deref(),
             Some("1970-01-01T00:17:40Z")
         );
+    }
+
+    #[test]
+    fn outputs_from_the_secret_keep_only_non_sensitive_values_that_fit() {
+        let doc = json!({
+            "host": {"sensitive": false, "type": "string", "value": "10.0.0.1"},
+            "kubeconfig": {"sensitive": true, "type": "string", "value": "secret!"},
+            "unflagged": {"type": "string", "value": "x"},
+            "huge": {"sensitive": false, "type": "string", "value": "y".repeat(MAX_STATUS_OUTPUTS_BYTES)},
+        });
+        let o = outputs_from_doc(&doc);
+        assert_eq!(o, BTreeMap::from([("host".to_string(), json!("10.0.0.1"))]));
     }
 
     #[test]
