@@ -1,0 +1,129 @@
+//! `./scripts/demo.sh --serve --no-script`, as the README states it: it writes the kubeconfig,
+//! prints the kubectl command, serves the API with the webhook and the controller behind it,
+//! and Ctrl-C (SIGINT) stops everything with exit 0.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::io::{BufRead, BufReader};
+use std::net::{SocketAddr, TcpStream};
+use std::path::Path;
+use std::process::{Command, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use kube::api::{Api, DynamicObject, PostParams};
+use kube::core::GroupVersionKind;
+use kube::discovery::ApiResource;
+
+fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str, all: &mut Vec<String>) -> String {
+    let deadline = Instant::now() + Duration::from_secs(300);
+    loop {
+        let left = deadline.saturating_duration_since(Instant::now());
+        let line = rx
+            .recv_timeout(left)
+            .unwrap_or_else(|_| panic!("no line starting {prefix:?} in:\n{}", all.join("\n")));
+        all.push(line.clone());
+        if line.trim_start().starts_with(prefix) {
+            return line;
+        }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
+    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kc");
+    let mut child = Command::new("./scripts/demo.sh")
+        .args(["--serve", "--no-script", "--kubeconfig"])
+        .arg(&kc)
+        .current_dir(&root)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::null())
+        .spawn()
+        .expect("run ./scripts/demo.sh --serve --no-script");
+    let stdout = child.stdout.take().unwrap();
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in BufReader::new(stdout).lines().map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut all = Vec::new();
+    let webhook = wait_line(&rx, "captf-webhook listening on https://", &mut all);
+    let webhook: SocketAddr = webhook
+        .trim()
+        .trim_start_matches("captf-webhook listening on https://")
+        .split_whitespace()
+        .next()
+        .unwrap()
+        .parse()
+        .unwrap();
+    let cmd = wait_line(&rx, "kubectl --kubeconfig", &mut all);
+    assert_eq!(
+        cmd.trim(),
+        format!(
+            "kubectl --kubeconfig {} get terraformclusters",
+            std::fs::canonicalize(&kc).unwrap().display()
+        )
+    );
+
+    // The kubeconfig points at the simulator; a TerraformCluster created through it passes the
+    // webhook (defaulted) and the controller starts its Job.
+    let text = std::fs::read_to_string(&kc).unwrap();
+    let server = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("server: "))
+        .unwrap()
+        .to_string();
+    let client = kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap();
+    let ar = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        "terraformclusters",
+    );
+    let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
+    let obj: DynamicObject = serde_yaml_ng::from_str(captf_demo::lifecycle::MINIMAL_CLUSTER).unwrap();
+    let created = api.create(&PostParams::default(), &obj).await.unwrap();
+    assert_eq!(
+        created.data["spec"]["drift"]["interval"], "30m",
+        "defaulted by the webhook"
+    );
+    let deadline = Instant::now() + Duration::from_secs(30);
+    loop {
+        let o = api.get("demo").await.unwrap();
+        if o.data["status"]["activeJob"]
+            .as_str()
+            .is_some_and(|j| j.starts_with("tc-demo-"))
+            || o.data["status"]["conditions"].is_array()
+        {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the controller never acted on demo: {:?}",
+            o.data
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    let pid = child.id().to_string();
+    assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let status = loop {
+        if let Some(s) = child.try_wait().unwrap() {
+            break s;
+        }
+        assert!(Instant::now() < deadline, "captf-demo did not stop after SIGINT");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    assert!(status.success(), "{status:?}");
+    while let Ok(l) = rx.recv_timeout(Duration::from_secs(2)) {
+        all.push(l);
+    }
+    assert!(all.iter().any(|l| l.contains("== stopping")), "{}", all.join("\n"));
+    assert!(
+        TcpStream::connect_timeout(&webhook, Duration::from_millis(500)).is_err(),
+        "the webhook child still listens after Ctrl-C"
+    );
+}
