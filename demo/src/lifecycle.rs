@@ -33,7 +33,7 @@ const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
 /// Real time a single wait may take before its step fails.
 const WAIT: Duration = Duration::from_secs(20);
 /// Real time given to the controller to act (or not) after the clock moved.
-const SETTLE: Duration = Duration::from_millis(400);
+const SETTLE: Duration = Duration::from_millis(300);
 
 /// The examples the README shows, used as they are.
 pub const MINIMAL_CLUSTER: &str = include_str!("../../examples/terraformcluster-minimal.yaml");
@@ -600,7 +600,7 @@ impl<'a> Demo<'a> {
         mut f: impl FnMut(&Sim) -> Option<T>,
     ) -> Result<T, StepError> {
         for _ in 0..max {
-            let end = Instant::now() + Duration::from_millis(300);
+            let end = Instant::now() + Duration::from_millis(200);
             while Instant::now() < end {
                 self.observe();
                 if let Some(v) = f(self.sim) {
@@ -867,7 +867,7 @@ impl<'a> Demo<'a> {
             .to_string();
         self.advance_until(
             &format!("Job {name2} to be booked"),
-            Duration::from_secs(30),
+            Duration::from_secs(60),
             12,
             |sim| {
                 let j = sim.get("batch/jobs", NS, &name2)?;

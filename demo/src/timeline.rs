@@ -208,7 +208,8 @@ impl Timeline {
             }
             let na = next_action_text(o);
             if na != seen.next_action {
-                if !na.is_empty() {
+                // `JobActive` repeats what the Job lines and the Ready condition already say.
+                if !na.is_empty() && na != "JobActive" {
                     push(key.clone(), "nextAction", na.clone());
                 }
                 seen.next_action = na;
