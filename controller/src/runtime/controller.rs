@@ -42,6 +42,8 @@ pub struct Config {
     /// Watch one namespace, or all when `None`.
     pub namespace: Option<String>,
     pub runner_image: String,
+    /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
+    pub runner_service_account: Option<String>,
     pub concurrency: u16,
 }
 
@@ -444,6 +446,7 @@ async fn start_job(
         inputs_hash: &hash,
         cluster_name: id.cluster_name.as_deref(),
         runner_image: &ctx.config.runner_image,
+        runner_service_account: ctx.config.runner_service_account.as_deref().filter(|s| !s.is_empty()),
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {

@@ -44,6 +44,8 @@ pub struct JobParams<'a> {
     pub cluster_name: Option<&'a str>,
     /// `--runner-image`, used when `spec.jobs.image` is unset.
     pub runner_image: &'a str,
+    /// `--runner-service-account`, used when `spec.jobs.serviceAccountName` is unset.
+    pub runner_service_account: Option<&'a str>,
 }
 
 /// The ownerReference every Job and Secret of the object carries.
@@ -191,7 +193,10 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some("Never".into()),
-        service_account_name: p.jobs.and_then(|j| j.service_account_name.clone()),
+        service_account_name: p
+            .jobs
+            .and_then(|j| j.service_account_name.clone())
+            .or_else(|| p.runner_service_account.map(str::to_string)),
         node_selector: p.jobs.and_then(|j| j.node_selector.clone()),
         tolerations: p.jobs.and_then(|j| j.tolerations.clone()),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
@@ -291,6 +296,7 @@ mod tests {
             inputs_hash: "0123456789abcdef0123456789abcdef",
             cluster_name: Some("prod-eu"),
             runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
         })
     }
 
@@ -385,6 +391,14 @@ mod tests {
         assert_eq!(pod.containers[0].image.as_deref(), Some("example.com/runner:2"));
         assert_eq!(pod.service_account_name.as_deref(), Some("tf"));
         assert_eq!(env_of(&job)["CAPTF_LOCK_TIMEOUT"], "300s");
+    }
+
+    #[test]
+    fn the_flags_give_image_and_service_account_when_the_spec_does_not() {
+        let job = build(Op::Apply, None);
+        let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
+        assert_eq!(pod.containers[0].image.as_deref(), Some("ghcr.io/captf/runner:1"));
+        assert_eq!(pod.service_account_name.as_deref(), Some("captf-runner"));
     }
 
     #[test]

@@ -51,8 +51,12 @@ pub struct RunArgs {
     #[arg(long, env = "CAPTF_NAMESPACE")]
     pub namespace: Option<String>,
     /// The runner image of Jobs whose spec.jobs.image is unset.
-    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = "ghcr.io/captf/runner:latest")]
+    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION")))]
     pub runner_image: String,
+    /// The service account of runner pods whose spec.jobs.serviceAccountName is unset (the chart's
+    /// `captf-runner`, which may touch only state Secrets and lock Leases); empty: the namespace's default.
+    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "captf-runner")]
+    pub runner_service_account: String,
     /// Where /metrics is served.
     #[arg(long, env = "CAPTF_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -179,6 +183,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     let config = Config {
         namespace: args.namespace.clone(),
         runner_image: args.runner_image.clone(),
+        runner_service_account: Some(args.runner_service_account.clone()),
         concurrency: args.concurrency,
     };
     let ctx = Arc::new(Ctx::new(client, config, clock, metrics.clone(), leader));

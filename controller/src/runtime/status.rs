@@ -236,7 +236,7 @@ pub fn compute(
             now,
         );
     } else {
-        set(&mut cs, conditions::PAUSED, Status::False, reasons::PAUSED, "", g, now);
+        set(&mut cs, conditions::PAUSED, Status::False, "NotPaused", "", g, now);
     }
 
     // Ready
