@@ -253,14 +253,7 @@ fn digests_replace_tags_in_every_image_reference() {
 }
 
 /// A DNS-1123 label: what Service names (and every name here) must be.
-fn is_dns_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
+use captf_shared::names::is_dns1123_label as is_dns_label;
 
 #[test]
 fn every_name_is_a_dns_label_for_release_names_up_to_helms_limit_of_53() {
