@@ -35,5 +35,6 @@ fi
 ln -sf "$tools/venv/bin/kubernetes-validate" "$tools/bin/kubernetes-validate"
 
 "$tools/bin/helm" version --short >&2
-"$tools/bin/kubectl" version --client=true 2>/dev/null | head -1 >&2
+# No pipe into head here: under pipefail a SIGPIPE'd kubectl would fail the script.
+"$tools/bin/kubectl" version --client=true >&2
 echo "$tools/bin"
