@@ -4,7 +4,7 @@
 //! | --- | --- |
 //! | [`setup`] | start the simulator, the webhook (certificates on the fly) and the controller |
 //! | [`procs`] | the child processes (the real binaries) and their logs |
-//! | [`certs`] | a CA and serving certificate (rcgen) |
+//! | [`certs`] | a CA and serving certificate (the webhook's `dev-certs` code) |
 //! | [`lifecycle`] | the scripted lifecycle, step by step |
 //! | [`timeline`] | the readable timeline of what changed (pure) |
 //! | [`summary`] | the final table (pure) |
