@@ -6,7 +6,7 @@ use std::path::PathBuf;
 use std::process::ExitCode;
 use std::time::Duration;
 
-use clap::{Parser, Subcommand};
+use clap::Parser;
 
 use captf_demo::lifecycle::Demo;
 use captf_demo::{setup, summary};
@@ -33,30 +33,11 @@ struct Cli {
     /// Print only the summary table, not the timeline.
     #[arg(long, short)]
     quiet: bool,
-    #[command(subcommand)]
-    command: Option<Command>,
-}
-
-#[derive(Subcommand, Debug)]
-enum Command {
-    /// Internal: the controller (captf_controller::runtime::run) in its own process, used only
-    /// while `captf-controller run` is not built.
-    #[command(hide = true)]
-    ControllerProcess(captf_controller::runtime::RunArgs),
 }
 
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();
-    if let Some(Command::ControllerProcess(args)) = cli.command {
-        return match captf_controller::runtime::run(args).await {
-            Ok(()) => ExitCode::SUCCESS,
-            Err(e) => {
-                eprintln!("captf-demo controller-process: {e}");
-                ExitCode::FAILURE
-            }
-        };
-    }
     match run(cli).await {
         Ok(code) => code,
         Err(e) => {
@@ -98,11 +79,6 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
                 );
                 code = ExitCode::FAILURE;
             }
-        }
-        if stack.controller_fallback {
-            println!(
-                "note: `captf-controller run` is still a stub; the controller ran as `captf-demo controller-process` (the same captf_controller::runtime::run)"
-            );
         }
     }
 

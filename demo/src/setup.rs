@@ -44,9 +44,6 @@ pub struct Stack {
     pub sim: Sim,
     pub webhook: Proc,
     pub controller: Proc,
-    /// Set when `captf-controller run` is not built and the same library entry point ran in a
-    /// `captf-demo controller-process` child instead.
-    pub controller_fallback: bool,
     pub controller_env: ControllerEnv,
     pub work: tempfile::TempDir,
     pub kubeconfig: PathBuf,
@@ -166,18 +163,7 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
     };
     let log = work.path().join("controller.log");
     let real = find("captf-controller")?;
-    let (controller, controller_fallback) = match procs::start_controller(&real, &["run"], &env, log.clone()).await {
-        Ok(p) => (p, false),
-        Err(ProcError::Exited { .. }) if stub_controller(&log) => {
-            say(
-                "NOTE: `captf-controller run` is not built yet (it exits with \"not built yet\"); running the same library entry point, captf_controller::runtime::run, as `captf-demo controller-process`",
-            );
-            let me = std::env::current_exe().map_err(ProcError::CurrentExe)?;
-            let p = procs::start_controller(&me, &["controller-process"], &env, log).await?;
-            (p, true)
-        }
-        Err(e) => return Err(e.into()),
-    };
+    let controller = procs::start_controller(&real, &["run"], &env, log).await?;
     say(&format!(
         "captf-controller running (KUBECONFIG={}, following the simulator's clock; metrics on http://{}/metrics)",
         kubeconfig.display(),
@@ -187,15 +173,10 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
         sim,
         webhook,
         controller,
-        controller_fallback,
         controller_env: env,
         work,
         kubeconfig,
     })
-}
-
-fn stub_controller(log: &Path) -> bool {
-    std::fs::read_to_string(log).is_ok_and(|s| s.contains("not built yet"))
 }
 
 #[cfg(test)]
