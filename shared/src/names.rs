@@ -2,7 +2,6 @@
 //! own-runner hostname pattern the stale-lock check relies on.
 
 use regex::Regex;
-use sha2::{Digest, Sha256};
 
 use crate::{Kind, Op};
 
@@ -21,11 +20,7 @@ const TOKEN_NAME_CUT: usize = 30;
 
 /// The first `n` lowercase hex characters of sha256(`input`).
 pub fn hex_sha256(input: &str, n: usize) -> String {
-    let digest = Sha256::digest(input.as_bytes());
-    let mut out = String::with_capacity(64);
-    for b in digest {
-        out.push_str(&format!("{b:02x}"));
-    }
+    let mut out = crate::inputs::sha256_hex(input.as_bytes());
     out.truncate(n);
     out
 }
