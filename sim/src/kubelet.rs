@@ -71,6 +71,11 @@ struct PodEnd {
 const DEADLINE: (&str, &str) = ("DeadlineExceeded", "Job was active longer than specified deadline");
 const BACKOFF: (&str, &str) = ("BackoffLimitExceeded", "Job has reached the specified backoff limit");
 
+/// The string at a JSON pointer, or `""` when it is absent or not a string.
+fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
+    v.pointer(pointer).and_then(Value::as_str).unwrap_or_default()
+}
+
 fn condition(type_: &str, reason: &str, message: &str, now: &str) -> Value {
     json!({"type": type_, "status": "True", "reason": reason, "message": message,
            "lastProbeTime": now, "lastTransitionTime": now})
@@ -95,14 +100,8 @@ impl World {
         if def.id() != PODS {
             return;
         }
-        let ns = obj
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
-        let name = obj
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default();
+        let ns = str_at(obj, "/metadata/namespace");
+        let name = str_at(obj, "/metadata/name");
         let Some(r) = self.kubelet.runners.remove(&(ns.to_string(), name.to_string())) else {
             return;
         };
@@ -119,21 +118,9 @@ impl World {
             return;
         }
         let now = self.now();
-        let ns = job
-            .pointer("/metadata/namespace")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let name = job
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
-        let uid = job
-            .pointer("/metadata/uid")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let ns = str_at(job, "/metadata/namespace").to_string();
+        let name = str_at(job, "/metadata/name").to_string();
+        let uid = str_at(job, "/metadata/uid").to_string();
         let script = self.scripts.choose(job);
         let mut pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
         while self.try_get(PODS, &ns, &pod_name).is_some() {
@@ -160,11 +147,7 @@ impl World {
             .and_then(Value::as_str)
             .unwrap_or("runner")
             .to_string();
-        let image = spec
-            .pointer("/containers/0/image")
-            .and_then(Value::as_str)
-            .unwrap_or_default()
-            .to_string();
+        let image = str_at(&spec, "/containers/0/image").to_string();
         let pod = json!({
             "apiVersion": "v1", "kind": "Pod",
             "metadata": {
