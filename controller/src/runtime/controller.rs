@@ -7,10 +7,9 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{ObjectReference, Secret};
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
-use kube::runtime::events::{Event, EventType, Recorder, Reporter};
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -23,6 +22,7 @@ use super::book;
 use super::clock::SharedClock;
 use super::deletion;
 use super::errors::{self, ApiAction, Error};
+use super::events::{Emission, Events};
 use super::gather::{self, Ident};
 use super::inputs;
 use super::interrupted::{self, Checked};
@@ -53,7 +53,7 @@ pub struct Ctx {
     pub config: Config,
     pub clock: SharedClock,
     pub metrics: Arc<Metrics>,
-    pub recorder: Recorder,
+    pub events: Events,
     /// True while this replica may write (leader election, or always without it).
     pub leader: Arc<AtomicBool>,
 }
@@ -66,12 +66,9 @@ impl Ctx {
         metrics: Arc<Metrics>,
         leader: Arc<AtomicBool>,
     ) -> Ctx {
-        let reporter = Reporter {
-            controller: "captf-controller".into(),
-            instance: std::env::var("POD_NAME").ok(),
-        };
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
         Ctx {
-            recorder: Recorder::new(client.clone(), reporter),
+            events: Events::new(client.clone(), instance),
             client,
             config,
             clock,
@@ -80,34 +77,17 @@ impl Ctx {
         }
     }
 
-    /// Publish an event about the object, related to one of its Jobs when it concerns a Job
-    /// (so kube's Recorder keeps one event per Job rather than folding them into a series).
-    /// Failures to publish are logged, never fatal.
+    /// Publish an event about the object, related to one of its Jobs when it concerns a Job,
+    /// stamped with the controller's clock. Failures to publish are logged, never fatal.
     pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str, job: Option<&str>) {
-        let reference = ObjectReference {
-            api_version: Some(keys::API_VERSION.into()),
-            kind: Some(id.kind.as_str().into()),
-            name: Some(id.name.clone()),
-            namespace: Some(id.namespace.clone()),
-            uid: Some(id.uid.clone()).filter(|u| !u.is_empty()),
-            ..Default::default()
+        let e = Emission {
+            warning,
+            reason,
+            action,
+            note,
+            job,
         };
-        let ev = Event {
-            type_: if warning { EventType::Warning } else { EventType::Normal },
-            reason: reason.into(),
-            note: Some(note.chars().take(1024).collect()),
-            action: action.into(),
-            secondary: job.map(|j| ObjectReference {
-                api_version: Some("batch/v1".into()),
-                kind: Some("Job".into()),
-                name: Some(j.to_string()),
-                namespace: Some(id.namespace.clone()),
-                ..Default::default()
-            }),
-        };
-        if let Err(e) = self.recorder.publish(&ev, &reference).await {
-            tracing::warn!(error = %e, reason, "failed to publish event for {}", id.what());
-        }
+        self.events.publish(id, &e, self.clock.now()).await;
     }
 }
 

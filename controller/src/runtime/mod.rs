@@ -13,6 +13,7 @@
 //! | [`inputs`] | the durable inputs Secret |
 //! | [`status`] | conditions, nextAction, activeJob: the status patch |
 //! | [`deletion`] | the finalizer |
+//! | [`events`] | Events stamped with the controller's clock |
 //! | [`interrupted`] | an apply Job deleted while it ran: the live reads |
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`leader`] | leader election |
@@ -23,6 +24,7 @@ pub mod clock;
 pub mod controller;
 pub mod deletion;
 pub mod errors;
+pub mod events;
 pub mod gather;
 pub mod http;
 pub mod inputs;

@@ -1,235 +1,18 @@
-//! Scenario tests: the real runtime (real kube-rs client and controllers) against captf-sim,
-//! with the simulator's clock. Time moves only when a test advances it; each wait polls the
-//! API for at most a few seconds of wall time.
-#![allow(clippy::unwrap_used, clippy::expect_used)]
+//! The lifecycle scenarios of DESIGN.md §4, §5 and §8, one per seed rule that involves the API.
 
-use std::collections::BTreeMap;
 use std::sync::Arc;
-use std::time::Duration;
 
-use anyhow::{Result, bail};
+use anyhow::Result;
 use jiff::Timestamp;
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::{Value, json};
 
-use captf_controller::runtime::clock::WatchClock;
-use captf_controller::runtime::{self, Handle, LogFormat, RunArgs};
+use captf_controller::runtime::{self, clock::WatchClock};
 use captf_shared::protocol::PlanSummary;
-use captf_shared::{Kind, Op, names};
+use captf_shared::{Kind, Op};
 use captf_sim::{FaultRule, JobMatch, RunnerScript, Sim, Verb};
 
-const NS: &str = "default";
-const TC: &str = "infrastructure.cluster.x-k8s.io/terraformclusters";
-const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
-const T0: &str = "2026-01-01T00:00:00Z";
-const WAIT: Duration = Duration::from_secs(15);
-
-fn args() -> RunArgs {
-    RunArgs {
-        namespace: Some(NS.into()),
-        runner_image: "runner:test".into(),
-        runner_service_account: "captf-runner".into(),
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        health_addr: "127.0.0.1:0".parse().unwrap(),
-        leader_elect: false,
-        leader_namespace: None,
-        leader_lease_seconds: 15,
-        leader_identity: None,
-        concurrency: 4,
-        log_format: LogFormat::Text,
-        sim_clock_url: None,
-    }
-}
-
-struct Env {
-    sim: Sim,
-    handle: Option<Handle>,
-}
-
-impl Env {
-    async fn new() -> Result<Env> {
-        Env::with(Sim::builder()).await
-    }
-
-    async fn with(builder: captf_sim::SimBuilder) -> Result<Env> {
-        if std::env::var_os("RUST_LOG").is_some() {
-            runtime::init_logging(LogFormat::Text);
-        }
-        let sim = builder.start_time(T0.parse()?).start().await?;
-        sim.create_namespace(NS);
-        let mut env = Env { sim, handle: None };
-        env.start_controller().await?;
-        Ok(env)
-    }
-
-    async fn start_controller(&mut self) -> Result<()> {
-        let clock = Arc::new(WatchClock::new(self.sim.clock_watch()));
-        let handle = runtime::start(self.sim.client()?, &args(), clock).await?;
-        self.handle = Some(handle);
-        Ok(())
-    }
-
-    fn metrics(&self) -> String {
-        self.handle.as_ref().map(|h| h.metrics.encode()).unwrap_or_default()
-    }
-
-    fn now(&self) -> Timestamp {
-        self.sim.now()
-    }
-
-    fn advance(&self, secs: u64) {
-        self.sim.advance(Duration::from_secs(secs));
-    }
-
-    fn object(&self, resource: &str, name: &str) -> Option<Value> {
-        self.sim.get(resource, NS, name)
-    }
-
-    fn cluster(&self, name: &str) -> Value {
-        self.object(TC, name).unwrap_or(Value::Null)
-    }
-
-    fn jobs_of(&self, kind: Kind, name: &str) -> Vec<Job> {
-        let id = names::object_id(kind, NS, name);
-        self.sim
-            .jobs(NS)
-            .unwrap_or_default()
-            .into_iter()
-            .filter(|j| j.metadata.labels.as_ref().and_then(|l| l.get("captf.io/object")) == Some(&id))
-            .collect()
-    }
-
-    fn job_names(&self, kind: Kind, name: &str) -> Vec<String> {
-        self.jobs_of(kind, name)
-            .into_iter()
-            .filter_map(|j| j.metadata.name)
-            .collect()
-    }
-
-    /// Events with this reason, one entry per emission (a series counts its `count`).
-    fn events(&self, reason: &str) -> Vec<Value> {
-        self.sim
-            .events(NS)
-            .into_iter()
-            .filter(|e| e.get("reason").and_then(Value::as_str) == Some(reason))
-            .flat_map(|e| {
-                let n = e.pointer("/series/count").and_then(Value::as_u64).unwrap_or(1);
-                std::iter::repeat_n(e, n as usize)
-            })
-            .collect()
-    }
-
-    /// Poll until `f` returns Some (wall time ≤ WAIT).
-    async fn until<T>(&self, what: &str, mut f: impl FnMut(&Env) -> Option<T>) -> Result<T> {
-        let deadline = std::time::Instant::now() + WAIT;
-        loop {
-            if let Some(v) = f(self) {
-                return Ok(v);
-            }
-            if std::time::Instant::now() > deadline {
-                bail!("timed out waiting for {what}");
-            }
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    /// Wait for the object's Job with this op and sequence number to exist.
-    async fn job(&self, kind: Kind, name: &str, op: Op, seq: u32) -> Result<Job> {
-        let want = names::job_name(kind, NS, name, op, seq);
-        self.until(&format!("Job {want}"), |e| {
-            e.jobs_of(kind, name)
-                .into_iter()
-                .find(|j| j.metadata.name.as_deref() == Some(&want))
-        })
-        .await
-    }
-
-    /// Wait for a Job to be booked with this outcome.
-    async fn booked(&self, job: &str, outcome: &str) -> Result<()> {
-        self.until(&format!("Job {job} booked as {outcome}"), |e| {
-            let j = e.sim.get("batch/jobs", NS, job)?;
-            (j.pointer("/metadata/annotations/captf.io~1outcome")?.as_str()? == outcome).then_some(())
-        })
-        .await
-    }
-
-    /// Make sure nothing new happens for a moment (the controller had its chance to act).
-    async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(400)).await;
-    }
-}
-
-/// A plain HTTP/1.1 GET (no client crate needed for one request).
-async fn http_get(addr: std::net::SocketAddr, path: &str) -> Result<String> {
-    use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    let mut s = tokio::net::TcpStream::connect(addr).await?;
-    s.write_all(format!("GET {path} HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").as_bytes())
-        .await?;
-    let mut out = String::new();
-    s.read_to_string(&mut out).await?;
-    Ok(out)
-}
-
-fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
-    obj.pointer("/status/conditions")?
-        .as_array()?
-        .iter()
-        .find(|c| c["type"] == type_)
-        .map(|c| {
-            (
-                c["status"].as_str().unwrap_or("").to_string(),
-                c["reason"].as_str().unwrap_or("").to_string(),
-                c["message"].as_str().unwrap_or("").to_string(),
-            )
-        })
-}
-
-fn cluster_json(name: &str, spec_extra: Value) -> Value {
-    let mut spec = json!({
-        "module": {"source": "git::https://example.com/net.git"},
-        "variables": {"region": "eu-west-1"},
-        "drift": {"interval": "0"},
-    });
-    if let (Some(s), Some(extra)) = (spec.as_object_mut(), spec_extra.as_object()) {
-        for (k, v) in extra {
-            s.insert(k.clone(), v.clone());
-        }
-    }
-    json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "kind": "TerraformCluster",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": spec,
-    })
-}
-
-fn outputs() -> BTreeMap<String, Value> {
-    BTreeMap::from([(
-        "control_plane_endpoint".to_string(),
-        json!({"host": "10.0.0.1", "port": 6443}),
-    )])
-}
-
-fn ts(j: &Job) -> Timestamp {
-    j.metadata.creation_timestamp.as_ref().unwrap().0
-}
-
-fn finished(j: &Job) -> Timestamp {
-    j.status
-        .as_ref()
-        .and_then(|s| s.conditions.as_ref())
-        .and_then(|cs| {
-            cs.iter()
-                .find(|c| (c.type_ == "Failed" || c.type_ == "Complete") && c.status == "True")
-        })
-        .and_then(|c| c.last_transition_time.as_ref())
-        .map(|t| t.0)
-        .unwrap()
-}
-
-fn live(env: &Env, job: &str) -> Job {
-    serde_json::from_value(env.sim.get("batch/jobs", NS, job).unwrap()).unwrap()
-}
+use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
@@ -355,6 +138,15 @@ async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
     let c = env.cluster("retry");
     assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(3)));
     assert_eq!(env.events("JobFailed").len(), 3);
+    // Events are stamped with the controller's (here the simulator's) clock, not the wall clock.
+    for e in env.events("JobFailed") {
+        let at: Timestamp = e["eventTime"].as_str().expect("eventTime").parse()?;
+        assert!(
+            at >= T0.parse()? && at <= env.now(),
+            "event at {at}, simulated now {}",
+            env.now()
+        );
+    }
     assert!(env.metrics().contains(
         "captf_consecutive_failures{kind=\"TerraformCluster\",namespace=\"default\",name=\"retry\",op=\"apply\"} 3"
     ));
@@ -1050,69 +842,6 @@ async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> 
     assert!(
         c.pointer("/status/outputs/admin_token").is_none(),
         "sensitive outputs stay in the Secret"
-    );
-    Ok(())
-}
-
-/// A measurement, not a check of timings: `CAPTF_SCALE_OBJECTS=500 cargo test -p
-/// captf-controller --test scenarios many_objects -- --ignored --nocapture` prints how long N
-/// objects take from creation to Ready, and from their apply Jobs finishing to the next Job.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "measurement; run by hand"]
-async fn many_objects_reach_ready() -> Result<()> {
-    let n: usize = std::env::var("CAPTF_SCALE_OBJECTS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(200);
-    let env = Env::new().await?;
-    env.sim
-        .set_default_script(RunnerScript::succeed_with_outputs(outputs()));
-    let started = std::time::Instant::now();
-    for i in 0..n {
-        env.sim
-            .put(cluster_json(&format!("c{i}"), json!({"drift": {"interval": "30m"}})))?;
-    }
-    let jobs = |e: &Env| e.sim.list("batch/jobs", Some(NS)).len();
-    let count = |e: &Env, op: &str| {
-        e.sim
-            .list("batch/jobs", Some(NS))
-            .iter()
-            .filter(|j| j.pointer("/metadata/labels/captf.io~1op").and_then(Value::as_str) == Some(op))
-            .count()
-    };
-    let wait = |what: &'static str, f: Box<dyn Fn(&Env) -> bool>| {
-        let env = &env;
-        async move {
-            let deadline = std::time::Instant::now() + Duration::from_secs(120);
-            while !f(env) {
-                if std::time::Instant::now() > deadline {
-                    bail!("timed out waiting for {what}");
-                }
-                tokio::time::sleep(Duration::from_millis(20)).await;
-            }
-            Ok(())
-        }
-    };
-    wait("every apply Job", Box::new(move |e| count(e, "apply") >= n)).await?;
-    let created = started.elapsed();
-    let t = std::time::Instant::now();
-    env.advance(30);
-    wait("every drift Job", Box::new(move |e| count(e, "drift") >= n)).await?;
-    let next = t.elapsed();
-    let ready = |e: &Env| {
-        e.sim
-            .list(TC, Some(NS))
-            .iter()
-            .filter(|c| condition(c, "Ready").is_some_and(|r| r.0 == "True"))
-            .count()
-    };
-    wait("all Ready", Box::new(move |e| ready(e) >= n)).await?;
-    println!(
-        "{n} objects: {} Jobs; all apply Jobs created {:.2}s after creation; all {n} next Jobs (drift) created {:.2}s after the applies finished (one clock jump); total {:.2}s",
-        jobs(&env),
-        created.as_secs_f64(),
-        next.as_secs_f64(),
-        started.elapsed().as_secs_f64()
     );
     Ok(())
 }

@@ -1,0 +1,144 @@
+//! Events about CAPTF objects (DESIGN.md §10), written as `events.k8s.io/v1` Events.
+//!
+//! Not kube's `Recorder`: its timestamps come from the wall clock, which would put the
+//! simulator's events at the wrong time, and it keeps a cache per object that grows with the
+//! number of objects. CAPTF emits each event once per Job (or once per transition, for
+//! `StateLocked`), so it needs no series aggregation: one emission is one Event, stamped with the
+//! controller's clock.
+
+use k8s_openapi::api::core::v1::ObjectReference;
+use k8s_openapi::api::events::v1::Event;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+use k8s_openapi::jiff::Timestamp;
+use kube::api::{Api, PostParams};
+
+use captf_shared::keys;
+
+use super::gather::Ident;
+
+/// The reporting controller of every CAPTF Event.
+pub const REPORTING_CONTROLLER: &str = "captf.io/controller";
+
+/// What one emission says.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Emission<'a> {
+    pub warning: bool,
+    pub reason: &'a str,
+    pub action: &'a str,
+    pub note: &'a str,
+    /// The Job the event is about, when there is one (`related`).
+    pub job: Option<&'a str>,
+}
+
+/// Build the Event (PURE): `regarding` the object, `related` to its Job, stamped `now`.
+pub fn build(id: &Ident, e: &Emission<'_>, instance: &str, now: Timestamp) -> Event {
+    let regarding = ObjectReference {
+        api_version: Some(keys::API_VERSION.into()),
+        kind: Some(id.kind.as_str().into()),
+        name: Some(id.name.clone()),
+        namespace: Some(id.namespace.clone()),
+        uid: Some(id.uid.clone()).filter(|u| !u.is_empty()),
+        ..Default::default()
+    };
+    Event {
+        metadata: ObjectMeta {
+            generate_name: Some(format!("{}.", id.name)),
+            namespace: Some(id.namespace.clone()),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some(if e.warning { "Warning" } else { "Normal" }.into()),
+        reason: Some(e.reason.into()),
+        action: Some(e.action.into()),
+        // The API server rejects notes over 1 KiB.
+        note: Some(cut_note(e.note)),
+        regarding: Some(regarding),
+        related: e.job.map(|j| ObjectReference {
+            api_version: Some("batch/v1".into()),
+            kind: Some("Job".into()),
+            name: Some(j.to_string()),
+            namespace: Some(id.namespace.clone()),
+            ..Default::default()
+        }),
+        reporting_controller: Some(REPORTING_CONTROLLER.into()),
+        reporting_instance: Some(instance.into()),
+        ..Default::default()
+    }
+}
+
+/// At most 1024 bytes, cut on a character boundary.
+fn cut_note(note: &str) -> String {
+    let mut end = note.len().min(1024);
+    while !note.is_char_boundary(end) {
+        end -= 1;
+    }
+    note[..end].to_string()
+}
+
+/// Writes Events; failures are logged, never fatal (an event is a courtesy, not a record).
+#[derive(Clone)]
+pub struct Events {
+    client: kube::Client,
+    instance: String,
+}
+
+impl Events {
+    /// `instance` names this replica (its pod name), as `reportingInstance` requires.
+    pub fn new(client: kube::Client, instance: String) -> Events {
+        Events { client, instance }
+    }
+
+    pub async fn publish(&self, id: &Ident, e: &Emission<'_>, now: Timestamp) {
+        let ev = build(id, e, &self.instance, now);
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &id.namespace);
+        if let Err(err) = api.create(&PostParams::default(), &ev).await {
+            tracing::warn!(error = %err, reason = e.reason, "failed to publish event for {}", id.what());
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use captf_shared::Kind;
+
+    fn ident() -> Ident {
+        Ident {
+            kind: Kind::TerraformCluster,
+            namespace: "ns".into(),
+            name: "c1".into(),
+            uid: "u-1".into(),
+            suffix: "s".into(),
+            object_id: "o".into(),
+            cluster_name: None,
+        }
+    }
+
+    #[test]
+    fn an_event_is_stamped_with_the_controllers_clock_not_the_wall_clock() {
+        let now: Timestamp = "2026-01-01T00:03:00Z".parse().expect("time");
+        let e = Emission {
+            warning: true,
+            reason: "JobFailed",
+            action: "BookJob",
+            note: "Job x failed",
+            job: Some("x"),
+        };
+        let ev = build(&ident(), &e, "pod-1", now);
+        assert_eq!(ev.event_time, Some(MicroTime(now)));
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        assert_eq!(ev.regarding.and_then(|r| r.uid).as_deref(), Some("u-1"));
+        assert_eq!(ev.related.and_then(|r| r.name).as_deref(), Some("x"));
+        assert_eq!(ev.reporting_instance.as_deref(), Some("pod-1"));
+        assert_eq!(ev.metadata.generate_name.as_deref(), Some("c1."));
+    }
+
+    #[test]
+    fn a_long_note_is_cut_to_1024_bytes_on_a_character_boundary() {
+        let note = "é".repeat(1000);
+        let cut = cut_note(&note);
+        assert!(cut.len() <= 1024);
+        assert!(note.starts_with(&cut));
+        assert_eq!(cut_note("short"), "short");
+    }
+}
