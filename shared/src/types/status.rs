@@ -26,6 +26,11 @@ pub struct TerraformStatus {
     /// The highest Job sequence number used so far.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub last_job_seq: Option<u32>,
+    /// The highest Job sequence number whose booking effects (counts, last success, outputs,
+    /// durable annotations, Cluster API fields, lease releases) are recorded in this status.
+    /// A Job with `captf.io/outcome` above it is replayed without events or once-only metrics.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_booked_job_seq: Option<u32>,
     /// What the controller decided to do next and, during backoff, when.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub next_action: Option<NextAction>,
