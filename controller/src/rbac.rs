@@ -71,13 +71,19 @@ pub const CONTROLLER_API_CALLS: &[ApiCall] = &[
     ApiCall {
         group: "events.k8s.io",
         resource: "events",
-        verbs: &["create", "patch"],
+        verbs: &["create"],
     },
     // A TerraformMachine's `bootstrap_data_secret` input: its owner Machine's
     // `spec.bootstrap.dataSecretName` (runtime/gather.rs).
     ApiCall {
         group: "cluster.x-k8s.io",
         resource: "machines",
+        verbs: &["get"],
+    },
+    // Cluster API pause: the owning Cluster's `spec.paused` (runtime/pause.rs).
+    ApiCall {
+        group: "cluster.x-k8s.io",
+        resource: "clusters",
         verbs: &["get"],
     },
 ];

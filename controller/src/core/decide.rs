@@ -215,7 +215,9 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
         return wait(Reason::InvalidSpec, None);
     }
     if s.paused {
-        return wait(Reason::Paused, None);
+        // A paused Cluster API Cluster is not watched: look again now and then. The object's own
+        // spec.paused and annotation come with a watch event when they change.
+        return wait(Reason::Paused, s.holds.cluster_paused.then_some(HOLD_REQUEUE));
     }
     // 2.
     if s.active_job().is_some() {
@@ -612,6 +614,16 @@ mod tests {
             (w.reason, w.requeue_after),
             (Reason::InputsUnresolved, Some(HOLD_REQUEUE))
         );
+    }
+
+    #[test]
+    fn a_pause_from_the_unwatched_cluster_api_cluster_is_looked_at_again_an_own_pause_waits_for_an_event() {
+        let mut s = snap(3, vec![], 0);
+        s.paused = true;
+        assert_eq!(as_wait(decide(&s, ts(1))).requeue_after, None);
+        s.holds.cluster_paused = true;
+        let w = as_wait(decide(&s, ts(1)));
+        assert_eq!((w.reason, w.requeue_after), (Reason::Paused, Some(HOLD_REQUEUE)));
     }
 
     #[test]

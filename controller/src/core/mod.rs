@@ -12,6 +12,8 @@
 //! | [`interrupted`] | an apply Job deleted while it ran (§5.6) |
 //! | [`prune`] | which Jobs to delete (§5.5) |
 //! | [`inputs`] | resolving the inputs and `cluster_name` (§2.3) |
+//! | [`state`] | whether the state can be read (a deletion hold, §8) |
+//! | [`pause`] | Cluster API pause of the owning Cluster (§2.2) |
 //! | [`snapshot`] | the view of an object `decide` takes |
 //! | [`reason`] | why a decision was made |
 //! | [`decide`](mod@decide) | the ordered rules (§6) |
@@ -22,11 +24,13 @@ pub mod inputs;
 pub mod interrupted;
 pub mod lock;
 pub mod outcome;
+pub mod pause;
 pub mod prune;
 pub mod reason;
 pub mod record;
 pub mod remediation;
 pub mod snapshot;
+pub mod state;
 
 pub use decide::{Decision, Start, Wait, decide};
 pub use outcome::{Outcome, classify};

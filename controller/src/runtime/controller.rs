@@ -30,6 +30,8 @@ use super::job::{JobParams, build_job, owner_reference};
 use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::metrics::Metrics;
+use super::pause;
+use super::state;
 use super::status;
 use crate::core::lock::LockState;
 use crate::core::record::{self, JobRecord};
@@ -254,7 +256,12 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         Ok(i) => InputsHash::Known(i.hash()),
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
-    let holds = gather::holds(&ctx.client, &id).await?;
+    let mut holds = gather::holds(&ctx.client, &id).await?;
+    holds.cluster_paused = pause::cluster_paused(&ctx.client, &object, &id).await;
+    if deleting {
+        // Only a deletion is held by an unreadable state (§8); other ops find out themselves.
+        holds.state_unreadable = state::unreadable(&ctx.client, &id).await?;
+    }
     let mut snap =
         Snapshot::new(&object, records, durable, inputs_hash, lock, holds).map_err(|source| Error::Snapshot {
             kind,

@@ -145,6 +145,11 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     status_code(e) == Some(409)
 }
 
+/// True for a 401 or 403: the API answered that the caller may not do this.
+pub fn is_forbidden(e: &kube::Error) -> bool {
+    matches!(status_code(e), Some(401 | 403))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

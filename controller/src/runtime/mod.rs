@@ -13,6 +13,7 @@
 //! | [`inputs`] | the durable inputs Secret |
 //! | [`status`] | conditions, nextAction, activeJob: the status patch |
 //! | [`deletion`] | the finalizer |
+//! | [`pause`], [`state`] | live reads of the owning Cluster's pause and of the state Secret |
 //! | [`events`] | Events stamped with the controller's clock |
 //! | [`interrupted`] | an apply Job deleted while it ran: the live reads |
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
@@ -34,6 +35,8 @@ pub mod kinds;
 pub mod leader;
 pub mod leases;
 pub mod metrics;
+pub mod pause;
+pub mod state;
 pub mod status;
 
 use std::net::SocketAddr;

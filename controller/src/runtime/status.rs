@@ -200,8 +200,19 @@ pub fn compute(
         ),
     }
 
-    // StateReadable: only from a lock check (none runs while a Job is active: keep it).
-    if lock_checked {
+    // StateReadable: an unreadable state (read on deletion) first; otherwise only from a lock
+    // check (none runs while a Job is active: keep it).
+    if let Some(why) = &s.holds.state_unreadable {
+        set(
+            &mut cs,
+            conditions::STATE_READABLE,
+            Status::False,
+            reasons::STATE_UNREADABLE,
+            why,
+            g,
+            now,
+        );
+    } else if lock_checked {
         match s.lock.state_locked_message() {
             Some(m) => set(
                 &mut cs,
@@ -255,7 +266,13 @@ pub fn compute(
                     Reason::MembersExist => {
                         format!("deletion held: members still exist: {}", s.holds.members.join(", "))
                     }
-                    _ => "deletion held: the state cannot be read".to_string(),
+                    _ => format!(
+                        "deletion held: {}",
+                        s.holds
+                            .state_unreadable
+                            .as_deref()
+                            .unwrap_or("the state cannot be read")
+                    ),
                 },
             ),
             _ => (Status::False, "Deleting".to_string(), "destroying".to_string()),

@@ -5,5 +5,6 @@
 
 mod support;
 
+mod holds;
 mod lifecycle;
 mod scale;

@@ -1,0 +1,98 @@
+//! Cluster API pause (DESIGN.md §2.2): an object is paused by its own `spec.paused`, its
+//! `cluster.x-k8s.io/paused` annotation (both read in [`super::snapshot`]), or its Cluster API
+//! `Cluster`'s `spec.paused`, read here. Same rule as Cluster API's `annotations.IsPaused`.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use serde_json::Value;
+
+/// The Cluster API group.
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+/// The version used when the object names no owning Cluster (served by every Cluster API
+/// release that has v1beta2 too).
+pub const CAPI_DEFAULT_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+
+/// The apiVersion to read the owning Cluster with: the one of the object's `Cluster`
+/// ownerReference (Cluster API sets it on infrastructure clusters), else v1beta1 (PURE).
+pub fn cluster_api_version(meta: &ObjectMeta) -> String {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == "Cluster" && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
+        .map_or_else(|| CAPI_DEFAULT_API_VERSION.to_string(), |o| o.api_version.clone())
+}
+
+/// Whether the object is managed by Cluster API at all: it has the `cluster.x-k8s.io/cluster-name`
+/// label or a Cluster API `Cluster` owner. Only then is there a Cluster to read (PURE).
+pub fn under_cluster_api(meta: &ObjectMeta) -> bool {
+    meta.labels.as_ref().is_some_and(|l| {
+        l.get(captf_shared::keys::LABEL_CLUSTER_NAME)
+            .is_some_and(|v| !v.is_empty())
+    }) || meta
+        .owner_references
+        .iter()
+        .flatten()
+        .any(|o| o.kind == "Cluster" && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
+}
+
+/// Whether a Cluster API `Cluster` (as JSON, any version) is paused: `spec.paused: true` (PURE).
+pub fn cluster_paused(cluster: &Value) -> bool {
+    cluster.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use serde_json::json;
+
+    fn owned_by(api_version: &str, kind: &str) -> ObjectMeta {
+        ObjectMeta {
+            owner_references: Some(vec![OwnerReference {
+                api_version: api_version.into(),
+                kind: kind.into(),
+                name: "prod".into(),
+                uid: "u".into(),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn only_objects_with_the_cluster_name_label_or_a_cluster_owner_have_a_cluster_to_read() {
+        assert!(!under_cluster_api(&ObjectMeta::default()));
+        assert!(under_cluster_api(&owned_by("cluster.x-k8s.io/v1beta1", "Cluster")));
+        assert!(!under_cluster_api(&owned_by("example.com/v1", "Cluster")));
+        let labelled = ObjectMeta {
+            labels: Some([(captf_shared::keys::LABEL_CLUSTER_NAME.to_string(), "prod".to_string())].into()),
+            ..Default::default()
+        };
+        assert!(under_cluster_api(&labelled));
+    }
+
+    #[test]
+    fn a_paused_cluster_pauses_its_members() {
+        assert!(cluster_paused(&json!({"spec": {"paused": true}})));
+    }
+
+    #[test]
+    fn an_unpaused_or_unspecified_cluster_does_not() {
+        assert!(!cluster_paused(&json!({"spec": {"paused": false}})));
+        assert!(!cluster_paused(&json!({"spec": {}})));
+        assert!(!cluster_paused(&json!({"spec": {"paused": "true"}})));
+    }
+
+    #[test]
+    fn the_cluster_is_read_with_the_version_of_the_owner_reference() {
+        assert_eq!(
+            cluster_api_version(&owned_by("cluster.x-k8s.io/v1beta2", "Cluster")),
+            "cluster.x-k8s.io/v1beta2"
+        );
+        assert_eq!(cluster_api_version(&ObjectMeta::default()), CAPI_DEFAULT_API_VERSION);
+        // Another group's Cluster is not Cluster API's.
+        assert_eq!(
+            cluster_api_version(&owned_by("example.com/v1", "Cluster")),
+            CAPI_DEFAULT_API_VERSION
+        );
+    }
+}

@@ -1,0 +1,84 @@
+//! Whether Terraform's state can be read (DESIGN.md §8, seed 003's "the state reads"): a
+//! deletion is held while it cannot, because a destroy that cannot read the state would either
+//! fail forever or, worse, destroy nothing and let the finalizer go.
+//!
+//! The state lives in the Secret `tfstate-default-<suffix>` under the data key `tfstate`, gzip
+//! compressed (DESIGN.md §15; Terraform ≥ 1.6 continues a large state in `…-part-<N>` Secrets,
+//! so only the first part is here and only its gzip header can be checked). What Terraform itself
+//! treats as "no state yet" is readable: no Secret, or a Secret without the key or with an empty
+//! value.
+
+/// The first two bytes of every gzip stream (RFC 1952 §2.3.1).
+const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// What a read of the state Secret returned.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum StateRead<'a> {
+    /// The Secret does not exist: no state yet.
+    Missing,
+    /// The API refused to let the controller read it (401/403).
+    Forbidden,
+    /// The Secret's `tfstate` value (`None`: no such key).
+    Data(Option<&'a [u8]>),
+}
+
+/// Why the state cannot be read, or `None` when it can (PURE). `secret` names the Secret.
+pub fn unreadable(secret: &str, read: StateRead<'_>) -> Option<String> {
+    match read {
+        StateRead::Missing | StateRead::Data(None) => None,
+        StateRead::Data(Some([])) => None,
+        StateRead::Data(Some(d)) if d.starts_with(&GZIP_MAGIC) => None,
+        StateRead::Data(Some(_)) => Some(format!(
+            "the state Secret {secret} holds data under tfstate that is not gzip, so Terraform cannot read it; restore the state or remove the Secret"
+        )),
+        StateRead::Forbidden => Some(format!(
+            "the controller is not allowed to read the state Secret {secret}; check its RBAC"
+        )),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    const S: &str = "tfstate-default-tc-prod-eu-225654";
+
+    #[test]
+    fn no_state_secret_yet_is_readable() {
+        assert_eq!(unreadable(S, StateRead::Missing), None);
+    }
+
+    #[test]
+    fn a_secret_without_the_tfstate_key_or_with_an_empty_value_is_no_state_and_readable() {
+        assert_eq!(unreadable(S, StateRead::Data(None)), None);
+        assert_eq!(unreadable(S, StateRead::Data(Some(b""))), None);
+    }
+
+    #[test]
+    fn gzip_state_is_readable() {
+        assert_eq!(unreadable(S, StateRead::Data(Some(&[0x1f, 0x8b, 0x08, 0x00]))), None);
+    }
+
+    #[test]
+    fn plain_json_where_gzip_belongs_is_unreadable_and_named() {
+        let why = unreadable(S, StateRead::Data(Some(br#"{"version":4}"#))).expect("unreadable");
+        assert!(why.contains(S) && why.contains("not gzip"), "{why}");
+    }
+
+    #[test]
+    fn a_state_secret_the_controller_may_not_read_is_unreadable() {
+        let why = unreadable(S, StateRead::Forbidden).expect("unreadable");
+        assert!(why.contains("not allowed"), "{why}");
+    }
+
+    proptest! {
+        /// The verdict depends only on the gzip header: any gzip stream reads, anything else that
+        /// is not empty does not.
+        #[test]
+        fn readable_exactly_when_empty_or_gzip(data in proptest::collection::vec(any::<u8>(), 0..64)) {
+            let readable = unreadable(S, StateRead::Data(Some(&data))).is_none();
+            prop_assert_eq!(readable, data.is_empty() || data.starts_with(&GZIP_MAGIC));
+        }
+    }
+}

@@ -1,0 +1,37 @@
+//! Cluster API pause (DESIGN.md §2.2): the owning Cluster API `Cluster`, read live. The rule is
+//! pure, in [`crate::core::pause`].
+
+use kube::api::Api;
+use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
+
+use captf_shared::types::CaptfObject;
+
+use super::gather::Ident;
+use crate::core::pause;
+
+/// Whether the object's Cluster API `Cluster` is paused (read only for objects Cluster API
+/// manages, so a standalone object costs no extra call). A Cluster that does not exist (or a
+/// cluster without Cluster API installed) pauses nothing; a failed read is logged and pauses
+/// nothing, since pause is a brake a person applies and Cluster API may be absent.
+pub async fn cluster_paused(client: &kube::Client, object: &CaptfObject, id: &Ident) -> bool {
+    let Some(cluster) = id.cluster_name.as_deref() else {
+        return false;
+    };
+    if !pause::under_cluster_api(object.metadata()) {
+        return false;
+    }
+    let api_version = pause::cluster_api_version(object.metadata());
+    let Some((group, version)) = api_version.split_once('/') else {
+        return false;
+    };
+    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, "Cluster"), "clusters");
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &ar);
+    match api.get_opt(cluster).await {
+        Ok(Some(c)) => pause::cluster_paused(&c.data),
+        Ok(None) => false,
+        Err(e) => {
+            tracing::debug!(error = %e, "failed to read the Cluster API Cluster {cluster} of {}", id.what());
+            false
+        }
+    }
+}

@@ -1,0 +1,120 @@
+//! What holds an object back from outside it: a paused Cluster API `Cluster` (§2.2) and a state
+//! that cannot be read, which holds a deletion (§8).
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use captf_shared::{Kind, Op, names};
+use captf_sim::RunnerScript;
+
+use super::support::*;
+
+/// The Cluster API `Cluster` CRD, as much of it as the simulator needs to serve the kind.
+fn capi_cluster_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"kind": "Cluster", "listKind": "ClusterList", "plural": "clusters", "singular": "cluster"},
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
+fn capi_cluster(name: &str, paused: bool) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"paused": paused},
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_cluster_api_cluster_pauses_its_terraform_cluster_until_unpaused() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.put(capi_cluster_crd())?;
+    env.sim.put(capi_cluster("prod", true))?;
+    let mut tc = cluster_json("prod-infra", json!({}));
+    tc["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "prod"});
+    env.sim.put(tc)?;
+    env.until("Paused=True", |e| {
+        let (st, reason, _) = condition(&e.cluster("prod-infra"), "Paused")?;
+        (st == "True" && reason == "Paused").then_some(())
+    })
+    .await?;
+    let (st, reason, _) = condition(&env.cluster("prod-infra"), "Ready").expect("Ready");
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "Paused"));
+    env.settle().await;
+    assert!(
+        env.job_names(Kind::TerraformCluster, "prod-infra").is_empty(),
+        "no Job while the Cluster API Cluster is paused"
+    );
+
+    env.sim.put(capi_cluster("prod", false))?;
+    // The Cluster is not watched: the paused object looks again within its hold requeue.
+    env.advance(30);
+    env.job(Kind::TerraformCluster, "prod-infra", Op::Apply, 1).await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.put(cluster_json("held", json!({})))?;
+    let j1 = env.job(k, "held", Op::Apply, 1).await?;
+    env.advance(30);
+    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+
+    // Somebody overwrote the state with plain JSON: Terraform cannot read it.
+    let state = names::state_secret_name(&names::suffix(k, NS, "held"));
+    let secret = |data: &[u8]| -> Result<Value> {
+        let s = k8s_openapi::api::core::v1::Secret {
+            metadata: kube::api::ObjectMeta {
+                name: Some(state.clone()),
+                namespace: Some(NS.into()),
+                ..Default::default()
+            },
+            data: Some([("tfstate".to_string(), k8s_openapi::ByteString(data.to_vec()))].into()),
+            ..Default::default()
+        };
+        Ok(serde_json::to_value(s)?)
+    };
+    env.sim.put(secret(br#"{"version": 4}"#)?)?;
+    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
+    api.delete("held", &Default::default()).await?;
+    let msg = env
+        .until("DeletionHeld", |e| {
+            let (st, reason, msg) = condition(&e.cluster("held"), "Ready")?;
+            (st == "False" && reason == "DeletionHeld").then_some(msg)
+        })
+        .await?;
+    assert!(msg.contains(&state) && msg.contains("not gzip"), "{msg}");
+    let (st, reason, _) = condition(&env.cluster("held"), "StateReadable").expect("StateReadable");
+    assert_eq!((st.as_str(), reason.as_str()), ("False", "StateUnreadable"));
+    env.settle().await;
+    assert_eq!(
+        env.job_names(k, "held").len(),
+        1,
+        "no destroy Job while the state cannot be read"
+    );
+
+    // The state is restored (gzip again): the destroy runs and the finalizer goes.
+    env.sim.put(secret(&[0x1f, 0x8b, 0x08, 0x00, 0x00])?)?;
+    env.advance(30);
+    env.job(k, "held", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("object gone", |e| e.object(TC, "held").is_none().then_some(()))
+        .await?;
+    Ok(())
+}
