@@ -3,7 +3,11 @@
 //! Per op: keep the newest `successfulJobsHistoryLimit` succeeded Jobs, the newest
 //! `max(1, failedJobsHistoryLimit)` failures (`failed` and `deadline` together, so the failure
 //! count of §5.3 never exceeds the limit), and the newest `max(1, failedJobsHistoryLimit)` of each
-//! other outcome. Never the newest Job of an op that is unresolved, never an active Job.
+//! other outcome. Never the newest Job of an op that is unresolved, never an active Job, and
+//! never a finished Job whose booking effects are not accounted in the status yet
+//! (`JobRecord::accounted`): its annotation says it was booked, but only the Job itself still
+//! lets a later pass replay what the status lost. Such a Job still takes its place in the
+//! counts, so pruning the others is unchanged.
 
 use std::collections::HashMap;
 
@@ -49,7 +53,7 @@ pub fn prune(history: &[JobRecord], successful_limit: u32, failed_limit: u32) ->
         let unresolved_newest = newest_of_op && c != Class::Success;
         if *n < limit || unresolved_newest {
             *n += 1;
-        } else {
+        } else if r.accounted {
             out.push(r.name.clone());
         }
     }
@@ -119,7 +123,57 @@ mod tests {
         assert!(prune(&h, 1, 1).is_empty());
     }
 
+    #[test]
+    fn a_job_whose_effects_are_not_accounted_is_never_pruned() {
+        // Limit 1: 4 is kept, 3 and 2 are beyond the limit, but 2 was booked by a pass whose
+        // status write was lost: 3 (accounted) goes, 2 (not accounted) stays.
+        let mut h = vec![
+            rec(Op::Apply, 4, Some(Outcome::Failed)),
+            rec(Op::Apply, 3, Some(Outcome::Failed)),
+            rec(Op::Apply, 2, Some(Outcome::Failed)),
+        ];
+        h[2].accounted = false;
+        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone()]);
+        // Once the watermark covers it, the next pass prunes it.
+        h[2].accounted = true;
+        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone(), h[2].name.clone()]);
+    }
+
+    #[test]
+    fn an_unaccounted_job_still_counts_toward_the_limit() {
+        // Success limit 1: the newest success (5) was just booked and is not accounted; the
+        // older accounted success (3) is pruned as before.
+        let mut h = vec![
+            rec(Op::Apply, 5, Some(Outcome::Succeeded)),
+            rec(Op::Apply, 3, Some(Outcome::Succeeded)),
+        ];
+        h[0].accounted = false;
+        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone()]);
+    }
+
     proptest! {
+        #[test]
+        fn pruning_never_deletes_an_unaccounted_job_and_otherwise_is_unchanged(
+            jobs in prop::collection::vec((0usize..6, 0usize..4, any::<bool>()), 0..30),
+            limit in 0u32..5,
+            slimit in 0u32..3,
+        ) {
+            let len = jobs.len();
+            let h: Vec<JobRecord> = jobs.iter().enumerate()
+                .map(|(i, (o, op, accounted))| JobRecord {
+                    accounted: *accounted,
+                    ..rec(Op::ALL[*op], (len - i) as u32, Some(Outcome::ALL[*o]))
+                })
+                .collect();
+            let all_accounted: Vec<JobRecord> = h.iter().cloned().map(|r| JobRecord { accounted: true, ..r }).collect();
+            let gone = prune(&h, slimit, limit);
+            let want: Vec<String> = prune(&all_accounted, slimit, limit)
+                .into_iter()
+                .filter(|n| h.iter().any(|r| &r.name == n && r.accounted))
+                .collect();
+            prop_assert_eq!(gone, want);
+        }
+
         #[test]
         fn after_pruning_n_is_at_most_the_limit(outcomes in prop::collection::vec((0usize..6, 0usize..4), 0..30), limit in 0u32..5, slimit in 0u32..3) {
             let len = outcomes.len();

@@ -24,6 +24,11 @@ pub struct JobRecord {
     pub outcome: Option<Outcome>,
     /// True when the outcome came from the `captf.io/outcome` annotation (already booked).
     pub booked: bool,
+    /// True when the booking's effects are known to be recorded in the status (its sequence
+    /// number is at most `status.lastBookedJobSeq` read at the start of the pass). Pruning never
+    /// deletes a finished Job that is not accounted. [`JobRecord::from_job`] cannot see the
+    /// status and assumes `booked`; the bookkeeping pass refines it with [`mark_accounted`].
+    pub accounted: bool,
     pub drift_remediation: bool,
     /// The approved plan hash the Job carried (`captf.io/approved-plan`).
     pub approved_plan: Option<String>,
@@ -109,6 +114,7 @@ impl JobRecord {
             finished: outcome::finished_at(job),
             outcome,
             booked: booked.is_some(),
+            accounted: booked.is_some(),
             drift_remediation: ann(keys::ANNOTATION_DRIFT_REMEDIATION).as_deref() == Some("true"),
             approved_plan: ann(keys::ANNOTATION_APPROVED_PLAN),
             force_unlock_id: ann(keys::ANNOTATION_FORCE_UNLOCK),
@@ -147,6 +153,68 @@ pub fn sort_newest_first(records: &mut [JobRecord]) {
     });
 }
 
+/// What the bookkeeping pass does with one finished Job (DESIGN.md §5.2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Accounting {
+    /// No `captf.io/outcome` yet: write it (the "once"), then emit the events and the once-only
+    /// metrics, then record the effects.
+    Book,
+    /// Booked (annotated) by an earlier pass whose effects never reached the status (the
+    /// controller died, or an API call or the status write failed, after the annotation):
+    /// record the idempotent effects again, without events and without the once-only metrics.
+    Replay,
+}
+
+/// The watermark a pass starts from: `status.lastBookedJobSeq` when the status has one.
+///
+/// An object written before the watermark existed has none. Its counts were then written by
+/// the same passes that annotated its Jobs, so a missing watermark means "every annotated Job
+/// is accounted": the highest annotated sequence number (0 when none) is the baseline, and
+/// nothing is replayed. Replaying instead would count every failure still in the history a
+/// second time on upgrade. The pass writes the baseline back, so the object has a watermark
+/// from its first status write on (PURE).
+pub fn watermark_baseline(records: &[JobRecord], status_watermark: Option<u32>) -> u32 {
+    status_watermark.unwrap_or_else(|| records.iter().filter(|r| r.booked).map(|r| r.seq).max().unwrap_or(0))
+}
+
+/// Mark which records are accounted at the start of the pass: booked and at most `baseline`.
+/// A Job booked or replayed in this pass stays unaccounted until a later pass reads the
+/// watermark that covers it, so it is not pruned before its effects are in the status (PURE).
+pub fn mark_accounted(records: &mut [JobRecord], baseline: u32) {
+    for r in records {
+        r.accounted = r.booked && r.seq <= baseline;
+    }
+}
+
+/// The finished Jobs to book or replay, oldest first, as indices into `records` (PURE).
+/// Active Jobs and Jobs accounted at `baseline` are left out.
+pub fn accounting_plan(records: &[JobRecord], baseline: u32) -> Vec<(usize, Accounting)> {
+    let mut plan: Vec<(usize, Accounting)> = records
+        .iter()
+        .enumerate()
+        .filter(|(_, r)| r.is_finished())
+        .filter_map(|(i, r)| match (r.booked, r.seq > baseline) {
+            (false, _) => Some((i, Accounting::Book)),
+            (true, true) => Some((i, Accounting::Replay)),
+            (true, false) => None,
+        })
+        .collect();
+    plan.sort_by(|(a, _), (b, _)| {
+        let (a, b) = (&records[*a], &records[*b]);
+        a.seq
+            .cmp(&b.seq)
+            .then_with(|| a.created.cmp(&b.created))
+            .then_with(|| a.name.cmp(&b.name))
+    });
+    plan
+}
+
+/// The watermark after a pass that booked or replayed the Jobs with these sequence numbers:
+/// the highest accounted one. It never goes down (PURE).
+pub fn watermark_after(baseline: u32, accounted: impl IntoIterator<Item = u32>) -> u32 {
+    accounted.into_iter().fold(baseline, u32::max)
+}
+
 #[cfg(test)]
 pub(crate) mod tests {
     #![allow(clippy::unwrap_used)]
@@ -163,12 +231,128 @@ pub(crate) mod tests {
             finished: outcome.map(|_| Timestamp::from_second(1_000 + i64::from(seq) * 60).unwrap()),
             outcome,
             booked: true,
+            accounted: true,
             drift_remediation: false,
             approved_plan: None,
             force_unlock_id: None,
             inputs_hash: None,
             deleting: false,
             result: None,
+        }
+    }
+
+    fn unbooked(op: Op, seq: u32, outcome: Option<Outcome>) -> JobRecord {
+        JobRecord {
+            booked: false,
+            accounted: false,
+            ..rec(op, seq, outcome)
+        }
+    }
+
+    fn seqs(records: &[JobRecord], plan: &[(usize, Accounting)]) -> Vec<(u32, Accounting)> {
+        plan.iter().map(|(i, a)| (records[*i].seq, *a)).collect()
+    }
+
+    #[test]
+    fn a_missing_watermark_counts_every_annotated_job_as_accounted_so_an_upgrade_replays_nothing() {
+        let h = vec![
+            unbooked(Op::Apply, 4, Some(Outcome::Failed)),
+            rec(Op::Apply, 3, Some(Outcome::Failed)),
+            rec(Op::Apply, 2, Some(Outcome::Deadline)),
+            rec(Op::Apply, 1, Some(Outcome::Succeeded)),
+        ];
+        let baseline = watermark_baseline(&h, None);
+        assert_eq!(baseline, 3);
+        assert_eq!(seqs(&h, &accounting_plan(&h, baseline)), vec![(4, Accounting::Book)]);
+        // A brand-new object: no Jobs, no watermark: the baseline 0 is written back.
+        assert_eq!(watermark_baseline(&[], None), 0);
+        assert_eq!(
+            watermark_baseline(&[unbooked(Op::Apply, 1, Some(Outcome::Failed))], None),
+            0
+        );
+    }
+
+    #[test]
+    fn annotated_jobs_above_the_watermark_are_replayed_oldest_first_among_new_bookings() {
+        // Watermark 1: Jobs 2 and 3 were annotated by a pass whose status write was lost, 4 just
+        // finished, 5 runs.
+        let h = vec![
+            unbooked(Op::Apply, 5, None),
+            unbooked(Op::Drift, 4, Some(Outcome::Succeeded)),
+            rec(Op::Apply, 3, Some(Outcome::Failed)),
+            rec(Op::Apply, 2, Some(Outcome::Failed)),
+            rec(Op::Apply, 1, Some(Outcome::Succeeded)),
+        ];
+        let baseline = watermark_baseline(&h, Some(1));
+        assert_eq!(baseline, 1);
+        let plan = accounting_plan(&h, baseline);
+        assert_eq!(
+            seqs(&h, &plan),
+            vec![(2, Accounting::Replay), (3, Accounting::Replay), (4, Accounting::Book)]
+        );
+        assert_eq!(watermark_after(baseline, plan.iter().map(|(i, _)| h[*i].seq)), 4);
+    }
+
+    #[test]
+    fn jobs_at_or_below_the_watermark_are_accounted_and_never_replayed() {
+        let mut h = vec![
+            unbooked(Op::Apply, 4, Some(Outcome::Failed)),
+            rec(Op::Apply, 3, Some(Outcome::Failed)),
+            rec(Op::Apply, 2, Some(Outcome::Failed)),
+        ];
+        mark_accounted(&mut h, 2);
+        let accounted: Vec<(u32, bool)> = h.iter().map(|r| (r.seq, r.accounted)).collect();
+        assert_eq!(accounted, vec![(4, false), (3, false), (2, true)]);
+        assert_eq!(
+            seqs(&h, &accounting_plan(&h, 2)),
+            vec![(3, Accounting::Replay), (4, Accounting::Book)]
+        );
+        assert!(accounting_plan(&h[1..], 3).is_empty());
+    }
+
+    #[test]
+    fn the_watermark_never_goes_down() {
+        assert_eq!(watermark_after(7, [3, 5]), 7);
+        assert_eq!(watermark_after(7, []), 7);
+        assert_eq!(watermark_after(0, [2, 9, 4]), 9);
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn every_finished_job_is_booked_replayed_or_accounted_exactly_once(
+            jobs in proptest::collection::vec((proptest::option::of(0usize..6), proptest::bool::ANY), 0..20),
+            watermark in proptest::option::of(0u32..25),
+        ) {
+            let len = jobs.len() as u32;
+            let mut h: Vec<JobRecord> = jobs
+                .iter()
+                .enumerate()
+                .map(|(i, (o, booked))| {
+                    let outcome = o.map(|o| Outcome::ALL[o]);
+                    let seq = len - i as u32;
+                    if *booked && outcome.is_some() { rec(Op::Apply, seq, outcome) } else { unbooked(Op::Apply, seq, outcome) }
+                })
+                .collect();
+            let baseline = watermark_baseline(&h, watermark);
+            mark_accounted(&mut h, baseline);
+            let plan = accounting_plan(&h, baseline);
+            let planned: Vec<u32> = plan.iter().map(|(i, _)| h[*i].seq).collect();
+            proptest::prop_assert!(planned.windows(2).all(|w| w[0] < w[1]), "oldest first: {planned:?}");
+            for (i, r) in h.iter().enumerate() {
+                let step = plan.iter().find(|(j, _)| *j == i).map(|(_, a)| *a);
+                let want = match (r.is_finished(), r.booked, r.accounted) {
+                    (false, _, _) => None,
+                    (true, false, _) => Some(Accounting::Book),
+                    (true, true, false) => Some(Accounting::Replay),
+                    (true, true, true) => None,
+                };
+                proptest::prop_assert_eq!(step, want, "Job {}", r.seq);
+            }
+            if watermark.is_none() {
+                proptest::prop_assert!(plan.iter().all(|(_, a)| *a == Accounting::Book), "no replay on upgrade");
+            }
+            let after = watermark_after(baseline, planned.iter().copied());
+            proptest::prop_assert!(after >= baseline && planned.iter().all(|s| *s <= after));
         }
     }
 

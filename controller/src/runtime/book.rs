@@ -20,7 +20,7 @@ use super::leases;
 use crate::core::Outcome;
 use crate::core::interrupted;
 use crate::core::outcome::EventReason;
-use crate::core::record::JobRecord;
+use crate::core::record::{self, Accounting, JobRecord};
 
 /// Output names the controller reads after a successful apply (documented in the report and
 /// the chart README): a TerraformCluster's endpoint from `control_plane_endpoint`
@@ -109,7 +109,10 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
     }
 }
 
-/// The durable annotations booking one Job writes on the inputs Secret (PURE).
+/// The durable annotations booking one Job writes on the inputs Secret (PURE). `applied_hash`
+/// is the hash of the inputs now in the inputs Secret; it is recorded only when it is the one
+/// the Job ran with (its `captf.io/inputs-hash` label is a prefix of it, or it has no label), so
+/// a replay after a newer Job rewrote the Secret never marks inputs applied that were not.
 pub fn durable_changes(
     kind: Kind,
     namespace: &str,
@@ -123,7 +126,9 @@ pub fn durable_changes(
     let when = rec.finished.or(rec.created);
     match (rec.op, outcome) {
         (Op::Apply, Outcome::Succeeded) => {
-            if let Some(h) = applied_hash {
+            if let Some(h) = applied_hash
+                && rec.inputs_hash.as_deref().is_none_or(|ran| h.starts_with(ran))
+            {
                 out.insert(keys::ANNOTATION_APPLIED_INPUTS_HASH, Some(h.to_string()));
             }
             let recorded_seq = recorded_interrupted
@@ -224,13 +229,23 @@ fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
 /// What booking found.
 #[derive(Debug, Default)]
 pub struct Booking {
-    /// Names booked by this pass.
+    /// Names booked by this pass, and names whose booking effects it replayed (a Job annotated
+    /// by an earlier pass whose effects never reached the status). Either way the durable
+    /// annotations on the inputs Secret may have changed.
     pub booked: Vec<String>,
     /// A finished Job could not be booked (409: another writer booked it, or it changed).
     pub conflict: bool,
 }
 
-/// Book every finished, unbooked Job, oldest first. `records` is newest first.
+/// Book every finished, unbooked Job, and replay the effects of every booked Job above the
+/// status watermark (`status.lastBookedJobSeq`), oldest first. `records` is newest first.
+///
+/// The annotation write is the "once" of events and of the once-only metrics
+/// (`captf_jobs_finished_total`, `captf_job_attempts`). Everything after it is idempotent and
+/// only counts once it is in the status: the status patch at the end of the pass carries the
+/// counts and the new watermark together. If the pass dies after the annotation, the next pass
+/// finds the Job annotated above the watermark and replays its effects on the status it reads,
+/// which never held them. On return `records[..].accounted` says which Jobs pruning may delete.
 #[allow(clippy::too_many_arguments)]
 pub async fn book_all(
     ctx: &Ctx,
@@ -246,89 +261,70 @@ pub async fn book_all(
     let mut booking = Booking::default();
     let mut durable: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
-    for i in (0..records.len()).rev() {
+    // A status without a watermark (written before it existed) counts every annotated Job as
+    // accounted, so an upgrade replays nothing and double-counts nothing: see
+    // `record::watermark_baseline`.
+    let baseline = record::watermark_baseline(records, status.last_booked_job_seq);
+    record::mark_accounted(records, baseline);
+    let mut watermark = baseline;
+    for (i, step) in record::accounting_plan(records, baseline) {
         let rec = &records[i];
-        let (Some(outcome), false) = (rec.outcome, rec.booked) else {
-            continue;
-        };
+        let Some(outcome) = rec.outcome else { continue };
         let Some(job) = jobs
             .iter()
             .find(|j| j.metadata.name.as_deref() == Some(rec.name.as_str()))
         else {
             continue;
         };
-        let patch = json!({"metadata": {
-            "resourceVersion": job.metadata.resource_version,
-            "annotations": {keys::ANNOTATION_OUTCOME: outcome.as_str()},
-        }});
-        match api
-            .patch(&rec.name, &PatchParams::default(), &Patch::Merge(&patch))
-            .await
-        {
-            Ok(_) => {}
-            Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => {
-                booking.conflict = true;
-                continue;
-            }
-            Err(e) => {
-                return Err(Error::api(
-                    ApiAction::PatchJob,
-                    format!("{}/{}", id.namespace, rec.name),
-                    e,
-                ));
-            }
-        }
-        // This write set the outcome: everything below happens once per Job.
-        let rec = &mut records[i];
-        if outcome == Outcome::Succeeded
-            && matches!(rec.op, Op::Apply | Op::Refresh)
-            && let Some(result) = rec.result.as_mut()
-            && result.outputs_in_secret
-            && result.outputs.is_none()
-        {
-            let name = names::outputs_secret_name(&id.suffix);
-            let secret = super::gather::secret(&ctx.client, &id.namespace, &name).await?;
-            let doc = secret
-                .and_then(|s| s.data?.get(OUTPUTS_SECRET_KEY).cloned())
-                .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
-            result.outputs = doc.as_ref().map(outputs_from_doc);
-        }
-        let rec = &records[i];
-        tracing::info!(job = %rec.name, outcome = %outcome, "booked Job");
-        ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
-        if let Some(reason) = outcome.event_reason() {
-            let warning = !matches!(reason, EventReason::JobInterrupted);
-            ctx.event(
-                id,
-                warning,
-                reason.as_str(),
-                "Book",
-                &event_note(rec, outcome),
-                Some(&rec.name),
-            )
-            .await;
-        }
-        apply_to_status(status, rec, outcome, now);
-        let n = status.consecutive_failures.map_or(0, |c| c.get(rec.op));
-        ctx.metrics
-            .set_consecutive_failures(id.kind, &id.namespace, &id.name, rec.op, n);
-        if outcome == Outcome::Succeeded {
-            let when = rec.finished.or(rec.created).unwrap_or(now);
-            ctx.metrics.set_last_success(
-                id.kind,
-                &id.namespace,
-                &id.name,
-                rec.op,
-                when.as_millisecond() as f64 / 1000.0,
-            );
-            if rec.op == Op::Apply
-                && let Some(outputs) = status.outputs.clone()
-                && let Some(p) = capi_spec_patch(object, &outputs)
+        if step == Accounting::Book {
+            let patch = json!({"metadata": {
+                "resourceVersion": job.metadata.resource_version,
+                "annotations": {keys::ANNOTATION_OUTCOME: outcome.as_str()},
+            }});
+            match api
+                .patch(&rec.name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
             {
-                patch_object(ctx, id, &p).await?;
+                Ok(_) => {}
+                Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => {
+                    booking.conflict = true;
+                    continue;
+                }
+                Err(e) => {
+                    return Err(Error::api(
+                        ApiAction::PatchJob,
+                        format!("{}/{}", id.namespace, rec.name),
+                        e,
+                    ));
+                }
             }
         }
-        let changes = durable_changes(
+        read_outputs_secret(ctx, id, &mut records[i], outcome).await?;
+        let rec = &records[i];
+        match step {
+            // This write set the outcome: the events and once-only metrics happen here only.
+            Accounting::Book => {
+                tracing::info!(job = %rec.name, outcome = %outcome, "booked Job");
+                ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
+                if let Some(reason) = outcome.event_reason() {
+                    let warning = !matches!(reason, EventReason::JobInterrupted);
+                    ctx.event(
+                        id,
+                        warning,
+                        reason.as_str(),
+                        "Book",
+                        &event_note(rec, outcome),
+                        Some(&rec.name),
+                    )
+                    .await;
+                }
+            }
+            Accounting::Replay => {
+                tracing::info!(job = %rec.name, outcome = %outcome, watermark = baseline, "replaying the booking effects of Job");
+            }
+        }
+        record_effects(ctx, id, object, rec, outcome, status, now).await?;
+        durable.extend(durable_changes(
             id.kind,
             &id.namespace,
             &id.name,
@@ -336,31 +332,86 @@ pub async fn book_all(
             outcome,
             applied_hash,
             recorded_interrupted,
-        );
-        durable.extend(changes);
-        leases::release(
-            &ctx.client,
-            &id.namespace,
-            &names::run_lease_name(&id.suffix),
-            &rec.name,
-        )
-        .await?;
-        if id.kind == Kind::TerraformCluster
-            && let Some(c) = &id.cluster_name
-        {
-            leases::release(
-                &ctx.client,
-                &id.namespace,
-                &names::cluster_lease_name(&id.namespace, c),
-                &rec.name,
-            )
-            .await?;
-        }
+        ));
+        release_leases(ctx, id, &rec.name).await?;
         records[i].booked = true;
+        watermark = record::watermark_after(watermark, [records[i].seq]);
         booking.booked.push(records[i].name.clone());
     }
     super::inputs::annotate(&ctx.client, id, &durable).await?;
+    status.last_booked_job_seq = Some(watermark);
     Ok(booking)
+}
+
+/// A successful apply or refresh whose outputs did not fit the runner's result: read them from
+/// the outputs Secret the runner wrote.
+async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome: Outcome) -> Result<(), Error> {
+    if outcome == Outcome::Succeeded
+        && matches!(rec.op, Op::Apply | Op::Refresh)
+        && let Some(result) = rec.result.as_mut()
+        && result.outputs_in_secret
+        && result.outputs.is_none()
+    {
+        let name = names::outputs_secret_name(&id.suffix);
+        let secret = super::gather::secret(&ctx.client, &id.namespace, &name).await?;
+        let doc = secret
+            .and_then(|s| s.data?.get(OUTPUTS_SECRET_KEY).cloned())
+            .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
+        result.outputs = doc.as_ref().map(outputs_from_doc);
+    }
+    Ok(())
+}
+
+/// The idempotent effects of one booked Job on the status, the gauges and the object's Cluster
+/// API fields (the same whether booked now or replayed).
+async fn record_effects(
+    ctx: &Ctx,
+    id: &Ident,
+    object: &CaptfObject,
+    rec: &JobRecord,
+    outcome: Outcome,
+    status: &mut TerraformStatus,
+    now: Timestamp,
+) -> Result<(), Error> {
+    apply_to_status(status, rec, outcome, now);
+    let n = status.consecutive_failures.map_or(0, |c| c.get(rec.op));
+    ctx.metrics
+        .set_consecutive_failures(id.kind, &id.namespace, &id.name, rec.op, n);
+    if outcome == Outcome::Succeeded {
+        let when = rec.finished.or(rec.created).unwrap_or(now);
+        ctx.metrics.set_last_success(
+            id.kind,
+            &id.namespace,
+            &id.name,
+            rec.op,
+            when.as_millisecond() as f64 / 1000.0,
+        );
+        if rec.op == Op::Apply
+            && let Some(outputs) = status.outputs.clone()
+            && let Some(p) = capi_spec_patch(object, &outputs)
+        {
+            patch_object(ctx, id, &p).await?;
+        }
+    }
+    Ok(())
+}
+
+/// Release the run lease (and a TerraformCluster's cluster lease) when this Job holds it; a
+/// lease another Job took since is left alone.
+async fn release_leases(ctx: &Ctx, id: &Ident, job: &str) -> Result<(), Error> {
+    leases::release(&ctx.client, &id.namespace, &names::run_lease_name(&id.suffix), job).await?;
+    if id.kind == Kind::TerraformCluster
+        && let Some(c) = &id.cluster_name
+    {
+        leases::release(
+            &ctx.client,
+            &id.namespace,
+            &names::cluster_lease_name(&id.namespace, c),
+            job,
+        )
+        .await?;
+    }
+    Ok(())
 }
 
 /// Merge-patch the object itself (the Cluster API spec fields).
@@ -417,6 +468,7 @@ mod tests {
             finished: Some(Timestamp::from_second(1_060).unwrap()),
             outcome: None,
             booked: false,
+            accounted: false,
             drift_remediation: false,
             approved_plan: None,
             force_unlock_id: None,
@@ -504,6 +556,82 @@ mod tests {
             d[keys::ANNOTATION_LAST_DRIFT_CHECK].as_deref(),
             Some("1970-01-01T00:17:40Z")
         );
+    }
+
+    #[test]
+    fn a_replayed_apply_never_records_inputs_it_did_not_run_with() {
+        let mut r = rec(Op::Apply, 5, None);
+        r.inputs_hash = Some("abcdef0123456789".into());
+        let changes = |applied: &str| {
+            durable_changes(
+                Kind::TerraformCluster,
+                "default",
+                "prod-eu",
+                &r,
+                Outcome::Succeeded,
+                Some(applied),
+                None,
+            )
+        };
+        let ran = format!("abcdef0123456789{}", "0".repeat(48));
+        assert_eq!(
+            changes(&ran)[keys::ANNOTATION_APPLIED_INPUTS_HASH].as_deref(),
+            Some(ran.as_str())
+        );
+        // A newer Job rewrote the inputs Secret with other inputs before the replay.
+        let newer = format!("fedcba9876543210{}", "0".repeat(48));
+        assert!(!changes(&newer).contains_key(keys::ANNOTATION_APPLIED_INPUTS_HASH));
+    }
+
+    /// One bookkeeping pass over `records` as `book_all` runs it, without the API: Book steps
+    /// count one event each; the status is kept only when `write_lands`.
+    fn model_pass(status: &mut TerraformStatus, records: &mut [JobRecord], events: &mut u32, write_lands: bool) {
+        let now = Timestamp::from_second(9_000).unwrap();
+        let mut st = status.clone();
+        let baseline = record::watermark_baseline(records, st.last_booked_job_seq);
+        record::mark_accounted(records, baseline);
+        let mut watermark = baseline;
+        for (i, step) in record::accounting_plan(records, baseline) {
+            let outcome = records[i].outcome.unwrap();
+            if step == Accounting::Book {
+                *events += 1;
+            }
+            apply_to_status(&mut st, &records[i], outcome, now);
+            records[i].booked = true;
+            watermark = record::watermark_after(watermark, [records[i].seq]);
+        }
+        st.last_booked_job_seq = Some(watermark);
+        if write_lands {
+            *status = st;
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn lost_status_writes_are_replayed_to_the_same_counts_with_each_event_once(
+            jobs in proptest::collection::vec((0usize..6, 0usize..4, proptest::bool::ANY), 1..15),
+        ) {
+            // Jobs finish one at a time; after each a pass runs, and its status write is lost
+            // when the flag says so. A last pass lands. The reference loses nothing.
+            let mut lossy = (TerraformStatus::default(), Vec::<JobRecord>::new(), 0u32);
+            let mut reference = (TerraformStatus::default(), Vec::<JobRecord>::new(), 0u32);
+            model_pass(&mut lossy.0, &mut lossy.1, &mut lossy.2, true);
+            model_pass(&mut reference.0, &mut reference.1, &mut reference.2, true);
+            for (k, (o, op, lost)) in jobs.iter().enumerate() {
+                let mut r = rec(Op::ALL[*op], k as u32 + 1, None);
+                r.outcome = Some(Outcome::ALL[*o]);
+                r.finished = Some(Timestamp::from_second(1_000 + k as i64 * 60).unwrap());
+                for side in [&mut lossy, &mut reference] {
+                    side.1.insert(0, r.clone());
+                }
+                model_pass(&mut lossy.0, &mut lossy.1, &mut lossy.2, !lost);
+                model_pass(&mut reference.0, &mut reference.1, &mut reference.2, true);
+            }
+            model_pass(&mut lossy.0, &mut lossy.1, &mut lossy.2, true);
+            proptest::prop_assert_eq!(&lossy.0, &reference.0);
+            proptest::prop_assert_eq!(lossy.2, jobs.len() as u32, "one event per Job");
+            proptest::prop_assert_eq!(lossy.0.last_booked_job_seq, Some(jobs.len() as u32));
+        }
     }
 
     #[test]
