@@ -31,8 +31,12 @@ struct Runner {
     /// When the script's action ends (None: never, it hangs).
     finish_at: Option<Timestamp>,
     deadline: Option<Timestamp>,
-    /// Waiting for a foreign lock until `finish_at`.
+    /// Waiting for a foreign lock: trying again at `finish_at`, giving up at `lock_wait_end`.
     waiting_for_lock: bool,
+    /// When `-lock-timeout` runs out.
+    lock_wait_end: Option<Timestamp>,
+    /// The delay before the next try (Terraform's `LockWithContext`: 1s, doubling to 16s).
+    lock_poll: std::time::Duration,
     /// The lock ID this runner holds.
     holds_lock: Option<String>,
     /// SIGTERM received (and why); the runner ends at `finish_at`.
@@ -44,6 +48,19 @@ struct Runner {
 enum Sigterm {
     Deadline,
     Evicted,
+}
+
+/// Terraform's lock retry (`statemgr.LockWithContext`): the first retry after 1s, each delay
+/// doubling, at most 16s apart, until `-lock-timeout` runs out.
+const LOCK_POLL_FIRST: std::time::Duration = std::time::Duration::from_secs(1);
+const LOCK_POLL_MAX: std::time::Duration = std::time::Duration::from_secs(16);
+
+/// The next lock try: `now + poll`, but not after the lock timeout ends.
+fn next_lock_try(now: Timestamp, poll: std::time::Duration, end: Option<Timestamp>) -> Option<Timestamp> {
+    match (later(now, poll), end) {
+        (Some(t), Some(e)) => Some(t.min(e)),
+        (t, e) => t.or(e),
+    }
 }
 
 /// The runners of the simulated kubelet.
@@ -197,6 +214,8 @@ impl World {
             finish_at: None,
             deadline,
             waiting_for_lock: false,
+            lock_wait_end: None,
+            lock_poll: LOCK_POLL_FIRST,
             holds_lock: None,
             sigterm: None,
             script,
@@ -213,7 +232,8 @@ impl World {
             RunnerAction::Realistic { .. } => {
                 if self.lock_holder(&r).is_some() {
                     r.waiting_for_lock = true;
-                    r.finish_at = later(now, self.lock_timeout(&r));
+                    r.lock_wait_end = later(now, self.lock_timeout(&r));
+                    r.finish_at = next_lock_try(now, r.lock_poll, r.lock_wait_end);
                 } else {
                     self.take_lock(&mut r, None);
                     r.finish_at = later(now, run);
@@ -434,7 +454,15 @@ impl World {
             },
             RunnerAction::Realistic { outputs, drift } => {
                 if r.waiting_for_lock {
-                    if self.lock_holder(&r).is_some() {
+                    let held = self.lock_holder(&r).is_some();
+                    if held && r.lock_wait_end.is_some_and(|end| now < end) {
+                        // Still held and time left: try again later, like Terraform does.
+                        r.lock_poll = (r.lock_poll * 2).min(LOCK_POLL_MAX);
+                        r.finish_at = next_lock_try(now, r.lock_poll, r.lock_wait_end);
+                        self.kubelet.runners.insert(key.clone(), r);
+                        return;
+                    }
+                    if held {
                         let lock_phase = if r.op == Some(Op::Apply) || r.op == Some(Op::Drift) {
                             Phase::Plan
                         } else {

@@ -366,6 +366,32 @@ async fn the_realistic_runner_fails_with_error_acquiring_the_state_lock_after_th
 }
 
 #[tokio::test]
+async fn the_realistic_runner_takes_a_lock_released_while_it_waits_at_its_next_try_not_at_the_timeout() {
+    let e = env().await;
+    let sfx = suffix(Kind::TerraformCluster, "default", "prod-eu");
+    e.sim.hold_lock("default", &sfx, "workstation-lock", "alice@laptop");
+    e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    // Terraform tries again after 1s, 2s, 4s, 8s, then every 16s: 15s in, it waits for 31s.
+    e.sim.advance(Duration::from_secs(20));
+    e.sim.release_lock("default", &sfx);
+    e.sim.advance(Duration::from_secs(10));
+    assert_eq!(
+        e.lock().await.spec.and_then(|s| s.holder_identity).as_deref(),
+        None,
+        "not before the next try at 31s"
+    );
+    e.sim.advance(Duration::from_secs(1));
+    let holder = e.lock().await.spec.and_then(|s| s.holder_identity);
+    assert!(
+        holder.as_deref().is_some_and(|h| h != "workstation-lock"),
+        "taken by the runner at 31s: {holder:?}"
+    );
+    // It then runs its normal course and succeeds, long before the 300s lock timeout.
+    e.sim.advance(Duration::from_secs(120));
+    assert_eq!(ctypes(&e.job("tc-a-apply-1").await), ["SuccessCriteriaMet", "Complete"]);
+}
+
+#[tokio::test]
 async fn deleting_a_job_in_the_background_deletes_its_pod_and_the_job_default_orphans_it() {
     let e = env().await;
     e.sim.set_default_script(RunnerScript::hang());
