@@ -5,6 +5,7 @@
 
 mod support;
 
+mod booking;
 mod holds;
 mod lifecycle;
 mod scale;

@@ -1,0 +1,213 @@
+//! Booking that survives a crash after the outcome annotation (DESIGN.md §5.2, §13 "Nothing
+//! lost"): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
+//! `status.lastBookedJobSeq` says which booked Jobs have their effects in the status. A Job
+//! annotated above it is replayed, without events, by the next pass or the next controller.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use captf_shared::{Kind, Op};
+use captf_sim::{FaultRule, RunnerScript, Verb};
+
+use super::support::*;
+
+const K: Kind = Kind::TerraformCluster;
+
+/// Every status write of this TerraformCluster fails with a 500 until the faults are cleared.
+fn lose_status_writes(env: &Env, name: &str) {
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Patch, "terraformclusters/status", 500, 10_000).named(name));
+}
+
+/// Start the object and wait until Job 1 runs and the status says so (with its watermark), so
+/// the next status write is the booking's.
+async fn running(env: &Env, name: &str) -> Result<String> {
+    env.sim.put(cluster_json(name, json!({})))?;
+    let job = env.job(K, name, Op::Apply, 1).await?;
+    let job = job.metadata.name.unwrap_or_default();
+    env.until("activeJob and the watermark 0 in the status", |e| {
+        let c = e.cluster(name);
+        (c.pointer("/status/activeJob") == Some(&json!(job))
+            && c.pointer("/status/lastBookedJobSeq") == Some(&json!(0)))
+        .then_some(())
+    })
+    .await?;
+    Ok(job)
+}
+
+fn failures(env: &Env, name: &str) -> Option<Value> {
+    env.cluster(name).pointer("/status/consecutiveFailures/apply").cloned()
+}
+
+fn finished_line(outcome: &str) -> String {
+    format!("captf_jobs_finished_total{{kind=\"TerraformCluster\",op=\"apply\",outcome=\"{outcome}\"}} 1")
+}
+
+fn run_lease_holder(env: &Env, suffix: &str) -> Option<Value> {
+    env.sim
+        .get("coordination.k8s.io/leases", NS, &format!("captf-run-{suffix}"))?
+        .pointer("/spec/holderIdentity")
+        .filter(|h| !h.is_null())
+        .cloned()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
+    let j1 = running(&env, "lost-fail").await?;
+    lose_status_writes(&env, "lost-fail");
+    env.advance(30);
+    env.booked(&j1, "failed").await?;
+    env.settle().await;
+    // The annotation landed, the counts did not: without a replay they would be lost for good.
+    assert_eq!(failures(&env, "lost-fail"), None, "the status write was lost");
+    assert_eq!(env.events("JobFailed").len(), 1);
+
+    env.sim.faults().clear();
+    env.until("consecutiveFailures=1 and the watermark 1", |e| {
+        let c = e.cluster("lost-fail");
+        (c.pointer("/status/consecutiveFailures/apply") == Some(&json!(1))
+            && c.pointer("/status/lastBookedJobSeq") == Some(&json!(1)))
+        .then_some(())
+    })
+    .await?;
+    env.settle().await;
+    assert_eq!(
+        failures(&env, "lost-fail"),
+        Some(json!(1)),
+        "replayed once, not per pass"
+    );
+    assert_eq!(env.events("JobFailed").len(), 1, "no event on replay");
+    let m = env.metrics();
+    assert!(m.contains(&finished_line("failed")), "{m}");
+    assert!(
+        m.contains("captf_job_attempts_count{kind=\"TerraformCluster\",op=\"apply\"} 1"),
+        "{m}"
+    );
+    assert!(m.contains(
+        "captf_consecutive_failures{kind=\"TerraformCluster\",namespace=\"default\",name=\"lost-fail\",op=\"apply\"} 1"
+    ));
+
+    // The retry still comes 1m after the failure, and its failure counts on top: 2, not 3.
+    env.advance(60);
+    let j2 = env.job(K, "lost-fail", Op::Apply, 2).await?;
+    env.advance(30);
+    env.booked(j2.metadata.name.as_deref().unwrap_or_default(), "failed")
+        .await?;
+    env.until("consecutiveFailures=2", |e| {
+        (failures(e, "lost-fail") == Some(json!(2))).then_some(())
+    })
+    .await?;
+    env.settle().await;
+    assert_eq!(failures(&env, "lost-fail"), Some(json!(2)));
+    assert_eq!(env.events("JobFailed").len(), 2);
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restarted_controller_replays_a_lost_booking_without_counting_it_again() -> Result<()> {
+    let mut env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
+    let j1 = running(&env, "lost-restart").await?;
+    lose_status_writes(&env, "lost-restart");
+    env.advance(30);
+    env.booked(&j1, "failed").await?;
+    env.settle().await;
+    assert_eq!(failures(&env, "lost-restart"), None, "the status write was lost");
+    assert!(env.metrics().contains(&finished_line("failed")));
+
+    // The controller dies; a new one starts against a healthy API server.
+    env.handle.take().expect("running controller").abort();
+    env.sim.faults().clear();
+    env.start_controller().await?;
+    env.until("consecutiveFailures=1 after the restart", |e| {
+        (failures(e, "lost-restart") == Some(json!(1))).then_some(())
+    })
+    .await?;
+    env.settle().await;
+    let c = env.cluster("lost-restart");
+    assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(1)));
+    assert_eq!(c.pointer("/status/lastBookedJobSeq"), Some(&json!(1)));
+    assert_eq!(
+        env.events("JobFailed").len(),
+        1,
+        "the new controller emits no second event"
+    );
+    let m = env.metrics();
+    assert!(
+        !m.contains("captf_jobs_finished_total{"),
+        "the new controller did not count the Job again: {m}"
+    );
+    assert!(
+        m.contains(
+            "captf_consecutive_failures{kind=\"TerraformCluster\",namespace=\"default\",name=\"lost-restart\",op=\"apply\"} 1"
+        ),
+        "the gauge is set again: {m}"
+    );
+    assert_eq!(env.job_names(K, "lost-restart").len(), 1, "the replay starts no Job");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed_by_the_replay() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    let j1 = running(&env, "lost-ok").await?;
+    // The Cluster API spec patch right after the annotation fails: the pass ends there, before
+    // the inputs Secret annotation, the lease release and the status write.
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Patch, "terraformclusters", 500, 10_000).named("lost-ok"));
+    env.advance(30);
+    env.booked(&j1, "succeeded").await?;
+    env.settle().await;
+    let secret = || {
+        env.sim
+            .get("/secrets", NS, "captf-inputs-lost-ok-tc")
+            .unwrap_or(Value::Null)
+    };
+    let applied = |s: &Value| {
+        s.pointer("/metadata/annotations/captf.io~1applied-inputs-hash")
+            .cloned()
+    };
+    assert_eq!(applied(&secret()), None, "nothing after the annotation happened");
+    assert_eq!(run_lease_holder(&env, "lost-ok-tc"), Some(json!(j1)));
+    assert_eq!(env.cluster("lost-ok").pointer("/spec/controlPlaneEndpoint"), None);
+    assert_ne!(
+        condition(&env.cluster("lost-ok"), "Ready").map(|c| c.0),
+        Some("True".into())
+    );
+
+    env.sim.faults().clear();
+    let c = env
+        .until("Ready=True after the replay", |e| {
+            let c = e.cluster("lost-ok");
+            (condition(&c, "Ready")?.0 == "True").then_some(c)
+        })
+        .await?;
+    assert_eq!(
+        c.pointer("/spec/controlPlaneEndpoint"),
+        Some(&json!({"host": "10.0.0.1", "port": 6443}))
+    );
+    assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
+    assert_eq!(c.pointer("/status/lastBookedJobSeq"), Some(&json!(1)));
+    assert!(c.pointer("/status/lastSuccessTime/apply").is_some());
+    let hash = applied(&secret());
+    assert!(
+        hash.as_ref().and_then(Value::as_str).is_some_and(|h| h.len() == 64),
+        "applied-inputs-hash recorded: {hash:?}"
+    );
+    assert_eq!(c.pointer("/status/appliedInputsHash"), hash.as_ref());
+    assert_eq!(run_lease_holder(&env, "lost-ok-tc"), None, "run lease released");
+    env.settle().await;
+    assert!(env.metrics().contains(&finished_line("succeeded")));
+    assert_eq!(
+        env.job_names(K, "lost-ok").len(),
+        1,
+        "no second apply of the same inputs"
+    );
+    Ok(())
+}
