@@ -27,7 +27,7 @@ use crate::core::inputs::{self, ResolveError};
 use crate::core::interrupted::{self, ActiveJobCheck, ActiveJobReads, LiveJob};
 use crate::core::lock::{self, HolderPod, LockState};
 use crate::core::prune;
-use crate::core::record::{JobRecord, RecordError};
+use crate::core::record::{self, JobRecord, RecordError};
 use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot};
 
 /// Where each input comes from: a path or `-` for stdin.
@@ -396,7 +396,10 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
     }
 
-    // Pruning, as booking does before the decision.
+    // Pruning, as booking does before the decision: only Jobs whose effects the status already
+    // accounts for (at or below status.lastBookedJobSeq) may go.
+    let baseline = record::watermark_baseline(&snap.jobs, snap.status.last_booked_job_seq);
+    record::mark_accounted(&mut snap.jobs, baseline);
     let pruned = prune::prune(
         &snap.jobs,
         snap.spec.successful_jobs_history_limit,
