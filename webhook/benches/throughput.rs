@@ -260,6 +260,21 @@ fn main() {
         validate_body.len()
     );
 
+    // BENCH_ONLY=handler: only the pure handler, BENCH_N times per route (for a profiler such as
+    // `valgrind --tool=callgrind`).
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "handler") {
+        let n = env_num("BENCH_N", 1000);
+        for route in [
+            captf_webhook::admission::Route::Validate,
+            captf_webhook::admission::Route::Mutate,
+        ] {
+            for _ in 0..n {
+                std::hint::black_box(captf_webhook::admission::review(route, &validate_body).unwrap());
+            }
+        }
+        return;
+    }
+
     // The pure handler alone, one thread: what one review costs without TLS and HTTP.
     for (name, route) in [
         ("validate", captf_webhook::admission::Route::Validate),

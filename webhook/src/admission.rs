@@ -8,14 +8,17 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
+use captf_shared::defaults::apply_defaults;
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
-use kube::core::admission::{AdmissionRequest, AdmissionResponse, Operation};
-use kube::core::{DynamicResourceScope, Status, TypeMeta};
+use kube::core::admission::{AdmissionRequest, Operation};
+use kube::core::{DynamicResourceScope, Status};
 use prometheus_client::encoding::{EncodeLabelValue, LabelValueEncoder};
-use serde::Deserialize;
+use serde::de::IgnoredAny;
+use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
 
@@ -162,9 +165,122 @@ pub struct Reviewed {
 
 /// The answer before serialization.
 struct Decision {
-    response: AdmissionResponse,
+    allowed: bool,
+    /// `response.status`: empty when allowed, `Failure`/422/`Invalid` with the message when denied.
+    status: Status,
+    warnings: Vec<String>,
     patch: Option<json_patch::Patch>,
     result: ResultLabel,
+}
+
+impl Decision {
+    fn allowed(result: ResultLabel) -> Self {
+        Decision {
+            allowed: true,
+            status: Status::default(),
+            warnings: Vec::new(),
+            patch: None,
+            result,
+        }
+    }
+}
+
+/// A string read from the body, borrowed unless it holds escapes.
+#[derive(Debug, Default, Deserialize)]
+#[serde(transparent)]
+struct Str<'a>(#[serde(borrow)] Cow<'a, str>);
+
+/// The request's `kind`, as kube's `GroupVersionKind` reads it (every field required).
+#[derive(Deserialize)]
+struct Gvk<'a> {
+    #[serde(borrow)]
+    group: Str<'a>,
+    #[serde(borrow)]
+    version: Str<'a>,
+    #[serde(borrow)]
+    kind: Str<'a>,
+}
+
+/// The request's `resource`, as kube's `GroupVersionResource` reads it (read, not used).
+#[derive(Deserialize)]
+#[allow(dead_code)]
+struct Gvr<'a> {
+    #[serde(borrow)]
+    group: Str<'a>,
+    #[serde(borrow)]
+    version: Str<'a>,
+    #[serde(borrow)]
+    resource: Str<'a>,
+    #[serde(borrow, default, rename = "api_version")]
+    api_version: Str<'a>,
+}
+
+/// What CAPTF reads of one of the request's objects, in the same pass as the review: its name and
+/// namespace, and its `spec` kept raw (parsed into the kind's type afterwards). The rest
+/// (`managedFields`, annotations, status) is skipped without being built.
+#[derive(Deserialize)]
+struct ObjectParts<'a> {
+    #[serde(borrow, default)]
+    metadata: NameOnly<'a>,
+    #[serde(borrow, default)]
+    spec: Option<&'a RawValue>,
+}
+
+#[derive(Default, Deserialize)]
+struct NameOnly<'a> {
+    #[serde(borrow, default)]
+    name: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    namespace: Option<Str<'a>>,
+}
+
+/// A review in one pass, borrowing from the body: the fast path. It accepts no body kube's
+/// `AdmissionReview` would refuse (every field kube requires is required here with the same JSON
+/// type; `userInfo` is kube's own type); a body it refuses goes the slow way (kube's types), so
+/// the fast path changes what is answered for no body, only what it costs.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct LeanReview<'a> {
+    #[serde(borrow)]
+    api_version: Str<'a>,
+    #[serde(borrow)]
+    kind: Str<'a>,
+    #[serde(borrow)]
+    request: LeanRequest<'a>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+#[allow(dead_code)]
+struct LeanRequest<'a> {
+    #[serde(borrow)]
+    uid: Str<'a>,
+    #[serde(borrow)]
+    kind: Gvk<'a>,
+    #[serde(borrow)]
+    resource: Gvr<'a>,
+    #[serde(borrow, default)]
+    sub_resource: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    request_kind: Option<Gvk<'a>>,
+    #[serde(borrow, default)]
+    request_resource: Option<Gvr<'a>>,
+    #[serde(borrow, default)]
+    request_sub_resource: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    name: Str<'a>,
+    #[serde(borrow, default)]
+    namespace: Option<Str<'a>>,
+    operation: Operation,
+    user_info: UserInfo,
+    #[serde(borrow)]
+    object: Option<ObjectParts<'a>>,
+    #[serde(borrow)]
+    old_object: Option<ObjectParts<'a>>,
+    #[serde(default)]
+    dry_run: bool,
+    #[serde(default)]
+    options: Option<IgnoredAny>,
 }
 
 /// The outside of a review: read without building the request or the objects.
@@ -179,9 +295,8 @@ struct Envelope<'a> {
     request: Option<&'a RawValue>,
 }
 
-/// One of the request's objects, kept raw: it is parsed once, straight into CAPTF's types (and
-/// the patch is computed against the raw spec, so unknown fields survive). kube's
-/// `AdmissionRequest` needs a `Resource`; this is one that holds the JSON text.
+/// One of the request's objects on the slow path, kept raw. kube's `AdmissionRequest` needs a
+/// `Resource`; this is one that holds the JSON text.
 #[derive(Clone, Debug)]
 pub struct RawObject {
     raw: Box<RawValue>,
@@ -220,19 +335,19 @@ impl Resource for RawObject {
     }
 }
 
-type Request = AdmissionRequest<RawObject>;
+type KubeRequest = AdmissionRequest<RawObject>;
 
-/// A whole review in one pass (the common case: a well-formed review).
+/// A whole review with kube's types (the slow path).
 #[derive(Deserialize)]
 #[serde(rename_all = "camelCase")]
-struct FastReview {
+struct KubeReview {
     api_version: String,
     kind: String,
-    request: Request,
+    request: KubeRequest,
 }
 
-/// Why a body is not a review, found step by step (only when the one-pass parse failed).
-fn diagnose(body: &[u8], fast: serde_json::Error) -> ReviewError {
+/// Why a body is not a review, found step by step (only when kube's parse failed).
+fn diagnose(body: &[u8], whole: serde_json::Error) -> ReviewError {
     let envelope: Envelope<'_> = match serde_json::from_slice(body) {
         Ok(e) => e,
         Err(e) if e.classify() == serde_json::error::Category::Data => {
@@ -253,59 +368,139 @@ fn diagnose(body: &[u8], fast: serde_json::Error) -> ReviewError {
     let Some(raw) = envelope.request else {
         return ReviewError::NoRequest;
     };
-    match serde_json::from_str::<Request>(raw.get()) {
+    match serde_json::from_str::<KubeRequest>(raw.get()) {
         Err(e) => ReviewError::BadRequest(e),
-        Ok(_) => ReviewError::BadRequest(fast),
+        Ok(_) => ReviewError::BadRequest(whole),
     }
+}
+
+/// Which of the request's objects.
+#[derive(Clone, Copy, Debug)]
+enum Which {
+    Object,
+    OldObject,
+}
+
+impl Which {
+    fn key(self) -> &'static str {
+        match self {
+            Which::Object => "object",
+            Which::OldObject => "oldObject",
+        }
+    }
+}
+
+/// One of the request's objects: read by the fast path, or not (then only the slow report).
+enum Obj<'a> {
+    Parts(ObjectParts<'a>),
+    Unread,
+}
+
+/// The request as the decision reads it, from either path.
+struct View<'a> {
+    body: &'a [u8],
+    uid: &'a str,
+    group: &'a str,
+    version: &'a str,
+    kind: &'a str,
+    has_sub_resource: bool,
+    operation: Operation,
+    name: &'a str,
+    namespace: &'a str,
+    object: Option<Obj<'a>>,
+    old_object: Option<Obj<'a>>,
 }
 
 /// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
 pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
-    let fast: FastReview = serde_json::from_slice(body).map_err(|e| diagnose(body, e))?;
-    if fast.api_version != ADMISSION_API_VERSION || fast.kind != "AdmissionReview" {
+    match serde_json::from_slice::<LeanReview<'_>>(body) {
+        Ok(lean) => {
+            check_types(&lean.api_version.0, &lean.kind.0)?;
+            let r = lean.request;
+            let view = View {
+                body,
+                uid: &r.uid.0,
+                group: &r.kind.group.0,
+                version: &r.kind.version.0,
+                kind: &r.kind.kind.0,
+                has_sub_resource: r.sub_resource.is_some(),
+                operation: r.operation,
+                name: &r.name.0,
+                namespace: r.namespace.as_ref().map_or("", |n| &n.0),
+                object: r.object.map(Obj::Parts),
+                old_object: r.old_object.map(Obj::Parts),
+            };
+            answer(route, view)
+        }
+        Err(_) => review_slowly(route, body),
+    }
+}
+
+fn check_types(api_version: &str, kind: &str) -> Result<(), ReviewError> {
+    if api_version != ADMISSION_API_VERSION || kind != "AdmissionReview" {
         return Err(ReviewError::NotAdmissionReview {
-            api_version: fast.api_version,
-            kind: fast.kind,
+            api_version: api_version.to_string(),
+            kind: kind.to_string(),
         });
     }
-    let mut request = fast.request;
-    request.types = TypeMeta {
-        api_version: fast.api_version,
-        kind: fast.kind,
-    };
-    let object = request.object.take().map(|o| o.raw);
-    let old_object = request.old_object.take().map(|o| o.raw);
+    Ok(())
+}
 
-    let kind = kind_label(&request);
-    let operation = operation_label(&request.operation);
-    let decision = decide(route, &request, object.as_deref(), old_object.as_deref())?;
-    let message = (!decision.response.allowed).then(|| decision.response.result.message.clone());
+/// The slow path: kube's types, then each object read as the fast path reads it where it can be.
+fn review_slowly(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
+    let whole: KubeReview = serde_json::from_slice(body).map_err(|e| diagnose(body, e))?;
+    check_types(&whole.api_version, &whole.kind)?;
+    let r = whole.request;
+    fn read(o: &Option<RawObject>) -> Option<Obj<'_>> {
+        o.as_ref()
+            .map(|o| match serde_json::from_str::<ObjectParts<'_>>(o.raw.get()) {
+                Ok(parts) => Obj::Parts(parts),
+                Err(_) => Obj::Unread,
+            })
+    }
+    let view = View {
+        body,
+        uid: &r.uid,
+        group: &r.kind.group,
+        version: &r.kind.version,
+        kind: &r.kind.kind,
+        has_sub_resource: r.sub_resource.is_some(),
+        operation: r.operation.clone(),
+        name: &r.name,
+        namespace: r.namespace.as_deref().unwrap_or_default(),
+        object: read(&r.object),
+        old_object: read(&r.old_object),
+    };
+    answer(route, view)
+}
+
+fn answer(route: Route, view: View<'_>) -> Result<Reviewed, ReviewError> {
+    let kind = kind_label(&view);
+    let operation = operation_label(&view.operation);
+    let decision = decide(route, &view)?;
+    let message = (!decision.allowed).then(|| decision.status.message.clone());
     Ok(Reviewed {
-        body: serialize(decision.response, decision.patch.as_ref()),
+        body: serialize(view.uid, &decision),
         kind,
         operation,
         result: decision.result,
-        uid: request.uid,
-        namespace: request.namespace.unwrap_or_default(),
-        name: request.name,
+        uid: view.uid.to_string(),
+        namespace: view.namespace.to_string(),
+        name: view.name.to_string(),
         message,
     })
 }
 
-fn captf_group() -> Cow<'static, str> {
-    TerraformCluster::group(&())
-}
-
 /// The served kind of the request, if CAPTF serves it (by group and kind).
-fn served_kind(request: &Request) -> Option<&'static str> {
-    if request.kind.group != captf_group() {
+fn served_kind(view: &View<'_>) -> Option<&'static str> {
+    if view.group != TerraformCluster::group(&()) {
         return None;
     }
-    SERVED_KINDS.into_iter().find(|k| *k == request.kind.kind)
+    SERVED_KINDS.into_iter().find(|k| *k == view.kind)
 }
 
-fn kind_label(request: &Request) -> KindLabel {
-    match served_kind(request) {
+fn kind_label(view: &View<'_>) -> KindLabel {
+    match served_kind(view) {
         Some("TerraformCluster") => KindLabel::TerraformCluster,
         Some("TerraformMachinePool") => KindLabel::TerraformMachinePool,
         Some("TerraformMachine") => KindLabel::TerraformMachine,
@@ -323,78 +518,75 @@ fn operation_label(op: &Operation) -> OperationLabel {
     }
 }
 
-fn allowed(request: &Request, result: ResultLabel) -> Decision {
-    Decision {
-        response: AdmissionResponse::from(request),
-        patch: None,
-        result,
-    }
-}
-
-fn decide(
-    route: Route,
-    request: &Request,
-    object: Option<&RawValue>,
-    old_object: Option<&RawValue>,
-) -> Result<Decision, ReviewError> {
+fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     // `request.dryRun` needs nothing: answering has no side effects either way.
-    let Some(kind) = served_kind(request) else {
-        let mut d = allowed(request, ResultLabel::Unhandled);
-        d.response.warnings = Some(vec![format!(
+    let Some(kind) = served_kind(view) else {
+        let mut d = Decision::allowed(ResultLabel::Unhandled);
+        d.warnings.push(format!(
             "captf-webhook does not handle {}/{} {}: allowed unchanged",
-            request.kind.group, request.kind.version, request.kind.kind
-        )]);
+            view.group, view.version, view.kind
+        ));
         return Ok(d);
     };
-    if request.sub_resource.is_some() {
+    if view.has_sub_resource {
         // Status and other subresources carry no spec to default or validate.
-        return Ok(allowed(request, ResultLabel::Allowed));
+        return Ok(Decision::allowed(ResultLabel::Allowed));
     }
-    let is_update = match request.operation {
+    let is_update = match view.operation {
         Operation::Create => false,
         Operation::Update => true,
-        Operation::Delete | Operation::Connect => return Ok(allowed(request, ResultLabel::Allowed)),
+        Operation::Delete | Operation::Connect => return Ok(Decision::allowed(ResultLabel::Allowed)),
     };
-    let object = object.ok_or(ReviewError::NoObject {
-        operation: operation_label(&request.operation).as_str(),
+    let object = view.object.as_ref().ok_or(ReviewError::NoObject {
+        operation: operation_label(&view.operation).as_str(),
     })?;
+    let old_object = view.old_object.as_ref().filter(|_| is_update);
     Ok(match route {
-        Route::Mutate => mutate(request, kind, object),
-        Route::Validate => validate(request, kind, object, old_object.filter(|_| is_update)),
+        Route::Mutate => mutate(view.body, kind, object),
+        Route::Validate => validate(view.body, kind, object, old_object),
     })
 }
 
-fn mutate(request: &Request, kind: &str, object: &RawValue) -> Decision {
+fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
     // An object that does not parse is not defaulted; the validating webhook denies it.
-    let Ok(parsed) = parse_raw(kind, object) else {
-        return allowed(request, ResultLabel::Allowed);
+    let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
+        return Decision::allowed(ResultLabel::Allowed);
     };
-    let Ok(SpecOnly { spec }) = serde_json::from_str::<SpecOnly>(object.get()) else {
-        return allowed(request, ResultLabel::Allowed);
+    let mut defaulted = parsed.clone();
+    apply_defaults(&mut defaulted);
+    // Defaults that change nothing typed add nothing to the raw spec either (every field the
+    // typed spec holds came from it), so the raw spec is not even read.
+    if same_spec(&parsed, &defaulted) {
+        return Decision::allowed(ResultLabel::Allowed);
+    }
+    let Obj::Parts(ObjectParts { spec: Some(spec), .. }) = object else {
+        return Decision::allowed(ResultLabel::Allowed);
     };
-    let patch = crate::patch::defaults_patch(&spec, parsed);
+    let Ok(raw_spec) = serde_json::from_str::<Value>(spec.get()) else {
+        return Decision::allowed(ResultLabel::Allowed);
+    };
+    let patch = crate::patch::patch_to_defaulted(&raw_spec, &defaulted);
     if patch.0.is_empty() {
-        return allowed(request, ResultLabel::Allowed);
+        return Decision::allowed(ResultLabel::Allowed);
     }
     Decision {
-        response: AdmissionResponse::from(request),
         patch: Some(patch),
-        result: ResultLabel::Patched,
+        ..Decision::allowed(ResultLabel::Patched)
     }
 }
 
-fn validate(request: &Request, kind: &str, object: &RawValue, old_object: Option<&RawValue>) -> Decision {
-    let new = match parse_raw(kind, object) {
+fn validate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> Decision {
+    let new = match parse_obj(body, kind, object, Which::Object) {
         Ok(new) => new,
-        Err(report) => return deny(request, &report),
+        Err(report) => return deny(&report),
     };
     let mut extra_warnings = Vec::new();
     let report = match old_object {
         // Ratcheting, as Kubernetes does for CRD schemas: an update that leaves the spec as it was
         // (labels, finalizers, annotations) is never blocked, so a finalizer can always be removed
         // from an object stored before a rule was tightened.
-        Some(old) => match parse_raw(kind, old) {
-            Ok(old) if same_spec(&old, &new) => return allowed(request, ResultLabel::Allowed),
+        Some(old) => match parse_obj(body, kind, old, Which::OldObject) {
+            Ok(old) if same_spec(&old, &new) => return Decision::allowed(ResultLabel::Allowed),
             Ok(old) => validate_update(&old, &new),
             Err(_) => {
                 extra_warnings.push(format!(
@@ -406,69 +598,61 @@ fn validate(request: &Request, kind: &str, object: &RawValue, old_object: Option
         None => validate_create(&new),
     };
     let mut d = if report.is_valid() {
-        allowed(request, ResultLabel::Allowed)
+        Decision::allowed(ResultLabel::Allowed)
     } else {
-        deny(request, &report)
+        deny(&report)
     };
-    let warnings: Vec<String> = report.warnings.into_iter().chain(extra_warnings).collect();
-    if !warnings.is_empty() {
-        d.response.warnings = Some(warnings);
-    }
+    d.warnings = report.warnings.into_iter().chain(extra_warnings).collect();
     d
 }
 
-/// The object's `spec`, raw (absent: `null`).
-#[derive(Deserialize)]
-struct SpecOnly {
-    #[serde(default)]
-    spec: Value,
-}
-
-/// What the fast path reads of an object: its name, namespace and spec. The API server has
-/// validated the metadata already, and CAPTF's rules are about the spec.
-#[derive(Deserialize)]
-struct SpecOf<S> {
-    #[serde(default)]
-    metadata: NameOnly,
-    spec: S,
-}
-
-#[derive(Default, Deserialize)]
-struct NameOnly {
-    #[serde(default)]
-    name: Option<String>,
-    #[serde(default)]
-    namespace: Option<String>,
-}
-
-fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: NameOnly) -> K {
+fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: &NameOnly<'_>) -> K {
     let m = obj.meta_mut();
-    m.name = meta.name;
-    m.namespace = meta.namespace;
+    m.name = meta.name.as_ref().map(|n| n.0.to_string());
+    m.namespace = meta.namespace.as_ref().map(|n| n.0.to_string());
     obj
 }
 
-/// Parse a raw object of a served kind straight into its type; when that fails, parse it again
-/// through `captf-shared`'s `parse_object` for a report that names the fields.
-fn parse_raw(kind: &str, raw: &RawValue) -> Result<CaptfObject, Report> {
+/// An object of a served kind, its raw spec parsed straight into the kind's type; when that
+/// fails, the whole object parsed again (from the body) through `captf-shared`'s `parse_object`
+/// for a report that names the fields.
+fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<CaptfObject, Report> {
+    if let Obj::Parts(parts) = obj
+        && let Some(obj) = parse_spec(kind, parts)
+    {
+        return Ok(obj);
+    }
+    let value = serde_json::from_slice::<Value>(body)
+        .ok()
+        .and_then(|mut v| v.get_mut("request")?.get_mut(which.key()).map(Value::take))
+        .unwrap_or(Value::Null);
+    parse_object(kind, &value)
+}
+
+fn parse_spec(kind: &str, parts: &ObjectParts<'_>) -> Option<CaptfObject> {
     use captf_shared::types::{TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
-    let text = raw.get();
-    let fast = match kind {
-        "TerraformCluster" => serde_json::from_str(text)
-            .map(|o: SpecOf<_>| CaptfObject::Cluster(with_meta(TerraformCluster::new("", o.spec), o.metadata))),
-        "TerraformMachinePool" => serde_json::from_str(text)
-            .map(|o: SpecOf<_>| CaptfObject::MachinePool(with_meta(TerraformMachinePool::new("", o.spec), o.metadata))),
-        "TerraformMachine" => serde_json::from_str(text)
-            .map(|o: SpecOf<_>| CaptfObject::Machine(with_meta(TerraformMachine::new("", o.spec), o.metadata))),
-        "TerraformMachineTemplate" => serde_json::from_str(text).map(|o: SpecOf<_>| {
-            CaptfObject::MachineTemplate(with_meta(TerraformMachineTemplate::new("", o.spec), o.metadata))
-        }),
-        _ => return parse_object(kind, &Value::Null),
+    let text = parts.spec?.get();
+    let meta = &parts.metadata;
+    let obj = match kind {
+        "TerraformCluster" => CaptfObject::Cluster(with_meta(
+            TerraformCluster::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
+        "TerraformMachinePool" => CaptfObject::MachinePool(with_meta(
+            TerraformMachinePool::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
+        "TerraformMachine" => CaptfObject::Machine(with_meta(
+            TerraformMachine::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
+        "TerraformMachineTemplate" => CaptfObject::MachineTemplate(with_meta(
+            TerraformMachineTemplate::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
+        _ => return None,
     };
-    fast.or_else(|_| {
-        let value: Value = serde_json::from_str(text).unwrap_or(Value::Null);
-        parse_object(kind, &value)
-    })
+    Some(obj)
 }
 
 /// Whether two objects of a kind have the same spec (metadata and status aside).
@@ -482,41 +666,76 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
     }
 }
 
-fn deny(request: &Request, report: &Report) -> Decision {
+fn deny(report: &Report) -> Decision {
     let message = report.message();
-    let mut response = AdmissionResponse::from(request).deny(&message);
-    response.result = Status::failure(&message, INVALID_REASON).with_code(INVALID_CODE);
     Decision {
-        response,
+        allowed: false,
+        status: Status::failure(&message, INVALID_REASON).with_code(INVALID_CODE),
+        warnings: Vec::new(),
         patch: None,
         result: ResultLabel::Denied,
     }
 }
 
-/// The response review as bytes. kube's `with_patch` is tied to json-patch 4 and writes the patch
-/// as a JSON array of numbers; the API server's `[]byte` is base64, so the patch is set here.
-fn serialize(response: AdmissionResponse, patch: Option<&json_patch::Patch>) -> Vec<u8> {
-    let review = response.into_review();
-    let mut value = serde_json::to_value(&review).unwrap_or(Value::Null);
-    if let (Some(patch), Some(resp)) = (patch, value.get_mut("response").and_then(Value::as_object_mut)) {
-        let bytes = serde_json::to_vec(patch).unwrap_or_default();
-        resp.insert(
-            "patch".into(),
-            Value::String(base64::engine::general_purpose::STANDARD.encode(bytes)),
-        );
-        resp.insert("patchType".into(), Value::String("JSONPatch".into()));
-    }
-    serde_json::to_vec(&value).unwrap_or_default()
+/// The response review, written straight from the decision: what kube's `AdmissionResponse`
+/// serializes to (uid, allowed, status, warnings), with the patch as the API server's `[]byte`
+/// wants it (base64; kube's `with_patch` is tied to json-patch 4 and writes an array of numbers).
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ReviewOut<'a> {
+    api_version: &'static str,
+    kind: &'static str,
+    response: ResponseOut<'a>,
+}
+
+#[derive(Serialize)]
+#[serde(rename_all = "camelCase")]
+struct ResponseOut<'a> {
+    uid: &'a str,
+    allowed: bool,
+    status: &'a Status,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    patch_type: Option<&'static str>,
+    #[serde(skip_serializing_if = "<[String]>::is_empty")]
+    warnings: &'a [String],
+}
+
+fn serialize(uid: &str, decision: &Decision) -> Vec<u8> {
+    let patch = decision.patch.as_ref().map(|p| {
+        let bytes = serde_json::to_vec(p).unwrap_or_default();
+        base64::engine::general_purpose::STANDARD.encode(bytes)
+    });
+    let out = ReviewOut {
+        api_version: ADMISSION_API_VERSION,
+        kind: "AdmissionReview",
+        response: ResponseOut {
+            uid,
+            allowed: decision.allowed,
+            status: &decision.status,
+            patch_type: patch.as_ref().map(|_| "JSONPatch"),
+            patch,
+            warnings: &decision.warnings,
+        },
+    };
+    // Plain data with string keys: serializing cannot fail.
+    serde_json::to_vec(&out).unwrap_or_default()
 }
 
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use kube::core::admission::AdmissionResponse;
+
+    fn fixture(name: &str) -> Value {
+        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
+        serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
+    }
 
     fn fixture_object(name: &str) -> (String, Value) {
-        let path = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join(format!("tests/fixtures/{name}.json"));
-        let v: Value = serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap();
+        let v = fixture(name);
         let kind = v["request"]["kind"]["kind"].as_str().unwrap().to_string();
         (kind, v["request"]["object"].clone())
     }
@@ -530,23 +749,9 @@ mod tests {
             "machinetemplate-update-accepted",
         ] {
             let (kind, object) = fixture_object(name);
-            let raw = RawValue::from_string(serde_json::to_string(&object).unwrap()).unwrap();
-            let fast_ok = match kind.as_str() {
-                "TerraformCluster" => {
-                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformClusterSpec>>(raw.get()).is_ok()
-                }
-                "TerraformMachinePool" => {
-                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachinePoolSpec>>(raw.get()).is_ok()
-                }
-                "TerraformMachine" => {
-                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachineSpec>>(raw.get()).is_ok()
-                }
-                _ => {
-                    serde_json::from_str::<SpecOf<captf_shared::types::TerraformMachineTemplateSpec>>(raw.get()).is_ok()
-                }
-            };
-            assert!(fast_ok, "{name}: the fast path must not fall back");
-            let fast = parse_raw(&kind, &raw).unwrap();
+            let text = serde_json::to_string(&object).unwrap();
+            let parts: ObjectParts<'_> = serde_json::from_str(&text).unwrap();
+            let fast = parse_spec(&kind, &parts).expect("the fast path must not fall back");
             let full = parse_object(&kind, &object).unwrap();
             assert!(same_spec(&fast, &full), "{name}");
             assert_eq!(fast.metadata().name, full.metadata().name, "{name}");
@@ -556,12 +761,104 @@ mod tests {
 
     #[test]
     fn a_spec_that_does_not_parse_gets_shared_parse_objects_field_path_report() {
-        let (kind, mut object) = fixture_object("cluster-create-accepted");
-        object["spec"]["jobs"] = serde_json::json!({"activeDeadlineSeconds": "1h"});
-        let raw = RawValue::from_string(serde_json::to_string(&object).unwrap()).unwrap();
+        let mut review = fixture("cluster-create-accepted");
+        review["request"]["object"]["spec"]["jobs"] = serde_json::json!({"activeDeadlineSeconds": "1h"});
+        let object = review["request"]["object"].clone();
+        let body = serde_json::to_vec(&review).unwrap();
+        let text = serde_json::to_string(&object).unwrap();
+        let parts: ObjectParts<'_> = serde_json::from_str(&text).unwrap();
         assert_eq!(
-            parse_raw(&kind, &raw).unwrap_err(),
-            parse_object(&kind, &object).unwrap_err()
+            parse_obj(&body, "TerraformCluster", &Obj::Parts(parts), Which::Object).unwrap_err(),
+            parse_object("TerraformCluster", &object).unwrap_err()
         );
+    }
+
+    #[test]
+    fn every_fixture_takes_the_fast_path_and_kubes_types_read_it_too() {
+        for name in std::fs::read_dir(std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fixtures")).unwrap()
+        {
+            let path = name.unwrap().path();
+            let body = std::fs::read(&path).unwrap();
+            assert!(
+                serde_json::from_slice::<LeanReview<'_>>(&body).is_ok(),
+                "{}",
+                path.display()
+            );
+            assert!(
+                serde_json::from_slice::<KubeReview>(&body).is_ok(),
+                "{}",
+                path.display()
+            );
+        }
+    }
+
+    #[test]
+    fn a_body_the_fast_path_refuses_is_answered_by_the_slow_path_alike() {
+        // An object that is not a JSON object: kube's types take it, the fast path does not.
+        let mut review = fixture("cluster-create-accepted");
+        review["request"]["object"] = serde_json::json!(["not", "an", "object"]);
+        let body = serde_json::to_vec(&review).unwrap();
+        assert!(serde_json::from_slice::<LeanReview<'_>>(&body).is_err());
+        let answer = super::review(Route::Validate, &body).unwrap();
+        assert_eq!(answer.result, ResultLabel::Denied);
+        assert_eq!(answer.uid, review["request"]["uid"].as_str().unwrap());
+        let mutate = super::review(Route::Mutate, &body).unwrap();
+        assert_eq!(mutate.result, ResultLabel::Allowed);
+    }
+
+    /// The response as kube's `AdmissionResponse` serializes it, with the base64 patch set by hand
+    /// (how the webhook wrote it before it wrote the response directly).
+    fn through_kube(uid: &str, d: &Decision) -> Value {
+        let request: KubeRequest =
+            serde_json::from_value(fixture("cluster-create-accepted")["request"].clone()).unwrap();
+        let mut request = request;
+        request.uid = uid.to_string();
+        request.types = kube::core::TypeMeta {
+            api_version: ADMISSION_API_VERSION.into(),
+            kind: "AdmissionReview".into(),
+        };
+        let mut response = AdmissionResponse::from(&request);
+        response.allowed = d.allowed;
+        response.result = d.status.clone();
+        if !d.warnings.is_empty() {
+            response.warnings = Some(d.warnings.clone());
+        }
+        let mut value = serde_json::to_value(response.into_review()).unwrap();
+        if let Some(p) = &d.patch {
+            let resp = value["response"].as_object_mut().unwrap();
+            let b64 = base64::engine::general_purpose::STANDARD.encode(serde_json::to_vec(p).unwrap());
+            resp.insert("patch".into(), Value::String(b64));
+            resp.insert("patchType".into(), Value::String("JSONPatch".into()));
+        }
+        value
+    }
+
+    #[test]
+    fn the_response_is_written_exactly_as_kubes_admission_response_serializes() {
+        let mut report = Report::default();
+        report.violation(
+            &captf_shared::validation::FieldPath::new("spec.jobs.lockTimeoutSeconds"),
+            "must be less than spec.jobs.activeDeadlineSeconds (3600)",
+            &4000,
+        );
+        let patch: json_patch::Patch =
+            serde_json::from_value(serde_json::json!([{"op": "add", "path": "/spec/paused", "value": false}])).unwrap();
+        let mut warned = Decision::allowed(ResultLabel::Unhandled);
+        warned.warnings = vec!["a warning".into(), "another \"quoted\"".into()];
+        let mut denied_warned = deny(&report);
+        denied_warned.warnings = vec!["w".into()];
+        for d in [
+            Decision::allowed(ResultLabel::Allowed),
+            Decision {
+                patch: Some(patch),
+                ..Decision::allowed(ResultLabel::Patched)
+            },
+            deny(&report),
+            denied_warned,
+            warned,
+        ] {
+            let ours: Value = serde_json::from_slice(&serialize("uid-\u{e9}\"1", &d)).unwrap();
+            assert_eq!(ours, through_kube("uid-\u{e9}\"1", &d));
+        }
     }
 }

@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::body::Body;
+use axum::body::{Body, Bytes};
 use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
@@ -212,7 +212,7 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), RejectError> {
     }
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Vec<u8>, RejectError> {
+async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, RejectError> {
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -225,6 +225,6 @@ async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result
         Err(_) => Err(RejectError::BodyTimeout(timeout)),
         Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(RejectError::TooLarge),
         Ok(Err(e)) => Err(RejectError::BodyRead(e.to_string())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes().to_vec()),
+        Ok(Ok(collected)) => Ok(collected.to_bytes()),
     }
 }
