@@ -24,6 +24,9 @@ struct Args {
     /// Directory of CRD YAML files to serve.
     #[arg(long, env = "CAPTF_SIM_CRDS")]
     crds: Option<PathBuf>,
+    /// How many changes watches can replay before `410 Gone` (raise it for thousands of objects).
+    #[arg(long, env = "CAPTF_SIM_HISTORY", default_value_t = 10_000)]
+    history: usize,
 }
 
 #[tokio::main]
@@ -32,7 +35,7 @@ async fn main() -> anyhow::Result<()> {
         .with_env_filter(tracing_subscriber::EnvFilter::from_default_env())
         .init();
     let args = Args::parse();
-    let mut b = captf_sim::Sim::builder().addr(args.addr);
+    let mut b = captf_sim::Sim::builder().addr(args.addr).history(args.history);
     if let Some(dir) = args.crds {
         b = b.crd_dir(dir);
     }

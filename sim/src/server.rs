@@ -344,11 +344,7 @@ async fn handle_inner(
                     // deletecollection
                     let (ls, fs) = selectors(query)?;
                     let mut w = sh.lock()?;
-                    let items: Vec<Value> = w
-                        .list(&t.def, t.ns.as_deref())
-                        .into_iter()
-                        .filter(|o| ls.matches(o) && fs.matches(o))
-                        .collect();
+                    let items = w.list_where(&t.def, t.ns.as_deref(), |o| ls.matches(o) && fs.matches(o));
                     for o in &items {
                         let n = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
                         let _ = w.delete(&t.def, &ns, n, &opts);
@@ -454,19 +450,16 @@ fn wants_table(headers: &HeaderMap) -> bool {
 
 fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>, table: bool) -> Result<Response, ApiError> {
     let (ls, fs) = selectors(query)?;
-    let w = sh.lock()?;
-    let items: Vec<Value> = w
-        .list(&t.def, t.ns.as_deref())
-        .into_iter()
-        .filter(|o| ls.matches(o) && fs.matches(o))
-        .collect();
+    // Copy only what matches, and serialize after the lock is released.
+    let (items, now, rv) = {
+        let w = sh.lock()?;
+        let items = w.list_where(&t.def, t.ns.as_deref(), |o| ls.matches(o) && fs.matches(o));
+        (items, w.now(), w.resource_version())
+    };
     if table {
-        return Ok(json_response(
-            200,
-            &crate::table::table(&t.def, &items, w.now(), w.resource_version()),
-        ));
+        return Ok(json_response(200, &crate::table::table(&t.def, &items, now, rv)));
     }
-    Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
+    Ok(json_response(200, &list_body(&t.def, rv, items)))
 }
 
 fn line(v: &Value) -> Bytes {
@@ -521,6 +514,7 @@ fn watch_stream(
         }
     };
     let (ls, fs) = selectors(query)?;
+    let (ls0, fs0) = (ls.clone(), fs.clone());
     let res = t.def.id();
     let ns_filter = t.ns.clone();
     // As kube-apiserver's watch cache: a change that makes an object match is ADDED, one that
@@ -578,22 +572,10 @@ fn watch_stream(
                 }
             }
             _ => {
-                for o in w.list(&t.def, t.ns.as_deref()) {
-                    let e = WatchEvent {
-                        rv: 0,
-                        res: t.def.id(),
-                        ns: o
-                            .pointer("/metadata/namespace")
-                            .and_then(Value::as_str)
-                            .unwrap_or("")
-                            .into(),
-                        kind: crate::store::EventType::Added,
-                        object: o,
-                        old: None,
-                    };
-                    if select(&e).is_some() {
-                        backlog.push(event_line("ADDED", &e.object));
-                    }
+                // The initial ADDED events: only matching objects are copied (the namespace is
+                // already the scan's bound).
+                for o in w.scan_where(&t.def, t.ns.as_deref(), |o| ls0.matches(o) && fs0.matches(o)) {
+                    backlog.push(event_line("ADDED", o));
                 }
                 if initial || bookmarks {
                     backlog.push(event_line(

@@ -326,6 +326,23 @@ impl Sim {
         }
     }
 
+    /// How many objects of a store id in a namespace (`None`: all) satisfy `keep`, without
+    /// copying any (cheap enough to poll while thousands of objects exist).
+    pub fn count_where(&self, resource: &str, namespace: Option<&str>, keep: impl Fn(&Value) -> bool) -> usize {
+        let w = self.world();
+        match w.def(resource) {
+            Ok(def) => w.count_where(&def, namespace, keep),
+            Err(_) => 0,
+        }
+    }
+
+    /// Every change from now on, as watches see them, each stamped with the wall-clock instant
+    /// it was made (for measurements). A receiver that falls more than 16,384 changes behind
+    /// gets `Lagged`.
+    pub fn changes(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::store::WatchEvent>> {
+        self.world().tx.subscribe()
+    }
+
     /// Create or replace an object directly (no admission, no faults). Its resource is found
     /// from `apiVersion` and `kind`.
     pub fn put(&self, obj: Value) -> Result<Value, SimError> {

@@ -53,6 +53,8 @@ pub struct WatchEvent {
     pub object: Value,
     /// The object before a MODIFIED change (selector watches turn changes into ADDED/DELETED).
     pub old: Option<Value>,
+    /// The wall-clock instant the change was made (measurements: finish → next Job).
+    pub wall: std::time::Instant,
 }
 
 type Key = (String, String, String);
@@ -308,6 +310,7 @@ impl World {
             kind,
             object,
             old,
+            wall: std::time::Instant::now(),
         });
         self.history.push_back(ev.clone());
         while self.history.len() > self.history_cap {
@@ -340,13 +343,35 @@ impl World {
 
     /// Objects of a resource, in one namespace or (`None`) all.
     pub fn list(&self, def: &ResourceDef, ns: Option<&str>) -> Vec<Value> {
+        self.list_where(def, ns, |_| true)
+    }
+
+    /// The objects of a resource (in one namespace or all) that match, each cloned only when it
+    /// matches: the key order (resource, namespace, name) bounds the scan to the resource and
+    /// namespace, and a selector costs a look at each object there, not a copy.
+    pub fn list_where(&self, def: &ResourceDef, ns: Option<&str>, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
+        self.scan_where(def, ns, keep).cloned().collect()
+    }
+
+    /// How many objects of a resource (in one namespace or all) match, without copying any.
+    pub fn count_where(&self, def: &ResourceDef, ns: Option<&str>, keep: impl Fn(&Value) -> bool) -> usize {
+        self.scan_where(def, ns, keep).count()
+    }
+
+    /// The objects of a resource (in one namespace or all) that match, by reference.
+    pub fn scan_where<'a>(
+        &'a self,
+        def: &ResourceDef,
+        ns: Option<&'a str>,
+        keep: impl Fn(&Value) -> bool + 'a,
+    ) -> impl Iterator<Item = &'a Value> + 'a {
         let id = def.id();
         let start = (id.clone(), ns.unwrap_or_default().to_string(), String::new());
         self.objects
             .range(start..)
-            .take_while(|((r, n, _), _)| *r == id && ns.is_none_or(|ns| ns == n))
-            .map(|(_, v)| v.clone())
-            .collect()
+            .take_while(move |((r, n, _), _)| *r == id && ns.is_none_or(|ns| ns == n))
+            .map(|(_, v)| v)
+            .filter(move |v| keep(v))
     }
 
     fn check_namespace(&self, def: &ResourceDef, ns: &str) -> Result<(), ApiError> {

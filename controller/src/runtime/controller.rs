@@ -7,9 +7,11 @@ use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::Store;
+use kube::runtime::reflector::store::Writer;
 use kube::runtime::watcher;
 use tokio::sync::watch;
 
@@ -23,7 +25,7 @@ use super::clock::SharedClock;
 use super::deletion;
 use super::errors::{self, ApiAction, Error};
 use super::events::{Emission, Events};
-use super::gather::{self, Ident};
+use super::gather::{self, Caches, FeedStreams, Feeds, Ident};
 use super::inputs;
 use super::interrupted::{self, Checked};
 use super::job::{JobParams, build_job, owner_reference};
@@ -58,6 +60,8 @@ pub struct Ctx {
     pub events: Events,
     /// True while this replica may write (leader election, or always without it).
     pub leader: Arc<AtomicBool>,
+    /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
+    pub caches: Caches,
 }
 
 impl Ctx {
@@ -67,16 +71,19 @@ impl Ctx {
         clock: SharedClock,
         metrics: Arc<Metrics>,
         leader: Arc<AtomicBool>,
-    ) -> Ctx {
+    ) -> (Ctx, Feeds) {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
-        Ctx {
+        let (caches, feeds) = gather::caches();
+        let ctx = Ctx {
             events: Events::new(client.clone(), instance),
             client,
             config,
             clock,
             metrics,
             leader,
-        }
+            caches,
+        };
+        (ctx, feeds)
     }
 
     /// Publish an event about the object, related to one of its Jobs when it concerns a Job,
@@ -95,6 +102,8 @@ impl Ctx {
 
 /// Requeue after a lost race (409, lease held by somebody else).
 const RACE_REQUEUE: Duration = Duration::from_secs(2);
+/// Requeue while the stores have not listed once (they usually have within milliseconds).
+const SYNC_REQUEUE: Duration = Duration::from_millis(250);
 /// Requeue while a Job runs (its watch event usually comes first).
 const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
@@ -170,7 +179,11 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     }
 
     // ---- read ----
-    let (jobs, pods) = gather::jobs_and_pods(&ctx.client, &id).await?;
+    let last_job_seq = object_status(&object).and_then(|s| s.last_job_seq);
+    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, &id, last_job_seq).await? else {
+        tracing::debug!(object = %id.what(), "caches not synced yet");
+        return Ok(Action::requeue(SYNC_REQUEUE));
+    };
     let by_job = snapshot::pods_by_job(&pods);
     let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
     for j in &jobs {
@@ -256,7 +269,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         Ok(i) => InputsHash::Known(i.hash()),
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
-    let mut holds = gather::holds(&ctx.client, &id).await?;
+    let mut holds = gather::holds(&ctx.client, &ctx.caches, &id).await?;
     holds.cluster_paused = pause::cluster_paused(&ctx.client, &object, &id).await;
     if deleting {
         // Only a deletion is held by an unreadable state (§8); other ops find out themselves.
@@ -476,19 +489,22 @@ async fn start_job(
     Ok(Some(job_name))
 }
 
-/// A controller for one kind.
+/// A controller for one kind: its objects from the kind's store, triggered by them, by its Jobs
+/// (the Jobs store of the kind, deletions included) and by its inputs Secrets (metadata only).
 fn controller_for<K: CaptfKind>(
     ctx: Arc<Ctx>,
+    feeds: &FeedStreams,
+    objects: (Writer<K>, Store<K>),
+    jobs: Writer<Job>,
     shutdown: watch::Receiver<bool>,
-    synced: Arc<AtomicBool>,
-) -> impl std::future::Future<Output = ()> + Send {
+) -> impl std::future::Future<Output = ()> + Send + use<K> {
     let client = ctx.client.clone();
     let ns = ctx.config.namespace.clone();
     let api: Api<K> = match &ns {
         Some(n) => Api::namespaced(client.clone(), n),
         None => Api::all(client.clone()),
     };
-    let jobs: Api<Job> = match &ns {
+    let jobs_api: Api<Job> = match &ns {
         Some(n) => Api::namespaced(client.clone(), n),
         None => Api::all(client.clone()),
     };
@@ -497,9 +513,9 @@ fn controller_for<K: CaptfKind>(
         None => Api::all(client.clone()),
     };
     let selector = format!("{}={}", keys::LABEL_KIND, K::KIND.as_str());
-    let api_for_ready = api.clone();
-    let controller = Controller::new(api, watcher::Config::default())
-        .owns(jobs, watcher::Config::default().labels(&selector))
+    let (writer, reader) = objects;
+    let controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
+        .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector))
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .reconcile_all_on(ctx.clock.jumps())
@@ -507,22 +523,6 @@ fn controller_for<K: CaptfKind>(
             let mut rx = shutdown;
             let _ = rx.wait_for(|stop| *stop).await;
         });
-    // Ready once the kind can be listed. (Not `Store::wait_until_ready`: its one-waker
-    // oneshot would race the applier's own wait and could leave one of them asleep.)
-    let list_api = api_for_ready;
-    tokio::spawn(async move {
-        let lp = kube::api::ListParams::default().limit(1);
-        loop {
-            match list_api.list_metadata(&lp).await {
-                Ok(_) => {
-                    synced.store(true, Ordering::SeqCst);
-                    return;
-                }
-                Err(e) => tracing::debug!(kind = %K::KIND, "first list failed: {e}"),
-            }
-            tokio::time::sleep(Duration::from_millis(500)).await;
-        }
-    });
     controller
         .run(reconcile::<K>, error_policy::<K>, ctx)
         .for_each(|res| async move {
@@ -532,15 +532,14 @@ fn controller_for<K: CaptfKind>(
         })
 }
 
-/// Run the three controllers until `shutdown` turns true; `ready` turns true once all three
-/// have listed their objects.
-pub async fn run_controllers(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>, ready: Arc<AtomicBool>) {
-    let synced: [Arc<AtomicBool>; 3] = Default::default();
+/// Run the three controllers (and the pod watch) until `shutdown` turns true; `ready` turns
+/// true once every store has listed once.
+pub async fn run_controllers(ctx: Arc<Ctx>, feeds: Feeds, shutdown: watch::Receiver<bool>, ready: Arc<AtomicBool>) {
     let watch_ready = {
-        let synced = synced.clone();
+        let caches = ctx.caches.clone();
         async move {
             loop {
-                if synced.iter().all(|s| s.load(Ordering::SeqCst)) {
+                if caches.synced() {
                     ready.store(true, Ordering::SeqCst);
                     return;
                 }
@@ -549,10 +548,44 @@ pub async fn run_controllers(ctx: Arc<Ctx>, shutdown: watch::Receiver<bool>, rea
         }
     };
     tokio::spawn(watch_ready);
-    let [a, b, c] = synced;
+    let pods_api: Api<Pod> = match &ctx.config.namespace {
+        Some(n) => Api::namespaced(ctx.client.clone(), n),
+        None => Api::all(ctx.client.clone()),
+    };
+    let Feeds {
+        clusters,
+        pools,
+        machines,
+        jobs: [j_clusters, j_pools, j_machines],
+        pods,
+        streams: feeds,
+    } = feeds;
+    let pods_feed = {
+        let mut stop = shutdown.clone();
+        feeds
+            .pods_stream(pods, pods_api)
+            .take_until(async move {
+                let _ = stop.wait_for(|s| *s).await;
+            })
+            .for_each(|()| async {})
+    };
+    let c = ctx.caches.clone();
     futures::join!(
-        controller_for::<TerraformCluster>(ctx.clone(), shutdown.clone(), a),
-        controller_for::<TerraformMachinePool>(ctx.clone(), shutdown.clone(), b),
-        controller_for::<TerraformMachine>(ctx, shutdown, c),
+        controller_for::<TerraformCluster>(
+            ctx.clone(),
+            &feeds,
+            (clusters, c.clusters.clone()),
+            j_clusters,
+            shutdown.clone()
+        ),
+        controller_for::<TerraformMachinePool>(
+            ctx.clone(),
+            &feeds,
+            (pools, c.pools.clone()),
+            j_pools,
+            shutdown.clone()
+        ),
+        controller_for::<TerraformMachine>(ctx, &feeds, (machines, c.machines.clone()), j_machines, shutdown),
+        pods_feed,
     );
 }

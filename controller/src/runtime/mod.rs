@@ -6,7 +6,7 @@
 //! | [`kinds`] | one trait over TerraformCluster / TerraformMachinePool / TerraformMachine |
 //! | [`controller`] | the three `Controller`s, the shared context and the reconcile pass |
 //! | [`clock`] | system time, or the simulator's clock (whose jumps re-reconcile everything) |
-//! | [`gather`] | the reads of one pass (Jobs, pods, Secrets, lock Lease, holder pod live, holds) |
+//! | [`gather`] | the reads of one pass: Jobs, pods and members from reflector stores; Secrets, lock Lease, holder pod live |
 //! | [`book`] | bookkeeping exactly once per Job, outputs and Cluster API fields, pruning |
 //! | [`leases`] | run lease and cluster lease |
 //! | [`job`] | the PURE Job builder |
@@ -191,8 +191,8 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         runner_service_account: Some(args.runner_service_account.clone()),
         concurrency: args.concurrency,
     };
-    let ctx = Arc::new(Ctx::new(client, config, clock, metrics.clone(), leader));
-    let task = tokio::spawn(run_controllers(ctx, stop_rx, ready.clone()));
+    let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
+    let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));
     Ok(Handle {
         metrics_addr,
         health_addr,
