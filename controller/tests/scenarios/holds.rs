@@ -4,8 +4,8 @@
 use anyhow::Result;
 use serde_json::{Value, json};
 
+use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op, names};
-use captf_sim::RunnerScript;
 
 use super::support::*;
 
@@ -67,32 +67,15 @@ async fn a_paused_cluster_api_cluster_pauses_its_terraform_cluster_until_unpause
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result<()> {
-    let env = Env::new().await?;
+    let env = Env::with_realistic_runners().await?;
     let k = Kind::TerraformCluster;
-    env.sim
-        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
-    env.sim.put(cluster_json("held", json!({})))?;
-    let j1 = env.job(k, "held", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.create_applied_cluster("held").await?;
 
     // Somebody overwrote the state with plain JSON: Terraform cannot read it.
     let state = names::state_secret_name(&names::suffix(k, NS, "held"));
-    let secret = |data: &[u8]| -> Result<Value> {
-        let s = k8s_openapi::api::core::v1::Secret {
-            metadata: kube::api::ObjectMeta {
-                name: Some(state.clone()),
-                namespace: Some(NS.into()),
-                ..Default::default()
-            },
-            data: Some([("tfstate".to_string(), k8s_openapi::ByteString(data.to_vec()))].into()),
-            ..Default::default()
-        };
-        Ok(serde_json::to_value(s)?)
-    };
+    let secret = |data: &[u8]| secret_json(&state, "tfstate", data);
     env.sim.put(secret(br#"{"version": 4}"#)?)?;
-    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
-    api.delete("held", &Default::default()).await?;
+    env.delete::<TerraformCluster>("held").await?;
     let msg = env
         .until("DeletionHeld", |e| {
             let (st, reason, msg) = condition(&e.cluster("held"), "Ready")?;

@@ -9,6 +9,7 @@ use serde_json::{Value, json};
 
 use captf_controller::runtime::{self, clock::WatchClock};
 use captf_shared::protocol::PlanSummary;
+use captf_shared::types::{TerraformCluster, TerraformMachinePool};
 use captf_shared::{Kind, Op};
 use captf_sim::{FaultRule, JobMatch, RunnerScript, Sim, Verb};
 
@@ -16,11 +17,8 @@ use super::support::*;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
-    let env = Env::new().await?;
-    env.sim
-        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
-    env.sim.put(cluster_json("prod-eu", json!({})))?;
-    let job = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 1).await?;
+    let env = Env::with_realistic_runners().await?;
+    let job = env.create_cluster("prod-eu", json!({})).await?;
     assert_eq!(job.metadata.name.as_deref(), Some("tc-prod-eu-225654-apply-1"));
     let health = env.handle.as_ref().unwrap().health_addr;
     env.until("ready after the first sync", |e| {
@@ -39,28 +37,16 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
         env.sim.get("/secrets", NS, "captf-inputs-prod-eu-tc").is_some(),
         "inputs Secret written first"
     );
-    let lease = env
-        .sim
-        .get("coordination.k8s.io/leases", NS, "captf-run-prod-eu-tc")
-        .unwrap();
     assert_eq!(
-        lease.pointer("/spec/holderIdentity"),
-        Some(&json!("tc-prod-eu-225654-apply-1"))
+        env.lease_holder("captf-run-prod-eu-tc")?,
+        json!("tc-prod-eu-225654-apply-1")
     );
-    env.until("activeJob", |e| {
-        (e.cluster("prod-eu").pointer("/status/activeJob") == Some(&json!("tc-prod-eu-225654-apply-1"))).then_some(())
-    })
-    .await?;
+    env.until_field("prod-eu", "/status/activeJob", json!("tc-prod-eu-225654-apply-1"))
+        .await?;
     assert_eq!(env.events("JobStarted").len(), 1);
 
-    env.advance(30);
-    env.booked("tc-prod-eu-225654-apply-1", "succeeded").await?;
-    let c = env
-        .until("Ready=True", |e| {
-            let c = e.cluster("prod-eu");
-            (condition(&c, "Ready")?.0 == "True").then_some(c)
-        })
-        .await?;
+    env.run_until_booked(&job, "succeeded").await?;
+    let c = env.until_ready("prod-eu").await?;
     assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "ApplySucceeded");
     assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
     assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
@@ -78,12 +64,8 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
             .pointer("/metadata/annotations/captf.io~1applied-inputs-hash")
             .is_some()
     );
-    let lease = env
-        .sim
-        .get("coordination.k8s.io/leases", NS, "captf-run-prod-eu-tc")
-        .unwrap();
     assert!(
-        lease.pointer("/spec/holderIdentity").is_none_or(Value::is_null),
+        env.lease_holder("captf-run-prod-eu-tc")?.is_null(),
         "run lease released"
     );
     env.settle().await;
@@ -103,14 +85,11 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
 async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
     let env = Env::new().await?;
     env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
-    env.sim.put(cluster_json("retry", json!({})))?;
     let k = Kind::TerraformCluster;
-    let mut prev = env.job(k, "retry", Op::Apply, 1).await?;
+    let mut prev = env.create_cluster("retry", json!({})).await?;
     for (seq, delay) in [(2u32, 60i64), (3, 120), (4, 600)] {
-        env.advance(30);
-        let prev_name = prev.metadata.name.clone().unwrap();
-        env.booked(&prev_name, "failed").await?;
-        let fin = finished(&live(&env, &prev_name));
+        env.run_until_booked(&prev, "failed").await?;
+        let fin = finished(&live(&env, job_name(&prev)));
 
         // Just before the delay ends: nothing starts.
         let wait = env
@@ -132,7 +111,7 @@ async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
         env.sim.advance_to(not_before);
         let j = env.job(k, "retry", Op::Apply, seq).await?;
         assert_eq!((ts(&j) - fin).get_seconds(), delay);
-        assert_eq!(j.metadata.labels.as_ref().unwrap()["captf.io/attempt"], seq.to_string());
+        assert_eq!(labels(&j)["captf.io/attempt"], seq.to_string());
         prev = j;
     }
     let c = env.cluster("retry");
@@ -157,21 +136,19 @@ async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
 async fn deadline_kill_counted_though_runner_reported_interrupted() -> Result<()> {
     let env = Env::new().await?;
     env.sim.set_default_script(RunnerScript::hang());
-    env.sim.put(cluster_json(
-        "slow",
-        json!({"jobs": {"activeDeadlineSeconds": 60, "lockTimeoutSeconds": 30}}),
-    ))?;
-    let j = env.job(Kind::TerraformCluster, "slow", Op::Apply, 1).await?;
+    let j = env
+        .create_cluster(
+            "slow",
+            json!({"jobs": {"activeDeadlineSeconds": 60, "lockTimeoutSeconds": 30}}),
+        )
+        .await?;
     assert_eq!(j.spec.as_ref().unwrap().active_deadline_seconds, Some(60));
     env.advance(61);
     env.advance(200);
     env.booked("tc-slow-", "deadline").await.ok();
-    let name = j.metadata.name.unwrap();
-    env.booked(&name, "deadline").await?;
-    env.until("consecutiveFailures.apply=1", |e| {
-        (e.cluster("slow").pointer("/status/consecutiveFailures/apply") == Some(&json!(1))).then_some(())
-    })
-    .await?;
+    env.booked(job_name(&j), "deadline").await?;
+    env.until_field("slow", "/status/consecutiveFailures/apply", json!(1))
+        .await?;
     assert_eq!(env.events("JobDeadlineExceeded").len(), 1);
     assert!(env.events("JobInterrupted").is_empty());
     assert!(env.metrics().contains("outcome=\"deadline\"} 1"));
@@ -186,21 +163,14 @@ async fn eviction_is_not_counted_and_retries_at_once() -> Result<()> {
         JobMatch::object(k, NS, "evicted").op(Op::Apply),
         RunnerScript::evicted(),
     );
-    env.sim.put(cluster_json("evicted", json!({})))?;
-    let j = env.job(k, "evicted", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j.metadata.name.as_deref().unwrap(), "interrupted").await?;
+    let j = env.create_cluster("evicted", json!({})).await?;
+    env.run_until_booked(&j, "interrupted").await?;
     let j2 = env.job(k, "evicted", Op::Apply, 2).await?;
     assert_eq!(ts(&j2), env.now(), "no backoff after an eviction");
-    assert_eq!(j2.metadata.labels.as_ref().unwrap()["captf.io/attempt"], "1");
+    assert_eq!(labels(&j2)["captf.io/attempt"], "1");
     assert_eq!(env.events("JobInterrupted").len(), 1);
     let c = env.cluster("evicted");
-    assert_eq!(
-        c.pointer("/status/consecutiveFailures/apply")
-            .cloned()
-            .unwrap_or(json!(0)),
-        json!(0)
-    );
+    assert_eq!(apply_failures(&c), json!(0));
     Ok(())
 }
 
@@ -212,28 +182,20 @@ async fn stale_lock_of_a_dead_runner_is_handed_to_the_next_job_once() -> Result<
         JobMatch::object(k, NS, "locky").op(Op::Apply),
         RunnerScript::die_holding_lock_id("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55"),
     );
-    env.sim.put(cluster_json("locky", json!({})))?;
-    let j1 = env.job(k, "locky", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
-    let fin = finished(&live(&env, j1.metadata.name.as_deref().unwrap()));
+    let j1 = env.create_cluster("locky", json!({})).await?;
+    env.run_until_booked(&j1, "failed").await?;
+    let fin = finished(&live(&env, job_name(&j1)));
     env.sim.advance_to(fin + jiff::SignedDuration::from_secs(60));
     let j2 = env.job(k, "locky", Op::Apply, 2).await?;
     assert_eq!(
-        j2.metadata
-            .annotations
-            .as_ref()
-            .unwrap()
-            .get("captf.io/force-unlock")
-            .map(String::as_str),
+        annotations(&j2).get("captf.io/force-unlock").map(String::as_str),
         Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55")
     );
     env.until("ForceUnlocked event", |e| {
         (e.events("ForceUnlocked").len() == 1).then_some(())
     })
     .await?;
-    env.advance(30);
-    env.booked(j2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.run_until_booked(&j2, "succeeded").await?;
     env.settle().await;
     assert_eq!(env.events("ForceUnlocked").len(), 1, "emitted once");
     assert!(
@@ -249,23 +211,11 @@ async fn workstation_lock_reports_state_locked_and_is_never_unlocked() -> Result
     let k = Kind::TerraformCluster;
     env.sim
         .hold_lock(NS, "ws-tc", "11111111-2222-3333-4444-555555555555", "alice@laptop");
-    env.sim
-        .put(cluster_json("ws", json!({"jobs": {"lockTimeoutSeconds": 60}})))?;
-    let j1 = env.job(k, "ws", Op::Apply, 1).await?;
-    assert!(
-        j1.metadata
-            .annotations
-            .as_ref()
-            .unwrap()
-            .get("captf.io/force-unlock")
-            .is_none()
-    );
-    let c = env
-        .until("StateLocked", |e| {
-            let c = e.cluster("ws");
-            (condition(&c, "StateReadable")?.1 == "StateLocked").then_some(c)
-        })
+    let j1 = env
+        .create_cluster("ws", json!({"jobs": {"lockTimeoutSeconds": 60}}))
         .await?;
+    assert!(annotations(&j1).get("captf.io/force-unlock").is_none());
+    let c = env.until_reason("ws", "StateReadable", "StateLocked").await?;
     let (status, _, message) = condition(&c, "StateReadable").unwrap();
     assert_eq!(status, "False");
     assert!(
@@ -273,26 +223,17 @@ async fn workstation_lock_reports_state_locked_and_is_never_unlocked() -> Result
         "{message}"
     );
     env.advance(61);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.booked(job_name(&j1), "failed").await?;
     env.advance(60);
     let j2 = env.job(k, "ws", Op::Apply, 2).await?;
     assert!(
-        j2.metadata
-            .annotations
-            .as_ref()
-            .unwrap()
-            .get("captf.io/force-unlock")
-            .is_none(),
+        annotations(&j2).get("captf.io/force-unlock").is_none(),
         "never unlocked"
     );
     assert_eq!(env.events("StateLocked").len(), 1);
-    let lease = env
-        .sim
-        .get("coordination.k8s.io/leases", NS, "lock-tfstate-default-ws-tc")
-        .unwrap();
     assert_eq!(
-        lease.pointer("/spec/holderIdentity"),
-        Some(&json!("11111111-2222-3333-4444-555555555555"))
+        env.lease_holder("lock-tfstate-default-ws-tc")?,
+        json!("11111111-2222-3333-4444-555555555555")
     );
     Ok(())
 }
@@ -303,25 +244,16 @@ async fn apply_job_deleted_while_running_records_interrupted_apply_until_next_su
     let k = Kind::TerraformCluster;
     env.sim
         .script(JobMatch::object(k, NS, "gone").op(Op::Apply), RunnerScript::hang());
-    env.sim.put(cluster_json("gone", json!({})))?;
-    let j1 = env.job(k, "gone", Op::Apply, 1).await?;
+    let j1 = env.create_cluster("gone", json!({})).await?;
     let name = j1.metadata.name.clone().unwrap();
-    env.until("activeJob", |e| {
-        (e.cluster("gone").pointer("/status/activeJob") == Some(&json!(name.clone()))).then_some(())
-    })
-    .await?;
+    env.until_field("gone", "/status/activeJob", json!(name)).await?;
     // Someone deletes the running Job (no background GC wait: the Job is simply gone).
-    env.sim.client()?;
-    let jobs: kube::Api<Job> = kube::Api::namespaced(env.sim.client()?, NS);
-    jobs.delete(&name, &Default::default()).await?;
+    env.delete::<Job>(&name).await?;
     let want = format!(
         "Job {name}: disappeared while it ran and may have applied part of its change; an apply of the current inputs is due."
     );
     let j2 = env.job(k, "gone", Op::Apply, 2).await?;
-    assert_eq!(
-        j2.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
-        "InterruptedApply"
-    );
+    assert_eq!(annotations(&j2)["captf.io/reason"], "InterruptedApply");
     let secret = env.sim.get("/secrets", NS, "captf-inputs-gone-tc").unwrap();
     assert_eq!(
         secret.pointer("/metadata/annotations/captf.io~1interrupted-apply"),
@@ -332,8 +264,7 @@ async fn apply_job_deleted_while_running_records_interrupted_apply_until_next_su
         (st == "False" && reason == "ApplyFailed" && msg == want).then_some(())
     })
     .await?;
-    env.advance(30);
-    env.booked(j2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.run_until_booked(&j2, "succeeded").await?;
     env.until("record cleared", |e| {
         let s = e.sim.get("/secrets", NS, "captf-inputs-gone-tc")?;
         s.pointer("/metadata/annotations/captf.io~1interrupted-apply")
@@ -341,10 +272,7 @@ async fn apply_job_deleted_while_running_records_interrupted_apply_until_next_su
             .then_some(())
     })
     .await?;
-    env.until("ApplySucceeded", |e| {
-        (condition(&e.cluster("gone"), "ApplyJobSucceeded")?.1 == "ApplySucceeded").then_some(())
-    })
-    .await?;
+    env.until_reason("gone", "ApplyJobSucceeded", "ApplySucceeded").await?;
     Ok(())
 }
 
@@ -362,16 +290,9 @@ async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_
     env.sim.script(m(), RunnerScript::blocked("hash-1", s));
     env.sim.script(m(), RunnerScript::plan_changed("hash-2", s));
     env.sim.script(m(), RunnerScript::succeed());
-    env.sim.put(cluster_json("guarded", json!({})))?;
-    let j1 = env.job(k, "guarded", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "blocked").await?;
-    let c = env
-        .until("AwaitingApproval", |e| {
-            let c = e.cluster("guarded");
-            (c.pointer("/status/nextAction/reason")? == "AwaitingApproval").then_some(c)
-        })
-        .await?;
+    let j1 = env.create_cluster("guarded", json!({})).await?;
+    env.run_until_booked(&j1, "blocked").await?;
+    let c = env.until_next_action("guarded", "AwaitingApproval").await?;
     assert_eq!(c.pointer("/status/pendingPlan/hash"), Some(&json!("hash-1")));
     assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "DestructivePlanBlocked");
     assert_eq!(env.events("DestructivePlanBlocked").len(), 1);
@@ -379,77 +300,38 @@ async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_
     env.settle().await;
     assert_eq!(env.job_names(k, "guarded").len(), 1, "waits for a person, not a timer");
 
-    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
     let approve = |h: &str| json!({"metadata": {"annotations": {"captf.io/approve-plan": h}}});
-    api.patch(
-        "guarded",
-        &Default::default(),
-        &kube::api::Patch::Merge(approve("hash-1")),
-    )
-    .await?;
-    let j2 = env.job(k, "guarded", Op::Apply, 2).await?;
-    assert_eq!(
-        j2.metadata.annotations.as_ref().unwrap()["captf.io/approved-plan"],
-        "hash-1"
-    );
-    env.advance(30);
-    env.booked(j2.metadata.name.as_deref().unwrap(), "plan-changed").await?;
-    env.until("PlanChanged", |e| {
-        (e.cluster("guarded").pointer("/status/nextAction/reason")? == "PlanChanged").then_some(())
-    })
-    .await?;
-    api.patch(
-        "guarded",
-        &Default::default(),
-        &kube::api::Patch::Merge(approve("hash-2")),
-    )
-    .await?;
-    let j3 = env.job(k, "guarded", Op::Apply, 3).await?;
-    assert_eq!(
-        j3.metadata.annotations.as_ref().unwrap()["captf.io/approved-plan"],
-        "hash-2"
-    );
-    env.advance(30);
-    env.booked(j3.metadata.name.as_deref().unwrap(), "succeeded").await?;
-    let c = env
-        .until("Ready", |e| {
-            let c = e.cluster("guarded");
-            (condition(&c, "Ready")?.0 == "True").then_some(c)
-        })
+    env.merge_patch::<TerraformCluster>("guarded", approve("hash-1"))
         .await?;
+    let j2 = env.job(k, "guarded", Op::Apply, 2).await?;
+    assert_eq!(annotations(&j2)["captf.io/approved-plan"], "hash-1");
+    env.run_until_booked(&j2, "plan-changed").await?;
+    env.until_next_action("guarded", "PlanChanged").await?;
+    env.merge_patch::<TerraformCluster>("guarded", approve("hash-2"))
+        .await?;
+    let j3 = env.job(k, "guarded", Op::Apply, 3).await?;
+    assert_eq!(annotations(&j3)["captf.io/approved-plan"], "hash-2");
+    env.run_until_booked(&j3, "succeeded").await?;
+    let c = env.until_ready("guarded").await?;
     assert!(c.pointer("/status/pendingPlan").is_none_or(Value::is_null));
     let c = env.cluster("guarded");
-    assert_eq!(
-        c.pointer("/status/consecutiveFailures/apply")
-            .cloned()
-            .unwrap_or(json!(0)),
-        json!(0)
-    );
+    assert_eq!(apply_failures(&c), json!(0));
     Ok(())
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_runs_destroy_then_removes_the_finalizer() -> Result<()> {
-    let env = Env::new().await?;
+    let env = Env::with_realistic_runners().await?;
     let k = Kind::TerraformCluster;
-    env.sim
-        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
-    env.sim.put(cluster_json("bye", json!({})))?;
-    let j1 = env.job(k, "bye", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
-    env.until("Ready", |e| {
-        (condition(&e.cluster("bye"), "Ready")?.0 == "True").then_some(())
-    })
-    .await?;
-    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
-    api.delete("bye", &Default::default()).await?;
+    env.create_applied_cluster("bye").await?;
+    env.until_ready("bye").await?;
+    env.delete::<TerraformCluster>("bye").await?;
     let d = env.job(k, "bye", Op::Destroy, 2).await?;
     assert!(
         env.object(TC, "bye").is_some(),
         "held by the finalizer while destroying"
     );
-    assert_eq!(d.metadata.annotations.as_ref().unwrap()["captf.io/reason"], "Deleting");
+    assert_eq!(annotations(&d)["captf.io/reason"], "Deleting");
     env.advance(30);
     // Booking the destroy removes the finalizer; the object and its Jobs then go.
     env.until("object gone", |e| e.object(TC, "bye").is_none().then_some(()))
@@ -459,29 +341,16 @@ async fn deletion_runs_destroy_then_removes_the_finalizer() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
-    let env = Env::new().await?;
+    let env = Env::with_realistic_runners().await?;
     let k = Kind::TerraformCluster;
-    env.sim
-        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
-    env.sim.put(cluster_json("held", json!({})))?;
+    env.create_applied_cluster("held").await?;
     let mut pool = cluster_json("held-pool", json!({}));
     pool["kind"] = json!("TerraformMachinePool");
     pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "held"});
-    let j1 = env.job(k, "held", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
-    env.sim.put(pool)?;
-    let p1 = env.job(Kind::TerraformMachinePool, "held-pool", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(p1.metadata.name.as_deref().unwrap(), "succeeded").await?;
-    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
-    api.delete("held", &Default::default()).await?;
-    let c = env
-        .until("DeletionHeld", |e| {
-            let c = e.cluster("held");
-            (condition(&c, "Ready")?.1 == "DeletionHeld").then_some(c)
-        })
-        .await?;
+    let p1 = env.create(Kind::TerraformMachinePool, pool).await?;
+    env.run_until_booked(&p1, "succeeded").await?;
+    env.delete::<TerraformCluster>("held").await?;
+    let c = env.until_reason("held", "Ready", "DeletionHeld").await?;
     assert!(
         condition(&c, "Ready")
             .unwrap()
@@ -494,8 +363,7 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
         !env.job_names(k, "held").iter().any(|n| n.contains("-destroy-")),
         "no destroy while members exist"
     );
-    let pools = kube::Api::<captf_shared::types::TerraformMachinePool>::namespaced(env.sim.client()?, NS);
-    pools.delete("held-pool", &Default::default()).await?;
+    env.delete::<TerraformMachinePool>("held-pool").await?;
     let pd = env.job(Kind::TerraformMachinePool, "held-pool", Op::Destroy, 2).await?;
     assert!(pd.metadata.name.is_some());
     env.advance(30);
@@ -508,22 +376,15 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_restarted_mid_job_starts_no_second_job() -> Result<()> {
-    let mut env = Env::new().await?;
+    let mut env = Env::with_realistic_runners().await?;
     let k = Kind::TerraformCluster;
-    env.sim
-        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
-    env.sim.put(cluster_json("restart", json!({})))?;
-    let j1 = env.job(k, "restart", Op::Apply, 1).await?;
+    let j1 = env.create_cluster("restart", json!({})).await?;
     env.handle.take().unwrap().abort();
     env.start_controller().await?;
     env.settle().await;
     assert_eq!(env.job_names(k, "restart").len(), 1);
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
-    env.until("Ready", |e| {
-        (condition(&e.cluster("restart"), "Ready")?.0 == "True").then_some(())
-    })
-    .await?;
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("restart").await?;
     assert_eq!(env.job_names(k, "restart").len(), 1);
     Ok(())
 }
@@ -538,16 +399,12 @@ async fn injected_500s_and_dropped_watches_lose_nothing() -> Result<()> {
     env.sim
         .faults()
         .inject(FaultRule::new(Verb::Patch, "terraformclusters", 500, 1));
-    env.sim.put(cluster_json("faulty", json!({})))?;
-    let j1 = env.job(k, "faulty", Op::Apply, 1).await?;
+    let j1 = env.create_cluster("faulty", json!({})).await?;
     env.sim.faults().drop_watches();
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.run_until_booked(&j1, "failed").await?;
     env.sim.faults().drop_watches();
-    env.until("consecutiveFailures=1", |e| {
-        (e.cluster("faulty").pointer("/status/consecutiveFailures/apply") == Some(&json!(1))).then_some(())
-    })
-    .await?;
+    env.until_field("faulty", "/status/consecutiveFailures/apply", json!(1))
+        .await?;
     assert_eq!(env.events("JobFailed").len(), 1, "booked exactly once");
     assert!(env.metrics().contains("outcome=\"failed\"} 1"));
     env.advance(60);
@@ -576,29 +433,18 @@ async fn a_failing_drift_check_never_delays_an_apply() -> Result<()> {
     );
     env.sim
         .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
-    env.sim.put(drift_cluster("drifty", json!({})))?;
-    let a1 = env.job(k, "drifty", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(a1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let a1 = env.create(k, drift_cluster("drifty", json!({}))).await?;
+    env.run_until_booked(&a1, "succeeded").await?;
     let d2 = env.job(k, "drifty", Op::Drift, 2).await?;
-    env.advance(30);
-    env.booked(d2.metadata.name.as_deref().unwrap(), "failed").await?;
-    env.until("drift backoff", |e| {
-        (e.cluster("drifty").pointer("/status/nextAction/reason")? == "DriftCheckDueBackoff").then_some(())
-    })
-    .await?;
+    env.run_until_booked(&d2, "failed").await?;
+    env.until_next_action("drifty", "DriftCheckDueBackoff").await?;
     // New inputs: the apply starts at once, the drift failure does not count for it.
-    let api = kube::Api::<captf_shared::types::TerraformCluster>::namespaced(env.sim.client()?, NS);
     let change = json!({"spec": {"variables": {"region": "eu-central-1"}}});
-    api.patch("drifty", &Default::default(), &kube::api::Patch::Merge(change))
-        .await?;
+    env.merge_patch::<TerraformCluster>("drifty", change).await?;
     let a3 = env.job(k, "drifty", Op::Apply, 3).await?;
     assert_eq!(ts(&a3), env.now(), "no delay from the failed drift check");
-    assert_eq!(a3.metadata.labels.as_ref().unwrap()["captf.io/attempt"], "1");
-    assert_eq!(
-        a3.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
-        "InputsChanged"
-    );
+    assert_eq!(labels(&a3)["captf.io/attempt"], "1");
+    assert_eq!(annotations(&a3)["captf.io/reason"], "InputsChanged");
     let c = env.cluster("drifty");
     assert_eq!(c.pointer("/status/consecutiveFailures/drift"), Some(&json!(1)));
     assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(0)));
@@ -618,40 +464,24 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
         .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
     env.sim.script(m(Op::Drift), RunnerScript::drift(true));
     env.sim.script(m(Op::Drift), RunnerScript::drift(true));
-    env.sim
-        .put(drift_cluster("remedy", json!({"jobs": {"failedJobsHistoryLimit": 2}})))?;
     let t0 = env.now();
-    let a1 = env.job(k, "remedy", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(a1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    let remedy = drift_cluster("remedy", json!({"jobs": {"failedJobsHistoryLimit": 2}}));
+    let a1 = env.create(k, remedy).await?;
+    env.run_until_booked(&a1, "succeeded").await?;
     let d2 = env.job(k, "remedy", Op::Drift, 2).await?;
-    env.advance(30);
-    env.booked(d2.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.run_until_booked(&d2, "succeeded").await?;
     let a3 = env.job(k, "remedy", Op::Apply, 3).await?;
-    let ann = a3.metadata.annotations.clone().unwrap();
+    let ann = annotations(&a3);
     assert_eq!(ann["captf.io/reason"], "DriftRemediation");
     assert_eq!(ann["captf.io/drift-remediation"], "true");
-    env.until("DriftFound", |e| {
-        (condition(&e.cluster("remedy"), "DriftDetected")?.1 == "DriftFound").then_some(())
-    })
-    .await?;
-    env.advance(30);
-    env.booked(a3.metadata.name.as_deref().unwrap(), "failed").await?;
+    env.until_reason("remedy", "DriftDetected", "DriftFound").await?;
+    env.run_until_booked(&a3, "failed").await?;
     env.advance(60);
     let a4 = env.job(k, "remedy", Op::Apply, 4).await?;
-    assert_eq!(
-        a4.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
-        "DriftRemediation"
-    );
-    env.advance(30);
-    env.booked(a4.metadata.name.as_deref().unwrap(), "failed").await?;
+    assert_eq!(annotations(&a4)["captf.io/reason"], "DriftRemediation");
+    env.run_until_booked(&a4, "failed").await?;
     // Two failed remediations = the limit (failedJobsHistoryLimit 2): wait, drift stays found.
-    let c = env
-        .until("RemediationLimit", |e| {
-            let c = e.cluster("remedy");
-            (c.pointer("/status/nextAction/reason")? == "RemediationLimit").then_some(c)
-        })
-        .await?;
+    let c = env.until_next_action("remedy", "RemediationLimit").await?;
     assert_eq!(condition(&c, "DriftDetected").unwrap().0, "True");
     // The next drift check is due 5m after the last successful one (t0+60s).
     env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300 - 1));
@@ -659,16 +489,10 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
     assert_eq!(env.job_names(k, "remedy").len(), 4, "no remediation at the cap");
     env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300));
     let d5 = env.job(k, "remedy", Op::Drift, 5).await?;
-    env.advance(30);
-    env.booked(d5.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.run_until_booked(&d5, "succeeded").await?;
     // The successful check reset the count: remediation is allowed again, after the apply
     // backoff (2 failures ≥ limit 2: 10m from the last failure).
-    let c = env
-        .until("DriftRemediationBackoff", |e| {
-            let c = e.cluster("remedy");
-            (c.pointer("/status/nextAction/reason")? == "DriftRemediationBackoff").then_some(c)
-        })
-        .await?;
+    let c = env.until_next_action("remedy", "DriftRemediationBackoff").await?;
     let nb: Timestamp = c
         .pointer("/status/nextAction/notBefore")
         .and_then(Value::as_str)
@@ -676,10 +500,7 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
         .parse()?;
     env.sim.advance_to(nb);
     let a6 = env.job(k, "remedy", Op::Apply, 6).await?;
-    assert_eq!(
-        a6.metadata.annotations.as_ref().unwrap()["captf.io/drift-remediation"],
-        "true"
-    );
+    assert_eq!(annotations(&a6)["captf.io/drift-remediation"], "true");
     Ok(())
 }
 
@@ -721,8 +542,7 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
         "name": "m1", "uid": machine["metadata"]["uid"]}]);
     env.sim
         .script(JobMatch::object(k, NS, "m1").op(Op::Apply), RunnerScript::hang());
-    env.sim.put(tm)?;
-    let j1 = env.job(k, "m1", Op::Apply, 1).await?;
+    let j1 = env.create(k, tm).await?;
     let name = j1.metadata.name.clone().unwrap();
     let secret = env.sim.get("/secrets", NS, "captf-inputs-m1-tm").unwrap();
     let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
@@ -734,13 +554,9 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
         (e.object(TM, "m1")?.pointer("/status/activeJob")? == &json!(name.clone())).then_some(())
     })
     .await?;
-    let jobs: kube::Api<Job> = kube::Api::namespaced(env.sim.client()?, NS);
-    jobs.delete(&name, &Default::default()).await?;
+    env.delete::<Job>(&name).await?;
     let j2 = env.job(k, "m1", Op::Apply, 2).await?;
-    assert_eq!(
-        j2.metadata.annotations.as_ref().unwrap()["captf.io/reason"],
-        "InputsChanged"
-    );
+    assert_eq!(annotations(&j2)["captf.io/reason"], "InputsChanged");
     let secret = env.sim.get("/secrets", NS, "captf-inputs-m1-tm").unwrap();
     assert!(
         secret
@@ -773,8 +589,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
     .await?;
     let b = start("replica-b").await?;
     let k = Kind::TerraformCluster;
-    env.sim.put(cluster_json("led", json!({})))?;
-    let j1 = env.job(k, "led", Op::Apply, 1).await?;
+    let j1 = env.create_cluster("led", json!({})).await?;
     env.settle().await;
     assert_eq!(env.job_names(k, "led").len(), 1, "one writer, one Job");
     // The leader crashes without releasing the lease; the standby takes over after it lapses.
@@ -784,8 +599,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
         (l.pointer("/spec/holderIdentity")? == "replica-b").then_some(())
     })
     .await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.run_until_booked(&j1, "succeeded").await?;
     b.shutdown().await;
     Ok(())
 }
@@ -803,29 +617,16 @@ async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> 
         "control_plane_endpoint": {"sensitive": false, "value": {"host": "api.big", "port": 443}},
         "admin_token": {"sensitive": true, "value": "do-not-copy"},
     });
-    let bytes = serde_json::to_vec(&doc)?;
-    let secret = k8s_openapi::api::core::v1::Secret {
-        metadata: kube::api::ObjectMeta {
-            name: Some("captf-outputs-big-tc".into()),
-            namespace: Some(NS.into()),
-            ..Default::default()
-        },
-        data: Some([("outputs.json".to_string(), k8s_openapi::ByteString(bytes))].into()),
-        ..Default::default()
-    };
-    let mut v = serde_json::to_value(&secret)?;
-    v["apiVersion"] = json!("v1");
-    v["kind"] = json!("Secret");
-    env.sim.put(v)?;
-    env.sim.put(cluster_json("big", json!({})))?;
-    let j1 = env.job(k, "big", Op::Apply, 1).await?;
-    env.advance(30);
-    env.booked(j1.metadata.name.as_deref().unwrap(), "succeeded").await?;
+    env.sim.put(secret_json(
+        "captf-outputs-big-tc",
+        "outputs.json",
+        &serde_json::to_vec(&doc)?,
+    )?)?;
+    let j1 = env.create_cluster("big", json!({})).await?;
+    env.run_until_booked(&j1, "succeeded").await?;
     let c = env
-        .until("endpoint from the outputs Secret", |e| {
-            let c = e.cluster("big");
-            c.pointer("/spec/controlPlaneEndpoint/host")?;
-            Some(c)
+        .until_cluster("big", "endpoint from the outputs Secret", |c| {
+            c.pointer("/spec/controlPlaneEndpoint/host").is_some()
         })
         .await?;
     assert_eq!(
@@ -833,11 +634,7 @@ async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> 
         Some(&json!({"host": "api.big", "port": 443}))
     );
     let c = env
-        .until("status.outputs", |e| {
-            let c = e.cluster("big");
-            c.pointer("/status/outputs")?;
-            Some(c)
-        })
+        .until_cluster("big", "status.outputs", |c| c.pointer("/status/outputs").is_some())
         .await?;
     assert!(
         c.pointer("/status/outputs/admin_token").is_none(),

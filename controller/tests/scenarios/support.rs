@@ -38,6 +38,23 @@ pub(crate) fn args() -> RunArgs {
     }
 }
 
+/// A namespaced kind the scenarios reach through kube::Api (the Terraform kinds, Jobs, Secrets).
+pub(crate) trait ApiKind:
+    kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+    + Clone
+    + serde::de::DeserializeOwned
+    + std::fmt::Debug
+{
+}
+
+impl<K> ApiKind for K where
+    K: kube::Resource<Scope = kube::core::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + serde::de::DeserializeOwned
+        + std::fmt::Debug
+{
+}
+
 pub(crate) struct Env {
     pub(crate) sim: Sim,
     pub(crate) handle: Option<Handle>,
@@ -46,6 +63,14 @@ pub(crate) struct Env {
 impl Env {
     pub(crate) async fn new() -> Result<Env> {
         Env::with(Sim::builder()).await
+    }
+
+    /// An Env whose runners behave like tofu and report the control-plane endpoint `outputs()`.
+    pub(crate) async fn with_realistic_runners() -> Result<Env> {
+        let env = Env::new().await?;
+        env.sim
+            .set_default_script(captf_sim::RunnerScript::realistic_with_outputs(outputs()));
+        Ok(env)
     }
 
     pub(crate) async fn with(builder: captf_sim::SimBuilder) -> Result<Env> {
@@ -154,6 +179,102 @@ impl Env {
     pub(crate) async fn settle(&self) {
         tokio::time::sleep(Duration::from_millis(400)).await;
     }
+
+    /// Let a running Job's runner finish (the simulated runners take 30s) and wait until the
+    /// controller has booked it with this outcome.
+    pub(crate) async fn run_until_booked(&self, job: &Job, outcome: &str) -> Result<()> {
+        self.advance(30);
+        self.booked(job_name(job), outcome).await
+    }
+
+    /// Create an object of this kind and wait for its first Job (apply 1).
+    pub(crate) async fn create(&self, kind: Kind, obj: Value) -> Result<Job> {
+        let name = obj["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        self.sim.put(obj)?;
+        self.job(kind, &name, Op::Apply, 1).await
+    }
+
+    /// Create a TerraformCluster (`cluster_json`) and wait for its first apply Job.
+    pub(crate) async fn create_cluster(&self, name: &str, spec_extra: Value) -> Result<Job> {
+        self.create(Kind::TerraformCluster, cluster_json(name, spec_extra))
+            .await
+    }
+
+    /// Create a TerraformCluster and let its first apply Job run until it is booked as succeeded.
+    pub(crate) async fn create_applied_cluster(&self, name: &str) -> Result<Job> {
+        let job = self.create_cluster(name, json!({})).await?;
+        self.run_until_booked(&job, "succeeded").await?;
+        Ok(job)
+    }
+
+    /// Wait until the TerraformCluster `name` satisfies `f`; returns it as it was then.
+    pub(crate) async fn until_cluster(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Result<Value> {
+        self.until(&format!("TerraformCluster {name}: {what}"), |e| {
+            let c = e.cluster(name);
+            f(&c).then_some(c)
+        })
+        .await
+    }
+
+    /// Wait until the TerraformCluster is `Ready=True`; returns it.
+    pub(crate) async fn until_ready(&self, name: &str) -> Result<Value> {
+        self.until_cluster(name, "Ready=True", |c| {
+            condition(c, "Ready").is_some_and(|(status, _, _)| status == "True")
+        })
+        .await
+    }
+
+    /// Wait until the TerraformCluster's condition `type_` has this reason; returns it.
+    pub(crate) async fn until_reason(&self, name: &str, type_: &str, reason: &str) -> Result<Value> {
+        self.until_cluster(name, &format!("{type_} reason {reason}"), |c| {
+            condition(c, type_).is_some_and(|(_, r, _)| r == reason)
+        })
+        .await
+    }
+
+    /// Wait until the TerraformCluster's `status.nextAction.reason` is this; returns it.
+    pub(crate) async fn until_next_action(&self, name: &str, reason: &str) -> Result<Value> {
+        self.until_cluster(name, &format!("nextAction {reason}"), |c| {
+            c.pointer("/status/nextAction/reason").is_some_and(|r| r == reason)
+        })
+        .await
+    }
+
+    /// Wait until the TerraformCluster holds `value` at the JSON `pointer`; returns it.
+    pub(crate) async fn until_field(&self, name: &str, pointer: &str, value: Value) -> Result<Value> {
+        self.until_cluster(name, &format!("{pointer}={value}"), |c| {
+            c.pointer(pointer) == Some(&value)
+        })
+        .await
+    }
+
+    /// A namespaced kube::Api of the simulator's client (what a person or another controller uses).
+    pub(crate) fn api<K: ApiKind>(&self) -> Result<kube::Api<K>> {
+        Ok(kube::Api::namespaced(self.sim.client()?, NS))
+    }
+
+    /// Delete an object through the API (kube::Api, as a person or another controller would).
+    pub(crate) async fn delete<K: ApiKind>(&self, name: &str) -> Result<()> {
+        let api = self.api::<K>()?;
+        api.delete(name, &Default::default()).await?;
+        Ok(())
+    }
+
+    /// Merge-patch an object through the API (kube::Api).
+    pub(crate) async fn merge_patch<K: ApiKind>(&self, name: &str, patch: Value) -> Result<()> {
+        let api = self.api::<K>()?;
+        api.patch(name, &Default::default(), &kube::api::Patch::Merge(patch))
+            .await?;
+        Ok(())
+    }
+
+    /// The holder of a Lease (`Value::Null` when nobody holds it); an error if there is no Lease.
+    pub(crate) fn lease_holder(&self, lease: &str) -> Result<Value> {
+        let Some(l) = self.sim.get("coordination.k8s.io/leases", NS, lease) else {
+            bail!("no Lease {lease}");
+        };
+        Ok(l.pointer("/spec/holderIdentity").cloned().unwrap_or(Value::Null))
+    }
 }
 
 /// A plain HTTP/1.1 GET (no client crate needed for one request).
@@ -226,4 +347,40 @@ pub(crate) fn finished(j: &Job) -> Timestamp {
 
 pub(crate) fn live(env: &Env, job: &str) -> Job {
     serde_json::from_value(env.sim.get("batch/jobs", NS, job).unwrap()).unwrap()
+}
+
+/// A Job's name ("" for a Job without one, which the API never returns).
+pub(crate) fn job_name(j: &Job) -> &str {
+    j.metadata.name.as_deref().unwrap_or_default()
+}
+
+/// A Job's annotations (the controller always writes some).
+pub(crate) fn annotations(j: &Job) -> &BTreeMap<String, String> {
+    j.metadata.annotations.as_ref().expect("the Job has annotations")
+}
+
+/// A Job's labels (the controller always writes some).
+pub(crate) fn labels(j: &Job) -> &BTreeMap<String, String> {
+    j.metadata.labels.as_ref().expect("the Job has labels")
+}
+
+/// A Secret with one data key, as the JSON the simulator takes.
+pub(crate) fn secret_json(name: &str, key: &str, data: &[u8]) -> Result<Value> {
+    let s = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some([(key.to_string(), k8s_openapi::ByteString(data.to_vec()))].into()),
+        ..Default::default()
+    };
+    Ok(serde_json::to_value(s)?)
+}
+
+/// `status.consecutiveFailures.apply` of an object, 0 when the status does not have it yet.
+pub(crate) fn apply_failures(obj: &Value) -> Value {
+    obj.pointer("/status/consecutiveFailures/apply")
+        .cloned()
+        .unwrap_or(json!(0))
 }
