@@ -2,180 +2,18 @@
 //! which behaves as DESIGN.md §15 documents and records every invocation.
 #![allow(clippy::unwrap_used)]
 
+mod support;
+
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::os::unix::process::ExitStatusExt;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Output, Stdio};
-use std::time::{Duration, Instant};
 
 use captf_shared::inputs::canonical_hash;
-use captf_shared::protocol::{Phase, PlanSummary, RunResult, RunnerResult, TERMINATION_MESSAGE_LIMIT};
+use captf_shared::protocol::{Phase, PlanSummary, RunResult, TERMINATION_MESSAGE_LIMIT};
 use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
 use serde_json::{Value, json};
 
-const SECRET_VAR: &str = "hunter2-variable-value";
-const SECRET_OUTPUT: &str = "s3cr3t-output-value";
-const LOCK_ID: &str = "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55";
-const SOURCE: &str = "git::https://example.com/modules/cluster.git?ref=v1.2.0";
-
-fn fake_tofu() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/fake/tofu")
-}
-
-/// One runner invocation's environment, in its own temporary directory.
-struct Case {
-    dir: tempfile::TempDir,
-    env: Vec<(String, String)>,
-}
-
-struct Ran {
-    code: Option<i32>,
-    stdout: String,
-    stderr: String,
-    termination_log: String,
-    result: RunnerResult,
-    argv: Vec<String>,
-}
-
-impl Case {
-    fn new(op: &str) -> Case {
-        let dir = tempfile::tempdir().unwrap();
-        let inputs = dir.path().join("inputs");
-        fs::create_dir(&inputs).unwrap();
-        fs::write(
-            inputs.join("inputs.json"),
-            json!({"module": {"source": SOURCE}, "variables": {"password": SECRET_VAR, "replicas": 3}}).to_string(),
-        )
-        .unwrap();
-        let p = |name: &str| dir.path().join(name).display().to_string();
-        let env = vec![
-            ("CAPTF_OP", op.to_string()),
-            ("CAPTF_STATE_SUFFIX", "prod-eu-tc".to_string()),
-            ("CAPTF_NAMESPACE", "team-a".to_string()),
-            ("CAPTF_LOCK_TIMEOUT", "300s".to_string()),
-            ("CAPTF_INPUTS_DIR", p("inputs")),
-            ("CAPTF_TF_BINARY", fake_tofu().display().to_string()),
-            ("CAPTF_WORK_DIR", p("work")),
-            ("CAPTF_TERMINATION_LOG", p("termination-log")),
-            ("CAPTF_OUTPUTS_FILE", p("outputs.json")),
-            ("FAKE_TOFU_LOG", p("argv")),
-            ("FAKE_MARKER", p("started")),
-            ("FAKE_SIGNALS", p("signals")),
-        ];
-        Case {
-            env: env.into_iter().map(|(k, v)| (k.to_string(), v)).collect(),
-            dir,
-        }
-    }
-
-    /// Replace the module source in inputs.json.
-    fn source(&mut self, source: &str) -> &mut Case {
-        fs::write(
-            self.path("inputs/inputs.json"),
-            json!({"module": {"source": source}, "variables": {"password": SECRET_VAR}}).to_string(),
-        )
-        .unwrap();
-        self
-    }
-
-    fn path(&self, name: &str) -> PathBuf {
-        self.dir.path().join(name)
-    }
-
-    fn set(&mut self, k: &str, v: &str) -> &mut Case {
-        self.env.retain(|(key, _)| key != k);
-        self.env.push((k.to_string(), v.to_string()));
-        self
-    }
-
-    fn unset(&mut self, k: &str) -> &mut Case {
-        self.env.retain(|(key, _)| key != k);
-        self
-    }
-
-    /// Write a file in the case directory and point an env var at it.
-    fn file_env(&mut self, k: &str, name: &str, content: &str) -> &mut Case {
-        let path = self.path(name);
-        fs::write(&path, content).unwrap();
-        self.set(k, &path.display().to_string())
-    }
-
-    fn command(&self) -> Command {
-        let mut c = Command::new(env!("CARGO_BIN_EXE_captf-runner"));
-        c.env_clear()
-            .env("PATH", std::env::var("PATH").unwrap_or_default())
-            .env("TMPDIR", self.dir.path())
-            .envs(self.env.iter().map(|(k, v)| (k, v)))
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        c
-    }
-
-    fn finish(&self, out: Output) -> Ran {
-        let termination_log = fs::read_to_string(self.path("termination-log")).unwrap_or_default();
-        let result = RunnerResult::parse(&termination_log)
-            .unwrap_or_else(|e| panic!("no valid result ({e}): {termination_log:?}"));
-        let argv = fs::read_to_string(self.path("argv"))
-            .unwrap_or_default()
-            .lines()
-            .map(str::to_string)
-            .collect();
-        Ran {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-            termination_log,
-            result,
-            argv,
-        }
-    }
-
-    fn run(&self) -> Ran {
-        let out = self.command().output().unwrap();
-        self.finish(out)
-    }
-}
-
-fn rc(addr: &str, actions: &[&str]) -> Value {
-    json!({"address": addr, "mode": "managed", "type": "null_resource", "name": addr,
-           "change": {"actions": actions, "before": {"id": "1"}, "after": {"id": "2"}}})
-}
-
-fn plan_json(changes: &[Value]) -> String {
-    json!({"format_version": "1.2", "terraform_version": "1.9.5", "resource_changes": changes}).to_string()
-}
-
-fn destructive_changes() -> Vec<Value> {
-    vec![
-        rc("keep", &["create"]),
-        rc("old", &["delete"]),
-        rc("swap", &["create", "delete"]),
-    ]
-}
-
-const INIT_FROM_MODULE: &str =
-    "init -input=false -no-color -from-module=git::https://example.com/modules/cluster.git?ref=v1.2.0";
-const INIT: &str = "init -input=false -no-color";
-const FLAGS: &str = "-lock-timeout=300s -input=false -no-color";
-
-fn with_flags(head: &str, tail: &str) -> String {
-    format!("{head} {FLAGS}{tail}")
-}
-
-fn assert_no_secrets(r: &Ran) {
-    for s in [SECRET_VAR, SECRET_OUTPUT] {
-        assert!(!r.stdout.contains(s), "{s} in stdout:\n{}", r.stdout);
-        assert!(!r.stderr.contains(s), "{s} in stderr:\n{}", r.stderr);
-        assert!(
-            !r.termination_log.contains(s),
-            "{s} in termination log: {}",
-            r.termination_log
-        );
-    }
-}
+use support::*;
 
 #[test]
 fn apply_runs_init_from_module_init_plan_show_apply_output_in_order() {
@@ -234,16 +72,12 @@ fn refresh_runs_apply_refresh_only_then_output() {
 
 #[test]
 fn drift_exit_code_2_is_success_with_drift_true() {
-    let mut c = Case::new("drift");
-    c.set("FAKE_DRIFT_EXIT", "2");
-    let r = c.run();
-    assert_eq!(r.code, Some(0));
+    let r = Case::new("drift").set("FAKE_DRIFT_EXIT", "2").run();
+    assert_eq!(r.outcome(), (Some(0), RunResult::Succeeded, Phase::Drift));
     assert_eq!(
         r.argv[2..],
         ["plan -detailed-exitcode -lock-timeout=300s -input=false -no-color".to_string()]
     );
-    assert_eq!(r.result.result, RunResult::Succeeded);
-    assert_eq!(r.result.phase, Phase::Drift);
     assert_eq!(r.result.drift, Some(true));
 }
 
@@ -257,12 +91,8 @@ fn drift_exit_code_0_is_success_with_drift_false() {
 
 #[test]
 fn drift_exit_code_1_is_a_failure_in_phase_drift() {
-    let mut c = Case::new("drift");
-    c.set("FAKE_DRIFT_EXIT", "1");
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Drift);
+    let r = Case::new("drift").set("FAKE_DRIFT_EXIT", "1").run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Drift));
     assert_eq!(r.result.drift, None);
     assert!(
         r.result.message.contains("Error: fake plan error"),
@@ -273,10 +103,14 @@ fn drift_exit_code_1_is_a_failure_in_phase_drift() {
 
 #[test]
 fn destroy_runs_destroy_auto_approve_without_plan_or_guard() {
-    let mut c = Case::new("destroy");
-    c.file_env("FAKE_PLAN_JSON", "plan.json", &plan_json(&destructive_changes()));
-    let r = c.run();
-    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let r = Case::new("destroy").plan(&destructive_changes()).run();
+    assert_eq!(
+        r.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Destroy),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(
         r.argv,
         vec![
@@ -285,15 +119,12 @@ fn destroy_runs_destroy_auto_approve_without_plan_or_guard() {
             "destroy -auto-approve -lock-timeout=300s -input=false -no-color".to_string()
         ]
     );
-    assert_eq!(r.result.result, RunResult::Succeeded);
-    assert_eq!(r.result.phase, Phase::Destroy);
 }
 
 #[test]
 fn handed_over_lock_is_force_unlocked_after_init_and_before_the_op() {
     let mut c = Case::new("apply");
-    c.file_env("FAKE_LOCK_FILE", "lock", LOCK_ID)
-        .set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID);
+    c.locked_by(LOCK_ID).set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID);
     let r = c.run();
     assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
     assert_eq!(r.argv[1], INIT);
@@ -305,28 +136,27 @@ fn handed_over_lock_is_force_unlocked_after_init_and_before_the_op() {
 
 #[test]
 fn force_unlock_of_an_already_unlocked_state_is_not_an_error() {
-    let mut c = Case::new("drift");
-    c.set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID);
-    let r = c.run();
-    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let r = Case::new("drift").set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID).run();
+    assert_eq!(
+        r.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Drift),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert!(r.stderr.contains("state is already unlocked") || r.stdout.contains("state is already unlocked"));
     assert_eq!(r.argv.len(), 4);
-    assert_eq!(r.result.result, RunResult::Succeeded);
-    assert_eq!(r.result.phase, Phase::Drift);
 }
 
 #[test]
 fn force_unlock_of_a_lock_now_held_by_another_is_not_an_error_and_the_op_waits_for_it() {
     let mut c = Case::new("apply");
-    c.file_env("FAKE_LOCK_FILE", "lock", "11111111-2222-3333-4444-555555555555")
-        .set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID);
+    c.locked_by(OTHER_LOCK_ID).set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID);
     let r = c.run();
     // Unlock passed (the other holder's lock is untouched); the plan then times out on it.
     assert!(c.path("lock").exists());
     assert_eq!(r.argv[2], format!("force-unlock -force -no-color {LOCK_ID}"));
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Plan);
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Plan));
     assert!(
         r.result.message.contains("Error acquiring the state lock"),
         "{}",
@@ -336,24 +166,21 @@ fn force_unlock_of_a_lock_now_held_by_another_is_not_an_error_and_the_op_waits_f
 
 #[test]
 fn any_other_force_unlock_failure_fails_in_phase_unlock_before_the_op() {
-    let mut c = Case::new("apply");
-    c.set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID).set(
-        "FAKE_UNLOCK_ERROR",
-        "leases.coordination.k8s.io \"lock-tfstate-default-prod-eu-tc\" is forbidden",
-    );
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Unlock);
+    let r = Case::new("apply")
+        .set("CAPTF_FORCE_UNLOCK_ID", LOCK_ID)
+        .set(
+            "FAKE_UNLOCK_ERROR",
+            "leases.coordination.k8s.io \"lock-tfstate-default-prod-eu-tc\" is forbidden",
+        )
+        .run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Unlock));
     assert!(r.result.message.contains("is forbidden"), "{}", r.result.message);
     assert_eq!(r.argv.len(), 3, "no op ran after the failed unlock: {:?}", r.argv);
 }
 
 #[test]
 fn a_foreign_lock_without_a_handover_fails_the_plan_after_the_lock_timeout() {
-    let mut c = Case::new("apply");
-    c.file_env("FAKE_LOCK_FILE", "lock", "11111111-2222-3333-4444-555555555555");
-    let r = c.run();
+    let r = Case::new("apply").locked_by(OTHER_LOCK_ID).run();
     assert_eq!(r.result.result, RunResult::Failed);
     assert_eq!(r.result.phase, Phase::Plan);
     assert!(!r.argv.iter().any(|a| a.starts_with("force-unlock")));
@@ -361,12 +188,14 @@ fn a_foreign_lock_without_a_handover_fails_the_plan_after_the_lock_timeout() {
 
 #[test]
 fn destructive_plan_is_blocked_without_approval() {
-    let mut c = Case::new("apply");
-    c.file_env("FAKE_PLAN_JSON", "plan.json", &plan_json(&destructive_changes()));
-    let r = c.run();
-    assert_eq!(r.code, Some(3), "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.result.result, RunResult::Blocked);
-    assert_eq!(r.result.phase, Phase::Guard);
+    let r = Case::new("apply").plan(&destructive_changes()).run();
+    assert_eq!(
+        r.outcome(),
+        (Some(3), RunResult::Blocked, Phase::Guard),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     let hash = canonical_hash(&Value::Array(destructive_changes()));
     assert_eq!(r.result.plan_hash.as_deref(), Some(hash.as_str()));
     assert_eq!(
@@ -383,11 +212,11 @@ fn destructive_plan_is_blocked_without_approval() {
 
 #[test]
 fn destructive_plan_is_applied_with_the_matching_approved_hash() {
-    let mut c = Case::new("apply");
     let hash = canonical_hash(&Value::Array(destructive_changes()));
-    c.file_env("FAKE_PLAN_JSON", "plan.json", &plan_json(&destructive_changes()))
-        .set("CAPTF_APPROVED_PLAN", &hash);
-    let r = c.run();
+    let r = Case::new("apply")
+        .plan(&destructive_changes())
+        .set("CAPTF_APPROVED_PLAN", &hash)
+        .run();
     assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
     assert_eq!(r.result.result, RunResult::Succeeded);
     assert_eq!(r.result.plan_hash.as_deref(), Some(hash.as_str()));
@@ -396,14 +225,12 @@ fn destructive_plan_is_applied_with_the_matching_approved_hash() {
 
 #[test]
 fn destructive_plan_with_a_different_approved_hash_is_plan_changed() {
-    let mut c = Case::new("apply");
     let approved = canonical_hash(&json!([rc("old", &["delete"])]));
-    c.file_env("FAKE_PLAN_JSON", "plan.json", &plan_json(&destructive_changes()))
-        .set("CAPTF_APPROVED_PLAN", &approved);
-    let r = c.run();
-    assert_eq!(r.code, Some(4));
-    assert_eq!(r.result.result, RunResult::PlanChanged);
-    assert_eq!(r.result.phase, Phase::Guard);
+    let r = Case::new("apply")
+        .plan(&destructive_changes())
+        .set("CAPTF_APPROVED_PLAN", &approved)
+        .run();
+    assert_eq!(r.outcome(), (Some(4), RunResult::PlanChanged, Phase::Guard));
     let hash = canonical_hash(&Value::Array(destructive_changes()));
     assert_eq!(r.result.plan_hash.as_deref(), Some(hash.as_str()));
     assert!(r.result.message.contains(&approved), "{}", r.result.message);
@@ -412,10 +239,10 @@ fn destructive_plan_with_a_different_approved_hash_is_plan_changed() {
 
 #[test]
 fn guard_allow_applies_a_destructive_plan_without_approval() {
-    let mut c = Case::new("apply");
-    c.file_env("FAKE_PLAN_JSON", "plan.json", &plan_json(&destructive_changes()))
-        .set("CAPTF_GUARD", "Allow");
-    let r = c.run();
+    let r = Case::new("apply")
+        .plan(&destructive_changes())
+        .set("CAPTF_GUARD", "Allow")
+        .run();
     assert_eq!(r.code, Some(0));
     assert_eq!(r.result.result, RunResult::Succeeded);
     assert_eq!(r.result.summary.map(|s| s.is_destructive()), Some(true));
@@ -423,46 +250,23 @@ fn guard_allow_applies_a_destructive_plan_without_approval() {
 
 #[test]
 fn a_child_killed_by_a_signal_is_a_failure_with_its_phase() {
-    let mut c = Case::new("apply");
-    c.set("FAKE_KILL_ON", "apply");
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Apply);
+    let r = Case::new("apply").set("FAKE_KILL_ON", "apply").run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Apply));
     assert!(r.result.message.contains("killed by SIGKILL"), "{}", r.result.message);
 }
 
 #[test]
 fn a_child_killed_during_plan_reports_phase_plan() {
-    let mut c = Case::new("apply");
-    c.set("FAKE_KILL_ON", "plan");
-    let r = c.run();
+    let r = Case::new("apply").set("FAKE_KILL_ON", "plan").run();
     assert_eq!(r.result.result, RunResult::Failed);
     assert_eq!(r.result.phase, Phase::Plan);
-}
-
-fn wait_for(path: &Path, child: &mut Child) {
-    let start = Instant::now();
-    while !path.exists() {
-        if let Ok(Some(status)) = child.try_wait() {
-            panic!("runner exited early with {status}");
-        }
-        assert!(
-            start.elapsed() < Duration::from_secs(20),
-            "{} never appeared",
-            path.display()
-        );
-        std::thread::sleep(Duration::from_millis(10));
-    }
 }
 
 #[test]
 fn sigterm_during_apply_sends_one_sigint_and_reports_interrupted_with_exit_5() {
     let mut c = Case::new("apply");
     c.set("FAKE_HANG_ON", "apply");
-    let mut child = c.command().spawn().unwrap();
-    wait_for(&c.path("started"), &mut child);
-    let pid = Pid::from_raw(i32::try_from(child.id()).unwrap());
+    let (mut child, pid) = c.spawn_until_started();
     kill(pid, Signal::SIGTERM).unwrap();
     // A second SIGTERM (kubelet retries, a human) must not become a second SIGINT.
     wait_for(&c.path("signals"), &mut child);
@@ -470,9 +274,13 @@ fn sigterm_during_apply_sends_one_sigint_and_reports_interrupted_with_exit_5() {
     let out = child.wait_with_output().unwrap();
     assert_eq!(out.status.signal(), None);
     let r = c.finish(out);
-    assert_eq!(r.code, Some(5), "{}{}", r.stdout, r.stderr);
-    assert_eq!(r.result.result, RunResult::Interrupted);
-    assert_eq!(r.result.phase, Phase::Apply);
+    assert_eq!(
+        r.outcome(),
+        (Some(5), RunResult::Interrupted, Phase::Apply),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
     assert_eq!(fs::read_to_string(c.path("signals")).unwrap(), "INT\n");
     assert!(r.stderr.contains("execution halted") || r.stdout.contains("execution halted"));
     // Nothing ran after the interrupted apply.
@@ -483,26 +291,23 @@ fn sigterm_during_apply_sends_one_sigint_and_reports_interrupted_with_exit_5() {
 fn sigterm_during_drift_reports_interrupted_in_phase_drift() {
     let mut c = Case::new("drift");
     c.set("FAKE_HANG_ON", "plan");
-    let mut child = c.command().spawn().unwrap();
-    wait_for(&c.path("started"), &mut child);
-    kill(Pid::from_raw(i32::try_from(child.id()).unwrap()), Signal::SIGTERM).unwrap();
+    let (child, pid) = c.spawn_until_started();
+    kill(pid, Signal::SIGTERM).unwrap();
     let r = c.finish(child.wait_with_output().unwrap());
-    assert_eq!(r.code, Some(5));
-    assert_eq!(r.result.result, RunResult::Interrupted);
-    assert_eq!(r.result.phase, Phase::Drift);
+    assert_eq!(r.outcome(), (Some(5), RunResult::Interrupted, Phase::Drift));
     assert_eq!(r.result.drift, None);
 }
 
 #[test]
 fn a_message_longer_than_4096_bytes_is_trimmed_to_a_valid_json_result() {
-    let mut c = Case::new("apply");
-    c.set("FAKE_FAIL_ON", "apply")
+    let r = Case::new("apply")
+        .set("FAKE_FAIL_ON", "apply")
         .set(
             "FAKE_FAIL_MESSAGE",
             "Error: creating instance: quota exceeded in region eu-west-1 ÄÖÜ",
         )
-        .set("FAKE_FAIL_REPEAT", "400");
-    let r = c.run();
+        .set("FAKE_FAIL_REPEAT", "400")
+        .run();
     assert_eq!(r.code, Some(1));
     assert!(
         r.termination_log.len() <= TERMINATION_MESSAGE_LIMIT,
@@ -522,11 +327,10 @@ fn a_message_longer_than_4096_bytes_is_trimmed_to_a_valid_json_result() {
 #[test]
 fn a_sensitive_output_is_never_printed_and_goes_to_the_store() {
     let mut c = Case::new("apply");
-    let outputs = json!({
+    c.outputs(&json!({
         "endpoint": {"sensitive": false, "type": "string", "value": "10.0.0.1:6443"},
         "kubeconfig": {"sensitive": true, "type": "string", "value": SECRET_OUTPUT}
-    });
-    c.file_env("FAKE_OUTPUTS_JSON", "fake-outputs.json", &outputs.to_string());
+    }));
     let r = c.run();
     assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
     assert_no_secrets(&r);
@@ -546,8 +350,7 @@ fn a_sensitive_output_is_never_printed_and_goes_to_the_store() {
 #[test]
 fn outputs_too_large_for_the_result_are_flagged_as_in_the_secret() {
     let mut c = Case::new("refresh");
-    let outputs = json!({"big": {"sensitive": false, "type": "string", "value": "x".repeat(6000)}});
-    c.file_env("FAKE_OUTPUTS_JSON", "fake-outputs.json", &outputs.to_string());
+    c.outputs(&json!({"big": {"sensitive": false, "type": "string", "value": "x".repeat(6000)}}));
     let r = c.run();
     assert_eq!(r.code, Some(0));
     assert_eq!(r.result.outputs, None);
@@ -562,12 +365,8 @@ fn outputs_too_large_for_the_result_are_flagged_as_in_the_secret() {
 
 #[test]
 fn a_missing_binary_is_a_failure_in_phase_init() {
-    let mut c = Case::new("apply");
-    c.set("CAPTF_TF_BINARY", "/nonexistent/bin/tofu");
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Init);
+    let r = Case::new("apply").set("CAPTF_TF_BINARY", "/nonexistent/bin/tofu").run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init));
     assert!(
         r.result.message.starts_with("failed to start tofu init"),
         "{}",
@@ -579,11 +378,8 @@ fn a_missing_binary_is_a_failure_in_phase_init() {
 fn an_unreadable_inputs_dir_is_a_failure_in_phase_init_before_tofu_runs() {
     let mut c = Case::new("apply");
     let missing = c.path("no-such-inputs").display().to_string();
-    c.set("CAPTF_INPUTS_DIR", &missing);
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Init);
+    let r = c.set("CAPTF_INPUTS_DIR", &missing).run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init));
     assert!(
         r.result.message.starts_with("failed to read inputs "),
         "{}",
@@ -594,21 +390,17 @@ fn an_unreadable_inputs_dir_is_a_failure_in_phase_init_before_tofu_runs() {
 
 #[test]
 fn a_broken_configuration_is_still_reported_as_a_failed_result() {
-    let mut c = Case::new("apply");
-    c.unset("CAPTF_OP");
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Init);
+    let r = Case::new("apply").unset("CAPTF_OP").run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init));
     assert_eq!(r.result.message, "invalid configuration: CAPTF_OP is not set");
 }
 
 #[test]
 fn a_failed_init_reports_phase_init_with_the_error() {
-    let mut c = Case::new("apply");
-    c.set("FAKE_FAIL_ON", "init")
-        .set("FAKE_FAIL_MESSAGE", "Error: Failed to download module");
-    let r = c.run();
+    let r = Case::new("apply")
+        .set("FAKE_FAIL_ON", "init")
+        .set("FAKE_FAIL_MESSAGE", "Error: Failed to download module")
+        .run();
     assert_eq!(r.code, Some(1));
     assert_eq!(r.result.phase, Phase::Init);
     assert_eq!(
@@ -619,9 +411,7 @@ fn a_failed_init_reports_phase_init_with_the_error() {
 
 #[test]
 fn the_result_is_also_the_last_line_of_the_log() {
-    let mut c = Case::new("drift");
-    c.set("FAKE_DRIFT_EXIT", "2");
-    let r = c.run();
+    let r = Case::new("drift").set("FAKE_DRIFT_EXIT", "2").run();
     let last = r.stdout.lines().last().unwrap();
     assert_eq!(
         last,
@@ -631,15 +421,12 @@ fn the_result_is_also_the_last_line_of_the_log() {
 
 #[test]
 fn without_an_outputs_file_outputs_go_to_the_outputs_secret_and_a_failed_write_fails_the_run() {
-    let mut c = Case::new("apply");
-    let outputs = json!({"kubeconfig": {"sensitive": true, "type": "string", "value": SECRET_OUTPUT}});
-    c.file_env("FAKE_OUTPUTS_JSON", "fake-outputs.json", &outputs.to_string())
-        .unset("CAPTF_OUTPUTS_FILE");
-    // No cluster here: neither in-cluster configuration nor a kubeconfig.
-    let r = c.run();
-    assert_eq!(r.code, Some(1));
-    assert_eq!(r.result.result, RunResult::Failed);
-    assert_eq!(r.result.phase, Phase::Apply);
+    let r = Case::new("apply")
+        .outputs(&json!({"kubeconfig": {"sensitive": true, "type": "string", "value": SECRET_OUTPUT}}))
+        .unset("CAPTF_OUTPUTS_FILE")
+        // No cluster here: neither in-cluster configuration nor a kubeconfig.
+        .run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Apply));
     assert!(
         r.result
             .message
