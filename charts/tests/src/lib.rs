@@ -21,6 +21,33 @@ pub const NAMESPACE: &str = "captf-system";
 /// Operator CRDs); the tests check their fields themselves.
 pub const KINDS_WITHOUT_OFFLINE_SCHEMA: [&str; 4] = ["Issuer", "Certificate", "ServiceMonitor", "PrometheusRule"];
 
+/// The `helm template` arguments of the chart's optional features, shared by the tests that
+/// render, lint and check them.
+pub mod features {
+    /// A ServiceMonitor for the metrics Services.
+    pub const SERVICE_MONITOR: &[&str] = &["--set", "metrics.serviceMonitor.enabled=true"];
+    /// The PrometheusRule with the alerts.
+    pub const PROMETHEUS_RULE: &[&str] = &["--set", "metrics.prometheusRule.enabled=true"];
+    /// Both monitoring objects at once.
+    pub const MONITORING: &[&str] = &[
+        "--set",
+        "metrics.serviceMonitor.enabled=true",
+        "--set",
+        "metrics.prometheusRule.enabled=true",
+    ];
+    /// Your own certificate Secret and CA bundle instead of cert-manager.
+    pub const OWN_CERTIFICATE: &[&str] = &[
+        "--set",
+        "webhook.tls.certManager.enabled=false",
+        "--set",
+        "webhook.tls.existingSecret=my-webhook-tls",
+        "--set",
+        "webhook.tls.caBundle=Q0E=",
+    ];
+    /// The controller watches one namespace.
+    pub const ONE_NAMESPACE: &[&str] = &["--set", "controller.watchNamespace=tenant-a"];
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ToolError {
     #[error(
@@ -210,11 +237,16 @@ pub fn helm_template(extra: &[&str]) -> Result<Rendered, ToolError> {
 
 /// `helm template <release> charts/captf -n captf-system --kube-version 1.30.0 <extra>`.
 pub fn helm_template_release(release: &str, extra: &[&str]) -> Result<Rendered, ToolError> {
-    let chart = chart_dir();
+    helm_template_chart(release, &chart_dir(), extra)
+}
+
+/// `helm template <release> <chart> -n captf-system --kube-version 1.30.0 <extra>`, for a chart
+/// at another path (a scratch copy).
+pub fn helm_template_chart(release: &str, chart: &Path, extra: &[&str]) -> Result<Rendered, ToolError> {
     let mut args: Vec<std::ffi::OsString> = vec![
         "template".into(),
         release.into(),
-        chart.into_os_string(),
+        chart.as_os_str().to_owned(),
         "--namespace".into(),
         NAMESPACE.into(),
         "--kube-version".into(),

@@ -3,11 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+use captf_chart_tests::features::{PROMETHEUS_RULE, SERVICE_MONITOR};
 use captf_chart_tests::helm_template;
 use serde_json::Value;
 
 fn rule_set() -> Vec<Value> {
-    let r = helm_template(&["--set", "metrics.prometheusRule.enabled=true"]).unwrap();
+    let r = helm_template(PROMETHEUS_RULE).unwrap();
     let rule = r.of_kind("PrometheusRule")[0].clone();
     rule["spec"]["groups"][0]["rules"].as_array().unwrap().clone()
 }
@@ -97,7 +98,7 @@ fn regex_lite(pattern: &str) -> impl Fn(&str) -> bool {
 
 #[test]
 fn service_monitor_scrapes_the_metrics_port_of_both_metrics_services() {
-    let r = helm_template(&["--set", "metrics.serviceMonitor.enabled=true"]).unwrap();
+    let r = helm_template(SERVICE_MONITOR).unwrap();
     let sm = r.of_kind("ServiceMonitor")[0];
     let selector = sm["spec"]["selector"]["matchLabels"].as_object().unwrap();
     let port = sm["spec"]["endpoints"][0]["port"].as_str().unwrap();

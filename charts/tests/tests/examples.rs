@@ -20,6 +20,15 @@ fn captf_objects() -> Vec<(String, CaptfObject)> {
         .collect()
 }
 
+/// The (first) CAPTF object of one example file.
+fn captf_object(file: &str) -> CaptfObject {
+    captf_objects()
+        .into_iter()
+        .find(|(f, _)| f == file)
+        .map(|(_, obj)| obj)
+        .unwrap_or_else(|| panic!("no CAPTF object in examples/{file}"))
+}
+
 #[test]
 fn examples_cover_a_minimal_and_a_full_cluster_a_pool_and_a_template_with_a_machine() {
     let objects = captf_objects();
@@ -62,10 +71,7 @@ fn every_example_passes_validate_create_as_written_and_after_defaulting() {
 
 #[test]
 fn the_full_cluster_example_sets_every_field_of_the_spec() {
-    let (_, obj) = captf_objects()
-        .into_iter()
-        .find(|(f, _)| f == "terraformcluster-full.yaml")
-        .unwrap();
+    let obj = captf_object("terraformcluster-full.yaml");
     let spec = obj.terraform_spec();
     let jobs = spec.jobs.as_ref().unwrap();
     assert!(spec.variables.as_ref().is_some_and(|v| !v.is_empty()));
@@ -92,10 +98,7 @@ fn the_full_cluster_example_sets_every_field_of_the_spec() {
 
 #[test]
 fn the_minimal_cluster_example_sets_only_the_module() {
-    let (_, obj) = captf_objects()
-        .into_iter()
-        .find(|(f, _)| f == "terraformcluster-minimal.yaml")
-        .unwrap();
+    let obj = captf_object("terraformcluster-minimal.yaml");
     let spec = serde_json::to_value(obj.terraform_spec()).unwrap();
     let keys: Vec<&String> = spec.as_object().unwrap().keys().collect();
     assert_eq!(keys, ["module"]);

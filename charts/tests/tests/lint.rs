@@ -1,25 +1,9 @@
 //! `helm lint --strict` with the defaults and with every optional feature on.
 
+use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE};
 use captf_chart_tests::{chart_dir, run_ok};
 
-const FEATURES: &[&[&str]] = &[
-    &[],
-    &[
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
-        "--set",
-        "metrics.prometheusRule.enabled=true",
-    ],
-    &[
-        "--set",
-        "webhook.tls.certManager.enabled=false",
-        "--set",
-        "webhook.tls.existingSecret=my-webhook-tls",
-        "--set",
-        "webhook.tls.caBundle=Q0E=",
-    ],
-    &["--set", "controller.watchNamespace=tenant-a"],
-];
+const FEATURES: &[&[&str]] = &[&[], MONITORING, OWN_CERTIFICATE, ONE_NAMESPACE];
 
 #[test]
 fn helm_lint_strict_passes_with_defaults_and_every_optional_feature() {

@@ -5,7 +5,8 @@
 
 use std::path::Path;
 
-use captf_chart_tests::{KUBERNETES_VERSION, NAMESPACE, RELEASE, chart_dir, run_ok};
+use captf_chart_tests::features::OWN_CERTIFICATE;
+use captf_chart_tests::{RELEASE, chart_dir, helm_template_chart};
 
 fn copy_dir(from: &Path, to: &Path) {
     std::fs::create_dir_all(to).unwrap();
@@ -30,22 +31,10 @@ fn render_notes(extra: &[&str]) -> String {
         "notes: |\n{{ tpl (.Files.Get \"notes.txt\") . | indent 2 }}\n",
     )
     .unwrap();
-    let chart = chart.to_string_lossy().into_owned();
-    let mut args = vec![
-        "template",
-        RELEASE,
-        &chart,
-        "--namespace",
-        NAMESPACE,
-        "--kube-version",
-        KUBERNETES_VERSION,
-        "--show-only",
-        "templates/zz-notes.yaml",
-    ];
+    let mut args = vec!["--show-only", "templates/zz-notes.yaml"];
     args.extend_from_slice(extra);
-    let out = run_ok("helm", &args).unwrap();
-    let doc: serde_json::Value = serde_yaml_ng::from_str(&out).unwrap();
-    doc["notes"].as_str().unwrap().to_string()
+    let rendered = helm_template_chart(RELEASE, &chart, &args).unwrap();
+    rendered.docs[0]["notes"].as_str().unwrap().to_string()
 }
 
 #[test]
@@ -69,16 +58,7 @@ fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
 
 #[test]
 fn notes_without_cert_manager_do_not_mention_the_certificate() {
-    let notes = render_notes(&[
-        "--set",
-        "webhook.tls.certManager.enabled=false",
-        "--set",
-        "webhook.tls.existingSecret=s",
-        "--set",
-        "webhook.tls.caBundle=Q0E=",
-        "--set",
-        "runner.namespaces={tenant-a}",
-    ]);
+    let notes = render_notes(&[OWN_CERTIFICATE, &["--set", "runner.namespaces={tenant-a}"]].concat());
     assert!(!notes.contains("get certificate"), "{notes}");
     assert!(notes.contains("kubectl apply -n tenant-a"), "{notes}");
 }

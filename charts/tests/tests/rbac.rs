@@ -5,6 +5,7 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
+use captf_chart_tests::features::ONE_NAMESPACE;
 use captf_chart_tests::{NAMESPACE, Rendered, helm_template, strings};
 use captf_controller::rbac::{ApiCall, CONTROLLER_API_CALLS, RUNNER_API_CALLS};
 use serde_json::Value;
@@ -74,26 +75,20 @@ fn roles_of<'a>(r: &'a Rendered, account: &str) -> Vec<&'a Value> {
 }
 
 fn diff(have: &Grants, want: &Grants) -> String {
-    let mut out = vec![];
-    for (k, verbs) in want {
-        let missing: Vec<_> = verbs
-            .difference(have.get(k).unwrap_or(&BTreeSet::new()))
-            .cloned()
-            .collect();
-        if !missing.is_empty() {
-            out.push(format!("missing {k:?}: {missing:?}"));
-        }
-    }
-    for (k, verbs) in have {
-        let extra: Vec<_> = verbs
-            .difference(want.get(k).unwrap_or(&BTreeSet::new()))
-            .cloned()
-            .collect();
-        if !extra.is_empty() {
-            out.push(format!("extra {k:?}: {extra:?}"));
-        }
-    }
+    let mut out = beyond("missing", want, have);
+    out.extend(beyond("extra", have, want));
     out.join("; ")
+}
+
+/// What `a` grants that `b` does not: `<label> (group, resource): [verbs]` per resource.
+fn beyond(label: &str, a: &Grants, b: &Grants) -> Vec<String> {
+    let none = BTreeSet::new();
+    a.iter()
+        .filter_map(|(k, verbs)| {
+            let more: Vec<_> = verbs.difference(b.get(k).unwrap_or(&none)).cloned().collect();
+            (!more.is_empty()).then(|| format!("{label} {k:?}: {more:?}"))
+        })
+        .collect()
 }
 
 fn assert_controller_rbac(r: &Rendered) {
@@ -109,7 +104,7 @@ fn controller_rbac_covers_every_api_call_it_makes_and_nothing_more() {
 
 #[test]
 fn controller_rbac_for_one_namespace_is_the_same_list_bound_there() {
-    let r = helm_template(&["--set", "controller.watchNamespace=tenant-a"]).unwrap();
+    let r = helm_template(ONE_NAMESPACE).unwrap();
     assert_controller_rbac(&r);
     let r = helm_template(&["--set", "controller.watchNamespace=captf-system"]).unwrap();
     assert_controller_rbac(&r);

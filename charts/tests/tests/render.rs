@@ -3,25 +3,16 @@
 
 #![allow(clippy::unwrap_used)]
 
+use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR};
 use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, Rendered, helm_template, kubernetes_validate};
 
 /// Each optional feature, on its own, plus all of them at once.
 const SCENARIOS: &[(&str, &[&str])] = &[
     ("defaults", &[]),
-    ("service-monitor", &["--set", "metrics.serviceMonitor.enabled=true"]),
-    ("prometheus-rule", &["--set", "metrics.prometheusRule.enabled=true"]),
-    (
-        "own-certificate",
-        &[
-            "--set",
-            "webhook.tls.certManager.enabled=false",
-            "--set",
-            "webhook.tls.existingSecret=my-webhook-tls",
-            "--set",
-            "webhook.tls.caBundle=Q0E=",
-        ],
-    ),
-    ("one-namespace", &["--set", "controller.watchNamespace=tenant-a"]),
+    ("service-monitor", SERVICE_MONITOR),
+    ("prometheus-rule", PROMETHEUS_RULE),
+    ("own-certificate", OWN_CERTIFICATE),
+    ("one-namespace", ONE_NAMESPACE),
     ("no-leader-election", &["--set", "controller.leaderElect=false"]),
     (
         "digests-and-pull-secrets",
@@ -152,13 +143,7 @@ fn optional_features_render_only_when_enabled() {
     assert!(defaults.of_kind("PrometheusRule").is_empty());
     assert_eq!(defaults.of_kind("Certificate").len(), 2, "CA and serving certificate");
     assert_eq!(defaults.of_kind("Issuer").len(), 2, "self-signed and CA issuer");
-    let on = helm_template(&[
-        "--set",
-        "metrics.serviceMonitor.enabled=true",
-        "--set",
-        "metrics.prometheusRule.enabled=true",
-    ])
-    .unwrap();
+    let on = helm_template(MONITORING).unwrap();
     assert_eq!(on.of_kind("ServiceMonitor").len(), 1);
     assert_eq!(on.of_kind("PrometheusRule").len(), 1);
 }
@@ -223,7 +208,7 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
 
 #[test]
 fn watch_namespace_passes_the_flag_and_binds_the_role_in_that_namespace_only() {
-    let r = helm_template(&["--set", "controller.watchNamespace=tenant-a"]).unwrap();
+    let r = helm_template(ONE_NAMESPACE).unwrap();
     let d = r.get("Deployment", "captf-controller").unwrap();
     let args = captf_chart_tests::strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]);
     assert!(args.iter().any(|a| a == "--namespace=tenant-a"), "{args:?}");

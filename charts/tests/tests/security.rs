@@ -3,22 +3,12 @@
 
 #![allow(clippy::unwrap_used)]
 
+use captf_chart_tests::features::OWN_CERTIFICATE;
 use captf_chart_tests::{helm_template, strings};
 use serde_json::Value;
 
 fn scenarios() -> Vec<captf_chart_tests::Rendered> {
-    vec![
-        helm_template(&[]).unwrap(),
-        helm_template(&[
-            "--set",
-            "webhook.tls.certManager.enabled=false",
-            "--set",
-            "webhook.tls.existingSecret=s",
-            "--set",
-            "webhook.tls.caBundle=Q0E=",
-        ])
-        .unwrap(),
-    ]
+    vec![helm_template(&[]).unwrap(), helm_template(OWN_CERTIFICATE).unwrap()]
 }
 
 fn containers(pod: &Value) -> Vec<&Value> {

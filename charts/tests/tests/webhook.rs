@@ -3,6 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
+use captf_chart_tests::features::OWN_CERTIFICATE;
 use captf_chart_tests::{NAMESPACE, Rendered, helm_template, strings};
 use serde_json::Value;
 
@@ -38,6 +39,15 @@ fn container_port(pod: &Value, target: &Value) -> u64 {
             .unwrap(),
         other => panic!("targetPort {other}"),
     }
+}
+
+/// The entry of a list (volumes, volume mounts) with this name.
+fn named<'a>(list: &'a Value, name: &str) -> &'a Value {
+    list.as_array()
+        .unwrap()
+        .iter()
+        .find(|e| e["name"] == name)
+        .unwrap_or_else(|| panic!("no {name} in {list}"))
 }
 
 fn arg<'a>(args: &'a [String], flag: &str) -> &'a str {
@@ -116,22 +126,12 @@ fn webhook_pods_mount_the_certificate_secret_and_are_ready_on_readyz() {
     assert_eq!(c["readinessProbe"]["httpGet"]["scheme"], "HTTPS");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], captf_webhook::HEALTHZ_PATH);
     let args = strings(&c["args"]);
-    let mount = c["volumeMounts"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|m| m["name"] == "tls")
-        .unwrap();
+    let mount = named(&c["volumeMounts"], "tls");
     let dir = mount["mountPath"].as_str().unwrap();
     assert_eq!(mount["readOnly"], true);
     assert_eq!(arg(&args, "--tls-cert-file"), format!("{dir}/tls.crt"));
     assert_eq!(arg(&args, "--tls-key-file"), format!("{dir}/tls.key"));
-    let volume = pod["volumes"]
-        .as_array()
-        .unwrap()
-        .iter()
-        .find(|v| v["name"] == "tls")
-        .unwrap();
+    let volume = named(&pod["volumes"], "tls");
     let cert = r.get("Certificate", "captf-webhook").unwrap();
     assert_eq!(volume["secret"]["secretName"], cert["spec"]["secretName"]);
     // The metrics port is plain HTTP on the default metrics address.
@@ -178,15 +178,7 @@ fn cert_manager_chain_goes_from_self_signed_to_ca_to_the_serving_certificate_for
 
 #[test]
 fn own_certificate_replaces_cert_manager_with_the_given_secret_and_ca_bundle() {
-    let r = helm_template(&[
-        "--set",
-        "webhook.tls.certManager.enabled=false",
-        "--set",
-        "webhook.tls.existingSecret=my-webhook-tls",
-        "--set",
-        "webhook.tls.caBundle=Q0E=",
-    ])
-    .unwrap();
+    let r = helm_template(OWN_CERTIFICATE).unwrap();
     assert!(r.of_kind("Certificate").is_empty());
     assert!(r.of_kind("Issuer").is_empty());
     let deploy = r.get("Deployment", "captf-webhook").unwrap();
