@@ -145,8 +145,16 @@ async fn deadline_kill_counted_though_runner_reported_interrupted() -> Result<()
     assert_eq!(j.spec.as_ref().unwrap().active_deadline_seconds, Some(60));
     env.advance(61);
     env.advance(200);
-    env.booked("tc-slow-", "deadline").await.ok();
     env.booked(job_name(&j), "deadline").await?;
+    // The runner caught the deadline's SIGTERM and reported `interrupted`; it still counts.
+    let pods = env.sim.pods_of_job(NS, &job_name(&j))?;
+    let message = pods
+        .iter()
+        .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
+        .find_map(|c| c.state.as_ref()?.terminated.as_ref()?.message.clone())
+        .expect("a termination message");
+    let reported = captf_shared::protocol::RunnerResult::parse(&message)?;
+    assert_eq!(reported.result, captf_shared::protocol::RunResult::Interrupted);
     env.until_field("slow", "/status/consecutiveFailures/apply", json!(1))
         .await?;
     assert_eq!(env.events("JobDeadlineExceeded").len(), 1);
