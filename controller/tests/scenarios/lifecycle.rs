@@ -147,7 +147,7 @@ async fn deadline_kill_counted_though_runner_reported_interrupted() -> Result<()
     env.advance(200);
     env.booked(job_name(&j), "deadline").await?;
     // The runner caught the deadline's SIGTERM and reported `interrupted`; it still counts.
-    let pods = env.sim.pods_of_job(NS, &job_name(&j))?;
+    let pods = env.sim.pods_of_job(NS, job_name(&j))?;
     let message = pods
         .iter()
         .flat_map(|p| p.status.iter().flat_map(|s| s.container_statuses.iter().flatten()))
