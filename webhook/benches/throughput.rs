@@ -274,12 +274,35 @@ fn main() {
         }
         return;
     }
+    // BENCH_ONLY=router: the router (no TLS, no HTTP parsing) BENCH_N times per route.
+    if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "router") {
+        let n = env_num("BENCH_N", 1000);
+        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+        let app = captf_webhook::router(captf_webhook::AppState::new(Arc::new(captf_webhook::metrics::Metrics::new())));
+        rt.block_on(async {
+            for path in [VALIDATE_PATH, MUTATE_PATH] {
+                for _ in 0..n {
+                    let req = hyper::Request::post(path)
+                        .header("content-type", "application/json")
+                        .body(axum::body::Body::from(validate_body.clone()))
+                        .unwrap();
+                    let resp = tower::ServiceExt::oneshot(app.clone(), req).await.unwrap();
+                    std::hint::black_box(resp.into_body().collect().await.unwrap().to_bytes());
+                }
+            }
+        });
+        return;
+    }
 
+    let only_phase = std::env::var("BENCH_PHASE").ok().and_then(|v| v.parse::<u64>().ok());
     // The pure handler alone, one thread: what one review costs without TLS and HTTP.
     for (name, route) in [
         ("validate", captf_webhook::admission::Route::Validate),
         ("mutate", captf_webhook::admission::Route::Mutate),
-    ] {
+    ]
+    .into_iter()
+    .filter(|_| only_phase.is_none())
+    {
         let n = 20_000;
         let start = Instant::now();
         for _ in 0..n {
@@ -370,6 +393,8 @@ fn main() {
     // Saturated phases alternate (bare, validate, mutate) for BENCH_ROUNDS rounds, so background
     // load on the machine hits each alike; CPU per request is this process's (client + server).
     let rounds = env_num("BENCH_ROUNDS", 3);
+    // BENCH_PHASE=0..3: only that saturated phase (bare, validate, mutate, router in the bare loop),
+    // for a profiler such as `perf record`; prints its figures and stops.
     let mut acc: [(Vec<Duration>, Duration, f64); 4] = Default::default();
     for _ in 0..rounds {
         for (i, (addr, path)) in [
@@ -381,6 +406,9 @@ fn main() {
         .into_iter()
         .enumerate()
         {
+            if only_phase.is_some_and(|p| p != i as u64) {
+                continue;
+            }
             let cpu0 = cpu_secs();
             let (lat, elapsed) =
                 client_rt.block_on(saturate(addr, tls.clone(), path, validate_body.clone(), conns, secs));
@@ -388,6 +416,13 @@ fn main() {
             acc[i].1 += elapsed;
             acc[i].0.extend(lat);
         }
+    }
+    if let Some(p) = only_phase {
+        let (lat, elapsed, cpu) = std::mem::take(&mut acc[p.min(3) as usize]);
+        let n = lat.len().max(1);
+        print(&format!("phase {p}"), &figures(lat, elapsed));
+        println!("CPU per request (client+server): {:.0} µs", cpu * 1e6 / n as f64);
+        return;
     }
     let [bare, validate, mutate, router_on_bare] = acc.map(|(lat, elapsed, cpu)| {
         let n = lat.len();
