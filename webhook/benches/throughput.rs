@@ -25,6 +25,11 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 use tokio::net::{TcpListener, TcpStream};
 use tokio_rustls::{TlsAcceptor, TlsConnector};
 
+/// The binary's allocator, so the in-process servers (bare and webhook alike) run as it does
+/// (remove these two lines to compare with the system allocator).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 fn env_num(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)
 }
@@ -277,8 +282,13 @@ fn main() {
     // BENCH_ONLY=router: the router (no TLS, no HTTP parsing) BENCH_N times per route.
     if std::env::var("BENCH_ONLY").is_ok_and(|v| v == "router") {
         let n = env_num("BENCH_N", 1000);
-        let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
-        let app = captf_webhook::router(captf_webhook::AppState::new(Arc::new(captf_webhook::metrics::Metrics::new())));
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        let app = captf_webhook::router(captf_webhook::AppState::new(Arc::new(
+            captf_webhook::metrics::Metrics::new(),
+        )));
         rt.block_on(async {
             for path in [VALIDATE_PATH, MUTATE_PATH] {
                 for _ in 0..n {

@@ -861,4 +861,100 @@ mod tests {
             assert_eq!(ours, through_kube("uid-\u{e9}\"1", &d));
         }
     }
+
+    fn any_json() -> impl proptest::strategy::Strategy<Value = Value> {
+        use proptest::prelude::*;
+        let leaf = prop_oneof![
+            Just(Value::Null),
+            any::<bool>().prop_map(Value::Bool),
+            any::<i64>().prop_map(|n| serde_json::json!(n)),
+            ".{0,8}".prop_map(Value::String),
+            prop_oneof![
+                Just("TerraformCluster"),
+                Just("CREATE"),
+                Just("UPDATE"),
+                Just("x.y"),
+                Just("30m")
+            ]
+            .prop_map(|s| Value::String(s.into())),
+        ];
+        leaf.prop_recursive(3, 24, 4, |inner| {
+            prop_oneof![
+                prop::collection::vec(inner.clone(), 0..4).prop_map(Value::Array),
+                prop::collection::btree_map(
+                    prop_oneof![
+                        "[a-z]{1,6}",
+                        Just("name".to_string()),
+                        Just("spec".to_string()),
+                        Just("group".to_string()),
+                        Just("version".to_string()),
+                        Just("kind".to_string()),
+                        Just("resource".to_string()),
+                    ],
+                    inner,
+                    0..4
+                )
+                .prop_map(|m| Value::Object(m.into_iter().collect())),
+            ]
+        })
+    }
+
+    proptest::proptest! {
+        #![proptest_config(proptest::prelude::ProptestConfig::with_cases(512))]
+
+        /// The fast path is only a cheaper way to the same answer: wherever something is planted
+        /// in a review, it answers byte for byte what kube's types (the slow path) answer.
+        #[test]
+        fn the_fast_path_answers_exactly_what_the_slow_path_answers(
+            name in proptest::prop_oneof![
+                proptest::strategy::Just("cluster-create-accepted"),
+                proptest::strategy::Just("cluster-update-rejected"),
+                proptest::strategy::Just("machine-update-accepted"),
+                proptest::strategy::Just("machinetemplate-create-rejected"),
+            ],
+            place in proptest::prop_oneof![
+                proptest::strategy::Just("/request/uid"),
+                proptest::strategy::Just("/request/kind"),
+                proptest::strategy::Just("/request/kind/group"),
+                proptest::strategy::Just("/request/resource"),
+                proptest::strategy::Just("/request/requestKind"),
+                proptest::strategy::Just("/request/requestResource"),
+                proptest::strategy::Just("/request/subResource"),
+                proptest::strategy::Just("/request/name"),
+                proptest::strategy::Just("/request/namespace"),
+                proptest::strategy::Just("/request/operation"),
+                proptest::strategy::Just("/request/userInfo"),
+                proptest::strategy::Just("/request/userInfo/groups"),
+                proptest::strategy::Just("/request/object"),
+                proptest::strategy::Just("/request/object/metadata"),
+                proptest::strategy::Just("/request/object/metadata/name"),
+                proptest::strategy::Just("/request/object/spec"),
+                proptest::strategy::Just("/request/object/spec/jobs"),
+                proptest::strategy::Just("/request/oldObject"),
+                proptest::strategy::Just("/request/oldObject/spec"),
+                proptest::strategy::Just("/request/dryRun"),
+                proptest::strategy::Just("/request/options"),
+            ],
+            planted in any_json(),
+        ) {
+            let mut req = fixture(name);
+            if let Some(slot) = req.pointer_mut(place) {
+                *slot = planted;
+            }
+            let body = serde_json::to_vec(&req).unwrap();
+            for route in [Route::Mutate, Route::Validate] {
+                match (super::review(route, &body), review_slowly(route, &body)) {
+                    (Ok(fast), Ok(slow)) => {
+                        proptest::prop_assert_eq!(&fast.body, &slow.body);
+                        proptest::prop_assert_eq!(
+                            (fast.kind, fast.operation, fast.result, &fast.uid, &fast.name, &fast.namespace),
+                            (slow.kind, slow.operation, slow.result, &slow.uid, &slow.name, &slow.namespace)
+                        );
+                    }
+                    (Err(fast), Err(slow)) => proptest::prop_assert_eq!(fast.to_string(), slow.to_string()),
+                    (fast, slow) => proptest::prop_assert!(false, "fast {:?} but slow {:?}", fast.map(|r| r.result), slow.map(|r| r.result)),
+                }
+            }
+        }
+    }
 }

@@ -4,6 +4,11 @@ use std::process::ExitCode;
 use captf_webhook::cli::{Cli, Command, init_logging};
 use clap::Parser as _;
 
+/// mimalloc rather than the system allocator: a review is many small allocations freed on
+/// whichever worker thread finishes the request (see webhook/README.md for the figures).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[tokio::main]
 async fn main() -> ExitCode {
     let cli = Cli::parse();

@@ -249,4 +249,29 @@ proptest! {
         let second: Value = serde_json::from_slice(&second.body).unwrap();
         prop_assert!(second["response"].get("patch").is_none(), "{}", second);
     }
+
+    /// The patch the webhook answers (one walk, none when the defaults change nothing typed) is
+    /// exactly the definition: `json_patch::diff` of the raw spec against the raw spec with every
+    /// default filled in (`patch::fill_missing`), and no patch where that diff is empty.
+    #[test]
+    fn for_any_spec_the_answered_patch_is_the_diff_against_the_filled_spec(spec in any_spec()) {
+        let mut req = fixture("cluster-create-accepted");
+        req["request"]["object"]["spec"] = spec.clone();
+        let object = req["request"]["object"].clone();
+        let answer = review(Route::Mutate, &serde_json::to_vec(&req).unwrap()).unwrap();
+        let resp: Value = serde_json::from_slice(&answer.body).unwrap();
+        let mut defaulted = CaptfObject::from_kind_value("TerraformCluster", object).unwrap();
+        apply_defaults(&mut defaulted);
+        let defaulted_spec = match &defaulted {
+            CaptfObject::Cluster(c) => serde_json::to_value(&c.spec).unwrap(),
+            _ => unreachable!("a cluster fixture"),
+        };
+        let mut filled = spec.clone();
+        captf_webhook::patch::fill_missing(&mut filled, &defaulted_spec);
+        let expected = json_patch::diff(&json!({"spec": spec}), &json!({"spec": filled}));
+        match response_patch(&resp) {
+            Some(patch) => prop_assert_eq!(patch, expected),
+            None => prop_assert!(expected.0.is_empty(), "no patch answered, but the definition gives {:?}", expected),
+        }
+    }
 }
