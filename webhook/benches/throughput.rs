@@ -61,6 +61,13 @@ async fn bare_server(cert_pem: &str, key_pem: &str, app: Option<Router>) -> Sock
             VALIDATE_PATH,
             post(|body: Bytes| async move {
                 std::hint::black_box(body);
+                // BENCH_BARE_SPIN_US: calibration, a bare handler that burns this much CPU per
+                // request (how throughput falls with handler cost alone, TLS and HTTP unchanged).
+                let spin = Duration::from_micros(env_num("BENCH_BARE_SPIN_US", 0));
+                let start = Instant::now();
+                while start.elapsed() < spin {
+                    std::hint::spin_loop();
+                }
                 ([(axum::http::header::CONTENT_TYPE, "application/json")], ANSWER)
             }),
         )
