@@ -102,7 +102,8 @@ impl Ctx {
 
 /// Requeue after a lost race (409, lease held by somebody else).
 const RACE_REQUEUE: Duration = Duration::from_secs(2);
-/// Requeue while the stores have not listed once (they usually have within milliseconds).
+/// Requeue while the stores have not listed once, or lag the live status (they usually catch up
+/// within milliseconds, and the Job's own watch event triggers the object before this).
 const SYNC_REQUEUE: Duration = Duration::from_millis(250);
 /// Requeue while a Job runs (its watch event usually comes first).
 const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
@@ -179,9 +180,13 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     }
 
     // ---- read ----
-    let last_job_seq = object_status(&object).and_then(|s| s.last_job_seq);
-    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, &id, last_job_seq).await? else {
-        tracing::debug!(object = %id.what(), "caches not synced yet");
+    let live_status = object_status(&object);
+    let (last_job_seq, live_active) = (
+        live_status.and_then(|s| s.last_job_seq),
+        live_status.and_then(|s| s.active_job.as_deref()),
+    );
+    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, &id, last_job_seq, live_active).await?
+    else {
         return Ok(Action::requeue(SYNC_REQUEUE));
     };
     let by_job = snapshot::pods_by_job(&pods);

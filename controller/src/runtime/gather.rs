@@ -27,22 +27,23 @@
 //! - **Deterministic names.** The next Job's name is `<object>-<op>-<seq>` with `seq` one above
 //!   the larger of the cached Jobs' sequence numbers and the LIVE `status.lastJobSeq`; creating
 //!   an existing name is a 409 (requeue). And when the store lags the live status (it has no Job
-//!   with sequence `status.lastJobSeq`), [`jobs_and_pods`] does not decide from it: that pass
-//!   reads the Jobs and pods live, as before caching (a Job our own pass just created, or one
-//!   deleted while it ran, which the §5.6 live reads then handle).
+//!   with sequence `status.lastJobSeq`), [`jobs_and_pods`] does not decide from it: when that
+//!   Job is the live `status.activeJob` one GET tells whether it exists (then the pass waits for
+//!   its watch event) or is gone (deleted while it ran: the cached history is current and the
+//!   §5.6 live reads take over); otherwise the pass lists the Jobs and pods live.
 //! - **Booking exactly once.** The `captf.io/outcome` annotation is written with the cached
 //!   Job's resourceVersion: a stale Job gets 409 and the pass requeues; events and metrics follow
 //!   only the write that set it (`book.rs`).
-//! - **Results from pods.** A finished Job whose cached pod is missing (and the Job not yet
-//!   booked) or not yet terminated has its pods read live, so a pod watch that lags the Job watch
-//!   never turns a runner result into "no result".
+//! - **Results from pods.** A finished Job whose cached pod is not terminated has that pod read
+//!   live, and one with no cached pod that is not booked yet has the object's pods listed live,
+//!   so a pod watch that lags the Job watch never turns a runner result into "no result".
 //! - **Not synced, no decision.** Until every store has listed once ([`Caches::synced`]) a pass
 //!   requeues without deciding. After a dropped watch the stores keep their last full state and a
 //!   re-list swaps in the new one at once (kube's `Writer`), so a store is never half empty.
 
-use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, RwLock};
 
 use futures::{Stream, StreamExt};
 use k8s_openapi::api::batch::v1::Job;
@@ -50,7 +51,7 @@ use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
 use kube::api::{Api, ListParams};
 use kube::core::{ApiResource, DynamicObject};
-use kube::runtime::reflector::{self, Store};
+use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 
@@ -82,6 +83,146 @@ const FEED_PODS: usize = 6;
 #[derive(Debug, Default)]
 struct Synced([AtomicBool; FEEDS]);
 
+/// The names of a store's objects by (namespace, value of one label). kube's stores have no
+/// index, and a scan of the store in every pass makes N objects' passes cost N² (at 10,000
+/// objects the scans were most of the controller's CPU). Kept from the very events that feed
+/// the store, right after the store applies them, with the `Writer`'s re-list semantics (the
+/// listed objects are buffered and swapped in at the end of the list). A name the index gives
+/// whose object the store no longer has is skipped; one it does not give yet is like an object
+/// the store does not have yet (see [`jobs_and_pods`]).
+#[derive(Clone, Debug)]
+struct LabelIndex {
+    label: &'static str,
+    state: Arc<RwLock<IndexState>>,
+}
+
+#[derive(Debug, Default)]
+struct IndexState {
+    /// (namespace, label value) → names.
+    names: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, name) → label value.
+    value: HashMap<(String, String), String>,
+}
+
+impl IndexState {
+    fn remove(&mut self, ns: &str, name: &str) {
+        let key = (ns.to_string(), name.to_string());
+        if let Some(v) = self.value.remove(&key) {
+            let slot = (key.0, v);
+            if let Some(set) = self.names.get_mut(&slot) {
+                set.remove(name);
+                if set.is_empty() {
+                    self.names.remove(&slot);
+                }
+            }
+        }
+    }
+
+    fn insert(&mut self, ns: &str, name: &str, value: Option<&str>) {
+        self.remove(ns, name);
+        if let Some(v) = value {
+            self.value.insert((ns.to_string(), name.to_string()), v.to_string());
+            self.names
+                .entry((ns.to_string(), v.to_string()))
+                .or_default()
+                .insert(name.to_string());
+        }
+    }
+}
+
+/// The write side of a [`LabelIndex`], owned by the one stream that feeds it.
+struct IndexWriter {
+    index: LabelIndex,
+    relist: Option<IndexState>,
+}
+
+impl LabelIndex {
+    fn new(label: &'static str) -> LabelIndex {
+        LabelIndex {
+            label,
+            state: Arc::default(),
+        }
+    }
+
+    fn writer(&self) -> IndexWriter {
+        IndexWriter {
+            index: self.clone(),
+            relist: None,
+        }
+    }
+
+    /// The names of the objects in `ns` whose label is `value`.
+    fn names(&self, ns: &str, value: &str) -> Vec<String> {
+        let state = self.state.read().unwrap_or_else(|p| p.into_inner());
+        state
+            .names
+            .get(&(ns.to_string(), value.to_string()))
+            .map(|s| s.iter().cloned().collect())
+            .unwrap_or_default()
+    }
+}
+
+impl IndexWriter {
+    fn apply<K: kube::Resource>(&mut self, ev: &watcher::Event<K>) {
+        let parts = |o: &K| {
+            let m = o.meta();
+            (
+                m.namespace.clone().unwrap_or_default(),
+                m.name.clone().unwrap_or_default(),
+                label(&m.labels, self.index.label).map(String::from),
+            )
+        };
+        match ev {
+            watcher::Event::Apply(o) => {
+                let (ns, name, v) = parts(o);
+                let mut state = self.index.state.write().unwrap_or_else(|p| p.into_inner());
+                state.insert(&ns, &name, v.as_deref());
+            }
+            watcher::Event::Delete(o) => {
+                let (ns, name, _) = parts(o);
+                let mut state = self.index.state.write().unwrap_or_else(|p| p.into_inner());
+                state.remove(&ns, &name);
+            }
+            watcher::Event::Init => self.relist = Some(IndexState::default()),
+            watcher::Event::InitApply(o) => {
+                let (ns, name, v) = parts(o);
+                self.relist
+                    .get_or_insert_with(IndexState::default)
+                    .insert(&ns, &name, v.as_deref());
+            }
+            watcher::Event::InitDone => {
+                let fresh = self.relist.take().unwrap_or_default();
+                *self.index.state.write().unwrap_or_else(|p| p.into_inner()) = fresh;
+            }
+        }
+    }
+}
+
+/// The indexes of the stores (see [`LabelIndex`]).
+#[derive(Clone, Debug)]
+struct Indexes {
+    /// Per kind: its Jobs by `captf.io/object`.
+    jobs_by_object: [LabelIndex; 3],
+    /// Per kind: its Jobs by `cluster.x-k8s.io/cluster-name`.
+    jobs_by_cluster: [LabelIndex; 3],
+    /// Pods by `captf.io/object`.
+    pods_by_object: LabelIndex,
+    /// Per kind: the objects by `cluster.x-k8s.io/cluster-name`.
+    objects_by_cluster: [LabelIndex; 3],
+}
+
+impl Indexes {
+    fn new() -> Indexes {
+        let by = |label| [LabelIndex::new(label), LabelIndex::new(label), LabelIndex::new(label)];
+        Indexes {
+            jobs_by_object: by(keys::LABEL_OBJECT),
+            jobs_by_cluster: by(keys::LABEL_CLUSTER_NAME),
+            pods_by_object: LabelIndex::new(keys::LABEL_OBJECT),
+            objects_by_cluster: by(keys::LABEL_CLUSTER_NAME),
+        }
+    }
+}
+
 /// The read side of the reflector stores (cheap to clone).
 #[derive(Clone)]
 pub struct Caches {
@@ -92,6 +233,7 @@ pub struct Caches {
     jobs: [Store<Job>; 3],
     /// The pods labelled `captf.io/kind` (the Jobs' pod template carries the Job's labels).
     pods: Store<Pod>,
+    idx: Indexes,
     synced: Arc<Synced>,
 }
 
@@ -109,6 +251,7 @@ pub struct Feeds {
 #[derive(Clone)]
 pub struct FeedStreams {
     synced: Arc<Synced>,
+    idx: Indexes,
 }
 
 /// New, empty stores and their writers.
@@ -121,6 +264,7 @@ pub fn caches() -> (Caches, Feeds) {
     let (j2, jw2) = reflector::store();
     let (pods, podw) = reflector::store();
     let synced = Arc::new(Synced::default());
+    let idx = Indexes::new();
     (
         Caches {
             clusters,
@@ -128,6 +272,7 @@ pub fn caches() -> (Caches, Feeds) {
             machines,
             jobs: [j0, j1, j2],
             pods,
+            idx: idx.clone(),
             synced: synced.clone(),
         },
         Feeds {
@@ -136,7 +281,7 @@ pub fn caches() -> (Caches, Feeds) {
             machines: mw,
             jobs: [jw0, jw1, jw2],
             pods: podw,
-            streams: FeedStreams { synced },
+            streams: FeedStreams { synced, idx },
         },
     )
 }
@@ -175,11 +320,17 @@ impl FeedStreams {
         writer: Writer<K>,
         api: Api<K>,
     ) -> impl Stream<Item = Result<K, watcher::Error>> + Send + 'static {
-        let mark = self.mark::<K>(slot(K::KIND));
+        let mut mark = self.mark::<K>(slot(K::KIND));
+        let mut by_cluster = self.idx.objects_by_cluster[slot(K::KIND)].writer();
         watcher(api, watcher::Config::default())
             .modify(|o: &mut K| o.meta_mut().managed_fields = None)
             .reflect(writer)
-            .inspect(mark)
+            .inspect(move |ev| {
+                if let Ok(e) = ev {
+                    by_cluster.apply(e);
+                }
+                mark(ev);
+            })
             .applied_objects()
     }
 
@@ -191,24 +342,38 @@ impl FeedStreams {
         writer: Writer<Job>,
         api: Api<Job>,
     ) -> impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static {
-        let mark = self.mark::<Job>(FEED_JOBS + slot(kind));
+        let mut mark = self.mark::<Job>(FEED_JOBS + slot(kind));
+        let mut by_object = self.idx.jobs_by_object[slot(kind)].writer();
+        let mut by_cluster = self.idx.jobs_by_cluster[slot(kind)].writer();
         let wc = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_KIND, kind.as_str()));
         watcher(api, wc)
             .modify(strip_job)
             .reflect(writer)
-            .inspect(mark)
+            .inspect(move |ev| {
+                if let Ok(e) = ev {
+                    by_object.apply(e);
+                    by_cluster.apply(e);
+                }
+                mark(ev);
+            })
             .touched_objects()
     }
 
     /// Feed of the pods store (label `captf.io/kind`). Pods trigger nothing (their Jobs do), so
     /// this stream must be driven on its own; it backs off on errors.
     pub fn pods_stream(&self, writer: Writer<Pod>, api: Api<Pod>) -> impl Stream<Item = ()> + Send + 'static {
-        let mark = self.mark::<Pod>(FEED_PODS);
+        let mut mark = self.mark::<Pod>(FEED_PODS);
+        let mut by_object = self.idx.pods_by_object.writer();
         watcher(api, watcher::Config::default().labels(keys::LABEL_KIND))
             .default_backoff()
             .modify(strip_pod)
             .reflect(writer)
-            .inspect(mark)
+            .inspect(move |ev| {
+                if let Ok(e) = ev {
+                    by_object.apply(e);
+                }
+                mark(ev);
+            })
             .map(|ev| {
                 if let Err(e) = ev {
                     tracing::debug!("pod watch: {e}");
@@ -225,29 +390,28 @@ impl Caches {
 
     /// The cached Jobs of one object (only names this object can produce).
     pub fn jobs_of(&self, id: &Ident) -> Vec<Job> {
-        self.jobs[slot(id.kind)]
-            .state_filter(|j| {
-                j.metadata.namespace.as_deref() == Some(id.namespace.as_str())
-                    && label(&j.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str())
-                    && j.metadata
-                        .name
-                        .as_deref()
-                        .is_some_and(|n| names::parse_job_name(id.kind, &id.namespace, &id.name, n).is_some())
-            })
+        let store = &self.jobs[slot(id.kind)];
+        self.idx.jobs_by_object[slot(id.kind)]
+            .names(&id.namespace, &id.object_id)
             .into_iter()
+            .filter(|n| names::parse_job_name(id.kind, &id.namespace, &id.name, n).is_some())
+            .filter_map(|n| store.get(&ObjectRef::new(&n).within(&id.namespace)))
+            .filter(|j| label(&j.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str()))
             .map(|j| (*j).clone())
             .collect()
     }
 
     /// The cached pods of one object.
     pub fn pods_of(&self, id: &Ident) -> Vec<Pod> {
-        self.pods
-            .state_filter(|p| {
-                p.metadata.namespace.as_deref() == Some(id.namespace.as_str())
-                    && label(&p.metadata.labels, keys::LABEL_KIND) == Some(id.kind.as_str())
+        self.idx
+            .pods_by_object
+            .names(&id.namespace, &id.object_id)
+            .into_iter()
+            .filter_map(|n| self.pods.get(&ObjectRef::new(&n).within(&id.namespace)))
+            .filter(|p| {
+                label(&p.metadata.labels, keys::LABEL_KIND) == Some(id.kind.as_str())
                     && label(&p.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str())
             })
-            .into_iter()
             .map(|p| (*p).clone())
             .collect()
     }
@@ -255,26 +419,26 @@ impl Caches {
     /// A TerraformCluster's member machine pools and machines (`<Kind>/<name>`), from the
     /// kinds' stores.
     fn members(&self, ns: &str, cluster: &str) -> Vec<String> {
-        let member = |m: &kube::core::ObjectMeta| {
-            m.namespace.as_deref() == Some(ns) && label(&m.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster)
-        };
-        let pools = self.pools.state_filter(|o| member(&o.metadata));
-        let machines = self.machines.state_filter(|o| member(&o.metadata));
-        let mut out: Vec<String> = pools
-            .iter()
-            .filter_map(|o| {
-                o.metadata
-                    .name
-                    .as_ref()
-                    .map(|n| format!("{}/{n}", Kind::TerraformMachinePool))
+        let member = |m: &kube::core::ObjectMeta| label(&m.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster);
+        let pools = self.idx.objects_by_cluster[slot(Kind::TerraformMachinePool)]
+            .names(ns, cluster)
+            .into_iter()
+            .filter(|n| {
+                self.pools
+                    .get(&ObjectRef::new(n).within(ns))
+                    .is_some_and(|o| member(&o.metadata))
             })
-            .chain(machines.iter().filter_map(|o| {
-                o.metadata
-                    .name
-                    .as_ref()
-                    .map(|n| format!("{}/{n}", Kind::TerraformMachine))
-            }))
-            .collect();
+            .map(|n| format!("{}/{n}", Kind::TerraformMachinePool));
+        let machines = self.idx.objects_by_cluster[slot(Kind::TerraformMachine)]
+            .names(ns, cluster)
+            .into_iter()
+            .filter(|n| {
+                self.machines
+                    .get(&ObjectRef::new(n).within(ns))
+                    .is_some_and(|o| member(&o.metadata))
+            })
+            .map(|n| format!("{}/{n}", Kind::TerraformMachine));
+        let mut out: Vec<String> = pools.chain(machines).collect();
         out.sort();
         out
     }
@@ -283,12 +447,15 @@ impl Caches {
     fn member_job_active(&self, ns: &str, cluster: &str) -> Option<String> {
         [Kind::TerraformMachinePool, Kind::TerraformMachine]
             .into_iter()
-            .find_map(|k| {
-                self.jobs[slot(k)].find(|j| {
-                    j.metadata.namespace.as_deref() == Some(ns)
-                        && label(&j.metadata.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster)
-                        && outcome::terminal(j).is_none()
-                })
+            .flat_map(|k| {
+                let store = &self.jobs[slot(k)];
+                self.idx.jobs_by_cluster[slot(k)]
+                    .names(ns, cluster)
+                    .into_iter()
+                    .filter_map(move |n| store.get(&ObjectRef::new(&n).within(ns)))
+            })
+            .find(|j| {
+                label(&j.metadata.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster) && outcome::terminal(j).is_none()
             })
             .and_then(|j| j.metadata.name.clone())
     }
@@ -354,14 +521,15 @@ impl Ident {
 }
 
 /// The object's Jobs (only names this object can produce) and their pods, from the caches
-/// (see the module doc). `None`: the caches have not listed yet, decide nothing (requeue).
-/// `last_job_seq` is the live `status.lastJobSeq`: when no cached Job has it, the store lags
-/// and this pass reads live.
+/// (see the module doc). `None`: decide nothing now, requeue (the stores have not listed yet,
+/// or the Job the live status names is not in the store yet: its watch event follows).
+/// `last_job_seq` and `active_job` are the live `status.lastJobSeq` and `status.activeJob`.
 pub async fn jobs_and_pods(
     client: &kube::Client,
     caches: &Caches,
     id: &Ident,
     last_job_seq: Option<u32>,
+    active_job: Option<&str>,
 ) -> Result<Option<(Vec<Job>, Vec<Pod>)>, Error> {
     if !caches.synced() {
         return Ok(None);
@@ -372,31 +540,62 @@ pub async fn jobs_and_pods(
         .filter_map(|j| names::parse_job_name(id.kind, &id.namespace, &id.name, j.metadata.name.as_deref()?))
         .map(|(_, seq)| seq)
         .max();
-    if last_job_seq.is_some_and(|want| newest.is_none_or(|have| have < want)) {
-        tracing::debug!(object = %id.what(), ?last_job_seq, ?newest, "Job cache lags the status: reading live");
-        return live_jobs_and_pods(client, id).await.map(Some);
+    if let Some(want) = last_job_seq.filter(|want| newest.is_none_or(|have| have < *want)) {
+        // The store has no Job with the live status's newest sequence number.
+        let active = active_job
+            .filter(|a| names::parse_job_name(id.kind, &id.namespace, &id.name, a).is_some_and(|(_, seq)| seq == want));
+        match active {
+            // Usually the Job our own last pass created: one GET tells lag from loss.
+            Some(a) => {
+                if job(client, &id.namespace, a).await?.is_some() {
+                    tracing::debug!(object = %id.what(), job = a, "Job store lags the status: waiting for its event");
+                    return Ok(None);
+                }
+                // Gone (deleted while it ran): the cached history is current; §5.6 takes over.
+            }
+            None => {
+                tracing::debug!(object = %id.what(), ?last_job_seq, ?newest, "Job store lags the status: reading live");
+                return live_jobs_and_pods(client, id).await.map(Some);
+            }
+        }
     }
     let mut pods = caches.pods_of(id);
-    let by_job = snapshot::pods_by_job(&pods);
-    let unsettled = jobs.iter().any(|j| {
-        let Some(name) = j.metadata.name.as_deref() else {
-            return false;
-        };
-        if outcome::terminal(j).is_none() {
-            return false;
+    // A finished Job whose pod the store shows unfinished: that pod read live. One the store
+    // does not show while the Job is not booked: the object's pods listed live.
+    let (mut stale, mut missing) = (Vec::new(), false);
+    {
+        let by_job = snapshot::pods_by_job(&pods);
+        for j in jobs.iter().filter(|j| outcome::terminal(j).is_some()) {
+            let Some(name) = j.metadata.name.as_deref() else {
+                continue;
+            };
+            match by_job.get(name) {
+                Some(p) if !pod_settled(p) => stale.extend(p.metadata.name.clone()),
+                Some(_) => {}
+                None => {
+                    missing |= !j
+                        .metadata
+                        .annotations
+                        .as_ref()
+                        .is_some_and(|a| a.contains_key(keys::ANNOTATION_OUTCOME));
+                }
+            }
         }
-        match by_job.get(name) {
-            Some(p) => !pod_settled(p),
-            None => !j
-                .metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| a.contains_key(keys::ANNOTATION_OUTCOME)),
-        }
-    });
-    if unsettled {
-        tracing::debug!(object = %id.what(), "a finished Job's pod is not settled in the cache: reading pods live");
+    }
+    if missing {
+        tracing::debug!(object = %id.what(), "a finished, unbooked Job has no pod in the store: reading pods live");
         pods = live_pods(client, id).await?;
+    } else if !stale.is_empty() {
+        tracing::debug!(object = %id.what(), pods = ?stale, "a finished Job's pod is not settled in the store: reading it live");
+        let api: Api<Pod> = Api::namespaced(client.clone(), &id.namespace);
+        for name in stale {
+            let live = api
+                .get_opt(&name)
+                .await
+                .map_err(|e| Error::api(ApiAction::GetPod, format!("{}/{name}", id.namespace), e))?;
+            pods.retain(|p| p.metadata.name.as_deref() != Some(name.as_str()));
+            pods.extend(live);
+        }
     }
     Ok(Some((jobs, pods)))
 }
@@ -585,4 +784,250 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident) -> Result
         }
     }
     Ok(holds)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_shared::Op;
+    use k8s_openapi::api::batch::v1::{JobCondition, JobSpec, JobStatus};
+    use k8s_openapi::api::core::v1::{PodSpec, PodStatus};
+    use kube::core::ObjectMeta;
+    use serde_json::json;
+
+    fn ident(kind: Kind, ns: &str, name: &str, cluster: Option<&str>) -> Ident {
+        Ident {
+            kind,
+            namespace: ns.into(),
+            name: name.into(),
+            uid: "u".into(),
+            suffix: names::suffix(kind, ns, name),
+            object_id: names::object_id(kind, ns, name),
+            cluster_name: cluster.map(String::from),
+        }
+    }
+
+    fn meta(ns: &str, name: &str, labels: &[(&str, &str)]) -> ObjectMeta {
+        ObjectMeta {
+            name: Some(name.into()),
+            namespace: Some(ns.into()),
+            labels: Some(labels.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()),
+            ..Default::default()
+        }
+    }
+
+    /// A Job of `id` as the controller labels it, finished or not.
+    fn job_of(id: &Ident, op: Op, seq: u32, finished: bool) -> Job {
+        let name = names::job_name(id.kind, &id.namespace, &id.name, op, seq);
+        let mut labels = vec![
+            (keys::LABEL_KIND, id.kind.as_str()),
+            (keys::LABEL_OBJECT, id.object_id.as_str()),
+        ];
+        if let Some(c) = &id.cluster_name {
+            labels.push((keys::LABEL_CLUSTER_NAME, c.as_str()));
+        }
+        Job {
+            metadata: meta(&id.namespace, &name, &labels),
+            spec: Some(JobSpec::default()),
+            status: Some(JobStatus {
+                conditions: finished.then(|| {
+                    vec![JobCondition {
+                        type_: "Complete".into(),
+                        status: "True".into(),
+                        ..Default::default()
+                    }]
+                }),
+                ..Default::default()
+            }),
+        }
+    }
+
+    /// A list as a watch delivers it, into a store and its indexes.
+    fn fill<K>(w: &mut Writer<K>, indexes: &[&LabelIndex], objects: Vec<K>)
+    where
+        K: kube::Resource<DynamicType = ()> + Clone + 'static,
+    {
+        let mut events = vec![watcher::Event::Init];
+        events.extend(objects.into_iter().map(watcher::Event::InitApply));
+        events.push(watcher::Event::InitDone);
+        let mut writers: Vec<IndexWriter> = indexes.iter().map(|i| i.writer()).collect();
+        for e in &events {
+            w.apply_watcher_event(e);
+            writers.iter_mut().for_each(|x| x.apply(e));
+        }
+    }
+
+    fn job_indexes(feeds: &Feeds, kind: Kind) -> [LabelIndex; 2] {
+        let idx = &feeds.streams.idx;
+        [
+            idx.jobs_by_object[slot(kind)].clone(),
+            idx.jobs_by_cluster[slot(kind)].clone(),
+        ]
+    }
+
+    #[test]
+    fn the_cached_history_of_an_object_holds_only_its_own_jobs() {
+        let (caches, mut feeds) = caches();
+        let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
+        let other = ident(Kind::TerraformCluster, "default", "prod-us", None);
+        let elsewhere = ident(Kind::TerraformCluster, "team-b", "prod-eu", None);
+        let mut foreign = job_of(&me, Op::Apply, 9, false);
+        foreign.metadata.name = Some("not-a-captf-name".into());
+        let ix = job_indexes(&feeds, Kind::TerraformCluster);
+        fill(
+            &mut feeds.jobs[0],
+            &[&ix[0], &ix[1]],
+            vec![
+                job_of(&me, Op::Apply, 1, true),
+                job_of(&me, Op::Drift, 2, false),
+                job_of(&other, Op::Apply, 1, true),
+                job_of(&elsewhere, Op::Apply, 1, true),
+                foreign,
+            ],
+        );
+        let mut names: Vec<String> = caches
+            .jobs_of(&me)
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect();
+        names.sort();
+        assert_eq!(
+            names,
+            vec![
+                names::job_name(me.kind, "default", "prod-eu", Op::Apply, 1),
+                names::job_name(me.kind, "default", "prod-eu", Op::Drift, 2),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_clusters_members_and_their_active_jobs_come_from_the_stores() {
+        let (caches, mut feeds) = caches();
+        let pool = |ns: &str, name: &str, cluster: &str| {
+            let mut p: TerraformMachinePool = serde_json::from_value(json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+                "metadata": {"name": name, "namespace": ns}, "spec": {"module": {"source": "x"}},
+            }))
+            .unwrap();
+            p.metadata = meta(ns, name, &[(keys::LABEL_CLUSTER_NAME, cluster)]);
+            p
+        };
+        let pools_ix = feeds.streams.idx.objects_by_cluster[slot(Kind::TerraformMachinePool)].clone();
+        fill(
+            &mut feeds.pools,
+            &[&pools_ix],
+            vec![
+                pool("default", "workers", "prod-eu"),
+                pool("default", "x", "prod-us"),
+                pool("b", "y", "prod-eu"),
+            ],
+        );
+        let workers = ident(Kind::TerraformMachinePool, "default", "workers", Some("prod-eu"));
+        let done = ident(Kind::TerraformMachine, "default", "m1", Some("prod-eu"));
+        let (ix1, ix2) = (job_indexes(&feeds, workers.kind), job_indexes(&feeds, done.kind));
+        fill(
+            &mut feeds.jobs[1],
+            &[&ix1[0], &ix1[1]],
+            vec![job_of(&workers, Op::Apply, 3, false)],
+        );
+        fill(
+            &mut feeds.jobs[2],
+            &[&ix2[0], &ix2[1]],
+            vec![job_of(&done, Op::Apply, 1, true)],
+        );
+        fill(&mut feeds.machines, &[], vec![]);
+        assert_eq!(
+            caches.members("default", "prod-eu"),
+            vec!["TerraformMachinePool/workers".to_string()]
+        );
+        assert_eq!(
+            caches.member_job_active("default", "prod-eu"),
+            Some(names::job_name(workers.kind, "default", "workers", Op::Apply, 3))
+        );
+        assert_eq!(caches.member_job_active("default", "prod-us"), None);
+    }
+
+    #[test]
+    fn the_stores_keep_no_job_or_pod_spec_and_no_managed_fields() {
+        let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
+        let mut j = job_of(&me, Op::Apply, 1, true);
+        j.metadata.managed_fields = Some(vec![Default::default()]);
+        strip_job(&mut j);
+        assert_eq!((j.spec.is_none(), j.metadata.managed_fields.is_none()), (true, true));
+        assert!(outcome::terminal(&j).is_some(), "the status stays");
+        let mut p = Pod {
+            metadata: ObjectMeta {
+                annotations: Some([("a".to_string(), "b".to_string())].into()),
+                ..meta("default", "p", &[("batch.kubernetes.io/job-name", "j")])
+            },
+            spec: Some(PodSpec::default()),
+            status: Some(PodStatus {
+                phase: Some("Failed".into()),
+                ..Default::default()
+            }),
+        };
+        strip_pod(&mut p);
+        assert_eq!((p.spec.is_none(), p.metadata.annotations.is_none()), (true, true));
+        assert_eq!(snapshot::pod_job_name(&p), Some("j"));
+        assert!(pod_settled(&p));
+    }
+
+    #[test]
+    fn no_decision_until_every_store_has_listed_once() {
+        let (caches, feeds) = caches();
+        assert!(!caches.synced());
+        for i in 0..FEEDS {
+            let mut mark = feeds.streams.mark::<Job>(i);
+            mark(&Ok(watcher::Event::Init));
+            assert!(!caches.synced(), "a list that has not ended marks nothing");
+            mark(&Ok(watcher::Event::InitDone));
+            assert_eq!(caches.synced(), i == FEEDS - 1);
+        }
+    }
+
+    #[test]
+    fn the_label_index_follows_applies_deletes_and_a_relist() {
+        let ix = LabelIndex::new(keys::LABEL_OBJECT);
+        let mut w = ix.writer();
+        let cm = |name: &str, obj: &str| ConfigMap {
+            metadata: meta("default", name, &[(keys::LABEL_OBJECT, obj)]),
+            ..Default::default()
+        };
+        w.apply(&watcher::Event::Apply(cm("a", "o1")));
+        w.apply(&watcher::Event::Apply(cm("b", "o1")));
+        assert_eq!(ix.names("default", "o1"), vec!["a", "b"]);
+        assert!(ix.names("other", "o1").is_empty());
+        // A label that changes moves the name.
+        w.apply(&watcher::Event::Apply(cm("b", "o2")));
+        assert_eq!(
+            (ix.names("default", "o1"), ix.names("default", "o2")),
+            (vec!["a".into()], vec!["b".into()])
+        );
+        w.apply(&watcher::Event::Delete(cm("a", "o1")));
+        assert!(ix.names("default", "o1").is_empty());
+        // A re-list keeps the old names until it ends, then holds exactly what it listed.
+        w.apply::<ConfigMap>(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(cm("c", "o1")));
+        assert_eq!(ix.names("default", "o2"), vec!["b"]);
+        w.apply::<ConfigMap>(&watcher::Event::InitDone);
+        assert_eq!(
+            (ix.names("default", "o1"), ix.names("default", "o2")),
+            (vec!["c".into()], vec![])
+        );
+    }
+
+    #[test]
+    fn a_running_pod_is_not_settled() {
+        let p = |phase: &str| Pod {
+            status: Some(PodStatus {
+                phase: Some(phase.into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert!(!pod_settled(&p("Running")));
+        assert!(!pod_settled(&p("Pending")));
+        assert!(pod_settled(&p("Succeeded")));
+    }
 }
