@@ -25,7 +25,7 @@ use super::clock::SharedClock;
 use super::deletion;
 use super::errors::{self, ApiAction, Error};
 use super::events::{Emission, Events};
-use super::gather::{self, Caches, FeedStreams, Feeds, Ident};
+use super::gather::{self, Caches, FeedStreams, Feeds, Ident, Meta};
 use super::inputs;
 use super::interrupted::{self, Checked};
 use super::job::{JobParams, build_job, owner_reference};
@@ -109,15 +109,15 @@ const SYNC_REQUEUE: Duration = Duration::from_millis(250);
 const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
 /// The reconcile of one object of kind `K`.
-pub async fn reconcile<K: CaptfKind>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
     if !ctx.leader.load(Ordering::SeqCst) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
     let started = Instant::now();
     // The cached object may lag behind our own last status write: read it live, so counters
     // such as consecutiveFailures are never computed from (and written back over) a stale copy.
-    let ns = obj.meta().namespace.clone().unwrap_or_default();
-    let name = obj.meta().name.clone().unwrap_or_default();
+    let ns = obj.metadata.namespace.clone().unwrap_or_default();
+    let name = obj.metadata.name.clone().unwrap_or_default();
     let live = Api::<K>::namespaced(ctx.client.clone(), &ns)
         .get_opt(&name)
         .await
@@ -135,12 +135,12 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<K>, ctx: Arc<Ctx>) -> Result<Actio
 }
 
 /// The error policy: count, log, retry soon.
-pub fn error_policy<K: CaptfKind>(obj: Arc<K>, e: &Error, ctx: Arc<Ctx>) -> Action {
+pub fn error_policy<K: CaptfKind>(obj: Arc<Meta<K>>, e: &Error, ctx: Arc<Ctx>) -> Action {
     ctx.metrics.reconcile_error(e.category());
     tracing::warn!(
         kind = %K::KIND,
-        namespace = obj.meta().namespace.as_deref().unwrap_or(""),
-        name = obj.meta().name.as_deref().unwrap_or(""),
+        namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
+        name = obj.metadata.name.as_deref().unwrap_or(""),
         category = e.category(),
         "reconcile failed: {e}"
     );
@@ -499,13 +499,13 @@ async fn start_job(
 fn controller_for<K: CaptfKind>(
     ctx: Arc<Ctx>,
     feeds: &FeedStreams,
-    objects: (Writer<K>, Store<K>),
+    objects: (Writer<Meta<K>>, Store<Meta<K>>),
     jobs: Writer<Job>,
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + use<K> {
     let client = ctx.client.clone();
     let ns = ctx.config.namespace.clone();
-    let api: Api<K> = match &ns {
+    let api: Api<Meta<K>> = match &ns {
         Some(n) => Api::namespaced(client.clone(), n),
         None => Api::all(client.clone()),
     };
