@@ -51,7 +51,7 @@ pub const CONTROLLER_API_CALLS: &[ApiCall] = &[
     ApiCall {
         group: "",
         resource: "pods",
-        verbs: &["get", "list"],
+        verbs: &["get", "list", "watch"],
     },
     ApiCall {
         group: "",
