@@ -506,6 +506,11 @@ mod tests {
 
     #[tokio::test]
     async fn a_termination_request_sends_exactly_one_sigint_and_waits() {
+        // A process started in the background by a shell without job control inherits SIGINT
+        // ignored, and a non-interactive shell cannot trap a signal ignored on entry (POSIX), so
+        // the child below would never see the SIGINT. Handling SIGINT here, as the runner binary
+        // does (lib.rs), gives children the default disposition whatever launched the tests.
+        let _sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).unwrap();
         let d = tempfile::tempdir().unwrap();
         let (t, tx, buf) = tf(d.path());
         let marker = d.path().join("started");
