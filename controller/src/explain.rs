@@ -398,7 +398,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
 
     // Pruning, as booking does before the decision: only Jobs whose effects the status already
     // accounts for (at or below status.lastBookedJobSeq) may go.
-    let baseline = record::watermark_baseline(&snap.jobs, snap.status.last_booked_job_seq);
+    let baseline = record::watermark_baseline(&snap.jobs, record::status_watermark(&snap.status));
     record::mark_accounted(&mut snap.jobs, baseline);
     let pruned = prune::prune(
         &snap.jobs,

@@ -7,6 +7,7 @@ use k8s_openapi::jiff::Timestamp;
 use captf_shared::keys;
 use captf_shared::names;
 use captf_shared::protocol::RunnerResult;
+use captf_shared::types::TerraformStatus;
 use captf_shared::{Kind, Op};
 
 use super::outcome::{self, Outcome};
@@ -177,6 +178,18 @@ pub fn watermark_baseline(records: &[JobRecord], status_watermark: Option<u32>) 
     status_watermark.unwrap_or_else(|| records.iter().filter(|r| r.booked).map(|r| r.seq).max().unwrap_or(0))
 }
 
+/// The watermark a status carries for [`watermark_baseline`] (PURE): its
+/// `lastBookedJobSeq`, or 0 for a status no controller has written yet (no conditions). A
+/// controller writes conditions on its first pass, with the watermark since it exists, so a
+/// status without conditions accounts for no Job: every annotated Job is replayed. This closes
+/// the window where a new object's first status write is lost. Only a status written by an older
+/// controller (conditions, no watermark) falls back to "everything annotated is accounted".
+pub fn status_watermark(status: &TerraformStatus) -> Option<u32> {
+    status
+        .last_booked_job_seq
+        .or_else(|| status.conditions.as_ref().is_none_or(Vec::is_empty).then_some(0))
+}
+
 /// Mark which records are accounted at the start of the pass: booked and at most `baseline`.
 /// A Job booked or replayed in this pass stays unaccounted until a later pass reads the
 /// watermark that covers it, so it is not pruned before its effects are in the status (PURE).
@@ -270,6 +283,40 @@ pub(crate) mod tests {
             watermark_baseline(&[unbooked(Op::Apply, 1, Some(Outcome::Failed))], None),
             0
         );
+    }
+
+    #[test]
+    fn a_status_no_controller_has_written_accounts_for_nothing_so_a_lost_first_write_is_replayed() {
+        use captf_shared::types::TerraformStatus;
+        use k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition;
+        // Never written: every annotated Job is replayed.
+        let empty = TerraformStatus::default();
+        assert_eq!(status_watermark(&empty), Some(0));
+        let h = vec![rec(Op::Apply, 1, Some(Outcome::Failed))];
+        let baseline = watermark_baseline(&h, status_watermark(&empty));
+        assert_eq!(seqs(&h, &accounting_plan(&h, baseline)), vec![(1, Accounting::Replay)]);
+        // Written by an older controller (conditions, no watermark): nothing is replayed.
+        let older = TerraformStatus {
+            conditions: Some(vec![Condition {
+                type_: "Ready".into(),
+                status: "False".into(),
+                reason: "JobActive".into(),
+                message: String::new(),
+                last_transition_time: k8s_openapi::apimachinery::pkg::apis::meta::v1::Time(
+                    Timestamp::from_second(0).unwrap(),
+                ),
+                observed_generation: None,
+            }]),
+            ..Default::default()
+        };
+        assert_eq!(status_watermark(&older), None);
+        assert!(accounting_plan(&h, watermark_baseline(&h, status_watermark(&older))).is_empty());
+        // A watermark is taken as it is.
+        let marked = TerraformStatus {
+            last_booked_job_seq: Some(7),
+            ..Default::default()
+        };
+        assert_eq!(status_watermark(&marked), Some(7));
     }
 
     #[test]

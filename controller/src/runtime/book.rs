@@ -264,7 +264,7 @@ pub async fn book_all(
     // A status without a watermark (written before it existed) counts every annotated Job as
     // accounted, so an upgrade replays nothing and double-counts nothing: see
     // `record::watermark_baseline`.
-    let baseline = record::watermark_baseline(records, status.last_booked_job_seq);
+    let baseline = record::watermark_baseline(records, record::status_watermark(status));
     record::mark_accounted(records, baseline);
     let mut watermark = baseline;
     for (i, step) in record::accounting_plan(records, baseline) {
@@ -588,7 +588,7 @@ mod tests {
     fn model_pass(status: &mut TerraformStatus, records: &mut [JobRecord], events: &mut u32, write_lands: bool) {
         let now = Timestamp::from_second(9_000).unwrap();
         let mut st = status.clone();
-        let baseline = record::watermark_baseline(records, st.last_booked_job_seq);
+        let baseline = record::watermark_baseline(records, record::status_watermark(&st));
         record::mark_accounted(records, baseline);
         let mut watermark = baseline;
         for (i, step) in record::accounting_plan(records, baseline) {

@@ -107,6 +107,35 @@ async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_new_objects_booking_is_replayed_even_when_no_status_write_ever_landed() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
+    // From the very start no status write lands: the object never gets a watermark.
+    lose_status_writes(&env, "never-written");
+    env.sim.put(cluster_json("never-written", json!({})))?;
+    let j1 = env.job(K, "never-written", Op::Apply, 1).await?;
+    let j1 = j1.metadata.name.unwrap_or_default();
+    env.advance(30);
+    env.booked(&j1, "failed").await?;
+    env.settle().await;
+    assert_eq!(env.cluster("never-written").pointer("/status/conditions"), None);
+    assert_eq!(env.events("JobFailed").len(), 1);
+
+    env.sim.faults().clear();
+    env.until("consecutiveFailures=1 and the watermark 1", |e| {
+        let c = e.cluster("never-written");
+        (c.pointer("/status/consecutiveFailures/apply") == Some(&json!(1))
+            && c.pointer("/status/lastBookedJobSeq") == Some(&json!(1)))
+        .then_some(())
+    })
+    .await?;
+    env.settle().await;
+    assert_eq!(failures(&env, "never-written"), Some(json!(1)));
+    assert_eq!(env.events("JobFailed").len(), 1, "no event on replay");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restarted_controller_replays_a_lost_booking_without_counting_it_again() -> Result<()> {
     let mut env = Env::new().await?;
     env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
