@@ -235,17 +235,16 @@ pub fn compute(
         }
     }
 
-    // Paused
+    // Paused: say which pause, so a person knows what to undo.
     if s.paused {
-        set(
-            &mut cs,
-            conditions::PAUSED,
-            Status::True,
-            reasons::PAUSED,
-            "spec.paused or Cluster API pause",
-            g,
-            now,
-        );
+        let why = if s.spec.paused {
+            "spec.paused is true"
+        } else if s.holds.cluster_paused {
+            "the Cluster API Cluster is paused (its spec.paused)"
+        } else {
+            "the annotation cluster.x-k8s.io/paused is set"
+        };
+        set(&mut cs, conditions::PAUSED, Status::True, reasons::PAUSED, why, g, now);
     } else {
         set(&mut cs, conditions::PAUSED, Status::False, "NotPaused", "", g, now);
     }

@@ -45,11 +45,13 @@ async fn a_paused_cluster_api_cluster_pauses_its_terraform_cluster_until_unpause
     let mut tc = cluster_json("prod-infra", json!({}));
     tc["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "prod"});
     env.sim.put(tc)?;
-    env.until("Paused=True", |e| {
-        let (st, reason, _) = condition(&e.cluster("prod-infra"), "Paused")?;
-        (st == "True" && reason == "Paused").then_some(())
-    })
-    .await?;
+    let msg = env
+        .until("Paused=True", |e| {
+            let (st, reason, msg) = condition(&e.cluster("prod-infra"), "Paused")?;
+            (st == "True" && reason == "Paused").then_some(msg)
+        })
+        .await?;
+    assert!(msg.contains("Cluster API Cluster is paused"), "{msg}");
     let (st, reason, _) = condition(&env.cluster("prod-infra"), "Ready").expect("Ready");
     assert_eq!((st.as_str(), reason.as_str()), ("False", "Paused"));
     env.settle().await;
