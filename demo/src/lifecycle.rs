@@ -15,7 +15,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use crate::summary::Row;
-use crate::timeline::{Snapshot, Timeline};
+use crate::timeline::{Snapshot, Timeline, clip};
 
 pub const NS: &str = "default";
 pub const CLUSTER: &str = "demo";
@@ -945,15 +945,5 @@ impl<'a> Demo<'a> {
             .await
             .map_err(api_err(format!("delete {}/{name}", kind.as_str())))?;
         Ok(())
-    }
-}
-
-fn clip(s: &str, n: usize) -> String {
-    if s.chars().count() <= n {
-        s.to_string()
-    } else {
-        let mut t: String = s.chars().take(n).collect();
-        t.push('…');
-        t
     }
 }

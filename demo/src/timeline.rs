@@ -254,7 +254,8 @@ impl Timeline {
     }
 }
 
-fn clip(s: &str, n: usize) -> String {
+/// At most `n` characters of `s`, with `…` when it was cut.
+pub(crate) fn clip(s: &str, n: usize) -> String {
     if s.chars().count() <= n {
         s.to_string()
     } else {
