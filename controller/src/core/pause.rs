@@ -2,7 +2,7 @@
 //! `cluster.x-k8s.io/paused` annotation (both read in [`super::snapshot`]), or its Cluster API
 //! `Cluster`'s `spec.paused`, read here. Same rule as Cluster API's `annotations.IsPaused`.
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
 /// The Cluster API group.
@@ -11,14 +11,19 @@ pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
 /// release that has v1beta2 too).
 pub const CAPI_DEFAULT_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
 
-/// The apiVersion to read the owning Cluster with: the one of the object's `Cluster`
-/// ownerReference (Cluster API sets it on infrastructure clusters), else v1beta1 (PURE).
-pub fn cluster_api_version(meta: &ObjectMeta) -> String {
+/// The object's Cluster API `Cluster` ownerReference, if it has one (Cluster API sets it on
+/// infrastructure clusters).
+fn cluster_owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
     meta.owner_references
         .iter()
         .flatten()
         .find(|o| o.kind == "Cluster" && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
-        .map_or_else(|| CAPI_DEFAULT_API_VERSION.to_string(), |o| o.api_version.clone())
+}
+
+/// The apiVersion to read the owning Cluster with: the one of the object's `Cluster`
+/// ownerReference, else v1beta1 (PURE).
+pub fn cluster_api_version(meta: &ObjectMeta) -> String {
+    cluster_owner(meta).map_or_else(|| CAPI_DEFAULT_API_VERSION.to_string(), |o| o.api_version.clone())
 }
 
 /// Whether the object is managed by Cluster API at all: it has the `cluster.x-k8s.io/cluster-name`
@@ -27,11 +32,7 @@ pub fn under_cluster_api(meta: &ObjectMeta) -> bool {
     meta.labels.as_ref().is_some_and(|l| {
         l.get(captf_shared::keys::LABEL_CLUSTER_NAME)
             .is_some_and(|v| !v.is_empty())
-    }) || meta
-        .owner_references
-        .iter()
-        .flatten()
-        .any(|o| o.kind == "Cluster" && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
+    }) || cluster_owner(meta).is_some()
 }
 
 /// Whether a Cluster API `Cluster` (as JSON, any version) is paused: `spec.paused: true` (PURE).
@@ -42,7 +43,6 @@ pub fn cluster_paused(cluster: &Value) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
     use serde_json::json;
 
     fn owned_by(api_version: &str, kind: &str) -> ObjectMeta {
