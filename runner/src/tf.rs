@@ -3,8 +3,12 @@
 //!
 //! A second SIGINT makes Terraform exit at once and may leave the state lock held, so the
 //! runner forwards the first termination request only and then waits for the child however
-//! many more arrive. The child runs in its own process group so that a terminal's Ctrl-C (sent
-//! to the whole foreground group) does not reach it a second time.
+//! many more arrive. The child leads its own process group, and the one SIGINT goes to that
+//! whole group, as a terminal's Ctrl-C does: Terraform up to 1.0.x runs as two processes (a
+//! crash-handling parent and the real Terraform as its child), and the parent ignores a SIGINT
+//! sent to its pid alone, so a SIGINT to the pid never reached the process doing the work.
+//! Providers are in the group too, and ignore SIGINT as go-plugin servers do. Because the
+//! child has its own group, a terminal's Ctrl-C aimed at the runner does not reach it twice.
 
 use std::collections::VecDeque;
 use std::io::Write;
@@ -14,7 +18,7 @@ use std::process::{ExitStatus, Stdio};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use nix::sys::signal::{Signal, kill};
+use nix::sys::signal::{Signal, killpg};
 use nix::unistd::Pid;
 use tokio::io::{AsyncBufReadExt, AsyncRead, AsyncReadExt, BufReader};
 use tokio::process::Command;
@@ -311,9 +315,10 @@ impl Tf {
                 changed = interrupt.wait_for(|v| *v), if listening => {
                     listening = false;
                     if changed.is_ok() {
-                        match pid.map(|p| kill(Pid::from_raw(p), Signal::SIGINT)) {
+                        // The child leads its group (process_group(0)): its pid is the group id.
+                        match pid.map(|p| killpg(Pid::from_raw(p), Signal::SIGINT)) {
                             Some(Ok(())) => self.log.note(&format!(
-                                "termination requested: sent one SIGINT to {} and waiting for it to stop",
+                                "termination requested: sent one SIGINT to {}'s process group and waiting for it to stop",
                                 self.program()
                             )),
                             Some(Err(e)) => self.log.note(&format!("failed to send SIGINT to {}: {e}", self.program())),
@@ -542,6 +547,47 @@ mod tests {
         assert!(err.to_string().contains("exit code 1"), "{err}");
         assert_eq!(std::fs::read_to_string(&sigs).unwrap(), "INT\n");
         assert!(text(&buf).contains("execution halted"));
+    }
+
+    #[tokio::test]
+    async fn the_one_sigint_reaches_the_whole_process_group_of_the_child() {
+        // Like Terraform up to 1.0.x: a parent that only notes SIGINT and waits for its child
+        // (run in the foreground, as Terraform's real process is), and a child that stops on
+        // SIGINT. A SIGINT to the parent's pid alone would leave the child running forever.
+        let _sigint = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let (t, tx, buf) = tf(d.path());
+        let marker = d.path().join("started");
+        let sigs = d.path().join("sigs");
+        let script = format!(
+            "trap 'echo parent >> {sigs}' INT; \
+             sh -c \"trap 'echo child >> {sigs}; exit 3' INT; touch {marker}; while :; do sleep 0.02; done\"; \
+             echo \"child exited $?\" >&2; exit 1",
+            sigs = sigs.display(),
+            marker = marker.display()
+        );
+        let run = tokio::spawn({
+            let t = t.clone();
+            async move { t.run(&sh(&script), Stdout::Stream).await }
+        });
+        for _ in 0..500 {
+            if marker.exists() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        assert!(marker.exists(), "child never started");
+        tx.send(true).unwrap();
+        let err = tokio::time::timeout(Duration::from_secs(30), run)
+            .await
+            .expect("the child never got the SIGINT")
+            .unwrap()
+            .unwrap_err();
+        assert!(matches!(err, TfError::Interrupted { .. }), "{err}");
+        let got = std::fs::read_to_string(&sigs).unwrap();
+        assert_eq!(got.lines().filter(|l| *l == "child").count(), 1, "{got}");
+        assert_eq!(got.lines().filter(|l| *l == "parent").count(), 1, "{got}");
+        assert!(text(&buf).contains("child exited 3"));
     }
 
     #[tokio::test]
