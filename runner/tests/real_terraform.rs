@@ -1,0 +1,616 @@
+//! The runner with the real Terraform (the pinned 1.0.3 from `scripts/setup-tools.sh`), its real
+//! kubernetes backend (client-go inside Terraform) and the test provider, against the
+//! simulator's HTTPS port through in-cluster configuration, as in a pod.
+//!
+//! Each run happens the way a kubelet runs a container: in new mount, UTS and PID namespaces
+//! (`unshare`), with the runner as PID 1, the pod's name as hostname, and the service-account
+//! files (`token`, `ca.crt`, `namespace`) bind-mounted at the fixed in-cluster path over a
+//! private tmpfs, so the machine's own `/var/run/secrets` is never touched. Killing the
+//! namespace's first process kills every process in it, as a container's death does. Where
+//! namespaces can't be made (no root), each test says so and skips.
+
+#![allow(clippy::unwrap_used)]
+
+use std::path::{Path, PathBuf};
+use std::process::Stdio;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+use captf_sim::Sim;
+use captf_testprovider::harness::{Sandbox, THING_MODULE};
+use captf_testprovider::world::{HOLD_ENV, Thing, World};
+use nix::sys::signal::{Signal, kill};
+use nix::unistd::Pid;
+use serde_json::{Value, json};
+use tokio::io::{AsyncBufReadExt, AsyncRead, BufReader};
+use tokio::process::{Child, Command};
+
+const NS: &str = "default";
+const SUFFIX: &str = "prod-eu-tc";
+const STATE_SECRET: &str = "tfstate-default-prod-eu-tc";
+const LOCK_LEASE: &str = "lock-tfstate-default-prod-eu-tc";
+const OUTPUTS_SECRET: &str = "captf-outputs-prod-eu-tc";
+const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
+/// Upper bound on any one wait for a process; a test that hits it fails, it never passes by it.
+const PATIENCE: Duration = Duration::from_secs(120);
+
+/// Why these tests can't run here, if they can't: making the namespaces needs root.
+fn namespaces_unavailable() -> Option<String> {
+    let out = std::process::Command::new("unshare")
+        .args([
+            "--mount",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--propagation",
+            "private",
+            "true",
+        ])
+        .output();
+    match out {
+        Ok(o) if o.status.success() => None,
+        Ok(o) => Some(format!(
+            "unshare cannot make mount/UTS/PID namespaces here ({}): {}",
+            o.status,
+            String::from_utf8_lossy(&o.stderr).trim()
+        )),
+        Err(e) => Some(format!("unshare is not available: {e}")),
+    }
+}
+
+macro_rules! require_namespaces {
+    () => {
+        if let Some(why) = namespaces_unavailable() {
+            eprintln!("SKIPPED: {why}; the real-Terraform runner tests need root for a private mount namespace");
+            return;
+        }
+    };
+}
+
+/// A simulator with its HTTPS port, a Terraform sandbox, and the inputs of one object.
+struct Env {
+    sim: Sim,
+    sb: Sandbox,
+    module: PathBuf,
+    runs: usize,
+}
+
+/// One finished runner: exit code, parsed result, and everything it printed.
+struct Ran {
+    code: Option<i32>,
+    result: RunnerResult,
+    termination_log: String,
+    output: String,
+}
+
+impl Ran {
+    fn outcome(&self) -> (Option<i32>, RunResult, Phase) {
+        (self.code, self.result.result, self.result.phase)
+    }
+}
+
+/// A runner started and still running.
+struct Running {
+    child: Child,
+    output: Arc<Mutex<String>>,
+    termination_log: PathBuf,
+}
+
+fn collect(r: impl AsyncRead + Unpin + Send + 'static, into: Arc<Mutex<String>>) {
+    tokio::spawn(async move {
+        let mut lines = BufReader::new(r).lines();
+        while let Ok(Some(line)) = lines.next_line().await {
+            let mut s = into.lock().unwrap();
+            s.push_str(&line);
+            s.push('\n');
+        }
+    });
+}
+
+impl Running {
+    fn output(&self) -> String {
+        self.output.lock().unwrap().clone()
+    }
+
+    /// Wait until the runner's output contains `text`.
+    async fn until_output(&mut self, text: &str) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !self.output().contains(text) {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!("runner exited ({status}) before printing {text:?}:\n{}", self.output());
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "never printed {text:?}:\n{}",
+                self.output()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Wait until `path` exists (a file the test provider writes mid-change).
+    async fn until_file(&mut self, path: &Path) {
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !path.exists() {
+            if let Ok(Some(status)) = self.child.try_wait() {
+                panic!(
+                    "runner exited ({status}) before {} appeared:\n{}",
+                    path.display(),
+                    self.output()
+                );
+            }
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "{} never appeared",
+                path.display()
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// The runner's pid outside its PID namespace (where it is PID 1).
+    fn runner_pid(&self) -> Pid {
+        let unshare = self.child.id().unwrap();
+        let children = std::fs::read_to_string(format!("/proc/{unshare}/task/{unshare}/children")).unwrap();
+        let pid: i32 = children.split_whitespace().next().unwrap().parse().unwrap();
+        Pid::from_raw(pid)
+    }
+
+    /// What a kubelet does on a deadline or an eviction: SIGTERM to the container's PID 1.
+    fn sigterm(&self) {
+        kill(self.runner_pid(), Signal::SIGTERM).unwrap();
+    }
+
+    /// The container dies at once (OOM kill): SIGKILL to `unshare`, whose `--kill-child` takes
+    /// the whole PID namespace with it.
+    async fn kill_9(mut self) {
+        self.child.start_kill().unwrap();
+        self.child.wait().await.unwrap();
+    }
+
+    async fn finish(mut self) -> Ran {
+        let status = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .expect("runner did not finish")
+            .unwrap();
+        // The output readers end when the pipes close; give them the bound to do so.
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
+        while Arc::strong_count(&self.output) > 1 && tokio::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let output = self.output();
+        let termination_log = std::fs::read_to_string(&self.termination_log).unwrap_or_default();
+        let result = RunnerResult::parse(&termination_log)
+            .unwrap_or_else(|e| panic!("no valid result ({e}): {termination_log:?}\n{output}"));
+        eprintln!("runner {status}: {termination_log}\n{output}");
+        Ran {
+            code: status.code(),
+            result,
+            termination_log,
+            output,
+        }
+    }
+}
+
+impl Env {
+    async fn new() -> Env {
+        let sim = Sim::builder().https().start().await.unwrap();
+        let sb = Sandbox::new().unwrap();
+        let module = sb.module("thing", THING_MODULE).unwrap();
+        Env {
+            sim,
+            sb,
+            module,
+            runs: 0,
+        }
+    }
+
+    fn world(&self) -> World {
+        World::new(&self.sb.world)
+    }
+
+    fn thing(&self, name: &str) -> Option<Thing> {
+        self.sb.thing(name)
+    }
+
+    fn get(&self, resource: &str, name: &str) -> Option<Value> {
+        self.sim.get(resource, NS, name)
+    }
+
+    /// The lock Lease's holder, or None when it is free (or does not exist).
+    fn lock_holder(&self) -> Option<String> {
+        self.get("coordination.k8s.io/leases", LOCK_LEASE)
+            .and_then(|l| l["spec"]["holderIdentity"].as_str().map(str::to_string))
+            .filter(|h| !h.is_empty())
+    }
+
+    fn lock_info(&self) -> Value {
+        let lease = self.get("coordination.k8s.io/leases", LOCK_LEASE).unwrap();
+        let info = lease["metadata"]["annotations"]["app.terraform.io/lock-info"]
+            .as_str()
+            .unwrap();
+        serde_json::from_str(info).unwrap()
+    }
+
+    /// Start the runner for `op` with these variables and extra environment.
+    fn start(&mut self, op: &str, vars: Value, extra: &[(&str, &str)]) -> Running {
+        self.runs += 1;
+        let run = self.sb.path().join(format!("run-{}", self.runs));
+        let inputs = run.join("inputs");
+        let sa = run.join("serviceaccount");
+        std::fs::create_dir_all(&inputs).unwrap();
+        std::fs::write(
+            inputs.join("inputs.json"),
+            json!({"module": {"source": self.module.display().to_string()}, "variables": vars}).to_string(),
+        )
+        .unwrap();
+        let https = self.sim.https().unwrap();
+        https.write_service_account_files(&sa, NS, "captf-sim").unwrap();
+        let termination_log = run.join("termination-log");
+        let pod = format!("tc-prod-eu-225654-{op}-{}-x2k9q", self.runs);
+        let p = |s: &Path| s.display().to_string();
+        let mut cmd = Command::new("unshare");
+        cmd.args([
+            "--mount",
+            "--propagation",
+            "private",
+            "--uts",
+            "--pid",
+            "--fork",
+            "--kill-child",
+            "--mount-proc",
+            "sh",
+            "-c",
+            &format!(
+                "set -e; mount -t tmpfs tmpfs /var/run; mkdir -p {SA_DIR}; mount --bind \"$1\" {SA_DIR}; \
+                 hostname \"$2\"; shift 2; exec \"$@\""
+            ),
+            "sh",
+        ])
+        .arg(&sa)
+        .arg(&pod)
+        .arg(env!("CARGO_BIN_EXE_captf-runner"))
+        .env_clear()
+        .env("PATH", std::env::var("PATH").unwrap_or_default())
+        .env("TMPDIR", &run)
+        .env("HOME", &run)
+        .envs(https.service_env())
+        .envs(self.sb.env())
+        .env("CAPTF_OP", op)
+        .env("CAPTF_STATE_SUFFIX", SUFFIX)
+        .env("CAPTF_NAMESPACE", NS)
+        .env("CAPTF_LOCK_TIMEOUT", "2s")
+        .env("CAPTF_INPUTS_DIR", p(&inputs))
+        .env("CAPTF_TF_BINARY", p(&self.sb.terraform))
+        .env("CAPTF_WORK_DIR", p(&run.join("work")))
+        .env("CAPTF_TERMINATION_LOG", p(&termination_log))
+        .envs(extra.iter().copied())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .kill_on_drop(true);
+        let mut child = cmd.spawn().unwrap();
+        let output = Arc::new(Mutex::new(String::new()));
+        collect(child.stdout.take().unwrap(), output.clone());
+        collect(child.stderr.take().unwrap(), output.clone());
+        Running {
+            child,
+            output,
+            termination_log,
+        }
+    }
+
+    async fn run(&mut self, op: &str, vars: Value, extra: &[(&str, &str)]) -> Ran {
+        self.start(op, vars, extra).finish().await
+    }
+
+    async fn apply(&mut self, vars: Value) -> Ran {
+        self.run("apply", vars, &[]).await
+    }
+}
+
+fn a(content: &str) -> Value {
+    json!({"name": "a", "content": content})
+}
+
+/// A workstation's Terraform on the same state, outside any pod: it reaches the simulator
+/// through a kubeconfig and holds the lock while its apply waits on `gate`.
+struct Workstation {
+    child: tokio::process::Child,
+    dir: PathBuf,
+}
+
+impl Workstation {
+    async fn hold_lock(env: &Env, gate: &Path) -> Workstation {
+        let dir = env.sb.path().join("workstation");
+        std::fs::create_dir_all(&dir).unwrap();
+        let kubeconfig = dir.join("kubeconfig");
+        env.sim.write_kubeconfig(&kubeconfig).unwrap();
+        std::fs::write(dir.join("main.tf"), THING_MODULE).unwrap();
+        std::fs::write(
+            dir.join("backend.tf"),
+            format!(
+                "terraform {{\n  backend \"kubernetes\" {{\n    secret_suffix = \"{SUFFIX}\"\n    namespace = \"{NS}\"\n    config_path = \"{}\"\n  }}\n}}\n",
+                kubeconfig.display()
+            ),
+        )
+        .unwrap();
+        let tf = |args: &[&str]| {
+            let mut c = Command::new(&env.sb.terraform);
+            c.args(args)
+                .current_dir(&dir)
+                .envs(env.sb.env())
+                .env(HOLD_ENV, gate)
+                .stdin(Stdio::null())
+                .kill_on_drop(true);
+            c
+        };
+        let init = tf(&["init", "-input=false", "-no-color"]).output().await.unwrap();
+        assert!(init.status.success(), "{}", String::from_utf8_lossy(&init.stderr));
+        let child = tf(&["apply", "-auto-approve", "-input=false", "-no-color", "-var", "name=w"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap();
+        let busy = env.world().busy_marker("w").unwrap();
+        let deadline = tokio::time::Instant::now() + PATIENCE;
+        while !busy.exists() {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the workstation never took the lock"
+            );
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+        Workstation { child, dir }
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn apply_creates_the_state_secret_and_takes_and_releases_the_lease() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    let mut changes = env.sim.changes();
+    let ran = env.apply(a("one")).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
+    assert_eq!(env.thing("a").unwrap().content, "one");
+
+    let state = env.get("/secrets", STATE_SECRET).expect("the state Secret");
+    assert_eq!(state["metadata"]["labels"]["tfstateSecretSuffix"], SUFFIX);
+    assert!(state["data"]["tfstate"].as_str().is_some_and(|s| !s.is_empty()));
+
+    let mut held = false;
+    while let Ok(event) = changes.try_recv() {
+        let obj = &event.object;
+        if obj["kind"] == "Lease" && obj["metadata"]["name"] == LOCK_LEASE {
+            held |= obj["spec"]["holderIdentity"].as_str().is_some_and(|h| !h.is_empty());
+        }
+    }
+    assert!(held, "the Lease was never taken");
+    assert_eq!(env.lock_holder(), None, "the Lease was not released");
+
+    // Outputs: the endpoint in the result; the sensitive one only in the outputs Secret.
+    let outputs = ran.result.outputs.clone().unwrap();
+    assert_eq!(outputs["endpoint"], "thing-a.example:6443");
+    assert!(!outputs.contains_key("secret"));
+    assert!(!ran.termination_log.contains("s3cr3t-a"));
+    let secret = env.get("/secrets", OUTPUTS_SECRET).expect("the outputs Secret");
+    let doc = secret["data"]["outputs.json"].as_str().unwrap();
+    let doc: Value = serde_json::from_slice(&base64_decode(doc)).unwrap();
+    assert_eq!(doc["secret"]["sensitive"], true);
+    assert_eq!(doc["secret"]["value"], "s3cr3t-a");
+}
+
+fn base64_decode(s: &str) -> Vec<u8> {
+    use base64::Engine as _;
+    base64::engine::general_purpose::STANDARD.decode(s).unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn refresh_reads_the_world_into_the_state_and_reports_the_outputs() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    assert_eq!(
+        env.apply(a("one")).await.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply)
+    );
+    let ran = env.run("refresh", a("one"), &[]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Refresh));
+    assert_eq!(ran.result.outputs.unwrap()["endpoint"], "thing-a.example:6443");
+    assert_eq!(env.lock_holder(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn drift_is_found_from_a_real_world_change_and_none_when_nothing_changed() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    let ran = env.run("drift", a("one"), &[]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Drift));
+    assert_eq!(ran.result.drift, Some(false));
+
+    env.world()
+        .write(&Thing {
+            name: "a".into(),
+            content: "edited by hand".into(),
+        })
+        .unwrap();
+    let ran = env.run("drift", a("one"), &[]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Drift));
+    assert_eq!(ran.result.drift, Some(true));
+    // A drift check changes nothing; the apply after it puts the content back.
+    assert_eq!(env.thing("a").unwrap().content, "edited by hand");
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    assert_eq!(env.thing("a").unwrap().content, "one");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn destroy_removes_what_the_apply_made() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    let ran = env.run("destroy", a("one"), &[]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Destroy));
+    assert_eq!(env.thing("a"), None);
+    assert_eq!(env.lock_holder(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replace_is_blocked_with_the_plan_hash_and_the_approved_hash_applies() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    let b = json!({"name": "b", "content": "one"});
+    let blocked = env.apply(b.clone()).await;
+    assert_eq!(blocked.outcome(), (Some(3), RunResult::Blocked, Phase::Guard));
+    let hash = blocked.result.plan_hash.clone().unwrap();
+    let summary = blocked.result.summary.unwrap();
+    assert_eq!(
+        (summary.add, summary.destroy, summary.replace),
+        (0, 0, 1),
+        "{summary:?}"
+    );
+    assert!(
+        env.thing("a").is_some() && env.thing("b").is_none(),
+        "a blocked plan changes nothing"
+    );
+
+    let ran = env.run("apply", b, &[("CAPTF_APPROVED_PLAN", &hash)]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
+    assert!(env.thing("a").is_none() && env.thing("b").is_some());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_different_plan_after_approval_is_plan_changed() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    let blocked = env.apply(json!({"name": "b", "content": "one"})).await;
+    let hash = blocked.result.plan_hash.unwrap();
+    // The approval was for replacing a with b; the plan now replaces a with c.
+    let ran = env
+        .run(
+            "apply",
+            json!({"name": "c", "content": "one"}),
+            &[("CAPTF_APPROVED_PLAN", &hash)],
+        )
+        .await;
+    assert_eq!(ran.outcome(), (Some(4), RunResult::PlanChanged, Phase::Guard));
+    assert_ne!(ran.result.plan_hash.as_deref(), Some(hash.as_str()));
+    assert!(env.thing("a").is_some() && env.thing("c").is_none());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it_and_applies() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    let gate = env.sb.path().join("never-opened");
+    let gate_text = gate.display().to_string();
+    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
+    running.until_file(&env.world().busy_marker("a").unwrap()).await;
+    running.kill_9().await;
+
+    let held = env
+        .lock_holder()
+        .expect("a runner killed mid-apply leaves the lock held");
+    let info = env.lock_info();
+    assert_eq!(info["ID"], held.as_str(), "the Lease holder is Terraform's lock ID");
+    assert!(
+        info["Who"]
+            .as_str()
+            .unwrap()
+            .ends_with("@tc-prod-eu-225654-apply-1-x2k9q"),
+        "Who names the pod: {info}"
+    );
+
+    let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", &held)]).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
+    assert!(ran.output.contains("force-unlock"), "{}", ran.output);
+    assert_eq!(env.thing("a").unwrap().content, "one");
+    assert_eq!(env.lock_holder(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_op() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    let gate = env.sb.path().join("never-opened");
+    let gate_text = gate.display().to_string();
+    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
+    running.until_file(&env.world().busy_marker("a").unwrap()).await;
+    running.kill_9().await;
+    let held = env.lock_holder().unwrap();
+
+    let wrong = "11111111-2222-3333-4444-555555555555";
+    let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", wrong)]).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(1), RunResult::Failed, Phase::Plan),
+        "{}",
+        ran.result.message
+    );
+    assert!(
+        ran.result.message.contains("Error acquiring the state lock"),
+        "{}",
+        ran.result.message
+    );
+    assert_eq!(
+        env.lock_holder().as_deref(),
+        Some(held.as_str()),
+        "the held lock is untouched"
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_foreign_lock_fails_the_op_after_the_lock_timeout_naming_its_holder_and_is_never_unlocked() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    let gate = env.sb.path().join("workstation-done");
+    let mut ws = Workstation::hold_lock(&env, &gate).await;
+    let holder = env.lock_holder().expect("the workstation holds the lock");
+    let who = env.lock_info()["Who"].as_str().unwrap().to_string();
+
+    let ran = env.apply(a("one")).await;
+    assert_eq!(ran.outcome(), (Some(1), RunResult::Failed, Phase::Plan));
+    assert!(
+        ran.result.message.contains("Error acquiring the state lock"),
+        "{}",
+        ran.result.message
+    );
+    assert!(
+        ran.result.message.contains(&who),
+        "names the holder {who}: {}",
+        ran.result.message
+    );
+    assert_eq!(env.lock_holder(), Some(holder), "a foreign lock is never unlocked");
+
+    std::fs::write(&gate, b"").unwrap();
+    let status = tokio::time::timeout(PATIENCE, ws.child.wait()).await.unwrap().unwrap();
+    assert!(
+        status.success(),
+        "the workstation's apply finishes ({})",
+        ws.dir.display()
+    );
+    assert_eq!(env.lock_holder(), None);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() {
+    require_namespaces!();
+    let mut env = Env::new().await;
+    let gate = env.sb.path().join("gate");
+    let gate_text = gate.display().to_string();
+    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
+    running.until_file(&env.world().busy_marker("a").unwrap()).await;
+    assert!(env.lock_holder().is_some(), "the apply holds the lock");
+
+    running.sigterm();
+    // Terraform says it got the interrupt, then waits for the change in flight to finish.
+    running.until_output("Interrupt received").await;
+    std::fs::write(&gate, b"").unwrap();
+    let ran = running.finish().await;
+
+    assert_eq!(ran.outcome(), (Some(5), RunResult::Interrupted, Phase::Apply));
+    assert_eq!(ran.output.matches("Interrupt received").count(), 1, "{}", ran.output);
+    assert_eq!(env.lock_holder(), None, "Terraform released its lock on the way out");
+}
