@@ -525,16 +525,27 @@ async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it
 
     // The shape the simulator's scripted runners copy.
     let keys: Vec<&str> = info.as_object().unwrap().keys().map(String::as_str).collect();
-    assert_eq!(keys, ["Created", "ID", "Info", "Operation", "Path", "Version", "Who"], "{info}");
+    assert_eq!(
+        keys,
+        ["Created", "ID", "Info", "Operation", "Path", "Version", "Who"],
+        "{info}"
+    );
     assert_eq!(info["Operation"], "OperationTypeApply");
     assert_eq!(info["Version"], "1.0.3");
 
     let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", &held)]).await;
     assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
     assert!(ran.output.contains("force-unlock"), "{}", ran.output);
-    let lease = env.get("coordination.k8s.io/leases", LOCK_LEASE).expect("the Lease is kept");
+    let lease = env
+        .get("coordination.k8s.io/leases", LOCK_LEASE)
+        .expect("the Lease is kept");
     eprintln!("lease after unlock and apply: {lease}");
-    assert!(lease["metadata"]["annotations"].get("app.terraform.io/lock-info").is_none(), "{lease}");
+    assert!(
+        lease["metadata"]["annotations"]
+            .get("app.terraform.io/lock-info")
+            .is_none(),
+        "{lease}"
+    );
     assert_eq!(env.thing("a").unwrap().content, "one");
     assert_eq!(env.lock_holder(), None);
 }
