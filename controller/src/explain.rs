@@ -56,6 +56,8 @@ pub enum ExplainError {
     Syntax { file: String, why: String },
     #[error("{file}: {field}: {why}")]
     Field { file: String, field: String, why: String },
+    #[error("{file}: larger than {MAX_INPUT_BYTES} bytes; give the objects explain needs, not a whole dump")]
+    TooLarge { file: String },
     #[error("only one input can be read from stdin (-), but {0} are")]
     TwoStdins(usize),
     #[error("--now: {0:?} is not an RFC 3339 time")]
@@ -72,10 +74,20 @@ fn field(file: &str, field: impl Into<String>, why: impl ToString) -> ExplainErr
     }
 }
 
+/// An input file larger than this is refused (the largest `kubectl get -o yaml` output explain
+/// needs is a list of one object's Jobs or pods, far below it).
+pub const MAX_INPUT_BYTES: usize = 64 * 1024 * 1024;
+/// YAML flow collections (`[ ]`, `{ }`) nested deeper than this are refused before parsing: the
+/// YAML parser's time grows with nesting depth times size (250 KB nested 40,000 deep took 22 s),
+/// and deeper than 128 levels does not deserialize anyway.
+pub const MAX_FLOW_DEPTH: usize = 100;
+
 /// One item of an input file, with its path inside the file (`items[2]`) for messages.
-struct Item {
-    at: String,
-    value: Value,
+#[derive(Clone, Debug, PartialEq)]
+pub struct Item {
+    /// Where the item is in its file (`document 1: items[2]`), empty for a lone top-level object.
+    pub at: String,
+    pub value: Value,
 }
 
 impl Item {
@@ -95,31 +107,91 @@ fn read_text(file: &str, stdin: &mut Option<String>) -> Result<String, ExplainEr
         if let Some(text) = stdin.take() {
             return Ok(text);
         }
-        let mut text = String::new();
-        std::io::stdin()
-            .read_to_string(&mut text)
-            .map_err(|source| ExplainError::Read {
-                file: "-".into(),
-                source,
-            })?;
-        return Ok(text);
+        return read_bounded("-", std::io::stdin(), MAX_INPUT_BYTES);
     }
-    std::fs::read_to_string(file).map_err(|source| ExplainError::Read {
+    let f = std::fs::File::open(file).map_err(|source| ExplainError::Read {
         file: file.to_string(),
         source,
-    })
+    })?;
+    read_bounded(file, f, MAX_INPUT_BYTES)
 }
 
-/// Parse YAML or JSON text: one object, several documents, or `kind: List`s.
-fn parse_items(file: &str, text: &str) -> Result<Vec<Item>, ExplainError> {
-    let mut docs = Vec::new();
-    for doc in serde_yaml_ng::Deserializer::from_str(text) {
-        let v = Value::deserialize(doc).map_err(|e| ExplainError::Syntax {
+/// Read at most `limit` bytes of text; more is [`ExplainError::TooLarge`].
+fn read_bounded(file: &str, r: impl Read, limit: usize) -> Result<String, ExplainError> {
+    let mut text = String::new();
+    r.take(limit as u64 + 1)
+        .read_to_string(&mut text)
+        .map_err(|source| ExplainError::Read {
             file: file.to_string(),
-            why: e.to_string(),
+            source,
         })?;
-        if !v.is_null() {
-            docs.push(v);
+    if text.len() > limit {
+        return Err(ExplainError::TooLarge { file: file.to_string() });
+    }
+    Ok(text)
+}
+
+/// The deepest nesting of YAML flow collections in `text`, counting `[`/`{` against `]`/`}`
+/// outside quoted strings. A bracket in a plain scalar counts too, so this can over-count, never
+/// under-count.
+pub fn flow_depth(text: &str) -> usize {
+    let (mut depth, mut max) = (0usize, 0usize);
+    let mut quote: Option<u8> = None;
+    let mut escaped = false;
+    for &b in text.as_bytes() {
+        match quote {
+            Some(b'"') if escaped => escaped = false,
+            Some(b'"') if b == b'\\' => escaped = true,
+            Some(q) if b == q => quote = None,
+            Some(_) => {}
+            None => match b {
+                b'"' | b'\'' => quote = Some(b),
+                b'[' | b'{' => {
+                    depth += 1;
+                    max = max.max(depth);
+                }
+                b']' | b'}' => depth = depth.saturating_sub(1),
+                _ => {}
+            },
+        }
+    }
+    max
+}
+
+/// The documents of a JSON text (one value, or several one after another), if it is JSON.
+fn json_documents(text: &str) -> Option<Vec<Value>> {
+    let start = text.trim_start_matches(['\u{feff}', ' ', '\t', '\r', '\n']);
+    if !start.starts_with(['{', '[']) {
+        return None;
+    }
+    serde_json::Deserializer::from_str(start)
+        .into_iter::<Value>()
+        .collect::<Result<Vec<_>, _>>()
+        .ok()
+}
+
+/// Parse YAML or JSON text: one object, several documents, or `kind: List`s. JSON is read by a
+/// JSON parser (linear time); YAML with flow collections nested too deep is refused unparsed.
+pub fn parse_items(file: &str, text: &str) -> Result<Vec<Item>, ExplainError> {
+    let syntax = |why: String| ExplainError::Syntax {
+        file: file.to_string(),
+        why,
+    };
+    let mut docs = Vec::new();
+    if let Some(json) = json_documents(text) {
+        docs.extend(json.into_iter().filter(|v| !v.is_null()));
+    } else {
+        let depth = flow_depth(text);
+        if depth > MAX_FLOW_DEPTH {
+            return Err(syntax(format!(
+                "[ ] or {{ }} nested {depth} deep, more than {MAX_FLOW_DEPTH}"
+            )));
+        }
+        for doc in serde_yaml_ng::Deserializer::from_str(text) {
+            let v = Value::deserialize(doc).map_err(|e| syntax(e.to_string()))?;
+            if !v.is_null() {
+                docs.push(v);
+            }
         }
     }
     let many = docs.len() > 1;
@@ -131,8 +203,9 @@ fn parse_items(file: &str, text: &str) -> Result<Vec<Item>, ExplainError> {
             .and_then(Value::as_str)
             .is_some_and(|k| k.ends_with("List"));
         if is_list {
-            let items = match doc.get("items") {
-                Some(Value::Array(items)) => items.clone(),
+            let mut doc = doc;
+            let items = match doc.get_mut("items").map(Value::take) {
+                Some(Value::Array(items)) => items,
                 Some(Value::Null) | None => vec![],
                 Some(_) => return Err(field(file, format!("{prefix}items"), "must be a list")),
             };
@@ -569,4 +642,18 @@ fn summarize(s: &Snapshot, d: &Decision, now: Timestamp) -> String {
         other => format!("; state lock: {}", other.why()),
     };
     format!("{who}: {what}{lock}")
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn an_input_over_the_size_limit_is_refused_without_reading_it_all() {
+        let text = "x".repeat(1000);
+        let err = read_bounded("big.yaml", text.as_bytes(), 999).unwrap_err();
+        assert!(matches!(err, ExplainError::TooLarge { .. }), "{err}");
+        assert_eq!(read_bounded("ok.yaml", text.as_bytes(), 1000).unwrap().len(), 1000);
+    }
 }

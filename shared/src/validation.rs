@@ -8,6 +8,7 @@ mod formats;
 mod parse;
 mod path;
 
+use std::borrow::Cow;
 use std::fmt;
 use std::time::Duration;
 
@@ -97,16 +98,79 @@ pub fn render_value(value: &impl Serialize) -> String {
     }
 }
 
+/// A report keeps at most this many violations and this many warnings; past that it only counts
+/// them ([`Report::omitted_violations`]), so a spec with a hundred thousand bad variable names costs
+/// a counter, not a hundred thousand formatted messages.
+pub const MAX_KEPT_VIOLATIONS: usize = 256;
+/// See [`MAX_KEPT_VIOLATIONS`].
+pub const MAX_KEPT_WARNINGS: usize = 64;
+
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+pub fn cut_to_bytes(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &s[..end]))
+}
+
 /// What validation found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Report {
+    /// The first [`MAX_KEPT_VIOLATIONS`] violations found.
     pub violations: Vec<Violation>,
+    /// The first [`MAX_KEPT_WARNINGS`] warnings found.
     pub warnings: Vec<String>,
+    /// Violations found past [`MAX_KEPT_VIOLATIONS`]: counted, not kept.
+    pub omitted_violations: usize,
+    /// Warnings found past [`MAX_KEPT_WARNINGS`]: counted, not kept.
+    pub omitted_warnings: usize,
 }
 
 impl Report {
     pub fn is_valid(&self) -> bool {
-        self.violations.is_empty()
+        self.violations.is_empty() && self.omitted_violations == 0
+    }
+
+    /// How many violations were found, kept or not.
+    pub fn violation_count(&self) -> usize {
+        self.violations.len() + self.omitted_violations
+    }
+
+    /// A message of bounded size: at most `max_listed` violations, the first ones by field path
+    /// (each cut to a quarter of `max_bytes`), `; `-separated, then `; and K more` for the rest.
+    /// The whole message is at most `max_bytes` bytes (plus the `and K more` tail); violations
+    /// that would not fit are counted with the rest.
+    pub fn bounded_message(&self, max_listed: usize, max_bytes: usize) -> String {
+        let mut sorted: Vec<&Violation> = self.violations.iter().collect();
+        sorted.sort_by(|a, b| a.field.cmp(&b.field));
+        let per_violation = (max_bytes / 4).max(16);
+        let mut out = String::new();
+        let mut listed = 0;
+        for v in sorted.into_iter().take(max_listed) {
+            let full = v.to_string();
+            let text = cut_to_bytes(&full, per_violation);
+            let sep = if out.is_empty() { 0 } else { 2 };
+            if out.len() + sep + text.len() > max_bytes {
+                break;
+            }
+            if sep > 0 {
+                out.push_str("; ");
+            }
+            out.push_str(&text);
+            listed += 1;
+        }
+        let more = self.violation_count() - listed;
+        if more > 0 {
+            if !out.is_empty() {
+                out.push_str("; ");
+            }
+            out.push_str(&format!("and {more} more"));
+        }
+        out
     }
 
     /// Every violation in one message, `; `-separated.
@@ -120,19 +184,33 @@ impl Report {
 
     /// Record a violation.
     pub fn violation(&mut self, field: &FieldPath, rule: impl Into<String>, value: &impl Serialize) {
-        self.violations.push(Violation::new(field, rule, value));
+        if self.violations.len() < MAX_KEPT_VIOLATIONS {
+            self.violations.push(Violation::new(field, rule, value));
+        } else {
+            self.omitted_violations += 1;
+        }
     }
 
     /// Record a warning, rendered like a violation: `<field>: <what is doubtful> (got <value>)`.
     pub fn warning(&mut self, field: &FieldPath, what: &str, value: &impl Serialize) {
-        self.warnings
-            .push(format!("{field}: {what} (got {})", render_value(value)));
+        if self.warnings.len() < MAX_KEPT_WARNINGS {
+            self.warnings
+                .push(format!("{field}: {what} (got {})", render_value(value)));
+        } else {
+            self.omitted_warnings += 1;
+        }
     }
 
-    /// Append everything another report found.
+    /// Append everything another report found (within the same bounds).
     pub fn merge(&mut self, other: Report) {
-        self.violations.extend(other.violations);
-        self.warnings.extend(other.warnings);
+        let room = MAX_KEPT_VIOLATIONS.saturating_sub(self.violations.len());
+        let dropped = other.violations.len().saturating_sub(room);
+        self.violations.extend(other.violations.into_iter().take(room));
+        self.omitted_violations += other.omitted_violations + dropped;
+        let room = MAX_KEPT_WARNINGS.saturating_sub(self.warnings.len());
+        let dropped = other.warnings.len().saturating_sub(room);
+        self.warnings.extend(other.warnings.into_iter().take(room));
+        self.omitted_warnings += other.omitted_warnings + dropped;
     }
 
     /// The violation at `field`, if any (handy for callers and tests).

@@ -28,6 +28,23 @@ pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
 pub const INVALID_CODE: u16 = 422;
 /// `status.reason` of a denied review.
 pub const INVALID_REASON: &str = "Invalid";
+/// A denial lists at most this many violations (the first ones by field path), then `and K more`.
+pub const MAX_LISTED_VIOLATIONS: usize = 20;
+/// A denial's message is at most this many bytes (plus the `and K more` tail).
+pub const MAX_MESSAGE_BYTES: usize = 4096;
+/// At most this many warnings are returned; past it the last one says how many were left out.
+pub const MAX_WARNINGS: usize = 10;
+/// Each warning is at most this many bytes, control characters replaced by spaces.
+pub const MAX_WARNING_BYTES: usize = 512;
+/// A raw `spec` longer than this is denied before it is parsed. What a Job runs goes into the inputs
+/// Secret, which holds at most 1 MiB; a spec that does not fit in it cannot be run, and refusing it
+/// unparsed keeps the memory a review costs bounded (a JSON tree is many times its text).
+pub const MAX_SPEC_BYTES: usize = 1024 * 1024;
+/// A body the fast path refuses is read again with kube's types (for their exact error) only up to
+/// this size; kube's types build every string and list, which can cost many times the body.
+pub const MAX_SLOW_PATH_BYTES: usize = 1024 * 1024;
+/// Served group, version and kind are quoted in a warning and cut to this many characters.
+const MAX_ECHOED_CHARS: usize = 64;
 
 /// Which webhook was called.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -146,6 +163,10 @@ pub enum ReviewError {
     BadRequest(#[source] serde_json::Error),
     #[error("AdmissionReview request for {operation} has no object")]
     NoObject { operation: &'static str },
+    #[error("AdmissionReview request for UPDATE has no oldObject (the API server always sends it)")]
+    NoOldObject,
+    #[error("request body does not parse as an AdmissionReview: {0}")]
+    TooLargeToDiagnose(#[source] serde_json::Error),
 }
 
 /// The answer to one review.
@@ -438,6 +459,7 @@ pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
             };
             answer(route, view)
         }
+        Some(Err(e)) if body.len() > MAX_SLOW_PATH_BYTES => Err(ReviewError::TooLargeToDiagnose(e)),
         Some(Err(_)) | None => review_slowly(route, body),
     }
 }
@@ -530,7 +552,9 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
         let mut d = Decision::allowed(ResultLabel::Unhandled);
         d.warnings.push(format!(
             "captf-webhook does not handle {}/{} {}: allowed unchanged",
-            view.group, view.version, view.kind
+            echo(view.group),
+            echo(view.version),
+            echo(view.kind)
         ));
         return Ok(d);
     };
@@ -546,11 +570,51 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     let object = view.object.as_ref().ok_or(ReviewError::NoObject {
         operation: operation_label(&view.operation).as_str(),
     })?;
-    let old_object = view.old_object.as_ref().filter(|_| is_update);
-    Ok(match route {
+    let old_object = match (is_update, view.old_object.as_ref()) {
+        (true, None) => return Err(ReviewError::NoOldObject),
+        (true, Some(old)) => Some(old),
+        (false, _) => None,
+    };
+    let mut decision = match route {
         Route::Mutate => mutate(view.body, kind, object),
         Route::Validate => validate(view.body, kind, object, old_object),
-    })
+    };
+    decision.warnings = bounded_warnings(std::mem::take(&mut decision.warnings), 0);
+    Ok(decision)
+}
+
+/// A request's string as a warning may quote it: JSON-quoted (so no control character or
+/// newline gets through) and cut to a few dozen characters.
+fn echo(s: &str) -> String {
+    let cut: String = s.chars().take(MAX_ECHOED_CHARS).collect();
+    let quoted = serde_json::to_string(&cut).unwrap_or_default();
+    if cut.len() < s.len() {
+        format!("{quoted}…")
+    } else {
+        quoted
+    }
+}
+
+/// One warning as returned: control characters replaced by spaces, cut to [`MAX_WARNING_BYTES`].
+pub fn sanitize_warning(w: &str) -> String {
+    let clean: String = w.chars().map(|c| if c.is_control() { ' ' } else { c }).collect();
+    captf_shared::validation::cut_to_bytes(&clean, MAX_WARNING_BYTES).into_owned()
+}
+
+/// At most [`MAX_WARNINGS`] sanitized warnings; the last says how many more there were
+/// (`omitted` counts warnings dropped before they reached this list).
+pub fn bounded_warnings(warnings: Vec<String>, omitted: usize) -> Vec<String> {
+    let total = warnings.len() + omitted;
+    if total <= MAX_WARNINGS {
+        return warnings.iter().map(|w| sanitize_warning(w)).collect();
+    }
+    let mut out: Vec<String> = warnings
+        .iter()
+        .take(MAX_WARNINGS - 1)
+        .map(|w| sanitize_warning(w))
+        .collect();
+    out.push(format!("and {} more warnings", total - out.len()));
+    out
 }
 
 fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
@@ -558,6 +622,12 @@ fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
     let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
         return Decision::allowed(ResultLabel::Allowed);
     };
+    // The defaults never change `variables` (they only add an empty map where there is none), so
+    // they are emptied before the copy: the largest part of a spec is not held twice.
+    let mut parsed = parsed;
+    if let Some(vars) = parsed.terraform_spec_mut().variables.as_mut() {
+        vars.clear();
+    }
     let mut defaulted = parsed.clone();
     apply_defaults(&mut defaulted);
     // Defaults that change nothing typed add nothing to the raw spec either (every field the
@@ -568,7 +638,7 @@ fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
     let Obj::Parts(ObjectParts { spec: Some(spec), .. }) = object else {
         return Decision::allowed(ResultLabel::Allowed);
     };
-    let Ok(raw_spec) = serde_json::from_str::<Value>(spec.get()) else {
+    let Ok(raw_spec) = crate::patch::skeleton(spec.get()) else {
         return Decision::allowed(ResultLabel::Allowed);
     };
     let patch = crate::patch::patch_to_defaulted(&raw_spec, &defaulted);
@@ -608,7 +678,8 @@ fn validate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'
     } else {
         deny(&report)
     };
-    d.warnings = report.warnings.into_iter().chain(extra_warnings).collect();
+    let omitted = report.omitted_warnings;
+    d.warnings = bounded_warnings(report.warnings.into_iter().chain(extra_warnings).collect(), omitted);
     d
 }
 
@@ -623,16 +694,115 @@ fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: &NameOnly<'_>) -> 
 /// fails, the whole object parsed again (from the body) through `captf-shared`'s `parse_object`
 /// for a report that names the fields.
 fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<CaptfObject, Report> {
-    if let Obj::Parts(parts) = obj
-        && let Some(obj) = parse_spec(kind, parts)
-    {
-        return Ok(obj);
+    if let Obj::Parts(parts) = obj {
+        if let Some(spec) = parts.spec
+            && spec.get().len() > MAX_SPEC_BYTES
+        {
+            return Err(spec_too_large(spec.get().len()));
+        }
+        if let Some(obj) = parse_spec(kind, parts) {
+            return Ok(obj);
+        }
     }
-    let value = serde_json::from_slice::<Value>(body)
-        .ok()
-        .and_then(|mut v| v.get_mut("request")?.get_mut(which.key()).map(Value::take))
-        .unwrap_or(Value::Null);
+    let value = fallback_object(body, which)?;
     parse_object(kind, &value)
+}
+
+fn spec_too_large(len: usize) -> Report {
+    let mut report = Report::default();
+    report.violation(
+        &captf_shared::validation::FieldPath::new("spec"),
+        format!(
+            "must be at most {MAX_SPEC_BYTES} bytes of JSON: what a Job runs must fit in its inputs Secret (1 MiB); \
+             the value is the spec's size"
+        ),
+        &len,
+    );
+    report
+}
+
+/// The parts of an object `parse_object` reports on, kept raw.
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawParts<'a> {
+    #[serde(borrow, default)]
+    api_version: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    kind: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    metadata: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    spec: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
+struct RawObjects<'a> {
+    #[serde(borrow, default)]
+    object: Option<&'a RawValue>,
+    #[serde(borrow, default)]
+    old_object: Option<&'a RawValue>,
+}
+
+#[derive(Deserialize)]
+struct RawReview<'a> {
+    #[serde(borrow, default)]
+    request: Option<RawObjects<'a>>,
+}
+
+/// One of the request's objects as JSON for `parse_object`'s field-path report, built from its
+/// `apiVersion`, `kind`, `metadata` and `spec` only (the rest, status included, is not looked at),
+/// and only when those are small enough to build.
+fn fallback_object(body: &[u8], which: Which) -> Result<Value, Report> {
+    let Ok(review) = serde_json::from_slice::<RawReview<'_>>(body) else {
+        return Ok(Value::Null);
+    };
+    let Some(objects) = review.request else {
+        return Ok(Value::Null);
+    };
+    let found = match which {
+        Which::Object => objects.object,
+        Which::OldObject => objects.old_object,
+    };
+    let Some(raw) = found else {
+        return Ok(Value::Null);
+    };
+    let Ok(parts) = serde_json::from_str::<RawParts<'_>>(raw.get()) else {
+        // Not an object: only its JSON type is reported, so its value is not built.
+        return Ok(match raw.get().as_bytes().first() {
+            Some(b'[') => Value::Array(Vec::new()),
+            Some(b'"') => Value::String(String::new()),
+            Some(b'n') => Value::Null,
+            Some(b't' | b'f') => Value::Bool(false),
+            _ => Value::from(0),
+        });
+    };
+    let fields = [
+        ("apiVersion", parts.api_version),
+        ("kind", parts.kind),
+        ("metadata", parts.metadata),
+        ("spec", parts.spec),
+    ];
+    let size: usize = fields.iter().filter_map(|(_, raw)| raw.map(|r| r.get().len())).sum();
+    if size > MAX_SPEC_BYTES {
+        let mut report = Report::default();
+        report.violation(
+            &captf_shared::validation::FieldPath::new(which.key()),
+            format!(
+                "does not parse, and its metadata and spec are too large to report field by field \
+                 (more than {MAX_SPEC_BYTES} bytes); the value is their size"
+            ),
+            &size,
+        );
+        return Err(report);
+    }
+    let mut map = serde_json::Map::new();
+    for (key, raw) in fields {
+        if let Some(raw) = raw {
+            map.insert(key.to_string(), serde_json::from_str(raw.get()).unwrap_or(Value::Null));
+        }
+    }
+    Ok(Value::Object(map))
 }
 
 fn parse_spec(kind: &str, parts: &ObjectParts<'_>) -> Option<CaptfObject> {
@@ -673,7 +843,7 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
 }
 
 fn deny(report: &Report) -> Decision {
-    let message = report.message();
+    let message = report.bounded_message(MAX_LISTED_VIOLATIONS, MAX_MESSAGE_BYTES);
     Decision {
         allowed: false,
         status: Status::failure(&message, INVALID_REASON).with_code(INVALID_CODE),

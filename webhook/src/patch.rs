@@ -73,6 +73,82 @@ pub fn defaults_ops(raw: &Value, defaulted: Value, pointer: &mut PointerBuf, ops
     }
 }
 
+/// Objects deeper than this (below `spec`) are not kept by [`skeleton`]; the deepest default is
+/// `spec.template.spec.jobs.<field>`, an object four levels down.
+const SKELETON_DEPTH: usize = 4;
+
+/// The raw `spec` as [`defaults_ops`] reads it, at a fraction of its full tree's memory: objects
+/// down to a few levels keep their keys; every other value that is not `null` becomes `true`
+/// (lists and deep objects are skipped, not built). [`defaults_ops`] recurses only into objects
+/// both sides have and only tells `null` from the rest, so it gives the same operations for the
+/// skeleton as for the full value.
+pub fn skeleton(text: &str) -> Result<Value, serde_json::Error> {
+    let mut de = serde_json::Deserializer::from_str(text);
+    let value = serde::de::DeserializeSeed::deserialize(Skeleton { depth: 0 }, &mut de)?;
+    de.end()?;
+    Ok(value)
+}
+
+#[derive(Clone, Copy)]
+struct Skeleton {
+    depth: usize,
+}
+
+impl<'de> serde::de::DeserializeSeed<'de> for Skeleton {
+    type Value = Value;
+    fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
+        d.deserialize_any(self)
+    }
+}
+
+impl<'de> serde::de::Visitor<'de> for Skeleton {
+    type Value = Value;
+
+    fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str("any JSON value")
+    }
+    fn visit_unit<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_none<E>(self) -> Result<Value, E> {
+        Ok(Value::Null)
+    }
+    fn visit_bool<E>(self, _: bool) -> Result<Value, E> {
+        Ok(Value::Bool(true))
+    }
+    fn visit_i64<E>(self, _: i64) -> Result<Value, E> {
+        Ok(Value::Bool(true))
+    }
+    fn visit_u64<E>(self, _: u64) -> Result<Value, E> {
+        Ok(Value::Bool(true))
+    }
+    fn visit_f64<E>(self, _: f64) -> Result<Value, E> {
+        Ok(Value::Bool(true))
+    }
+    fn visit_str<E>(self, _: &str) -> Result<Value, E> {
+        Ok(Value::Bool(true))
+    }
+    fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<Value, A::Error> {
+        while seq.next_element::<serde::de::IgnoredAny>()?.is_some() {}
+        Ok(Value::Bool(true))
+    }
+    fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+        if self.depth > SKELETON_DEPTH {
+            while map
+                .next_entry::<serde::de::IgnoredAny, serde::de::IgnoredAny>()?
+                .is_some()
+            {}
+            return Ok(Value::Bool(true));
+        }
+        let mut out = serde_json::Map::new();
+        while let Some(key) = map.next_key::<String>()? {
+            let value = map.next_value_seed(Skeleton { depth: self.depth + 1 })?;
+            out.insert(key, value);
+        }
+        Ok(Value::Object(out))
+    }
+}
+
 /// Copy into `target` every field of `source` that `target` lacks (or has as `null`), recursing
 /// into objects. Values `target` already has are kept as they are, arrays included. (The
 /// definition [`defaults_ops`] is checked against.)
@@ -98,6 +174,39 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use serde_json::json;
+
+    #[test]
+    fn the_skeleton_of_a_spec_gives_the_same_operations_as_the_full_spec() {
+        let defaulted = |spec: &Value| {
+            let mut obj: CaptfObject = CaptfObject::from_kind_value("TerraformCluster", cluster(spec.clone())).unwrap();
+            apply_defaults(&mut obj);
+            obj
+        };
+        for spec in [
+            json!({"module": {"source": "a/b/c"}}),
+            json!({"module": {"source": "a/b/c"}, "jobs": null, "drift": {"interval": null}}),
+            json!({"module": {"source": "a/b/c"}, "variables": {"x": [0, 1, {"a": null}], "y": {"z": {"q": {"r": {"s": 1}}}}},
+                   "jobs": {"activeDeadlineSeconds": 600, "env": [{"name": "A", "value": "b"}]}, "guard": {}, "paused": null}),
+        ] {
+            let d = defaulted(&spec);
+            let text = serde_json::to_string(&spec).unwrap();
+            assert_eq!(
+                patch_to_defaulted(&skeleton(&text).unwrap(), &d),
+                patch_to_defaulted(&spec, &d),
+                "{spec}"
+            );
+        }
+    }
+
+    #[test]
+    fn the_skeleton_keeps_no_list_and_no_deep_object() {
+        let v =
+            skeleton(r#"{"a": [1, 2, 3], "b": {"c": {"d": {"e": {"f": {"g": 1}}}}}, "n": null, "s": "x"}"#).unwrap();
+        assert_eq!(
+            v,
+            json!({"a": true, "b": {"c": {"d": {"e": {"f": true}}}}, "n": null, "s": true})
+        );
+    }
 
     fn cluster(spec: Value) -> Value {
         json!({

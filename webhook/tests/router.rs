@@ -468,3 +468,143 @@ async fn legal_but_doubtful_values_are_allowed_with_warnings() {
         "{warnings:?}"
     );
 }
+
+// ---- bounded answers ----
+
+#[tokio::test]
+async fn update_without_old_object_is_refused_with_400() {
+    for oldobject in [None, Some(Value::Null)] {
+        let mut req = fixture("cluster-update-accepted");
+        let r = req["request"].as_object_mut().unwrap();
+        match &oldobject {
+            None => {
+                r.remove("oldObject");
+            }
+            Some(v) => {
+                r.insert("oldObject".into(), v.clone());
+            }
+        }
+        for path in [VALIDATE_PATH, MUTATE_PATH] {
+            let (status, text) = rejected(post(path, serde_json::to_vec(&req).unwrap())).await;
+            assert_eq!(status, StatusCode::BAD_REQUEST, "{path} {oldobject:?}");
+            assert!(text.contains("UPDATE has no oldObject"), "{text}");
+        }
+    }
+}
+
+fn with_bad_variable_names(n: usize) -> Value {
+    let mut req = fixture("cluster-create-accepted");
+    let vars: serde_json::Map<String, Value> = (0..n).map(|i| (format!("-{i:06}"), json!(0))).collect();
+    req["request"]["object"]["spec"]["variables"] = Value::Object(vars);
+    req
+}
+
+#[tokio::test]
+async fn denial_lists_at_most_n_violations_and_counts_the_rest() {
+    use captf_webhook::admission::MAX_LISTED_VIOLATIONS;
+    let resp = review(VALIDATE_PATH, &with_bad_variable_names(30_000)).await;
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert_eq!(msg.matches("name must match").count(), MAX_LISTED_VIOLATIONS, "{msg}");
+    assert!(msg.starts_with("spec.variables[-000000]: "), "{msg}");
+    assert!(
+        msg.ends_with(&format!("; and {} more", 30_000 - MAX_LISTED_VIOLATIONS)),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
+async fn a_denial_is_a_few_kilobytes_whatever_the_violations() {
+    use captf_webhook::admission::MAX_MESSAGE_BYTES;
+    let mut req = fixture("cluster-create-accepted");
+    let vars: serde_json::Map<String, Value> = (0..20)
+        .map(|i| (format!("-{i}{}", "\u{7}x".repeat(10_000)), json!(0)))
+        .collect();
+    req["request"]["object"]["spec"]["variables"] = Value::Object(vars);
+    let (status, body, _) = send(&state(), post(VALIDATE_PATH, serde_json::to_vec(&req).unwrap())).await;
+    assert_eq!(status, StatusCode::OK);
+    assert!(body.len() < MAX_MESSAGE_BYTES + 1024, "{} bytes", body.len());
+    let resp: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(resp["response"]["allowed"], false);
+}
+
+#[tokio::test]
+async fn warnings_are_cut_and_an_unknown_kind_is_not_echoed_verbatim() {
+    use captf_webhook::admission::MAX_WARNING_BYTES;
+    let mut req = fixture("cluster-create-accepted");
+    let kind = format!("Evil\nKind\u{1b}[31m{}", "K".repeat(5_000));
+    req["request"]["kind"] = json!({"group": "x\ny", "version": "v1", "kind": kind});
+    let resp = review(VALIDATE_PATH, &req).await;
+    let warnings = resp["response"]["warnings"].as_array().unwrap();
+    assert_eq!(warnings.len(), 1);
+    let w = warnings[0].as_str().unwrap();
+    assert!(w.len() <= MAX_WARNING_BYTES, "{} bytes", w.len());
+    assert!(!w.chars().any(char::is_control), "{w:?}");
+    assert!(!w.contains(&kind), "{w}");
+    assert!(w.contains(r#""Evil\nKind\u001b[31mKKK"#), "quoted and escaped: {w}");
+}
+
+#[tokio::test]
+async fn at_most_ten_warnings_are_returned_and_the_last_counts_the_rest() {
+    use captf_webhook::admission::bounded_warnings;
+    let many: Vec<String> = (0..25).map(|i| format!("w{i}\r\n")).collect();
+    let out = bounded_warnings(many, 3);
+    assert_eq!(out.len(), 10);
+    assert_eq!(out[0], "w0  ");
+    assert_eq!(out[9], "and 19 more warnings");
+}
+
+#[tokio::test]
+async fn a_spec_larger_than_the_inputs_secret_is_denied_and_not_defaulted() {
+    use captf_webhook::admission::MAX_SPEC_BYTES;
+    let mut req = fixture("cluster-create-accepted");
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_BYTES / 2 + 1]});
+    req["request"]["object"]["spec"]
+        .as_object_mut()
+        .unwrap()
+        .remove("paused");
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], false);
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!("spec: must be at most {MAX_SPEC_BYTES} bytes")),
+        "{msg}"
+    );
+    let mutated = review(MUTATE_PATH, &req).await;
+    assert_eq!(mutated["response"]["allowed"], true);
+    assert!(mutated["response"].get("patch").is_none());
+}
+
+#[tokio::test]
+async fn a_large_spec_within_the_limit_is_defaulted_like_a_small_one() {
+    let mut small = fixture("cluster-create-accepted");
+    let spec = small["request"]["object"]["spec"].as_object_mut().unwrap();
+    spec.remove("paused");
+    spec.remove("jobs");
+    let mut large = small.clone();
+    large["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; 100_000], "y": {"z": [1, 2]}});
+    let a = review(MUTATE_PATH, &small).await;
+    let b = review(MUTATE_PATH, &large).await;
+    assert!(a["response"]["patch"].is_string(), "{a}");
+    assert_eq!(a["response"]["patch"], b["response"]["patch"]);
+}
+
+#[tokio::test]
+async fn a_large_body_the_fast_path_refuses_is_400_without_a_second_parse() {
+    use captf_webhook::admission::MAX_SLOW_PATH_BYTES;
+    let mut req = fixture("cluster-create-accepted");
+    // kube's types take an object that is a list; the fast path does not.
+    req["request"]["object"] = json!(vec![""; MAX_SLOW_PATH_BYTES / 2]);
+    let (status, text) = rejected(post(VALIDATE_PATH, serde_json::to_vec(&req).unwrap())).await;
+    assert_eq!(status, StatusCode::BAD_REQUEST);
+    assert!(text.contains("does not parse as an AdmissionReview"), "{text}");
+}
+
+#[tokio::test]
+async fn a_spec_that_does_not_parse_is_reported_by_field_without_its_status() {
+    let mut req = fixture("cluster-create-accepted");
+    req["request"]["object"]["spec"]["jobs"] = json!({"activeDeadlineSeconds": "1h"});
+    req["request"]["object"]["status"] = json!({"junk": vec![0; 500_000]});
+    let resp = review(VALIDATE_PATH, &req).await;
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("spec.jobs.activeDeadlineSeconds: "), "{msg}");
+}
