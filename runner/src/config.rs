@@ -1,4 +1,4 @@
-//! The runner's configuration, read from the environment the controller sets (DESIGN.md §7).
+//! The runner's configuration, read from the environment the controller sets (docs/runner.md).
 //!
 //! Parsing takes a lookup function rather than reading the process environment, so every rule
 //! is tested without touching global state.

@@ -1,4 +1,4 @@
-//! Defaults (DESIGN.md §2.1): `apply_defaults` fills every unset field, and [`Effective`]
+//! Defaults (docs/api.md): `apply_defaults` fills every unset field, and [`Effective`]
 //! is the spec as the controller uses it, with the same defaults.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! Failure counting and backoff per op (seed 000, DESIGN.md §5.3).
+//! Failure counting and backoff per op (docs/rules.md).
 
 use std::time::Duration;
 

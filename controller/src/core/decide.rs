@@ -1,4 +1,4 @@
-//! `decide` (DESIGN.md §6): the ordered rules over a [`Snapshot`] and a time.
+//! `decide` (docs/rules.md): the ordered rules over a [`Snapshot`] and a time.
 
 use std::time::Duration;
 
@@ -89,7 +89,7 @@ pub fn backoff_of(s: &Snapshot, op: Op) -> Backoff {
     backoff::backoff(&s.jobs, op, s.spec.failed_limit(), s.last_success(op))
 }
 
-/// Any `Start` passes the backoff of its op, then the cluster holds of §4.
+/// Any `Start` passes the backoff of its op, then the cluster holds of docs/rules.md.
 fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation: bool) -> Decision {
     let b = backoff_of(s, op);
     if b.waiting(now) {
@@ -208,7 +208,7 @@ pub fn next_drift_check(s: &Snapshot, now: Timestamp) -> Option<Timestamp> {
     })
 }
 
-/// The ordered rules of §6. First rule that applies wins.
+/// The ordered rules of docs/rules.md. First rule that applies wins.
 pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     // 1.
     if s.invalid.is_some() {

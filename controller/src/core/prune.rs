@@ -1,8 +1,8 @@
-//! Pruning (DESIGN.md §5.5): which finished Jobs to delete after booking.
+//! Pruning (docs/rules.md): which finished Jobs to delete after booking.
 //!
 //! Per op: keep the newest `successfulJobsHistoryLimit` succeeded Jobs, the newest
 //! `max(1, failedJobsHistoryLimit)` failures (`failed` and `deadline` together, so the failure
-//! count of §5.3 never exceeds the limit), and the newest `max(1, failedJobsHistoryLimit)` of each
+//! count of docs/rules.md never exceeds the limit), and the newest `max(1, failedJobsHistoryLimit)` of each
 //! other outcome. Never the newest Job of an op that is unresolved, never an active Job, and
 //! never a finished Job whose booking effects are not accounted in the status yet
 //! (`JobRecord::accounted`): its annotation says it was booked, but only the Job itself still

@@ -1,4 +1,4 @@
-//! The drift-remediation cap (seed 000 "The remediation cap", DESIGN.md §6 rule 7).
+//! The drift-remediation cap (docs/rules.md rule 7).
 
 use k8s_openapi::jiff::Timestamp;
 

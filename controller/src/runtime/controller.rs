@@ -215,7 +215,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let original = object_status(&object).cloned().unwrap_or_default();
     let mut status = original.clone();
 
-    // ---- an apply Job deleted while it ran (§5.6) ----
+    // ---- an apply Job deleted while it ran (docs/rules.md) ----
     let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
     match interrupted::check(ctx, &id, status.active_job.as_deref(), &listed).await? {
         Checked::Nothing => {}
@@ -227,7 +227,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         Checked::Forgot(_) => status.active_job = None,
     }
 
-    // ---- book finished Jobs (§5.2) ----
+    // ---- book finished Jobs (docs/rules.md) ----
     let applied_hash = inputs_secret.as_ref().and_then(inputs::stored_inputs).map(|i| i.hash());
     let booking = book::book_all(
         ctx,
@@ -260,7 +260,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     )
     .await?;
 
-    // ---- the lock check, only when no Job is active (§4) ----
+    // ---- the lock check, only when no Job is active (docs/rules.md) ----
     let lock_checked = active.is_none();
     let lock = if lock_checked {
         gather::lock_state(&ctx.client, &id).await?
@@ -277,7 +277,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let mut holds = gather::holds(&ctx.client, &ctx.caches, &id).await?;
     holds.cluster_paused = pause::cluster_paused(&ctx.client, &object, &id).await;
     if deleting {
-        // Only a deletion is held by an unreadable state (§8); other ops find out themselves.
+        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
         holds.state_unreadable = state::unreadable(&ctx.client, &id).await?;
     }
     let mut snap =
@@ -390,7 +390,7 @@ async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &Terraf
         .map_err(|e| Error::api(ApiAction::PatchStatus, id.what(), e))
 }
 
-/// §5.1: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
+/// docs/rules.md: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
 /// create the Job, emit `JobStarted` (and `ForceUnlocked`). `None` when a lease is held or the
 /// Job already exists (requeue, no failure).
 #[allow(clippy::too_many_arguments)]

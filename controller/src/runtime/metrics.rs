@@ -1,4 +1,4 @@
-//! The controller's Prometheus metrics (DESIGN.md §10), in one prometheus-client `Registry`.
+//! The controller's Prometheus metrics (docs/operating.md), in one prometheus-client `Registry`.
 
 use std::sync::atomic::AtomicU64;
 

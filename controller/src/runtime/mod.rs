@@ -1,4 +1,4 @@
-//! The controller runtime (DESIGN.md §4, §5, §8, §10): kube-rs controllers over the three
+//! The controller runtime (docs/rules.md, docs/operating.md): kube-rs controllers over the three
 //! kinds that carry out the pure core's decisions against the API.
 //!
 //! | module | what |

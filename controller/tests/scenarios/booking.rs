@@ -1,5 +1,4 @@
-//! Booking that survives a crash after the outcome annotation (DESIGN.md §5.2, §13 "Nothing
-//! lost"): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
+//! Booking that survives a crash after the outcome annotation (docs/rules.md, docs/architecture.md): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
 //! `status.lastBookedJobSeq` says which booked Jobs have their effects in the status. A Job
 //! annotated above it is replayed, without events, by the next pass or the next controller.
 

@@ -1,5 +1,5 @@
-//! What holds an object back from outside it: a paused Cluster API `Cluster` (§2.2) and a state
-//! that cannot be read, which holds a deletion (§8).
+//! What holds an object back from outside it: a paused Cluster API `Cluster` (docs/api.md) and a state
+//! that cannot be read, which holds a deletion (docs/rules.md).
 
 use anyhow::Result;
 use serde_json::{Value, json};

@@ -1,4 +1,4 @@
-//! The lifecycle scenarios of DESIGN.md §4, §5 and §8, one per seed rule that involves the API.
+//! The lifecycle scenarios of docs/rules.md, one per rule that involves the API.
 
 use std::sync::Arc;
 
