@@ -403,7 +403,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
     let pruned = prune::prune(
         &snap.jobs,
         snap.spec.successful_jobs_history_limit,
-        snap.spec.failed_jobs_history_limit,
+        snap.spec.failed_limit,
     );
     let history = std::mem::take(&mut snap.jobs);
     snap.jobs = history.iter().filter(|r| !pruned.contains(&r.name)).cloned().collect();

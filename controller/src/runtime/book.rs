@@ -425,7 +425,13 @@ pub async fn patch_object(ctx: &Ctx, id: &Ident, patch: &Value) -> Result<(), Er
 }
 
 /// Prune (docs/rules.md) the booked history: delete with propagationPolicy Background; 404 is success.
-pub async fn prune(ctx: &Ctx, id: &Ident, records: &[JobRecord], successful: u32, failed: u32) -> Result<(), Error> {
+pub async fn prune(
+    ctx: &Ctx,
+    id: &Ident,
+    records: &[JobRecord],
+    successful: u32,
+    failed: std::num::NonZeroU32,
+) -> Result<(), Error> {
     let booked: Vec<JobRecord> = records
         .iter()
         .filter(|r| r.booked || !r.is_finished())

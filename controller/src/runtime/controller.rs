@@ -256,7 +256,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         &id,
         &records,
         spec.successful_jobs_history_limit,
-        spec.failed_limit(),
+        spec.failed_limit,
     )
     .await?;
 

@@ -112,7 +112,7 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
         var(env::NAMESPACE, p.namespace),
         var(
             env::LOCK_TIMEOUT,
-            format!("{}s", p.effective.lock_timeout_seconds.max(0)),
+            captf_shared::duration::seconds_flag(p.effective.lock_timeout_seconds.max(0)),
         ),
         var(env::GUARD, p.effective.guard.as_str()),
         var(env::INPUTS_DIR, INPUTS_DIR),
