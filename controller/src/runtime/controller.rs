@@ -33,6 +33,7 @@ use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::metrics::Metrics;
 use super::pause;
+use super::retry::{ErrorBackoff, ObjectKey};
 use super::state;
 use super::status;
 use crate::core::lock::LockState;
@@ -62,6 +63,8 @@ pub struct Ctx {
     pub leader: Arc<AtomicBool>,
     /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
     pub caches: Caches,
+    /// Consecutive failed passes per object, for the error policy's backoff.
+    pub errors: ErrorBackoff,
 }
 
 impl Ctx {
@@ -82,6 +85,7 @@ impl Ctx {
             metrics,
             leader,
             caches,
+            errors: ErrorBackoff::default(),
         };
         (ctx, feeds)
     }
@@ -128,23 +132,41 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         Err(e) => Err(e),
     };
     ctx.metrics.observe_reconcile(K::KIND, started.elapsed().as_secs_f64());
-    match out {
+    let out = match out {
         Err(e) if e.is_conflict() => Ok(Action::requeue(RACE_REQUEUE)),
         other => other,
+    };
+    if out.is_ok() {
+        ctx.errors.succeeded(&object_key::<K>(&obj));
+    }
+    out
+}
+
+fn object_key<K: CaptfKind>(obj: &Meta<K>) -> ObjectKey {
+    ObjectKey {
+        kind: K::KIND,
+        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
     }
 }
 
-/// The error policy: count, log, retry soon.
+/// The error policy: count, log why, and retry the object after its own growing, jittered delay
+/// (docs/rules.md, "Reconcile errors"), so a persistent error does not hot-loop.
 pub fn error_policy<K: CaptfKind>(obj: Arc<Meta<K>>, e: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics.reconcile_error(e.category());
+    let key = object_key::<K>(&obj);
+    let (n, delay) = ctx.errors.failed(&key);
+    ctx.metrics.reconcile_error(e.category(), delay);
     tracing::warn!(
         kind = %K::KIND,
-        namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
-        name = obj.metadata.name.as_deref().unwrap_or(""),
+        namespace = %key.namespace,
+        name = %key.name,
         category = e.category(),
-        "reconcile failed: {e}"
+        errors_in_a_row = n,
+        retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        "reconcile failed: {e}; retrying in {delay:?} (error {n} in a row, backing off up to {:?})",
+        super::retry::ERROR_CAP
     );
-    Action::requeue(Duration::from_secs(2))
+    Action::requeue(delay)
 }
 
 fn requeue_for(wait: &Wait, simulated: bool) -> Action {

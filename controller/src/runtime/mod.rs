@@ -19,6 +19,7 @@
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`leader`] | leader election |
 //! | [`errors`] | typed errors with a category |
+//! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
 
 pub mod book;
 pub mod clock;
@@ -36,6 +37,7 @@ pub mod leader;
 pub mod leases;
 pub mod metrics;
 pub mod pause;
+pub mod retry;
 pub mod state;
 pub mod status;
 
