@@ -29,6 +29,7 @@
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
 
+pub mod activity;
 pub mod admission;
 pub mod clock;
 pub mod error;

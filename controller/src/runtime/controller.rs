@@ -2,7 +2,7 @@
 //! read → book finished Jobs → check the lock → `decide` → act → write status.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -65,6 +65,24 @@ pub struct Ctx {
     pub caches: Caches,
     /// Consecutive failed passes per object, for the error policy's backoff.
     pub errors: ErrorBackoff,
+    /// Reconcile passes running now (tests wait for 0 to know the controller is idle).
+    pub in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a reconcile pass as running until dropped (also when its future is cancelled).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(n: &Arc<AtomicUsize>) -> Running {
+        n.fetch_add(1, Ordering::SeqCst);
+        Running(n.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Ctx {
@@ -86,6 +104,7 @@ impl Ctx {
             leader,
             caches,
             errors: ErrorBackoff::default(),
+            in_flight: Arc::default(),
         };
         (ctx, feeds)
     }
@@ -114,6 +133,7 @@ const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
 /// The reconcile of one object of kind `K`.
 pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let _running = Running::start(&ctx.in_flight);
     if !ctx.leader.load(Ordering::SeqCst) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }

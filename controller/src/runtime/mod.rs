@@ -128,12 +128,18 @@ pub struct Handle {
     pub health_addr: SocketAddr,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: Arc<AtomicBool>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     elector: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Handle {
+    /// Reconcile passes running now.
+    pub fn reconciles_in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Graceful shutdown: stop taking work, let writes in flight finish.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -194,12 +200,14 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         concurrency: args.concurrency,
     };
     let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
+    let in_flight = ctx.in_flight.clone();
     let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));
     Ok(Handle {
         metrics_addr,
         health_addr,
         metrics,
         ready,
+        in_flight,
         stop,
         task,
         elector,
