@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Controller scale measurement (DESIGN.md §13): N objects to Ready, the controller's own memory
+# Controller scale measurement (docs/architecture.md): N objects to Ready, the controller's own memory
 # (VmRSS/VmHWM of the captf-controller process), and eviction → next-Job latency with R Jobs
 # running. Prints figures; asserts nothing. See controller/benches/scale.rs for the knobs.
 #   scripts/bench-scale.sh            # N=1000

@@ -1,4 +1,4 @@
-//! `classify` + `decide` over an object with a 10-Job history (DESIGN.md §13: < 5 µs per object).
+//! `classify` + `decide` over an object with a 10-Job history (docs/architecture.md: < 5 µs per object).
 
 use std::hint::black_box;
 

@@ -1,4 +1,4 @@
-//! Controller scale (DESIGN.md §13), a measurement that prints figures and asserts no timing:
+//! Controller scale (docs/architecture.md), a measurement that prints figures and asserts no timing:
 //!
 //! ```text
 //! CAPTF_SCALE_OBJECTS=1000 cargo bench -p captf-controller --bench scale

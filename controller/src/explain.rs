@@ -1,9 +1,9 @@
-//! `captf-controller explain`: run the decision core offline over files (DESIGN.md §6).
+//! `captf-controller explain`: run the decision core offline over files (docs/rules.md).
 //!
 //! Reads the object, its Jobs, pods, lock Lease and inputs Secret from YAML or JSON (a single
 //! object, several documents, or a `kind: List`, so `kubectl get -o yaml` output works; `-` is
 //! stdin), does the pure part of the bookkeeping pass as the reconciler would (classify the
-//! Jobs, the active-Job check of §5.6, pruning, the stale-lock check), then `decide`.
+//! Jobs, the active-Job check of docs/rules.md, pruning, the stale-lock check), then `decide`.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -445,7 +445,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
     let mut snap = Snapshot::new(&object, records, durable, inputs_hash, lock_state, holds)
         .map_err(|e| field(&input.object, "(top level)", e))?;
 
-    // §5.6: status.activeJob names a Job that is not in the Jobs given.
+    // docs/rules.md: status.activeJob names a Job that is not in the Jobs given.
     let mut active_check = ActiveJobCheck::Nothing;
     if let Some(active) = snap.status.active_job.clone().filter(|j| !j.is_empty())
         && !snap.jobs.iter().any(|r| r.name == active)
@@ -476,7 +476,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
     let pruned = prune::prune(
         &snap.jobs,
         snap.spec.successful_jobs_history_limit,
-        snap.spec.failed_jobs_history_limit,
+        snap.spec.failed_limit,
     );
     let history = std::mem::take(&mut snap.jobs);
     snap.jobs = history.iter().filter(|r| !pruned.contains(&r.name)).cloned().collect();
@@ -558,7 +558,7 @@ fn render(
         ActiveJobCheck::Forget { job } => json!({"job": job, "found": false, "action": "forget (records nothing)"}),
     };
     let (holder, stale) = (s.lock.holder(), matches!(s.lock, LockState::Stale { .. }));
-    // Seed 003: the lock is checked only when no Job of the object is active.
+    // docs/rules.md: the lock is checked only when no Job of the object is active.
     let state_lock = match s.active_job() {
         Some(job) => json!({
             "holder": Value::Null, "stale": false, "foreign": false, "checked": false,

@@ -1,4 +1,4 @@
-//! `captf-controller`: the kube-rs controller (DESIGN.md §4–§6, §8, §10).
+//! `captf-controller`: the kube-rs controller (docs/rules.md, docs/operating.md).
 
 pub mod core;
 pub mod explain;

@@ -11,7 +11,7 @@ pub struct ApiCall {
     pub verbs: &'static [&'static str],
 }
 
-/// The controller's API calls (DESIGN.md §10, §11).
+/// The controller's API calls (docs/operating.md).
 pub const CONTROLLER_API_CALLS: &[ApiCall] = &[
     ApiCall {
         group: "infrastructure.cluster.x-k8s.io",

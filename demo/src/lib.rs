@@ -1,4 +1,4 @@
-//! `captf-demo`: CAPTF's main job on the embedded simulator (DESIGN.md §12, issue 9).
+//! `captf-demo`: CAPTF's main job on the embedded simulator (docs/architecture.md; the lifecycle is listed in README.md).
 //!
 //! | module | what |
 //! | --- | --- |

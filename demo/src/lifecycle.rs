@@ -1,4 +1,4 @@
-//! The scripted lifecycle of issue 9, step by step, against the simulator with the real webhook
+//! The scripted lifecycle the README lists, step by step, against the simulator with the real webhook
 //! and controller processes. Time moves only when a step advances the simulated clock; every
 //! wait polls for a bounded real time and fails the step with what it waited for.
 

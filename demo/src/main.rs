@@ -1,6 +1,6 @@
 //! `captf-demo`: CAPTF's main job on the embedded simulator. Starts captf-sim, the real
 //! captf-webhook and captf-controller binaries (found next to this executable), plays the
-//! lifecycle of issue 9 with a readable timeline and a summary table, and can keep serving.
+//! lifecycle the README lists, with a readable timeline and a summary table, and can keep serving.
 
 use std::path::PathBuf;
 use std::process::ExitCode;

@@ -1,4 +1,4 @@
-//! The runner's configuration, read from the environment the controller sets (DESIGN.md §7).
+//! The runner's configuration, read from the environment the controller sets (docs/runner.md).
 //!
 //! Parsing takes a lookup function rather than reading the process environment, so every rule
 //! is tested without touching global state.
@@ -6,10 +6,10 @@
 use std::path::PathBuf;
 
 use captf_shared::Op;
-use captf_shared::duration;
 use captf_shared::names::is_dns1123_label;
 use captf_shared::protocol::env;
 use captf_shared::types::DestructiveGuard;
+use captf_shared::{defaults, duration};
 
 /// Runner-only variable: write the outputs document to this file instead of the outputs Secret.
 /// Used by tests and local runs; the controller never sets it.
@@ -19,8 +19,14 @@ pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// The binary run unless `CAPTF_TF_BINARY` says otherwise.
 pub const DEFAULT_TF_BINARY: &str = "tofu";
-/// Terraform's own default lock timeout, used when `CAPTF_LOCK_TIMEOUT` is unset.
-pub const DEFAULT_LOCK_TIMEOUT: &str = "0s";
+/// The lock timeout when `CAPTF_LOCK_TIMEOUT` is unset: the spec's own default for the default
+/// deadline (`captf_shared::defaults`), so a runner started by hand waits as a defaulted object's
+/// Job would. The controller always sets the variable from the effective spec.
+pub fn default_lock_timeout() -> String {
+    duration::seconds_flag(defaults::default_lock_timeout_seconds(
+        defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS,
+    ))
+}
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
 pub enum ConfigError {
@@ -109,7 +115,7 @@ impl Config {
                 got: namespace,
             });
         }
-        let lock_timeout = non_empty(lookup(env::LOCK_TIMEOUT)).unwrap_or_else(|| DEFAULT_LOCK_TIMEOUT.to_string());
+        let lock_timeout = non_empty(lookup(env::LOCK_TIMEOUT)).unwrap_or_else(default_lock_timeout);
         if duration::parse(&lock_timeout).is_err() {
             return Err(ConfigError::Invalid {
                 name: env::LOCK_TIMEOUT,
@@ -189,7 +195,7 @@ mod tests {
         assert_eq!(c.op, Op::Apply);
         assert_eq!(c.tf_binary, "tofu");
         assert_eq!(c.guard, DestructiveGuard::Block);
-        assert_eq!(c.lock_timeout, "0s");
+        assert_eq!(c.lock_timeout, "300s", "the spec's default for the default deadline");
         assert_eq!(c.termination_log, PathBuf::from("/dev/termination-log"));
         assert_eq!(c.work_dir, None);
         assert_eq!(c.force_unlock_id, None);

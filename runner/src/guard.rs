@@ -1,4 +1,4 @@
-//! The destructive guard (DESIGN.md §5.4): the plan summary, the plan hash and the verdict.
+//! The destructive guard (docs/rules.md): the plan summary, the plan hash and the verdict.
 //! Pure: plain JSON in, plain data out.
 
 use captf_shared::inputs::canonical_hash;

@@ -1,4 +1,4 @@
-//! `captf-runner`: the program every CAPTF Job runs (DESIGN.md §7). It wraps `tofu` or
+//! `captf-runner`: the program every CAPTF Job runs (docs/runner.md). It wraps `tofu` or
 //! `terraform`, runs one op, and reports one honest result in the termination log.
 //!
 //! | module | what it holds |

@@ -1,4 +1,4 @@
-//! The run: prepare the working directory, init, force-unlock, then the op (DESIGN.md §7).
+//! The run: prepare the working directory, init, force-unlock, then the op (docs/runner.md).
 //!
 //! Every step returns `Result<_, RunnerResult>`: the error side is the run's final result
 //! (failed or interrupted, with the phase it was in), so the sequence reads top to bottom.

@@ -1,4 +1,4 @@
-//! Terraform outputs after a successful apply or refresh (DESIGN.md §2.2, §7).
+//! Terraform outputs after a successful apply or refresh (docs/api.md, docs/runner.md).
 //!
 //! `output -json` prints `{"name": {"sensitive": bool, "type": …, "value": …}}` with sensitive
 //! values in clear, so its stdout is captured and never logged. Non-sensitive values go into the

@@ -1,5 +1,5 @@
 //! Reporting the one result: the termination log (≤ 4096 bytes, always valid JSON) and a
-//! summary line in the Job's log (DESIGN.md §7).
+//! summary line in the Job's log (docs/runner.md).
 
 use std::path::{Path, PathBuf};
 

@@ -1,4 +1,4 @@
-//! The outputs Secret `captf-outputs-<suffix>` (DESIGN.md §2.2, §7), written with server-side
+//! The outputs Secret `captf-outputs-<suffix>` (docs/api.md, docs/runner.md), written with server-side
 //! apply by field manager [`FIELD_MANAGER`]. The document goes under the key
 //! [`crate::outputs::OUTPUTS_KEY`]; sensitive values are in it with their `sensitive` flags.
 //!

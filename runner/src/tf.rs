@@ -1,5 +1,5 @@
 //! Running `tofu`/`terraform` as a child: output streamed to the log line by line, a bounded
-//! tail kept for error messages, and SIGTERM turned into exactly one SIGINT (DESIGN.md §7).
+//! tail kept for error messages, and SIGTERM turned into exactly one SIGINT (docs/runner.md).
 //!
 //! A second SIGINT makes Terraform exit at once and may leave the state lock held, so the
 //! runner forwards the first termination request only and then waits for the child however

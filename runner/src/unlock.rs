@@ -1,4 +1,4 @@
-//! Force-unlock of a stale lock handed over by the controller (DESIGN.md §4, §15, seed 003).
+//! Force-unlock of a stale lock handed over by the controller (docs/rules.md, docs/runner.md).
 //!
 //! `force-unlock -force <id>` exits 0 when it released the lock. Two failures are expected and
 //! harmless: the lock is already gone (`state is already unlocked`), or somebody else holds the

@@ -1,5 +1,5 @@
 //! The working directory: the inputs read from the mounted Secret, the kubernetes backend
-//! configuration and the variables file (DESIGN.md §7).
+//! configuration and the variables file (docs/runner.md).
 //!
 //! Order matters: `init -from-module` refuses a directory that holds anything (even a dotfile),
 //! so the runner creates an empty directory, lets `init -from-module` copy the module into it,

@@ -1,5 +1,5 @@
 //! End-to-end tests of the `captf-runner` binary against the fake `tofu` in `tests/fake/tofu`,
-//! which behaves as DESIGN.md §15 documents and records every invocation.
+//! which behaves as docs/runner.md documents and records every invocation.
 #![allow(clippy::unwrap_used)]
 
 mod support;

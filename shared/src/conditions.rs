@@ -1,4 +1,4 @@
-//! Condition types and reasons (DESIGN.md §2.2), and the pure setter that keeps
+//! Condition types and reasons (docs/api.md), and the pure setter that keeps
 //! `lastTransitionTime` honest.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};

@@ -1,14 +1,24 @@
-//! Defaults (DESIGN.md §2.1): `apply_defaults` fills every unset field, and [`Effective`]
+//! Defaults (docs/api.md): `apply_defaults` fills every unset field, and [`Effective`]
 //! is the spec as the controller uses it, with the same defaults.
 
 use std::collections::BTreeMap;
+use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::types::{
     CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, Remediation, TerraformSpec,
 };
 
-pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = 3600;
+/// The default Job deadline as a literal, so the CRD's CEL rule (`types::resources`) is built
+/// from the same number at compile time: `concat!(…, default_active_deadline_seconds!(), …)`.
+#[macro_export]
+macro_rules! default_active_deadline_seconds {
+    () => {
+        3600
+    };
+}
+
+pub const DEFAULT_ACTIVE_DEADLINE_SECONDS: i64 = default_active_deadline_seconds!();
 /// The lock timeout default is `min(300, activeDeadlineSeconds / 2)`.
 pub const MAX_DEFAULT_LOCK_TIMEOUT_SECONDS: i64 = 300;
 pub const DEFAULT_FAILED_JOBS_HISTORY_LIMIT: i32 = 3;
@@ -50,13 +60,16 @@ pub fn apply_defaults(obj: &mut CaptfObject) {
     apply_spec_defaults(obj.terraform_spec_mut());
 }
 
-/// The spec with every default resolved, as the controller acts on it.
+/// The spec with every default resolved, as the controller acts on it. Built once per pass by
+/// [`effective`]; every derived setting has its one owner here.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Effective {
     pub active_deadline_seconds: i64,
     pub lock_timeout_seconds: i64,
-    /// As set (may be 0); see [`Effective::failed_limit`].
-    pub failed_jobs_history_limit: u32,
+    /// The failed-Jobs limit as backoff, remediation and pruning use it: a `failedJobsHistoryLimit`
+    /// of 0 counts as 1 (pruning always keeps the newest unresolved failure), applied here and
+    /// nowhere else.
+    pub failed_limit: NonZeroU32,
     pub successful_jobs_history_limit: u32,
     /// `None` when drift checks are disabled (`0`) or the interval does not parse.
     pub drift_interval: Option<Duration>,
@@ -64,13 +77,6 @@ pub struct Effective {
     pub guard: DestructiveGuard,
     pub deletion_policy: DeletionPolicy,
     pub paused: bool,
-}
-
-impl Effective {
-    /// The failed-Jobs limit as backoff, remediation and pruning use it: 0 counts like 1.
-    pub fn failed_limit(&self) -> u32 {
-        self.failed_jobs_history_limit.max(1)
-    }
 }
 
 /// Resolve the effective spec. Negative numbers (rejected by validation) are clamped to 0.
@@ -84,7 +90,7 @@ pub fn effective(spec: &TerraformSpec) -> Effective {
         lock_timeout_seconds: jobs
             .lock_timeout_seconds
             .unwrap_or_else(|| default_lock_timeout_seconds(deadline)),
-        failed_jobs_history_limit: clamp_u32(
+        failed_limit: failed_limit(
             jobs.failed_jobs_history_limit
                 .unwrap_or(DEFAULT_FAILED_JOBS_HISTORY_LIMIT),
         ),
@@ -102,6 +108,12 @@ pub fn effective(spec: &TerraformSpec) -> Effective {
 
 fn clamp_u32(v: i32) -> u32 {
     u32::try_from(v).unwrap_or(0)
+}
+
+/// `failedJobsHistoryLimit` as the rules use it: 0 (and a negative number, which validation
+/// rejects) counts as 1.
+pub fn failed_limit(v: i32) -> NonZeroU32 {
+    NonZeroU32::new(clamp_u32(v)).unwrap_or(NonZeroU32::MIN)
 }
 
 #[cfg(test)]
@@ -188,7 +200,7 @@ mod tests {
         assert_eq!(effective(&raw), effective(&defaulted));
         let e = effective(&raw);
         assert_eq!(e.drift_interval, Some(Duration::from_secs(1800)));
-        assert_eq!(e.failed_limit(), 3);
+        assert_eq!(e.failed_limit.get(), 3);
     }
 
     #[test]
@@ -198,8 +210,24 @@ mod tests {
             failed_jobs_history_limit: Some(0),
             ..Default::default()
         });
-        assert_eq!(effective(&s).failed_jobs_history_limit, 0);
-        assert_eq!(effective(&s).failed_limit(), 1);
+        assert_eq!(effective(&s).failed_limit.get(), 1);
+    }
+
+    #[test]
+    fn failed_limit_is_the_set_value_from_one_up() {
+        for (set, effective) in [(-1, 1), (0, 1), (1, 1), (3, 3), (5, 5)] {
+            assert_eq!(failed_limit(set).get(), effective, "failedJobsHistoryLimit {set}");
+        }
+    }
+
+    #[test]
+    fn the_crd_cel_rule_uses_the_default_deadline_constant() {
+        let fallback = format!(": {DEFAULT_ACTIVE_DEADLINE_SECONDS})");
+        assert!(
+            crate::types::CEL_LOCK_TIMEOUT_BELOW_DEADLINE.ends_with(&fallback),
+            "{}",
+            crate::types::CEL_LOCK_TIMEOUT_BELOW_DEADLINE
+        );
     }
 
     #[test]

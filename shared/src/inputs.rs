@@ -1,4 +1,4 @@
-//! The inputs document and its hash (DESIGN.md §2.3): canonical JSON (sorted keys, no
+//! The inputs document and its hash (docs/api.md): canonical JSON (sorted keys, no
 //! whitespace) and its SHA-256, stable across key order and formatting.
 
 use serde::{Deserialize, Serialize};

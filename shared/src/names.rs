@@ -1,4 +1,4 @@
-//! Names (DESIGN.md §3): suffixes, the Secrets and Leases they name, Job names and the
+//! Names (docs/api.md): suffixes, the Secrets and Leases they name, Job names and the
 //! own-runner hostname pattern the stale-lock check relies on.
 
 use regex::Regex;
@@ -111,7 +111,7 @@ pub fn parse_job_name(kind: Kind, namespace: &str, name: &str, job: &str) -> Opt
     Some((op, seq.parse().ok()?))
 }
 
-/// The own-runner hostname pattern of one object (DESIGN.md §3).
+/// The own-runner hostname pattern of one object (docs/api.md).
 #[derive(Clone, Debug)]
 pub struct RunnerPattern(Regex);
 

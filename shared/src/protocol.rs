@@ -1,4 +1,4 @@
-//! The runner protocol (DESIGN.md §7): the result JSON the runner writes to the termination
+//! The runner protocol (docs/runner.md): the result JSON the runner writes to the termination
 //! log, its exit codes, and serialisation that always fits the kubelet's 4096 bytes.
 
 use serde::{Deserialize, Serialize};

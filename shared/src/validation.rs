@@ -1,4 +1,4 @@
-//! Validation (DESIGN.md §2.1): every violation with its field path, the rule and the
+//! Validation (docs/api.md): every violation with its field path, the rule and the
 //! offending value, plus warnings for legal but doubtful values.
 //!
 //! The webhook calls [`parse_object`], [`validate_create`] and [`validate_update`]; the controller

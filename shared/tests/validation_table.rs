@@ -1,4 +1,4 @@
-//! Every row of DESIGN.md §2.1, at and around each boundary, each rejection naming its field path.
+//! Every row of docs/api.md, at and around each boundary, each rejection naming its field path.
 #![allow(clippy::unwrap_used)]
 
 use captf_shared::types::{

@@ -1,4 +1,4 @@
-//! `captf-sim`: a Kubernetes API server and Job/Pod simulator (DESIGN.md §12). A test double,
+//! `captf-sim`: a Kubernetes API server and Job/Pod simulator (docs/architecture.md). A test double,
 //! not a product: see `sim/README.md` for what it does not simulate.
 //!
 //! ```no_run
@@ -30,6 +30,7 @@
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
 
+pub mod activity;
 pub mod admission;
 pub mod clock;
 pub mod error;

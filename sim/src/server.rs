@@ -3,6 +3,7 @@
 
 use std::collections::HashMap;
 use std::convert::Infallible;
+use std::sync::atomic::Ordering;
 use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::Duration;
 
@@ -14,6 +15,7 @@ use jiff::Timestamp;
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::activity::WatchProgress;
 use crate::admission::{Attributes, Services, admit};
 use crate::error::ApiError;
 use crate::faults::{Faults, Verb};
@@ -26,6 +28,7 @@ pub struct Shared {
     pub world: Mutex<World>,
     pub faults: Faults,
     pub services: Services,
+    pub activity: crate::activity::Activity,
 }
 
 impl Shared {
@@ -64,6 +67,7 @@ struct Target {
 }
 
 async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers: HeaderMap, body: Bytes) -> Response {
+    let _in_flight = sh.activity.request();
     let query: HashMap<String, String> = form_urlencoded::parse(uri.query().unwrap_or("").as_bytes())
         .into_owned()
         .collect();
@@ -473,8 +477,33 @@ fn event_line(kind: &str, object: &Value) -> Bytes {
 }
 
 fn stream_response(rx: mpsc::Receiver<Bytes>) -> Response {
-    let stream = futures::stream::unfold(rx, |mut rx| async move {
-        rx.recv().await.map(|b| (Ok::<_, Infallible>(b), rx))
+    stream_response_counted(rx, None)
+}
+
+/// The receiving end of a watch body. When the connection goes, the watch is done and its
+/// queued lines no longer wait to be written.
+struct CountedRx {
+    rx: mpsc::Receiver<Bytes>,
+    progress: Option<Arc<WatchProgress>>,
+}
+
+impl Drop for CountedRx {
+    fn drop(&mut self) {
+        if let Some(p) = &self.progress {
+            p.done.store(true, Ordering::SeqCst);
+            p.written.store(p.queued.load(Ordering::SeqCst), Ordering::SeqCst);
+        }
+    }
+}
+
+/// A streamed body; with `progress`, each line handed to the body counts as written.
+fn stream_response_counted(rx: mpsc::Receiver<Bytes>, progress: Option<Arc<WatchProgress>>) -> Response {
+    let stream = futures::stream::unfold(CountedRx { rx, progress }, |mut c| async move {
+        let b = c.rx.recv().await?;
+        if let Some(p) = &c.progress {
+            p.written.fetch_add(1, Ordering::SeqCst);
+        }
+        Some((Ok::<_, Infallible>(b), c))
     });
     Response::builder()
         .status(StatusCode::OK)
@@ -542,10 +571,11 @@ fn watch_stream(
         .unwrap_or(Duration::from_secs(1800));
     let (tx, rx) = mpsc::channel::<Bytes>(1024);
     let mut backlog: Vec<Bytes> = Vec::new();
-    let (mut live, mut last_rv);
+    let (mut live, mut last_rv, progress);
     {
         let w = sh.lock()?;
         live = w.tx.subscribe();
+        progress = sh.activity.watch(w.published);
         last_rv = w.resource_version();
         match rv_param {
             Some(rv) if !initial => {
@@ -590,36 +620,53 @@ fn watch_stream(
     }
     let mut drops = sh.faults.drop_signal();
     drops.mark_unchanged();
+    let body_progress = progress.clone();
     tokio::spawn(async move {
-        for b in backlog {
-            if tx.send(b).await.is_err() {
-                return;
+        // Queued before sent, so a line is never written before it counts as queued.
+        let send = |tx: mpsc::Sender<Bytes>, b: Bytes, p: Arc<WatchProgress>| async move {
+            p.queued.fetch_add(1, Ordering::SeqCst);
+            let ok = tx.send(b).await.is_ok();
+            if !ok {
+                p.written.fetch_add(1, Ordering::SeqCst);
             }
-        }
-        let deadline = tokio::time::sleep(timeout);
-        tokio::pin!(deadline);
-        loop {
-            tokio::select! {
-                _ = &mut deadline => return,
-                _ = drops.changed() => return,
-                ev = live.recv() => match ev {
-                    Ok(e) => {
-                        if e.rv <= last_rv && e.rv != 0 {
-                            continue;
-                        }
-                        last_rv = e.rv;
-                        if let Some(kind) = select(&e)
-                            && tx.send(event_line(kind, &e.object)).await.is_err()
-                        {
-                            return;
-                        }
-                    }
-                    Err(_) => return,
-                },
+            ok
+        };
+        let run = async {
+            for b in backlog {
+                if !send(tx.clone(), b, progress.clone()).await {
+                    return;
+                }
             }
-        }
+            let deadline = tokio::time::sleep(timeout);
+            tokio::pin!(deadline);
+            loop {
+                tokio::select! {
+                    _ = &mut deadline => return,
+                    _ = drops.changed() => return,
+                    ev = live.recv() => match ev {
+                        Ok(e) => {
+                            let line = (e.rv > last_rv || e.rv == 0).then(|| {
+                                last_rv = e.rv;
+                                select(&e).map(|kind| event_line(kind, &e.object))
+                            }).flatten();
+                            let ok = match line {
+                                Some(line) => send(tx.clone(), line, progress.clone()).await,
+                                None => true,
+                            };
+                            progress.taken.fetch_add(1, Ordering::SeqCst);
+                            if !ok {
+                                return;
+                            }
+                        }
+                        Err(_) => return,
+                    },
+                }
+            }
+        };
+        run.await;
+        progress.done.store(true, Ordering::SeqCst);
     });
-    Ok(stream_response(rx))
+    Ok(stream_response_counted(rx, Some(body_progress)))
 }
 
 fn patch_touches_rv(body: &Bytes) -> bool {

@@ -137,6 +137,7 @@ impl SimBuilder {
             world: Mutex::new(world),
             faults: Faults::default(),
             services: Default::default(),
+            activity: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
@@ -272,6 +273,19 @@ impl Sim {
     /// A receiver that sees every clock change (as `GET /sim/v1/clock?watch=true` does).
     pub fn clock_watch(&self) -> watch::Receiver<Timestamp> {
         self.world().clock.subscribe()
+    }
+
+    /// Nothing is in progress: no request in flight, and every watch has taken every published
+    /// event and handed it to its connection (see `activity`). The simulated runners and
+    /// kubelet work synchronously, so they have nothing pending by construction.
+    pub fn quiet(&self) -> bool {
+        let published = self.world().published;
+        self.shared.activity.quiet(published)
+    }
+
+    /// Requests received so far: it changes whenever a client does anything.
+    pub fn requests(&self) -> u64 {
+        self.shared.activity.requests()
     }
 
     /// The next time a runner has something to do, if any.

@@ -131,6 +131,8 @@ pub struct World {
     history_cap: usize,
     compacted: u64,
     pub tx: broadcast::Sender<Arc<WatchEvent>>,
+    /// Events published on `tx` so far (see `activity`).
+    pub published: u64,
     pub clock: watch::Sender<Timestamp>,
     pub rng: Rng,
     pub kubelet: Kubelet,
@@ -245,6 +247,7 @@ impl World {
             history_cap: history_cap.max(1),
             compacted: 1000,
             tx,
+            published: 0,
             clock,
             rng: Rng::new(seed),
             kubelet: Kubelet::default(),
@@ -318,6 +321,7 @@ impl World {
                 self.compacted = old.rv;
             }
         }
+        self.published += 1;
         let _ = self.tx.send(ev);
     }
 

@@ -1,7 +1,7 @@
 //! AdmissionReviews per second and latency percentiles over TLS keep-alive (HTTP/1.1), for
 //! captf-webhook and, in the same run, a bare axum + rustls endpoint that answers a constant
 //! body (the ceiling: TLS, HTTP and axum with no admission work). Also the p99 at a paced
-//! 1,000 reviews/s and the RSS of the real binary under load. DESIGN.md §13 has the targets.
+//! 1,000 reviews/s and the RSS of the real binary under load. docs/architecture.md has the targets.
 //!
 //! `cargo bench -p captf-webhook --bench throughput` (env: BENCH_SECS, BENCH_CONNS).
 //! Prints figures; asserts nothing.

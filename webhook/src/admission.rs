@@ -1,6 +1,6 @@
 //! The pure part of the webhook: an AdmissionReview body in, an AdmissionReview response out.
 //!
-//! A thin adapter (STYLE.md lesson 3): it parses the review with kube's types, hands the object to
+//! A thin adapter (docs/conventions.md): it parses the review with kube's types, hands the object to
 //! `captf-shared` (`apply_defaults`, `validate_create`, `validate_update`) and builds the response
 //! from the request, so `request.uid` is always echoed. It has no side effects at all, so
 //! `dryRun: true` and `dryRun: false` are answered identically (and a test checks that).

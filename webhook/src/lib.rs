@@ -1,4 +1,4 @@
-//! `captf-webhook`: the admission webhook (DESIGN.md §9).
+//! `captf-webhook`: the admission webhook (docs/operating.md).
 //!
 //! | module | what it holds |
 //! | --- | --- |

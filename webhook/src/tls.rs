@@ -1,4 +1,4 @@
-//! TLS the cert-manager way (STYLE.md lesson 8).
+//! TLS the cert-manager way (docs/conventions.md).
 //!
 //! The server resolves its certificate through [`ReloadingResolver`], an `ArcSwap` of the current
 //! pair: every handshake reads it, [`CertReloader`] swaps it. The reloader re-reads the files'

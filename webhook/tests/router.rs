@@ -121,7 +121,7 @@ async fn every_rejected_fixture_is_denied_422_invalid_naming_every_violated_fiel
 
 #[tokio::test]
 async fn lock_timeout_of_4000_is_denied_with_the_design_message() {
-    // DESIGN.md §2.1's own example. Needs captf-shared's validation (not the webhook's code).
+    // docs/api.md's own example. Needs captf-shared's validation (not the webhook's code).
     let mut req = fixture("cluster-create-accepted");
     req["request"]["object"]["spec"]["jobs"] = json!({"lockTimeoutSeconds": 4000});
     let resp = review(VALIDATE_PATH, &req).await;

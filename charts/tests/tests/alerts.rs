@@ -72,7 +72,7 @@ fn alerts_use_the_controllers_metrics_and_the_configured_thresholds() {
     assert!(late.contains("kube_job_spec_active_deadline_seconds"), "{late}");
 }
 
-/// The Job-name filter of CaptfJobPastDeadline matches every Job name CAPTF makes (DESIGN §3).
+/// The Job-name filter of CaptfJobPastDeadline matches every Job name CAPTF makes (docs/api.md).
 #[test]
 fn the_past_deadline_alert_selects_captf_job_names_and_no_others() {
     let rules = rule_set();

@@ -1,4 +1,4 @@
-//! `decide` (DESIGN.md §6): the ordered rules over a [`Snapshot`] and a time.
+//! `decide` (docs/rules.md): the ordered rules over a [`Snapshot`] and a time.
 
 use std::time::Duration;
 
@@ -86,10 +86,11 @@ fn until(now: Timestamp, t: Timestamp) -> Duration {
 
 /// The backoff of `op` in this snapshot.
 pub fn backoff_of(s: &Snapshot, op: Op) -> Backoff {
-    backoff::backoff(&s.jobs, op, s.spec.failed_limit(), s.last_success(op))
+    let booked = s.status.consecutive_failures.map_or(0, |c| c.get(op));
+    backoff::backoff(&s.jobs, op, s.spec.failed_limit, s.last_success(op)).with_booked(booked)
 }
 
-/// Any `Start` passes the backoff of its op, then the cluster holds of §4.
+/// Any `Start` passes the backoff of its op, then the cluster holds of docs/rules.md.
 fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation: bool) -> Decision {
     let b = backoff_of(s, op);
     if b.waiting(now) {
@@ -208,7 +209,7 @@ pub fn next_drift_check(s: &Snapshot, now: Timestamp) -> Option<Timestamp> {
     })
 }
 
-/// The ordered rules of §6. First rule that applies wins.
+/// The ordered rules of docs/rules.md. First rule that applies wins.
 pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     // 1.
     if s.invalid.is_some() {
@@ -273,7 +274,7 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
         last_check.is_some_and(|check| s.drift_found() && s.last_success(Op::Apply).is_none_or(|t| t <= check));
     let mut at_remediation_limit = false;
     if drift_pending && s.spec.remediation == Remediation::Auto {
-        if remediation::remediation(&s.jobs, last_check, s.spec.failed_limit()).allowed() {
+        if remediation::remediation(&s.jobs, last_check, s.spec.failed_limit).allowed() {
             return start(s, now, Op::Apply, Reason::DriftRemediation, true);
         }
         // At the limit the drift stays pending; the drift check (rule 9) must still run to reset it.
@@ -713,7 +714,7 @@ mod tests {
             let newest_failure = s.jobs.iter().take_while(|r| !r.succeeded()).find(|r| r.failed()).and_then(|r| r.finished);
             let now = newest_failure.unwrap_or(ts(0)) + SignedDuration::from_secs(after);
             if let Decision::Start(st) = decide(&s, now) && st.op == Op::Apply && let Some(f) = newest_failure {
-                let min = backoff::delay(b.n, limit.max(0) as u32);
+                let min = backoff::delay(b.n, captf_shared::defaults::failed_limit(limit));
                 prop_assert!(now >= f + SignedDuration::try_from(min).unwrap());
             }
         }

@@ -1,4 +1,4 @@
-//! Resolving the inputs document (DESIGN.md §2.3) and `cluster_name`, as pure functions over
+//! Resolving the inputs document (docs/api.md) and `cluster_name`, as pure functions over
 //! what was read: the runtime and `explain` use the same ones.
 
 use std::collections::BTreeMap;

@@ -1,4 +1,4 @@
-//! An apply Job deleted while it ran (seed 000, DESIGN.md §5.6), as a pure check over what the
+//! An apply Job deleted while it ran (docs/rules.md), as a pure check over what the
 //! live reads returned.
 
 use captf_shared::names;
@@ -48,7 +48,7 @@ pub enum ActiveJobCheck {
     Forget { job: String },
 }
 
-/// The check of §5.6.
+/// The check of docs/rules.md.
 pub fn check_active_job(r: &ActiveJobReads<'_>) -> ActiveJobCheck {
     let Some(job) = r.active_job.filter(|j| !j.is_empty()) else {
         return ActiveJobCheck::Nothing;

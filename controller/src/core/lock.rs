@@ -1,4 +1,4 @@
-//! The stale-lock check (seed 003, DESIGN.md §4): is the Terraform state lock a leftover of this
+//! The stale-lock check (docs/rules.md): is the Terraform state lock a leftover of this
 //! object's own dead runner, a live runner's, or a foreign holder's?
 
 use serde::{Deserialize, Serialize};
@@ -129,7 +129,7 @@ pub fn holder_hostname(lease: Option<&LockLease>) -> Option<String> {
     Some(info.hostname().to_string())
 }
 
-/// The three conditions of the seed: held and parsable; the holder is this object's own runner
+/// The three conditions of docs/rules.md, "Stale-lock recovery": held and parsable; the holder is this object's own runner
 /// pod; that pod is gone or in a terminal phase (a terminating pod is alive).
 pub fn check_lock(lease: Option<&LockLease>, own: &RunnerPattern, pod: &HolderPod) -> LockState {
     let Some(lease) = lease else {

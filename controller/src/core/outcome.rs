@@ -1,4 +1,4 @@
-//! Booking a finished Job (DESIGN.md §5.2): `classify` a Job and its pod into an [`Outcome`].
+//! Booking a finished Job (docs/rules.md): `classify` a Job and its pod into an [`Outcome`].
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
@@ -172,7 +172,7 @@ pub fn classify(job: &Job, pod: Option<&Pod>) -> Option<Outcome> {
     ))
 }
 
-/// The table of §5.2 over the Job's terminal state, the runner's result and the pod's disruption.
+/// The table of docs/rules.md over the Job's terminal state, the runner's result and the pod's disruption.
 pub fn classify_terminal(terminal: Terminal, result: Option<RunResult>, disrupted: bool) -> Outcome {
     match terminal {
         // A deadline kill counts whatever the runner reported: a step that always hangs must reach the cap.

@@ -1,4 +1,4 @@
-//! Cluster API pause (DESIGN.md §2.2): an object is paused by its own `spec.paused`, its
+//! Cluster API pause (docs/api.md): an object is paused by its own `spec.paused`, its
 //! `cluster.x-k8s.io/paused` annotation (both read in [`super::snapshot`]), or its Cluster API
 //! `Cluster`'s `spec.paused`, read here. Same rule as Cluster API's `annotations.IsPaused`.
 

@@ -1,15 +1,15 @@
-//! Pruning (DESIGN.md §5.5): which finished Jobs to delete after booking.
+//! Pruning (docs/rules.md): which finished Jobs to delete after booking.
 //!
-//! Per op: keep the newest `successfulJobsHistoryLimit` succeeded Jobs, the newest
-//! `max(1, failedJobsHistoryLimit)` failures (`failed` and `deadline` together, so the failure
-//! count of §5.3 never exceeds the limit), and the newest `max(1, failedJobsHistoryLimit)` of each
-//! other outcome. Never the newest Job of an op that is unresolved, never an active Job, and
+//! Per op: keep the newest `successfulJobsHistoryLimit` succeeded Jobs, the newest effective
+//! failed-Jobs limit of failures (`failed` and `deadline` together, so the history's failure
+//! count never exceeds the limit), and the newest effective-limit of each other outcome. Never the newest Job of an op that is unresolved, never an active Job, and
 //! never a finished Job whose booking effects are not accounted in the status yet
 //! (`JobRecord::accounted`): its annotation says it was booked, but only the Job itself still
 //! lets a later pass replay what the status lost. Such a Job still takes its place in the
 //! counts, so pruning the others is unchanged.
 
 use std::collections::HashMap;
+use std::num::NonZeroU32;
 
 use captf_shared::Op;
 
@@ -32,8 +32,8 @@ fn class(o: Outcome) -> Class {
 }
 
 /// The names of the Jobs to delete. `history` is newest first.
-pub fn prune(history: &[JobRecord], successful_limit: u32, failed_limit: u32) -> Vec<String> {
-    let failed_limit = failed_limit.max(1);
+pub fn prune(history: &[JobRecord], successful_limit: u32, failed_limit: NonZeroU32) -> Vec<String> {
+    let failed_limit = failed_limit.get();
     let mut kept: HashMap<(Op, Class), u32> = HashMap::new();
     let mut newest_seen: HashMap<Op, ()> = HashMap::new();
     let mut out = Vec::new();
@@ -67,6 +67,10 @@ mod tests {
     use crate::core::record::tests::rec;
     use proptest::prelude::*;
 
+    fn lim(n: i32) -> NonZeroU32 {
+        captf_shared::defaults::failed_limit(n)
+    }
+
     #[test]
     fn keeps_the_newest_of_each_outcome_per_op() {
         let h = vec![
@@ -77,7 +81,7 @@ mod tests {
             rec(Op::Apply, 5, Some(Outcome::Blocked)),
             rec(Op::Apply, 4, Some(Outcome::Blocked)),
         ];
-        let gone = prune(&h, 1, 1);
+        let gone = prune(&h, 1, lim(1));
         assert_eq!(gone, vec![h[2].name.clone(), h[3].name.clone(), h[5].name.clone()]);
     }
 
@@ -94,9 +98,9 @@ mod tests {
                 )
             })
             .collect();
-        let gone = prune(&h, 1, 3);
+        let gone = prune(&h, 1, lim(3));
         let left: Vec<JobRecord> = h.iter().filter(|r| !gone.contains(&r.name)).cloned().collect();
-        let b = backoff(&left, Op::Apply, 3, None);
+        let b = backoff(&left, Op::Apply, lim(3), None);
         assert_eq!((b.n, b.delay.as_secs()), (3, 600));
     }
 
@@ -106,13 +110,13 @@ mod tests {
             rec(Op::Apply, 2, Some(Outcome::Failed)),
             rec(Op::Apply, 1, Some(Outcome::Failed)),
         ];
-        assert_eq!(prune(&h, 0, 0), vec![h[1].name.clone()]);
+        assert_eq!(prune(&h, 0, lim(0)), vec![h[1].name.clone()]);
         // The newest Job of an unresolved op survives even a successful limit of 0 elsewhere.
         let h = vec![
             rec(Op::Apply, 2, Some(Outcome::Blocked)),
             rec(Op::Apply, 1, Some(Outcome::Succeeded)),
         ];
-        assert_eq!(prune(&h, 0, 0), vec![h[1].name.clone()]);
+        assert_eq!(prune(&h, 0, lim(0)), vec![h[1].name.clone()]);
     }
 
     #[test]
@@ -120,7 +124,7 @@ mod tests {
         let mut old = rec(Op::Apply, 1, Some(Outcome::Failed));
         old.deleting = true;
         let h = vec![rec(Op::Apply, 3, None), rec(Op::Apply, 2, Some(Outcome::Failed)), old];
-        assert!(prune(&h, 1, 1).is_empty());
+        assert!(prune(&h, 1, lim(1)).is_empty());
     }
 
     #[test]
@@ -133,10 +137,10 @@ mod tests {
             rec(Op::Apply, 2, Some(Outcome::Failed)),
         ];
         h[2].accounted = false;
-        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone()]);
+        assert_eq!(prune(&h, 1, lim(1)), vec![h[1].name.clone()]);
         // Once the watermark covers it, the next pass prunes it.
         h[2].accounted = true;
-        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone(), h[2].name.clone()]);
+        assert_eq!(prune(&h, 1, lim(1)), vec![h[1].name.clone(), h[2].name.clone()]);
     }
 
     #[test]
@@ -148,7 +152,7 @@ mod tests {
             rec(Op::Apply, 3, Some(Outcome::Succeeded)),
         ];
         h[0].accounted = false;
-        assert_eq!(prune(&h, 1, 1), vec![h[1].name.clone()]);
+        assert_eq!(prune(&h, 1, lim(1)), vec![h[1].name.clone()]);
     }
 
     proptest! {
@@ -166,8 +170,8 @@ mod tests {
                 })
                 .collect();
             let all_accounted: Vec<JobRecord> = h.iter().cloned().map(|r| JobRecord { accounted: true, ..r }).collect();
-            let gone = prune(&h, slimit, limit);
-            let want: Vec<String> = prune(&all_accounted, slimit, limit)
+            let gone = prune(&h, slimit, lim(limit as i32));
+            let want: Vec<String> = prune(&all_accounted, slimit, lim(limit as i32))
                 .into_iter()
                 .filter(|n| h.iter().any(|r| &r.name == n && r.accounted))
                 .collect();
@@ -180,10 +184,10 @@ mod tests {
             let h: Vec<JobRecord> = outcomes.iter().enumerate()
                 .map(|(i, (o, op))| rec(Op::ALL[*op], (len - i) as u32, Some(Outcome::ALL[*o])))
                 .collect();
-            let gone = prune(&h, slimit, limit);
+            let gone = prune(&h, slimit, lim(limit as i32));
             let left: Vec<JobRecord> = h.iter().filter(|r| !gone.contains(&r.name)).cloned().collect();
             for op in Op::ALL {
-                prop_assert!(backoff(&left, op, limit, None).n <= limit.max(1));
+                prop_assert!(backoff(&left, op, lim(limit as i32), None).n <= lim(limit as i32).get());
                 // The newest finished Job of each op is kept unless it is a success.
                 if let Some(newest) = h.iter().find(|r| r.op == op) && !newest.succeeded() {
                     prop_assert!(!gone.contains(&newest.name));

@@ -1,4 +1,4 @@
-//! Why `decide` chose what it chose (DESIGN.md §6): the `captf.io/reason` annotation,
+//! Why `decide` chose what it chose (docs/rules.md): the `captf.io/reason` annotation,
 //! `status.nextAction.reason`, and the explain output.
 
 use std::fmt;

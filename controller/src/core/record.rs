@@ -154,7 +154,7 @@ pub fn sort_newest_first(records: &mut [JobRecord]) {
     });
 }
 
-/// What the bookkeeping pass does with one finished Job (DESIGN.md §5.2).
+/// What the bookkeeping pass does with one finished Job (docs/rules.md).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Accounting {
     /// No `captf.io/outcome` yet: write it (the "once"), then emit the events and the once-only

@@ -1,4 +1,6 @@
-//! The drift-remediation cap (seed 000 "The remediation cap", DESIGN.md §6 rule 7).
+//! The drift-remediation cap (docs/rules.md rule 7).
+
+use std::num::NonZeroU32;
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -12,14 +14,14 @@ use super::record::JobRecord;
 pub struct Remediation {
     /// Failed apply Jobs that finished after the last successful drift check, back to an apply success.
     pub count: u32,
-    /// `max(1, failedJobsHistoryLimit)`.
-    pub limit: u32,
+    /// The effective failed-Jobs limit (0 counts as 1, see `Effective::failed_limit`).
+    pub limit: NonZeroU32,
 }
 
 impl Remediation {
     /// May another remediating apply start?
     pub fn allowed(&self) -> bool {
-        self.count < self.limit
+        self.count < self.limit.get()
     }
 }
 
@@ -44,10 +46,14 @@ pub fn remediation_count(history: &[JobRecord], last_drift_check: Option<Timesta
 }
 
 /// The remediation state of the object.
-pub fn remediation(history: &[JobRecord], last_drift_check: Option<Timestamp>, failed_limit: u32) -> Remediation {
+pub fn remediation(
+    history: &[JobRecord],
+    last_drift_check: Option<Timestamp>,
+    failed_limit: NonZeroU32,
+) -> Remediation {
     Remediation {
         count: remediation_count(history, last_drift_check),
-        limit: failed_limit.max(1),
+        limit: failed_limit,
     }
 }
 
@@ -84,14 +90,14 @@ mod tests {
             check.clone(),
             rec(Op::Apply, 1, Some(Outcome::Succeeded)),
         ];
-        let r = remediation(&h, check.finished, 3);
+        let r = remediation(&h, check.finished, captf_shared::defaults::failed_limit(3));
         assert_eq!((r.count, r.allowed()), (3, false));
         // Two failures: one more may run.
-        assert!(remediation(&h[1..], check.finished, 3).allowed());
+        assert!(remediation(&h[1..], check.finished, captf_shared::defaults::failed_limit(3)).allowed());
         // The next successful drift check resets the count.
         let recheck = rec(Op::Drift, 6, Some(Outcome::Succeeded));
         h.insert(0, recheck.clone());
-        let r = remediation(&h, recheck.finished, 3);
+        let r = remediation(&h, recheck.finished, captf_shared::defaults::failed_limit(3));
         assert_eq!((r.count, r.allowed()), (0, true));
     }
 
@@ -111,9 +117,9 @@ mod tests {
     fn a_remediation_limit_of_0_counts_as_1() {
         let check = rec(Op::Drift, 1, Some(Outcome::Succeeded));
         let h = vec![remediating(2, Outcome::Failed), check.clone()];
-        let r = remediation(&h, check.finished, 0);
-        assert_eq!((r.count, r.limit, r.allowed()), (1, 1, false));
-        assert!(remediation(&h[1..], check.finished, 0).allowed());
+        let r = remediation(&h, check.finished, captf_shared::defaults::failed_limit(0));
+        assert_eq!((r.count, r.limit.get(), r.allowed()), (1, 1, false));
+        assert!(remediation(&h[1..], check.finished, captf_shared::defaults::failed_limit(0)).allowed());
     }
 
     #[test]

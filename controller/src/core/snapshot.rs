@@ -17,7 +17,7 @@ use captf_shared::{Kind, Op};
 use super::lock::{HolderPod, LockLease, LockState};
 use super::record::{self, JobRecord};
 
-/// The durable record on the inputs Secret (DESIGN.md §2.3).
+/// The durable record on the inputs Secret (docs/api.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct DurableRecord {
     pub applied_inputs_hash: Option<String>,
@@ -73,7 +73,7 @@ impl InputsHash {
     }
 }
 
-/// Facts from outside the object that hold a Job back (§4, §8).
+/// Facts from outside the object that hold a Job back (docs/rules.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Holds {
     /// The state cannot be read (`StateUnreadable`): holds a deletion.

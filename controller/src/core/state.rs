@@ -1,9 +1,9 @@
-//! Whether Terraform's state can be read (DESIGN.md §8, seed 003's "the state reads"): a
+//! Whether Terraform's state can be read (docs/rules.md, "Deletion"): a
 //! deletion is held while it cannot, because a destroy that cannot read the state would either
 //! fail forever or, worse, destroy nothing and let the finalizer go.
 //!
 //! The state lives in the Secret `tfstate-default-<suffix>` under the data key `tfstate`, gzip
-//! compressed (DESIGN.md §15; Terraform ≥ 1.6 continues a large state in `…-part-<N>` Secrets,
+//! compressed (docs/runner.md; Terraform ≥ 1.6 continues a large state in `…-part-<N>` Secrets,
 //! so only the first part is here and only its gzip header can be checked). What Terraform itself
 //! treats as "no state yet" is readable: no Secret, or a Secret without the key or with an empty
 //! value.

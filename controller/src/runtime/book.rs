@@ -1,4 +1,4 @@
-//! The bookkeeping pass (DESIGN.md §5.2): every finished Job without `captf.io/outcome` is
+//! The bookkeeping pass (docs/rules.md): every finished Job without `captf.io/outcome` is
 //! booked once, oldest first. The annotation write with the Job's resourceVersion is the
 //! "once": events and metrics are emitted only by the write that set it.
 
@@ -36,7 +36,7 @@ pub const OUTPUT_ADDRESSES: &str = "addresses";
 
 /// The data key of the runner's outputs Secret `captf-outputs-<suffix>` (runner/src/outputs.rs).
 pub const OUTPUTS_SECRET_KEY: &str = "outputs.json";
-/// `status.outputs` holds at most this much JSON (DESIGN.md §2.2).
+/// `status.outputs` holds at most this much JSON (docs/api.md).
 pub const MAX_STATUS_OUTPUTS_BYTES: usize = 64 * 1024;
 
 /// The non-sensitive outputs of a `tofu output -json` document (`{"name": {"sensitive",
@@ -424,8 +424,14 @@ pub async fn patch_object(ctx: &Ctx, id: &Ident, patch: &Value) -> Result<(), Er
         .map_err(|e| Error::api(ApiAction::PatchObject, id.what(), e))
 }
 
-/// Prune (§5.5) the booked history: delete with propagationPolicy Background; 404 is success.
-pub async fn prune(ctx: &Ctx, id: &Ident, records: &[JobRecord], successful: u32, failed: u32) -> Result<(), Error> {
+/// Prune (docs/rules.md) the booked history: delete with propagationPolicy Background; 404 is success.
+pub async fn prune(
+    ctx: &Ctx,
+    id: &Ident,
+    records: &[JobRecord],
+    successful: u32,
+    failed: std::num::NonZeroU32,
+) -> Result<(), Error> {
     let booked: Vec<JobRecord> = records
         .iter()
         .filter(|r| r.booked || !r.is_finished())

@@ -2,7 +2,7 @@
 //! read → book finished Jobs → check the lock → `decide` → act → write status.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -33,6 +33,7 @@ use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::metrics::Metrics;
 use super::pause;
+use super::retry::{ErrorBackoff, ObjectKey};
 use super::state;
 use super::status;
 use crate::core::lock::LockState;
@@ -62,6 +63,26 @@ pub struct Ctx {
     pub leader: Arc<AtomicBool>,
     /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
     pub caches: Caches,
+    /// Consecutive failed passes per object, for the error policy's backoff.
+    pub errors: ErrorBackoff,
+    /// Reconcile passes running now (tests wait for 0 to know the controller is idle).
+    pub in_flight: Arc<AtomicUsize>,
+}
+
+/// Counts a reconcile pass as running until dropped (also when its future is cancelled).
+struct Running(Arc<AtomicUsize>);
+
+impl Running {
+    fn start(n: &Arc<AtomicUsize>) -> Running {
+        n.fetch_add(1, Ordering::SeqCst);
+        Running(n.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+    }
 }
 
 impl Ctx {
@@ -82,6 +103,8 @@ impl Ctx {
             metrics,
             leader,
             caches,
+            errors: ErrorBackoff::default(),
+            in_flight: Arc::default(),
         };
         (ctx, feeds)
     }
@@ -110,6 +133,7 @@ const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
 /// The reconcile of one object of kind `K`.
 pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
+    let _running = Running::start(&ctx.in_flight);
     if !ctx.leader.load(Ordering::SeqCst) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }
@@ -128,23 +152,41 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         Err(e) => Err(e),
     };
     ctx.metrics.observe_reconcile(K::KIND, started.elapsed().as_secs_f64());
-    match out {
+    let out = match out {
         Err(e) if e.is_conflict() => Ok(Action::requeue(RACE_REQUEUE)),
         other => other,
+    };
+    if out.is_ok() {
+        ctx.errors.succeeded(&object_key::<K>(&obj));
+    }
+    out
+}
+
+fn object_key<K: CaptfKind>(obj: &Meta<K>) -> ObjectKey {
+    ObjectKey {
+        kind: K::KIND,
+        namespace: obj.metadata.namespace.clone().unwrap_or_default(),
+        name: obj.metadata.name.clone().unwrap_or_default(),
     }
 }
 
-/// The error policy: count, log, retry soon.
+/// The error policy: count, log why, and retry the object after its own growing, jittered delay
+/// (docs/rules.md, "Reconcile errors"), so a persistent error does not hot-loop.
 pub fn error_policy<K: CaptfKind>(obj: Arc<Meta<K>>, e: &Error, ctx: Arc<Ctx>) -> Action {
-    ctx.metrics.reconcile_error(e.category());
+    let key = object_key::<K>(&obj);
+    let (n, delay) = ctx.errors.failed(&key);
+    ctx.metrics.reconcile_error(e.category(), delay);
     tracing::warn!(
         kind = %K::KIND,
-        namespace = obj.metadata.namespace.as_deref().unwrap_or(""),
-        name = obj.metadata.name.as_deref().unwrap_or(""),
+        namespace = %key.namespace,
+        name = %key.name,
         category = e.category(),
-        "reconcile failed: {e}"
+        errors_in_a_row = n,
+        retry_in_ms = u64::try_from(delay.as_millis()).unwrap_or(u64::MAX),
+        "reconcile failed: {e}; retrying in {delay:?} (error {n} in a row, backing off up to {:?})",
+        super::retry::ERROR_CAP
     );
-    Action::requeue(Duration::from_secs(2))
+    Action::requeue(delay)
 }
 
 fn requeue_for(wait: &Wait, simulated: bool) -> Action {
@@ -215,7 +257,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let original = object_status(&object).cloned().unwrap_or_default();
     let mut status = original.clone();
 
-    // ---- an apply Job deleted while it ran (§5.6) ----
+    // ---- an apply Job deleted while it ran (docs/rules.md) ----
     let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
     match interrupted::check(ctx, &id, status.active_job.as_deref(), &listed).await? {
         Checked::Nothing => {}
@@ -227,7 +269,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         Checked::Forgot(_) => status.active_job = None,
     }
 
-    // ---- book finished Jobs (§5.2) ----
+    // ---- book finished Jobs (docs/rules.md) ----
     let applied_hash = inputs_secret.as_ref().and_then(inputs::stored_inputs).map(|i| i.hash());
     let booking = book::book_all(
         ctx,
@@ -256,11 +298,11 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         &id,
         &records,
         spec.successful_jobs_history_limit,
-        spec.failed_limit(),
+        spec.failed_limit,
     )
     .await?;
 
-    // ---- the lock check, only when no Job is active (§4) ----
+    // ---- the lock check, only when no Job is active (docs/rules.md) ----
     let lock_checked = active.is_none();
     let lock = if lock_checked {
         gather::lock_state(&ctx.client, &id).await?
@@ -277,7 +319,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let mut holds = gather::holds(&ctx.client, &ctx.caches, &id).await?;
     holds.cluster_paused = pause::cluster_paused(&ctx.client, &object, &id).await;
     if deleting {
-        // Only a deletion is held by an unreadable state (§8); other ops find out themselves.
+        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
         holds.state_unreadable = state::unreadable(&ctx.client, &id).await?;
     }
     let mut snap =
@@ -390,7 +432,7 @@ async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &Terraf
         .map_err(|e| Error::api(ApiAction::PatchStatus, id.what(), e))
 }
 
-/// §5.1: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
+/// docs/rules.md: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
 /// create the Job, emit `JobStarted` (and `ForceUnlocked`). `None` when a lease is held or the
 /// Job already exists (requeue, no failure).
 #[allow(clippy::too_many_arguments)]

@@ -1,4 +1,4 @@
-//! Deletion (DESIGN.md §8): the finalizer `captf.io/destroy` is added to every object; on
+//! Deletion (docs/rules.md): the finalizer `captf.io/destroy` is added to every object; on
 //! deletion `decide` starts a destroy (or holds, or finalizes for `Orphan`), and after a
 //! successful destroy the finalizer is removed. Writes carry the read resourceVersion.
 

@@ -1,5 +1,5 @@
 //! The runtime's errors. Every variant names the action that failed; [`Error::category`] is a
-//! stable string used as the `captf_reconcile_errors_total` label and in logs (STYLE.md §5).
+//! stable string used as the `captf_reconcile_errors_total` label and in logs (docs/conventions.md).
 
 use captf_shared::Kind;
 

@@ -1,4 +1,4 @@
-//! Events about CAPTF objects (DESIGN.md §10), written as `events.k8s.io/v1` Events.
+//! Events about CAPTF objects (docs/operating.md), written as `events.k8s.io/v1` Events.
 //!
 //! Not kube's `Recorder`: its timestamps come from the wall clock, which would put the
 //! simulator's events at the wrong time, and it keeps a cache per object that grows with the

@@ -1,8 +1,8 @@
-//! Read what one reconcile pass needs (DESIGN.md §5.2, §4): the object's Jobs and their pods,
+//! Read what one reconcile pass needs (docs/rules.md): the object's Jobs and their pods,
 //! the inputs Secret, the state lock Lease and its holder pod (read LIVE), the referenced
 //! Secrets and ConfigMaps, and the cluster holds.
 //!
-//! # Caches and live reads (DESIGN.md §13)
+//! # Caches and live reads (docs/architecture.md)
 //!
 //! The object's Jobs and pods, and a TerraformCluster's member objects and their Jobs, come from
 //! reflector stores ([`Caches`]) fed by label-selected watches (`captf.io/kind=<Kind>` for Jobs,
@@ -12,8 +12,8 @@
 //! reconcile triggered by a Job change sees that change.
 //!
 //! Everything else a decision hinges on stays LIVE: the object itself (re-read at the start of
-//! every reconcile), the inputs Secret, the lock Lease and its holder pod (seed 003), the
-//! §5.6 checks (Job NotFound and the object's status, `interrupted.rs`), the lease takes
+//! every reconcile), the inputs Secret, the lock Lease and its holder pod (docs/rules.md), the
+//! docs/rules.md checks (Job NotFound and the object's status, `interrupted.rs`), the lease takes
 //! (`leases.rs`, resourceVersion preconditions), the cluster lease and its holder Job.
 //!
 //! Why a cached Job list is safe:
@@ -30,7 +30,7 @@
 //!   with sequence `status.lastJobSeq`), [`jobs_and_pods`] does not decide from it: when that
 //!   Job is the live `status.activeJob` one GET tells whether it exists (then the pass waits for
 //!   its watch event) or is gone (deleted while it ran: the cached history is current and the
-//!   §5.6 live reads take over); otherwise the pass lists the Jobs and pods live.
+//!   docs/rules.md live reads take over); otherwise the pass lists the Jobs and pods live.
 //! - **Booking exactly once.** The `captf.io/outcome` annotation is written with the cached
 //!   Job's resourceVersion: a stale Job gets 409 and the pass requeues; events and metrics follow
 //!   only the write that set it (`book.rs`).
@@ -604,7 +604,7 @@ pub async fn jobs_and_pods(
                     tracing::debug!(object = %id.what(), job = a, "Job store lags the status: waiting for its event");
                     return Ok(None);
                 }
-                // Gone (deleted while it ran): the cached history is current; §5.6 takes over.
+                // Gone (deleted while it ran): the cached history is current; docs/rules.md takes over.
             }
             None => {
                 tracing::debug!(object = %id.what(), ?last_job_seq, ?newest, "Job store lags the status: reading live");
@@ -706,7 +706,7 @@ pub async fn job(client: &kube::Client, ns: &str, name: &str) -> Result<Option<J
         .map_err(|e| Error::api(ApiAction::GetJob, format!("{ns}/{name}"), e))
 }
 
-/// The state lock check (seed 003): the lock Lease and, when its holder looks like one of this
+/// The state lock check (docs/rules.md): the lock Lease and, when its holder looks like one of this
 /// object's runner pods, that pod read live from the API server.
 pub async fn lock_state(client: &kube::Client, id: &Ident) -> Result<LockState, Error> {
     let lease = lease(client, &id.namespace, &names::lock_lease_name(&id.suffix)).await?;
@@ -769,7 +769,7 @@ pub async fn bootstrap_data_secret(client: &kube::Client, object: &CaptfObject, 
     }
 }
 
-/// Resolve the inputs (§2.3) with the referenced Secrets and ConfigMaps read live.
+/// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
 pub async fn resolve_inputs(
     client: &kube::Client,
     object: &CaptfObject,
@@ -807,9 +807,9 @@ pub async fn resolve_inputs(
     ))
 }
 
-/// The holds of §4 and §8: a TerraformCluster's members and their active Jobs (from the
+/// The holds of docs/rules.md: a TerraformCluster's members and their active Jobs (from the
 /// caches; the cluster lease the cluster's own Jobs take is what serialises it against its
-/// members, see §4); for a member, the cluster lease held by a live Job of its cluster (both
+/// members, see docs/rules.md); for a member, the cluster lease held by a live Job of its cluster (both
 /// read live).
 pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident) -> Result<Holds, Error> {
     let mut holds = Holds::default();

@@ -1,4 +1,4 @@
-//! The durable inputs Secret `captf-inputs-<suffix>` (DESIGN.md §2.3): written before every
+//! The durable inputs Secret `captf-inputs-<suffix>` (docs/api.md): written before every
 //! Job, mounted read-only by it, and carrying CAPTF's durable annotations.
 
 use std::collections::BTreeMap;

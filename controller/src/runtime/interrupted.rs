@@ -1,4 +1,4 @@
-//! An apply Job deleted while it ran (DESIGN.md §5.6, seed 000): confirmed with live reads (the
+//! An apply Job deleted while it ran (docs/rules.md): confirmed with live reads (the
 //! Job is NotFound, and the object's live `status.activeJob` still names it), then recorded on
 //! the durable inputs Secret. The rule itself is the core's `check_active_job`.
 

@@ -1,4 +1,4 @@
-//! The PURE builder of a runner Job from a `Start` decision (DESIGN.md §3, §5.1, §7).
+//! The PURE builder of a runner Job from a `Start` decision (docs/api.md, docs/rules.md, docs/runner.md).
 
 use std::collections::BTreeMap;
 
@@ -103,7 +103,7 @@ fn var(name: &str, value: impl Into<String>) -> EnvVar {
     }
 }
 
-/// The runner's environment (§7) followed by `spec.jobs.env`.
+/// The runner's environment (docs/runner.md) followed by `spec.jobs.env`.
 pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     let suffix = names::suffix(p.kind, p.namespace, p.name);
     let mut e = vec![
@@ -112,7 +112,7 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
         var(env::NAMESPACE, p.namespace),
         var(
             env::LOCK_TIMEOUT,
-            format!("{}s", p.effective.lock_timeout_seconds.max(0)),
+            captf_shared::duration::seconds_flag(p.effective.lock_timeout_seconds.max(0)),
         ),
         var(env::GUARD, p.effective.guard.as_str()),
         var(env::INPUTS_DIR, INPUTS_DIR),

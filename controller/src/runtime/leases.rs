@@ -1,4 +1,4 @@
-//! CAPTF's own leases (DESIGN.md §4): the run lease `captf-run-<suffix>` taken before a Job
+//! CAPTF's own leases (docs/rules.md): the run lease `captf-run-<suffix>` taken before a Job
 //! exists (holder = the Job's name) and the cluster lease `captf-cluster-<hash>` held by a
 //! TerraformCluster's Jobs. Taking one is a create, or an update with the read
 //! resourceVersion; a 409 means somebody else won.

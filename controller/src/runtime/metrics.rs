@@ -1,4 +1,4 @@
-//! The controller's Prometheus metrics (DESIGN.md §10), in one prometheus-client `Registry`.
+//! The controller's Prometheus metrics (docs/operating.md), in one prometheus-client `Registry`.
 
 use std::sync::atomic::AtomicU64;
 
@@ -64,6 +64,8 @@ pub struct Metrics {
     pub last_success: Family<ObjectOp, Gauge<f64, AtomicU64>>,
     pub reconcile_duration: Family<KindLabel, Histogram, fn() -> Histogram>,
     pub reconcile_errors: Family<Category, Counter>,
+    /// The delays chosen after failed passes.
+    pub reconcile_error_backoff: Histogram,
 }
 
 impl Default for Metrics {
@@ -84,6 +86,8 @@ impl Metrics {
         let reconcile_duration =
             Family::<KindLabel, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram as _);
         let reconcile_errors = Family::<Category, Counter>::default();
+        let reconcile_error_backoff =
+            Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10));
         registry.register(
             "captf_job_attempts",
             "Retry number of each finished Job (1 + earlier failed Jobs of its op since its last success)",
@@ -115,6 +119,11 @@ impl Metrics {
             "Failed reconcile passes by category",
             reconcile_errors.clone(),
         );
+        registry.register(
+            "captf_reconcile_error_backoff_seconds",
+            "Delay before retrying an object whose reconcile pass failed",
+            reconcile_error_backoff.clone(),
+        );
         Metrics {
             registry,
             job_attempts,
@@ -124,6 +133,7 @@ impl Metrics {
             last_success,
             reconcile_duration,
             reconcile_errors,
+            reconcile_error_backoff,
         }
     }
 
@@ -177,12 +187,14 @@ impl Metrics {
             .inc();
     }
 
-    pub fn reconcile_error(&self, category: &str) {
+    /// A failed pass of `category`, retried after `delay`.
+    pub fn reconcile_error(&self, category: &str, delay: std::time::Duration) {
         self.reconcile_errors
             .get_or_create(&Category {
                 category: category.into(),
             })
             .inc();
+        self.reconcile_error_backoff.observe(delay.as_secs_f64());
     }
 
     pub fn observe_reconcile(&self, kind: Kind, seconds: f64) {

@@ -1,4 +1,4 @@
-//! The controller runtime (DESIGN.md §4, §5, §8, §10): kube-rs controllers over the three
+//! The controller runtime (docs/rules.md, docs/operating.md): kube-rs controllers over the three
 //! kinds that carry out the pure core's decisions against the API.
 //!
 //! | module | what |
@@ -19,6 +19,7 @@
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`leader`] | leader election |
 //! | [`errors`] | typed errors with a category |
+//! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
 
 pub mod book;
 pub mod clock;
@@ -36,6 +37,7 @@ pub mod leader;
 pub mod leases;
 pub mod metrics;
 pub mod pause;
+pub mod retry;
 pub mod state;
 pub mod status;
 
@@ -126,12 +128,18 @@ pub struct Handle {
     pub health_addr: SocketAddr,
     pub metrics: Arc<metrics::Metrics>,
     pub ready: Arc<AtomicBool>,
+    in_flight: Arc<std::sync::atomic::AtomicUsize>,
     stop: watch::Sender<bool>,
     task: tokio::task::JoinHandle<()>,
     elector: Option<tokio::task::JoinHandle<()>>,
 }
 
 impl Handle {
+    /// Reconcile passes running now.
+    pub fn reconciles_in_flight(&self) -> usize {
+        self.in_flight.load(std::sync::atomic::Ordering::SeqCst)
+    }
+
     /// Graceful shutdown: stop taking work, let writes in flight finish.
     pub async fn shutdown(self) {
         let _ = self.stop.send(true);
@@ -192,12 +200,14 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         concurrency: args.concurrency,
     };
     let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
+    let in_flight = ctx.in_flight.clone();
     let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));
     Ok(Handle {
         metrics_addr,
         health_addr,
         metrics,
         ready,
+        in_flight,
         stop,
         task,
         elector,

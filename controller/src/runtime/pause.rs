@@ -1,4 +1,4 @@
-//! Cluster API pause (DESIGN.md §2.2): the owning Cluster API `Cluster`, read live. The rule is
+//! Cluster API pause (docs/api.md): the owning Cluster API `Cluster`, read live. The rule is
 //! pure, in [`crate::core::pause`].
 
 use kube::api::Api;

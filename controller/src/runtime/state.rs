@@ -1,4 +1,4 @@
-//! The state-readability read (a deletion hold, DESIGN.md §8): the state Secret, read live.
+//! The state-readability read (a deletion hold, docs/rules.md): the state Secret, read live.
 //! The rule is pure, in [`crate::core::state`].
 
 use k8s_openapi::api::core::v1::Secret;

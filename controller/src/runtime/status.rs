@@ -1,4 +1,4 @@
-//! The status of an object (DESIGN.md §2.2), computed PURELY from the snapshot after booking,
+//! The status of an object (docs/api.md), computed PURELY from the snapshot after booking,
 //! the decision and the lock check; written as one merge patch of the status subresource.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;

@@ -1,5 +1,4 @@
-//! Booking that survives a crash after the outcome annotation (DESIGN.md §5.2, §13 "Nothing
-//! lost"): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
+//! Booking that survives a crash after the outcome annotation (docs/rules.md, docs/architecture.md): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
 //! `status.lastBookedJobSeq` says which booked Jobs have their effects in the status. A Job
 //! annotated above it is replayed, without events, by the next pass or the next controller.
 
@@ -60,7 +59,7 @@ async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> 
     lose_status_writes(&env, "lost-fail");
     env.advance(30);
     env.booked(&j1, "failed").await?;
-    env.settle().await;
+    env.until_idle().await?;
     // The annotation landed, the counts did not: without a replay they would be lost for good.
     assert_eq!(failures(&env, "lost-fail"), None, "the status write was lost");
     assert_eq!(env.events("JobFailed").len(), 1);
@@ -73,7 +72,7 @@ async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> 
         .then_some(())
     })
     .await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(
         failures(&env, "lost-fail"),
         Some(json!(1)),
@@ -100,7 +99,7 @@ async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> 
         (failures(e, "lost-fail") == Some(json!(2))).then_some(())
     })
     .await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(failures(&env, "lost-fail"), Some(json!(2)));
     assert_eq!(env.events("JobFailed").len(), 2);
     Ok(())
@@ -117,7 +116,7 @@ async fn a_new_objects_booking_is_replayed_even_when_no_status_write_ever_landed
     let j1 = j1.metadata.name.unwrap_or_default();
     env.advance(30);
     env.booked(&j1, "failed").await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.cluster("never-written").pointer("/status/conditions"), None);
     assert_eq!(env.events("JobFailed").len(), 1);
 
@@ -129,7 +128,7 @@ async fn a_new_objects_booking_is_replayed_even_when_no_status_write_ever_landed
         .then_some(())
     })
     .await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(failures(&env, "never-written"), Some(json!(1)));
     assert_eq!(env.events("JobFailed").len(), 1, "no event on replay");
     Ok(())
@@ -143,7 +142,7 @@ async fn a_restarted_controller_replays_a_lost_booking_without_counting_it_again
     lose_status_writes(&env, "lost-restart");
     env.advance(30);
     env.booked(&j1, "failed").await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(failures(&env, "lost-restart"), None, "the status write was lost");
     assert!(env.metrics().contains(&finished_line("failed")));
 
@@ -155,7 +154,7 @@ async fn a_restarted_controller_replays_a_lost_booking_without_counting_it_again
         (failures(e, "lost-restart") == Some(json!(1))).then_some(())
     })
     .await?;
-    env.settle().await;
+    env.until_idle().await?;
     let c = env.cluster("lost-restart");
     assert_eq!(c.pointer("/status/consecutiveFailures/apply"), Some(&json!(1)));
     assert_eq!(c.pointer("/status/lastBookedJobSeq"), Some(&json!(1)));
@@ -192,7 +191,7 @@ async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed
         .inject(FaultRule::new(Verb::Patch, "terraformclusters", 500, 10_000).named("lost-ok"));
     env.advance(30);
     env.booked(&j1, "succeeded").await?;
-    env.settle().await;
+    env.until_idle().await?;
     let secret = || {
         env.sim
             .get("/secrets", NS, "captf-inputs-lost-ok-tc")
@@ -231,7 +230,7 @@ async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed
     );
     assert_eq!(c.pointer("/status/appliedInputsHash"), hash.as_ref());
     assert_eq!(run_lease_holder(&env, "lost-ok-tc"), None, "run lease released");
-    env.settle().await;
+    env.until_idle().await?;
     assert!(env.metrics().contains(&finished_line("succeeded")));
     assert_eq!(
         env.job_names(K, "lost-ok").len(),

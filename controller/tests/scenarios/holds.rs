@@ -1,5 +1,5 @@
-//! What holds an object back from outside it: a paused Cluster API `Cluster` (§2.2) and a state
-//! that cannot be read, which holds a deletion (§8).
+//! What holds an object back from outside it: a paused Cluster API `Cluster` (docs/api.md) and a state
+//! that cannot be read, which holds a deletion (docs/rules.md).
 
 use anyhow::Result;
 use serde_json::{Value, json};
@@ -54,7 +54,7 @@ async fn a_paused_cluster_api_cluster_pauses_its_terraform_cluster_until_unpause
     assert!(msg.contains("Cluster API Cluster is paused"), "{msg}");
     let (st, reason, _) = condition(&env.cluster("prod-infra"), "Ready").expect("Ready");
     assert_eq!((st.as_str(), reason.as_str()), ("False", "Paused"));
-    env.settle().await;
+    env.until_idle().await?;
     assert!(
         env.job_names(Kind::TerraformCluster, "prod-infra").is_empty(),
         "no Job while the Cluster API Cluster is paused"
@@ -87,7 +87,7 @@ async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result
     assert!(msg.contains(&state) && msg.contains("not gzip"), "{msg}");
     let (st, reason, _) = condition(&env.cluster("held"), "StateReadable").expect("StateReadable");
     assert_eq!((st.as_str(), reason.as_str()), ("False", "StateUnreadable"));
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(
         env.job_names(k, "held").len(),
         1,

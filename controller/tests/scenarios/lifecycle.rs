@@ -1,4 +1,4 @@
-//! The lifecycle scenarios of DESIGN.md §4, §5 and §8, one per seed rule that involves the API.
+//! The lifecycle scenarios of docs/rules.md, one per rule that involves the API.
 
 use std::sync::Arc;
 
@@ -68,7 +68,7 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
         env.lease_holder("captf-run-prod-eu-tc")?.is_null(),
         "run lease released"
     );
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(
         env.job_names(Kind::TerraformCluster, "prod-eu").len(),
         1,
@@ -102,7 +102,7 @@ async fn failing_apply_is_retried_at_1m_then_2m_then_10m() -> Result<()> {
         let not_before: Timestamp = wait.parse()?;
         assert_eq!((not_before - fin).get_seconds(), delay, "delay before attempt {seq}");
         env.sim.advance_to(not_before - jiff::SignedDuration::from_secs(1));
-        env.settle().await;
+        env.until_idle().await?;
         assert_eq!(
             env.job_names(k, "retry").len() as u32,
             seq - 1,
@@ -204,7 +204,7 @@ async fn stale_lock_of_a_dead_runner_is_handed_to_the_next_job_once() -> Result<
     })
     .await?;
     env.run_until_booked(&j2, "succeeded").await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.events("ForceUnlocked").len(), 1, "emitted once");
     assert!(
         env.metrics()
@@ -305,7 +305,7 @@ async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_
     assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "DestructivePlanBlocked");
     assert_eq!(env.events("DestructivePlanBlocked").len(), 1);
     env.advance(3600);
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.job_names(k, "guarded").len(), 1, "waits for a person, not a timer");
 
     let approve = |h: &str| json!({"metadata": {"annotations": {"captf.io/approve-plan": h}}});
@@ -366,7 +366,7 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
             .contains("TerraformMachinePool/held-pool")
     );
     env.advance(120);
-    env.settle().await;
+    env.until_idle().await?;
     assert!(
         !env.job_names(k, "held").iter().any(|n| n.contains("-destroy-")),
         "no destroy while members exist"
@@ -389,7 +389,7 @@ async fn controller_restarted_mid_job_starts_no_second_job() -> Result<()> {
     let j1 = env.create_cluster("restart", json!({})).await?;
     env.handle.take().unwrap().abort();
     env.start_controller().await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.job_names(k, "restart").len(), 1);
     env.run_until_booked(&j1, "succeeded").await?;
     env.until_ready("restart").await?;
@@ -417,7 +417,7 @@ async fn injected_500s_and_dropped_watches_lose_nothing() -> Result<()> {
     assert!(env.metrics().contains("outcome=\"failed\"} 1"));
     env.advance(60);
     let _ = env.job(k, "faulty", Op::Apply, 2).await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.job_names(k, "faulty").len(), 2);
     Ok(())
 }
@@ -493,7 +493,7 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
     assert_eq!(condition(&c, "DriftDetected").unwrap().0, "True");
     // The next drift check is due 5m after the last successful one (t0+60s).
     env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300 - 1));
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.job_names(k, "remedy").len(), 4, "no remediation at the cap");
     env.sim.advance_to(t0 + jiff::SignedDuration::from_secs(60 + 300));
     let d5 = env.job(k, "remedy", Op::Drift, 5).await?;
@@ -598,7 +598,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
     let b = start("replica-b").await?;
     let k = Kind::TerraformCluster;
     let j1 = env.create_cluster("led", json!({})).await?;
-    env.settle().await;
+    env.until_idle().await?;
     assert_eq!(env.job_names(k, "led").len(), 1, "one writer, one Job");
     // The leader crashes without releasing the lease; the standby takes over after it lapses.
     a.abort();

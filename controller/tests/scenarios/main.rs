@@ -6,6 +6,7 @@
 mod support;
 
 mod booking;
+mod errors;
 mod holds;
 mod lifecycle;
 mod scale;

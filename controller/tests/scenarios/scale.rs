@@ -1,4 +1,4 @@
-//! Scale measurement (DESIGN.md §13), ignored by default.
+//! Scale measurement (docs/architecture.md), ignored by default.
 
 use std::time::Duration;
 

@@ -175,9 +175,28 @@ impl Env {
         .await
     }
 
-    /// Make sure nothing new happens for a moment (the controller had its chance to act).
-    pub(crate) async fn settle(&self) {
-        tokio::time::sleep(Duration::from_millis(400)).await;
+    /// Wait until the simulator and the controller are idle, so that what a test sees next is
+    /// everything they will do without a new cause: no request in flight at the simulator, every
+    /// watch event taken and handed to the controller's connections, no reconcile pass running,
+    /// and no new request for a few polls in a row (a watch event handed over a moment ago has
+    /// started its pass, whose first act is a request). Fails when that never happens.
+    pub(crate) async fn until_idle(&self) -> Result<()> {
+        const CALM_POLLS: u32 = 5;
+        let deadline = std::time::Instant::now() + WAIT;
+        let (mut last, mut calm) = (None, 0);
+        loop {
+            let requests = self.sim.requests();
+            let idle = self.sim.quiet() && self.handle.as_ref().is_none_or(|h| h.reconciles_in_flight() == 0);
+            calm = if idle && last == Some(requests) { calm + 1 } else { 0 };
+            if calm >= CALM_POLLS {
+                return Ok(());
+            }
+            last = Some(requests);
+            if std::time::Instant::now() > deadline {
+                bail!("the simulator and the controller never became idle");
+            }
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
     }
 
     /// Let a running Job's runner finish (the simulated runners take 30s) and wait until the

@@ -1,4 +1,4 @@
-//! CAPTF's API (DESIGN.md §2): the CRD types and [`CaptfObject`], any one of them.
+//! CAPTF's API (docs/api.md): the CRD types and [`CaptfObject`], any one of them.
 
 mod resources;
 pub(crate) mod schema;

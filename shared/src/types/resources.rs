@@ -7,8 +7,13 @@ use serde::{Deserialize, Serialize};
 use super::spec::TerraformSpec;
 use super::status::TerraformStatus;
 
-/// CEL: a lock wait alone must not consume the Job's deadline (defaults included).
-pub const CEL_LOCK_TIMEOUT_BELOW_DEADLINE: &str = "!has(self.spec.jobs) || !has(self.spec.jobs.lockTimeoutSeconds) || self.spec.jobs.lockTimeoutSeconds < (has(self.spec.jobs.activeDeadlineSeconds) ? self.spec.jobs.activeDeadlineSeconds : 3600)";
+/// CEL: a lock wait alone must not consume the Job's deadline (defaults included). The default
+/// deadline comes from the same literal as `defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS`.
+pub const CEL_LOCK_TIMEOUT_BELOW_DEADLINE: &str = concat!(
+    "!has(self.spec.jobs) || !has(self.spec.jobs.lockTimeoutSeconds) || self.spec.jobs.lockTimeoutSeconds < (has(self.spec.jobs.activeDeadlineSeconds) ? self.spec.jobs.activeDeadlineSeconds : ",
+    crate::default_active_deadline_seconds!(),
+    ")"
+);
 /// CEL: exactly one ref per `variablesFrom` entry.
 pub const CEL_ONE_REF_PER_ENTRY: &str =
     "!has(self.spec.variablesFrom) || self.spec.variablesFrom.all(e, has(e.secretRef) != has(e.configMapRef))";

@@ -1,4 +1,4 @@
-//! The spec common to all three kinds (DESIGN.md §2.1).
+//! The spec common to all three kinds (docs/api.md).
 //!
 //! Every field with a default is optional here, so the webhook can tell "unset" from
 //! "set to the default" and `apply_defaults` can fill it in as a JSON patch.

@@ -1,4 +1,4 @@
-//! The status common to all three kinds (DESIGN.md §2.2).
+//! The status common to all three kinds (docs/api.md).
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use schemars::JsonSchema;

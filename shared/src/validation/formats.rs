@@ -5,7 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// Terraform variable names as CAPTF accepts them (DESIGN.md §2.1).
+/// Terraform variable names as CAPTF accepts them (docs/api.md).
 pub const VARIABLE_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_-]*$";
 
 /// A compiled pattern. The patterns are literals exercised by the tests below; were one ever

@@ -1,0 +1,120 @@
+//! What the simulator is still doing, so a test can wait until nothing more will happen instead
+//! of sleeping: requests being handled, and watch events not yet handed to their connections.
+//!
+//! The simulator's own work (the Job controller, the kubelet, the runners) is synchronous: it
+//! happens inside the request or the clock step that causes it. What remains asynchronous is the
+//! HTTP requests in flight and the watch streams. Every event the store publishes is counted;
+//! each watch counts the events it has taken from the store and the lines it has queued and
+//! written. The simulator is quiet when no request is in flight and every live watch has taken
+//! every published event and written every line it queued.
+
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+
+/// Progress of one watch connection.
+#[derive(Debug, Default)]
+pub struct WatchProgress {
+    /// Store events this watch has taken (matching or not), counted like `World::published`.
+    pub taken: AtomicU64,
+    /// Lines queued for the connection.
+    pub queued: AtomicU64,
+    /// Lines handed to the connection's body.
+    pub written: AtomicU64,
+    /// The watch ended (its connection no longer takes events).
+    pub done: AtomicBool,
+}
+
+impl WatchProgress {
+    fn caught_up(&self, published: u64) -> bool {
+        let done = self.done.load(Ordering::SeqCst);
+        let drained = self.queued.load(Ordering::SeqCst) <= self.written.load(Ordering::SeqCst);
+        (done || self.taken.load(Ordering::SeqCst) >= published) && drained
+    }
+}
+
+/// The simulator's activity counters.
+#[derive(Debug, Default)]
+pub struct Activity {
+    in_flight: AtomicUsize,
+    requests: AtomicU64,
+    watches: Mutex<Vec<Weak<WatchProgress>>>,
+}
+
+/// Counts a request as in flight until dropped.
+pub struct InFlight<'a>(&'a Activity);
+
+impl Drop for InFlight<'_> {
+    fn drop(&mut self) {
+        self.0.in_flight.fetch_sub(1, Ordering::SeqCst);
+    }
+}
+
+impl Activity {
+    /// A request arrived; it is in flight until the guard drops (for a watch: until the stream is set up).
+    pub fn request(&self) -> InFlight<'_> {
+        self.requests.fetch_add(1, Ordering::SeqCst);
+        self.in_flight.fetch_add(1, Ordering::SeqCst);
+        InFlight(self)
+    }
+
+    /// A new watch that has taken `taken` of the published events so far.
+    pub fn watch(&self, taken: u64) -> Arc<WatchProgress> {
+        let p = Arc::new(WatchProgress {
+            taken: AtomicU64::new(taken),
+            ..Default::default()
+        });
+        if let Ok(mut w) = self.watches.lock() {
+            w.retain(|x| x.strong_count() > 0);
+            w.push(Arc::downgrade(&p));
+        }
+        p
+    }
+
+    /// Requests received so far (a test sees that something happened when it changes).
+    pub fn requests(&self) -> u64 {
+        self.requests.load(Ordering::SeqCst)
+    }
+
+    /// No request in flight, and every live watch has taken all `published` events and written
+    /// every line it queued.
+    pub fn quiet(&self, published: u64) -> bool {
+        if self.in_flight.load(Ordering::SeqCst) > 0 {
+            return false;
+        }
+        self.watches
+            .lock()
+            .is_ok_and(|w| w.iter().filter_map(Weak::upgrade).all(|p| p.caught_up(published)))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_request_in_flight_is_not_quiet() {
+        let a = Activity::default();
+        let g = a.request();
+        assert!(!a.quiet(0));
+        drop(g);
+        assert!(a.quiet(0));
+        assert_eq!(a.requests(), 1);
+    }
+
+    #[test]
+    fn a_watch_behind_the_store_or_with_lines_unwritten_is_not_quiet() {
+        let a = Activity::default();
+        let w = a.watch(5);
+        assert!(a.quiet(5));
+        assert!(!a.quiet(6), "an event published but not taken");
+        w.taken.fetch_add(1, Ordering::SeqCst);
+        w.queued.fetch_add(1, Ordering::SeqCst);
+        assert!(!a.quiet(6), "a line queued but not written");
+        w.written.fetch_add(1, Ordering::SeqCst);
+        assert!(a.quiet(6));
+        w.done.store(true, Ordering::SeqCst);
+        assert!(a.quiet(7), "an ended watch takes nothing more");
+        drop(w);
+        assert!(a.quiet(100), "a dropped watch is forgotten");
+    }
+}
