@@ -24,17 +24,21 @@
 //! | [`admission`] | calling admission webhooks over TLS |
 //! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
+//! | [`rbac`] | RBAC authorization (Roles, ClusterRoles and their bindings) |
+//! | [`auth`] | ServiceAccount tokens and who a request comes from |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`selectors`] | label and field selectors |
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
 
 pub mod admission;
+pub mod auth;
 pub mod clock;
 pub mod error;
 pub mod events;
 pub mod faults;
 pub mod kubelet;
+pub mod rbac;
 pub mod resources;
 pub mod runner;
 pub mod selectors;
