@@ -30,13 +30,15 @@ pub enum Caller {
     User(UserInfo),
 }
 
-/// The ServiceAccount tokens handed out so far.
+/// The ServiceAccount tokens handed out so far, and the requests RBAC denied.
 #[derive(Debug, Default)]
-pub struct Tokens {
+pub struct Auth {
     by_token: Mutex<HashMap<String, UserInfo>>,
+    denied: Mutex<Vec<String>>,
+    used: Mutex<std::collections::BTreeSet<(String, String)>>,
 }
 
-impl Tokens {
+impl Auth {
     /// A new bearer token for a ServiceAccount (each call makes another; all stay valid).
     pub fn mint(&self, namespace: &str, name: &str) -> String {
         let mut h = std::collections::hash_map::RandomState::new().build_hasher();
@@ -65,6 +67,57 @@ impl Tokens {
         }
         let tokens = self.by_token.lock().unwrap_or_else(|p| p.into_inner());
         tokens.get(token).cloned().map(Caller::User).ok_or_else(unauthorized)
+    }
+
+    /// Ok when the caller may make the request; 403 Forbidden in Kubernetes' words otherwise
+    /// (and the message is kept for [`Auth::denied`]).
+    pub fn authorize(&self, w: &World, caller: &Caller, req: &Request) -> Result<(), ApiError> {
+        let r = authorize(w, caller, req);
+        match (&r, caller, req) {
+            (Err(e), _, _) => self
+                .denied
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .push(e.message.clone()),
+            (
+                Ok(()),
+                Caller::User(u),
+                Request::Resource {
+                    verb,
+                    group,
+                    resource,
+                    subresource,
+                    ..
+                },
+            ) => {
+                let res = match subresource {
+                    Some(s) => format!("{resource}/{s}"),
+                    None => resource.clone(),
+                };
+                self.used
+                    .lock()
+                    .unwrap_or_else(|p| p.into_inner())
+                    .insert((u.name.clone(), format!("{verb} {group}/{res}")));
+            }
+            _ => {}
+        }
+        r
+    }
+
+    /// Every `<verb> <group>/<resource>` a user was allowed so far (`group` empty for core).
+    pub fn used(&self, user: &str) -> std::collections::BTreeSet<String> {
+        self.used
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .iter()
+            .filter(|(u, _)| u == user)
+            .map(|(_, r)| r.clone())
+            .collect()
+    }
+
+    /// The message of every request denied so far, oldest first.
+    pub fn denied(&self) -> Vec<String> {
+        self.denied.lock().unwrap_or_else(|p| p.into_inner()).clone()
     }
 }
 
@@ -118,14 +171,14 @@ mod tests {
 
     #[test]
     fn no_token_and_the_admin_token_are_the_administrator() {
-        let t = Tokens::default();
+        let t = Auth::default();
         assert_eq!(t.authenticate(&HeaderMap::new()).unwrap(), Caller::Admin);
         assert_eq!(t.authenticate(&bearer(ADMIN_TOKEN)).unwrap(), Caller::Admin);
     }
 
     #[test]
     fn a_minted_token_is_its_service_account() {
-        let t = Tokens::default();
+        let t = Auth::default();
         let a = t.mint("ns", "sa");
         let b = t.mint("ns", "sa");
         assert_ne!(a, b, "every token is new");
@@ -139,7 +192,7 @@ mod tests {
 
     #[test]
     fn an_unknown_token_is_unauthorized() {
-        let t = Tokens::default();
+        let t = Auth::default();
         assert_eq!(t.authenticate(&bearer("guess")).unwrap_err().code, 401);
     }
 }

@@ -26,7 +26,7 @@ pub struct Shared {
     pub world: Mutex<World>,
     pub faults: Faults,
     pub services: Services,
-    pub tokens: crate::auth::Tokens,
+    pub auth: crate::auth::Auth,
 }
 
 impl Shared {
@@ -81,7 +81,7 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
         }
         body = events_body_to_core(&headers, body);
     }
-    let caller = match sh.tokens.authenticate(&headers) {
+    let caller = match sh.auth.authenticate(&headers) {
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
@@ -278,7 +278,7 @@ async fn handle_inner(
             namespace: t.ns.clone(),
             name: rbac_name,
         };
-        crate::auth::authorize(&*sh.lock()?, caller, &req)?;
+        sh.auth.authorize(&*sh.lock()?, caller, &req)?;
     }
     let latency = sh.faults.latency();
     if !latency.is_zero() {
@@ -787,7 +787,7 @@ fn token_request(sh: &Arc<Shared>, def: &ResourceDef, ns: &str, name: &str) -> R
             .checked_add(jiff::SignedDuration::from_hours(1))
             .unwrap_or(w.now())
     };
-    let token = sh.tokens.mint(ns, name);
+    let token = sh.auth.mint(ns, name);
     Ok(json_response(
         201,
         &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",

@@ -125,7 +125,7 @@ impl SimBuilder {
             world: Mutex::new(world),
             faults: Faults::default(),
             services: Default::default(),
-            tokens: Default::default(),
+            auth: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
@@ -435,7 +435,21 @@ impl Sim {
     /// requests with it are authorized by the Roles, ClusterRoles and bindings the simulator
     /// holds, and answered 403 in Kubernetes' words when none allows them.
     pub fn token_for(&self, namespace: &str, name: &str) -> String {
-        self.shared.tokens.mint(namespace, name)
+        self.shared.auth.mint(namespace, name)
+    }
+
+    /// The 403 message of every request RBAC denied so far, oldest first (a test running a
+    /// component under its ServiceAccount expects none).
+    pub fn denied(&self) -> Vec<String> {
+        self.shared.auth.denied()
+    }
+
+    /// Every `<verb> <group>/<resource>` the ServiceAccount `namespace/name` was allowed so far
+    /// (`group` empty for the core group; `resource/subresource` for a subresource).
+    pub fn used_rights(&self, namespace: &str, name: &str) -> std::collections::BTreeSet<String> {
+        self.shared
+            .auth
+            .used(&crate::rbac::UserInfo::service_account(namespace, name).name)
     }
 
     /// [`Sim::config`] authenticated as the ServiceAccount `namespace/name` (a new token).

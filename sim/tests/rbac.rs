@@ -76,6 +76,13 @@ async fn a_service_account_gets_only_what_its_role_grants() {
     );
     let other_ns: Api<Secret> = Api::namespaced(sim.client_as("tenant-a", "runner").unwrap(), "tenant-b");
     assert_eq!(status(other_ns.get("mine").await.unwrap_err()).code, 403);
+    assert_eq!(sim.denied().len(), 2, "every denial is kept: {:?}", sim.denied());
+    assert_eq!(sim.denied()[0], e.message);
+    assert_eq!(
+        sim.used_rights("tenant-a", "runner"),
+        ["get /secrets".to_string()].into(),
+        "what was allowed is recorded"
+    );
 }
 
 #[tokio::test]
