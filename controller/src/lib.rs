@@ -2,5 +2,4 @@
 
 pub mod core;
 pub mod explain;
-pub mod rbac;
 pub mod runtime;

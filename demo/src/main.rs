@@ -68,7 +68,16 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
         let rows = demo.run_script().await;
         println!("\n== summary (simulated time {})", stack.sim.now().strftime("%H:%M:%S"));
         println!("{}", summary::render(&rows, 60));
+        let denied = stack.sim.denied();
         match rows.iter().find(|r| !r.ok) {
+            None if !denied.is_empty() => {
+                println!(
+                    "the chart's RBAC denied {} request(s) of the controller; the first: {}",
+                    denied.len(),
+                    denied[0]
+                );
+                code = ExitCode::FAILURE;
+            }
             None => println!("all {} steps behaved as expected", rows.len()),
             Some(r) => {
                 println!("step \"{}\" FAILED: {}", r.step, r.observed);

@@ -18,6 +18,12 @@ use crate::procs::{self, ControllerEnv, Proc, ProcError};
 /// Where the webhook "Service" lives (its certificate is for `<name>.<namespace>.svc`).
 pub const WEBHOOK_NAMESPACE: &str = "captf-system";
 pub const WEBHOOK_SERVICE: &str = "captf-webhook";
+/// The chart's RBAC as `helm template` renders it with default values (a chart test keeps the
+/// file current): the controller runs under its ServiceAccount's rules, so a call the chart
+/// does not allow is a 403 the demo reports.
+pub const CHART_RBAC: &str = include_str!("../../charts/tests/rendered/rbac.yaml");
+/// The controller's ServiceAccount in the chart (release `captf` in `captf-system`).
+pub const CONTROLLER_SA: (&str, &str) = ("captf-system", "captf-controller");
 /// The simulated clock starts here, so every run prints the same times.
 pub const START_TIME: &str = "2026-03-01T10:00:00Z";
 
@@ -37,6 +43,8 @@ pub enum SetupError {
     },
     #[error("failed to create the work directory: {0}")]
     WorkDir(#[source] std::io::Error),
+    #[error("failed to write the controller's kubeconfig: {0}")]
+    Kubeconfig(#[source] std::io::Error),
 }
 
 /// The running pieces. Dropping it kills the children; [`Stack::stop`] stops them gracefully.
@@ -131,8 +139,15 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
     let sim = Sim::builder().start_time(start).seed(9).start().await?;
     sim.create_namespace(crate::lifecycle::NS);
     sim.create_namespace(WEBHOOK_NAMESPACE);
+    sim.load_rbac(CHART_RBAC)?;
     let kubeconfig = work.path().join("kubeconfig");
     sim.write_kubeconfig(&kubeconfig)?;
+    let controller_kubeconfig = work.path().join("controller.kubeconfig");
+    std::fs::write(
+        &controller_kubeconfig,
+        sim.kubeconfig_yaml_as(CONTROLLER_SA.0, CONTROLLER_SA.1),
+    )
+    .map_err(SetupError::Kubeconfig)?;
     say(&format!("captf-sim serving the Kubernetes API on {}", sim.url()));
 
     let find = |name: &str| match bin_dir_hint {
@@ -155,7 +170,7 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
     ));
 
     let env = ControllerEnv {
-        kubeconfig: kubeconfig.clone(),
+        kubeconfig: controller_kubeconfig.clone(),
         namespace: crate::lifecycle::NS.to_string(),
         sim_url: sim.url(),
         metrics_addr: procs::free_addr()?,
@@ -165,8 +180,10 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
     let real = find("captf-controller")?;
     let controller = procs::start_controller(&real, &["run"], &env, log).await?;
     say(&format!(
-        "captf-controller running (KUBECONFIG={}, following the simulator's clock; metrics on http://{}/metrics)",
-        kubeconfig.display(),
+        "captf-controller running as ServiceAccount {}/{} under the chart's RBAC (KUBECONFIG={}, following the simulator's clock; metrics on http://{}/metrics)",
+        CONTROLLER_SA.0,
+        CONTROLLER_SA.1,
+        controller_kubeconfig.display(),
         env.metrics_addr
     ));
     Ok(Stack {

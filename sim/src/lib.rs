@@ -25,6 +25,8 @@
 //! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
 //! | [`https`] | the HTTPS port and in-cluster configuration for child processes |
+//! | [`rbac`] | RBAC authorization (Roles, ClusterRoles and their bindings) |
+//! | [`auth`] | ServiceAccount tokens and who a request comes from |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`selectors`] | label and field selectors |
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
@@ -32,12 +34,14 @@
 
 pub mod activity;
 pub mod admission;
+pub mod auth;
 pub mod clock;
 pub mod error;
 pub mod events;
 pub mod faults;
 pub mod https;
 pub mod kubelet;
+pub mod rbac;
 pub mod resources;
 pub mod runner;
 pub mod selectors;

@@ -29,6 +29,7 @@ pub struct Shared {
     pub faults: Faults,
     pub services: Services,
     pub activity: crate::activity::Activity,
+    pub auth: crate::auth::Auth,
 }
 
 impl Shared {
@@ -84,7 +85,11 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
         }
         body = events_body_to_core(&headers, body);
     }
-    match handle_inner(&sh, &method, &segs, &query, &headers, body, events_view).await {
+    let caller = match sh.auth.authenticate(&headers) {
+        Ok(c) => c,
+        Err(e) => return error_response(&e),
+    };
+    match handle_inner(&sh, &caller, &method, &segs, &query, &headers, body, events_view).await {
         Ok(r) if events_view && !watching => {
             tracing::debug!(%method, %uri, status = r.status().as_u16(), "sim request");
             events_response_to_v1(r).await
@@ -134,8 +139,10 @@ async fn events_response_to_v1(r: Response) -> Response {
     Response::from_parts(parts, Body::from(out))
 }
 
+#[allow(clippy::too_many_arguments)]
 async fn handle_inner(
     sh: &Arc<Shared>,
+    caller: &crate::auth::Caller,
     method: &Method,
     segs: &[&str],
     query: &HashMap<String, String>,
@@ -213,7 +220,11 @@ async fn handle_inner(
         .find(group, version, plural)
         .cloned()
         .ok_or_else(not_found)?;
-    if sub.is_some_and(|s| !((s == "status" && def.has_status) || (s == "eviction" && def.id() == "/pods"))) {
+    if sub.is_some_and(|s| {
+        !((s == "status" && def.has_status)
+            || (s == "eviction" && def.id() == "/pods")
+            || (s == "token" && def.id() == "/serviceaccounts"))
+    }) {
         return Err(not_found());
     }
     let t = Target {
@@ -239,6 +250,40 @@ async fn handle_inner(
             ));
         }
     };
+    {
+        // What RBAC sees: DELETE of a collection is deletecollection; a list or watch names an
+        // object only through a `metadata.name` field selector.
+        let rbac_verb = match (verb, &t.name) {
+            (Verb::Delete, None) => "deletecollection",
+            (Verb::Delete, Some(_)) => "delete",
+            (Verb::Get, _) => "get",
+            (Verb::List, _) => "list",
+            (Verb::Watch, _) => "watch",
+            (Verb::Create, _) => "create",
+            (Verb::Update, _) => "update",
+            (Verb::Patch, _) => "patch",
+        };
+        let rbac_name = match verb {
+            Verb::Create if t.sub.is_none() => None,
+            Verb::List | Verb::Watch => query
+                .get("fieldSelector")
+                .and_then(|f| crate::rbac::name_from_field_selector(f)),
+            _ => t.name.clone(),
+        };
+        let req = crate::rbac::Request::Resource {
+            verb: rbac_verb.into(),
+            group: if events_view {
+                "events.k8s.io".into()
+            } else {
+                t.def.group.clone()
+            },
+            resource: t.def.plural.clone(),
+            subresource: t.sub.clone(),
+            namespace: t.ns.clone(),
+            name: rbac_name,
+        };
+        sh.auth.authorize(&*sh.lock()?, caller, &req)?;
+    }
     let latency = sh.faults.latency();
     if !latency.is_zero() {
         tokio::time::sleep(latency).await;
@@ -282,6 +327,10 @@ async fn handle_inner(
             if t.sub.as_deref() == Some("eviction") {
                 let name = t.name.as_deref().unwrap_or_default();
                 return evict(sh, &t.def, &ns, name);
+            }
+            if t.sub.as_deref() == Some("token") {
+                let name = t.name.as_deref().unwrap_or_default();
+                return token_request(sh, &t.def, &ns, name);
             }
             if t.def.namespaced && t.ns.is_none() {
                 return Err(ApiError::new(
@@ -772,6 +821,26 @@ fn evict(sh: &Arc<Shared>, def: &ResourceDef, ns: &str, name: &str) -> Result<Re
     Ok(json_response(
         201,
         &json!({"kind": "Status", "apiVersion": "v1", "metadata": {}, "status": "Success", "code": 201}),
+    ))
+}
+
+/// `POST .../serviceaccounts/<name>/token`: a TokenRequest answered with a new token of the
+/// ServiceAccount (which must exist).
+fn token_request(sh: &Arc<Shared>, def: &ResourceDef, ns: &str, name: &str) -> Result<Response, ApiError> {
+    let expires = {
+        let w = sh.lock()?;
+        w.get(def, ns, name)?;
+        w.now()
+            .checked_add(jiff::SignedDuration::from_hours(1))
+            .unwrap_or(w.now())
+    };
+    let token = sh.auth.mint(ns, name);
+    Ok(json_response(
+        201,
+        &json!({"apiVersion": "authentication.k8s.io/v1", "kind": "TokenRequest",
+                "metadata": {"name": name, "namespace": ns},
+                "spec": {"audiences": [], "expirationSeconds": 3600},
+                "status": {"token": token, "expirationTimestamp": expires.to_string()}}),
     ))
 }
 

@@ -138,6 +138,7 @@ impl SimBuilder {
             faults: Faults::default(),
             services: Default::default(),
             activity: Default::default(),
+            auth: Default::default(),
         });
         let listener = tokio::net::TcpListener::bind(self.addr)
             .await
@@ -474,6 +475,76 @@ impl Sim {
     /// The fault injector.
     pub fn faults(&self) -> &Faults {
         &self.shared.faults
+    }
+
+    // ---- identities and RBAC ----
+
+    /// A new bearer token of the ServiceAccount `namespace/name` (as a TokenRequest gives):
+    /// requests with it are authorized by the Roles, ClusterRoles and bindings the simulator
+    /// holds, and answered 403 in Kubernetes' words when none allows them.
+    pub fn token_for(&self, namespace: &str, name: &str) -> String {
+        self.shared.auth.mint(namespace, name)
+    }
+
+    /// The 403 message of every request RBAC denied so far, oldest first (a test running a
+    /// component under its ServiceAccount expects none).
+    pub fn denied(&self) -> Vec<String> {
+        self.shared.auth.denied()
+    }
+
+    /// Every `<verb> <group>/<resource>` the ServiceAccount `namespace/name` was allowed so far
+    /// (`group` empty for the core group; `resource/subresource` for a subresource).
+    pub fn used_rights(&self, namespace: &str, name: &str) -> std::collections::BTreeSet<String> {
+        self.shared
+            .auth
+            .used(&crate::rbac::UserInfo::service_account(namespace, name).name)
+    }
+
+    /// [`Sim::config`] authenticated as the ServiceAccount `namespace/name` (a new token).
+    pub fn config_as(&self, namespace: &str, name: &str) -> kube::Config {
+        let mut c = self.config();
+        c.auth_info.token = Some(self.token_for(namespace, name).into());
+        c
+    }
+
+    /// A kube `Client` authenticated as the ServiceAccount `namespace/name`.
+    pub fn client_as(&self, namespace: &str, name: &str) -> Result<kube::Client, SimError> {
+        Ok(kube::Client::try_from(self.config_as(namespace, name))?)
+    }
+
+    /// [`Sim::kubeconfig_yaml`] whose user is the ServiceAccount `namespace/name` (a new token).
+    pub fn kubeconfig_yaml_as(&self, namespace: &str, name: &str) -> String {
+        let token = self.token_for(namespace, name);
+        self.kubeconfig_yaml()
+            .replace("    token: captf-sim\n", &format!("    token: {token}\n"))
+    }
+
+    /// Store the ServiceAccounts, Roles, ClusterRoles, RoleBindings and ClusterRoleBindings of a
+    /// multi-document YAML stream (e.g. `helm template` of a chart), creating their namespaces;
+    /// every other document is skipped. Returns how many objects were stored.
+    pub fn load_rbac(&self, yaml: &str) -> Result<usize, SimError> {
+        const KINDS: [&str; 5] = [
+            "ServiceAccount",
+            "Role",
+            "ClusterRole",
+            "RoleBinding",
+            "ClusterRoleBinding",
+        ];
+        let mut n = 0;
+        for doc in serde_yaml_ng::Deserializer::from_str(yaml) {
+            let v: Value = serde::Deserialize::deserialize(doc)
+                .map_err(|e| SimError::Api(ApiError::bad_request(format!("a document is not YAML: {e}"))))?;
+            let kind = v.get("kind").and_then(Value::as_str).unwrap_or_default();
+            if !KINDS.contains(&kind) {
+                continue;
+            }
+            if let Some(ns) = v.pointer("/metadata/namespace").and_then(Value::as_str) {
+                self.create_namespace(ns);
+            }
+            self.put(v)?;
+            n += 1;
+        }
+        Ok(n)
     }
 
     /// Where a webhook configuration's `service: {namespace, name}` points (e.g. a webhook

@@ -258,6 +258,30 @@ pub fn helm_template_chart(release: &str, chart: &Path, extra: &[&str]) -> Resul
     Ok(Rendered { yaml, docs })
 }
 
+/// The kinds of the chart's RBAC (what the simulator loads to authorize requests).
+pub const RBAC_KINDS: [&str; 5] = [
+    "ServiceAccount",
+    "Role",
+    "ClusterRole",
+    "RoleBinding",
+    "ClusterRoleBinding",
+];
+
+/// The RBAC documents of a rendering, in order.
+pub fn rbac_documents(r: &Rendered) -> Vec<Value> {
+    r.docs
+        .iter()
+        .filter(|d| RBAC_KINDS.iter().any(|k| d["kind"] == *k))
+        .cloned()
+        .collect()
+}
+
+/// `charts/tests/rendered/rbac.yaml`: the chart's default RBAC, rendered, for tests that run
+/// without helm.
+pub fn rendered_rbac_path() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("rendered/rbac.yaml")
+}
+
 /// `helm template` that is expected to fail: returns its stderr, or `None` when it succeeded.
 pub fn helm_template_error(extra: &[&str]) -> Result<Option<String>, ToolError> {
     match helm_template(extra) {

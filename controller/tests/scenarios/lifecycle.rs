@@ -578,6 +578,7 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
 async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses() -> Result<()> {
     let sim = Sim::builder().start_time(T0.parse()?).start().await?;
     sim.create_namespace(NS);
+    sim.load_rbac(CHART_RBAC)?;
     let env = Env { sim, handle: None };
     let start = |who: &str| {
         let mut a = args();
@@ -586,7 +587,7 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
         a.leader_lease_seconds = 2;
         a.leader_identity = Some(who.into());
         let clock = Arc::new(WatchClock::new(env.sim.clock_watch()));
-        let client = env.sim.client();
+        let client = env.controller_client();
         async move { Ok::<_, anyhow::Error>(runtime::start(client?, &a, clock).await?) }
     };
     let a = start("replica-a").await?;
@@ -648,5 +649,49 @@ async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> 
         c.pointer("/status/outputs/admin_token").is_none(),
         "sensitive outputs stay in the Secret"
     );
+    Ok(())
+}
+
+/// The whole lifecycle (inputs from a Secret and a ConfigMap, apply, Ready, delete, destroy,
+/// finalizer removed) under the chart's controller ServiceAccount: every call it makes is one
+/// the chart's RBAC allows (`Env::until` fails on the first 403).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn controller_under_chart_rbac_runs_the_lifecycle() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.sim
+        .put(secret_json("creds", "vars.json", br#"{"token": "s3cr3t"}"#)?)?;
+    env.sim.put(json!({"apiVersion": "v1", "kind": "ConfigMap",
+                       "metadata": {"name": "sizes", "namespace": NS},
+                       "data": {"vars.json": "{\"size\": \"small\"}"}}))?;
+    let k = Kind::TerraformCluster;
+    let j1 = env
+        .create_cluster(
+            "ruled",
+            json!({"variablesFrom": [{"secretRef": {"name": "creds", "key": "vars.json"}},
+                                      {"configMapRef": {"name": "sizes", "key": "vars.json"}}]}),
+        )
+        .await?;
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("ruled").await?;
+    env.delete::<TerraformCluster>("ruled").await?;
+    env.job(k, "ruled", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("object gone", |e| e.object(TC, "ruled").is_none().then_some(()))
+        .await?;
+    env.no_denials()?;
+    let used = env.sim.used_rights(CONTROLLER_SA.0, CONTROLLER_SA.1);
+    for right in [
+        "create batch/jobs",
+        "watch batch/jobs",
+        "create /secrets",
+        "create events.k8s.io/events",
+        "watch infrastructure.cluster.x-k8s.io/terraformclusters",
+    ] {
+        assert!(
+            used.contains(right),
+            "the controller ran under its token: {right} in {used:?}"
+        );
+    }
+    eprintln!("rights used: {used:#?}");
     Ok(())
 }

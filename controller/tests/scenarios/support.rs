@@ -21,6 +21,13 @@ pub(crate) const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepo
 pub(crate) const T0: &str = "2026-01-01T00:00:00Z";
 pub(crate) const WAIT: Duration = Duration::from_secs(15);
 
+/// The chart's RBAC, as `helm template` renders it with default values (a chart test keeps the
+/// file current). The controller runs under its ServiceAccount: a call the chart does not allow
+/// is a 403, and [`Env::until`] fails the test on the first one.
+pub(crate) const CHART_RBAC: &str = include_str!("../../../charts/tests/rendered/rbac.yaml");
+/// The controller's ServiceAccount in the chart (release `captf` in `captf-system`).
+pub(crate) const CONTROLLER_SA: (&str, &str) = ("captf-system", "captf-controller");
+
 pub(crate) fn args() -> RunArgs {
     RunArgs {
         namespace: Some(NS.into()),
@@ -79,6 +86,7 @@ impl Env {
         }
         let sim = builder.start_time(T0.parse()?).start().await?;
         sim.create_namespace(NS);
+        sim.load_rbac(CHART_RBAC)?;
         let mut env = Env { sim, handle: None };
         env.start_controller().await?;
         Ok(env)
@@ -86,8 +94,26 @@ impl Env {
 
     pub(crate) async fn start_controller(&mut self) -> Result<()> {
         let clock = Arc::new(WatchClock::new(self.sim.clock_watch()));
-        let handle = runtime::start(self.sim.client()?, &args(), clock).await?;
+        let handle = runtime::start(self.controller_client()?, &args(), clock).await?;
         self.handle = Some(handle);
+        Ok(())
+    }
+
+    /// A client with the chart's controller ServiceAccount's rights (a new token).
+    pub(crate) fn controller_client(&self) -> Result<kube::Client> {
+        Ok(self.sim.client_as(CONTROLLER_SA.0, CONTROLLER_SA.1)?)
+    }
+
+    /// Fail when RBAC denied any request so far (the controller needs a right the chart does
+    /// not give it).
+    pub(crate) fn no_denials(&self) -> Result<()> {
+        let denied = self.sim.denied();
+        if let Some(first) = denied.first() {
+            bail!(
+                "the chart's RBAC denied {} request(s); the first: {first}",
+                denied.len()
+            );
+        }
         Ok(())
     }
 
@@ -145,6 +171,7 @@ impl Env {
     pub(crate) async fn until<T>(&self, what: &str, mut f: impl FnMut(&Env) -> Option<T>) -> Result<T> {
         let deadline = std::time::Instant::now() + WAIT;
         loop {
+            self.no_denials()?;
             if let Some(v) = f(self) {
                 return Ok(v);
             }
