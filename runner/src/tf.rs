@@ -415,6 +415,17 @@ mod tests {
         (Tf::new("/bin/sh", dir, rx, log), tx, buf)
     }
 
+    /// Wait (at most 5 s) for the file a test child writes once it has started.
+    async fn wait_for_marker(marker: &Path) {
+        for _ in 0..500 {
+            if marker.exists() {
+                return;
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        panic!("child never started: {} never appeared", marker.display());
+    }
+
     fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
         String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
     }
@@ -532,13 +543,7 @@ mod tests {
             let t = t.clone();
             async move { t.run(&sh(&script), Stdout::Stream).await }
         });
-        for _ in 0..500 {
-            if marker.exists() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(marker.exists(), "child never started");
+        wait_for_marker(&marker).await;
         tx.send(true).unwrap();
         // A second request must not produce a second SIGINT.
         tx.send(true).unwrap();
@@ -570,13 +575,7 @@ mod tests {
             let t = t.clone();
             async move { t.run(&sh(&script), Stdout::Stream).await }
         });
-        for _ in 0..500 {
-            if marker.exists() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(10)).await;
-        }
-        assert!(marker.exists(), "child never started");
+        wait_for_marker(&marker).await;
         tx.send(true).unwrap();
         let err = tokio::time::timeout(Duration::from_secs(30), run)
             .await

@@ -301,6 +301,23 @@ impl Env {
         }
     }
 
+    /// Start an apply of `a` that holds in the middle of its change (lock taken) until `gate`
+    /// exists; returns once the change is under way.
+    async fn start_held_apply(&mut self, gate: &Path) -> Running {
+        let gate_text = gate.display().to_string();
+        let mut running = self.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
+        running.until_file(&self.world().busy_marker("a").unwrap()).await;
+        running
+    }
+
+    /// A runner killed mid-apply, as a container dies: returns the lock ID it left held.
+    async fn die_mid_apply(&mut self) -> String {
+        let gate = self.sb.path().join("never-opened");
+        self.start_held_apply(&gate).await.kill_9().await;
+        self.lock_holder()
+            .expect("a runner killed mid-apply leaves the lock held")
+    }
+
     async fn run(&mut self, op: &str, vars: Value, extra: &[(&str, &str)]) -> Ran {
         self.start(op, vars, extra).finish().await
     }
@@ -504,15 +521,7 @@ async fn a_different_plan_after_approval_is_plan_changed() {
 async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it_and_applies() {
     require_namespaces!();
     let mut env = Env::new().await;
-    let gate = env.sb.path().join("never-opened");
-    let gate_text = gate.display().to_string();
-    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
-    running.until_file(&env.world().busy_marker("a").unwrap()).await;
-    running.kill_9().await;
-
-    let held = env
-        .lock_holder()
-        .expect("a runner killed mid-apply leaves the lock held");
+    let held = env.die_mid_apply().await;
     let info = env.lock_info();
     assert_eq!(info["ID"], held.as_str(), "the Lease holder is Terraform's lock ID");
     assert!(
@@ -554,12 +563,7 @@ async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it
 async fn a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_op() {
     require_namespaces!();
     let mut env = Env::new().await;
-    let gate = env.sb.path().join("never-opened");
-    let gate_text = gate.display().to_string();
-    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
-    running.until_file(&env.world().busy_marker("a").unwrap()).await;
-    running.kill_9().await;
-    let held = env.lock_holder().unwrap();
+    let held = env.die_mid_apply().await;
 
     let wrong = "11111111-2222-3333-4444-555555555555";
     let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", wrong)]).await;
@@ -619,9 +623,7 @@ async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() 
     require_namespaces!();
     let mut env = Env::new().await;
     let gate = env.sb.path().join("gate");
-    let gate_text = gate.display().to_string();
-    let mut running = env.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
-    running.until_file(&env.world().busy_marker("a").unwrap()).await;
+    let mut running = env.start_held_apply(&gate).await;
     assert!(env.lock_holder().is_some(), "the apply holds the lock");
 
     running.sigterm();
