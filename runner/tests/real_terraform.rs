@@ -31,6 +31,8 @@ const SUFFIX: &str = "prod-eu-tc";
 const STATE_SECRET: &str = "tfstate-default-prod-eu-tc";
 const LOCK_LEASE: &str = "lock-tfstate-default-prod-eu-tc";
 const OUTPUTS_SECRET: &str = "captf-outputs-prod-eu-tc";
+/// The runner's ServiceAccount in the chart.
+const RUNNER_SA: &str = "captf-runner";
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Upper bound on any one wait for a process; a test that hits it fails, it never passes by it.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -74,6 +76,8 @@ struct Env {
     sb: Sandbox,
     module: PathBuf,
     runs: usize,
+    /// The pod's service-account token: the simulator's admin, or a ServiceAccount's.
+    token: String,
 }
 
 /// One finished runner: exit code, parsed result, and everything it printed.
@@ -203,7 +207,18 @@ impl Env {
             sb,
             module,
             runs: 0,
+            token: captf_sim::auth::ADMIN_TOKEN.to_string(),
         }
+    }
+
+    /// The runner runs as the chart's runner ServiceAccount, authorized by the chart's
+    /// rendered RBAC (`charts/tests/rendered/rbac.yaml`) as a real API server would.
+    async fn under_chart_rbac() -> Env {
+        let mut env = Env::new().await;
+        let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tests/rendered/rbac.yaml");
+        env.sim.load_rbac(&std::fs::read_to_string(rbac).unwrap()).unwrap();
+        env.token = env.sim.token_for(NS, RUNNER_SA);
+        env
     }
 
     fn world(&self) -> World {
@@ -246,7 +261,7 @@ impl Env {
         )
         .unwrap();
         let https = self.sim.https().unwrap();
-        https.write_service_account_files(&sa, NS, "captf-sim").unwrap();
+        https.write_service_account_files(&sa, NS, &self.token).unwrap();
         let termination_log = run.join("termination-log");
         let pod = format!("tc-prod-eu-225654-{op}-{}-x2k9q", self.runs);
         let p = |s: &Path| s.display().to_string();
@@ -301,11 +316,11 @@ impl Env {
         }
     }
 
-    /// Start an apply of `a` that holds in the middle of its change (lock taken) until `gate`
-    /// exists; returns once the change is under way.
+    /// Start an apply of `a` with content `held` that holds in the middle of its change (lock
+    /// taken) until `gate` exists; returns once the change is under way.
     async fn start_held_apply(&mut self, gate: &Path) -> Running {
         let gate_text = gate.display().to_string();
-        let mut running = self.start("apply", a("one"), &[(HOLD_ENV, &gate_text)]);
+        let mut running = self.start("apply", a("held"), &[(HOLD_ENV, &gate_text)]);
         running.until_file(&self.world().busy_marker("a").unwrap()).await;
         running
     }
@@ -635,4 +650,44 @@ async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() 
     assert_eq!(ran.outcome(), (Some(5), RunResult::Interrupted, Phase::Apply));
     assert_eq!(ran.output.matches("Interrupt received").count(), 1, "{}", ran.output);
     assert_eq!(env.lock_holder(), None, "Terraform released its lock on the way out");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_the_charts_runner_rbac_every_step_works_and_these_are_the_calls_the_backend_makes() {
+    require_namespaces!();
+    let mut env = Env::under_chart_rbac().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    assert_eq!(
+        env.run("drift", a("one"), &[]).await.result.result,
+        RunResult::Succeeded
+    );
+    let held = env.die_mid_apply().await;
+    let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", &held)]).await;
+    assert_eq!(ran.result.result, RunResult::Succeeded);
+    assert_eq!(
+        env.run("destroy", a("one"), &[]).await.result.result,
+        RunResult::Succeeded
+    );
+    assert_eq!(
+        env.sim.denied(),
+        Vec::<String>::new(),
+        "the chart's runner RBAC allows every call"
+    );
+
+    // What the runner (its outputs Secret) and Terraform's kubernetes backend need. `list` on
+    // Secrets is the backend's workspace listing at init: resourceNames cannot restrict a list,
+    // so a runner can read every Secret of the namespaces its Role is bound in.
+    let used = env.sim.used_rights(NS, RUNNER_SA);
+    eprintln!("rights used: {used:?}");
+    let expected = [
+        "create /secrets",
+        "create coordination.k8s.io/leases",
+        "get /secrets",
+        "get coordination.k8s.io/leases",
+        "list /secrets",
+        "patch /secrets",
+        "update /secrets",
+        "update coordination.k8s.io/leases",
+    ];
+    assert_eq!(used.iter().map(String::as_str).collect::<Vec<_>>(), expected);
 }
