@@ -13,8 +13,10 @@
 //! | [`devcerts`] | a development CA and serving certificate (rcgen) |
 
 pub mod admission;
+pub mod budget;
 pub mod cli;
 pub mod devcerts;
+pub mod fuzzing;
 pub mod idle;
 pub mod metrics;
 pub mod patch;
@@ -39,5 +41,7 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9443";
 /// Where the plain metrics server listens by default.
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:8080";
-/// The largest AdmissionReview body accepted (3 MiB); larger ones get 413.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// The largest AdmissionReview body accepted by default (7 MiB, as controller-runtime accepts): an
+/// UPDATE carries the object and its old version, each up to etcd's 1.5 MiB, with room for the
+/// JSON escaping of both. Larger ones get 413.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 7 * 1024 * 1024;

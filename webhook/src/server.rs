@@ -20,7 +20,7 @@ use tokio_rustls::TlsAcceptor;
 
 use crate::idle::IdleTimeout;
 use crate::metrics::{Metrics, metrics_router};
-use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, router};
+use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
@@ -45,6 +45,8 @@ pub struct Config {
     pub shutdown_delay: Duration,
     /// How long open connections get to finish after accepting stops.
     pub shutdown_grace: Duration,
+    /// Body size, in-flight budget and large-review knobs.
+    pub limits: Limits,
 }
 
 impl Config {
@@ -60,6 +62,7 @@ impl Config {
             idle_timeout: Duration::from_secs(60),
             shutdown_delay: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(20),
+            limits: Limits::default(),
         }
     }
 }
@@ -114,7 +117,9 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
         }
         None => (None, None),
     };
-    let state = AppState::new(metrics).with_body_timeout(config.body_timeout);
+    let state = AppState::new(metrics)
+        .with_body_timeout(config.body_timeout)
+        .with_limits(config.limits);
     Ok(Bound {
         config,
         listener,
