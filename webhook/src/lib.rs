@@ -5,7 +5,9 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
-//! | [`idle`] | closing connections that send nothing (hyper's header timeout starts only with a request) |
+//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count |
+//! | [`budget`] | requests and body bytes in flight across connections (429 past them) |
+//! | [`fuzzing`] | the fuzz entry point, also replayed over the committed corpus by `cargo test` |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
 //! | [`metrics`] | prometheus-client metrics and the plain `/metrics` router |
 //! | [`server`] | binding, the TLS accept loop, timeouts, graceful shutdown |
@@ -15,9 +17,9 @@
 pub mod admission;
 pub mod budget;
 pub mod cli;
+pub mod conn;
 pub mod devcerts;
 pub mod fuzzing;
-pub mod idle;
 pub mod metrics;
 pub mod patch;
 pub mod routes;
