@@ -11,7 +11,6 @@ use base64::Engine as _;
 use captf_shared::defaults::apply_defaults;
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
-use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -293,7 +292,7 @@ struct LeanRequest<'a> {
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
     operation: Operation,
-    user_info: UserInfo,
+    user_info: CheckedUserInfo,
     #[serde(borrow)]
     object: Option<ObjectParts<'a>>,
     #[serde(borrow)]
@@ -302,6 +301,86 @@ struct LeanRequest<'a> {
     dry_run: bool,
     #[serde(default)]
     options: Option<IgnoredAny>,
+}
+
+/// `userInfo`, checked as kube's `UserInfo` (k8s-openapi) reads it, but not kept: a body can
+/// hold millions of group names, and a `String` for each costs eight times its JSON. An object
+/// whose `extra` is a map of string lists, `groups` a string list and `uid`, `username` strings
+/// (each may be `null`); other fields are skipped; a repeated field is read again.
+struct CheckedUserInfo;
+
+impl<'de> Deserialize<'de> for CheckedUserInfo {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedUserInfo;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("struct UserInfo")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedUserInfo, A::Error> {
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match key.0.as_ref() {
+                        "extra" => {
+                            map.next_value::<Option<CheckedExtra>>()?;
+                        }
+                        "groups" => {
+                            map.next_value::<Option<CheckedStrings>>()?;
+                        }
+                        "uid" | "username" => {
+                            map.next_value::<Option<Str<'de>>>()?;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(CheckedUserInfo)
+            }
+        }
+        d.deserialize_struct("UserInfo", &["extra", "groups", "uid", "username"], V)
+    }
+}
+
+/// A list of strings, checked and dropped one by one.
+struct CheckedStrings;
+
+impl<'de> Deserialize<'de> for CheckedStrings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedStrings;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CheckedStrings, A::Error> {
+                while seq.next_element::<Str<'de>>()?.is_some() {}
+                Ok(CheckedStrings)
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A map of string lists, checked and dropped entry by entry.
+struct CheckedExtra;
+
+impl<'de> Deserialize<'de> for CheckedExtra {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedExtra;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedExtra, A::Error> {
+                while map.next_key::<Str<'de>>()?.is_some() {
+                    map.next_value::<CheckedStrings>()?;
+                }
+                Ok(CheckedExtra)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// The outside of a review: read without building the request or the objects.
@@ -969,6 +1048,36 @@ mod tests {
     }
 
     #[test]
+    fn user_info_is_accepted_and_refused_exactly_as_kubes_user_info() {
+        use serde_json::json;
+        for user_info in [
+            json!({}),
+            json!({"extra": {"a": ["x", "y"]}, "groups": ["g"], "uid": "u", "username": "n", "other": [1]}),
+            json!({"extra": null, "groups": null, "uid": null, "username": null}),
+            json!({"extra": {"a": null}}),
+            json!({"extra": {"a": [1]}}),
+            json!({"extra": []}),
+            json!({"groups": [null]}),
+            json!({"groups": "g"}),
+            json!({"groups": ["a\u{41}"], "username": "\u{e9}"}),
+            json!({"uid": 1}),
+            json!(["n", ["g"]]),
+            json!(null),
+            json!("x"),
+        ] {
+            let ours = serde_json::from_value::<CheckedUserInfo>(user_info.clone()).is_ok();
+            let kubes =
+                serde_json::from_value::<k8s_openapi::api::authentication::v1::UserInfo>(user_info.clone()).is_ok();
+            assert_eq!(ours, kubes, "{user_info}");
+            let text = user_info.to_string();
+            let ours = serde_json::from_str::<CheckedUserInfo>(&text).is_ok();
+            assert_eq!(ours, kubes, "{text}");
+        }
+        let escaped = r#"{"groups": ["a\u0041\n"], "username": "\u00e9"}"#;
+        assert!(serde_json::from_str::<CheckedUserInfo>(escaped).is_ok());
+    }
+
+    #[test]
     fn a_body_the_fast_path_refuses_is_answered_by_the_slow_path_alike() {
         // An object that is not a JSON object: kube's types take it, the fast path does not.
         let mut review = fixture("cluster-create-accepted");
@@ -1113,6 +1222,10 @@ mod tests {
                 proptest::strategy::Just("/request/operation"),
                 proptest::strategy::Just("/request/userInfo"),
                 proptest::strategy::Just("/request/userInfo/groups"),
+                proptest::strategy::Just("/request/userInfo/groups/0"),
+                proptest::strategy::Just("/request/userInfo/username"),
+                proptest::strategy::Just("/request/userInfo/uid"),
+                proptest::strategy::Just("/request/userInfo/extra"),
                 proptest::strategy::Just("/request/object"),
                 proptest::strategy::Just("/request/object/metadata"),
                 proptest::strategy::Just("/request/object/metadata/name"),
