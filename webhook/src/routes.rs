@@ -252,8 +252,16 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
 
 async fn answer(route: Route, state: &AppState, req: Request) -> Result<admission::Reviewed, RejectError> {
     check_content_type(req.headers())?;
-    let (parts, body) = req.into_parts();
-    let mut admission = state.budget.admit()?;
+    let (parts, mut body) = req.into_parts();
+    let mut admission = match state.budget.admit() {
+        Ok(a) => a,
+        Err(refused) => {
+            // Read and drop (at most a body's worth) so the client reads the 429.
+            let deadline = tokio::time::Instant::now() + state.body_timeout;
+            discard(&mut body, state.limits.max_body_bytes, deadline).await;
+            return Err(refused.into());
+        }
+    };
     let body = read_body(&parts.headers, body, state, &mut admission).await?;
     let reviewed = if body.len() <= state.limits.inline_body_bytes {
         admission::review(route, &body)?
@@ -341,7 +349,10 @@ async fn read_body(
     }
     if let Some(n) = declared {
         // Fits in usize: it is at most `max`.
-        admission.reserve(n as usize)?;
+        if let Err(refused) = admission.reserve(n as usize) {
+            discard(&mut body, max, deadline).await;
+            return Err(refused.into());
+        }
     }
     let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(0, |n| n as usize));
     loop {

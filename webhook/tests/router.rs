@@ -581,7 +581,7 @@ async fn a_large_spec_within_the_limit_is_defaulted_like_a_small_one() {
     spec.remove("paused");
     spec.remove("jobs");
     let mut large = small.clone();
-    large["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; 100_000], "y": {"z": [1, 2]}});
+    large["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; 90_000], "y": {"z": [1, 2]}});
     let a = review(MUTATE_PATH, &small).await;
     let b = review(MUTATE_PATH, &large).await;
     assert!(a["response"]["patch"].is_string(), "{a}");
@@ -730,4 +730,22 @@ async fn a_large_review_with_no_free_slot_in_time_gets_503_with_a_reason() {
     assert!(text.contains("no slot for a large review within 5s"), "{text}");
     drop(slot);
     assert_eq!(post(VALIDATE_PATH, body).await_with(&st).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_spec_with_too_many_values_is_denied_before_it_is_built() {
+    use captf_webhook::admission::MAX_SPEC_VALUES;
+    let mut req = fixture("cluster-create-accepted");
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES]});
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], false);
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!("spec: must hold at most {MAX_SPEC_VALUES} JSON values")),
+        "{msg}"
+    );
+    // Just under the limit it is built and validated as usual.
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES - 100]});
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], true, "{}", resp["response"]["status"]);
 }
