@@ -39,8 +39,8 @@ pub const MAX_WARNING_BYTES: usize = 512;
 /// Secret, which holds at most 1 MiB; a spec that does not fit in it cannot be run, and refusing it
 /// unparsed keeps the memory a review costs bounded (a JSON tree is many times its text).
 pub const MAX_SPEC_BYTES: usize = 1024 * 1024;
-/// A raw `spec` holding more JSON values than this (numbers, strings, lists, objects, counted
-/// before anything is built) is denied: parsed, each value costs about 150 bytes however short its
+/// A raw `spec` holding more JSON values than this (numbers, strings, lists, objects and object
+/// keys, counted before anything is built) is denied: parsed, each value costs about 150 bytes however short its
 /// text, so this is what bounds a review's memory (about 15 MiB). A 512 KiB `variables` document
 /// of realistic values holds a few tens of thousands.
 pub const MAX_SPEC_VALUES: usize = 100_000;
@@ -790,8 +790,8 @@ fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<Cap
                 report.violation(
                     &captf_shared::validation::FieldPath::new("spec"),
                     format!(
-                        "must hold at most {MAX_SPEC_VALUES} JSON values (numbers, strings, lists and objects, \
-                         nested ones included); the value is the limit it passed"
+                        "must hold at most {MAX_SPEC_VALUES} JSON values (numbers, strings, lists, objects and \
+                         object keys, nested ones included); the value is the limit it passed"
                     ),
                     &MAX_SPEC_VALUES,
                 );
@@ -866,6 +866,8 @@ fn count_values(text: &str, max: usize) -> Option<usize> {
         fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
             self.one()?;
             while map.next_key::<IgnoredAny>()?.is_some() {
+                // A key costs what a string value costs.
+                self.one()?;
                 map.next_value_seed(Count {
                     n: &mut *self.n,
                     max: self.max,
@@ -1148,7 +1150,7 @@ mod tests {
     fn count_values_counts_every_value_and_stops_past_the_limit() {
         assert_eq!(
             count_values(r#"{"a": [1, "x", null, {"b": true}], "c": 2.5}"#, 100),
-            Some(8)
+            Some(11)
         );
         assert_eq!(count_values("[0, 0, 0]", 3), None);
         assert_eq!(count_values("[0, 0]", 3), Some(3));

@@ -745,7 +745,18 @@ async fn a_spec_with_too_many_values_is_denied_before_it_is_built() {
         "{msg}"
     );
     // Just under the limit it is built and validated as usual.
-    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES - 100]});
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES - 1000]});
     let resp = review(VALIDATE_PATH, &req).await;
     assert_eq!(resp["response"]["allowed"], true, "{}", resp["response"]["status"]);
+}
+
+#[tokio::test]
+async fn object_keys_count_towards_the_spec_value_limit() {
+    use captf_webhook::admission::MAX_SPEC_VALUES;
+    let mut req = fixture("cluster-create-accepted");
+    let vars: serde_json::Map<String, Value> = (0..MAX_SPEC_VALUES / 2).map(|i| (format!("v{i}"), json!(0))).collect();
+    req["request"]["object"]["spec"]["variables"] = Value::Object(vars);
+    let resp = review(VALIDATE_PATH, &req).await;
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("spec: must hold at most"), "{msg}");
 }
