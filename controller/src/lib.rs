@@ -2,4 +2,5 @@
 
 pub mod core;
 pub mod explain;
+pub mod fuzzing;
 pub mod runtime;

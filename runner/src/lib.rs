@@ -15,6 +15,7 @@
 //! | [`secret`] | the outputs Secret, written with server-side apply |
 
 pub mod config;
+pub mod fuzzing;
 pub mod guard;
 pub mod ops;
 pub mod outputs;

@@ -45,12 +45,19 @@ pub fn read_inputs(inputs_dir: &Path) -> Result<Inputs, WorkdirError> {
         path: path.clone(),
         source,
     })?;
-    let inputs: Inputs = serde_json::from_slice(&text).map_err(|source| WorkdirError::ParseInputs {
-        path: path.clone(),
+    parse_inputs(&path, &text)
+}
+
+/// Parse the text of `inputs.json` (read from `path`, named in errors).
+pub fn parse_inputs(path: &Path, text: &[u8]) -> Result<Inputs, WorkdirError> {
+    let inputs: Inputs = serde_json::from_slice(text).map_err(|source| WorkdirError::ParseInputs {
+        path: path.to_path_buf(),
         source,
     })?;
     if inputs.module.source.trim().is_empty() {
-        return Err(WorkdirError::EmptySource { path });
+        return Err(WorkdirError::EmptySource {
+            path: path.to_path_buf(),
+        });
     }
     Ok(inputs)
 }

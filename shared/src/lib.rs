@@ -20,6 +20,7 @@ pub mod conditions;
 pub mod crd;
 pub mod defaults;
 pub mod duration;
+pub mod fuzzing;
 pub mod inputs;
 pub mod keys;
 pub mod kind;

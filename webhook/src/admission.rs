@@ -11,7 +11,6 @@ use base64::Engine as _;
 use captf_shared::defaults::apply_defaults;
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
-use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -40,6 +39,11 @@ pub const MAX_WARNING_BYTES: usize = 512;
 /// Secret, which holds at most 1 MiB; a spec that does not fit in it cannot be run, and refusing it
 /// unparsed keeps the memory a review costs bounded (a JSON tree is many times its text).
 pub const MAX_SPEC_BYTES: usize = 1024 * 1024;
+/// A raw `spec` holding more JSON values than this (numbers, strings, lists, objects and object
+/// keys, counted before anything is built) is denied: parsed, each value costs about 150 bytes however short its
+/// text, so this is what bounds a review's memory (about 15 MiB). A 512 KiB `variables` document
+/// of realistic values holds a few tens of thousands.
+pub const MAX_SPEC_VALUES: usize = 100_000;
 /// A body the fast path refuses is read again with kube's types (for their exact error) only up to
 /// this size; kube's types build every string and list, which can cost many times the body.
 pub const MAX_SLOW_PATH_BYTES: usize = 1024 * 1024;
@@ -293,7 +297,7 @@ struct LeanRequest<'a> {
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
     operation: Operation,
-    user_info: UserInfo,
+    user_info: CheckedUserInfo,
     #[serde(borrow)]
     object: Option<ObjectParts<'a>>,
     #[serde(borrow)]
@@ -302,6 +306,86 @@ struct LeanRequest<'a> {
     dry_run: bool,
     #[serde(default)]
     options: Option<IgnoredAny>,
+}
+
+/// `userInfo`, checked as kube's `UserInfo` (k8s-openapi) reads it, but not kept: a body can
+/// hold millions of group names, and a `String` for each costs eight times its JSON. An object
+/// whose `extra` is a map of string lists, `groups` a string list and `uid`, `username` strings
+/// (each may be `null`); other fields are skipped; a repeated field is read again.
+struct CheckedUserInfo;
+
+impl<'de> Deserialize<'de> for CheckedUserInfo {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedUserInfo;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("struct UserInfo")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedUserInfo, A::Error> {
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    match key.0.as_ref() {
+                        "extra" => {
+                            map.next_value::<Option<CheckedExtra>>()?;
+                        }
+                        "groups" => {
+                            map.next_value::<Option<CheckedStrings>>()?;
+                        }
+                        "uid" | "username" => {
+                            map.next_value::<Option<Str<'de>>>()?;
+                        }
+                        _ => {
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
+                }
+                Ok(CheckedUserInfo)
+            }
+        }
+        d.deserialize_struct("UserInfo", &["extra", "groups", "uid", "username"], V)
+    }
+}
+
+/// A list of strings, checked and dropped one by one.
+struct CheckedStrings;
+
+impl<'de> Deserialize<'de> for CheckedStrings {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedStrings;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a sequence")
+            }
+            fn visit_seq<A: serde::de::SeqAccess<'de>>(self, mut seq: A) -> Result<CheckedStrings, A::Error> {
+                while seq.next_element::<Str<'de>>()?.is_some() {}
+                Ok(CheckedStrings)
+            }
+        }
+        d.deserialize_seq(V)
+    }
+}
+
+/// A map of string lists, checked and dropped entry by entry.
+struct CheckedExtra;
+
+impl<'de> Deserialize<'de> for CheckedExtra {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = CheckedExtra;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedExtra, A::Error> {
+                while map.next_key::<Str<'de>>()?.is_some() {
+                    map.next_value::<CheckedStrings>()?;
+                }
+                Ok(CheckedExtra)
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// The outside of a review: read without building the request or the objects.
@@ -695,10 +779,24 @@ fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: &NameOnly<'_>) -> 
 /// for a report that names the fields.
 fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<CaptfObject, Report> {
     if let Obj::Parts(parts) = obj {
-        if let Some(spec) = parts.spec
-            && spec.get().len() > MAX_SPEC_BYTES
-        {
-            return Err(spec_too_large(spec.get().len()));
+        if let Some(spec) = parts.spec {
+            let text = spec.get();
+            if text.len() > MAX_SPEC_BYTES {
+                return Err(spec_too_large(text.len()));
+            }
+            // Every value takes at least two bytes (`0,`), so only a long spec can hold too many.
+            if text.len() > 2 * MAX_SPEC_VALUES && count_values(text, MAX_SPEC_VALUES).is_none() {
+                let mut report = Report::default();
+                report.violation(
+                    &captf_shared::validation::FieldPath::new("spec"),
+                    format!(
+                        "must hold at most {MAX_SPEC_VALUES} JSON values (numbers, strings, lists, objects and \
+                         object keys, nested ones included); the value is the limit it passed"
+                    ),
+                    &MAX_SPEC_VALUES,
+                );
+                return Err(report);
+            }
         }
         if let Some(obj) = parse_spec(kind, parts) {
             return Ok(obj);
@@ -706,6 +804,86 @@ fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<Cap
     }
     let value = fallback_object(body, which)?;
     parse_object(kind, &value)
+}
+
+/// How many JSON values `text` holds, or `None` past `max` (counted without building any).
+fn count_values(text: &str, max: usize) -> Option<usize> {
+    use serde::de::{DeserializeSeed, Visitor};
+    struct Count<'c> {
+        n: &'c mut usize,
+        max: usize,
+    }
+    impl<'de> DeserializeSeed<'de> for Count<'_> {
+        type Value = ();
+        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
+            d.deserialize_any(self)
+        }
+    }
+    impl Count<'_> {
+        fn one<E: serde::de::Error>(&mut self) -> Result<(), E> {
+            *self.n += 1;
+            if *self.n > self.max {
+                Err(E::custom("too many values"))
+            } else {
+                Ok(())
+            }
+        }
+    }
+    impl<'de> Visitor<'de> for Count<'_> {
+        type Value = ();
+        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+            f.write_str("any JSON value")
+        }
+        fn visit_bool<E: serde::de::Error>(mut self, _: bool) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_i64<E: serde::de::Error>(mut self, _: i64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_u64<E: serde::de::Error>(mut self, _: u64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_f64<E: serde::de::Error>(mut self, _: f64) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_str<E: serde::de::Error>(mut self, _: &str) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_unit<E: serde::de::Error>(mut self) -> Result<(), E> {
+            self.one()
+        }
+        fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
+            self.one()?;
+            while seq
+                .next_element_seed(Count {
+                    n: &mut *self.n,
+                    max: self.max,
+                })?
+                .is_some()
+            {}
+            Ok(())
+        }
+        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
+            self.one()?;
+            while map.next_key::<IgnoredAny>()?.is_some() {
+                // A key costs what a string value costs.
+                self.one()?;
+                map.next_value_seed(Count {
+                    n: &mut *self.n,
+                    max: self.max,
+                })?;
+            }
+            Ok(())
+        }
+    }
+    let mut n = 0;
+    let mut de = serde_json::Deserializer::from_str(text);
+    match (Count { n: &mut n, max }).deserialize(&mut de) {
+        Ok(()) => Some(n),
+        // Past `max`, or not JSON (then the typed parse reports it).
+        Err(_) if n > max => None,
+        Err(_) => Some(n),
+    }
 }
 
 fn spec_too_large(len: usize) -> Report {
@@ -969,6 +1147,46 @@ mod tests {
     }
 
     #[test]
+    fn count_values_counts_every_value_and_stops_past_the_limit() {
+        assert_eq!(
+            count_values(r#"{"a": [1, "x", null, {"b": true}], "c": 2.5}"#, 100),
+            Some(11)
+        );
+        assert_eq!(count_values("[0, 0, 0]", 3), None);
+        assert_eq!(count_values("[0, 0]", 3), Some(3));
+    }
+
+    #[test]
+    fn user_info_is_accepted_and_refused_exactly_as_kubes_user_info() {
+        use serde_json::json;
+        for user_info in [
+            json!({}),
+            json!({"extra": {"a": ["x", "y"]}, "groups": ["g"], "uid": "u", "username": "n", "other": [1]}),
+            json!({"extra": null, "groups": null, "uid": null, "username": null}),
+            json!({"extra": {"a": null}}),
+            json!({"extra": {"a": [1]}}),
+            json!({"extra": []}),
+            json!({"groups": [null]}),
+            json!({"groups": "g"}),
+            json!({"groups": ["a\u{41}"], "username": "\u{e9}"}),
+            json!({"uid": 1}),
+            json!(["n", ["g"]]),
+            json!(null),
+            json!("x"),
+        ] {
+            let ours = serde_json::from_value::<CheckedUserInfo>(user_info.clone()).is_ok();
+            let kubes =
+                serde_json::from_value::<k8s_openapi::api::authentication::v1::UserInfo>(user_info.clone()).is_ok();
+            assert_eq!(ours, kubes, "{user_info}");
+            let text = user_info.to_string();
+            let ours = serde_json::from_str::<CheckedUserInfo>(&text).is_ok();
+            assert_eq!(ours, kubes, "{text}");
+        }
+        let escaped = r#"{"groups": ["a\u0041\n"], "username": "\u00e9"}"#;
+        assert!(serde_json::from_str::<CheckedUserInfo>(escaped).is_ok());
+    }
+
+    #[test]
     fn a_body_the_fast_path_refuses_is_answered_by_the_slow_path_alike() {
         // An object that is not a JSON object: kube's types take it, the fast path does not.
         let mut review = fixture("cluster-create-accepted");
@@ -1113,6 +1331,10 @@ mod tests {
                 proptest::strategy::Just("/request/operation"),
                 proptest::strategy::Just("/request/userInfo"),
                 proptest::strategy::Just("/request/userInfo/groups"),
+                proptest::strategy::Just("/request/userInfo/groups/0"),
+                proptest::strategy::Just("/request/userInfo/username"),
+                proptest::strategy::Just("/request/userInfo/uid"),
+                proptest::strategy::Just("/request/userInfo/extra"),
                 proptest::strategy::Just("/request/object"),
                 proptest::strategy::Just("/request/object/metadata"),
                 proptest::strategy::Just("/request/object/metadata/name"),

@@ -62,15 +62,44 @@ pub struct ServeArgs {
     /// How often the certificate files are re-read (Go duration, e.g. 2s).
     #[arg(long, env = "CAPTF_WEBHOOK_CERT_RELOAD_INTERVAL", default_value = "2s", value_parser = parse_duration)]
     pub cert_reload_interval: Duration,
-    /// Time a client has to send a request's headers (and to finish the TLS handshake).
+    /// Time a client has to finish the TLS handshake, then to send its first request's headers
+    /// (and a later HTTP/1 request's headers once begun). Bytes trickling in do not extend it.
     #[arg(long, env = "CAPTF_WEBHOOK_HEADER_READ_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub header_read_timeout: Duration,
-    /// Time a client has to send a request's body.
+    /// Time a client has to send a request's body, from its headers.
     #[arg(long, env = "CAPTF_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub body_timeout: Duration,
-    /// Time after which a connection with no traffic is closed.
+    /// A connection with no request in flight for this long since its last one is closed;
+    /// bytes, partial requests and HTTP/2 PINGs do not count as requests.
     #[arg(long, env = "CAPTF_WEBHOOK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
+    /// A connection is closed (gracefully) after this long, however busy.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTION_AGE", default_value = "10m", value_parser = parse_duration)]
+    pub max_connection_age: Duration,
+    /// A connection is closed (gracefully) after this many requests.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_REQUESTS_PER_CONNECTION", default_value_t = crate::conn::DEFAULT_MAX_REQUESTS_PER_CONNECTION)]
+    pub max_requests_per_connection: u64,
+    /// Connections open at once; past it new connections are closed right after accept.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
+    pub max_connections: usize,
+    /// HTTP/2 streams (concurrent requests) a client may open on one connection.
+    #[arg(long, env = "CAPTF_WEBHOOK_HTTP2_MAX_STREAMS", default_value_t = crate::conn::DEFAULT_HTTP2_MAX_STREAMS)]
+    pub http2_max_streams: u32,
+    /// Largest request body (bytes, or with a Ki/Mi suffix); larger ones get 413.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_BODY_BYTES", default_value = "7Mi", value_parser = parse_bytes)]
+    pub max_body_bytes: usize,
+    /// Review requests in flight at once; past it requests get 429.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_IN_FLIGHT_REQUESTS", default_value_t = crate::budget::DEFAULT_MAX_IN_FLIGHT_REQUESTS)]
+    pub max_in_flight_requests: usize,
+    /// Request body bytes held at once (bytes, or Ki/Mi); past it requests get 429.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_IN_FLIGHT_BYTES", default_value = "28Mi", value_parser = parse_bytes)]
+    pub max_in_flight_bytes: usize,
+    /// Reviews with bodies over 64 KiB answered at once (on the blocking pool).
+    #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEWS", default_value_t = crate::routes::DEFAULT_LARGE_REVIEWS, value_parser = parse_at_least_one)]
+    pub large_reviews: usize,
+    /// How long a large review waits for its turn before 503.
+    #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEW_WAIT", default_value = "5s", value_parser = parse_duration)]
+    pub large_review_wait: Duration,
     /// After SIGTERM, time to keep accepting while /readyz fails (endpoints propagation).
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_DELAY", default_value = "5s", value_parser = parse_duration)]
     pub shutdown_delay: Duration,
@@ -96,6 +125,29 @@ fn parse_duration(s: &str) -> Result<Duration, String> {
     captf_shared::duration::parse(s).map_err(|e| e.to_string())
 }
 
+fn parse_at_least_one(s: &str) -> Result<usize, String> {
+    match s.parse::<usize>() {
+        Ok(n) if n >= 1 => Ok(n),
+        _ => Err(format!("{s:?} is not a whole number of at least 1")),
+    }
+}
+
+/// A byte count: digits, optionally followed by `Ki` or `Mi`.
+pub fn parse_bytes(s: &str) -> Result<usize, String> {
+    let (digits, unit) = match s.strip_suffix("Mi") {
+        Some(d) => (d, 1024 * 1024),
+        None => match s.strip_suffix("Ki") {
+            Some(d) => (d, 1024),
+            None => (s, 1),
+        },
+    };
+    digits
+        .parse::<usize>()
+        .ok()
+        .and_then(|n| n.checked_mul(unit))
+        .ok_or_else(|| format!("{s:?} is not a byte count (e.g. 7340032, 7168Ki or 7Mi)"))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum CliError {
     #[error("--tls-cert-file and --tls-key-file are required to serve")]
@@ -116,6 +168,18 @@ impl ServeArgs {
         config.idle_timeout = self.idle_timeout;
         config.shutdown_delay = self.shutdown_delay;
         config.shutdown_grace = self.shutdown_grace;
+        config.max_connection_age = self.max_connection_age;
+        config.max_requests_per_connection = self.max_requests_per_connection;
+        config.max_connections = self.max_connections;
+        config.http2_max_streams = self.http2_max_streams;
+        config.limits = crate::routes::Limits {
+            max_body_bytes: self.max_body_bytes,
+            inline_body_bytes: crate::routes::DEFAULT_INLINE_BODY_BYTES,
+            large_reviews: self.large_reviews,
+            large_review_wait: self.large_review_wait,
+            max_in_flight_requests: self.max_in_flight_requests,
+            max_in_flight_bytes: self.max_in_flight_bytes,
+        };
         Ok(config)
     }
 }
@@ -148,6 +212,45 @@ mod tests {
         assert_eq!(config.metrics_addr.unwrap().to_string(), DEFAULT_METRICS_ADDR);
         assert_eq!(config.reload_interval, Duration::from_secs(2));
         assert_eq!(cli.log.log_format, LogFormat::Text);
+    }
+
+    #[test]
+    fn the_limit_flags_default_to_the_documented_values() {
+        let cli =
+            Cli::try_parse_from(["captf-webhook", "--tls-cert-file", "c.pem", "--tls-key-file", "k.pem"]).unwrap();
+        let config = cli.serve.to_config().unwrap();
+        let defaults = Config::new(config.addr, config.cert_files.clone());
+        assert_eq!(config.limits, crate::routes::Limits::default());
+        assert_eq!(config.limits.max_body_bytes, 7 * 1024 * 1024);
+        assert_eq!(config.max_connections, defaults.max_connections);
+        assert_eq!(config.max_connection_age, defaults.max_connection_age);
+        assert_eq!(config.max_requests_per_connection, defaults.max_requests_per_connection);
+        assert_eq!(config.http2_max_streams, defaults.http2_max_streams);
+        assert_eq!(config.idle_timeout, defaults.idle_timeout);
+        assert_eq!(config.header_read_timeout, defaults.header_read_timeout);
+    }
+
+    #[test]
+    fn byte_flags_take_plain_counts_and_ki_or_mi() {
+        assert_eq!(parse_bytes("1000"), Ok(1000));
+        assert_eq!(parse_bytes("64Ki"), Ok(65_536));
+        assert_eq!(parse_bytes("7Mi"), Ok(7_340_032));
+        assert!(parse_bytes("7MB").is_err());
+        assert!(parse_bytes("99999999999999999999Mi").is_err());
+        let cli = Cli::try_parse_from([
+            "captf-webhook",
+            "--tls-cert-file",
+            "c",
+            "--tls-key-file",
+            "k",
+            "--max-body-bytes",
+            "1Mi",
+            "--max-connections",
+            "10",
+        ])
+        .unwrap();
+        assert_eq!(cli.serve.max_body_bytes, 1024 * 1024);
+        assert_eq!(cli.serve.to_config().unwrap().max_connections, 10);
     }
 
     #[test]

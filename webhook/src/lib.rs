@@ -5,7 +5,9 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
-//! | [`idle`] | closing connections that send nothing (hyper's header timeout starts only with a request) |
+//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count |
+//! | [`budget`] | requests and body bytes in flight across connections (429 past them) |
+//! | [`fuzzing`] | the fuzz entry point, also replayed over the committed corpus by `cargo test` |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
 //! | [`metrics`] | prometheus-client metrics and the plain `/metrics` router |
 //! | [`server`] | binding, the TLS accept loop, timeouts, graceful shutdown |
@@ -13,9 +15,11 @@
 //! | [`devcerts`] | a development CA and serving certificate (rcgen) |
 
 pub mod admission;
+pub mod budget;
 pub mod cli;
+pub mod conn;
 pub mod devcerts;
-pub mod idle;
+pub mod fuzzing;
 pub mod metrics;
 pub mod patch;
 pub mod routes;
@@ -39,5 +43,7 @@ pub const METRICS_PATH: &str = "/metrics";
 pub const DEFAULT_ADDR: &str = "0.0.0.0:9443";
 /// Where the plain metrics server listens by default.
 pub const DEFAULT_METRICS_ADDR: &str = "0.0.0.0:8080";
-/// The largest AdmissionReview body accepted (3 MiB); larger ones get 413.
-pub const MAX_BODY_BYTES: usize = 3 * 1024 * 1024;
+/// The largest AdmissionReview body accepted by default (7 MiB, as controller-runtime accepts): an
+/// UPDATE carries the object and its old version, each up to etcd's 1.5 MiB, with room for the
+/// JSON escaping of both. Larger ones get 413.
+pub const DEFAULT_MAX_BODY_BYTES: usize = 7 * 1024 * 1024;

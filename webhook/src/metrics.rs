@@ -12,6 +12,7 @@ use axum::routing::get;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{Histogram, exponential_buckets};
 use prometheus_client::registry::Registry;
 
@@ -38,6 +39,8 @@ pub struct Metrics {
     requests: Family<RequestLabels, Counter>,
     latency: Family<RouteLabels, Histogram>,
     cert_reloads: Family<ReloadLabels, Counter>,
+    connections_open: Gauge,
+    connections_refused: Counter,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -96,11 +99,25 @@ impl Metrics {
             "Serving certificate changes seen on disk, by whether the new pair was taken",
             cert_reloads.clone(),
         );
+        let connections_open = Gauge::default();
+        let connections_refused = Counter::default();
+        sub.register(
+            "connections_open",
+            "TLS connections open (handshake under way included)",
+            connections_open.clone(),
+        );
+        sub.register(
+            "connections_refused",
+            "Connections closed right after accept because the connection limit was reached",
+            connections_refused.clone(),
+        );
         Self {
             registry,
             requests,
             latency,
             cert_reloads,
+            connections_open,
+            connections_refused,
         }
     }
 
@@ -113,6 +130,25 @@ impl Metrics {
 
     pub fn cert_reload(&self, result: ReloadResult) {
         self.cert_reloads.get_or_create(&ReloadLabels { result }).inc();
+    }
+
+    /// A connection was accepted (`true`) or has ended (`false`).
+    pub fn connection(&self, opened: bool) {
+        if opened {
+            self.connections_open.inc();
+        } else {
+            self.connections_open.dec();
+        }
+    }
+
+    /// A connection was refused at the connection limit.
+    pub fn connection_refused(&self) {
+        self.connections_refused.inc();
+    }
+
+    /// Connections open now (tests).
+    pub fn connections_open(&self) -> i64 {
+        self.connections_open.get()
     }
 
     /// The count of one request series (tests).

@@ -1,12 +1,20 @@
 //! The axum router on the TLS port: `/mutate`, `/validate`, `/healthz`, `/readyz`.
 //!
 //! Every bad input gets its status code and a one-line reason: wrong method 405, wrong content
-//! type 415, body over [`MAX_BODY_BYTES`] 413, a body that does not arrive in time 408, a body that
-//! is not an AdmissionReview 400. Nothing here panics on any input (a property test checks it).
+//! type 415, body over the limit 413 (after reading and discarding a bounded amount of the rest,
+//! so the client is still listening for it), a body that does not arrive in time 408, a body that
+//! is not an AdmissionReview 400, past the in-flight budget 429, no slot for a large review in
+//! time 503. Nothing here panics on any input (a property test checks it).
+//!
+//! A review whose body is over [`Limits::inline_body_bytes`] is answered on the blocking pool, at
+//! most [`Limits::large_reviews`] at a time, so the async workers keep answering small reviews
+//! while large ones parse, and the memory large ones take at once is bounded.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
+
+use tokio::sync::Semaphore;
 
 use axum::Router;
 use axum::body::{Body, Bytes};
@@ -14,14 +22,52 @@ use axum::extract::{DefaultBodyLimit, Request, State};
 use axum::http::{HeaderMap, HeaderValue, StatusCode, header};
 use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
-use http_body_util::{BodyExt, LengthLimitError, Limited};
+use http_body_util::BodyExt;
 
 use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
+use crate::budget::{Admission, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS, Refused};
 use crate::metrics::{Metrics, RequestLabels};
-use crate::{HEALTHZ_PATH, MAX_BODY_BYTES, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
+use crate::{DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
 
 /// How long a client may take to send the body once its headers are in, by default.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
+/// Bodies up to this size are answered on the async worker that read them (64 KiB: every
+/// ordinary review; the fixtures are about 2 KiB).
+pub const DEFAULT_INLINE_BODY_BYTES: usize = 64 * 1024;
+/// Large reviews answered at once, by default.
+pub const DEFAULT_LARGE_REVIEWS: usize = 2;
+/// How long a large review waits for its turn by default before 503.
+pub const DEFAULT_LARGE_REVIEW_WAIT: Duration = Duration::from_secs(5);
+
+/// The request-size knobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Limits {
+    /// Larger bodies get 413.
+    pub max_body_bytes: usize,
+    /// Bodies up to this are answered inline; larger ones on the blocking pool.
+    pub inline_body_bytes: usize,
+    /// Large reviews answered at the same time.
+    pub large_reviews: usize,
+    /// How long a large review may wait for a slot before 503.
+    pub large_review_wait: Duration,
+    /// Review requests in flight at once; more get 429.
+    pub max_in_flight_requests: usize,
+    /// Body bytes held by requests in flight at once; more get 429.
+    pub max_in_flight_bytes: usize,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_body_bytes: DEFAULT_MAX_BODY_BYTES,
+            inline_body_bytes: DEFAULT_INLINE_BODY_BYTES,
+            large_reviews: DEFAULT_LARGE_REVIEWS,
+            large_review_wait: DEFAULT_LARGE_REVIEW_WAIT,
+            max_in_flight_requests: DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+            max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+        }
+    }
+}
 
 /// What the handlers share.
 #[derive(Clone, Debug)]
@@ -30,6 +76,11 @@ pub struct AppState {
     /// False once shutdown has begun: `/readyz` answers 503.
     pub ready: Arc<AtomicBool>,
     pub body_timeout: Duration,
+    pub limits: Limits,
+    /// Requests and body bytes in flight.
+    pub budget: Arc<Budget>,
+    /// Slots for large reviews.
+    pub large_slots: Arc<Semaphore>,
 }
 
 impl AppState {
@@ -38,11 +89,21 @@ impl AppState {
             metrics,
             ready: Arc::new(AtomicBool::new(true)),
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            limits: Limits::default(),
+            budget: Budget::new(DEFAULT_MAX_IN_FLIGHT_REQUESTS, DEFAULT_MAX_IN_FLIGHT_BYTES),
+            large_slots: Arc::new(Semaphore::new(DEFAULT_LARGE_REVIEWS)),
         }
     }
 
     pub fn with_body_timeout(mut self, body_timeout: Duration) -> Self {
         self.body_timeout = body_timeout;
+        self
+    }
+
+    pub fn with_limits(mut self, limits: Limits) -> Self {
+        self.limits = limits;
+        self.budget = Budget::new(limits.max_in_flight_requests, limits.max_in_flight_bytes);
+        self.large_slots = Arc::new(Semaphore::new(limits.large_reviews));
         self
     }
 }
@@ -54,8 +115,14 @@ pub enum RejectError {
     MethodNotAllowed(String),
     #[error("content type must be application/json (got {0})")]
     UnsupportedMediaType(String),
-    #[error("request body is larger than {MAX_BODY_BYTES} bytes")]
-    TooLarge,
+    #[error("request body is larger than {0} bytes")]
+    TooLarge(usize),
+    #[error(transparent)]
+    Budget(#[from] Refused),
+    #[error("no slot for a large review within {0:?}: {1} large reviews are being answered; retry shortly")]
+    Busy(Duration, usize),
+    #[error("the review failed unexpectedly: {0}")]
+    Internal(String),
     #[error("request body did not arrive within {0:?}")]
     BodyTimeout(Duration),
     #[error("failed to read the request body: {0}")]
@@ -69,7 +136,10 @@ impl RejectError {
         match self {
             RejectError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             RejectError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            RejectError::TooLarge => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectError::TooLarge(_) => StatusCode::PAYLOAD_TOO_LARGE,
+            RejectError::Budget(_) => StatusCode::TOO_MANY_REQUESTS,
+            RejectError::Busy(..) => StatusCode::SERVICE_UNAVAILABLE,
+            RejectError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
             RejectError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             RejectError::BodyRead(_) | RejectError::Review(_) => StatusCode::BAD_REQUEST,
         }
@@ -84,6 +154,15 @@ impl IntoResponse for RejectError {
         if status == StatusCode::METHOD_NOT_ALLOWED {
             resp.headers_mut()
                 .insert(header::ALLOW, HeaderValue::from_static("POST"));
+        }
+        if matches!(status, StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE) {
+            resp.headers_mut()
+                .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        }
+        if status == StatusCode::PAYLOAD_TOO_LARGE {
+            // The rest of the body was not read: this connection carries no further request.
+            resp.headers_mut()
+                .insert(header::CONNECTION, HeaderValue::from_static("close"));
         }
         resp
     }
@@ -173,9 +252,23 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
 
 async fn answer(route: Route, state: &AppState, req: Request) -> Result<admission::Reviewed, RejectError> {
     check_content_type(req.headers())?;
-    let (parts, body) = req.into_parts();
-    let body = read_body(&parts.headers, body, state.body_timeout).await?;
-    let reviewed = admission::review(route, &body)?;
+    let (parts, mut body) = req.into_parts();
+    let mut admission = match state.budget.admit() {
+        Ok(a) => a,
+        Err(refused) => {
+            // Read and drop (at most a body's worth) so the client reads the 429.
+            let deadline = tokio::time::Instant::now() + state.body_timeout;
+            discard(&mut body, state.limits.max_body_bytes, deadline).await;
+            return Err(refused.into());
+        }
+    };
+    let body = read_body(&parts.headers, body, state, &mut admission).await?;
+    let reviewed = if body.len() <= state.limits.inline_body_bytes {
+        admission::review(route, &body)?
+    } else {
+        review_large(route, state, body).await?
+    };
+    drop(admission);
     match &reviewed.message {
         Some(message) => tracing::info!(
             route = route.as_str(),
@@ -212,19 +305,92 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), RejectError> {
     }
 }
 
-async fn read_body(headers: &HeaderMap, body: Body, timeout: Duration) -> Result<Bytes, RejectError> {
+/// A large review on the blocking pool, once one of the large-review slots is free.
+async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<admission::Reviewed, RejectError> {
+    let wait = state.limits.large_review_wait;
+    let permit = match tokio::time::timeout(wait, state.large_slots.clone().acquire_owned()).await {
+        Ok(Ok(permit)) => permit,
+        Ok(Err(_)) | Err(_) => return Err(RejectError::Busy(wait, state.limits.large_reviews)),
+    };
+    let answer = tokio::task::spawn_blocking(move || {
+        let answer = admission::review(route, &body);
+        drop(permit);
+        answer
+    })
+    .await
+    .map_err(|e| RejectError::Internal(e.to_string()))?;
+    Ok(answer?)
+}
+
+/// Read the body within the body timeout, reserving its bytes in the budget. A body over the
+/// limit gets 413 after at most another limit's worth of it is read and thrown away (or none, when
+/// the client waits for `100 Continue`), so a client that streams it still reads the answer
+/// instead of a reset connection.
+async fn read_body(
+    headers: &HeaderMap,
+    mut body: Body,
+    state: &AppState,
+    admission: &mut Admission,
+) -> Result<Bytes, RejectError> {
+    let max = state.limits.max_body_bytes;
+    let deadline = tokio::time::Instant::now() + state.body_timeout;
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
         .and_then(|v| v.parse::<u64>().ok());
-    if declared.is_some_and(|n| n > MAX_BODY_BYTES as u64) {
-        return Err(RejectError::TooLarge);
+    if declared.is_some_and(|n| n > max as u64) {
+        let expects_continue = headers
+            .get(header::EXPECT)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
+        if !expects_continue {
+            discard(&mut body, max, deadline).await;
+        }
+        return Err(RejectError::TooLarge(max));
     }
-    let collect = Limited::new(body, MAX_BODY_BYTES).collect();
-    match tokio::time::timeout(timeout, collect).await {
-        Err(_) => Err(RejectError::BodyTimeout(timeout)),
-        Ok(Err(e)) if e.downcast_ref::<LengthLimitError>().is_some() => Err(RejectError::TooLarge),
-        Ok(Err(e)) => Err(RejectError::BodyRead(e.to_string())),
-        Ok(Ok(collected)) => Ok(collected.to_bytes()),
+    if let Some(n) = declared {
+        // Fits in usize: it is at most `max`.
+        if let Err(refused) = admission.reserve(n as usize) {
+            discard(&mut body, max, deadline).await;
+            return Err(refused.into());
+        }
+    }
+    let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    loop {
+        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
+            Err(_) => return Err(RejectError::BodyTimeout(state.body_timeout)),
+            Ok(None) => break,
+            Ok(Some(Err(e))) => return Err(RejectError::BodyRead(e.to_string())),
+            Ok(Some(Ok(frame))) => frame,
+        };
+        let Ok(data) = frame.into_data() else {
+            continue;
+        };
+        if buf.len() + data.len() > max {
+            discard(&mut body, max, deadline).await;
+            return Err(RejectError::TooLarge(max));
+        }
+        if declared.is_none() {
+            admission.reserve(data.len())?;
+        } else if buf.len() + data.len() > admission.bytes() {
+            // More than declared: hyper refuses that, but count it anyway.
+            admission.reserve(buf.len() + data.len() - admission.bytes())?;
+        }
+        buf.extend_from_slice(&data);
+    }
+    Ok(Bytes::from(buf))
+}
+
+/// Read and drop up to `max` bytes of the rest of a body, until `deadline` at the latest.
+async fn discard(body: &mut Body, max: usize, deadline: tokio::time::Instant) {
+    let mut left = max;
+    while left > 0 {
+        match tokio::time::timeout_at(deadline, body.frame()).await {
+            Ok(Some(Ok(frame))) => {
+                if let Ok(data) = frame.into_data() {
+                    left = left.saturating_sub(data.len());
+                }
+            }
+            _ => return,
+        }
     }
 }

@@ -13,14 +13,17 @@ use std::time::Duration;
 
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
-use hyper_util::server::graceful::GracefulShutdown;
-use hyper_util::service::TowerToHyperService;
 use tokio::net::TcpListener;
+use tokio::sync::{Semaphore, watch};
 use tokio_rustls::TlsAcceptor;
+use tower::ServiceExt as _;
 
-use crate::idle::IdleTimeout;
+use crate::conn::{
+    Activity, ConnLimits, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
+    DEFAULT_MAX_REQUESTS_PER_CONNECTION, Verdict, check,
+};
 use crate::metrics::{Metrics, metrics_router};
-use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, router};
+use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
@@ -34,17 +37,31 @@ pub struct Config {
     pub reload_interval: Duration,
     /// A client must complete the TLS handshake within this.
     pub handshake_timeout: Duration,
-    /// A client must send a request's headers within this (HTTP/1).
+    /// A client must send a request's headers within this: the first request's since the
+    /// handshake (HTTP/1 and HTTP/2), a later HTTP/1 request's since it began.
     pub header_read_timeout: Duration,
     /// A client must send a request's body within this after its headers.
     pub body_timeout: Duration,
-    /// A connection on which nothing is read or written for this long is closed.
+    /// A connection with no request in flight for this long since its last one ended is closed,
+    /// whatever bytes or pings it sends meanwhile.
     pub idle_timeout: Duration,
     /// After the shutdown signal, how long to keep accepting while `/readyz` fails, so the
     /// Service's endpoints drop this pod before connections are refused.
     pub shutdown_delay: Duration,
     /// How long open connections get to finish after accepting stops.
     pub shutdown_grace: Duration,
+    /// Body size, in-flight budget and large-review knobs.
+    pub limits: Limits,
+    /// Connections open at once; past it new ones are closed right after accept.
+    pub max_connections: usize,
+    /// A connection is closed (gracefully) after this long.
+    pub max_connection_age: Duration,
+    /// A connection is closed (gracefully) after this many requests.
+    pub max_requests_per_connection: u64,
+    /// HTTP/2 streams a client may have open on one connection.
+    pub http2_max_streams: u32,
+    /// How long a connection asked to close (idle, age, requests) gets before it is dropped.
+    pub close_grace: Duration,
 }
 
 impl Config {
@@ -60,6 +77,12 @@ impl Config {
             idle_timeout: Duration::from_secs(60),
             shutdown_delay: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(20),
+            limits: Limits::default(),
+            max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
+            max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
+            http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
+            close_grace: Duration::from_secs(5),
         }
     }
 }
@@ -114,7 +137,9 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
         }
         None => (None, None),
     };
-    let state = AppState::new(metrics).with_body_timeout(config.body_timeout);
+    let state = AppState::new(metrics)
+        .with_body_timeout(config.body_timeout)
+        .with_limits(config.limits);
     Ok(Bound {
         config,
         listener,
@@ -187,10 +212,23 @@ impl Bound {
             .http1()
             .timer(TokioTimer::new())
             .header_read_timeout(config.header_read_timeout)
+            .max_buf_size(64 * 1024)
             .keep_alive(true);
-        builder.http2().timer(TokioTimer::new());
-        let service = TowerToHyperService::new(router(state.clone()));
-        let graceful = GracefulShutdown::new();
+        builder
+            .http2()
+            .timer(TokioTimer::new())
+            .max_concurrent_streams(config.http2_max_streams)
+            .max_header_list_size(64 * 1024);
+        let app = router(state.clone());
+        let limits = ConnLimits {
+            first_request_timeout: config.header_read_timeout,
+            idle_timeout: config.idle_timeout,
+            max_age: config.max_connection_age,
+            max_requests: config.max_requests_per_connection,
+            close_grace: config.close_grace,
+        };
+        let slots = Arc::new(Semaphore::new(config.max_connections));
+        let (stop_tx, stop_rx) = watch::channel(false);
 
         tokio::pin!(shutdown);
         let mut signalled = false;
@@ -219,38 +257,49 @@ impl Bound {
                     }
                 },
             };
+            let Ok(slot) = slots.clone().try_acquire_owned() else {
+                // At the limit: closed at once (the client can retry another replica) rather than
+                // left waiting in the backlog.
+                state.metrics.connection_refused();
+                tracing::debug!(%peer, "connection refused: {} connections open", config.max_connections);
+                drop(tcp);
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let builder = builder.clone();
-            let service = service.clone();
-            let watcher = graceful.watcher();
+            let app = app.clone();
+            let stop = stop_rx.clone();
+            let metrics = state.metrics.clone();
             let handshake_timeout = config.handshake_timeout;
-            let idle_timeout = config.idle_timeout;
+            let shutdown_grace = config.shutdown_grace;
+            metrics.connection(true);
             tokio::spawn(async move {
                 let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => tls,
+                    Ok(Ok(tls)) => Some(tls),
                     Ok(Err(e)) => {
                         tracing::debug!(%peer, "TLS handshake failed: {e}");
-                        return;
+                        None
                     }
                     Err(_) => {
                         tracing::debug!(%peer, "TLS handshake timed out");
-                        return;
+                        None
                     }
                 };
-                let conn = builder
-                    .serve_connection(TokioIo::new(IdleTimeout::new(tls, idle_timeout)), service)
-                    .into_owned();
-                if let Err(e) = watcher.watch(conn).await {
-                    tracing::debug!(%peer, "connection ended: {e}");
+                if let Some(tls) = tls {
+                    serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), peer).await;
                 }
+                metrics.connection(false);
+                drop(slot);
             });
         }
 
         tracing::info!("shutting down: no new connections, draining open ones");
         state.ready.store(false, Ordering::Relaxed);
         drop(listener);
-        if tokio::time::timeout(config.shutdown_grace, graceful.shutdown())
+        let _ = stop_tx.send(true);
+        let all = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
+        if tokio::time::timeout(config.shutdown_grace, slots.acquire_many(all))
             .await
             .is_err()
         {
@@ -264,5 +313,61 @@ impl Bound {
             return Err(ServeError::Metrics(e));
         }
         Ok(())
+    }
+}
+
+/// Serve one TLS connection under its [`ConnLimits`], until it ends, is closed by them (then
+/// within the close grace), or the server stops (then within the shutdown grace).
+async fn serve_connection<IO>(
+    builder: &auto::Builder<TokioExecutor>,
+    io: IO,
+    app: axum::Router,
+    limits: ConnLimits,
+    (mut stop, shutdown_grace): (watch::Receiver<bool>, Duration),
+    peer: SocketAddr,
+) where
+    IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let activity = Arc::new(Activity::new(tokio::time::Instant::now()));
+    let service = hyper::service::service_fn({
+        let activity = activity.clone();
+        move |req: hyper::Request<hyper::body::Incoming>| {
+            let guard = activity.begin();
+            let app = app.clone();
+            async move {
+                let resp = app.oneshot(req).await;
+                drop(guard);
+                resp
+            }
+        }
+    });
+    let conn = builder.serve_connection(TokioIo::new(io), service);
+    tokio::pin!(conn);
+    let (reason, grace) = loop {
+        if *stop.borrow() {
+            break ("server shutting down", shutdown_grace);
+        }
+        let until = match check(&limits, activity.seen(tokio::time::Instant::now())) {
+            Verdict::Close(reason) => break (reason.as_str(), limits.close_grace),
+            Verdict::KeepUntil(at) => activity.at(at),
+        };
+        tokio::select! {
+            r = conn.as_mut() => {
+                if let Err(e) = r {
+                    tracing::debug!(%peer, "connection ended: {e}");
+                }
+                return;
+            }
+            () = tokio::time::sleep_until(until) => {}
+            () = activity.changed() => {}
+            _ = stop.changed() => {}
+        }
+    };
+    tracing::debug!(%peer, "closing connection: {reason}");
+    conn.as_mut().graceful_shutdown();
+    match tokio::time::timeout(grace, conn).await {
+        Ok(Err(e)) => tracing::debug!(%peer, "connection ended: {e}"),
+        Ok(Ok(())) => {}
+        Err(_) => tracing::debug!(%peer, "connection dropped after {grace:?}"),
     }
 }

@@ -12,7 +12,7 @@ use captf_shared::defaults::apply_defaults;
 use captf_shared::types::CaptfObject;
 use captf_webhook::admission::{KindLabel, OperationLabel, ResultLabel, Route};
 use captf_webhook::metrics::{Metrics, RequestLabels};
-use captf_webhook::{AppState, HEALTHZ_PATH, MAX_BODY_BYTES, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH, router};
+use captf_webhook::{AppState, DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH, router};
 use common::{fixture, fixture_names, response_patch};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -310,8 +310,8 @@ async fn wrong_or_missing_content_type_is_415() {
 }
 
 #[tokio::test]
-async fn body_over_3_mib_is_413_whether_declared_or_streamed() {
-    let big = vec![b' '; MAX_BODY_BYTES + 1];
+async fn body_over_the_limit_is_413_whether_declared_or_streamed() {
+    let big = vec![b' '; DEFAULT_MAX_BODY_BYTES + 1];
     // Declared by Content-Length.
     let (status, text) = rejected(post(VALIDATE_PATH, big.clone())).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
@@ -328,8 +328,8 @@ async fn body_over_3_mib_is_413_whether_declared_or_streamed() {
     let (status, _) = rejected(post(VALIDATE_PATH, Body::new(body))).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     feeder.await.unwrap();
-    // Exactly 3 MiB of whitespace is read (and then is not JSON).
-    let (status, _) = rejected(post(VALIDATE_PATH, vec![b' '; MAX_BODY_BYTES])).await;
+    // Exactly the limit's worth of whitespace is read (and then is not JSON).
+    let (status, _) = rejected(post(VALIDATE_PATH, vec![b' '; DEFAULT_MAX_BODY_BYTES])).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
@@ -581,7 +581,7 @@ async fn a_large_spec_within_the_limit_is_defaulted_like_a_small_one() {
     spec.remove("paused");
     spec.remove("jobs");
     let mut large = small.clone();
-    large["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; 100_000], "y": {"z": [1, 2]}});
+    large["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; 90_000], "y": {"z": [1, 2]}});
     let a = review(MUTATE_PATH, &small).await;
     let b = review(MUTATE_PATH, &large).await;
     assert!(a["response"]["patch"].is_string(), "{a}");
@@ -607,4 +607,156 @@ async fn a_spec_that_does_not_parse_is_reported_by_field_without_its_status() {
     let resp = review(VALIDATE_PATH, &req).await;
     let msg = resp["response"]["status"]["message"].as_str().unwrap();
     assert!(msg.starts_with("spec.jobs.activeDeadlineSeconds: "), "{msg}");
+}
+
+// ---- body limit, in-flight budget, large reviews ----
+
+fn limits() -> captf_webhook::routes::Limits {
+    captf_webhook::routes::Limits::default()
+}
+
+#[tokio::test]
+async fn an_update_of_an_object_near_etcds_limit_fits_the_body_limit() {
+    let mut req = fixture("cluster-update-accepted");
+    let padding = "x".repeat(1_500_000);
+    req["request"]["object"]["metadata"]["annotations"] = json!({"big": padding});
+    req["request"]["oldObject"]["metadata"]["annotations"] = json!({"big": padding});
+    let body = serde_json::to_vec(&req).unwrap();
+    assert!(body.len() > 3_000_000);
+    let (status, body, _) = send(&state(), post(VALIDATE_PATH, body)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+}
+
+fn pending_body() -> (http_body_util::channel::Sender<axum::body::Bytes>, Body) {
+    let (tx, body) = http_body_util::channel::Channel::<axum::body::Bytes, std::convert::Infallible>::new(1);
+    (tx, Body::new(body))
+}
+
+#[tokio::test]
+async fn requests_past_the_in_flight_bound_get_429_with_a_reason() {
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        max_in_flight_requests: 1,
+        ..limits()
+    });
+    let (tx, body) = pending_body();
+    let held = tokio::spawn({
+        let st = st.clone();
+        async move { send(&st, post(VALIDATE_PATH, body)).await }
+    });
+    while st.budget.in_flight().0 == 0 {
+        tokio::task::yield_now().await;
+    }
+    let (status, body, headers) = send(&st, post(VALIDATE_PATH, b"{}".to_vec())).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert_eq!(headers[header::RETRY_AFTER], "1");
+    let text = String::from_utf8(body).unwrap();
+    assert!(
+        text.contains("too many review requests in flight (at most 1)"),
+        "{text}"
+    );
+    drop(tx);
+    assert_eq!(held.await.unwrap().0, StatusCode::BAD_REQUEST);
+    assert_eq!(st.budget.in_flight(), (0, 0), "everything is given back");
+    assert_eq!(
+        send(&st, post(VALIDATE_PATH, b"{}".to_vec())).await.0,
+        StatusCode::BAD_REQUEST
+    );
+}
+
+#[tokio::test]
+async fn bodies_past_the_in_flight_byte_bound_get_429_with_a_reason() {
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        max_in_flight_bytes: 1000,
+        ..limits()
+    });
+    let (status, text) = post(VALIDATE_PATH, vec![b' '; 1001]).await_with(&st).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(text.contains("would exceed 1000 bytes"), "{text}");
+    // Streamed without a length: counted chunk by chunk.
+    let (mut tx, body) = pending_body();
+    let feeder = tokio::spawn(async move {
+        for _ in 0..3 {
+            if tx.send_data(axum::body::Bytes::from(vec![b' '; 400])).await.is_err() {
+                break;
+            }
+        }
+    });
+    let (status, _, _) = send(&st, post(VALIDATE_PATH, body)).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    feeder.await.unwrap();
+    assert_eq!(st.budget.in_flight(), (0, 0));
+}
+
+trait AwaitWith {
+    async fn await_with(self, st: &captf_webhook::AppState) -> (StatusCode, String);
+}
+
+impl AwaitWith for Request<Body> {
+    async fn await_with(self, st: &captf_webhook::AppState) -> (StatusCode, String) {
+        let (status, body, _) = send(st, self).await;
+        (status, String::from_utf8(body).unwrap())
+    }
+}
+
+#[tokio::test]
+async fn a_large_review_is_answered_off_the_async_workers_exactly_as_inline() {
+    let inline = state();
+    let pooled = state().with_limits(captf_webhook::routes::Limits {
+        inline_body_bytes: 0,
+        ..limits()
+    });
+    for name in fixture_names() {
+        let body = serde_json::to_vec(&fixture(&name)).unwrap();
+        for path in [VALIDATE_PATH, MUTATE_PATH] {
+            let a = send(&inline, post(path, body.clone())).await;
+            let b = send(&pooled, post(path, body.clone())).await;
+            assert_eq!((a.0, a.1), (b.0, b.1), "{name} {path}");
+        }
+    }
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_large_review_with_no_free_slot_in_time_gets_503_with_a_reason() {
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        inline_body_bytes: 0,
+        large_reviews: 1,
+        large_review_wait: std::time::Duration::from_secs(5),
+        ..limits()
+    });
+    let slot = st.large_slots.clone().acquire_owned().await.unwrap();
+    let body = serde_json::to_vec(&fixture("cluster-create-accepted")).unwrap();
+    let (status, text) = post(VALIDATE_PATH, body.clone()).await_with(&st).await;
+    assert_eq!(status, StatusCode::SERVICE_UNAVAILABLE);
+    assert!(text.contains("no slot for a large review within 5s"), "{text}");
+    drop(slot);
+    assert_eq!(post(VALIDATE_PATH, body).await_with(&st).await.0, StatusCode::OK);
+}
+
+#[tokio::test]
+async fn a_spec_with_too_many_values_is_denied_before_it_is_built() {
+    use captf_webhook::admission::MAX_SPEC_VALUES;
+    let mut req = fixture("cluster-create-accepted");
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES]});
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], false);
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.starts_with(&format!("spec: must hold at most {MAX_SPEC_VALUES} JSON values")),
+        "{msg}"
+    );
+    // Just under the limit it is built and validated as usual.
+    req["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; MAX_SPEC_VALUES - 1000]});
+    let resp = review(VALIDATE_PATH, &req).await;
+    assert_eq!(resp["response"]["allowed"], true, "{}", resp["response"]["status"]);
+}
+
+#[tokio::test]
+async fn object_keys_count_towards_the_spec_value_limit() {
+    use captf_webhook::admission::MAX_SPEC_VALUES;
+    let mut req = fixture("cluster-create-accepted");
+    let vars: serde_json::Map<String, Value> = (0..MAX_SPEC_VALUES / 2).map(|i| (format!("v{i}"), json!(0))).collect();
+    req["request"]["object"]["spec"]["variables"] = Value::Object(vars);
+    let resp = review(VALIDATE_PATH, &req).await;
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("spec: must hold at most"), "{msg}");
 }

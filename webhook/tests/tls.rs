@@ -577,3 +577,250 @@ async fn an_http2_client_negotiated_by_alpn_is_served() {
     }
     server.shutdown().await;
 }
+
+// ---- connection limits: counted in requests, not bytes ----
+
+/// Write `byte` every `every` until the server closes the connection (or `max` bytes are sent);
+/// how many bytes went out before the server closed it.
+async fn trickle(tls: TlsStream<TcpStream>, bytes: &[u8], every: Duration) -> usize {
+    let (mut rd, mut wr) = tokio::io::split(tls);
+    let closed = tokio::spawn(async move {
+        let mut buf = [0u8; 1024];
+        while let Ok(n) = rd.read(&mut buf).await {
+            if n == 0 {
+                break;
+            }
+        }
+    });
+    let mut sent = 0;
+    for b in bytes {
+        if closed.is_finished() || wr.write_all(&[*b]).await.is_err() || wr.flush().await.is_err() {
+            break;
+        }
+        sent += 1;
+        tokio::time::sleep(every).await;
+    }
+    sent
+}
+
+#[tokio::test]
+async fn a_trickle_of_bytes_does_not_extend_the_header_timeout() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.header_read_timeout = Duration::from_millis(300);
+    config.idle_timeout = Duration::from_secs(60);
+    let server = start(config).await;
+    let tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    // 200 header bytes, one every 25 ms: 5 s of trickle against a 300 ms header timeout.
+    let header = "POST /validate HTTP/1.1\r\nHost: localhost\r\nX-Slow: ".to_string() + &"a".repeat(150);
+    let sent = trickle(tls, header.as_bytes(), Duration::from_millis(25)).await;
+    assert!(sent < header.len(), "the whole trickle was accepted");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_trickle_of_bytes_after_a_request_does_not_extend_the_idle_timeout() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.header_read_timeout = Duration::from_secs(60);
+    config.idle_timeout = Duration::from_millis(300);
+    let server = start(config).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+        .await
+        .unwrap();
+    let mut buf = [0u8; 256];
+    let n = tls.read(&mut buf).await.unwrap();
+    assert!(
+        buf[..n].starts_with(b"HTTP/1.1 200"),
+        "{}",
+        String::from_utf8_lossy(&buf[..n])
+    );
+    let header = "POST /validate HTTP/1.1\r\nHost: localhost\r\nX-Slow: ".to_string() + &"a".repeat(150);
+    let sent = trickle(tls, header.as_bytes(), Duration::from_millis(25)).await;
+    assert!(sent < header.len(), "the whole trickle was accepted");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn http2_pings_do_not_keep_an_idle_connection_open() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.idle_timeout = Duration::from_millis(300);
+    let server = start(config).await;
+    let mut client = (*client_config(&[&a.ca_pem], BOTH)).clone();
+    client.alpn_protocols = vec![b"h2".to_vec()];
+    let tls = tls_connect(server.addr, Arc::new(client)).await;
+    let (mut sender, conn) = hyper::client::conn::http2::Builder::new(hyper_util::rt::TokioExecutor::new())
+        .timer(hyper_util::rt::TokioTimer::new())
+        .keep_alive_interval(Duration::from_millis(20))
+        .keep_alive_timeout(Duration::from_secs(5))
+        .keep_alive_while_idle(true)
+        .handshake(TokioIo::new(tls))
+        .await
+        .unwrap();
+    let conn = tokio::spawn(conn);
+    let req = hyper::Request::get(format!("https://localhost{HEALTHZ_PATH}"))
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    assert_eq!(sender.send_request(req).await.unwrap().status(), 200);
+    // PINGs every 20 ms from here on; the server still ends the connection once it is idle.
+    tokio::time::timeout(Duration::from_secs(10), conn)
+        .await
+        .expect("PINGs kept the idle connection open")
+        .unwrap()
+        .ok();
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_connection_is_closed_after_its_maximum_number_of_requests() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.max_requests_per_connection = 3;
+    let server = start(config).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    let mut answers = 0;
+    for _ in 0..10 {
+        if tls
+            .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
+            .await
+            .is_err()
+        {
+            break;
+        }
+        let mut buf = [0u8; 512];
+        match tls.read(&mut buf).await {
+            Ok(n) if n > 0 => answers += 1,
+            _ => break,
+        }
+    }
+    assert_eq!(answers, 3);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_busy_connection_is_closed_at_its_maximum_age() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.max_connection_age = Duration::from_millis(300);
+    let server = start(config).await;
+    let mut c = connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    let mut answered = 0;
+    // A request every 10 ms for up to 10 s: the connection must end long before.
+    for _ in 0..1000 {
+        let req = hyper::Request::get(HEALTHZ_PATH)
+            .header("host", "localhost")
+            .body(Full::new(Bytes::new()))
+            .unwrap();
+        if c.sender.ready().await.is_err() {
+            break;
+        }
+        match c.sender.send_request(req).await {
+            Ok(_) => answered += 1,
+            Err(_) => break,
+        }
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    assert!(answered > 0 && answered < 1000, "{answered} requests on one connection");
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn connections_past_the_cap_are_refused_until_one_closes() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.max_connections = 2;
+    let server = start(config).await;
+    let client = client_config(&[&a.ca_pem], BOTH);
+    let mut first = connect(server.addr, client.clone()).await;
+    let mut second = connect(server.addr, client.clone()).await;
+    assert!(first.review_allowed().await && second.review_allowed().await);
+    // The third is closed right after accept: its handshake fails.
+    let tcp = TcpStream::connect(server.addr).await.unwrap();
+    let third = TlsConnector::from(client.clone())
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await;
+    assert!(third.is_err(), "a third connection was served");
+    wait_for_metric(&server.metrics, "captf_webhook_connections_refused_total 1").await;
+    drop(first);
+    while server.metrics.connections_open() > 1 {
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let mut fourth = connect(server.addr, client).await;
+    assert!(fourth.review_allowed().await);
+    server.shutdown().await;
+}
+
+// ---- 413 that the client reads ----
+
+async fn read_response_head(tls: &mut TlsStream<TcpStream>) -> String {
+    let got = read_until_closed(tls, Duration::from_secs(5)).await;
+    String::from_utf8_lossy(&got).to_string()
+}
+
+#[tokio::test]
+async fn a_client_streaming_an_over_limit_body_reads_the_413() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.body_timeout = Duration::from_secs(5);
+    config.limits.max_body_bytes = 64 * 1024;
+    let server = start(config).await;
+    let body = vec![b' '; 100 * 1024];
+    for chunked in [false, true] {
+        let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+        let head = if chunked {
+            "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nTransfer-Encoding: chunked\r\n\r\n".to_string()
+        } else {
+            format!(
+                "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+                body.len()
+            )
+        };
+        tls.write_all(head.as_bytes()).await.unwrap();
+        for chunk in body.chunks(8 * 1024) {
+            if chunked {
+                tls.write_all(format!("{:x}\r\n", chunk.len()).as_bytes())
+                    .await
+                    .unwrap();
+                tls.write_all(chunk).await.unwrap();
+                tls.write_all(b"\r\n").await.unwrap();
+            } else {
+                tls.write_all(chunk).await.unwrap();
+            }
+        }
+        if chunked {
+            tls.write_all(b"0\r\n\r\n").await.unwrap();
+        }
+        let text = read_response_head(&mut tls).await;
+        assert!(text.starts_with("HTTP/1.1 413"), "chunked={chunked}: {text:?}");
+        assert!(text.contains("larger than 65536 bytes"), "{text}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_waiting_for_100_continue_gets_413_before_sending_the_body() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.limits.max_body_bytes = 64 * 1024;
+    let server = start(config).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    tls.write_all(
+        b"POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 10000000\r\nExpect: 100-continue\r\n\r\n",
+    )
+    .await
+    .unwrap();
+    let text = read_response_head(&mut tls).await;
+    assert!(text.starts_with("HTTP/1.1 413"), "{text:?}");
+    assert!(!text.contains("100 Continue"), "{text}");
+    server.shutdown().await;
+}
