@@ -2,5 +2,6 @@
 
 pub mod core;
 pub mod explain;
+pub mod plan;
 pub mod rbac;
 pub mod runtime;
