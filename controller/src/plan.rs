@@ -177,3 +177,243 @@ fn apply_durable(d: &mut DurableRecord, changes: &BTreeMap<&'static str, Option<
         }
     }
 }
+
+#[cfg(test)]
+mod agreement {
+    //! `explain` and a controller pass agree. The controller side is what `reconcile_object`
+    //! runs between its reads and its writes (`records_of`, `snapshot_of`, then `plan`); its
+    //! result is the list of API calls the pass makes (outcome annotations, Job deletions, the
+    //! Job it creates, the status patch). The `explain` side is the CLI's code over the same
+    //! objects written to files.
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+    use crate::core::lock::LockState;
+    use crate::core::snapshot::{Holds, InputsHash};
+    use crate::explain::{ExplainInput, explain};
+    use crate::runtime::controller::{records_of, snapshot_of};
+    use crate::runtime::gather::Ident;
+    use crate::runtime::interrupted::Checked;
+    use captf_shared::types::CaptfObject;
+    use captf_shared::validation::parse_object;
+    use captf_shared::{Kind, names};
+    use k8s_openapi::api::batch::v1::Job;
+    use k8s_openapi::api::core::v1::Secret;
+    use proptest::prelude::*;
+    use serde_json::{Value, json};
+
+    const NS: &str = "default";
+    const NAME: &str = "prod-eu";
+    const CURRENT: &str = "1111111111111111111111111111111111111111111111111111111111111111";
+    const OTHER: &str = "2222222222222222222222222222222222222222222222222222222222222222";
+    const T0: i64 = 1_800_000_000;
+
+    fn at(secs: i64) -> String {
+        Timestamp::from_second(T0 + secs).unwrap().to_string()
+    }
+
+    /// One generated Job: op, outcome index (into `Outcome::ALL`, or none: still active),
+    /// booked, minutes after T0 it finished, a remediating apply.
+    type GenJob = (usize, Option<usize>, bool, i64, bool);
+
+    fn job_json(seq: u32, (op, outcome, booked, minutes, remediating): GenJob) -> Value {
+        let op = Op::ALL[op % Op::ALL.len()];
+        let name = names::job_name(Kind::TerraformCluster, NS, NAME, op, seq);
+        let mut annotations = serde_json::Map::new();
+        let mut conditions = vec![];
+        if let Some(o) = outcome {
+            let o = Outcome::ALL[o % Outcome::ALL.len()];
+            if booked {
+                annotations.insert("captf.io/outcome".into(), json!(o.as_str()));
+            }
+            let (t, reason) = match o {
+                Outcome::Succeeded => ("Complete", None),
+                Outcome::Deadline => ("Failed", Some("DeadlineExceeded")),
+                _ => ("Failed", Some("BackoffLimitExceeded")),
+            };
+            conditions
+                .push(json!({"type": t, "status": "True", "reason": reason, "lastTransitionTime": at(minutes * 60)}));
+        }
+        if remediating && op == Op::Apply {
+            annotations.insert("captf.io/drift-remediation".into(), json!("true"));
+        }
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {
+                "name": name, "namespace": NS,
+                "creationTimestamp": at(minutes * 60 - 30),
+                "labels": {"captf.io/kind": "TerraformCluster", "captf.io/object": names::object_id(Kind::TerraformCluster, NS, NAME), "captf.io/op": op.as_str()},
+                "annotations": annotations,
+            },
+            "status": {"conditions": conditions},
+        })
+    }
+
+    #[derive(Debug, Clone)]
+    struct Case {
+        failed_limit: i32,
+        successful_limit: i32,
+        remediation_auto: bool,
+        jobs: Vec<GenJob>,
+        consecutive: u32,
+        watermark: Option<u32>,
+        written: bool,
+        applied_current: bool,
+        drift_check: Option<i64>,
+        now_minutes: i64,
+    }
+
+    fn cases() -> impl Strategy<Value = Case> {
+        (
+            (0i32..4, 0i32..3, any::<bool>()),
+            prop::collection::vec(
+                (
+                    0usize..4,
+                    prop::option::weighted(0.9, 0usize..6),
+                    any::<bool>(),
+                    0i64..5,
+                    any::<bool>(),
+                ),
+                0..9,
+            ),
+            (
+                0u32..8,
+                prop::option::of(0u32..10),
+                any::<bool>(),
+                any::<bool>(),
+                prop::option::of(0i64..60),
+            ),
+            0i64..200,
+        )
+            .prop_map(
+                |(
+                    (failed_limit, successful_limit, remediation_auto),
+                    jobs,
+                    (consecutive, watermark, written, applied_current, drift_check),
+                    now_minutes,
+                )| Case {
+                    failed_limit,
+                    successful_limit,
+                    remediation_auto,
+                    jobs,
+                    consecutive,
+                    watermark,
+                    written,
+                    applied_current,
+                    drift_check,
+                    now_minutes,
+                },
+            )
+    }
+
+    /// The objects of a case: the TerraformCluster, its Jobs (finished in order of their
+    /// sequence numbers, the newest one possibly still active) and its inputs Secret.
+    fn objects(c: &Case) -> (Value, Vec<Value>, Value) {
+        let n = c.jobs.len();
+        let mut minutes = 0;
+        let jobs: Vec<Value> = c
+            .jobs
+            .iter()
+            .enumerate()
+            .map(|(i, j)| {
+                minutes += j.3 + 1;
+                // Only the newest Job may still be running.
+                let outcome = if i + 1 == n { j.1 } else { j.1.or(Some(1)) };
+                job_json((i + 1) as u32, (j.0, outcome, j.2, minutes, j.4))
+            })
+            .collect();
+        let mut status = json!({});
+        if c.written {
+            status = json!({
+                "conditions": [{"type": "Ready", "status": "False", "reason": "NotApplied", "message": "", "lastTransitionTime": at(0)}],
+                "consecutiveFailures": {"apply": c.consecutive, "refresh": 0, "drift": 0, "destroy": 0},
+            });
+            if let Some(w) = c.watermark {
+                status["lastBookedJobSeq"] = json!(w.min(n as u32));
+            }
+        }
+        let object = json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": {"name": NAME, "namespace": NS, "generation": 1, "uid": "u-1"},
+            "spec": {
+                "module": {"source": "git::https://example.com/m.git"},
+                "jobs": {"failedJobsHistoryLimit": c.failed_limit, "successfulJobsHistoryLimit": c.successful_limit},
+                "drift": {"interval": "30m", "remediation": if c.remediation_auto { "Auto" } else { "Manual" }},
+            },
+            "status": status,
+        });
+        let mut annotations = serde_json::Map::new();
+        annotations.insert(
+            "captf.io/applied-inputs-hash".into(),
+            json!(if c.applied_current { CURRENT } else { OTHER }),
+        );
+        if let Some(m) = c.drift_check {
+            annotations.insert("captf.io/last-drift-check".into(), json!(at(m * 60)));
+        }
+        let secret = json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": names::inputs_secret_name(&names::suffix(Kind::TerraformCluster, NS, NAME)), "namespace": NS, "annotations": annotations},
+        });
+        (object, jobs, secret)
+    }
+
+    /// What the controller's pass plans over these objects.
+    fn controller_plan(object: &Value, jobs: &[Value], secret: &Value, now: Timestamp) -> Plan {
+        let object: CaptfObject = parse_object("TerraformCluster", object).unwrap();
+        let id = Ident::of(&object, Kind::TerraformCluster).unwrap();
+        let jobs: Vec<Job> = jobs
+            .iter()
+            .map(|j| serde_json::from_value(j.clone()).unwrap())
+            .collect();
+        let secret: Secret = serde_json::from_value(secret.clone()).unwrap();
+        let records = records_of(&id, &jobs, &[]);
+        let (snap, stored) = snapshot_of(
+            &object,
+            records,
+            Some(&secret),
+            &Checked::Nothing,
+            InputsHash::Known(CURRENT.into()),
+            LockState::Free,
+            Holds::default(),
+        )
+        .unwrap();
+        plan(&snap, stored.as_deref(), now)
+    }
+
+    /// What `explain` prints over the same objects, from files.
+    fn explain_plan(object: &Value, jobs: &[Value], secret: &Value, now: Timestamp) -> Plan {
+        let dir = tempfile::tempdir().unwrap();
+        let write = |name: &str, v: &Value| {
+            let p = dir.path().join(name);
+            std::fs::write(&p, serde_json::to_string(v).unwrap()).unwrap();
+            p.to_string_lossy().into_owned()
+        };
+        let input = ExplainInput {
+            object: write("object.json", object),
+            jobs: write("jobs.json", &json!({"apiVersion": "v1", "kind": "List", "items": jobs})),
+            secret: Some(write("secret.json", secret)),
+            now: Some(now.to_string()),
+            inputs_hash: Some(CURRENT.into()),
+            ..Default::default()
+        };
+        explain(&input).unwrap().plan
+    }
+
+    proptest! {
+        #![proptest_config(ProptestConfig::with_cases(256))]
+
+        #[test]
+        fn explain_plans_exactly_what_a_controller_pass_does(c in cases()) {
+            let (object, jobs, secret) = objects(&c);
+            let now = Timestamp::from_second(T0 + c.now_minutes * 60).unwrap();
+            let pass = controller_plan(&object, &jobs, &secret, now);
+            let explained = explain_plan(&object, &jobs, &secret, now);
+            prop_assert_eq!(&explained.decision, &pass.decision);
+            prop_assert_eq!(&explained.prune, &pass.prune);
+            prop_assert_eq!(&explained.accounting, &pass.accounting);
+            prop_assert_eq!(&explained.durable_changes, &pass.durable_changes);
+            prop_assert_eq!(&explained.status, &pass.status);
+            prop_assert_eq!(explained, pass);
+        }
+    }
+}

@@ -38,7 +38,7 @@ use super::state;
 use super::status;
 use crate::core::lock::LockState;
 use crate::core::record::{self, JobRecord};
-use crate::core::snapshot::{self, DurableRecord, InputsHash, Snapshot, object_status};
+use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
 use crate::core::{Decision, Reason, Start, Wait};
 use crate::plan::{self, Plan};
 
@@ -277,41 +277,24 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
     else {
         return Ok(Err(Action::requeue(SYNC_REQUEUE)));
     };
-    let by_job = snapshot::pods_by_job(&pods);
-    let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
-    for j in &jobs {
-        let pod = j.metadata.name.as_deref().and_then(|n| by_job.get(n).copied());
-        match JobRecord::from_job(kind, &id.namespace, &id.name, j, pod) {
-            Ok(r) => records.push(r),
-            Err(e) => tracing::warn!("ignoring a Job of {}: {e}", id.what()),
-        }
-    }
-    record::sort_newest_first(&mut records);
+    let mut records = records_of(id, &jobs, &pods);
     let inputs_secret = gather::secret(&ctx.client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
     let snapshot_error = |source| Error::Snapshot {
         kind,
         name: id.name.clone(),
         source,
     };
-    let mut durable = inputs_secret
-        .as_ref()
-        .map(DurableRecord::from_secret)
-        .transpose()
-        .map_err(snapshot_error)?
-        .unwrap_or_default();
     let original = object_status(object).cloned().unwrap_or_default();
-    let mut status = original.clone();
 
     // An apply Job deleted while it ran (docs/rules.md).
     let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
-    match interrupted::check(ctx, id, status.active_job.as_deref(), &listed).await? {
-        Checked::Nothing => {}
-        Checked::Stale => return Ok(Err(Action::requeue(RACE_REQUEUE))),
-        Checked::Recorded(job) => {
-            durable.interrupted_apply = Some(job);
-            status.active_job = None;
-        }
-        Checked::Forgot(_) => status.active_job = None,
+    let checked = interrupted::check(ctx, id, original.active_job.as_deref(), &listed).await?;
+    if checked == Checked::Stale {
+        return Ok(Err(Action::requeue(RACE_REQUEUE)));
+    }
+    let mut status = original.clone();
+    if matches!(checked, Checked::Recorded(_) | Checked::Forgot(_)) {
+        status.active_job = None;
     }
 
     // Outputs that did not fit a result, for the Jobs this pass books.
@@ -340,9 +323,16 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
         holds.state_unreadable = state::unreadable(&ctx.client, id).await?;
     }
-    let mut snap = Snapshot::new(object, records, durable, inputs_hash, lock, holds).map_err(snapshot_error)?;
-    snap.status = status;
-    let stored_inputs_hash = inputs_secret.as_ref().and_then(inputs::stored_inputs).map(|i| i.hash());
+    let (snap, stored_inputs_hash) = snapshot_of(
+        object,
+        records,
+        inputs_secret.as_ref(),
+        &checked,
+        inputs_hash,
+        lock,
+        holds,
+    )
+    .map_err(snapshot_error)?;
     Ok(Ok(Read {
         jobs,
         inputs_secret,
@@ -351,6 +341,54 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         original,
         snap,
     }))
+}
+
+/// The object's Jobs as records, newest first, each with its pod (PURE). A Job that is not the
+/// object's is logged and left out.
+pub fn records_of(id: &Ident, jobs: &[Job], pods: &[Pod]) -> Vec<JobRecord> {
+    let by_job = snapshot::pods_by_job(pods);
+    let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
+    for j in jobs {
+        let pod = j.metadata.name.as_deref().and_then(|n| by_job.get(n).copied());
+        match JobRecord::from_job(id.kind, &id.namespace, &id.name, j, pod) {
+            Ok(r) => records.push(r),
+            Err(e) => tracing::warn!("ignoring a Job of {}: {e}", id.what()),
+        }
+    }
+    record::sort_newest_first(&mut records);
+    records
+}
+
+/// The snapshot a pass plans from (PURE): the object with its status as read, less an active
+/// Job the vanished-Job check resolved (`checked`), the durable record of the inputs Secret
+/// (with an interrupted apply just recorded), and what else was read. Also the hash of the
+/// inputs the Secret holds.
+pub fn snapshot_of(
+    object: &CaptfObject,
+    records: Vec<JobRecord>,
+    inputs_secret: Option<&Secret>,
+    checked: &Checked,
+    inputs_hash: InputsHash,
+    lock: LockState,
+    holds: Holds,
+) -> Result<(Snapshot, Option<String>), SnapshotError> {
+    let mut durable = inputs_secret
+        .map(DurableRecord::from_secret)
+        .transpose()?
+        .unwrap_or_default();
+    let mut status = object_status(object).cloned().unwrap_or_default();
+    match checked {
+        Checked::Recorded(job) => {
+            durable.interrupted_apply = Some(job.clone());
+            status.active_job = None;
+        }
+        Checked::Forgot(_) => status.active_job = None,
+        Checked::Nothing | Checked::Stale => {}
+    }
+    let mut snap = Snapshot::new(object, records, durable, inputs_hash, lock, holds)?;
+    snap.status = status;
+    let stored = inputs_secret.and_then(inputs::stored_inputs).map(|i| i.hash());
+    Ok((snap, stored))
 }
 
 /// What acting on the decision came to.
