@@ -2,8 +2,9 @@
 //!
 //! Reads the object, its Jobs, pods, lock Lease and inputs Secret from YAML or JSON (a single
 //! object, several documents, or a `kind: List`, so `kubectl get -o yaml` output works; `-` is
-//! stdin), does the pure part of the bookkeeping pass as the reconciler would (classify the
-//! Jobs, the active-Job check of docs/rules.md, pruning, the stale-lock check), then `decide`.
+//! stdin), builds the snapshot the reconciler would (classify the Jobs, the active-Job check of
+//! docs/rules.md, the stale-lock check with the holder pod from the pods given), and prints the
+//! [`plan::plan`] of it: the very function whose result the controller executes.
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -26,9 +27,9 @@ use crate::core::decide::{self, Decision};
 use crate::core::inputs::{self, ResolveError};
 use crate::core::interrupted::{self, ActiveJobCheck, ActiveJobReads, LiveJob};
 use crate::core::lock::{self, HolderPod, LockState};
-use crate::core::prune;
-use crate::core::record::{self, JobRecord, RecordError};
+use crate::core::record::{Accounting, JobRecord, RecordError};
 use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot};
+use crate::plan::{self, Plan};
 
 /// Where each input comes from: a path or `-` for stdin.
 #[derive(Clone, Debug, Default)]
@@ -242,6 +243,8 @@ pub struct Explanation {
     pub json: Value,
     pub summary: String,
     pub decision: Decision,
+    /// Everything the controller's pass would do.
+    pub plan: Plan,
 }
 
 fn rfc3339(t: Option<Timestamp>) -> Value {
@@ -394,8 +397,9 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
     }
 
-    // The durable record.
+    // The durable record, and the hash of the inputs the Secret holds.
     let mut durable = DurableRecord::default();
+    let mut stored_inputs_hash = None;
     if let Some(file) = &input.secret {
         let items = load(file)?;
         let [it] = items.as_slice() else {
@@ -418,6 +422,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
             ));
         }
         durable = DurableRecord::from_secret(&secret).map_err(|e| field(file, it.path("metadata.annotations"), e))?;
+        stored_inputs_hash = crate::runtime::inputs::stored_inputs(&secret).map(|i| i.hash());
     }
 
     // The inputs hash.
@@ -469,25 +474,15 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
     }
 
-    // Pruning, as booking does before the decision: only Jobs whose effects the status already
-    // accounts for (at or below status.lastBookedJobSeq) may go.
-    let baseline = record::watermark_baseline(&snap.jobs, record::status_watermark(&snap.status));
-    record::mark_accounted(&mut snap.jobs, baseline);
-    let pruned = prune::prune(
-        &snap.jobs,
-        snap.spec.successful_jobs_history_limit,
-        snap.spec.failed_limit,
-    );
-    let history = std::mem::take(&mut snap.jobs);
-    snap.jobs = history.iter().filter(|r| !pruned.contains(&r.name)).cloned().collect();
-
-    let decision = decide::decide(&snap, now);
-    let json = render(&snap, &decision, &history, &pruned, ignored, &active_check, now);
-    let summary = summarize(&snap, &decision, now);
+    // The pass, planned exactly as the controller plans it: booking, the decision, pruning, the status.
+    let p = plan::plan(&snap, stored_inputs_hash.as_deref(), now);
+    let json = render(&p, ignored, &active_check, now);
+    let summary = summarize(&p.booked, &p.decision, now);
     Ok(Explanation {
         json,
         summary,
-        decision,
+        decision: p.decision.clone(),
+        plan: p,
     })
 }
 
@@ -498,15 +493,8 @@ fn offline_note(e: &ResolveError) -> String {
     }
 }
 
-fn render(
-    s: &Snapshot,
-    d: &Decision,
-    history: &[JobRecord],
-    pruned: &[String],
-    ignored: usize,
-    active_check: &ActiveJobCheck,
-    now: Timestamp,
-) -> Value {
+fn render(p: &Plan, ignored: usize, active_check: &ActiveJobCheck, now: Timestamp) -> Value {
+    let (s, d, history, pruned) = (&p.booked, &p.decision, &p.booked.jobs, &p.prune);
     let (action, op, reason, attempt, not_before, requeue, remediation, unlock, approved) = match d {
         Decision::Start(st) => (
             "start",
@@ -593,6 +581,11 @@ fn render(
         "backoff": backoff,
         "jobs": jobs,
         "prune": pruned,
+        "book": p.accounting.iter().map(|a| json!({
+            "job": a.job, "op": a.op.as_str(), "outcome": a.outcome.as_str(),
+            "step": match a.step { Accounting::Book => "book", Accounting::Replay => "replay" },
+        })).collect::<Vec<_>>(),
+        "status": serde_json::to_value(&p.status).unwrap_or(Value::Null),
         "ignoredJobs": ignored,
         "lastSuccess": Op::ALL.iter().filter_map(|op| s.last_success(*op).map(|t| (op.as_str().to_string(), Value::String(t.to_string())))).collect::<BTreeMap<_, _>>(),
     })

@@ -3,4 +3,5 @@
 pub mod core;
 pub mod explain;
 pub mod fuzzing;
+pub mod plan;
 pub mod runtime;

@@ -86,13 +86,6 @@ pub enum ResolveError {
     NoBootstrapData { var: &'static str },
 }
 
-impl ResolveError {
-    /// A referenced Secret or ConfigMap that does not exist yet: `InputsUnresolved`, retried.
-    pub fn is_missing(&self) -> bool {
-        matches!(self, ResolveError::Missing { .. } | ResolveError::MissingKey { .. })
-    }
-}
-
 /// Resolve the inputs: `variables` merged with `variablesFrom` in order (later entries win),
 /// then `cluster_name` and, for a TerraformMachine, `bootstrap_data_secret`.
 ///
@@ -274,13 +267,13 @@ mod tests {
             config_map_ref: None,
         }]);
         let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap_err();
-        assert!(e.is_missing());
+        assert!(matches!(e, ResolveError::Missing { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
             "spec.variablesFrom[0].secretRef: Secret creds does not exist (yet)"
         );
         let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Err(())).unwrap_err();
-        assert!(!e.is_missing());
+        assert!(matches!(e, ResolveError::Offline { .. }), "{e:?}");
         assert!(e.to_string().contains("cannot be read here"));
     }
 

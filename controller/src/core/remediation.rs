@@ -57,16 +57,6 @@ pub fn remediation(
     }
 }
 
-/// LastApplyFailed: the newest finished apply that is not a remediation failed. A remediating
-/// apply is not an unconverged apply, so a failed one does not make it true.
-pub fn last_apply_failed(history: &[JobRecord]) -> bool {
-    history
-        .iter()
-        .filter(|r| r.op == Op::Apply && r.is_finished() && !r.drift_remediation)
-        .find(|r| r.outcome != Some(Outcome::Interrupted))
-        .is_some_and(JobRecord::failed)
-}
-
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -132,16 +122,5 @@ mod tests {
             check.clone(),
         ];
         assert_eq!(remediation_count(&h, check.finished), 1);
-    }
-
-    #[test]
-    fn a_failed_remediating_apply_is_not_an_unconverged_apply() {
-        let h = vec![
-            remediating(3, Outcome::Failed),
-            rec(Op::Apply, 1, Some(Outcome::Succeeded)),
-        ];
-        assert!(!last_apply_failed(&h));
-        let h = vec![rec(Op::Apply, 3, Some(Outcome::Failed))];
-        assert!(last_apply_failed(&h));
     }
 }

@@ -21,6 +21,7 @@ use crate::core::Outcome;
 use crate::core::interrupted;
 use crate::core::outcome::EventReason;
 use crate::core::record::{self, Accounting, JobRecord};
+use crate::plan::{Accounted, Plan};
 
 /// Output names the controller reads after a successful apply (documented in the report and
 /// the chart README): a TerraformCluster's endpoint from `control_plane_endpoint`
@@ -226,121 +227,68 @@ fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
     }
 }
 
-/// What booking found.
-#[derive(Debug, Default)]
-pub struct Booking {
-    /// Names booked by this pass, and names whose booking effects it replayed (a Job annotated
-    /// by an earlier pass whose effects never reached the status). Either way the durable
-    /// annotations on the inputs Secret may have changed.
-    pub booked: Vec<String>,
-    /// A finished Job could not be booked (409: another writer booked it, or it changed).
-    pub conflict: bool,
-}
-
-/// Book every finished, unbooked Job, and replay the effects of every booked Job above the
-/// status watermark (`status.lastBookedJobSeq`), oldest first. `records` is newest first.
-///
-/// The annotation write is the "once" of events and of the once-only metrics
-/// (`captf_jobs_finished_total`, `captf_job_attempts`). Everything after it is idempotent and
-/// only counts once it is in the status: the status patch at the end of the pass carries the
-/// counts and the new watermark together. If the pass dies after the annotation, the next pass
-/// finds the Job annotated above the watermark and replays its effects on the status it reads,
-/// which never held them. On return `records[..].accounted` says which Jobs pruning may delete.
-#[allow(clippy::too_many_arguments)]
-pub async fn book_all(
-    ctx: &Ctx,
-    id: &Ident,
-    object: &CaptfObject,
-    jobs: &[Job],
-    records: &mut [JobRecord],
-    status: &mut TerraformStatus,
-    applied_hash: Option<&str>,
-    recorded_interrupted: Option<&str>,
-) -> Result<Booking, Error> {
-    let now = ctx.clock.now();
-    let mut booking = Booking::default();
-    let mut durable: BTreeMap<&'static str, Option<String>> = BTreeMap::new();
+/// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the annotation write with the
+/// Job's resourceVersion is the "once" of events and of the once-only metrics
+/// (`captf_jobs_finished_total`, `captf_job_attempts`); for both, the gauges, the Cluster API
+/// fields and the lease release follow, then the durable annotations on the inputs Secret. The
+/// status effects are already in the plan's status: they only count once the status patch at
+/// the end of the pass carries them together with the new watermark, so a pass that dies after
+/// an annotation is replayed by the next one. `false` when a finished Job could not be booked
+/// (409: another writer booked it, or it changed): the pass stops and is retried.
+pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], plan: &Plan) -> Result<bool, Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
-    // A status without a watermark (written before it existed) counts every annotated Job as
-    // accounted, so an upgrade replays nothing and double-counts nothing: see
-    // `record::watermark_baseline`.
-    let baseline = record::watermark_baseline(records, record::status_watermark(status));
-    record::mark_accounted(records, baseline);
-    let mut watermark = baseline;
-    for (i, step) in record::accounting_plan(records, baseline) {
-        let rec = &records[i];
-        let Some(outcome) = rec.outcome else { continue };
-        let Some(job) = jobs
-            .iter()
-            .find(|j| j.metadata.name.as_deref() == Some(rec.name.as_str()))
-        else {
+    for a in &plan.accounting {
+        let Some(job) = jobs.iter().find(|j| j.metadata.name.as_deref() == Some(a.job.as_str())) else {
             continue;
         };
-        if step == Accounting::Book {
-            let patch = json!({"metadata": {
-                "resourceVersion": job.metadata.resource_version,
-                "annotations": {keys::ANNOTATION_OUTCOME: outcome.as_str()},
-            }});
-            match api
-                .patch(&rec.name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-            {
-                Ok(_) => {}
-                Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => {
-                    booking.conflict = true;
-                    continue;
-                }
-                Err(e) => {
-                    return Err(Error::api(
-                        ApiAction::PatchJob,
-                        format!("{}/{}", id.namespace, rec.name),
-                        e,
-                    ));
-                }
-            }
-        }
-        read_outputs_secret(ctx, id, &mut records[i], outcome).await?;
-        let rec = &records[i];
-        match step {
-            // This write set the outcome: the events and once-only metrics happen here only.
+        match a.step {
             Accounting::Book => {
-                tracing::info!(job = %rec.name, outcome = %outcome, "booked Job");
-                ctx.metrics.job_finished(id.kind, rec.op, outcome, attempt_of(job));
-                if let Some(reason) = outcome.event_reason() {
+                let patch = json!({"metadata": {
+                    "resourceVersion": job.metadata.resource_version,
+                    "annotations": {keys::ANNOTATION_OUTCOME: a.outcome.as_str()},
+                }});
+                match api.patch(&a.job, &PatchParams::default(), &Patch::Merge(&patch)).await {
+                    Ok(_) => {}
+                    Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => return Ok(false),
+                    Err(e) => {
+                        return Err(Error::api(
+                            ApiAction::PatchJob,
+                            format!("{}/{}", id.namespace, a.job),
+                            e,
+                        ));
+                    }
+                }
+                // This write set the outcome: the events and once-only metrics happen here only.
+                tracing::info!(job = %a.job, outcome = %a.outcome, "booked Job");
+                ctx.metrics.job_finished(id.kind, a.op, a.outcome, attempt_of(job));
+                if let Some(reason) = a.outcome.event_reason() {
                     let warning = !matches!(reason, EventReason::JobInterrupted);
-                    ctx.event(
-                        id,
-                        warning,
-                        reason.as_str(),
-                        "Book",
-                        &event_note(rec, outcome),
-                        Some(&rec.name),
-                    )
-                    .await;
+                    let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
+                    let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
+                    ctx.event(id, warning, reason.as_str(), "Book", &note, Some(&a.job))
+                        .await;
                 }
             }
             Accounting::Replay => {
-                tracing::info!(job = %rec.name, outcome = %outcome, watermark = baseline, "replaying the booking effects of Job");
+                tracing::info!(job = %a.job, outcome = %a.outcome, "replaying the booking effects of Job");
             }
         }
-        record_effects(ctx, id, object, rec, outcome, status, now).await?;
-        durable.extend(durable_changes(
-            id.kind,
-            &id.namespace,
-            &id.name,
-            rec,
-            outcome,
-            applied_hash,
-            recorded_interrupted,
-        ));
-        release_leases(ctx, id, &rec.name).await?;
-        records[i].booked = true;
-        watermark = record::watermark_after(watermark, [records[i].seq]);
-        booking.booked.push(records[i].name.clone());
+        record_effects(ctx, id, object, a, &plan.booked.status).await?;
+        release_leases(ctx, id, &a.job).await?;
     }
-    super::inputs::annotate(&ctx.client, id, &durable).await?;
-    status.last_booked_job_seq = Some(watermark);
-    Ok(booking)
+    super::inputs::annotate(&ctx.client, id, &plan.durable_changes).await?;
+    Ok(true)
+}
+
+/// Read the outputs that did not fit a runner's result from the outputs Secret, for the
+/// succeeded applies and refreshes this pass will book or replay (part of the pass's reads).
+pub async fn read_outputs(ctx: &Ctx, id: &Ident, records: &mut [JobRecord], baseline: u32) -> Result<(), Error> {
+    for (i, _) in record::accounting_plan(records, baseline) {
+        if let Some(outcome) = records[i].outcome {
+            read_outputs_secret(ctx, id, &mut records[i], outcome).await?;
+        }
+    }
+    Ok(())
 }
 
 /// A successful apply or refresh whose outputs did not fit the runner's result: read them from
@@ -362,31 +310,30 @@ async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome
     Ok(())
 }
 
-/// The idempotent effects of one booked Job on the status, the gauges and the object's Cluster
-/// API fields (the same whether booked now or replayed).
+/// The idempotent side effects of one booked Job beyond the status: the gauges and the
+/// object's Cluster API fields (the same whether booked now or replayed). `status` is the
+/// status after booking.
 async fn record_effects(
     ctx: &Ctx,
     id: &Ident,
     object: &CaptfObject,
-    rec: &JobRecord,
-    outcome: Outcome,
-    status: &mut TerraformStatus,
-    now: Timestamp,
+    a: &Accounted,
+    status: &TerraformStatus,
 ) -> Result<(), Error> {
-    apply_to_status(status, rec, outcome, now);
-    let n = status.consecutive_failures.map_or(0, |c| c.get(rec.op));
+    let n = status.consecutive_failures.map_or(0, |c| c.get(a.op));
     ctx.metrics
-        .set_consecutive_failures(id.kind, &id.namespace, &id.name, rec.op, n);
-    if outcome == Outcome::Succeeded {
-        let when = rec.finished.or(rec.created).unwrap_or(now);
-        ctx.metrics.set_last_success(
-            id.kind,
-            &id.namespace,
-            &id.name,
-            rec.op,
-            when.as_millisecond() as f64 / 1000.0,
-        );
-        if rec.op == Op::Apply
+        .set_consecutive_failures(id.kind, &id.namespace, &id.name, a.op, n);
+    if a.outcome == Outcome::Succeeded {
+        if let Some(when) = status.last_success_time.as_ref().and_then(|m| m.get(a.op.as_str())) {
+            ctx.metrics.set_last_success(
+                id.kind,
+                &id.namespace,
+                &id.name,
+                a.op,
+                when.0.as_millisecond() as f64 / 1000.0,
+            );
+        }
+        if a.op == Op::Apply
             && let Some(outputs) = status.outputs.clone()
             && let Some(p) = capi_spec_patch(object, &outputs)
         {
@@ -424,26 +371,16 @@ pub async fn patch_object(ctx: &Ctx, id: &Ident, patch: &Value) -> Result<(), Er
         .map_err(|e| Error::api(ApiAction::PatchObject, id.what(), e))
 }
 
-/// Prune (docs/rules.md) the booked history: delete with propagationPolicy Background; 404 is success.
-pub async fn prune(
-    ctx: &Ctx,
-    id: &Ident,
-    records: &[JobRecord],
-    successful: u32,
-    failed: std::num::NonZeroU32,
-) -> Result<(), Error> {
-    let booked: Vec<JobRecord> = records
-        .iter()
-        .filter(|r| r.booked || !r.is_finished())
-        .cloned()
-        .collect();
+/// Delete the Jobs the plan prunes (docs/rules.md, "Pruning"), with propagationPolicy
+/// Background; 404 is success.
+pub async fn prune(ctx: &Ctx, id: &Ident, names: &[String]) -> Result<(), Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     let dp = DeleteParams {
         propagation_policy: Some(PropagationPolicy::Background),
         ..Default::default()
     };
-    for name in crate::core::prune::prune(&booked, successful, failed) {
-        match api.delete(&name, &dp).await {
+    for name in names {
+        match api.delete(name, &dp).await {
             Ok(_) => tracing::debug!(job = %name, "pruned Job"),
             Err(e) if errors::is_not_found(&e) => {}
             Err(e) => return Err(Error::api(ApiAction::DeleteJob, format!("{}/{name}", id.namespace), e)),

@@ -38,8 +38,9 @@ use super::state;
 use super::status;
 use crate::core::lock::LockState;
 use crate::core::record::{self, JobRecord};
-use crate::core::snapshot::{self, DurableRecord, InputsHash, Snapshot, object_status};
-use crate::core::{Decision, Reason, Start, Wait, decide};
+use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
+use crate::core::{Decision, Reason, Start, Wait};
+use crate::plan::{self, Plan};
 
 /// How the runtime is configured (from the flags).
 #[derive(Clone, Debug)]
@@ -202,7 +203,8 @@ fn requeue_for(wait: &Wait, simulated: bool) -> Action {
     }
 }
 
-/// The reconcile pass over one object.
+/// The reconcile pass over one object, in phases: read what the pass needs, [`plan::plan`] it
+/// (PURE), then carry the plan out: book, prune, act on the decision, write the status.
 pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, Error> {
     let Some(kind) = object.job_kind() else {
         return Ok(Action::await_change());
@@ -221,189 +223,248 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         return Ok(Action::requeue(RACE_REQUEUE));
     }
 
-    // ---- read ----
-    let live_status = object_status(&object);
+    let read = match read_pass(ctx, &id, &object, deleting).await? {
+        Ok(read) => read,
+        Err(action) => return Ok(action),
+    };
+    let now = ctx.clock.now();
+    let plan = plan::plan(&read.snap, read.stored_inputs_hash.as_deref(), now);
+    tracing::debug!(object = %id.what(), decision = ?plan.decision, prune = ?plan.prune, "planned");
+
+    if !book::execute(ctx, &id, &object, &read.jobs, &plan).await? {
+        return Ok(Action::requeue(RACE_REQUEUE));
+    }
+    book::prune(ctx, &id, &plan.prune).await?;
+    let Some(acted) = act(ctx, &id, &object, &read, &plan).await? else {
+        return Ok(Action::await_change());
+    };
+    let new = if acted.as_planned {
+        plan.status.clone()
+    } else {
+        plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
+    };
+    write_status(ctx, &id, &read.original, &new).await?;
+    if let Some(msg) = state_locked_transition(&read.original, &new) {
+        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
+            .await;
+    }
+    Ok(acted.action)
+}
+
+/// What one pass read.
+struct Read {
+    jobs: Vec<Job>,
+    inputs_secret: Option<Secret>,
+    /// The hash of the inputs in the inputs Secret (what a successful apply ran with).
+    stored_inputs_hash: Option<String>,
+    resolved: Result<Inputs, String>,
+    /// The status as read, for the patch.
+    original: TerraformStatus,
+    snap: Snapshot,
+}
+
+/// Read phase: the Jobs and pods, the inputs Secret and its durable record, the check of an
+/// apply Job that vanished, outputs kept in the outputs Secret, the lock (only while no Job is
+/// active), the inputs and the holds. `Err(action)` ends the pass early.
+async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) -> Result<Result<Read, Action>, Error> {
+    let kind = id.kind;
+    let live_status = object_status(object);
     let (last_job_seq, live_active) = (
         live_status.and_then(|s| s.last_job_seq),
         live_status.and_then(|s| s.active_job.as_deref()),
     );
-    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, &id, last_job_seq, live_active).await?
+    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, id, last_job_seq, live_active).await?
     else {
-        return Ok(Action::requeue(SYNC_REQUEUE));
+        return Ok(Err(Action::requeue(SYNC_REQUEUE)));
     };
-    let by_job = snapshot::pods_by_job(&pods);
+    let mut records = records_of(id, &jobs, &pods);
+    let inputs_secret = gather::secret(&ctx.client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
+    let snapshot_error = |source| Error::Snapshot {
+        kind,
+        name: id.name.clone(),
+        source,
+    };
+    let original = object_status(object).cloned().unwrap_or_default();
+
+    // An apply Job deleted while it ran (docs/rules.md).
+    let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
+    let checked = interrupted::check(ctx, id, original.active_job.as_deref(), &listed).await?;
+    if checked == Checked::Stale {
+        return Ok(Err(Action::requeue(RACE_REQUEUE)));
+    }
+    let mut status = original.clone();
+    if matches!(checked, Checked::Recorded(_) | Checked::Forgot(_)) {
+        status.active_job = None;
+    }
+
+    // Outputs that did not fit a result, for the Jobs this pass books.
+    let baseline = record::watermark_baseline(&records, record::status_watermark(&status));
+    book::read_outputs(ctx, id, &mut records, baseline).await?;
+
+    // The lock check, only when no Job is active (docs/rules.md).
+    let named_active = status
+        .active_job
+        .as_deref()
+        .filter(|a| !a.is_empty() && !listed.iter().any(|l| l == a));
+    let lock = if records.iter().all(JobRecord::is_finished) && named_active.is_none() {
+        gather::lock_state(&ctx.client, id).await?
+    } else {
+        LockState::Free
+    };
+
+    let resolved = gather::resolve_inputs(&ctx.client, object, id).await?;
+    let inputs_hash = match &resolved {
+        Ok(i) => InputsHash::Known(i.hash()),
+        Err(e) => InputsHash::Unresolved(e.to_string()),
+    };
+    let mut holds = gather::holds(&ctx.client, &ctx.caches, id).await?;
+    holds.cluster_paused = pause::cluster_paused(&ctx.client, object, id).await;
+    if deleting {
+        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
+        holds.state_unreadable = state::unreadable(&ctx.client, id).await?;
+    }
+    let (snap, stored_inputs_hash) = snapshot_of(
+        object,
+        records,
+        inputs_secret.as_ref(),
+        &checked,
+        inputs_hash,
+        lock,
+        holds,
+    )
+    .map_err(snapshot_error)?;
+    Ok(Ok(Read {
+        jobs,
+        inputs_secret,
+        stored_inputs_hash,
+        resolved: resolved.map_err(|e| e.to_string()),
+        original,
+        snap,
+    }))
+}
+
+/// The object's Jobs as records, newest first, each with its pod (PURE). A Job that is not the
+/// object's is logged and left out.
+pub fn records_of(id: &Ident, jobs: &[Job], pods: &[Pod]) -> Vec<JobRecord> {
+    let by_job = snapshot::pods_by_job(pods);
     let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
-    for j in &jobs {
+    for j in jobs {
         let pod = j.metadata.name.as_deref().and_then(|n| by_job.get(n).copied());
-        match JobRecord::from_job(kind, &id.namespace, &id.name, j, pod) {
+        match JobRecord::from_job(id.kind, &id.namespace, &id.name, j, pod) {
             Ok(r) => records.push(r),
             Err(e) => tracing::warn!("ignoring a Job of {}: {e}", id.what()),
         }
     }
     record::sort_newest_first(&mut records);
-    let inputs_name = names::inputs_secret_name(&id.suffix);
-    let mut inputs_secret = gather::secret(&ctx.client, &id.namespace, &inputs_name).await?;
-    let durable_of = |s: Option<&Secret>| -> Result<DurableRecord, Error> {
-        s.map(DurableRecord::from_secret)
-            .transpose()
-            .map(Option::unwrap_or_default)
-            .map_err(|source| Error::Snapshot {
-                kind,
-                name: id.name.clone(),
-                source,
-            })
-    };
-    let mut durable = durable_of(inputs_secret.as_ref())?;
-    let original = object_status(&object).cloned().unwrap_or_default();
-    let mut status = original.clone();
+    records
+}
 
-    // ---- an apply Job deleted while it ran (docs/rules.md) ----
-    let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
-    match interrupted::check(ctx, &id, status.active_job.as_deref(), &listed).await? {
-        Checked::Nothing => {}
-        Checked::Stale => return Ok(Action::requeue(RACE_REQUEUE)),
+/// The snapshot a pass plans from (PURE): the object with its status as read, less an active
+/// Job the vanished-Job check resolved (`checked`), the durable record of the inputs Secret
+/// (with an interrupted apply just recorded), and what else was read. Also the hash of the
+/// inputs the Secret holds.
+pub fn snapshot_of(
+    object: &CaptfObject,
+    records: Vec<JobRecord>,
+    inputs_secret: Option<&Secret>,
+    checked: &Checked,
+    inputs_hash: InputsHash,
+    lock: LockState,
+    holds: Holds,
+) -> Result<(Snapshot, Option<String>), SnapshotError> {
+    let mut durable = inputs_secret
+        .map(DurableRecord::from_secret)
+        .transpose()?
+        .unwrap_or_default();
+    let mut status = object_status(object).cloned().unwrap_or_default();
+    match checked {
         Checked::Recorded(job) => {
-            durable.interrupted_apply = Some(job);
+            durable.interrupted_apply = Some(job.clone());
             status.active_job = None;
         }
         Checked::Forgot(_) => status.active_job = None,
+        Checked::Nothing | Checked::Stale => {}
     }
-
-    // ---- book finished Jobs (docs/rules.md) ----
-    let applied_hash = inputs_secret.as_ref().and_then(inputs::stored_inputs).map(|i| i.hash());
-    let booking = book::book_all(
-        ctx,
-        &id,
-        &object,
-        &jobs,
-        &mut records,
-        &mut status,
-        applied_hash.as_deref(),
-        durable.interrupted_apply.as_deref(),
-    )
-    .await?;
-    if !booking.booked.is_empty() {
-        inputs_secret = gather::secret(&ctx.client, &id.namespace, &inputs_name).await?;
-        durable = durable_of(inputs_secret.as_ref())?;
-    }
-    let active = records.iter().find(|r| !r.is_finished()).map(|r| r.name.clone());
-    status.active_job = match active.clone() {
-        Some(a) => Some(a),
-        // A Job listed as finished is no longer active; one not listed was handled above.
-        None => status.active_job.filter(|a| !a.is_empty() && !listed.contains(a)),
-    };
-    let spec = captf_shared::defaults::effective(object.terraform_spec());
-    book::prune(
-        ctx,
-        &id,
-        &records,
-        spec.successful_jobs_history_limit,
-        spec.failed_limit,
-    )
-    .await?;
-
-    // ---- the lock check, only when no Job is active (docs/rules.md) ----
-    let lock_checked = active.is_none();
-    let lock = if lock_checked {
-        gather::lock_state(&ctx.client, &id).await?
-    } else {
-        LockState::Free
-    };
-
-    // ---- inputs, holds, decide ----
-    let resolved = gather::resolve_inputs(&ctx.client, &object, &id).await?;
-    let inputs_hash = match &resolved {
-        Ok(i) => InputsHash::Known(i.hash()),
-        Err(e) => InputsHash::Unresolved(e.to_string()),
-    };
-    let mut holds = gather::holds(&ctx.client, &ctx.caches, &id).await?;
-    holds.cluster_paused = pause::cluster_paused(&ctx.client, &object, &id).await;
-    if deleting {
-        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
-        holds.state_unreadable = state::unreadable(&ctx.client, &id).await?;
-    }
-    let mut snap =
-        Snapshot::new(&object, records, durable, inputs_hash, lock, holds).map_err(|source| Error::Snapshot {
-            kind,
-            name: id.name.clone(),
-            source,
-        })?;
+    let mut snap = Snapshot::new(object, records, durable, inputs_hash, lock, holds)?;
     snap.status = status;
-    let now = ctx.clock.now();
-    let mut decision = decide(&snap, now);
-    tracing::debug!(object = %id.what(), ?decision, "decided");
+    let stored = inputs_secret.and_then(inputs::stored_inputs).map(|i| i.hash());
+    Ok((snap, stored))
+}
 
-    // ---- act ----
-    let mut active_job = snap.status.active_job.clone().filter(|a| !a.is_empty());
-    let mut action = match &decision {
-        Decision::Wait(w) => requeue_for(w, ctx.clock.simulated()),
-        Decision::Start(_) => Action::requeue(ACTIVE_REQUEUE),
-        Decision::Finalize => {
-            if deletion::remove_finalizer(&ctx.client, &id, &object).await? {
-                ctx.metrics.forget_object(kind, &id.namespace, &id.name);
-                tracing::info!("removed the finalizer of {}", id.what());
-                return Ok(Action::await_change());
-            }
-            return Ok(Action::requeue(RACE_REQUEUE));
-        }
+/// What acting on the decision came to.
+struct Acted {
+    action: Action,
+    /// The decision as carried out: the plan's, or a wait when the inputs were missing.
+    decision: Decision,
+    active_job: Option<String>,
+    /// The plan's status applies unchanged.
+    as_planned: bool,
+}
+
+/// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
+/// pass is over), or requeue for a `Wait`.
+async fn act(ctx: &Ctx, id: &Ident, object: &CaptfObject, read: &Read, plan: &Plan) -> Result<Option<Acted>, Error> {
+    let booked_active = plan.booked.active_job().map(str::to_string);
+    let mut acted = Acted {
+        action: Action::requeue(ACTIVE_REQUEUE),
+        decision: plan.decision.clone(),
+        active_job: booked_active.clone(),
+        as_planned: true,
     };
-    if let Decision::Start(start) = decision.clone() {
-        // A destroy of an object whose inputs no longer resolve runs with the stored inputs.
-        let inputs = resolved
-            .as_ref()
-            .ok()
-            .cloned()
-            .or_else(|| inputs_secret.as_ref().and_then(inputs::stored_inputs));
-        let seq = snap
-            .jobs
-            .iter()
-            .map(|r| r.seq)
-            .chain(snap.status.last_job_seq)
-            .max()
-            .unwrap_or(0)
-            .saturating_add(1);
-        match inputs {
-            None => {
-                decision = Decision::Wait(Wait {
-                    reason: Reason::InputsUnresolved,
-                    op: Some(start.op),
-                    requeue_after: Some(crate::core::decide::HOLD_REQUEUE),
-                    not_before: None,
-                    attempt: Some(start.attempt),
-                });
-                action = Action::requeue(crate::core::decide::HOLD_REQUEUE);
+    match &plan.decision {
+        Decision::Wait(w) => acted.action = requeue_for(w, ctx.clock.simulated()),
+        Decision::Finalize => {
+            if deletion::remove_finalizer(&ctx.client, id, object).await? {
+                ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
+                tracing::info!("removed the finalizer of {}", id.what());
+                return Ok(None);
             }
-            Some(inputs) => {
-                match start_job(ctx, &id, &object, &snap, &start, &inputs, inputs_secret.as_ref(), seq).await? {
-                    Some(name) => {
-                        active_job = Some(name);
-                        snap.status.last_job_seq = Some(seq);
+            acted.action = Action::requeue(RACE_REQUEUE);
+        }
+        Decision::Start(start) => {
+            // A destroy of an object whose inputs no longer resolve runs with the stored inputs.
+            let inputs = read
+                .resolved
+                .as_ref()
+                .ok()
+                .cloned()
+                .or_else(|| read.inputs_secret.as_ref().and_then(inputs::stored_inputs));
+            match inputs {
+                None => {
+                    acted.decision = Decision::Wait(Wait {
+                        reason: Reason::InputsUnresolved,
+                        op: Some(start.op),
+                        requeue_after: Some(crate::core::decide::HOLD_REQUEUE),
+                        not_before: None,
+                        attempt: Some(start.attempt),
+                    });
+                    acted.action = Action::requeue(crate::core::decide::HOLD_REQUEUE);
+                    acted.as_planned = false;
+                }
+                Some(inputs) => {
+                    let started = start_job(
+                        ctx,
+                        id,
+                        object,
+                        &plan.booked,
+                        start,
+                        &inputs,
+                        read.inputs_secret.as_ref(),
+                        plan.next_seq,
+                    )
+                    .await?;
+                    match started {
+                        Some(name) => acted.active_job = Some(name),
+                        None => {
+                            acted.action = Action::requeue(RACE_REQUEUE);
+                            acted.as_planned = false;
+                        }
                     }
-                    None => action = Action::requeue(RACE_REQUEUE),
                 }
             }
         }
     }
-    if booking.conflict {
-        action = Action::requeue(RACE_REQUEUE);
-    }
-
-    // ---- write status ----
-    let current = snap.inputs_hash.known().map(str::to_string);
-    let new = status::compute(
-        &snap,
-        &decision,
-        active_job.as_deref(),
-        current.as_deref(),
-        lock_checked,
-        now,
-    );
-    write_status(ctx, &id, &original, &new).await?;
-    if let Some(msg) = state_locked_transition(&original, &new) {
-        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
-            .await;
-    }
-    Ok(action)
+    Ok(Some(acted))
 }
 
 /// The StateLocked message when the condition just became StateLocked (or its holder changed).

@@ -61,15 +61,12 @@ impl ErrorBackoff {
             }
             Err(_) => 1,
         };
+        // A sample per object and count, from this process's random hash keys: objects that
+        // failed together spread out instead of retrying in lockstep.
         let mut h = self.random.build_hasher();
         h.write_u32(n);
+        h.write(key.namespace.as_bytes());
         h.write(key.name.as_bytes());
-        h.write_u128(
-            std::time::SystemTime::now()
-                .duration_since(std::time::UNIX_EPOCH)
-                .unwrap_or_default()
-                .as_nanos(),
-        );
         (n, error_delay(n, h.finish()))
     }
 

@@ -95,7 +95,7 @@ pub fn compute(
     }
     let mut cs = st.conditions.take().unwrap_or_default();
 
-    // ApplyJobSucceeded: the newest finished apply, or the interrupted-apply record.
+    // The conditions, one phase each; `Ready` last, from the others and the decision.
     let interrupted_pending = interrupted::interrupted_apply_pending(
         s.kind,
         &s.namespace,
@@ -103,13 +103,69 @@ pub fn compute(
         s.durable.interrupted_apply.as_deref(),
         &s.jobs,
     );
+    apply_job_condition(&mut cs, s, interrupted_pending, g, now);
+    drift_condition(&mut cs, s, g, now);
+    state_condition(&mut cs, s, lock_checked, g, now);
+    paused_condition(&mut cs, s, g, now);
+    let (ready_status, ready_reason, ready_message) =
+        ready(s, decision, active_job, current_inputs_hash, interrupted_pending);
+    set(
+        &mut cs,
+        conditions::READY,
+        ready_status,
+        &ready_reason,
+        &ready_message,
+        g,
+        now,
+    );
+    st.conditions = Some(cs);
+
+    if s.status.applied_inputs_hash.is_some()
+        || s.durable.applied_inputs_hash.is_some()
+        || s.last_success(Op::Apply).is_some()
+    {
+        st.ready = Some(true);
+        st.initialization = Some(Initialization {
+            provisioned: Some(true),
+        });
+    }
+
+    st.next_action = match decision {
+        Decision::Start(x) => Some(NextAction {
+            op: Some(x.op),
+            reason: x.reason.as_str().to_string(),
+            not_before: None,
+        }),
+        Decision::Wait(w) => Some(NextAction {
+            op: w.op,
+            reason: w.reason.as_str().to_string(),
+            not_before: w.not_before.map(Time),
+        }),
+        Decision::Finalize => None,
+    };
+    if s.kind == Kind::TerraformMachinePool
+        && let Some(list) = &st
+            .outputs
+            .as_ref()
+            .and_then(|o| o.get(super::book::OUTPUT_PROVIDER_ID_LIST))
+            .and_then(|v| v.as_array())
+    {
+        st.replicas = i32::try_from(list.len()).ok();
+    }
+    st
+}
+
+type Conditions = Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>;
+
+/// `ApplyJobSucceeded`: the newest finished apply, or the interrupted-apply record.
+fn apply_job_condition(cs: &mut Conditions, s: &Snapshot, interrupted_pending: bool, g: Option<i64>, now: Timestamp) {
     let newest_apply = s
         .jobs
         .iter()
         .find(|r| r.op == Op::Apply && r.is_finished() && r.outcome != Some(Outcome::Interrupted));
     if let (true, Some(job)) = (interrupted_pending, s.durable.interrupted_apply.as_deref()) {
         set(
-            &mut cs,
+            cs,
             conditions::APPLY_JOB_SUCCEEDED,
             Status::False,
             reasons::APPLY_FAILED,
@@ -158,21 +214,15 @@ pub fn compute(
                     .to_string(),
             ),
         };
-        set(
-            &mut cs,
-            conditions::APPLY_JOB_SUCCEEDED,
-            status,
-            reason,
-            &message,
-            g,
-            now,
-        );
+        set(cs, conditions::APPLY_JOB_SUCCEEDED, status, reason, &message, g, now);
     }
+}
 
-    // DriftDetected
+/// `DriftDetected`: from the newest successful drift check.
+fn drift_condition(cs: &mut Conditions, s: &Snapshot, g: Option<i64>, now: Timestamp) {
     match s.last_drift_check() {
         None => set(
-            &mut cs,
+            cs,
             conditions::DRIFT_DETECTED,
             Status::Unknown,
             reasons::NEVER_CHECKED,
@@ -181,7 +231,7 @@ pub fn compute(
             now,
         ),
         Some(_) if s.drift_found() && !drift_resolved(s) => set(
-            &mut cs,
+            cs,
             conditions::DRIFT_DETECTED,
             Status::True,
             reasons::DRIFT_FOUND,
@@ -190,7 +240,7 @@ pub fn compute(
             now,
         ),
         Some(_) => set(
-            &mut cs,
+            cs,
             conditions::DRIFT_DETECTED,
             Status::False,
             reasons::NO_DRIFT,
@@ -199,12 +249,14 @@ pub fn compute(
             now,
         ),
     }
+}
 
-    // StateReadable: an unreadable state (read on deletion) first; otherwise only from a lock
-    // check (none runs while a Job is active: keep it).
+/// `StateReadable`: an unreadable state (read on deletion) first; otherwise only from a lock
+/// check (none runs while a Job is active: keep it).
+fn state_condition(cs: &mut Conditions, s: &Snapshot, lock_checked: bool, g: Option<i64>, now: Timestamp) {
     if let Some(why) = &s.holds.state_unreadable {
         set(
-            &mut cs,
+            cs,
             conditions::STATE_READABLE,
             Status::False,
             reasons::STATE_UNREADABLE,
@@ -215,7 +267,7 @@ pub fn compute(
     } else if lock_checked {
         match s.lock.state_locked_message() {
             Some(m) => set(
-                &mut cs,
+                cs,
                 conditions::STATE_READABLE,
                 Status::False,
                 reasons::STATE_LOCKED,
@@ -224,7 +276,7 @@ pub fn compute(
                 now,
             ),
             None => set(
-                &mut cs,
+                cs,
                 conditions::STATE_READABLE,
                 Status::True,
                 reasons::STATE_READABLE,
@@ -234,8 +286,10 @@ pub fn compute(
             ),
         }
     }
+}
 
-    // Paused: say which pause, so a person knows what to undo.
+/// `Paused`: say which pause, so a person knows what to undo.
+fn paused_condition(cs: &mut Conditions, s: &Snapshot, g: Option<i64>, now: Timestamp) {
     if s.paused {
         let why = if s.spec.paused {
             "spec.paused is true"
@@ -244,15 +298,23 @@ pub fn compute(
         } else {
             "the annotation cluster.x-k8s.io/paused is set"
         };
-        set(&mut cs, conditions::PAUSED, Status::True, reasons::PAUSED, why, g, now);
+        set(cs, conditions::PAUSED, Status::True, reasons::PAUSED, why, g, now);
     } else {
-        set(&mut cs, conditions::PAUSED, Status::False, "NotPaused", "", g, now);
+        set(cs, conditions::PAUSED, Status::False, "NotPaused", "", g, now);
     }
+}
 
-    // Ready
+/// `Ready`: status, reason and message.
+fn ready(
+    s: &Snapshot,
+    decision: &Decision,
+    active_job: Option<&str>,
+    current_inputs_hash: Option<&str>,
+    interrupted_pending: bool,
+) -> (Status, String, String) {
     let applied = current_inputs_hash.is_some_and(|h| crate::core::decide::inputs_applied(s, h));
     let reason = decision.reason();
-    let (ready_status, ready_reason, ready_message) = if let Some(inv) = &s.invalid {
+    if let Some(inv) = &s.invalid {
         (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())
     } else if s.paused {
         (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
@@ -297,51 +359,7 @@ pub fn compute(
         )
     } else {
         (Status::True, "Ready".to_string(), String::new())
-    };
-    set(
-        &mut cs,
-        conditions::READY,
-        ready_status,
-        &ready_reason,
-        &ready_message,
-        g,
-        now,
-    );
-    st.conditions = Some(cs);
-
-    if s.status.applied_inputs_hash.is_some()
-        || s.durable.applied_inputs_hash.is_some()
-        || s.last_success(Op::Apply).is_some()
-    {
-        st.ready = Some(true);
-        st.initialization = Some(Initialization {
-            provisioned: Some(true),
-        });
     }
-
-    st.next_action = match decision {
-        Decision::Start(x) => Some(NextAction {
-            op: Some(x.op),
-            reason: x.reason.as_str().to_string(),
-            not_before: None,
-        }),
-        Decision::Wait(w) => Some(NextAction {
-            op: w.op,
-            reason: w.reason.as_str().to_string(),
-            not_before: w.not_before.map(Time),
-        }),
-        Decision::Finalize => None,
-    };
-    if s.kind == Kind::TerraformMachinePool
-        && let Some(list) = &st
-            .outputs
-            .as_ref()
-            .and_then(|o| o.get(super::book::OUTPUT_PROVIDER_ID_LIST))
-            .and_then(|v| v.as_array())
-    {
-        st.replicas = i32::try_from(list.len()).ok();
-    }
-    st
 }
 
 /// Drift found by the newest check but remediated by a later successful apply.
