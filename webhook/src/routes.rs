@@ -19,6 +19,7 @@ use http_body_util::{BodyExt, LengthLimitError, Limited};
 use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::{HEALTHZ_PATH, MAX_BODY_BYTES, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
+use captf_shared::policy::TenantPolicy;
 
 /// How long a client may take to send the body once its headers are in, by default.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -30,6 +31,8 @@ pub struct AppState {
     /// False once shutdown has begun: `/readyz` answers 503.
     pub ready: Arc<AtomicBool>,
     pub body_timeout: Duration,
+    /// What tenants may choose for runner pods.
+    pub policy: Arc<TenantPolicy>,
 }
 
 impl AppState {
@@ -38,7 +41,13 @@ impl AppState {
             metrics,
             ready: Arc::new(AtomicBool::new(true)),
             body_timeout: DEFAULT_BODY_TIMEOUT,
+            policy: Arc::new(TenantPolicy::unrestricted()),
         }
+    }
+
+    pub fn with_policy(mut self, policy: TenantPolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
     }
 
     pub fn with_body_timeout(mut self, body_timeout: Duration) -> Self {
@@ -175,7 +184,7 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     check_content_type(req.headers())?;
     let (parts, body) = req.into_parts();
     let body = read_body(&parts.headers, body, state.body_timeout).await?;
-    let reviewed = admission::review(route, &body)?;
+    let reviewed = admission::review_with(route, &body, &state.policy)?;
     match &reviewed.message {
         Some(message) => tracing::info!(
             route = route.as_str(),

@@ -22,6 +22,7 @@ use crate::idle::IdleTimeout;
 use crate::metrics::{Metrics, metrics_router};
 use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
+use captf_shared::policy::TenantPolicy;
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
 #[derive(Clone, Debug)]
@@ -45,6 +46,8 @@ pub struct Config {
     pub shutdown_delay: Duration,
     /// How long open connections get to finish after accepting stops.
     pub shutdown_grace: Duration,
+    /// What tenants may choose for runner pods (default: anything; the binary's flags narrow it).
+    pub policy: TenantPolicy,
 }
 
 impl Config {
@@ -60,6 +63,7 @@ impl Config {
             idle_timeout: Duration::from_secs(60),
             shutdown_delay: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(20),
+            policy: TenantPolicy::unrestricted(),
         }
     }
 }
@@ -114,7 +118,9 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
         }
         None => (None, None),
     };
-    let state = AppState::new(metrics).with_body_timeout(config.body_timeout);
+    let state = AppState::new(metrics)
+        .with_body_timeout(config.body_timeout)
+        .with_policy(config.policy.clone());
     Ok(Bound {
         config,
         listener,

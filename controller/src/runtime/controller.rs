@@ -39,6 +39,7 @@ use crate::core::lock::LockState;
 use crate::core::record::{self, JobRecord};
 use crate::core::snapshot::{self, DurableRecord, InputsHash, Snapshot, object_status};
 use crate::core::{Decision, Reason, Start, Wait, decide};
+use captf_shared::policy::{self, TenantPolicy};
 
 /// How the runtime is configured (from the flags).
 #[derive(Clone, Debug)]
@@ -49,6 +50,8 @@ pub struct Config {
     /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
     pub runner_service_account: Option<String>,
     pub concurrency: u16,
+    /// What a spec may choose for its runner pods (checked before every Job).
+    pub policy: TenantPolicy,
 }
 
 /// What every reconcile shares.
@@ -287,6 +290,10 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
             source,
         })?;
     snap.status = status;
+    let violations = ctx.config.policy.check(&object);
+    if !violations.is_empty() {
+        snap.policy_violation = Some(policy::message(&violations));
+    }
     let now = ctx.clock.now();
     let mut decision = decide(&snap, now);
     tracing::debug!(object = %id.what(), ?decision, "decided");

@@ -89,6 +89,38 @@ pub struct RunArgs {
     /// Test and demo only: follow the simulator's clock at this URL (`http://127.0.0.1:port`).
     #[arg(long, env = "CAPTF_SIM_CLOCK_URL", hide = true)]
     pub sim_clock_url: Option<String>,
+    /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
+    /// `*`: any). A spec outside them gets Ready=False/PolicyViolation and no Job.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
+    pub allowed_runner_image_prefixes: Vec<String>,
+    /// Names spec.jobs.serviceAccountName may be, besides --runner-service-account
+    /// (comma-separated; `*`: any).
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    pub allowed_runner_service_accounts: Vec<String>,
+    /// Whether spec.jobs.env may take values from Secrets (valueFrom.secretKeyRef).
+    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_env_from_secrets: bool,
+}
+
+impl RunArgs {
+    /// The tenant policy of the flags: the runner image and service account the controller
+    /// uses by default are always allowed.
+    pub fn policy(&self) -> captf_shared::policy::TenantPolicy {
+        let keep = |own: &str, extra: &[String]| -> Vec<String> {
+            let mut out: Vec<String> = vec![];
+            for s in std::iter::once(own).chain(extra.iter().map(String::as_str)) {
+                if !s.is_empty() && !out.iter().any(|o| o == s) {
+                    out.push(s.to_string());
+                }
+            }
+            out
+        };
+        captf_shared::policy::TenantPolicy {
+            runner_image_prefixes: keep(&self.runner_image, &self.allowed_runner_image_prefixes),
+            runner_service_accounts: keep(&self.runner_service_account, &self.allowed_runner_service_accounts),
+            env_from_secrets: self.allow_env_from_secrets,
+        }
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -190,6 +222,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         runner_image: args.runner_image.clone(),
         runner_service_account: Some(args.runner_service_account.clone()),
         concurrency: args.concurrency,
+        policy: args.policy(),
     };
     let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
     let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));

@@ -254,6 +254,8 @@ pub fn compute(
     let reason = decision.reason();
     let (ready_status, ready_reason, ready_message) = if let Some(inv) = &s.invalid {
         (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())
+    } else if let Some(v) = &s.policy_violation {
+        (Status::False, reasons::POLICY_VIOLATION.to_string(), v.clone())
     } else if s.paused {
         (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
     } else if s.deletion_timestamp.is_some() {

@@ -42,6 +42,9 @@ pub(crate) fn args() -> RunArgs {
         concurrency: 4,
         log_format: LogFormat::Text,
         sim_clock_url: None,
+        allowed_runner_image_prefixes: vec![],
+        allowed_runner_service_accounts: vec![],
+        allow_env_from_secrets: false,
     }
 }
 
