@@ -469,3 +469,40 @@ fn credentials_in_the_module_source_are_masked_in_the_log_and_the_result() {
         r.result.message
     );
 }
+
+/// Terraform echoes values in its errors (a validation failure quotes the variable). Every value
+/// the controller marked sensitive (a variable from a Secret, an env value from a Secret) is
+/// masked, raw, JSON-escaped and base64, in the termination message and in every log line.
+#[test]
+fn a_secret_printed_by_terraform_appears_in_no_termination_message_or_log_line() {
+    use base64::Engine as _;
+    const ENV_SECRET: &str = "env-secret-\"quoted\"-9876";
+    let b64 = base64::engine::general_purpose::STANDARD.encode(SECRET_VAR);
+    let escaped = serde_json::to_string(ENV_SECRET).unwrap();
+    let escaped = escaped.trim_matches('"').to_string();
+    let message = format!(
+        "Error: Invalid value for variable: {SECRET_VAR} is not valid; token {ENV_SECRET} ({escaped}) base64 {b64}"
+    );
+    let mut c = Case::new("apply");
+    c.set("FAKE_FAIL_ON", "plan")
+        .set("FAKE_FAIL_MESSAGE", &message)
+        .set("CAPTF_SENSITIVE_VARIABLES", "password")
+        .set("CAPTF_SENSITIVE_ENV", "TF_VAR_token")
+        .set("TF_VAR_token", ENV_SECRET);
+    let r = c.run();
+    assert_eq!(r.result.result, RunResult::Failed, "{}", r.termination_log);
+    assert!(
+        r.result.message.contains("Invalid value for variable"),
+        "{}",
+        r.result.message
+    );
+    for s in [SECRET_VAR, ENV_SECRET, escaped.as_str(), b64.trim_end_matches('=')] {
+        for (what, text) in [
+            ("termination message", &r.termination_log),
+            ("stdout", &r.stdout),
+            ("stderr", &r.stderr),
+        ] {
+            assert!(!text.contains(s), "{s} in the {what}:\n{text}");
+        }
+    }
+}

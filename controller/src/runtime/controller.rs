@@ -446,6 +446,7 @@ async fn start_job(
     }
     let spec = object.terraform_spec();
     let hash = inputs_doc.hash();
+    let sensitive = crate::core::inputs::sensitive_variables(spec, inputs_doc);
     let job = build_job(&JobParams {
         kind: id.kind,
         namespace: &id.namespace,
@@ -459,6 +460,7 @@ async fn start_job(
         cluster_name: id.cluster_name.as_deref(),
         runner_image: &ctx.config.runner_image,
         runner_service_account: ctx.config.runner_service_account.as_deref().filter(|s| !s.is_empty()),
+        sensitive_variables: &sensitive,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {

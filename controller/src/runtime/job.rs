@@ -46,6 +46,9 @@ pub struct JobParams<'a> {
     pub runner_image: &'a str,
     /// `--runner-service-account`, used when `spec.jobs.serviceAccountName` is unset.
     pub runner_service_account: Option<&'a str>,
+    /// Variables of the inputs the runner must keep out of what it reports
+    /// (`core::inputs::sensitive_variables`).
+    pub sensitive_variables: &'a [String],
 }
 
 /// The ownerReference every Job and Secret of the object carries.
@@ -120,6 +123,21 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     ];
     if let Some(id) = &p.start.force_unlock_id {
         e.push(var(env::FORCE_UNLOCK_ID, id.clone()));
+    }
+    if !p.sensitive_variables.is_empty() {
+        e.push(var(env::SENSITIVE_VARIABLES, p.sensitive_variables.join(",")));
+    }
+    let from_secrets: Vec<&str> = p
+        .jobs
+        .and_then(|j| j.env.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|v| v.value_from.as_ref().is_some_and(|f| f.secret_key_ref.is_some()))
+        .map(|v| v.name.as_str())
+        .filter(|n| !n.starts_with(env::PREFIX))
+        .collect();
+    if !from_secrets.is_empty() {
+        e.push(var(env::SENSITIVE_ENV, from_secrets.join(",")));
     }
     if p.start.op == Op::Apply
         && let Some(h) = &p.start.approved_plan
@@ -297,7 +315,59 @@ mod tests {
             cluster_name: Some("prod-eu"),
             runner_image: "ghcr.io/captf/runner:1",
             runner_service_account: Some("captf-runner"),
+            sensitive_variables: &[],
         })
+    }
+
+    #[test]
+    fn the_runner_is_told_which_variables_and_env_values_are_sensitive() {
+        use k8s_openapi::api::core::v1::{EnvVarSource, SecretKeySelector};
+        let jobs = JobsSpec {
+            env: Some(vec![
+                var("PLAIN", "x"),
+                EnvVar {
+                    name: "TOKEN".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "creds".into(),
+                            key: "t".into(),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let spec = TerraformSpec {
+            jobs: Some(jobs.clone()),
+            ..Default::default()
+        };
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let sensitive = vec!["password".to_string(), "token".to_string()];
+        let job = build_job(&JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: Some(&jobs),
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
+            sensitive_variables: &sensitive,
+        });
+        let e = env_of(&job);
+        assert_eq!(e["CAPTF_SENSITIVE_VARIABLES"], "password,token");
+        assert_eq!(e["CAPTF_SENSITIVE_ENV"], "TOKEN");
+        let plain = env_of(&build(Op::Apply, None));
+        assert!(!plain.contains_key("CAPTF_SENSITIVE_VARIABLES"));
+        assert!(!plain.contains_key("CAPTF_SENSITIVE_ENV"));
     }
 
     fn env_of(job: &Job) -> BTreeMap<String, String> {

@@ -6,6 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use captf_shared::conditions::{self, Status, reason as reasons};
+use captf_shared::protocol::{CONDITION_MESSAGE_LIMIT, bounded_message};
 use captf_shared::types::{Initialization, NextAction, TerraformStatus};
 use captf_shared::{Kind, Op};
 
@@ -158,6 +159,8 @@ pub fn compute(
                     .to_string(),
             ),
         };
+        // Never more than a bounded part of what a runner reported.
+        let message = bounded_message(&message, CONDITION_MESSAGE_LIMIT);
         set(
             &mut cs,
             conditions::APPLY_JOB_SUCCEEDED,

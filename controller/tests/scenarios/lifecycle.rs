@@ -735,3 +735,32 @@ async fn env_from_a_secret_outside_the_policy_gets_policy_violation() -> Result<
     assert!(env.job_names(Kind::TerraformCluster, "peek").is_empty());
     Ok(())
 }
+
+/// The controller copies no more than a bounded part of the runner's message into the
+/// `ApplyJobSucceeded` condition and the `JobFailed` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_message_is_copied_into_conditions_and_events_bounded() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let long = format!("Error: {}", "x".repeat(3500));
+    env.sim.script(
+        JobMatch::object(k, NS, "loud").op(Op::Apply),
+        RunnerScript::fail(&long).after(std::time::Duration::from_secs(30)),
+    );
+    let j1 = env.create_cluster("loud", json!({})).await?;
+    env.run_until_booked(&j1, "failed").await?;
+    let c = env.until_reason("loud", "ApplyJobSucceeded", "ApplyFailed").await?;
+    let (_, _, message) = condition(&c, "ApplyJobSucceeded").unwrap();
+    assert!(message.contains("Error: xxx"), "{message}");
+    assert!(
+        message.len() <= captf_shared::protocol::CONDITION_MESSAGE_LIMIT,
+        "{}",
+        message.len()
+    );
+    let events = env.events("JobFailed");
+    assert!(!events.is_empty());
+    for e in events {
+        assert!(e["note"].as_str().unwrap_or_default().len() <= 1024);
+    }
+    Ok(())
+}
