@@ -14,6 +14,9 @@ use captf_shared::types::DestructiveGuard;
 /// Runner-only variable: write the outputs document to this file instead of the outputs Secret.
 /// Used by tests and local runs; the controller never sets it.
 pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
+/// Runner-only variable: keep the work directory after the run (tests and debugging; the
+/// controller never sets it).
+pub const KEEP_WORK_DIR: &str = "CAPTF_KEEP_WORK_DIR";
 
 /// Where the kubelet reads the result unless `CAPTF_TERMINATION_LOG` says otherwise.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
@@ -57,6 +60,8 @@ pub struct Config {
     pub sensitive_variables: Vec<String>,
     /// Values of the env variables named by `CAPTF_SENSITIVE_ENV` (from Secrets).
     pub sensitive_env: crate::redact::Sensitive,
+    /// Keep the work directory after the run (`CAPTF_KEEP_WORK_DIR=true`).
+    pub keep_work_dir: bool,
 }
 
 /// The termination log path, readable even when the rest of the configuration is broken
@@ -179,6 +184,7 @@ impl Config {
             outputs_file,
             sensitive_variables,
             sensitive_env,
+            keep_work_dir: non_empty(lookup(KEEP_WORK_DIR)).is_some_and(|v| v == "true"),
         })
     }
 

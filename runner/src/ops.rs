@@ -316,6 +316,26 @@ async fn run_steps<S: OutputsStore>(
     store: &S,
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store).await;
+    // The work directory holds the variables (secrets included), providers and plans: nothing of
+    // it outlives the run (a given directory, an emptyDir mount, is emptied; a fresh one removed).
+    if !cfg.keep_work_dir
+        && let Err(e) = workdir::remove(&dir, cfg.work_dir.is_some())
+    {
+        log.note(&format!("could not remove the work dir {}: {e}", dir.display()));
+    }
+    result
+}
+
+async fn run_in<S: OutputsStore>(
+    cfg: &Config,
+    inputs: &Inputs,
+    dir: &std::path::Path,
+    interrupt: Interrupt,
+    log: Log,
+    store: &S,
+) -> Result<RunnerResult, RunnerResult> {
+    let dir = dir.to_path_buf();
     log.note(&format!(
         "{} of state {} in namespace {} (work dir {})",
         cfg.op,
@@ -399,6 +419,7 @@ mod tests {
             outputs_file: None,
             sensitive_variables: vec![],
             sensitive_env: Default::default(),
+            keep_work_dir: false,
         }
     }
 

@@ -40,7 +40,8 @@ fn apply_runs_init_from_module_init_plan_show_apply_output_in_order() {
 
 #[test]
 fn work_dir_gets_the_kubernetes_backend_and_a_0600_variables_file() {
-    let c = Case::new("apply");
+    let mut c = Case::new("apply");
+    c.set("CAPTF_KEEP_WORK_DIR", "true");
     let r = c.run();
     assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
     let backend = fs::read_to_string(c.path("work/backend.tf")).unwrap();
@@ -505,4 +506,21 @@ fn a_secret_printed_by_terraform_appears_in_no_termination_message_or_log_line()
             assert!(!text.contains(s), "{s} in the {what}:\n{text}");
         }
     }
+}
+
+/// The work directory (variables with their secrets, providers, plans) does not outlive the
+/// run: a given directory (the pod's emptyDir mount) is emptied, whether the run succeeded or
+/// failed.
+#[test]
+fn the_runner_removes_its_work_directory_when_it_exits() {
+    let c = Case::new("apply");
+    let r = c.run();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let left: Vec<_> = fs::read_dir(c.path("work")).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let mut failing = Case::new("apply");
+    failing.set("FAKE_FAIL_ON", "plan");
+    let r = failing.run();
+    assert_eq!(r.result.result, RunResult::Failed);
+    assert_eq!(fs::read_dir(failing.path("work")).unwrap().count(), 0);
 }

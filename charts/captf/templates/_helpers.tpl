@@ -112,3 +112,10 @@ image and ServiceAccount the controller uses by default are always allowed. */}}
 - --allowed-runner-service-accounts={{ join "," (prepend .Values.runner.policy.allowedServiceAccounts .Values.runner.serviceAccount.name) }}
 - --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
 {{- end }}
+
+{{/* "name=quantity,..." of a resource map (sorted by name). */}}
+{{- define "captf.quantities" -}}
+{{- $out := list }}
+{{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end }}
+{{- join "," $out }}
+{{- end }}

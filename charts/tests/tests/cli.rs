@@ -122,3 +122,22 @@ fn by_default_only_the_charts_runner_image_and_service_account_may_be_named() {
     assert_eq!(p.runner_service_accounts, ["captf-runner"]);
     assert!(p.env_from_secrets);
 }
+
+#[test]
+fn runner_pod_resources_and_size_limits_come_from_the_values() {
+    let run = parse_controller(&args_of(
+        &[
+            "--set",
+            "runner.resources.limits.cpu=2",
+            "--set",
+            "runner.workSizeLimit=10Gi",
+        ],
+        "captf-controller",
+    ));
+    let d = run.runner_pod();
+    assert_eq!(d.requests["memory"].0, "256Mi");
+    assert_eq!(d.limits["memory"].0, "2Gi");
+    assert_eq!(d.limits["cpu"].0, "2");
+    assert_eq!(d.work_size_limit.unwrap().0, "10Gi");
+    assert_eq!(d.tmp_size_limit.unwrap().0, "1Gi");
+}

@@ -52,6 +52,8 @@ pub struct Config {
     pub concurrency: u16,
     /// What a spec may choose for its runner pods (checked before every Job).
     pub policy: TenantPolicy,
+    /// Resources and emptyDir size limits of runner pods, unless the spec says otherwise.
+    pub runner_pod: crate::runtime::job::RunnerPodDefaults,
 }
 
 /// What every reconcile shares.
@@ -461,6 +463,7 @@ async fn start_job(
         runner_image: &ctx.config.runner_image,
         runner_service_account: ctx.config.runner_service_account.as_deref().filter(|s| !s.is_empty()),
         sensitive_variables: &sensitive,
+        pod_defaults: &ctx.config.runner_pod,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {
