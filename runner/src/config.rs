@@ -14,6 +14,9 @@ use captf_shared::{defaults, duration};
 /// Runner-only variable: write the outputs document to this file instead of the outputs Secret.
 /// Used by tests and local runs; the controller never sets it.
 pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
+/// Runner-only variable: keep the work directory after the run (tests and debugging; the
+/// controller never sets it).
+pub const KEEP_WORK_DIR: &str = "CAPTF_KEEP_WORK_DIR";
 
 /// Where the kubelet reads the result unless `CAPTF_TERMINATION_LOG` says otherwise.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
@@ -59,6 +62,12 @@ pub struct Config {
     pub termination_log: PathBuf,
     /// Some: write outputs to this file rather than to the outputs Secret.
     pub outputs_file: Option<PathBuf>,
+    /// Variables of the inputs whose values never appear in what the runner writes.
+    pub sensitive_variables: Vec<String>,
+    /// Values of the env variables named by `CAPTF_SENSITIVE_ENV` (from Secrets).
+    pub sensitive_env: crate::redact::Sensitive,
+    /// Keep the work directory after the run (`CAPTF_KEEP_WORK_DIR=true`).
+    pub keep_work_dir: bool,
 }
 
 /// The termination log path, readable even when the rest of the configuration is broken
@@ -149,6 +158,23 @@ impl Config {
         let tf_binary = non_empty(lookup(env::TF_BINARY)).unwrap_or_else(|| DEFAULT_TF_BINARY.to_string());
         let work_dir = non_empty(lookup(env::WORK_DIR)).map(PathBuf::from);
         let outputs_file = non_empty(lookup(OUTPUTS_FILE)).map(PathBuf::from);
+        let names = |var: &str| -> Vec<String> {
+            lookup(var)
+                .unwrap_or_default()
+                .split(',')
+                .map(str::trim)
+                .filter(|n| !n.is_empty())
+                .map(String::from)
+                .collect()
+        };
+        let sensitive_variables = names(env::SENSITIVE_VARIABLES);
+        let sensitive_env = crate::redact::Sensitive(
+            names(env::SENSITIVE_ENV)
+                .iter()
+                .filter_map(|n| lookup(n))
+                .filter(|v| !v.is_empty())
+                .collect(),
+        );
         Ok(Config {
             op,
             state_suffix,
@@ -162,6 +188,9 @@ impl Config {
             work_dir,
             termination_log: termination_log(lookup),
             outputs_file,
+            sensitive_variables,
+            sensitive_env,
+            keep_work_dir: non_empty(lookup(KEEP_WORK_DIR)).is_some_and(|v| v == "true"),
         })
     }
 

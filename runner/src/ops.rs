@@ -270,16 +270,42 @@ async fn pipeline<S: OutputsStore>(
     store: &S,
 ) -> Result<RunnerResult, RunnerResult> {
     let inputs = workdir::read_inputs(&cfg.inputs_dir).map_err(|e| failed(Phase::Init, e.to_string()))?;
-    let secrets = redact::source_secrets(&inputs.module.source);
+    // Credentials in the module source, and every value from a Secret (the variables and env
+    // the controller named) in each form it may take: masked in the log and the result.
+    let mut values = cfg.sensitive_env.0.clone();
+    for name in &cfg.sensitive_variables {
+        if let Some(v) = inputs.variables.get(name) {
+            values.extend(redact::value_strings(v));
+        }
+    }
+    let mut secrets = redact::source_secrets(&inputs.module.source);
+    secrets.extend(redact::mask_list(values));
+    secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
+    secrets.dedup();
     let log = log.with_secrets(secrets.clone());
     let mask = |mut r: RunnerResult| {
         r.message = redact::redact(&r.message, &secrets);
+        if let Some(outputs) = r.outputs.as_mut() {
+            for v in outputs.values_mut() {
+                redact_json(v, &secrets);
+            }
+        }
         r
     };
     run_steps(cfg, &inputs, interrupt, log, store)
         .await
         .map(mask)
         .map_err(mask)
+}
+
+/// Mask the secrets in every string of a JSON value.
+fn redact_json(v: &mut serde_json::Value, secrets: &[String]) {
+    match v {
+        serde_json::Value::String(s) => *s = redact::redact(s, secrets),
+        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| redact_json(x, secrets)),
+        serde_json::Value::Object(m) => m.values_mut().for_each(|x| redact_json(x, secrets)),
+        _ => {}
+    }
 }
 
 async fn run_steps<S: OutputsStore>(
@@ -290,6 +316,26 @@ async fn run_steps<S: OutputsStore>(
     store: &S,
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store).await;
+    // The work directory holds the variables (secrets included), providers and plans: nothing of
+    // it outlives the run (a given directory, an emptyDir mount, is emptied; a fresh one removed).
+    if !cfg.keep_work_dir
+        && let Err(e) = workdir::remove(&dir, cfg.work_dir.is_some())
+    {
+        log.note(&format!("could not remove the work dir {}: {e}", dir.display()));
+    }
+    result
+}
+
+async fn run_in<S: OutputsStore>(
+    cfg: &Config,
+    inputs: &Inputs,
+    dir: &std::path::Path,
+    interrupt: Interrupt,
+    log: Log,
+    store: &S,
+) -> Result<RunnerResult, RunnerResult> {
+    let dir = dir.to_path_buf();
     log.note(&format!(
         "{} of state {} in namespace {} (work dir {})",
         cfg.op,
@@ -371,6 +417,9 @@ mod tests {
             work_dir: Some(dir.join("work")),
             termination_log: dir.join("termination-log"),
             outputs_file: None,
+            sensitive_variables: vec![],
+            sensitive_env: Default::default(),
+            keep_work_dir: false,
         }
     }
 

@@ -62,6 +62,23 @@ pub fn parse_inputs(path: &Path, text: &[u8]) -> Result<Inputs, WorkdirError> {
     Ok(inputs)
 }
 
+/// Remove what a run left: the directory's contents when it was given (a mount point, which
+/// stays), else the directory itself.
+pub fn remove(dir: &Path, given: bool) -> std::io::Result<()> {
+    if !given {
+        return fs::remove_dir_all(dir);
+    }
+    for entry in fs::read_dir(dir)? {
+        let path = entry?.path();
+        if path.is_dir() && !path.is_symlink() {
+            fs::remove_dir_all(&path)?;
+        } else {
+            fs::remove_file(&path)?;
+        }
+    }
+    Ok(())
+}
+
 /// Create the (empty) working directory: the given one, or a fresh one under the temp dir.
 pub fn prepare(work_dir: Option<&Path>) -> Result<PathBuf, WorkdirError> {
     match work_dir {
@@ -223,6 +240,21 @@ mod tests {
         assert_eq!(prepare(Some(&wd)).unwrap(), wd);
         fs::write(wd.join(".hidden"), "").unwrap();
         assert!(matches!(prepare(Some(&wd)), Err(WorkdirError::NotEmpty { .. })));
+    }
+
+    #[test]
+    fn a_fresh_work_dir_is_removed_and_a_given_one_emptied() {
+        let base = tempfile::tempdir().unwrap();
+        let given = base.path().join("mount");
+        fs::create_dir_all(given.join(".terraform/providers")).unwrap();
+        fs::write(given.join("terraform.tfvars.json"), "{}").unwrap();
+        remove(&given, true).unwrap();
+        assert!(given.is_dir(), "the mount point stays");
+        assert_eq!(fs::read_dir(&given).unwrap().count(), 0);
+        let fresh = fresh_dir(base.path()).unwrap();
+        fs::write(fresh.join("plan"), "x").unwrap();
+        remove(&fresh, false).unwrap();
+        assert!(!fresh.exists());
     }
 
     #[test]

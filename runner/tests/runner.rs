@@ -40,7 +40,8 @@ fn apply_runs_init_from_module_init_plan_show_apply_output_in_order() {
 
 #[test]
 fn work_dir_gets_the_kubernetes_backend_and_a_0600_variables_file() {
-    let c = Case::new("apply");
+    let mut c = Case::new("apply");
+    c.set("CAPTF_KEEP_WORK_DIR", "true");
     let r = c.run();
     assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
     let backend = fs::read_to_string(c.path("work/backend.tf")).unwrap();
@@ -468,4 +469,58 @@ fn credentials_in_the_module_source_are_masked_in_the_log_and_the_result() {
         "{}",
         r.result.message
     );
+}
+
+/// Terraform echoes values in its errors (a validation failure quotes the variable). Every value
+/// the controller marked sensitive (a variable from a Secret, an env value from a Secret) is
+/// masked, raw, JSON-escaped and base64, in the termination message and in every log line.
+#[test]
+fn a_secret_printed_by_terraform_appears_in_no_termination_message_or_log_line() {
+    use base64::Engine as _;
+    const ENV_SECRET: &str = "env-secret-\"quoted\"-9876";
+    let b64 = base64::engine::general_purpose::STANDARD.encode(SECRET_VAR);
+    let escaped = serde_json::to_string(ENV_SECRET).unwrap();
+    let escaped = escaped.trim_matches('"').to_string();
+    let message = format!(
+        "Error: Invalid value for variable: {SECRET_VAR} is not valid; token {ENV_SECRET} ({escaped}) base64 {b64}"
+    );
+    let mut c = Case::new("apply");
+    c.set("FAKE_FAIL_ON", "plan")
+        .set("FAKE_FAIL_MESSAGE", &message)
+        .set("CAPTF_SENSITIVE_VARIABLES", "password")
+        .set("CAPTF_SENSITIVE_ENV", "TF_VAR_token")
+        .set("TF_VAR_token", ENV_SECRET);
+    let r = c.run();
+    assert_eq!(r.result.result, RunResult::Failed, "{}", r.termination_log);
+    assert!(
+        r.result.message.contains("Invalid value for variable"),
+        "{}",
+        r.result.message
+    );
+    for s in [SECRET_VAR, ENV_SECRET, escaped.as_str(), b64.trim_end_matches('=')] {
+        for (what, text) in [
+            ("termination message", &r.termination_log),
+            ("stdout", &r.stdout),
+            ("stderr", &r.stderr),
+        ] {
+            assert!(!text.contains(s), "{s} in the {what}:\n{text}");
+        }
+    }
+}
+
+/// The work directory (variables with their secrets, providers, plans) does not outlive the
+/// run: a given directory (the pod's emptyDir mount) is emptied, whether the run succeeded or
+/// failed.
+#[test]
+fn the_runner_removes_its_work_directory_when_it_exits() {
+    let c = Case::new("apply");
+    let r = c.run();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let left: Vec<_> = fs::read_dir(c.path("work")).unwrap().collect();
+    assert!(left.is_empty(), "left behind: {left:?}");
+    let mut failing = Case::new("apply");
+    failing.set("FAKE_FAIL_ON", "plan");
+    let r = failing.run();
+    assert_eq!(r.result.result, RunResult::Failed);
+    assert_eq!(fs::read_dir(failing.path("work")).unwrap().count(), 0);
 }

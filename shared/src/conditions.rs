@@ -23,6 +23,8 @@ pub mod reason {
     pub const STATE_LOCKED: &str = "StateLocked";
     pub const STATE_UNREADABLE: &str = "StateUnreadable";
     pub const INVALID_SPEC: &str = "InvalidSpec";
+    /// The spec chooses what the platform team's tenant policy does not allow (no Job starts).
+    pub const POLICY_VIOLATION: &str = "PolicyViolation";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     pub const PROVISIONED: &str = "Provisioned";

@@ -13,6 +13,7 @@
 //! | [`validation`] | `validate_create` / `validate_update` |
 //! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
 //! | [`inputs`] | canonical JSON and the inputs hash |
+//! | [`policy`] | what a tenant may choose for runner pods (image, service account, env) |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
@@ -25,6 +26,7 @@ pub mod inputs;
 pub mod keys;
 pub mod kind;
 pub mod names;
+pub mod policy;
 pub mod protocol;
 pub mod types;
 pub mod validation;

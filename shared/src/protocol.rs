@@ -21,8 +21,33 @@ pub mod env {
     pub const TF_BINARY: &str = "CAPTF_TF_BINARY";
     pub const WORK_DIR: &str = "CAPTF_WORK_DIR";
     pub const TERMINATION_LOG: &str = "CAPTF_TERMINATION_LOG";
+    /// Names (comma-separated) of the variables in the inputs whose values are sensitive: every
+    /// variable that did not come from `spec.variables` as written (from a Secret through
+    /// `variablesFrom`, or a ConfigMap, which is treated the same).
+    pub const SENSITIVE_VARIABLES: &str = "CAPTF_SENSITIVE_VARIABLES";
+    /// Names (comma-separated) of the runner's env variables whose values come from Secrets
+    /// (`spec.jobs.env[].valueFrom.secretKeyRef`).
+    pub const SENSITIVE_ENV: &str = "CAPTF_SENSITIVE_ENV";
     /// Every variable the runner reads; user env must not start with this prefix.
     pub const PREFIX: &str = "CAPTF_";
+}
+
+/// The most of a runner's message the controller copies into a condition (bytes; events are cut
+/// at 1 KiB by the API server's limit).
+pub const CONDITION_MESSAGE_LIMIT: usize = 1024;
+
+/// `message` cut to at most `limit` bytes on a character boundary, ending in `…` when cut: what
+/// the controller copies from a termination message into conditions and events, so a runner
+/// can never fill the object's status.
+pub fn bounded_message(message: &str, limit: usize) -> String {
+    if message.len() <= limit {
+        return message.to_string();
+    }
+    let mut end = limit.saturating_sub('…'.len_utf8());
+    while !message.is_char_boundary(end) {
+        end -= 1;
+    }
+    format!("{}…", &message[..end])
 }
 
 /// What the run came to.
@@ -282,7 +307,23 @@ mod tests {
         assert_eq!(back.message, "ok");
     }
 
+    #[test]
+    fn a_long_runner_message_is_bounded_for_conditions() {
+        assert_eq!(bounded_message("short", CONDITION_MESSAGE_LIMIT), "short");
+        let cut = bounded_message(&"é".repeat(2000), CONDITION_MESSAGE_LIMIT);
+        assert!(cut.len() <= CONDITION_MESSAGE_LIMIT);
+        assert!(cut.ends_with('…'));
+    }
+
     proptest! {
+        #[test]
+        fn a_bounded_message_never_exceeds_its_limit(m in "\\PC{0,3000}", limit in 4usize..2000) {
+            let b = bounded_message(&m, limit);
+            prop_assert!(b.len() <= limit);
+            prop_assert!(m.len() > limit || b == m);
+        }
+
+
         #[test]
         fn serialisation_always_fits_4096_bytes(message in ".{0,6000}", ctrl in "[\\x00-\\x1f\"\\\\]{0,3000}", n_out in 0usize..50) {
             let mut r = RunnerResult::new(RunResult::Failed, Phase::Plan, format!("{message}{ctrl}"));

@@ -9,6 +9,7 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 use captf_shared::defaults::apply_defaults;
+use captf_shared::policy::{self, TenantPolicy, Violation};
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -514,10 +515,18 @@ struct View<'a> {
     namespace: &'a str,
     object: Option<Obj<'a>>,
     old_object: Option<Obj<'a>>,
+    policy: &'a TenantPolicy,
 }
 
-/// Answer one AdmissionReview body. Pure: the same body always gives the same answer.
+/// Answer one AdmissionReview body with no tenant policy. Pure: the same body always gives the
+/// same answer.
 pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
+    review_with(route, body, &TenantPolicy::unrestricted())
+}
+
+/// Answer one AdmissionReview body, denying a spec outside the tenant policy (on create, and on
+/// an update that changes the spec). Pure.
+pub fn review_with(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Reviewed, ReviewError> {
     // The body's UTF-8 is checked once, up front (a word at a time while it is ASCII), so the
     // parse does not check every string again, skipped ones included. A body that is not UTF-8
     // goes the slow way, which reports it as before.
@@ -540,11 +549,12 @@ pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
                 namespace: r.namespace.as_ref().map_or("", |n| &n.0),
                 object: r.object.map(Obj::Parts),
                 old_object: r.old_object.map(Obj::Parts),
+                policy,
             };
             answer(route, view)
         }
         Some(Err(e)) if body.len() > MAX_SLOW_PATH_BYTES => Err(ReviewError::TooLargeToDiagnose(e)),
-        Some(Err(_)) | None => review_slowly(route, body),
+        Some(Err(_)) | None => review_slowly(route, body, policy),
     }
 }
 
@@ -559,7 +569,7 @@ fn check_types(api_version: &str, kind: &str) -> Result<(), ReviewError> {
 }
 
 /// The slow path: kube's types, then each object read as the fast path reads it where it can be.
-fn review_slowly(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
+fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Reviewed, ReviewError> {
     let whole: KubeReview = serde_json::from_slice(body).map_err(|e| diagnose(body, e))?;
     check_types(&whole.api_version, &whole.kind)?;
     let r = whole.request;
@@ -582,6 +592,7 @@ fn review_slowly(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
         namespace: r.namespace.as_deref().unwrap_or_default(),
         object: read(&r.object),
         old_object: read(&r.old_object),
+        policy,
     };
     answer(route, view)
 }
@@ -661,7 +672,7 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     };
     let mut decision = match route {
         Route::Mutate => mutate(view.body, kind, object),
-        Route::Validate => validate(view.body, kind, object, old_object),
+        Route::Validate => validate(view.body, kind, object, old_object, view.policy),
     };
     decision.warnings = bounded_warnings(std::mem::take(&mut decision.warnings), 0);
     Ok(decision)
@@ -735,7 +746,13 @@ fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
     }
 }
 
-fn validate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> Decision {
+fn validate(
+    body: &[u8],
+    kind: &str,
+    object: &Obj<'_>,
+    old_object: Option<&Obj<'_>>,
+    policy: &TenantPolicy,
+) -> Decision {
     let new = match parse_obj(body, kind, object, Which::Object) {
         Ok(new) => new,
         Err(report) => return deny(&report),
@@ -757,10 +774,13 @@ fn validate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'
         },
         None => validate_create(&new),
     };
-    let mut d = if report.is_valid() {
-        Decision::allowed(ResultLabel::Allowed)
-    } else {
+    let violations = policy.check(&new);
+    let mut d = if !report.is_valid() {
         deny(&report)
+    } else if !violations.is_empty() {
+        deny_by_policy(&violations)
+    } else {
+        Decision::allowed(ResultLabel::Allowed)
     };
     let omitted = report.omitted_warnings;
     d.warnings = bounded_warnings(report.warnings.into_iter().chain(extra_warnings).collect(), omitted);
@@ -1017,6 +1037,20 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
         (CaptfObject::Machine(a), CaptfObject::Machine(b)) => a.spec == b.spec,
         (CaptfObject::MachineTemplate(a), CaptfObject::MachineTemplate(b)) => a.spec == b.spec,
         _ => false,
+    }
+}
+
+/// A spec outside the platform team's tenant policy: 403, naming each field and the policy
+/// (bounded like every other denial).
+fn deny_by_policy(violations: &[Violation]) -> Decision {
+    let message = format!("outside the tenant policy: {}", policy::message(violations));
+    let message = captf_shared::validation::cut_to_bytes(&message, MAX_MESSAGE_BYTES);
+    Decision {
+        allowed: false,
+        status: Status::failure(&message, "Forbidden").with_code(403),
+        warnings: Vec::new(),
+        patch: None,
+        result: ResultLabel::Denied,
     }
 }
 
@@ -1353,7 +1387,7 @@ mod tests {
             }
             let body = serde_json::to_vec(&req).unwrap();
             for route in [Route::Mutate, Route::Validate] {
-                match (super::review(route, &body), review_slowly(route, &body)) {
+                match (super::review(route, &body), review_slowly(route, &body, &TenantPolicy::unrestricted())) {
                     (Ok(fast), Ok(slow)) => {
                         proptest::prop_assert_eq!(&fast.body, &slow.body);
                         proptest::prop_assert_eq!(

@@ -4,6 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
+use captf_shared::policy::TenantPolicy;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::server::Config;
@@ -106,6 +107,44 @@ pub struct ServeArgs {
     /// Time open connections get to finish on shutdown.
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// What tenants may choose for runner pods (the same flags as the controller's).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
+    /// Image prefixes spec.jobs.image may start with (comma-separated; `*`: any). Empty: it may
+    /// not be set.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
+    pub allowed_runner_image_prefixes: Vec<String>,
+    /// Names spec.jobs.serviceAccountName may be (comma-separated; `*`: any). Empty: it may not
+    /// be set.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    pub allowed_runner_service_accounts: Vec<String>,
+    /// Whether spec.jobs.env may take values from Secrets (valueFrom.secretKeyRef).
+    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_env_from_secrets: bool,
+}
+
+impl PolicyArgs {
+    pub fn to_policy(&self) -> TenantPolicy {
+        TenantPolicy {
+            runner_image_prefixes: self
+                .allowed_runner_image_prefixes
+                .iter()
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .collect(),
+            runner_service_accounts: self
+                .allowed_runner_service_accounts
+                .iter()
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .collect(),
+            env_from_secrets: self.allow_env_from_secrets,
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -180,6 +219,7 @@ impl ServeArgs {
             max_in_flight_requests: self.max_in_flight_requests,
             max_in_flight_bytes: self.max_in_flight_bytes,
         };
+        config.policy = self.policy.to_policy();
         Ok(config)
     }
 }

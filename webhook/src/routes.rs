@@ -28,6 +28,7 @@ use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
 use crate::budget::{Admission, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS, Refused};
 use crate::metrics::{Metrics, RequestLabels};
 use crate::{DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
+use captf_shared::policy::TenantPolicy;
 
 /// How long a client may take to send the body once its headers are in, by default.
 pub const DEFAULT_BODY_TIMEOUT: Duration = Duration::from_secs(10);
@@ -81,6 +82,8 @@ pub struct AppState {
     pub budget: Arc<Budget>,
     /// Slots for large reviews.
     pub large_slots: Arc<Semaphore>,
+    /// What tenants may choose for runner pods.
+    pub policy: Arc<TenantPolicy>,
 }
 
 impl AppState {
@@ -92,7 +95,13 @@ impl AppState {
             limits: Limits::default(),
             budget: Budget::new(DEFAULT_MAX_IN_FLIGHT_REQUESTS, DEFAULT_MAX_IN_FLIGHT_BYTES),
             large_slots: Arc::new(Semaphore::new(DEFAULT_LARGE_REVIEWS)),
+            policy: Arc::new(TenantPolicy::unrestricted()),
         }
+    }
+
+    pub fn with_policy(mut self, policy: TenantPolicy) -> Self {
+        self.policy = Arc::new(policy);
+        self
     }
 
     pub fn with_body_timeout(mut self, body_timeout: Duration) -> Self {
@@ -264,7 +273,7 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     };
     let body = read_body(&parts.headers, body, state, &mut admission).await?;
     let reviewed = if body.len() <= state.limits.inline_body_bytes {
-        admission::review(route, &body)?
+        admission::review_with(route, &body, &state.policy)?
     } else {
         review_large(route, state, body).await?
     };
@@ -312,8 +321,9 @@ async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<adm
         Ok(Ok(permit)) => permit,
         Ok(Err(_)) | Err(_) => return Err(RejectError::Busy(wait, state.limits.large_reviews)),
     };
+    let policy = state.policy.clone();
     let answer = tokio::task::spawn_blocking(move || {
-        let answer = admission::review(route, &body);
+        let answer = admission::review_with(route, &body, &policy);
         drop(permit);
         answer
     })

@@ -25,6 +25,7 @@ use crate::conn::{
 use crate::metrics::{Metrics, metrics_router};
 use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
+use captf_shared::policy::TenantPolicy;
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
 #[derive(Clone, Debug)]
@@ -62,6 +63,8 @@ pub struct Config {
     pub http2_max_streams: u32,
     /// How long a connection asked to close (idle, age, requests) gets before it is dropped.
     pub close_grace: Duration,
+    /// What tenants may choose for runner pods (default: anything; the binary's flags narrow it).
+    pub policy: TenantPolicy,
 }
 
 impl Config {
@@ -83,6 +86,7 @@ impl Config {
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             close_grace: Duration::from_secs(5),
+            policy: TenantPolicy::unrestricted(),
         }
     }
 }
@@ -139,7 +143,8 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
     };
     let state = AppState::new(metrics)
         .with_body_timeout(config.body_timeout)
-        .with_limits(config.limits);
+        .with_limits(config.limits)
+        .with_policy(config.policy.clone());
     Ok(Bound {
         config,
         listener,

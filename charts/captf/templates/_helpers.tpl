@@ -104,3 +104,18 @@ rules:
       - terraformmachinetemplates
     scope: Namespaced
 {{- end }}
+
+{{/* The tenant policy flags the webhook and the controller share (runner.policy): the runner
+image and ServiceAccount the controller uses by default are always allowed. */}}
+{{- define "captf.runner.policyArgs" -}}
+- --allowed-runner-image-prefixes={{ join "," (prepend .Values.runner.policy.allowedImagePrefixes (include "captf.image" .Values.runner.image)) }}
+- --allowed-runner-service-accounts={{ join "," (prepend .Values.runner.policy.allowedServiceAccounts .Values.runner.serviceAccount.name) }}
+- --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
+{{- end }}
+
+{{/* "name=quantity,..." of a resource map (sorted by name). */}}
+{{- define "captf.quantities" -}}
+{{- $out := list }}
+{{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end }}
+{{- join "," $out }}
+{{- end }}

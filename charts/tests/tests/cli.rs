@@ -88,3 +88,56 @@ fn webhook_accepts_the_charts_arguments() {
     );
     serve.to_config().unwrap();
 }
+
+#[test]
+fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
+    let extra = [
+        "--set",
+        "runner.policy.allowedImagePrefixes={registry.corp/}",
+        "--set",
+        "runner.policy.allowedServiceAccounts={deployer}",
+        "--set",
+        "runner.policy.allowEnvFromSecrets=false",
+    ];
+    let run = parse_controller(&args_of(&extra, "captf-controller"));
+    let args = args_of(&extra, "captf-webhook");
+    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
+    let webhook = captf_webhook::cli::Cli::try_parse_from(argv).unwrap();
+    let from_webhook = webhook.serve.to_config().unwrap().policy;
+    let from_controller = run.policy();
+    assert_eq!(from_webhook, from_controller);
+    assert_eq!(
+        from_controller.runner_image_prefixes,
+        ["ghcr.io/captf/runner:0.1.0", "registry.corp/"]
+    );
+    assert_eq!(from_controller.runner_service_accounts, ["captf-runner", "deployer"]);
+    assert!(!from_controller.env_from_secrets);
+}
+
+#[test]
+fn by_default_only_the_charts_runner_image_and_service_account_may_be_named() {
+    let run = parse_controller(&args_of(&[], "captf-controller"));
+    let p = run.policy();
+    assert_eq!(p.runner_image_prefixes, ["ghcr.io/captf/runner:0.1.0"]);
+    assert_eq!(p.runner_service_accounts, ["captf-runner"]);
+    assert!(p.env_from_secrets);
+}
+
+#[test]
+fn runner_pod_resources_and_size_limits_come_from_the_values() {
+    let run = parse_controller(&args_of(
+        &[
+            "--set",
+            "runner.resources.limits.cpu=2",
+            "--set",
+            "runner.workSizeLimit=10Gi",
+        ],
+        "captf-controller",
+    ));
+    let d = run.runner_pod();
+    assert_eq!(d.requests["memory"].0, "256Mi");
+    assert_eq!(d.limits["memory"].0, "2Gi");
+    assert_eq!(d.limits["cpu"].0, "2");
+    assert_eq!(d.work_size_limit.unwrap().0, "10Gi");
+    assert_eq!(d.tmp_size_limit.unwrap().0, "1Gi");
+}

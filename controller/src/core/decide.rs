@@ -215,6 +215,11 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     if s.invalid.is_some() {
         return wait(Reason::InvalidSpec, None);
     }
+    // No Job of a spec outside the tenant policy starts, a destroy included: the webhook can be
+    // bypassed, so this is where the policy holds.
+    if s.policy_violation.is_some() {
+        return wait(Reason::PolicyViolation, None);
+    }
     if s.paused {
         // A paused Cluster API Cluster is not watched: look again now and then. The object's own
         // spec.paused and annotation come with a watch event when they change.
@@ -615,6 +620,16 @@ mod tests {
             (w.reason, w.requeue_after),
             (Reason::InputsUnresolved, Some(HOLD_REQUEUE))
         );
+    }
+
+    #[test]
+    fn a_policy_violation_starts_no_job_not_even_a_destroy() {
+        let mut s = snap(3, vec![], 0);
+        s.policy_violation = Some("spec.jobs.image: outside the runner image policy".into());
+        assert_eq!(as_wait(decide(&s, ts(1))).reason, Reason::PolicyViolation);
+        s.deletion_timestamp = Some(ts(1));
+        let w = as_wait(decide(&s, ts(2)));
+        assert_eq!((w.reason, w.requeue_after), (Reason::PolicyViolation, None));
     }
 
     #[test]

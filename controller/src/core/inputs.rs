@@ -169,6 +169,21 @@ where
     })
 }
 
+/// The variables the runner must treat as sensitive: every one whose value is not what
+/// `spec.variables` says (so it came from `variablesFrom`: a Secret, or a ConfigMap, treated
+/// the same), except the two CAPTF sets itself. Sorted.
+pub fn sensitive_variables(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String> {
+    let literal = spec.variables.clone().unwrap_or_default();
+    inputs
+        .variables
+        .iter()
+        .filter(|(k, v)| {
+            k.as_str() != CLUSTER_NAME_VAR && k.as_str() != BOOTSTRAP_DATA_SECRET_VAR && literal.get(*k) != Some(*v)
+        })
+        .map(|(k, _)| k.clone())
+        .collect()
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",
@@ -185,6 +200,29 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use captf_shared::types::{ModuleSpec, VariablesFrom, VariablesRef};
+
+    #[test]
+    fn variables_not_written_in_the_spec_are_sensitive() {
+        let s = TerraformSpec {
+            variables: Some(BTreeMap::from([
+                ("region".to_string(), serde_json::json!("eu")),
+                ("size".to_string(), serde_json::json!("small")),
+            ])),
+            ..TerraformSpec::default()
+        };
+        let inputs = Inputs {
+            module: ModuleRef::default(),
+            variables: BTreeMap::from([
+                ("region".to_string(), serde_json::json!("eu")),
+                // Overridden by a variablesFrom entry: its value is not the spec's.
+                ("size".to_string(), serde_json::json!("large")),
+                ("token".to_string(), serde_json::json!("s3cr3t")),
+                (CLUSTER_NAME_VAR.to_string(), serde_json::json!("c")),
+                (BOOTSTRAP_DATA_SECRET_VAR.to_string(), serde_json::json!("m-bootstrap")),
+            ]),
+        };
+        assert_eq!(sensitive_variables(&s, &inputs), ["size", "token"]);
+    }
     use serde_json::json;
 
     fn meta(name: &str, label: Option<&str>) -> ObjectMeta {

@@ -21,6 +21,7 @@ macro_rules! reasons {
 
 reasons!(
     InvalidSpec,
+    PolicyViolation,
     Paused,
     JobActive,
     Deleting,

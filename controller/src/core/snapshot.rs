@@ -103,6 +103,9 @@ pub struct Snapshot {
     pub spec: Effective,
     /// The validation message when the spec is invalid.
     pub invalid: Option<String>,
+    /// The tenant policy's message when the spec chooses what it does not allow (set by the
+    /// caller, which holds the policy; see `captf_shared::policy`).
+    pub policy_violation: Option<String>,
     /// `spec.paused`, the Cluster API pause annotation or the paused Cluster.
     pub paused: bool,
     pub status: TerraformStatus,
@@ -146,6 +149,7 @@ impl Snapshot {
             paused: spec.paused || ann(keys::ANNOTATION_CAPI_PAUSED).is_some() || holds.cluster_paused,
             spec,
             invalid: (!report.is_valid()).then(|| report.message()),
+            policy_violation: None,
             status,
             durable,
             inputs_hash,

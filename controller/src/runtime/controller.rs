@@ -41,6 +41,7 @@ use crate::core::record::{self, JobRecord};
 use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
 use crate::core::{Decision, Reason, Start, Wait};
 use crate::plan::{self, Plan};
+use captf_shared::policy::{self, TenantPolicy};
 
 /// How the runtime is configured (from the flags).
 #[derive(Clone, Debug)]
@@ -51,6 +52,10 @@ pub struct Config {
     /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
     pub runner_service_account: Option<String>,
     pub concurrency: u16,
+    /// What a spec may choose for its runner pods (checked before every Job).
+    pub policy: TenantPolicy,
+    /// Resources and emptyDir size limits of runner pods, unless the spec says otherwise.
+    pub runner_pod: crate::runtime::job::RunnerPodDefaults,
 }
 
 /// What every reconcile shares.
@@ -323,7 +328,7 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
         holds.state_unreadable = state::unreadable(&ctx.client, id).await?;
     }
-    let (snap, stored_inputs_hash) = snapshot_of(
+    let (mut snap, stored_inputs_hash) = snapshot_of(
         object,
         records,
         inputs_secret.as_ref(),
@@ -333,6 +338,11 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         holds,
     )
     .map_err(snapshot_error)?;
+    // The tenant policy again, for a spec that reached the API past the webhook: no Job starts.
+    let violations = ctx.config.policy.check(object);
+    if !violations.is_empty() {
+        snap.policy_violation = Some(policy::message(&violations));
+    }
     Ok(Ok(Read {
         jobs,
         inputs_secret,
@@ -542,6 +552,7 @@ async fn start_job(
     }
     let spec = object.terraform_spec();
     let hash = inputs_doc.hash();
+    let sensitive = crate::core::inputs::sensitive_variables(spec, inputs_doc);
     let job = build_job(&JobParams {
         kind: id.kind,
         namespace: &id.namespace,
@@ -555,6 +566,8 @@ async fn start_job(
         cluster_name: id.cluster_name.as_deref(),
         runner_image: &ctx.config.runner_image,
         runner_service_account: ctx.config.runner_service_account.as_deref().filter(|s| !s.is_empty()),
+        sensitive_variables: &sensitive,
+        pod_defaults: &ctx.config.runner_pod,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {

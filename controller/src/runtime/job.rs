@@ -5,8 +5,9 @@ use std::collections::BTreeMap;
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
-    SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
 };
+use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use captf_shared::defaults::Effective;
@@ -46,6 +47,57 @@ pub struct JobParams<'a> {
     pub runner_image: &'a str,
     /// `--runner-service-account`, used when `spec.jobs.serviceAccountName` is unset.
     pub runner_service_account: Option<&'a str>,
+    /// Variables of the inputs the runner must keep out of what it reports
+    /// (`core::inputs::sensitive_variables`).
+    pub sensitive_variables: &'a [String],
+    /// The platform's defaults for runner pods (resources, emptyDir size limits).
+    pub pod_defaults: &'a RunnerPodDefaults,
+}
+
+/// What every runner pod gets unless its spec says otherwise (`--runner-requests`,
+/// `--runner-limits`, `--runner-work-size-limit`, `--runner-tmp-size-limit`).
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct RunnerPodDefaults {
+    pub requests: BTreeMap<String, Quantity>,
+    pub limits: BTreeMap<String, Quantity>,
+    /// `sizeLimit` of the `work` emptyDir (providers, modules, plans).
+    pub work_size_limit: Option<Quantity>,
+    /// `sizeLimit` of the `tmp` emptyDir.
+    pub tmp_size_limit: Option<Quantity>,
+}
+
+/// The runner container's resources: the defaults, except that a resource (`cpu`, `memory`, ...)
+/// the spec names in its requests or limits takes both its request and its limit from the spec
+/// alone (a default request above the spec's limit would make the pod invalid).
+pub fn runner_resources(
+    defaults: &RunnerPodDefaults,
+    spec: Option<&ResourceRequirements>,
+) -> Option<ResourceRequirements> {
+    let spec_requests = spec.and_then(|s| s.requests.clone()).unwrap_or_default();
+    let spec_limits = spec.and_then(|s| s.limits.clone()).unwrap_or_default();
+    let named = |k: &String| spec_requests.contains_key(k) || spec_limits.contains_key(k);
+    let mut requests: BTreeMap<String, Quantity> = defaults
+        .requests
+        .iter()
+        .filter(|(k, _)| !named(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    let mut limits: BTreeMap<String, Quantity> = defaults
+        .limits
+        .iter()
+        .filter(|(k, _)| !named(k))
+        .map(|(k, v)| (k.clone(), v.clone()))
+        .collect();
+    requests.extend(spec_requests);
+    limits.extend(spec_limits);
+    if requests.is_empty() && limits.is_empty() && spec.and_then(|s| s.claims.as_ref()).is_none() {
+        return None;
+    }
+    Some(ResourceRequirements {
+        requests: (!requests.is_empty()).then_some(requests),
+        limits: (!limits.is_empty()).then_some(limits),
+        claims: spec.and_then(|s| s.claims.clone()),
+    })
 }
 
 /// The ownerReference every Job and Secret of the object carries.
@@ -121,6 +173,21 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     if let Some(id) = &p.start.force_unlock_id {
         e.push(var(env::FORCE_UNLOCK_ID, id.clone()));
     }
+    if !p.sensitive_variables.is_empty() {
+        e.push(var(env::SENSITIVE_VARIABLES, p.sensitive_variables.join(",")));
+    }
+    let from_secrets: Vec<&str> = p
+        .jobs
+        .and_then(|j| j.env.as_deref())
+        .unwrap_or_default()
+        .iter()
+        .filter(|v| v.value_from.as_ref().is_some_and(|f| f.secret_key_ref.is_some()))
+        .map(|v| v.name.as_str())
+        .filter(|n| !n.starts_with(env::PREFIX))
+        .collect();
+    if !from_secrets.is_empty() {
+        e.push(var(env::SENSITIVE_ENV, from_secrets.join(",")));
+    }
     if p.start.op == Op::Apply
         && let Some(h) = &p.start.approved_plan
     {
@@ -152,7 +219,7 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
         name: CONTAINER.to_string(),
         image: Some(image),
         env: Some(runner_env(p)),
-        resources: p.jobs.and_then(|j| j.resources.clone()),
+        resources: runner_resources(p.pod_defaults, p.jobs.and_then(|j| j.resources.as_ref())),
         termination_message_policy: Some("File".to_string()),
         volume_mounts: Some(vec![
             VolumeMount {
@@ -222,12 +289,18 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
             },
             Volume {
                 name: "work".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: p.pod_defaults.work_size_limit.clone(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
             Volume {
                 name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource::default()),
+                empty_dir: Some(EmptyDirVolumeSource {
+                    size_limit: p.pod_defaults.tmp_size_limit.clone(),
+                    ..Default::default()
+                }),
                 ..Default::default()
             },
         ]),
@@ -297,7 +370,126 @@ mod tests {
             cluster_name: Some("prod-eu"),
             runner_image: "ghcr.io/captf/runner:1",
             runner_service_account: Some("captf-runner"),
+            sensitive_variables: &[],
+            pod_defaults: &RunnerPodDefaults::default(),
         })
+    }
+
+    fn q(s: &str) -> Quantity {
+        Quantity(s.into())
+    }
+
+    fn platform() -> RunnerPodDefaults {
+        RunnerPodDefaults {
+            requests: BTreeMap::from([("cpu".into(), q("100m")), ("memory".into(), q("256Mi"))]),
+            limits: BTreeMap::from([("memory".into(), q("2Gi"))]),
+            work_size_limit: Some(q("4Gi")),
+            tmp_size_limit: Some(q("1Gi")),
+        }
+    }
+
+    #[test]
+    fn runner_pods_get_the_default_resources_and_sized_empty_dirs() {
+        let r = runner_resources(&platform(), None).unwrap();
+        assert_eq!(r.requests.unwrap()["memory"], q("256Mi"));
+        assert_eq!(r.limits.unwrap()["memory"], q("2Gi"));
+        let spec = TerraformSpec::default();
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let d = platform();
+        let job = build_job(&JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: None,
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
+            sensitive_variables: &[],
+            pod_defaults: &d,
+        });
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let limits: BTreeMap<_, _> = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .filter_map(|v| Some((v.name, v.empty_dir?.size_limit?)))
+            .collect();
+        assert_eq!(limits["work"], q("4Gi"));
+        assert_eq!(limits["tmp"], q("1Gi"));
+        assert!(pod.containers[0].resources.is_some());
+    }
+
+    #[test]
+    fn spec_resources_replace_the_defaults_per_resource() {
+        let spec = ResourceRequirements {
+            limits: Some(BTreeMap::from([("memory".into(), q("128Mi"))])),
+            ..Default::default()
+        };
+        let r = runner_resources(&platform(), Some(&spec)).unwrap();
+        let requests = r.requests.unwrap();
+        // The spec named memory: neither the default memory request nor limit is kept.
+        assert_eq!(requests.get("memory"), None);
+        assert_eq!(requests["cpu"], q("100m"));
+        assert_eq!(r.limits.unwrap()["memory"], q("128Mi"));
+        assert_eq!(runner_resources(&RunnerPodDefaults::default(), None), None);
+    }
+
+    #[test]
+    fn the_runner_is_told_which_variables_and_env_values_are_sensitive() {
+        use k8s_openapi::api::core::v1::{EnvVarSource, SecretKeySelector};
+        let jobs = JobsSpec {
+            env: Some(vec![
+                var("PLAIN", "x"),
+                EnvVar {
+                    name: "TOKEN".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "creds".into(),
+                            key: "t".into(),
+                            optional: None,
+                        }),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            ..Default::default()
+        };
+        let spec = TerraformSpec {
+            jobs: Some(jobs.clone()),
+            ..Default::default()
+        };
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let sensitive = vec!["password".to_string(), "token".to_string()];
+        let job = build_job(&JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: Some(&jobs),
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
+            sensitive_variables: &sensitive,
+            pod_defaults: &RunnerPodDefaults::default(),
+        });
+        let e = env_of(&job);
+        assert_eq!(e["CAPTF_SENSITIVE_VARIABLES"], "password,token");
+        assert_eq!(e["CAPTF_SENSITIVE_ENV"], "TOKEN");
+        let plain = env_of(&build(Op::Apply, None));
+        assert!(!plain.contains_key("CAPTF_SENSITIVE_VARIABLES"));
+        assert!(!plain.contains_key("CAPTF_SENSITIVE_ENV"));
     }
 
     fn env_of(job: &Job) -> BTreeMap<String, String> {

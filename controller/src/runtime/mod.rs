@@ -91,6 +91,88 @@ pub struct RunArgs {
     /// Test and demo only: follow the simulator's clock at this URL (`http://127.0.0.1:port`).
     #[arg(long, env = "CAPTF_SIM_CLOCK_URL", hide = true)]
     pub sim_clock_url: Option<String>,
+    /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
+    /// `*`: any). A spec outside them gets Ready=False/PolicyViolation and no Job.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
+    pub allowed_runner_image_prefixes: Vec<String>,
+    /// Names spec.jobs.serviceAccountName may be, besides --runner-service-account
+    /// (comma-separated; `*`: any).
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    pub allowed_runner_service_accounts: Vec<String>,
+    /// Whether spec.jobs.env may take values from Secrets (valueFrom.secretKeyRef).
+    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_env_from_secrets: bool,
+    /// Resource requests of runner pods (`cpu=100m,memory=256Mi`); a resource spec.jobs.resources
+    /// names replaces its default. Empty: none.
+    #[arg(long, env = "CAPTF_RUNNER_REQUESTS", default_value = "cpu=100m,memory=256Mi", value_parser = parse_quantities)]
+    pub runner_requests: Quantities,
+    /// Resource limits of runner pods (`memory=2Gi`). Empty: none.
+    #[arg(long, env = "CAPTF_RUNNER_LIMITS", default_value = "memory=2Gi", value_parser = parse_quantities)]
+    pub runner_limits: Quantities,
+    /// sizeLimit of the runner's work emptyDir (providers, modules, plans). Empty: none.
+    #[arg(long, env = "CAPTF_RUNNER_WORK_SIZE_LIMIT", default_value = "4Gi")]
+    pub runner_work_size_limit: String,
+    /// sizeLimit of the runner's /tmp emptyDir. Empty: none.
+    #[arg(long, env = "CAPTF_RUNNER_TMP_SIZE_LIMIT", default_value = "1Gi")]
+    pub runner_tmp_size_limit: String,
+}
+
+/// `name=quantity` pairs of a resource list.
+#[derive(Clone, Debug, Default, PartialEq)]
+pub struct Quantities(pub std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>);
+
+/// Parse `cpu=100m,memory=256Mi` (empty: none).
+pub fn parse_quantities(s: &str) -> Result<Quantities, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair
+            .split_once('=')
+            .ok_or_else(|| format!("{pair:?} is not name=quantity (e.g. memory=256Mi)"))?;
+        let (k, v) = (k.trim(), v.trim());
+        if k.is_empty() || v.is_empty() || !v.chars().all(|c| c.is_ascii_alphanumeric() || c == '.') {
+            return Err(format!("{pair:?} is not name=quantity (e.g. memory=256Mi)"));
+        }
+        out.insert(
+            k.to_string(),
+            k8s_openapi::apimachinery::pkg::api::resource::Quantity(v.to_string()),
+        );
+    }
+    Ok(Quantities(out))
+}
+
+impl RunArgs {
+    /// The runner pods' defaults of the flags.
+    pub fn runner_pod(&self) -> crate::runtime::job::RunnerPodDefaults {
+        let q = |s: &str| {
+            let s = s.trim();
+            (!s.is_empty()).then(|| k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.to_string()))
+        };
+        crate::runtime::job::RunnerPodDefaults {
+            requests: self.runner_requests.0.clone(),
+            limits: self.runner_limits.0.clone(),
+            work_size_limit: q(&self.runner_work_size_limit),
+            tmp_size_limit: q(&self.runner_tmp_size_limit),
+        }
+    }
+
+    /// The tenant policy of the flags: the runner image and service account the controller
+    /// uses by default are always allowed.
+    pub fn policy(&self) -> captf_shared::policy::TenantPolicy {
+        let keep = |own: &str, extra: &[String]| -> Vec<String> {
+            let mut out: Vec<String> = vec![];
+            for s in std::iter::once(own).chain(extra.iter().map(String::as_str)) {
+                if !s.is_empty() && !out.iter().any(|o| o == s) {
+                    out.push(s.to_string());
+                }
+            }
+            out
+        };
+        captf_shared::policy::TenantPolicy {
+            runner_image_prefixes: keep(&self.runner_image, &self.allowed_runner_image_prefixes),
+            runner_service_accounts: keep(&self.runner_service_account, &self.allowed_runner_service_accounts),
+            env_from_secrets: self.allow_env_from_secrets,
+        }
+    }
 }
 
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -198,6 +280,8 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         runner_image: args.runner_image.clone(),
         runner_service_account: Some(args.runner_service_account.clone()),
         concurrency: args.concurrency,
+        policy: args.policy(),
+        runner_pod: args.runner_pod(),
     };
     let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
     let in_flight = ctx.in_flight.clone();
@@ -234,4 +318,21 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
     tracing::info!("shutting down");
     handle.shutdown().await;
     Ok(())
+}
+
+#[cfg(test)]
+mod quantity_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn resource_flags_are_name_quantity_pairs_and_a_bad_pair_is_named() {
+        let q = parse_quantities("cpu=100m, memory=256Mi").unwrap();
+        assert_eq!(q.0["cpu"].0, "100m");
+        assert_eq!(q.0["memory"].0, "256Mi");
+        assert!(parse_quantities("").unwrap().0.is_empty());
+        let e = parse_quantities("memory").unwrap_err();
+        assert!(e.contains("\"memory\""), "{e}");
+        assert!(parse_quantities("memory=1 Gi; rm").is_err());
+    }
 }

@@ -6,6 +6,7 @@ use k8s_openapi::jiff::Timestamp;
 use serde_json::Value;
 
 use captf_shared::conditions::{self, Status, reason as reasons};
+use captf_shared::protocol::{CONDITION_MESSAGE_LIMIT, bounded_message};
 use captf_shared::types::{Initialization, NextAction, TerraformStatus};
 use captf_shared::{Kind, Op};
 
@@ -214,6 +215,8 @@ fn apply_job_condition(cs: &mut Conditions, s: &Snapshot, interrupted_pending: b
                     .to_string(),
             ),
         };
+        // Never more than a bounded part of what a runner reported.
+        let message = bounded_message(&message, CONDITION_MESSAGE_LIMIT);
         set(cs, conditions::APPLY_JOB_SUCCEEDED, status, reason, &message, g, now);
     }
 }
@@ -316,6 +319,8 @@ fn ready(
     let reason = decision.reason();
     if let Some(inv) = &s.invalid {
         (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())
+    } else if let Some(v) = &s.policy_violation {
+        (Status::False, reasons::POLICY_VIOLATION.to_string(), v.clone())
     } else if s.paused {
         (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
     } else if s.deletion_timestamp.is_some() {

@@ -695,3 +695,72 @@ async fn controller_under_chart_rbac_runs_the_lifecycle() -> Result<()> {
     eprintln!("rights used: {used:#?}");
     Ok(())
 }
+
+/// The controller checks the tenant policy itself (the webhook can be bypassed): a spec with an
+/// image outside it gets `Ready=False/PolicyViolation` naming the field, and no Job; once the
+/// spec is back inside the policy the apply starts.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_outside_the_policy_gets_policy_violation_and_no_job() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    env.sim.put(cluster_json(
+        "rogue",
+        json!({"jobs": {"image": "evil.example/miner:1"}}),
+    ))?;
+    let c = env.until_reason("rogue", "Ready", "PolicyViolation").await?;
+    let (status, _, message) = condition(&c, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains("spec.jobs.image"), "{message}");
+    assert!(message.contains("runner:test"), "names the policy: {message}");
+    // The status is written after the decision in the same reconcile: no Job was created.
+    assert!(env.job_names(k, "rogue").is_empty());
+    env.merge_patch::<TerraformCluster>("rogue", json!({"spec": {"jobs": {"image": "runner:test"}}}))
+        .await?;
+    env.job(k, "rogue", Op::Apply, 1).await?;
+    Ok(())
+}
+
+/// Env from a Secret is refused when the policy says so (the scenarios run with
+/// `allow_env_from_secrets: false`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn env_from_a_secret_outside_the_policy_gets_policy_violation() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.sim.put(cluster_json(
+        "peek",
+        json!({"jobs": {"env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}}]}}),
+    ))?;
+    let c = env.until_reason("peek", "Ready", "PolicyViolation").await?;
+    let (_, _, message) = condition(&c, "Ready").unwrap();
+    assert!(message.contains("spec.jobs.env[0].valueFrom.secretKeyRef"), "{message}");
+    assert!(env.job_names(Kind::TerraformCluster, "peek").is_empty());
+    Ok(())
+}
+
+/// The controller copies no more than a bounded part of the runner's message into the
+/// `ApplyJobSucceeded` condition and the `JobFailed` event.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_message_is_copied_into_conditions_and_events_bounded() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let long = format!("Error: {}", "x".repeat(3500));
+    env.sim.script(
+        JobMatch::object(k, NS, "loud").op(Op::Apply),
+        RunnerScript::fail(&long).after(std::time::Duration::from_secs(30)),
+    );
+    let j1 = env.create_cluster("loud", json!({})).await?;
+    env.run_until_booked(&j1, "failed").await?;
+    let c = env.until_reason("loud", "ApplyJobSucceeded", "ApplyFailed").await?;
+    let (_, _, message) = condition(&c, "ApplyJobSucceeded").unwrap();
+    assert!(message.contains("Error: xxx"), "{message}");
+    assert!(
+        message.len() <= captf_shared::protocol::CONDITION_MESSAGE_LIMIT,
+        "{}",
+        message.len()
+    );
+    let events = env.events("JobFailed");
+    assert!(!events.is_empty());
+    for e in events {
+        assert!(e["note"].as_str().unwrap_or_default().len() <= 1024);
+    }
+    Ok(())
+}

@@ -42,6 +42,13 @@ pub(crate) fn args() -> RunArgs {
         concurrency: 4,
         log_format: LogFormat::Text,
         sim_clock_url: None,
+        allowed_runner_image_prefixes: vec![],
+        allowed_runner_service_accounts: vec![],
+        allow_env_from_secrets: false,
+        runner_requests: runtime::parse_quantities("cpu=100m,memory=256Mi").unwrap(),
+        runner_limits: runtime::parse_quantities("memory=2Gi").unwrap(),
+        runner_work_size_limit: "4Gi".into(),
+        runner_tmp_size_limit: "1Gi".into(),
     }
 }
 

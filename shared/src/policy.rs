@@ -1,0 +1,329 @@
+//! What a tenant may choose for the runner pods the controller creates: the platform team's
+//! policy (chart values → webhook and controller flags). The webhook rejects a spec outside it;
+//! the controller checks again before it creates a Job (`Ready=False/PolicyViolation`, no Job),
+//! because whoever may change the webhook configuration can bypass the webhook.
+//!
+//! The pod runs with the controller's authority to create Jobs, so each choice is a right:
+//! - `spec.jobs.image`: which code runs with the runner's token and the inputs;
+//! - `spec.jobs.serviceAccountName`: which rights that code has;
+//! - `spec.jobs.env[].valueFrom.secretKeyRef`: which Secrets of the namespace it reads.
+
+use std::fmt;
+
+use crate::types::{CaptfObject, TerraformSpec};
+
+/// The platform team's limits on what a spec may choose.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TenantPolicy {
+    /// Image prefixes `spec.jobs.image` may start with (at a `/`, `:` or `@` boundary, or the
+    /// whole image); `*` allows any image. Empty: `spec.jobs.image` may not be set.
+    pub runner_image_prefixes: Vec<String>,
+    /// Names `spec.jobs.serviceAccountName` may be; `*` allows any. Empty: it may not be set.
+    pub runner_service_accounts: Vec<String>,
+    /// Whether `spec.jobs.env` may take values from Secrets (`valueFrom.secretKeyRef`).
+    pub env_from_secrets: bool,
+}
+
+impl TenantPolicy {
+    /// No limits (what the webhook library does unless told otherwise; the binaries' flags
+    /// default to the restrictive [`TenantPolicy::only_defaults`]).
+    pub fn unrestricted() -> Self {
+        TenantPolicy {
+            runner_image_prefixes: vec!["*".into()],
+            runner_service_accounts: vec!["*".into()],
+            env_from_secrets: true,
+        }
+    }
+
+    /// Only the given runner image and runner ServiceAccount (which the controller uses when the
+    /// spec leaves them unset) may be named; env may read Secrets.
+    pub fn only_defaults(runner_image: &str, runner_service_account: &str) -> Self {
+        TenantPolicy {
+            runner_image_prefixes: vec![runner_image.to_string()],
+            runner_service_accounts: vec![runner_service_account.to_string()],
+            env_from_secrets: true,
+        }
+    }
+
+    /// Every way `spec` leaves the policy; `prefix` is the path of the Terraform spec (`spec`,
+    /// or `spec.template.spec` for a template).
+    pub fn check_spec(&self, spec: &TerraformSpec, prefix: &str) -> Vec<Violation> {
+        let mut out = vec![];
+        let Some(jobs) = &spec.jobs else { return out };
+        if let Some(image) = &jobs.image
+            && !image_allowed(&self.runner_image_prefixes, image)
+        {
+            out.push(Violation {
+                field: format!("{prefix}.jobs.image"),
+                message: format!(
+                    "image {image:?} is outside the runner image policy ({})",
+                    describe(
+                        &self.runner_image_prefixes,
+                        "no image may be set; the controller's runner image is used"
+                    )
+                ),
+            });
+        }
+        if let Some(sa) = &jobs.service_account_name
+            && !self.runner_service_accounts.iter().any(|a| a == "*" || a == sa)
+        {
+            out.push(Violation {
+                field: format!("{prefix}.jobs.serviceAccountName"),
+                message: format!(
+                    "service account {sa:?} is outside the runner service account policy ({})",
+                    describe(
+                        &self.runner_service_accounts,
+                        "no service account may be set; the controller's runner service account is used"
+                    )
+                ),
+            });
+        }
+        if !self.env_from_secrets {
+            for (i, e) in jobs.env.iter().flatten().enumerate() {
+                if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
+                    out.push(Violation {
+                        field: format!("{prefix}.jobs.env[{i}].valueFrom.secretKeyRef"),
+                        message: format!(
+                            "env {:?} reads Secret {:?}, and the policy allows no env from Secrets",
+                            e.name, r.name
+                        ),
+                    });
+                }
+            }
+        }
+        out
+    }
+
+    /// [`TenantPolicy::check_spec`] of an object's Terraform spec.
+    pub fn check(&self, object: &CaptfObject) -> Vec<Violation> {
+        self.check_spec(object.terraform_spec(), object.spec_path())
+    }
+}
+
+/// One way a spec leaves the policy.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    /// The JSON path of the field (`spec.jobs.image`).
+    pub field: String,
+    /// What is wrong, naming the policy.
+    pub message: String,
+}
+
+impl fmt::Display for Violation {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}: {}", self.field, self.message)
+    }
+}
+
+/// Every violation, `; `-separated (for a condition message or an admission denial).
+pub fn message(violations: &[Violation]) -> String {
+    violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")
+}
+
+fn describe(allowed: &[String], none: &str) -> String {
+    if allowed.is_empty() {
+        none.to_string()
+    } else {
+        format!("allowed: {}", allowed.join(", "))
+    }
+}
+
+/// Whether `image` starts with one of `prefixes` at a boundary: the whole image, or a prefix
+/// that ends in `/`, `:` or `@` or is followed by one of them. So `ghcr.io/captf/runner` allows
+/// `ghcr.io/captf/runner:1.0` and `ghcr.io/captf/runner@sha256:…` but not
+/// `ghcr.io/captf/runner-evil:1.0`.
+pub fn image_allowed(prefixes: &[String], image: &str) -> bool {
+    prefixes.iter().any(|p| {
+        if p == "*" {
+            return true;
+        }
+        if p.is_empty() {
+            return false;
+        }
+        match image.strip_prefix(p.as_str()) {
+            None => false,
+            Some("") => true,
+            Some(rest) => p.ends_with(['/', ':', '@']) || rest.starts_with(['/', ':', '@']),
+        }
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::types::JobsSpec;
+    use k8s_openapi::api::core::v1::{EnvVar, EnvVarSource, SecretKeySelector};
+    use proptest::prelude::*;
+
+    fn spec(jobs: JobsSpec) -> TerraformSpec {
+        TerraformSpec {
+            jobs: Some(jobs),
+            ..TerraformSpec::default()
+        }
+    }
+
+    fn policy() -> TenantPolicy {
+        TenantPolicy::only_defaults("ghcr.io/captf/runner:0.1.0", "captf-runner")
+    }
+
+    #[test]
+    fn image_outside_allowed_prefixes_is_rejected_naming_the_field() {
+        let v = policy().check_spec(
+            &spec(JobsSpec {
+                image: Some("evil.example/miner:1".into()),
+                ..JobsSpec::default()
+            }),
+            "spec",
+        );
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].field, "spec.jobs.image");
+        assert!(v[0].message.contains("runner image policy"), "{}", v[0]);
+        assert!(v[0].message.contains("ghcr.io/captf/runner:0.1.0"), "{}", v[0]);
+    }
+
+    #[test]
+    fn the_default_runner_image_and_an_unset_image_are_allowed() {
+        let p = policy();
+        assert!(p.check_spec(&TerraformSpec::default(), "spec").is_empty());
+        assert!(p.check_spec(&spec(JobsSpec::default()), "spec").is_empty());
+        let own = spec(JobsSpec {
+            image: Some("ghcr.io/captf/runner:0.1.0".into()),
+            ..JobsSpec::default()
+        });
+        assert!(p.check_spec(&own, "spec").is_empty());
+    }
+
+    #[test]
+    fn a_prefix_matches_only_at_a_path_tag_or_digest_boundary() {
+        let p = vec!["ghcr.io/captf/runner".to_string()];
+        assert!(image_allowed(&p, "ghcr.io/captf/runner"));
+        assert!(image_allowed(&p, "ghcr.io/captf/runner:1.0"));
+        assert!(image_allowed(&p, "ghcr.io/captf/runner@sha256:abc"));
+        assert!(image_allowed(&p, "ghcr.io/captf/runner/sub:1"));
+        assert!(!image_allowed(&p, "ghcr.io/captf/runner-evil:1.0"));
+        assert!(!image_allowed(&p, "ghcr.io/captf/runne"));
+        let org = vec!["registry.corp/".to_string()];
+        assert!(image_allowed(&org, "registry.corp/anything:1"));
+        assert!(!image_allowed(&org, "registry.corpevil/x"));
+    }
+
+    #[test]
+    fn no_prefixes_means_no_image_may_be_set_and_star_means_any() {
+        let none = TenantPolicy {
+            runner_image_prefixes: vec![],
+            ..policy()
+        };
+        let any_image = spec(JobsSpec {
+            image: Some("x".into()),
+            ..JobsSpec::default()
+        });
+        let v = none.check_spec(&any_image, "spec");
+        assert!(v[0].message.contains("no image may be set"), "{}", v[0]);
+        assert!(TenantPolicy::unrestricted().check_spec(&any_image, "spec").is_empty());
+    }
+
+    #[test]
+    fn service_account_outside_the_policy_is_rejected_naming_the_field() {
+        let s = spec(JobsSpec {
+            service_account_name: Some("cluster-admin-sa".into()),
+            ..JobsSpec::default()
+        });
+        let v = policy().check_spec(&s, "spec.template.spec");
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].field, "spec.template.spec.jobs.serviceAccountName");
+        assert!(v[0].message.contains("runner service account policy"), "{}", v[0]);
+        let own = spec(JobsSpec {
+            service_account_name: Some("captf-runner".into()),
+            ..JobsSpec::default()
+        });
+        assert!(policy().check_spec(&own, "spec").is_empty());
+    }
+
+    fn secret_env() -> TerraformSpec {
+        spec(JobsSpec {
+            env: Some(vec![
+                EnvVar {
+                    name: "PLAIN".into(),
+                    value: Some("v".into()),
+                    ..EnvVar::default()
+                },
+                EnvVar {
+                    name: "TOKEN".into(),
+                    value_from: Some(EnvVarSource {
+                        secret_key_ref: Some(SecretKeySelector {
+                            name: "other-teams-secret".into(),
+                            key: "token".into(),
+                            optional: None,
+                        }),
+                        ..EnvVarSource::default()
+                    }),
+                    ..EnvVar::default()
+                },
+            ]),
+            ..JobsSpec::default()
+        })
+    }
+
+    #[test]
+    fn env_from_a_secret_is_rejected_when_the_policy_forbids_it() {
+        let p = TenantPolicy {
+            env_from_secrets: false,
+            ..policy()
+        };
+        let v = p.check_spec(&secret_env(), "spec");
+        assert_eq!(v.len(), 1);
+        assert_eq!(v[0].field, "spec.jobs.env[1].valueFrom.secretKeyRef");
+        assert!(v[0].message.contains("other-teams-secret"), "{}", v[0]);
+        assert!(
+            policy().check_spec(&secret_env(), "spec").is_empty(),
+            "allowed by default"
+        );
+    }
+
+    #[test]
+    fn the_message_joins_every_violation_with_its_field() {
+        let p = TenantPolicy {
+            runner_image_prefixes: vec![],
+            runner_service_accounts: vec![],
+            env_from_secrets: false,
+        };
+        let mut s = secret_env();
+        if let Some(j) = s.jobs.as_mut() {
+            j.image = Some("i".into());
+            j.service_account_name = Some("sa".into());
+        }
+        let m = message(&p.check_spec(&s, "spec"));
+        assert!(m.starts_with("spec.jobs.image: "), "{m}");
+        assert!(m.contains("; spec.jobs.serviceAccountName: "), "{m}");
+        assert!(m.contains("; spec.jobs.env[1].valueFrom.secretKeyRef: "), "{m}");
+    }
+
+    proptest! {
+        /// An image is always allowed by a policy that lists it exactly, and never by one whose
+        /// only prefix is the image with more characters that are not a boundary.
+        #[test]
+        fn an_image_is_allowed_by_itself_and_not_by_a_longer_name(
+            image in "[a-z0-9.]{1,12}(/[a-z0-9-]{1,8}){0,2}(:[a-z0-9.]{1,6})?",
+            more in "[a-z0-9-]{1,4}",
+        ) {
+            prop_assert!(image_allowed(std::slice::from_ref(&image), &image));
+            let longer = format!("{image}{more}");
+            prop_assert!(!image_allowed(std::slice::from_ref(&longer), &image));
+        }
+
+        /// The unrestricted policy accepts every spec.
+        #[test]
+        fn the_unrestricted_policy_accepts_any_image_and_account(
+            image in "\\PC{0,30}",
+            sa in "[a-z0-9-]{1,20}",
+        ) {
+            let s = spec(JobsSpec {
+                image: Some(image),
+                service_account_name: Some(sa),
+                ..JobsSpec::default()
+            });
+            prop_assert!(TenantPolicy::unrestricted().check_spec(&s, "spec").is_empty());
+        }
+    }
+}

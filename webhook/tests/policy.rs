@@ -1,0 +1,104 @@
+//! The tenant policy at the webhook: a spec outside it is denied with a message naming the
+//! field and the policy; an update that keeps the spec is never blocked by it.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::sync::Arc;
+
+use axum::body::Body;
+use axum::http::{Method, Request, StatusCode, header};
+use captf_shared::policy::TenantPolicy;
+use captf_webhook::metrics::Metrics;
+use captf_webhook::{AppState, VALIDATE_PATH, router};
+use clap::Parser;
+use common::fixture;
+use http_body_util::BodyExt;
+use serde_json::{Value, json};
+use tower::ServiceExt;
+
+fn policy() -> TenantPolicy {
+    TenantPolicy {
+        env_from_secrets: false,
+        ..TenantPolicy::only_defaults("ghcr.io/captf/runner:0.1.0", "captf-runner")
+    }
+}
+
+async fn validate(policy: TenantPolicy, review: &Value) -> Value {
+    let state = AppState::new(Arc::new(Metrics::new())).with_policy(policy);
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(VALIDATE_PATH)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(serde_json::to_vec(review).unwrap()))
+        .unwrap();
+    let resp = router(state).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+}
+
+fn create_with_jobs(jobs: Value) -> Value {
+    let mut r = fixture("cluster-create-accepted");
+    r["request"]["object"]["spec"]["jobs"] = jobs;
+    r
+}
+
+#[tokio::test]
+async fn image_outside_allowed_prefixes_is_rejected_naming_the_field() {
+    let resp = validate(policy(), &create_with_jobs(json!({"image": "evil.example/miner:1"}))).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    assert_eq!(resp["response"]["status"]["code"], 403);
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.image"), "{msg}");
+    assert!(msg.contains("runner image policy"), "{msg}");
+    assert!(msg.contains("ghcr.io/captf/runner:0.1.0"), "{msg}");
+}
+
+#[tokio::test]
+async fn service_account_and_env_secret_outside_the_policy_are_rejected_naming_each_field() {
+    let jobs = json!({
+        "serviceAccountName": "cluster-admin",
+        "env": [{"name": "T", "valueFrom": {"secretKeyRef": {"name": "other", "key": "k"}}}],
+    });
+    let resp = validate(policy(), &create_with_jobs(jobs)).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.serviceAccountName"), "{msg}");
+    assert!(msg.contains("spec.jobs.env[0].valueFrom.secretKeyRef"), "{msg}");
+}
+
+#[tokio::test]
+async fn a_spec_inside_the_policy_is_allowed() {
+    let jobs = json!({"image": "ghcr.io/captf/runner:0.1.0", "serviceAccountName": "captf-runner"});
+    let resp = validate(policy(), &create_with_jobs(jobs)).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}
+
+#[tokio::test]
+async fn an_update_that_keeps_a_spec_from_before_the_policy_is_allowed() {
+    let mut r = fixture("cluster-update-accepted");
+    r["request"]["object"]["spec"]["jobs"]["image"] = json!("old.example/runner:1");
+    r["request"]["oldObject"]["spec"] = r["request"]["object"]["spec"].clone();
+    r["request"]["object"]["metadata"]["finalizers"] = json!([]);
+    let resp = validate(policy(), &r).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}
+
+#[test]
+fn the_policy_flags_default_to_nothing_but_the_defaults() {
+    let cli = captf_webhook::cli::Cli::try_parse_from([
+        "captf-webhook",
+        "--tls-cert-file=c",
+        "--tls-key-file=k",
+        "--allowed-runner-image-prefixes=ghcr.io/captf/runner:0.1.0,registry.corp/",
+        "--allow-env-from-secrets=false",
+    ])
+    .unwrap();
+    let p = cli.serve.to_config().unwrap().policy;
+    assert_eq!(
+        p.runner_image_prefixes,
+        ["ghcr.io/captf/runner:0.1.0", "registry.corp/"]
+    );
+    assert!(p.runner_service_accounts.is_empty(), "no service account may be set");
+    assert!(!p.env_from_secrets);
+}
