@@ -84,7 +84,7 @@ fn webhook_configuration(kind: &str, webhook: &str, path: &str, ca_bundle: &str)
                 "apiGroups": ["infrastructure.cluster.x-k8s.io"],
                 "apiVersions": ["v1alpha1"],
                 "operations": ["CREATE", "UPDATE"],
-                "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines", "terraformmachinetemplates"],
+                "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines", "terraformmachinetemplates", "terraformclustertemplates", "terraformmachinepooltemplates"],
                 "scope": "Namespaced",
             }],
         }],

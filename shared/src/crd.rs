@@ -5,7 +5,10 @@
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::CustomResourceExt;
 
-use crate::types::{TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
+use crate::types::{
+    TerraformCluster, TerraformClusterTemplate, TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate,
+    TerraformMachineTemplate,
+};
 
 /// Every CRD CAPTF serves.
 pub fn crds() -> Vec<CustomResourceDefinition> {
@@ -14,6 +17,8 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         TerraformMachinePool::crd(),
         TerraformMachine::crd(),
         TerraformMachineTemplate::crd(),
+        TerraformClusterTemplate::crd(),
+        TerraformMachinePoolTemplate::crd(),
     ]
 }
 
@@ -57,7 +62,7 @@ mod tests {
             assert_eq!(crd.spec.scope, "Namespaced");
             let v = &crd.spec.versions[0];
             assert_eq!(v.name, "v1alpha1");
-            if crd.spec.names.kind != "TerraformMachineTemplate" {
+            if !crd.spec.names.kind.ends_with("Template") {
                 assert!(
                     v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
                     "{}",
@@ -109,6 +114,8 @@ mod tests {
                 "terraformmachinepools.infrastructure.cluster.x-k8s.io.yaml",
                 "terraformmachines.infrastructure.cluster.x-k8s.io.yaml",
                 "terraformmachinetemplates.infrastructure.cluster.x-k8s.io.yaml",
+                "terraformclustertemplates.infrastructure.cluster.x-k8s.io.yaml",
+                "terraformmachinepooltemplates.infrastructure.cluster.x-k8s.io.yaml",
             ]
         );
         for (_, yaml) in files {

@@ -225,7 +225,8 @@ pub fn validate_create(obj: &CaptfObject) -> Report {
 }
 
 /// Validate an update: everything [`validate_create`] checks, plus immutability of
-/// `spec.controlPlaneEndpoint` (TerraformCluster) and `spec.providerID` (TerraformMachine) once set.
+/// `spec.controlPlaneEndpoint` (TerraformCluster) and `spec.providerID` (TerraformMachine) once set,
+/// and of a template's whole `spec` ([`template_spec_is_immutable`]).
 ///
 /// When the Terraform spec is unchanged, its rules are not re-checked: an update that only touches
 /// metadata (removing the finalizer, approving a plan) must never be refused because of a spec
@@ -237,6 +238,7 @@ pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
         validate_create(new)
     };
     let spec = FieldPath::new("spec");
+    report.merge(template_spec_is_immutable(old, new));
     match (old, new) {
         (CaptfObject::Cluster(o), CaptfObject::Cluster(n)) => {
             if let Some(was) = o.spec.control_plane_endpoint.as_ref().filter(|e| !e.host.is_empty())
@@ -261,6 +263,26 @@ pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
             }
         }
         _ => {}
+    }
+    report
+}
+
+/// Why a template's spec may not change, as the Cluster API contract has it: objects made from a
+/// template (by a ClusterClass, a MachineDeployment or a MachinePool) are rolled out by pointing
+/// at a new template, never by editing one in place.
+pub const TEMPLATE_IMMUTABLE: &str = "is immutable: a template cannot be changed in place; create a new template and point the ClusterClass, MachineDeployment or MachinePool at it";
+
+/// Templates (`TerraformMachineTemplate`, `TerraformClusterTemplate`,
+/// `TerraformMachinePoolTemplate`) are immutable: any change of `spec` is a violation at `spec`;
+/// `metadata` (labels, annotations, finalizers, owner references) stays editable.
+pub fn template_spec_is_immutable(old: &CaptfObject, new: &CaptfObject) -> Report {
+    let mut report = Report::default();
+    if !new.is_template() {
+        return report;
+    }
+    let now = new.template_spec_value();
+    if old.kind_name() != new.kind_name() || old.template_spec_value() != now {
+        report.violation(&FieldPath::new("spec"), TEMPLATE_IMMUTABLE, &now);
     }
     report
 }

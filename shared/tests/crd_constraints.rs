@@ -27,7 +27,7 @@ fn spec_schemas() -> Vec<(String, Value)> {
             )
             .unwrap();
             let mut spec = root["properties"]["spec"].clone();
-            if kind == "TerraformMachineTemplate" {
+            if kind.ends_with("Template") {
                 spec = spec["properties"]["template"]["properties"]["spec"].clone();
             }
             (kind, spec)

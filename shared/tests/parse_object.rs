@@ -164,7 +164,7 @@ fn an_unknown_kind_or_a_non_object_is_a_violation() {
     assert_eq!(
         errors("ConfigMap", &json!({})),
         [
-            "kind: must be one of TerraformCluster, TerraformMachinePool, TerraformMachine, TerraformMachineTemplate (got \"ConfigMap\")"
+            "kind: must be one of TerraformCluster, TerraformMachinePool, TerraformMachine, TerraformMachineTemplate, TerraformClusterTemplate, TerraformMachinePoolTemplate (got \"ConfigMap\")"
         ]
     );
     assert_eq!(

@@ -248,6 +248,7 @@ fn every_kind(spec: TerraformSpec, provider_id: Option<String>) -> Vec<CaptfObje
             "t",
             TerraformMachineTemplateSpec {
                 template: TerraformMachineTemplateResource {
+                    metadata: None,
                     spec: TerraformMachineSpec {
                         terraform: spec,
                         provider_id: None,

@@ -3,8 +3,11 @@
 
 use captf_shared::types::{
     ApiEndpoint, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
-    TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec, TerraformMachineTemplate,
-    TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec, VariablesFrom, VariablesRef,
+    TerraformCluster, TerraformClusterSpec, TerraformClusterTemplate, TerraformClusterTemplateResource,
+    TerraformClusterTemplateSpec, TerraformMachine, TerraformMachinePoolSpec, TerraformMachinePoolTemplate,
+    TerraformMachinePoolTemplateResource, TerraformMachinePoolTemplateSpec, TerraformMachineSpec,
+    TerraformMachineTemplate, TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec,
+    VariablesFrom, VariablesRef,
 };
 use captf_shared::validation::{Report, validate_create, validate_spec, validate_update};
 use k8s_openapi::api::core::v1::EnvVar;
@@ -44,6 +47,7 @@ fn template(terraform: TerraformSpec) -> CaptfObject {
         "workers",
         TerraformMachineTemplateSpec {
             template: TerraformMachineTemplateResource {
+                metadata: None,
                 spec: TerraformMachineSpec {
                     terraform,
                     provider_id: None,
@@ -827,4 +831,97 @@ fn drift_interval_has_at_most_64_characters() {
     accepted(with_interval(&"1h".repeat(32)));
     let msg = rejected_at(with_interval(&"1h".repeat(33)), "spec.drift.interval");
     assert!(msg.contains("at most 64 characters"), "{msg}");
+}
+
+// ---- templates are immutable (Cluster API contract) ----
+
+fn cluster_template(terraform: TerraformSpec) -> CaptfObject {
+    CaptfObject::ClusterTemplate(TerraformClusterTemplate::new(
+        "class-v1",
+        TerraformClusterTemplateSpec {
+            template: TerraformClusterTemplateResource {
+                metadata: None,
+                spec: TerraformClusterSpec {
+                    terraform,
+                    control_plane_endpoint: None,
+                },
+            },
+        },
+    ))
+}
+
+fn pool_template(terraform: TerraformSpec) -> CaptfObject {
+    CaptfObject::MachinePoolTemplate(TerraformMachinePoolTemplate::new(
+        "pool-v1",
+        TerraformMachinePoolTemplateSpec {
+            template: TerraformMachinePoolTemplateResource {
+                metadata: None,
+                spec: TerraformMachinePoolSpec {
+                    terraform,
+                    provider_id_list: None,
+                },
+            },
+        },
+    ))
+}
+
+fn with_label(mut obj: CaptfObject) -> CaptfObject {
+    let labels = [("team".to_string(), "platform".to_string())].into();
+    match &mut obj {
+        CaptfObject::MachineTemplate(o) => o.metadata.labels = Some(labels),
+        CaptfObject::ClusterTemplate(o) => o.metadata.labels = Some(labels),
+        CaptfObject::MachinePoolTemplate(o) => o.metadata.labels = Some(labels),
+        _ => unreachable!("templates only"),
+    }
+    obj
+}
+
+#[test]
+fn template_spec_is_immutable_but_metadata_is_editable() {
+    let make: [fn(TerraformSpec) -> CaptfObject; 3] = [template, cluster_template, pool_template];
+    for make in make {
+        let old = make(spec());
+        let kind = old.kind_name();
+        // Metadata: editable.
+        assert!(validate_update(&old, &with_label(old.clone())).is_valid(), "{kind}");
+        // Any spec change, even a valid one: refused at `spec` with the contract's reason.
+        let r = validate_update(
+            &old,
+            &make(with_source("git::https://example.com/modules/vpc.git?ref=v2")),
+        );
+        let v = r
+            .violation_at("spec")
+            .unwrap_or_else(|| panic!("{kind}: {}", r.message()));
+        assert!(
+            v.rule
+                .starts_with("is immutable: a template cannot be changed in place"),
+            "{kind}: {v}"
+        );
+        assert!(v.rule.contains("ClusterClass"), "{kind}: names the way out: {v}");
+    }
+    // The kinds that run Jobs are edited in place.
+    assert!(
+        validate_update(
+            &cluster(spec()),
+            &cluster(with_source("git::https://example.com/m.git?ref=v2"))
+        )
+        .is_valid()
+    );
+}
+
+#[test]
+fn template_metadata_and_spec_round_trip_through_json() {
+    let v = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformClusterTemplate",
+        "metadata": {"name": "class-v1"},
+        "spec": {"template": {
+            "metadata": {"labels": {"team": "platform"}, "annotations": {"a": "b"}},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}, "controlPlaneEndpoint": {"host": "h", "port": 6443}}
+        }}
+    });
+    let obj = CaptfObject::from_value(v.clone()).unwrap();
+    assert_eq!(obj.spec_path(), "spec.template.spec");
+    assert!(obj.is_template() && obj.job_kind().is_none());
+    assert_eq!(obj.to_value()["spec"], v["spec"]);
 }

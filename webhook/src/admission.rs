@@ -65,6 +65,8 @@ pub enum KindLabel {
     TerraformMachinePool,
     TerraformMachine,
     TerraformMachineTemplate,
+    TerraformClusterTemplate,
+    TerraformMachinePoolTemplate,
     Other,
     /// The body was not a review, so there is no kind.
     None,
@@ -111,6 +113,8 @@ impl KindLabel {
             KindLabel::TerraformMachinePool => "TerraformMachinePool",
             KindLabel::TerraformMachine => "TerraformMachine",
             KindLabel::TerraformMachineTemplate => "TerraformMachineTemplate",
+            KindLabel::TerraformClusterTemplate => "TerraformClusterTemplate",
+            KindLabel::TerraformMachinePoolTemplate => "TerraformMachinePoolTemplate",
             KindLabel::Other => "other",
             KindLabel::None => "",
         }
@@ -628,6 +632,8 @@ fn kind_label(view: &View<'_>) -> KindLabel {
         Some("TerraformMachinePool") => KindLabel::TerraformMachinePool,
         Some("TerraformMachine") => KindLabel::TerraformMachine,
         Some("TerraformMachineTemplate") => KindLabel::TerraformMachineTemplate,
+        Some("TerraformClusterTemplate") => KindLabel::TerraformClusterTemplate,
+        Some("TerraformMachinePoolTemplate") => KindLabel::TerraformMachinePoolTemplate,
         _ => KindLabel::Other,
     }
 }
@@ -1004,7 +1010,10 @@ fn fallback_object(body: &[u8], which: Which) -> Result<Value, Report> {
 }
 
 fn parse_spec(kind: &str, parts: &ObjectParts<'_>) -> Option<CaptfObject> {
-    use captf_shared::types::{TerraformMachine, TerraformMachinePool, TerraformMachineTemplate};
+    use captf_shared::types::{
+        TerraformClusterTemplate, TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate,
+        TerraformMachineTemplate,
+    };
     let text = parts.spec?.get();
     let meta = &parts.metadata;
     let obj = match kind {
@@ -1024,6 +1033,14 @@ fn parse_spec(kind: &str, parts: &ObjectParts<'_>) -> Option<CaptfObject> {
             TerraformMachineTemplate::new("", serde_json::from_str(text).ok()?),
             meta,
         )),
+        "TerraformClusterTemplate" => CaptfObject::ClusterTemplate(with_meta(
+            TerraformClusterTemplate::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
+        "TerraformMachinePoolTemplate" => CaptfObject::MachinePoolTemplate(with_meta(
+            TerraformMachinePoolTemplate::new("", serde_json::from_str(text).ok()?),
+            meta,
+        )),
         _ => return None,
     };
     Some(obj)
@@ -1036,6 +1053,8 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
         (CaptfObject::MachinePool(a), CaptfObject::MachinePool(b)) => a.spec == b.spec,
         (CaptfObject::Machine(a), CaptfObject::Machine(b)) => a.spec == b.spec,
         (CaptfObject::MachineTemplate(a), CaptfObject::MachineTemplate(b)) => a.spec == b.spec,
+        (CaptfObject::ClusterTemplate(a), CaptfObject::ClusterTemplate(b)) => a.spec == b.spec,
+        (CaptfObject::MachinePoolTemplate(a), CaptfObject::MachinePoolTemplate(b)) => a.spec == b.spec,
         _ => false,
     }
 }

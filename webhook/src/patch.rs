@@ -42,6 +42,8 @@ fn spec_value(obj: &CaptfObject) -> Value {
         CaptfObject::MachinePool(o) => serde_json::to_value(&o.spec),
         CaptfObject::Machine(o) => serde_json::to_value(&o.spec),
         CaptfObject::MachineTemplate(o) => serde_json::to_value(&o.spec),
+        CaptfObject::ClusterTemplate(o) => serde_json::to_value(&o.spec),
+        CaptfObject::MachinePoolTemplate(o) => serde_json::to_value(&o.spec),
     };
     // Plain data with string keys: serializing cannot fail.
     v.unwrap_or(Value::Null)

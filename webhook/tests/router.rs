@@ -92,7 +92,7 @@ const REJECTED: [(&str, &[&str]); 8] = [
     ("machinetemplate-create-rejected", &["spec.template.spec.variablesFrom"]),
     (
         "machinetemplate-update-rejected",
-        &["spec.template.spec.jobs.lockTimeoutSeconds"],
+        &["spec: is immutable", "spec.template.spec.jobs.lockTimeoutSeconds"],
     ),
 ];
 
@@ -236,6 +236,46 @@ async fn an_update_that_leaves_the_spec_alone_is_allowed_even_if_the_stored_spec
     req["request"]["object"] = new;
     let resp = review(VALIDATE_PATH, &req).await;
     assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}
+
+/// The template fixture as another template kind (same `spec.template.spec` shape).
+fn as_kind(mut req: Value, kind: &str) -> Value {
+    let resource = format!("{}s", kind.to_lowercase());
+    for key in ["kind", "requestKind"] {
+        req["request"][key]["kind"] = json!(kind);
+    }
+    for key in ["resource", "requestResource"] {
+        req["request"][key]["resource"] = json!(resource);
+    }
+    for key in ["object", "oldObject"] {
+        req["request"][key]["kind"] = json!(kind);
+    }
+    req
+}
+
+#[tokio::test]
+async fn template_spec_is_immutable_but_metadata_is_editable() {
+    for kind in [
+        "TerraformMachineTemplate",
+        "TerraformClusterTemplate",
+        "TerraformMachinePoolTemplate",
+    ] {
+        // Metadata only: a label added.
+        let req = as_kind(fixture("machinetemplate-update-accepted"), kind);
+        let resp = review(VALIDATE_PATH, &req).await;
+        assert_eq!(resp["response"]["allowed"], true, "{kind}: {resp}");
+        // A valid spec change: refused with the contract's reason.
+        let mut req = req;
+        req["request"]["object"]["spec"]["template"]["spec"]["variables"]["size"] = json!("large");
+        let resp = review(VALIDATE_PATH, &req).await;
+        assert_eq!(resp["response"]["allowed"], false, "{kind}: {resp}");
+        assert_eq!(resp["response"]["status"]["code"], 422, "{kind}");
+        let message = resp["response"]["status"]["message"].as_str().unwrap();
+        assert!(
+            message.starts_with("spec: is immutable: a template cannot be changed in place"),
+            "{kind}: {message}"
+        );
+    }
 }
 
 #[tokio::test]

@@ -91,7 +91,7 @@ clientConfig:
   {{- end }}
 {{- end }}
 
-{{/* The rules both webhook configurations share: the four kinds, on CREATE and UPDATE. */}}
+{{/* The rules both webhook configurations share: the six kinds, on CREATE and UPDATE. */}}
 {{- define "captf.webhook.rules" -}}
 rules:
   - apiGroups: ["infrastructure.cluster.x-k8s.io"]
@@ -102,6 +102,8 @@ rules:
       - terraformmachinepools
       - terraformmachines
       - terraformmachinetemplates
+      - terraformclustertemplates
+      - terraformmachinepooltemplates
     scope: Namespaced
 {{- end }}
 

@@ -5,6 +5,8 @@
 //! `CAPTF_TOOLS_BIN` (set by `scripts/test.sh`), else `<workspace>/.tools/bin`, else `PATH`; a
 //! missing tool is an error with the command that installs it, never a skipped test.
 
+pub mod clusterctl;
+
 use std::ffi::OsStr;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};

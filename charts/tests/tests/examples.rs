@@ -42,6 +42,9 @@ fn examples_cover_a_minimal_and_a_full_cluster_a_pool_and_a_template_with_a_mach
         ("terraformmachinepool.yaml", "TerraformMachinePool"),
         ("terraformmachinetemplate.yaml", "TerraformMachineTemplate"),
         ("terraformmachinetemplate.yaml", "TerraformMachine"),
+        ("clusterclass.yaml", "TerraformClusterTemplate"),
+        ("clusterclass.yaml", "TerraformMachineTemplate"),
+        ("clusterclass.yaml", "TerraformMachinePoolTemplate"),
     ] {
         assert!(
             have.iter().any(|(f, k)| f == want.0 && k == want.1),
@@ -110,7 +113,7 @@ fn the_other_manifests_in_examples_validate_against_kubernetes_1_30() {
         .unwrap()
         .into_iter()
         .map(|(_, d)| d)
-        .filter(|d| d["apiVersion"] != captf_shared::keys::API_VERSION)
+        .filter(|d| d["apiVersion"] != captf_shared::keys::API_VERSION && !is_cluster_api(d))
         .collect();
     assert!(!others.is_empty(), "the full example carries its ConfigMap and Secret");
     let yaml: String = others
@@ -212,7 +215,99 @@ fn every_example_fits_its_crd_schema_with_no_unknown_fields() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 5);
+    assert_eq!(checked, 8);
+}
+
+/// A Cluster API core object (`cluster.x-k8s.io/...`): kubernetes-validate has no schema for it.
+fn is_cluster_api(doc: &Value) -> bool {
+    doc["apiVersion"]
+        .as_str()
+        .is_some_and(|a| a.starts_with("cluster.x-k8s.io/"))
+}
+
+/// The real Cluster API CRD of a file, when present: `$CAPTF_CAPI_CRDS`, else
+/// `../shared/capi/crds` beside the workspace (not part of the repository).
+fn capi_crd(file: &str) -> Option<Value> {
+    let dir = std::env::var_os("CAPTF_CAPI_CRDS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| captf_chart_tests::workspace_root().join("../shared/capi/crds"));
+    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+    serde_yaml_ng::from_str(&text).ok()
+}
+
+#[test]
+fn the_clusterclass_example_uses_the_three_template_kinds_defined_beside_it() {
+    let docs: Vec<Value> = example_documents()
+        .unwrap()
+        .into_iter()
+        .filter(|(f, _)| f == "clusterclass.yaml")
+        .map(|(_, d)| d)
+        .collect();
+    let class = docs.iter().find(|d| d["kind"] == "ClusterClass").unwrap();
+    let spec = &class["spec"];
+    let refs = [
+        &spec["infrastructure"]["templateRef"],
+        &spec["workers"]["machineDeployments"][0]["infrastructure"]["templateRef"],
+        &spec["workers"]["machinePools"][0]["infrastructure"]["templateRef"],
+    ];
+    let kinds: Vec<&str> = refs.iter().map(|r| r["kind"].as_str().unwrap()).collect();
+    assert_eq!(
+        kinds,
+        [
+            "TerraformClusterTemplate",
+            "TerraformMachineTemplate",
+            "TerraformMachinePoolTemplate"
+        ]
+    );
+    for r in refs {
+        assert_eq!(r["apiVersion"], captf_shared::keys::API_VERSION);
+        assert!(
+            docs.iter()
+                .any(|d| d["kind"] == r["kind"] && d["metadata"]["name"] == r["name"]),
+            "{r} is not defined in examples/clusterclass.yaml"
+        );
+    }
+    // The template metadata Cluster API copies onto the objects it makes.
+    let cluster_template = docs.iter().find(|d| d["kind"] == "TerraformClusterTemplate").unwrap();
+    assert!(cluster_template["spec"]["template"]["metadata"]["labels"].is_object());
+}
+
+#[test]
+fn the_clusterclass_example_fits_the_real_v1beta2_clusterclass_crd() {
+    let Some(crd) = capi_crd("cluster.x-k8s.io_clusterclasses.yaml") else {
+        eprintln!(
+            "SKIPPED: the Cluster API CRDs are not here (set CAPTF_CAPI_CRDS to the folder holding \
+             cluster.x-k8s.io_clusterclasses.yaml)"
+        );
+        return;
+    };
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "v1beta2")
+        .unwrap();
+    let schema = &version["schema"]["openAPIV3Schema"];
+    let mut checked = 0;
+    for (file, doc) in example_documents().unwrap() {
+        if doc["kind"] != "ClusterClass" {
+            continue;
+        }
+        assert_eq!(doc["apiVersion"], "cluster.x-k8s.io/v1beta2", "examples/{file}");
+        // The API server checks metadata itself (the CRD declares it as a bare object).
+        let mut doc = doc;
+        if let Some(map) = doc.as_object_mut() {
+            map.remove("metadata");
+        }
+        let mut errors = vec![];
+        schema_errors("", &doc, schema, &mut errors);
+        assert!(
+            errors.is_empty(),
+            "examples/{file} does not fit ClusterClass v1beta2: {errors:#?}"
+        );
+        checked += 1;
+    }
+    assert_eq!(checked, 1);
 }
 
 #[test]

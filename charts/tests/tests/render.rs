@@ -106,7 +106,9 @@ fn crds_render_with_include_crds_and_validate_against_kubernetes_1_30() {
         names,
         [
             "terraformclusters.infrastructure.cluster.x-k8s.io",
+            "terraformclustertemplates.infrastructure.cluster.x-k8s.io",
             "terraformmachinepools.infrastructure.cluster.x-k8s.io",
+            "terraformmachinepooltemplates.infrastructure.cluster.x-k8s.io",
             "terraformmachines.infrastructure.cluster.x-k8s.io",
             "terraformmachinetemplates.infrastructure.cluster.x-k8s.io",
         ]

@@ -7,11 +7,13 @@ use captf_chart_tests::features::OWN_CERTIFICATE;
 use captf_chart_tests::{NAMESPACE, Rendered, helm_template, strings};
 use serde_json::Value;
 
-const KINDS: [&str; 4] = [
+const KINDS: [&str; 6] = [
     "terraformclusters",
     "terraformmachinepools",
     "terraformmachines",
     "terraformmachinetemplates",
+    "terraformclustertemplates",
+    "terraformmachinepooltemplates",
 ];
 
 fn configurations(r: &Rendered) -> Vec<(&'static str, &Value)> {
@@ -93,7 +95,7 @@ fn pod_labels(deploy: &Value) -> &Value {
 }
 
 #[test]
-fn webhook_configurations_match_the_four_kinds_on_create_and_update_and_fail_closed() {
+fn webhook_configurations_match_the_six_kinds_on_create_and_update_and_fail_closed() {
     let r = helm_template(&[]).unwrap();
     for (_, conf) in configurations(&r) {
         let hook = &conf["webhooks"][0];

@@ -213,7 +213,7 @@ pub fn object_status(object: &CaptfObject) -> Option<&TerraformStatus> {
         CaptfObject::Cluster(o) => o.status.as_ref(),
         CaptfObject::MachinePool(o) => o.status.as_ref(),
         CaptfObject::Machine(o) => o.status.as_ref(),
-        CaptfObject::MachineTemplate(_) => None,
+        CaptfObject::MachineTemplate(_) | CaptfObject::ClusterTemplate(_) | CaptfObject::MachinePoolTemplate(_) => None,
     }
 }
 

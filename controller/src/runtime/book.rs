@@ -179,7 +179,7 @@ pub fn capi_spec_patch(object: &CaptfObject, outputs: &BTreeMap<String, Value>) 
                 .collect();
             (p.spec.provider_id_list.as_ref() != Some(&list)).then(|| json!({"spec": {"providerIDList": list}}))
         }
-        CaptfObject::MachineTemplate(_) => None,
+        CaptfObject::MachineTemplate(_) | CaptfObject::ClusterTemplate(_) | CaptfObject::MachinePoolTemplate(_) => None,
     }
 }
 

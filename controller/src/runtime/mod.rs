@@ -54,8 +54,8 @@ pub use controller::{Config, Ctx, run_controllers};
 /// The flags of `captf-controller run` (each with an env var).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
-    /// Watch one namespace (default: all namespaces).
-    #[arg(long, env = "CAPTF_NAMESPACE")]
+    /// Watch one namespace (default, or empty as clusterctl passes it: all namespaces).
+    #[arg(long, visible_alias = "watch-namespace", env = "CAPTF_NAMESPACE")]
     pub namespace: Option<String>,
     /// The runner image of Jobs whose spec.jobs.image is unset.
     #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION")))]
@@ -175,6 +175,13 @@ impl RunArgs {
     }
 }
 
+impl RunArgs {
+    /// The one namespace to watch; `None` (all namespaces) when `--namespace` is unset or empty.
+    pub fn watch_namespace(&self) -> Option<String> {
+        self.namespace.clone().filter(|n| !n.is_empty())
+    }
+}
+
 #[derive(clap::ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum LogFormat {
     Json,
@@ -258,7 +265,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             .leader_namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .or_else(|| args.namespace.clone())
+            .or_else(|| args.watch_namespace())
             .unwrap_or_else(|| "default".into());
         let me = args
             .leader_identity
@@ -276,7 +283,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         )));
     }
     let config = Config {
-        namespace: args.namespace.clone(),
+        namespace: args.watch_namespace(),
         runner_image: args.runner_image.clone(),
         runner_service_account: Some(args.runner_service_account.clone()),
         concurrency: args.concurrency,

@@ -14,27 +14,31 @@ use serde_json::Value;
 
 use crate::Kind;
 
-/// Any of CAPTF's four kinds, parsed.
+/// Any of CAPTF's kinds, parsed.
 #[derive(Clone, Debug, PartialEq)]
 pub enum CaptfObject {
     Cluster(TerraformCluster),
     MachinePool(TerraformMachinePool),
     Machine(TerraformMachine),
     MachineTemplate(TerraformMachineTemplate),
+    ClusterTemplate(TerraformClusterTemplate),
+    MachinePoolTemplate(TerraformMachinePoolTemplate),
 }
 
 /// The kinds CAPTF serves, as they appear in `kind`.
-pub const SERVED_KINDS: [&str; 4] = [
+pub const SERVED_KINDS: [&str; 6] = [
     "TerraformCluster",
     "TerraformMachinePool",
     "TerraformMachine",
     "TerraformMachineTemplate",
+    "TerraformClusterTemplate",
+    "TerraformMachinePoolTemplate",
 ];
 
 #[derive(Debug, thiserror::Error)]
 pub enum ParseObjectError {
     #[error(
-        "unknown kind {0:?}: expected one of TerraformCluster, TerraformMachinePool, TerraformMachine, TerraformMachineTemplate"
+        "unknown kind {0:?}: expected one of TerraformCluster, TerraformMachinePool, TerraformMachine, TerraformMachineTemplate, TerraformClusterTemplate, TerraformMachinePoolTemplate"
     )]
     UnknownKind(String),
     #[error("object has no kind")]
@@ -58,6 +62,10 @@ impl CaptfObject {
             "TerraformMachinePool" => CaptfObject::MachinePool(parse("TerraformMachinePool", value)?),
             "TerraformMachine" => CaptfObject::Machine(parse("TerraformMachine", value)?),
             "TerraformMachineTemplate" => CaptfObject::MachineTemplate(parse("TerraformMachineTemplate", value)?),
+            "TerraformClusterTemplate" => CaptfObject::ClusterTemplate(parse("TerraformClusterTemplate", value)?),
+            "TerraformMachinePoolTemplate" => {
+                CaptfObject::MachinePoolTemplate(parse("TerraformMachinePoolTemplate", value)?)
+            }
             other => return Err(ParseObjectError::UnknownKind(other.to_string())),
         })
     }
@@ -78,6 +86,8 @@ impl CaptfObject {
             CaptfObject::MachinePool(_) => "TerraformMachinePool",
             CaptfObject::Machine(_) => "TerraformMachine",
             CaptfObject::MachineTemplate(_) => "TerraformMachineTemplate",
+            CaptfObject::ClusterTemplate(_) => "TerraformClusterTemplate",
+            CaptfObject::MachinePoolTemplate(_) => "TerraformMachinePoolTemplate",
         }
     }
 
@@ -87,7 +97,9 @@ impl CaptfObject {
             CaptfObject::Cluster(_) => Some(Kind::TerraformCluster),
             CaptfObject::MachinePool(_) => Some(Kind::TerraformMachinePool),
             CaptfObject::Machine(_) => Some(Kind::TerraformMachine),
-            CaptfObject::MachineTemplate(_) => None,
+            CaptfObject::MachineTemplate(_) | CaptfObject::ClusterTemplate(_) | CaptfObject::MachinePoolTemplate(_) => {
+                None
+            }
         }
     }
 
@@ -97,6 +109,8 @@ impl CaptfObject {
             CaptfObject::MachinePool(o) => &o.metadata,
             CaptfObject::Machine(o) => &o.metadata,
             CaptfObject::MachineTemplate(o) => &o.metadata,
+            CaptfObject::ClusterTemplate(o) => &o.metadata,
+            CaptfObject::MachinePoolTemplate(o) => &o.metadata,
         }
     }
 
@@ -107,6 +121,8 @@ impl CaptfObject {
             CaptfObject::MachinePool(o) => &o.spec.terraform,
             CaptfObject::Machine(o) => &o.spec.terraform,
             CaptfObject::MachineTemplate(o) => &o.spec.template.spec.terraform,
+            CaptfObject::ClusterTemplate(o) => &o.spec.template.spec.terraform,
+            CaptfObject::MachinePoolTemplate(o) => &o.spec.template.spec.terraform,
         }
     }
 
@@ -116,15 +132,38 @@ impl CaptfObject {
             CaptfObject::MachinePool(o) => &mut o.spec.terraform,
             CaptfObject::Machine(o) => &mut o.spec.terraform,
             CaptfObject::MachineTemplate(o) => &mut o.spec.template.spec.terraform,
+            CaptfObject::ClusterTemplate(o) => &mut o.spec.template.spec.terraform,
+            CaptfObject::MachinePoolTemplate(o) => &mut o.spec.template.spec.terraform,
         }
     }
 
     /// JSON path prefix of the Terraform spec, for field paths in messages.
     pub fn spec_path(&self) -> &'static str {
         match self {
-            CaptfObject::MachineTemplate(_) => "spec.template.spec",
+            CaptfObject::MachineTemplate(_) | CaptfObject::ClusterTemplate(_) | CaptfObject::MachinePoolTemplate(_) => {
+                "spec.template.spec"
+            }
             _ => "spec",
         }
+    }
+
+    /// Whether the object is a template (immutable once created).
+    pub fn is_template(&self) -> bool {
+        matches!(
+            self,
+            CaptfObject::MachineTemplate(_) | CaptfObject::ClusterTemplate(_) | CaptfObject::MachinePoolTemplate(_)
+        )
+    }
+
+    /// A template's `spec` as JSON (`None` for the kinds that run Jobs).
+    pub fn template_spec_value(&self) -> Option<Value> {
+        let v = match self {
+            CaptfObject::MachineTemplate(o) => serde_json::to_value(&o.spec),
+            CaptfObject::ClusterTemplate(o) => serde_json::to_value(&o.spec),
+            CaptfObject::MachinePoolTemplate(o) => serde_json::to_value(&o.spec),
+            _ => return None,
+        };
+        v.ok()
     }
 
     pub fn to_value(&self) -> Value {
@@ -133,6 +172,8 @@ impl CaptfObject {
             CaptfObject::MachinePool(o) => serde_json::to_value(o),
             CaptfObject::Machine(o) => serde_json::to_value(o),
             CaptfObject::MachineTemplate(o) => serde_json::to_value(o),
+            CaptfObject::ClusterTemplate(o) => serde_json::to_value(o),
+            CaptfObject::MachinePoolTemplate(o) => serde_json::to_value(o),
         };
         // Serializing plain data structs with string keys cannot fail.
         v.unwrap_or(Value::Null)

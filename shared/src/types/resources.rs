@@ -152,5 +152,79 @@ pub struct TerraformMachineTemplateSpec {
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
 pub struct TerraformMachineTemplateResource {
+    /// Labels and annotations of the TerraformMachines made from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
     pub spec: TerraformMachineSpec,
+}
+
+/// The metadata a template gives the objects made from it (Cluster API's `ObjectMeta`: labels and
+/// annotations only).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TemplateMetadata {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub annotations: Option<std::collections::BTreeMap<String, String>>,
+}
+
+/// A template of TerraformClusters, for Cluster API's ClusterClass (`spec.infrastructure`).
+/// Immutable: the webhook rejects spec changes.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "TerraformClusterTemplate",
+    doc = "A template of TerraformClusters for Cluster API ClusterClasses.",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "tfct",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformClusterTemplateSpec {
+    pub template: TerraformClusterTemplateResource,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformClusterTemplateResource {
+    /// Labels and annotations of the TerraformClusters made from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    pub spec: TerraformClusterSpec,
+}
+
+/// A template of TerraformMachinePools, for Cluster API's ClusterClass (`spec.workers.machinePools`).
+/// Immutable: the webhook rejects spec changes.
+#[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[kube(
+    group = "infrastructure.cluster.x-k8s.io",
+    version = "v1alpha1",
+    kind = "TerraformMachinePoolTemplate",
+    doc = "A template of TerraformMachinePools for Cluster API ClusterClasses.",
+    namespaced,
+    derive = "PartialEq",
+    shortname = "tfmpt",
+    category = "cluster-api",
+    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
+)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformMachinePoolTemplateSpec {
+    pub template: TerraformMachinePoolTemplateResource,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct TerraformMachinePoolTemplateResource {
+    /// Labels and annotations of the TerraformMachinePools made from the template.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub metadata: Option<TemplateMetadata>,
+    pub spec: TerraformMachinePoolSpec,
 }

@@ -1,0 +1,362 @@
+//! The clusterctl provider repository: `clusterctl/infrastructure-terraform/<version>/` holds
+//! `infrastructure-components.yaml`, generated from the chart, and a copy of `metadata.yaml`.
+//! Regenerate with `cargo run -p captf-chart-tests --bin captf-components`; a test fails when the
+//! committed files are stale.
+//!
+//! The components file is `helm template --include-crds` with the chart's defaults, then:
+//! - one Namespace object (`captf-system`, clusterctl's default target namespace);
+//! - `cluster.x-k8s.io/provider: infrastructure-terraform` on every object, and
+//!   `app.kubernetes.io/managed-by: clusterctl` instead of Helm's labels;
+//! - clusterctl variables (`${VAR:=default}`) for what a user sets at install: see [`VARIABLES`].
+//!
+//! What the chart's `runner.namespaces` does (the runner's ServiceAccount and RoleBinding in each
+//! tenant namespace) has no place in a components file: clusterctl moves every namespaced object
+//! into the target namespace, and a variable cannot expand into one object per namespace. The
+//! README shows the two objects to apply per tenant namespace.
+
+use std::collections::BTreeMap;
+use std::path::PathBuf;
+
+use serde_json::{Value, json};
+
+use crate::{Rendered, ToolError, helm_template_release, parse_documents, workspace_root};
+
+/// The provider's clusterctl name (`infrastructure-<name>`), as the provider label's value and
+/// the repository folder.
+pub const PROVIDER_LABEL: &str = "cluster.x-k8s.io/provider";
+pub const PROVIDER: &str = "infrastructure-terraform";
+/// The target namespace the components file declares (clusterctl `--target-namespace` renames it).
+pub const TARGET_NAMESPACE: &str = "captf-system";
+/// The release name rendered (object names start with it: `captf-controller`, ...).
+pub const RELEASE: &str = "captf";
+/// The components file's name, as the clusterctl contract recommends for infrastructure providers.
+pub const COMPONENTS_FILE: &str = "infrastructure-components.yaml";
+pub const METADATA_FILE: &str = "metadata.yaml";
+
+/// A clusterctl variable: its name, its default, and what it sets.
+#[derive(Clone, Copy, Debug)]
+pub struct Variable {
+    pub name: &'static str,
+    pub default: &'static str,
+    pub doc: &'static str,
+}
+
+impl Variable {
+    /// `${NAME:=default}`.
+    pub fn reference(&self) -> String {
+        format!("${{{}:={}}}", self.name, self.default)
+    }
+}
+
+/// The variables of the components file (the README lists them).
+pub const VARIABLES: [Variable; 6] = [
+    Variable {
+        name: "CAPTF_CONTROLLER_IMAGE",
+        default: "ghcr.io/captf/controller:0.1.0",
+        doc: "the controller image",
+    },
+    Variable {
+        name: "CAPTF_WEBHOOK_IMAGE",
+        default: "ghcr.io/captf/webhook:0.1.0",
+        doc: "the webhook image",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_IMAGE",
+        default: "ghcr.io/captf/runner:0.1.0",
+        doc: "the runner image of Jobs (--runner-image)",
+    },
+    Variable {
+        name: "CAPTF_WATCH_NAMESPACE",
+        default: "",
+        doc: "the one namespace the controller watches (--namespace); empty: all",
+    },
+    Variable {
+        name: "CAPTF_LOG_LEVEL",
+        default: "info",
+        doc: "RUST_LOG of the controller and the webhook (e.g. debug, or info,captf_controller=debug)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
+        default: "captf-runner",
+        doc: "the runner pods' ServiceAccount in each tenant namespace (--runner-service-account)",
+    },
+];
+
+fn variable(name: &str) -> String {
+    VARIABLES
+        .iter()
+        .find(|v| v.name == name)
+        .map(Variable::reference)
+        .unwrap_or_default()
+}
+
+/// `clusterctl/infrastructure-terraform/v<chart version>/`.
+pub fn repository_dir(version: &str) -> PathBuf {
+    workspace_root()
+        .join("clusterctl")
+        .join(PROVIDER)
+        .join(format!("v{version}"))
+}
+
+/// The chart's version (`version:` in Chart.yaml), which names the release folder.
+pub fn chart_version() -> Result<String, GenerateError> {
+    let path = crate::chart_dir().join("Chart.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|source| GenerateError::Read {
+        file: path.display().to_string(),
+        source,
+    })?;
+    let chart: Value = serde_yaml_ng::from_str(&text).map_err(|source| GenerateError::Yaml {
+        file: "charts/captf/Chart.yaml".into(),
+        source,
+    })?;
+    chart["version"]
+        .as_str()
+        .map(str::to_string)
+        .ok_or(GenerateError::Field {
+            file: "charts/captf/Chart.yaml",
+            field: "version",
+        })
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum GenerateError {
+    #[error(transparent)]
+    Tool(#[from] ToolError),
+    #[error("failed to read {file}: {source}")]
+    Read {
+        file: String,
+        #[source]
+        source: std::io::Error,
+    },
+    #[error("{file} is not YAML: {source}")]
+    Yaml {
+        file: String,
+        #[source]
+        source: serde_yaml_ng::Error,
+    },
+    #[error("{file} has no string field {field}")]
+    Field { file: &'static str, field: &'static str },
+    #[error("the chart rendered no {what}")]
+    Missing { what: String },
+}
+
+/// The generated files: `(path relative to the workspace, content)`.
+pub fn generate() -> Result<Vec<(PathBuf, String)>, GenerateError> {
+    let version = chart_version()?;
+    let dir = repository_dir(&version);
+    let metadata_path = workspace_root().join(METADATA_FILE);
+    let metadata = std::fs::read_to_string(&metadata_path).map_err(|source| GenerateError::Read {
+        file: metadata_path.display().to_string(),
+        source,
+    })?;
+    Ok(vec![
+        (dir.join(COMPONENTS_FILE), components_yaml()?),
+        (dir.join(METADATA_FILE), metadata),
+    ])
+}
+
+/// The components file's text.
+pub fn components_yaml() -> Result<String, GenerateError> {
+    let rendered = helm_template_release(RELEASE, &["--include-crds"])?;
+    let docs = components(&rendered)?;
+    let mut out = String::from(
+        "# Generated from charts/captf by `cargo run -p captf-chart-tests --bin captf-components`. Do not edit.\n",
+    );
+    // No variable syntax in comments: clusterctl lists every reference in the raw text.
+    out.push_str("# clusterctl variables:\n");
+    for v in VARIABLES {
+        out.push_str(&format!("#   {}: {} (default \"{}\")\n", v.name, v.doc, v.default));
+    }
+    for doc in docs {
+        out.push_str("---\n");
+        out.push_str(&serde_yaml_ng::to_string(&doc).map_err(|source| GenerateError::Yaml {
+            file: COMPONENTS_FILE.into(),
+            source,
+        })?);
+    }
+    Ok(out)
+}
+
+/// The components' documents, from the chart rendered with its defaults and `--include-crds`.
+pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
+    let namespace = json!({
+        "apiVersion": "v1",
+        "kind": "Namespace",
+        "metadata": {"name": TARGET_NAMESPACE},
+    });
+    let mut docs: Vec<Value> = vec![namespace];
+    // CRDs first (clusterctl applies in its own order, but a reader wants the API first).
+    let (crds, rest): (Vec<&Value>, Vec<&Value>) = rendered
+        .docs
+        .iter()
+        .partition(|d| d["kind"] == "CustomResourceDefinition");
+    if crds.is_empty() {
+        return Err(GenerateError::Missing {
+            what: "CustomResourceDefinition (is --include-crds set?)".into(),
+        });
+    }
+    docs.extend(crds.into_iter().cloned());
+    // The runner's tenant-namespace objects cannot be installed by clusterctl (see the module doc).
+    docs.extend(rest.into_iter().filter(|d| !is_runner_tenant_object(d)).cloned());
+    let mut found_manager = false;
+    for doc in &mut docs {
+        relabel(&mut doc["metadata"]);
+        if doc["kind"] == "Deployment" {
+            relabel(&mut doc["spec"]["template"]["metadata"]);
+            if let Some(volumes) = doc.pointer_mut("/spec/template/spec/volumes") {
+                octal_modes(volumes);
+            }
+            if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
+                for c in containers {
+                    found_manager |= c["name"] == "manager";
+                    set_variables(c);
+                }
+            }
+        }
+    }
+    if !found_manager {
+        return Err(GenerateError::Missing {
+            what: "Deployment with a container named manager".into(),
+        });
+    }
+    Ok(docs)
+}
+
+/// The runner ServiceAccount and RoleBinding the chart renders in each `runner.namespaces` entry.
+fn is_runner_tenant_object(doc: &Value) -> bool {
+    doc["metadata"]["labels"]["app.kubernetes.io/component"] == "runner"
+        && matches!(doc["kind"].as_str(), Some("ServiceAccount" | "RoleBinding"))
+}
+
+/// Helm writes file modes in YAML 1.1 octal (`0440`), which YAML 1.2 reads as a string: write
+/// them back as the integer Kubernetes reads.
+fn octal_modes(volumes: &mut Value) {
+    let Some(volumes) = volumes.as_array_mut() else { return };
+    for volume in volumes {
+        let Some(volume) = volume.as_object_mut() else { continue };
+        for source in volume.values_mut().filter_map(Value::as_object_mut) {
+            let Some(mode) = source.get_mut("defaultMode") else {
+                continue;
+            };
+            if let Some(n) = mode
+                .as_str()
+                .filter(|s| s.starts_with('0'))
+                .and_then(|s| u32::from_str_radix(s, 8).ok())
+            {
+                *mode = json!(n);
+            }
+        }
+    }
+}
+
+/// Helm's labels out, clusterctl's in.
+fn relabel(metadata: &mut Value) {
+    let labels = &mut metadata["labels"];
+    if !labels.is_object() {
+        *labels = json!({});
+    }
+    if let Some(map) = labels.as_object_mut() {
+        map.remove("helm.sh/chart");
+        if map.contains_key("app.kubernetes.io/managed-by") {
+            map.insert("app.kubernetes.io/managed-by".into(), json!("clusterctl"));
+        }
+        map.insert(PROVIDER_LABEL.into(), json!(PROVIDER));
+    }
+}
+
+/// Images, the watch namespace, the runner's image and service account, and the log level
+/// become clusterctl variables.
+fn set_variables(container: &mut Value) {
+    let image = match container["name"].as_str() {
+        Some("manager") => Some(variable("CAPTF_CONTROLLER_IMAGE")),
+        Some("webhook") => Some(variable("CAPTF_WEBHOOK_IMAGE")),
+        _ => None,
+    };
+    let Some(image) = image else { return };
+    let is_manager = container["name"] == "manager";
+    container["image"] = json!(image);
+    if is_manager && let Some(args) = container["args"].as_array_mut() {
+        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
+        for a in args.iter_mut() {
+            if a.as_str().is_some_and(|s| s.starts_with("--runner-image=")) {
+                *a = json!(format!("--runner-image={}", variable("CAPTF_RUNNER_IMAGE")));
+            } else if a.as_str().is_some_and(|s| s.starts_with("--runner-service-account=")) {
+                *a = json!(format!(
+                    "--runner-service-account={}",
+                    variable("CAPTF_RUNNER_SERVICE_ACCOUNT")
+                ));
+            }
+        }
+        // After `run`: clusterctl installs watching all namespaces (`--namespace=""`).
+        let at = usize::from(!args.is_empty());
+        args.insert(at, json!(format!("--namespace={}", variable("CAPTF_WATCH_NAMESPACE"))));
+    }
+    let env = &mut container["env"];
+    if !env.is_array() {
+        *env = json!([]);
+    }
+    if let Some(env) = env.as_array_mut() {
+        env.retain(|e| e["name"] != "RUST_LOG");
+        env.push(json!({"name": "RUST_LOG", "value": variable("CAPTF_LOG_LEVEL")}));
+    }
+}
+
+/// Replace every `${NAME:=default}` (and `${NAME}`) by the value in `values`, else its default,
+/// as clusterctl's envsubst does; for checking the file as clusterctl would install it.
+pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        out.push_str(&rest[..start]);
+        let after = &rest[start + 2..];
+        let Some(end) = after.find('}') else {
+            out.push_str(&rest[start..]);
+            return out;
+        };
+        let body = &after[..end];
+        let (name, default) = body.split_once(":=").unwrap_or((body, ""));
+        out.push_str(values.get(name).copied().unwrap_or(default));
+        rest = &after[end + 1..];
+    }
+    out.push_str(rest);
+    out
+}
+
+/// The variable references (`${...}` bodies) in a text.
+pub fn variable_references(text: &str) -> Vec<String> {
+    let mut out = vec![];
+    let mut rest = text;
+    while let Some(start) = rest.find("${") {
+        let after = &rest[start + 2..];
+        match after.find('}') {
+            Some(end) => {
+                out.push(after[..end].to_string());
+                rest = &after[end + 1..];
+            }
+            None => break,
+        }
+    }
+    out
+}
+
+/// The committed components file's documents.
+pub fn parse_components(text: &str) -> Result<Vec<Value>, ToolError> {
+    parse_documents(COMPONENTS_FILE, text)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn substitute_uses_the_given_value_else_the_default() {
+        let values = BTreeMap::from([("A", "x")]);
+        assert_eq!(substitute("a=${A:=1} b=${B:=2} c=${C:=}.", &values), "a=x b=2 c=.");
+    }
+
+    #[test]
+    fn variable_references_lists_every_reference_in_order() {
+        assert_eq!(variable_references("${A:=1}-${B}"), ["A:=1", "B"]);
+    }
+}

@@ -1,0 +1,348 @@
+//! The clusterctl provider repository (`clusterctl/infrastructure-terraform/<version>/`): the
+//! committed files are what the generator writes, and the components file follows the clusterctl
+//! provider contract (one Namespace, every namespaced object in it, the provider label on every
+//! object, the controller container named `manager` with `--namespace`, `${VAR:=default}`
+//! variables) and validates against the Kubernetes 1.30 schemas once the variables are filled in.
+//! `metadata.yaml` follows clusterctl's Metadata schema (`clusterctl.cluster.x-k8s.io/v1alpha3`).
+
+#![allow(clippy::unwrap_used)]
+
+use std::collections::BTreeMap;
+
+use captf_chart_tests::clusterctl::{
+    self, COMPONENTS_FILE, METADATA_FILE, PROVIDER, PROVIDER_LABEL, TARGET_NAMESPACE, VARIABLES,
+};
+use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, kubernetes_validate, strings, workspace_root};
+use clap::Parser;
+use serde::Deserialize;
+use serde_json::Value;
+
+fn committed(file: &str) -> String {
+    let dir = clusterctl::repository_dir(&clusterctl::chart_version().unwrap());
+    std::fs::read_to_string(dir.join(file)).unwrap_or_else(|e| {
+        panic!("{file} is missing ({e}): run `cargo run -p captf-chart-tests --bin captf-components`")
+    })
+}
+
+fn components() -> Vec<Value> {
+    clusterctl::parse_components(&committed(COMPONENTS_FILE)).unwrap()
+}
+
+/// Cluster-scoped kinds in the components file; everything else is namespaced.
+const CLUSTER_SCOPED: [&str; 6] = [
+    "Namespace",
+    "CustomResourceDefinition",
+    "ClusterRole",
+    "ClusterRoleBinding",
+    "MutatingWebhookConfiguration",
+    "ValidatingWebhookConfiguration",
+];
+
+#[test]
+fn components_yaml_is_fresh() {
+    for (path, want) in clusterctl::generate().unwrap() {
+        let have = std::fs::read_to_string(&path).unwrap_or_default();
+        assert!(
+            have == want,
+            "{} is stale: run `cargo run -p captf-chart-tests --bin captf-components`",
+            path.display()
+        );
+    }
+}
+
+#[test]
+fn components_declare_exactly_one_namespace_and_put_every_namespaced_object_in_it() {
+    let docs = components();
+    let namespaces: Vec<&Value> = docs.iter().filter(|d| d["kind"] == "Namespace").collect();
+    assert_eq!(namespaces.len(), 1, "clusterctl aborts on more than one Namespace");
+    assert_eq!(namespaces[0]["metadata"]["name"], TARGET_NAMESPACE);
+    for d in &docs {
+        let kind = d["kind"].as_str().unwrap();
+        let ns = &d["metadata"]["namespace"];
+        if CLUSTER_SCOPED.contains(&kind) {
+            assert!(ns.is_null(), "{kind} {} is cluster-scoped", d["metadata"]["name"]);
+        } else {
+            assert_eq!(ns, TARGET_NAMESPACE, "{kind} {}", d["metadata"]["name"]);
+        }
+    }
+}
+
+#[test]
+fn every_component_carries_the_provider_label() {
+    for d in components() {
+        assert_eq!(
+            d["metadata"]["labels"][PROVIDER_LABEL], PROVIDER,
+            "{} {}",
+            d["kind"], d["metadata"]["name"]
+        );
+        assert!(
+            d["metadata"]["labels"]["helm.sh/chart"].is_null(),
+            "clusterctl installs it, not Helm"
+        );
+    }
+}
+
+#[test]
+fn components_install_every_crd_with_the_contract_labels() {
+    let docs = components();
+    let crds: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "CustomResourceDefinition")
+        .collect();
+    let mut want: Vec<String> = captf_shared::crd::crds()
+        .into_iter()
+        .map(|c| c.metadata.name.unwrap())
+        .collect();
+    let mut have: Vec<String> = crds
+        .iter()
+        .map(|c| c["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    want.sort();
+    have.sort();
+    assert_eq!(have, want);
+    for c in crds {
+        assert_eq!(c["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"], "v1alpha1");
+    }
+}
+
+/// `captf-controller run <flags>`, as in the controller's main.rs.
+#[derive(Parser, Debug)]
+struct ControllerCli {
+    #[command(subcommand)]
+    command: ControllerCommand,
+}
+
+#[derive(clap::Subcommand, Debug)]
+enum ControllerCommand {
+    Run(captf_controller::runtime::RunArgs),
+}
+
+fn manager(docs: &[Value]) -> Value {
+    let managers: Vec<&Value> = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| d["spec"]["template"]["spec"]["containers"].as_array().unwrap())
+        .filter(|c| c["name"] == "manager")
+        .collect();
+    assert_eq!(managers.len(), 1, "one container named manager (the controller)");
+    managers[0].clone()
+}
+
+fn run_args(manager: &Value) -> captf_controller::runtime::RunArgs {
+    let argv = std::iter::once("captf-controller".to_string()).chain(strings(&manager["args"]));
+    match ControllerCli::try_parse_from(argv) {
+        Ok(ControllerCli {
+            command: ControllerCommand::Run(run),
+        }) => run,
+        Err(e) => panic!("captf-controller rejects the components' args: {e}"),
+    }
+}
+
+#[test]
+fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_variable() {
+    let text = committed(COMPONENTS_FILE);
+    let docs = components();
+    let m = manager(&docs);
+    assert!(strings(&m["args"]).contains(&"--namespace=${CAPTF_WATCH_NAMESPACE:=}".to_string()));
+    // As clusterctl installs it (every variable at its default): all namespaces.
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new())).unwrap();
+    let run = run_args(&manager(&installed));
+    assert_eq!(run.namespace.as_deref(), Some(""));
+    assert_eq!(
+        run.watch_namespace(),
+        None,
+        "an empty --namespace watches all namespaces"
+    );
+    assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.runner_service_account, "captf-runner");
+    // With the variables set.
+    let values = BTreeMap::from([
+        ("CAPTF_WATCH_NAMESPACE", "tenant-a"),
+        ("CAPTF_RUNNER_IMAGE", "registry.example/runner:1"),
+    ]);
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+    let run = run_args(&manager(&installed));
+    assert_eq!(run.watch_namespace().as_deref(), Some("tenant-a"));
+    assert_eq!(run.runner_image, "registry.example/runner:1");
+}
+
+#[test]
+fn every_variable_has_a_default_and_the_readme_documents_it() {
+    let text = committed(COMPONENTS_FILE);
+    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let refs = clusterctl::variable_references(&text);
+    for r in &refs {
+        let (name, _) = r.split_once(":=").unwrap_or_else(|| panic!("${{{r}}} has no default"));
+        assert!(name.starts_with("CAPTF_"), "{name}: prefixed with the provider's name");
+        assert!(VARIABLES.iter().any(|v| v.name == name), "{name} is not in VARIABLES");
+    }
+    for v in VARIABLES {
+        assert!(
+            refs.iter().any(|r| r.starts_with(&format!("{}:=", v.name))),
+            "{} is unused",
+            v.name
+        );
+        assert!(readme.contains(v.name), "README.md does not document {}", v.name);
+    }
+    // The images and the log level are variables.
+    let docs = components();
+    for d in docs.iter().filter(|d| d["kind"] == "Deployment") {
+        for c in d["spec"]["template"]["spec"]["containers"].as_array().unwrap() {
+            assert!(c["image"].as_str().unwrap().starts_with("${CAPTF_"), "{}", c["name"]);
+            let env = c["env"].as_array().unwrap();
+            assert!(
+                env.iter()
+                    .any(|e| e["name"] == "RUST_LOG" && e["value"] == "${CAPTF_LOG_LEVEL:=info}"),
+                "{}",
+                c["name"]
+            );
+        }
+    }
+}
+
+#[test]
+fn components_validate_against_kubernetes_1_30_once_installed() {
+    let text = clusterctl::substitute(&committed(COMPONENTS_FILE), &BTreeMap::new());
+    let v = kubernetes_validate(&text).unwrap();
+    assert!(v.errors.is_empty() && v.exit_ok, "{}", v.output);
+    for kind in &v.no_schema {
+        assert!(
+            KINDS_WITHOUT_OFFLINE_SCHEMA.contains(&kind.as_str()),
+            "no schema for {kind}"
+        );
+    }
+    assert!(v.passed.iter().any(|p| p.starts_with("namespace/")), "{}", v.output);
+    assert!(v.passed.iter().any(|p| p.starts_with("deployment/")), "{}", v.output);
+}
+
+#[test]
+fn cert_manager_issues_the_webhook_certificate_in_the_target_namespace() {
+    let docs = components();
+    let cert = docs
+        .iter()
+        .find(|d| d["kind"] == "Certificate" && d["spec"]["isCA"].is_null())
+        .expect("a serving Certificate");
+    assert_eq!(cert["apiVersion"], "cert-manager.io/v1");
+    let cert_name = cert["metadata"]["name"].as_str().unwrap();
+    let dns = strings(&cert["spec"]["dnsNames"]);
+    assert!(
+        dns.contains(&format!("captf-webhook.{TARGET_NAMESPACE}.svc")),
+        "{dns:?}"
+    );
+    for kind in ["MutatingWebhookConfiguration", "ValidatingWebhookConfiguration"] {
+        let w = docs.iter().find(|d| d["kind"] == kind).unwrap();
+        assert_eq!(
+            w["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{TARGET_NAMESPACE}/{cert_name}")
+        );
+        assert_eq!(
+            w["webhooks"][0]["clientConfig"]["service"]["namespace"],
+            TARGET_NAMESPACE
+        );
+    }
+}
+
+/// clusterctl's Metadata (`cmd/clusterctl/api/v1alpha3`), strictly.
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields, rename_all = "camelCase")]
+struct Metadata {
+    api_version: String,
+    kind: String,
+    release_series: Vec<ReleaseSeries>,
+}
+
+#[derive(Deserialize, Debug)]
+#[serde(deny_unknown_fields)]
+struct ReleaseSeries {
+    major: i32,
+    minor: i32,
+    contract: String,
+}
+
+#[test]
+fn metadata_maps_the_charts_release_series_to_the_v1beta2_contract() {
+    let text = std::fs::read_to_string(workspace_root().join(METADATA_FILE)).unwrap();
+    let m: Metadata = serde_yaml_ng::from_str(&text).unwrap();
+    assert_eq!(m.api_version, "clusterctl.cluster.x-k8s.io/v1alpha3");
+    assert_eq!(m.kind, "Metadata");
+    let version = clusterctl::chart_version().unwrap();
+    let mut parts = version.split('.').map(|p| p.parse::<i32>().unwrap());
+    let (major, minor) = (parts.next().unwrap(), parts.next().unwrap());
+    let series = m
+        .release_series
+        .iter()
+        .find(|s| s.major == major && s.minor == minor)
+        .unwrap_or_else(|| panic!("no release series for the chart's {version}"));
+    assert_eq!(series.contract, "v1beta2");
+}
+
+/// The real clusterctl CRDs, when present: `$CAPTF_CAPI_CRDS`, else `../shared/capi/crds` beside
+/// the workspace. They are not part of the repository.
+fn capi_crd(file: &str) -> Option<Value> {
+    let dir = std::env::var_os("CAPTF_CAPI_CRDS")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join("../shared/capi/crds"));
+    let text = std::fs::read_to_string(dir.join(file)).ok()?;
+    serde_yaml_ng::from_str(&text).ok()
+}
+
+/// Every field of `value` is declared in `schema` with the right type (the subset of OpenAPI v3
+/// clusterctl's Metadata CRD uses: object properties, arrays, strings, integers).
+fn check_schema(path: &str, value: &Value, schema: &Value, errors: &mut Vec<String>) {
+    let ty = schema["type"].as_str().unwrap_or("");
+    let ok = match value {
+        Value::Object(map) => {
+            for (k, v) in map {
+                let sub = &schema["properties"][k];
+                if sub.is_null() {
+                    if schema["x-kubernetes-preserve-unknown-fields"] != true && k != "metadata" {
+                        errors.push(format!("{path}.{k}: unknown field"));
+                    }
+                } else {
+                    check_schema(&format!("{path}.{k}"), v, sub, errors);
+                }
+            }
+            ty == "object"
+        }
+        Value::Array(items) => {
+            for (i, v) in items.iter().enumerate() {
+                check_schema(&format!("{path}[{i}]"), v, &schema["items"], errors);
+            }
+            ty == "array"
+        }
+        Value::String(_) => ty == "string",
+        Value::Number(n) => ty == "integer" && n.is_i64() || ty == "number",
+        Value::Bool(_) => ty == "boolean",
+        Value::Null => true,
+    };
+    if !ok {
+        errors.push(format!("{path}: {value} is not of type {ty}"));
+    }
+}
+
+#[test]
+fn metadata_matches_the_real_clusterctl_metadata_crd_schema() {
+    let Some(crd) = capi_crd("clusterctl.cluster.x-k8s.io_metadata.yaml") else {
+        eprintln!(
+            "SKIPPED: the Cluster API CRDs are not here (set CAPTF_CAPI_CRDS to the folder holding \
+             clusterctl.cluster.x-k8s.io_metadata.yaml); the strict Metadata type above still checks the shape"
+        );
+        return;
+    };
+    let text = std::fs::read_to_string(workspace_root().join(METADATA_FILE)).unwrap();
+    let metadata: Value = serde_yaml_ng::from_str(&text).unwrap();
+    let version = crd["spec"]["versions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|v| v["name"] == "v1alpha3")
+        .expect("the CRD serves v1alpha3");
+    let mut errors = vec![];
+    check_schema("", &metadata, &version["schema"]["openAPIV3Schema"], &mut errors);
+    assert!(errors.is_empty(), "{errors:?}");
+    assert_eq!(
+        metadata["apiVersion"],
+        format!("{}/v1alpha3", crd["spec"]["group"].as_str().unwrap())
+    );
+    assert_eq!(metadata["kind"], crd["spec"]["names"]["kind"]);
+}
