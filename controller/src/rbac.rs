@@ -73,11 +73,18 @@ pub const CONTROLLER_API_CALLS: &[ApiCall] = &[
         resource: "events",
         verbs: &["create"],
     },
-    // A TerraformMachine's `bootstrap_data_secret` input: its owner Machine's
-    // `spec.bootstrap.dataSecretName` (runtime/gather.rs).
+    // A TerraformMachine's `bootstrap_data_secret` and `failure_domain` inputs: its owner
+    // Machine's `spec.bootstrap.dataSecretName` and `spec.failureDomain` (runtime/gather.rs).
     ApiCall {
         group: "cluster.x-k8s.io",
         resource: "machines",
+        verbs: &["get"],
+    },
+    // A TerraformMachinePool's `replicas` and `bootstrap_data_secret` inputs: its owner
+    // MachinePool's `spec.replicas` and `spec.template.spec.bootstrap.dataSecretName`.
+    ApiCall {
+        group: "cluster.x-k8s.io",
+        resource: "machinepools",
         verbs: &["get"],
     },
     // Cluster API pause: the owning Cluster's `spec.paused` (runtime/pause.rs).
