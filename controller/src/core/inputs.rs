@@ -16,6 +16,48 @@ pub const CLUSTER_NAME_VAR: &str = "cluster_name";
 /// The variable CAPTF adds for a TerraformMachine: the bootstrap data Secret's name.
 pub const BOOTSTRAP_DATA_SECRET_VAR: &str = "bootstrap_data_secret";
 
+/// The variable CAPTF adds for a TerraformMachine whose Machine names a failure domain
+/// (`Machine.spec.failureDomain`).
+pub const FAILURE_DOMAIN_VAR: &str = "failure_domain";
+/// The variable CAPTF adds for a TerraformMachinePool: its MachinePool's `spec.replicas`.
+pub const REPLICAS_VAR: &str = "replicas";
+
+/// What CAPTF reads from the Cluster API object that owns a machine or a machine pool.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct OwnerInputs {
+    /// `Machine.spec.failureDomain`.
+    pub failure_domain: Option<String>,
+    /// `MachinePool.spec.replicas`.
+    pub replicas: Option<i64>,
+    /// `MachinePool.spec.template.spec.bootstrap.dataSecretName` (a machine's comes through
+    /// [`resolve_inputs`]' own argument, since it is required).
+    pub pool_bootstrap_data_secret: Option<String>,
+}
+
+/// Add the owner's values to resolved inputs as documented variables (PURE): a TerraformMachine's
+/// `failure_domain`, a TerraformMachinePool's `replicas` and `bootstrap_data_secret`. A value the
+/// owner does not set is not added (the module's default applies); a change of any of them
+/// changes the inputs, and so starts an apply.
+pub fn add_owner_variables(kind: Kind, inputs: &mut Inputs, owner: &OwnerInputs) {
+    let vars = &mut inputs.variables;
+    match kind {
+        Kind::TerraformMachine => {
+            if let Some(fd) = owner.failure_domain.as_ref().filter(|f| !f.is_empty()) {
+                vars.insert(FAILURE_DOMAIN_VAR.to_string(), Value::String(fd.clone()));
+            }
+        }
+        Kind::TerraformMachinePool => {
+            if let Some(r) = owner.replicas {
+                vars.insert(REPLICAS_VAR.to_string(), Value::from(r));
+            }
+            if let Some(s) = owner.pool_bootstrap_data_secret.as_ref().filter(|s| !s.is_empty()) {
+                vars.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(s.clone()));
+            }
+        }
+        Kind::TerraformCluster => {}
+    }
+}
+
 /// The cluster name: the label `cluster.x-k8s.io/cluster-name`, else a TerraformCluster's own name.
 /// `None` for a member object without the label.
 pub fn cluster_name(kind: Kind, meta: &ObjectMeta) -> Option<String> {
@@ -313,6 +355,49 @@ mod tests {
         let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Err(())).unwrap_err();
         assert!(matches!(e, ResolveError::Offline { .. }), "{e:?}");
         assert!(e.to_string().contains("cannot be read here"));
+    }
+
+    #[test]
+    fn owner_values_become_the_documented_variables_of_their_kind_only() {
+        let owner = OwnerInputs {
+            failure_domain: Some("eu-west-1a".into()),
+            replicas: Some(3),
+            pool_bootstrap_data_secret: Some("pool-bootstrap".into()),
+        };
+        let base = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("c")),
+            &spec(),
+            None,
+            |_, _| Ok(None),
+        )
+        .unwrap();
+        let mut pool = base.clone();
+        add_owner_variables(Kind::TerraformMachinePool, &mut pool, &owner);
+        assert_eq!(pool.variables[REPLICAS_VAR], json!(3));
+        assert_eq!(pool.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("pool-bootstrap"));
+        assert!(!pool.variables.contains_key(FAILURE_DOMAIN_VAR));
+        let mut machine = base.clone();
+        add_owner_variables(Kind::TerraformMachine, &mut machine, &owner);
+        assert_eq!(machine.variables[FAILURE_DOMAIN_VAR], json!("eu-west-1a"));
+        assert!(!machine.variables.contains_key(REPLICAS_VAR));
+        let mut cluster = base.clone();
+        add_owner_variables(Kind::TerraformCluster, &mut cluster, &owner);
+        assert_eq!(cluster, base);
+        // Unset values add nothing; a changed value changes the inputs (and so starts an apply).
+        let mut unset = base.clone();
+        add_owner_variables(Kind::TerraformMachinePool, &mut unset, &OwnerInputs::default());
+        assert_eq!(unset, base);
+        let mut scaled = base.clone();
+        add_owner_variables(
+            Kind::TerraformMachinePool,
+            &mut scaled,
+            &OwnerInputs {
+                replicas: Some(5),
+                ..owner.clone()
+            },
+        );
+        assert_ne!(scaled, pool);
     }
 
     #[test]

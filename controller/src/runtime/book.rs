@@ -10,7 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::{Value, json};
 
-use captf_shared::types::{CaptfObject, MachineAddress, PendingPlan, TerraformStatus};
+use captf_shared::types::{CaptfObject, MachineAddress, NamedFailureDomain, PendingPlan, TerraformStatus};
 use captf_shared::{Kind, Op, keys, names};
 
 use super::controller::Ctx;
@@ -27,13 +27,59 @@ use crate::plan::{Accounted, Plan};
 /// the chart README): a TerraformCluster's endpoint from `control_plane_endpoint`
 /// (`{"host","port"}` or `"host:port"`), else from `host` and `port`; a TerraformMachine's
 /// `provider_id` and `addresses` (`[{"type","address"}]`); a TerraformMachinePool's
-/// `provider_id_list`.
+/// `provider_id_list`; a TerraformCluster's `failure_domains` (see [`failure_domains_from_output`]).
 pub const OUTPUT_CONTROL_PLANE_ENDPOINT: &str = "control_plane_endpoint";
 pub const OUTPUT_HOST: &str = "host";
 pub const OUTPUT_PORT: &str = "port";
 pub const OUTPUT_PROVIDER_ID: &str = "provider_id";
 pub const OUTPUT_PROVIDER_ID_LIST: &str = "provider_id_list";
 pub const OUTPUT_ADDRESSES: &str = "addresses";
+pub const OUTPUT_FAILURE_DOMAINS: &str = "failure_domains";
+/// The Cluster API contract's bound on `status.failureDomains`.
+pub const MAX_FAILURE_DOMAINS: usize = 100;
+
+/// A TerraformCluster's failure domains from its module's `failure_domains` output (PURE): a list
+/// `[{"name", "control_plane" | "controlPlane", "attributes"}]` or a map
+/// `{"<name>": {"control_plane" | "controlPlane", "attributes"}}`, in the v1beta2 list form
+/// Cluster API reads from `status.failureDomains` (sorted by name, names unique, at most 100).
+/// `None` when the output is absent or not of either shape.
+pub fn failure_domains_from_output(value: &Value) -> Option<Vec<NamedFailureDomain>> {
+    fn one(name: &str, v: &Value) -> Option<NamedFailureDomain> {
+        if name.is_empty() {
+            return None;
+        }
+        let control_plane = v
+            .get("control_plane")
+            .or_else(|| v.get("controlPlane"))
+            .map_or(Some(false), Value::as_bool)?;
+        let attributes = match v.get("attributes") {
+            None | Some(Value::Null) => None,
+            Some(a) => Some(serde_json::from_value::<BTreeMap<String, String>>(a.clone()).ok()?),
+        };
+        Some(NamedFailureDomain {
+            name: name.to_string(),
+            control_plane,
+            attributes,
+        })
+    }
+    let mut domains: BTreeMap<String, NamedFailureDomain> = BTreeMap::new();
+    match value {
+        Value::Array(items) => {
+            for item in items {
+                let d = one(item.get("name")?.as_str()?, item)?;
+                domains.insert(d.name.clone(), d);
+            }
+        }
+        Value::Object(map) => {
+            for (name, v) in map {
+                let d = one(name, v)?;
+                domains.insert(d.name.clone(), d);
+            }
+        }
+        _ => return None,
+    }
+    Some(domains.into_values().take(MAX_FAILURE_DOMAINS).collect())
+}
 
 /// The data key of the runner's outputs Secret `captf-outputs-<suffix>` (runner/src/outputs.rs).
 pub const OUTPUTS_SECRET_KEY: &str = "outputs.json";
@@ -87,6 +133,14 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
                 && let Ok(addrs) = serde_json::from_value::<Vec<MachineAddress>>(addrs)
             {
                 st.addresses = Some(addrs);
+            }
+            if let Some(domains) = st
+                .outputs
+                .as_ref()
+                .and_then(|o| o.get(OUTPUT_FAILURE_DOMAINS))
+                .and_then(failure_domains_from_output)
+            {
+                st.failure_domains = Some(domains);
             }
         }
         (Op::Refresh, Outcome::Succeeded) => {
@@ -587,6 +641,66 @@ mod tests {
         });
         let o = outputs_from_doc(&doc);
         assert_eq!(o, BTreeMap::from([("host".to_string(), json!("10.0.0.1"))]));
+    }
+
+    #[test]
+    fn failure_domains_come_from_the_output_as_the_v1beta2_list_in_either_shape() {
+        let list = json!([
+            {"name": "eu-west-1b", "control_plane": true, "attributes": {"zone": "b"}},
+            {"name": "eu-west-1a", "controlPlane": false},
+        ]);
+        let map = json!({
+            "eu-west-1a": {},
+            "eu-west-1b": {"controlPlane": true, "attributes": {"zone": "b"}},
+        });
+        let want = vec![
+            NamedFailureDomain {
+                name: "eu-west-1a".into(),
+                control_plane: false,
+                attributes: None,
+            },
+            NamedFailureDomain {
+                name: "eu-west-1b".into(),
+                control_plane: true,
+                attributes: Some([("zone".to_string(), "b".to_string())].into()),
+            },
+        ];
+        assert_eq!(failure_domains_from_output(&list), Some(want.clone()));
+        assert_eq!(failure_domains_from_output(&map), Some(want.clone()));
+        // Published under the field the v1beta2 contract reads.
+        let st = TerraformStatus {
+            failure_domains: Some(want),
+            ..Default::default()
+        };
+        let v = serde_json::to_value(&st).unwrap();
+        assert_eq!(v["failureDomains"][1]["name"], "eu-west-1b");
+        assert_eq!(v["failureDomains"][1]["controlPlane"], true);
+        // Anything else is ignored rather than half-published.
+        for bad in [
+            json!("a,b"),
+            json!([{"control_plane": true}]),
+            json!({"a": {"controlPlane": "yes"}}),
+            json!([{"name": ""}]),
+        ] {
+            assert_eq!(failure_domains_from_output(&bad), None, "{bad}");
+        }
+    }
+
+    #[test]
+    fn a_successful_apply_publishes_the_failure_domains_output() {
+        let mut st = TerraformStatus {
+            outputs: Some([(OUTPUT_FAILURE_DOMAINS.to_string(), json!({"a": {"controlPlane": true}}))].into()),
+            ..Default::default()
+        };
+        apply_to_status(
+            &mut st,
+            &rec(Op::Apply, 1, None),
+            Outcome::Succeeded,
+            Timestamp::UNIX_EPOCH,
+        );
+        let domains = st.failure_domains.unwrap();
+        assert_eq!(domains.len(), 1);
+        assert!(domains[0].control_plane);
     }
 
     #[test]

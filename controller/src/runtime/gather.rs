@@ -55,6 +55,7 @@ use kube::core::{ApiResource, DynamicObject, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
+use serde_json::Value;
 
 use captf_shared::inputs::Inputs;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool};
@@ -736,37 +737,67 @@ fn secret_data(s: &Secret) -> BTreeMap<String, String> {
     out
 }
 
-/// The Cluster API Machine that owns a TerraformMachine, and its bootstrap data Secret name
-/// (`spec.bootstrap.dataSecretName`). `None` while it is not set or cannot be read.
-pub async fn bootstrap_data_secret(client: &kube::Client, object: &CaptfObject, ns: &str) -> Option<String> {
+/// The Cluster API object of `kind` (`Machine`, `MachinePool`) that owns `object`, read live.
+/// `None` while there is none or it cannot be read.
+async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str, plural: &str) -> Option<Value> {
     let owner = object
         .metadata()
         .owner_references
         .iter()
         .flatten()
-        .find(|o| o.kind == "Machine" && o.api_version.starts_with("cluster.x-k8s.io/"))?;
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))?;
     let (group, version) = owner.api_version.split_once('/')?;
     let ar = ApiResource {
         group: group.to_string(),
         version: version.to_string(),
         api_version: owner.api_version.clone(),
-        kind: "Machine".to_string(),
-        plural: "machines".to_string(),
+        kind: kind.to_string(),
+        plural: plural.to_string(),
     };
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     match api.get_opt(&owner.name).await {
-        Ok(Some(m)) => m
-            .data
-            .pointer("/spec/bootstrap/dataSecretName")
-            .and_then(|v| v.as_str())
-            .filter(|s| !s.is_empty())
-            .map(str::to_string),
+        Ok(Some(m)) => Some(m.data),
         Ok(None) => None,
         Err(e) => {
-            tracing::debug!(error = %e, "failed to read the Cluster API Machine {}", owner.name);
+            tracing::debug!(error = %e, "failed to read the Cluster API {kind} {}", owner.name);
             None
         }
     }
+}
+
+fn non_empty_str(v: &Value, pointer: &str) -> Option<String> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// The Cluster API Machine that owns a TerraformMachine, and its bootstrap data Secret name
+/// (`spec.bootstrap.dataSecretName`). `None` while it is not set or cannot be read.
+pub async fn bootstrap_data_secret(client: &kube::Client, object: &CaptfObject, ns: &str) -> Option<String> {
+    let m = capi_owner(client, object, ns, "Machine", "machines").await?;
+    non_empty_str(&m, "/spec/bootstrap/dataSecretName")
+}
+
+/// What the owning Machine or MachinePool gives the module (`failure_domain`, `replicas`, a pool's
+/// `bootstrap_data_secret`); empty when there is no owner.
+pub async fn owner_inputs(client: &kube::Client, object: &CaptfObject, id: &Ident) -> core_inputs::OwnerInputs {
+    let mut out = core_inputs::OwnerInputs::default();
+    match id.kind {
+        Kind::TerraformMachine => {
+            if let Some(m) = capi_owner(client, object, &id.namespace, "Machine", "machines").await {
+                out.failure_domain = non_empty_str(&m, "/spec/failureDomain");
+            }
+        }
+        Kind::TerraformMachinePool => {
+            if let Some(p) = capi_owner(client, object, &id.namespace, "MachinePool", "machinepools").await {
+                out.replicas = p.pointer("/spec/replicas").and_then(Value::as_i64);
+                out.pool_bootstrap_data_secret = non_empty_str(&p, "/spec/template/spec/bootstrap/dataSecretName");
+            }
+        }
+        Kind::TerraformCluster => {}
+    }
+    out
 }
 
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
@@ -798,13 +829,16 @@ pub async fn resolve_inputs(
     } else {
         None
     };
-    Ok(core_inputs::resolve_inputs(
-        id.kind,
-        object.metadata(),
-        spec,
-        bootstrap.as_deref(),
-        |kind, name| Ok(fetched.get(&(kind, name.to_string())).cloned().flatten()),
-    ))
+    let owner = owner_inputs(client, object, id).await;
+    Ok(
+        core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
+            Ok(fetched.get(&(kind, name.to_string())).cloned().flatten())
+        })
+        .map(|mut inputs| {
+            core_inputs::add_owner_variables(id.kind, &mut inputs, &owner);
+            inputs
+        }),
+    )
 }
 
 /// The holds of docs/rules.md: a TerraformCluster's members and their active Jobs (from the

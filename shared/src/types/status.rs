@@ -51,12 +51,12 @@ pub struct TerraformStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(schema_with = "crate::types::schema::any_object")]
     pub outputs: Option<BTreeMap<String, serde_json::Value>>,
-    /// TerraformCluster: failure domains in the v1beta1 map form.
+    /// TerraformCluster: failure domains, from the module's `failure_domains` output, in the
+    /// v1beta2 contract's list form (`status.failureDomains`, which Cluster API copies to the
+    /// Cluster's `status.failureDomains`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_domains: Option<BTreeMap<String, FailureDomain>>,
-    /// TerraformCluster: failure domains in the v1beta2 list form.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failure_domains_list: Option<Vec<NamedFailureDomain>>,
+    #[schemars(length(max = 100))]
+    pub failure_domains: Option<Vec<NamedFailureDomain>>,
     /// TerraformMachine: the machine's addresses.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub addresses: Option<Vec<MachineAddress>>,
@@ -130,17 +130,10 @@ pub struct PendingPlan {
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[serde(rename_all = "camelCase")]
-pub struct FailureDomain {
-    #[serde(default)]
-    pub control_plane: bool,
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub attributes: Option<BTreeMap<String, String>>,
-}
-
-#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
-#[serde(rename_all = "camelCase")]
 pub struct NamedFailureDomain {
+    /// Unique among the failure domains.
     pub name: String,
+    /// Whether control plane machines may be placed there.
     #[serde(default)]
     pub control_plane: bool,
     #[serde(default, skip_serializing_if = "Option::is_none")]
