@@ -202,7 +202,7 @@ mod tests {
     use super::*;
 
     #[test]
-    fn both_configurations_send_the_four_kinds_to_the_service_with_the_ca() {
+    fn both_configurations_send_every_served_kind_to_the_service_with_the_ca() {
         let [v, m] = webhook_configurations("PEM");
         assert_eq!(v["kind"], "ValidatingWebhookConfiguration");
         assert_eq!(m["kind"], "MutatingWebhookConfiguration");
@@ -212,7 +212,10 @@ mod tests {
             assert_eq!(h["clientConfig"]["service"]["path"], path);
             assert_eq!(h["clientConfig"]["service"]["name"], WEBHOOK_SERVICE);
             assert_eq!(h["failurePolicy"], "Fail");
-            assert_eq!(h["rules"][0]["resources"].as_array().unwrap().len(), 4);
+            assert_eq!(
+                h["rules"][0]["resources"].as_array().unwrap().len(),
+                captf_shared::types::SERVED_KINDS.len()
+            );
         }
     }
 }

@@ -411,7 +411,7 @@ mod tests {
     fn the_captf_crds_load_from_the_chart_with_scope_and_status_subresource() {
         let mut r = Registry::builtin();
         let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-        assert_eq!(r.load_crd_dir(&dir).unwrap(), 4);
+        assert_eq!(r.load_crd_dir(&dir).unwrap(), captf_shared::crd::crds().len());
         let tc = r
             .find("infrastructure.cluster.x-k8s.io", "v1alpha1", "terraformclusters")
             .unwrap();
