@@ -688,7 +688,12 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
 /// newline gets through) and cut to a few dozen characters.
 fn echo(s: &str) -> String {
     let cut: String = s.chars().take(MAX_ECHOED_CHARS).collect();
-    let quoted = serde_json::to_string(&cut).unwrap_or_default();
+    // JSON escapes the C0 controls but not DEL and the C1 controls.
+    let quoted: String = serde_json::to_string(&cut)
+        .unwrap_or_default()
+        .chars()
+        .map(|c| if c.is_control() { ' ' } else { c })
+        .collect();
     if cut.len() < s.len() {
         format!("{quoted}…")
     } else {
