@@ -5,6 +5,7 @@
 use anyhow::Result;
 use serde_json::{Value, json};
 
+use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op};
 use captf_sim::{FaultRule, RunnerScript, Verb};
 
@@ -121,6 +122,14 @@ async fn a_new_objects_booking_is_replayed_even_when_no_status_write_ever_landed
     assert_eq!(env.events("JobFailed").len(), 1);
 
     env.sim.faults().clear();
+    // The failed status writes put the object into its error backoff (seconds of wall time,
+    // growing with every failure); any change to the object wakes it at once, as it would in
+    // a cluster, so the replay does not depend on how many failures a loaded machine saw.
+    env.merge_patch::<TerraformCluster>(
+        "never-written",
+        json!({"metadata": {"annotations": {"example.com/touched": "1"}}}),
+    )
+    .await?;
     env.until("consecutiveFailures=1 and the watermark 1", |e| {
         let c = e.cluster("never-written");
         (c.pointer("/status/consecutiveFailures/apply") == Some(&json!(1))
