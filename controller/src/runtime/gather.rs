@@ -772,21 +772,22 @@ fn non_empty_str(v: &Value, pointer: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// The Cluster API Machine that owns a TerraformMachine, and its bootstrap data Secret name
-/// (`spec.bootstrap.dataSecretName`). `None` while it is not set or cannot be read.
-pub async fn bootstrap_data_secret(client: &kube::Client, object: &CaptfObject, ns: &str) -> Option<String> {
-    let m = capi_owner(client, object, ns, "Machine", "machines").await?;
-    non_empty_str(&m, "/spec/bootstrap/dataSecretName")
-}
-
 /// What the owning Machine or MachinePool gives the module (`failure_domain`, `replicas`, a pool's
-/// `bootstrap_data_secret`); empty when there is no owner.
-pub async fn owner_inputs(client: &kube::Client, object: &CaptfObject, id: &Ident) -> core_inputs::OwnerInputs {
+/// `bootstrap_data_secret`), from one read of the owner; empty when there is no owner. Also a
+/// TerraformMachine's own bootstrap data Secret name (its Machine's
+/// `spec.bootstrap.dataSecretName`), `None` while it is not set or cannot be read.
+pub async fn owner_inputs(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+) -> (core_inputs::OwnerInputs, Option<String>) {
     let mut out = core_inputs::OwnerInputs::default();
+    let mut machine_bootstrap = None;
     match id.kind {
         Kind::TerraformMachine => {
             if let Some(m) = capi_owner(client, object, &id.namespace, "Machine", "machines").await {
                 out.failure_domain = non_empty_str(&m, "/spec/failureDomain");
+                machine_bootstrap = non_empty_str(&m, "/spec/bootstrap/dataSecretName");
             }
         }
         Kind::TerraformMachinePool => {
@@ -797,7 +798,7 @@ pub async fn owner_inputs(client: &kube::Client, object: &CaptfObject, id: &Iden
         }
         Kind::TerraformCluster => {}
     }
-    out
+    (out, machine_bootstrap)
 }
 
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
@@ -824,12 +825,7 @@ pub async fn resolve_inputs(
             );
         }
     }
-    let bootstrap = if id.kind == Kind::TerraformMachine {
-        bootstrap_data_secret(client, object, &id.namespace).await
-    } else {
-        None
-    };
-    let owner = owner_inputs(client, object, id).await;
+    let (owner, bootstrap) = owner_inputs(client, object, id).await;
     Ok(
         core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
             Ok(fetched.get(&(kind, name.to_string())).cloned().flatten())
