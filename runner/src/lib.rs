@@ -13,6 +13,7 @@
 //! | [`ops`] | the sequence of steps per op |
 //! | [`result`] | the termination log and the summary line |
 //! | [`secret`] | the outputs Secret, written with server-side apply |
+//! | [`state_proxy`] | the backend's way to the API server, its Secret listing narrowed by name |
 
 pub mod config;
 pub mod fuzzing;
@@ -22,6 +23,7 @@ pub mod outputs;
 pub mod redact;
 pub mod result;
 pub mod secret;
+pub mod state_proxy;
 pub mod tf;
 pub mod unlock;
 pub mod workdir;

@@ -5,13 +5,14 @@
 
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
-use captf_shared::keys;
+use captf_shared::{keys, names};
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 
 use crate::config::Config;
 use crate::guard::{self, Verdict};
 use crate::outputs::{self, OutputsStore};
 use crate::redact;
+use crate::state_proxy;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
 use crate::workdir::{self, PLAN_FILE};
@@ -356,7 +357,18 @@ async fn run_in<S: OutputsStore>(
             Stdout::Stream,
         )
         .await?;
-    workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, inputs)
+    // Lives until the run ends (dropping it stops it): every Terraform step reaches its state
+    // through it.
+    let proxy = state_proxy::start(
+        state_proxy::Narrowing {
+            namespace: cfg.namespace.clone(),
+            state_secret: names::state_secret_name(&cfg.state_suffix),
+        },
+        state_proxy::Upstream::Inferred,
+    )
+    .await
+    .map_err(|e| failed(Phase::Init, format!("could not start the state proxy: {e}")))?;
+    workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, &proxy.url(), inputs)
         .map_err(|e| failed(Phase::Init, e.to_string()))?;
     steps.ok(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
     if let Some(id) = &cfg.force_unlock_id {

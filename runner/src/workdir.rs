@@ -116,19 +116,28 @@ fn fresh_dir(base: &Path) -> Result<PathBuf, WorkdirError> {
 }
 
 /// The kubernetes backend block. The suffix and namespace are DNS labels (checked by
-/// [`crate::config`]), so they need no escaping inside HCL strings.
-pub fn backend_tf(state_suffix: &str, namespace: &str) -> String {
+/// [`crate::config`]) and `host` is the runner's own loopback URL, so none needs escaping inside
+/// HCL strings. The backend reaches the API server through the runner's state proxy at `host`
+/// ([`crate::state_proxy`]), not with in-cluster configuration of its own.
+pub fn backend_tf(state_suffix: &str, namespace: &str, host: &str) -> String {
     format!(
         "# Written by captf-runner: the state lives in the Secret tfstate-default-{state_suffix}.\n\
          terraform {{\n  backend \"kubernetes\" {{\n    secret_suffix     = \"{state_suffix}\"\n    \
-         namespace         = \"{namespace}\"\n    in_cluster_config = true\n  }}\n}}\n"
+         namespace         = \"{namespace}\"\n    host              = \"{host}\"\n    \
+         in_cluster_config = false\n  }}\n}}\n"
     )
 }
 
 /// Write `backend.tf` (refusing to overwrite one the module ships) and the variables file
 /// (mode 0600, replacing any the module ships: the resolved inputs win). The variables are
 /// never echoed anywhere.
-pub fn write_config(dir: &Path, state_suffix: &str, namespace: &str, inputs: &Inputs) -> Result<(), WorkdirError> {
+pub fn write_config(
+    dir: &Path,
+    state_suffix: &str,
+    namespace: &str,
+    host: &str,
+    inputs: &Inputs,
+) -> Result<(), WorkdirError> {
     let backend = dir.join(BACKEND_FILE);
     let mut f = match fs::OpenOptions::new().write(true).create_new(true).open(&backend) {
         Ok(f) => f,
@@ -137,7 +146,7 @@ pub fn write_config(dir: &Path, state_suffix: &str, namespace: &str, inputs: &In
         }
         Err(source) => return Err(WorkdirError::Write { path: backend, source }),
     };
-    f.write_all(backend_tf(state_suffix, namespace).as_bytes())
+    f.write_all(backend_tf(state_suffix, namespace, host).as_bytes())
         .map_err(|source| WorkdirError::Write {
             path: backend.clone(),
             source,
@@ -192,19 +201,20 @@ mod tests {
     }
 
     #[test]
-    fn backend_configures_the_kubernetes_backend_in_cluster() {
-        let b = backend_tf("prod-eu-tc", "team-a");
+    fn backend_reaches_the_api_server_through_the_runners_state_proxy() {
+        let b = backend_tf("prod-eu-tc", "team-a", "http://127.0.0.1:4000");
         assert!(b.contains("backend \"kubernetes\""), "{b}");
         assert!(b.contains("secret_suffix     = \"prod-eu-tc\""), "{b}");
         assert!(b.contains("namespace         = \"team-a\""), "{b}");
-        assert!(b.contains("in_cluster_config = true"), "{b}");
+        assert!(b.contains("host              = \"http://127.0.0.1:4000\""), "{b}");
+        assert!(b.contains("in_cluster_config = false"), "{b}");
         assert_eq!(b.matches('{').count(), b.matches('}').count());
     }
 
     #[test]
     fn variables_file_is_0600_and_holds_the_variables() {
         let d = tempfile::tempdir().unwrap();
-        write_config(d.path(), "x-tc", "default", &inputs(json!({"token": "s3cr3t", "n": 3}))).unwrap();
+        write_config(d.path(), "x-tc", "default", "http://127.0.0.1:1", &inputs(json!({"token": "s3cr3t", "n": 3}))).unwrap();
         let path = d.path().join(VARIABLES_FILE);
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -219,7 +229,7 @@ mod tests {
         let path = d.path().join(VARIABLES_FILE);
         fs::write(&path, "{\"old\": 1}").unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        write_config(d.path(), "x-tc", "default", &inputs(json!({"new": 2}))).unwrap();
+        write_config(d.path(), "x-tc", "default", "http://127.0.0.1:1", &inputs(json!({"new": 2}))).unwrap();
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert!(!fs::read_to_string(&path).unwrap().contains("old"));
     }
@@ -228,7 +238,7 @@ mod tests {
     fn a_module_backend_file_is_never_overwritten() {
         let d = tempfile::tempdir().unwrap();
         fs::write(d.path().join(BACKEND_FILE), "terraform {}").unwrap();
-        let err = write_config(d.path(), "x-tc", "default", &inputs(json!({}))).unwrap_err();
+        let err = write_config(d.path(), "x-tc", "default", "http://127.0.0.1:1", &inputs(json!({}))).unwrap_err();
         assert!(matches!(err, WorkdirError::BackendExists { .. }), "{err}");
         assert_eq!(fs::read_to_string(d.path().join(BACKEND_FILE)).unwrap(), "terraform {}");
     }

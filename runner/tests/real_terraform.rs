@@ -16,7 +16,11 @@ use std::process::Stdio;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use std::collections::BTreeMap;
+
+use captf_shared::{keys, names};
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+use captf_shared::runner_identity::{runner_identity, state_objects};
 use captf_sim::Sim;
 use captf_testprovider::harness::{Sandbox, THING_MODULE};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
@@ -31,8 +35,6 @@ const SUFFIX: &str = "prod-eu-tc";
 const STATE_SECRET: &str = "tfstate-default-prod-eu-tc";
 const LOCK_LEASE: &str = "lock-tfstate-default-prod-eu-tc";
 const OUTPUTS_SECRET: &str = "captf-outputs-prod-eu-tc";
-/// The runner's ServiceAccount in the chart.
-const RUNNER_SA: &str = "captf-runner";
 const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Upper bound on any one wait for a process; a test that hits it fails, it never passes by it.
 const PATIENCE: Duration = Duration::from_secs(120);
@@ -58,6 +60,24 @@ fn namespaces_unavailable() -> Option<String> {
             String::from_utf8_lossy(&o.stderr).trim()
         )),
         Err(e) => Some(format!("unshare is not available: {e}")),
+    }
+}
+
+/// What the controller makes before an object's first Job: its runner ServiceAccount, Role and
+/// RoleBinding, and its empty state Secret, free lock Lease and empty outputs Secret.
+fn provision(sim: &Sim, suffix: &str) {
+    let id = runner_identity(NS, suffix, &BTreeMap::new(), None);
+    let move_label = BTreeMap::from([(keys::LABEL_CLUSTERCTL_MOVE.to_string(), String::new())]);
+    let state = state_objects(NS, suffix, &move_label, None);
+    for obj in [
+        serde_json::to_value(&id.service_account).unwrap(),
+        serde_json::to_value(&id.role).unwrap(),
+        serde_json::to_value(&id.role_binding).unwrap(),
+        serde_json::to_value(&state.state_secret).unwrap(),
+        serde_json::to_value(&state.lock_lease).unwrap(),
+        serde_json::to_value(&state.outputs_secret).unwrap(),
+    ] {
+        sim.put(obj).unwrap();
     }
 }
 
@@ -211,13 +231,13 @@ impl Env {
         }
     }
 
-    /// The runner runs as the chart's runner ServiceAccount, authorized by the chart's
-    /// rendered RBAC (`charts/tests/rendered/rbac.yaml`) as a real API server would.
-    async fn under_chart_rbac() -> Env {
+    /// The runner runs as its object's own ServiceAccount, with the Role, RoleBinding and
+    /// pre-created state objects the controller makes for it (`captf_shared::runner_identity`),
+    /// authorized by the simulator as a real API server would.
+    async fn under_own_identity() -> Env {
         let mut env = Env::new().await;
-        let rbac = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/tests/rendered/rbac.yaml");
-        env.sim.load_rbac(&std::fs::read_to_string(rbac).unwrap()).unwrap();
-        env.token = env.sim.token_for(NS, RUNNER_SA);
+        provision(&env.sim, SUFFIX);
+        env.token = env.sim.token_for(NS, &names::runner_service_account_name(SUFFIX));
         env
     }
 
@@ -653,9 +673,9 @@ async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() 
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_the_charts_runner_rbac_every_step_works_and_these_are_the_calls_the_backend_makes() {
+async fn under_its_own_identity_every_step_works_and_these_are_the_calls_the_backend_makes() {
     require_namespaces!();
-    let mut env = Env::under_chart_rbac().await;
+    let mut env = Env::under_own_identity().await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     assert_eq!(
         env.run("drift", a("one"), &[]).await.result.result,
@@ -671,17 +691,16 @@ async fn under_the_charts_runner_rbac_every_step_works_and_these_are_the_calls_t
     assert_eq!(
         env.sim.denied(),
         Vec::<String>::new(),
-        "the chart's runner RBAC allows every call"
+        "the object's own Role allows every call"
     );
 
-    // What the runner (its outputs Secret) and Terraform's kubernetes backend need. `list` on
-    // Secrets is the backend's workspace listing at init: resourceNames cannot restrict a list,
-    // so a runner can read every Secret of the namespaces its Role is bound in.
-    let used = env.sim.used_rights(NS, RUNNER_SA);
+    // What the runner (its outputs Secret) and Terraform's kubernetes backend need, all limited
+    // by name: the backend's workspace listing goes through the runner's state proxy, which
+    // selects the state Secret by name; nothing is created, because the controller made the
+    // Secrets and the Lease beforehand.
+    let used = env.sim.used_rights(NS, &names::runner_service_account_name(SUFFIX));
     eprintln!("rights used: {used:?}");
     let expected = [
-        "create /secrets",
-        "create coordination.k8s.io/leases",
         "get /secrets",
         "get coordination.k8s.io/leases",
         "list /secrets",
@@ -690,4 +709,66 @@ async fn under_the_charts_runner_rbac_every_step_works_and_these_are_the_calls_t
         "update coordination.k8s.io/leases",
     ];
     assert_eq!(used.iter().map(String::as_str).collect::<Vec<_>>(), expected);
+    let state = env.get("/secrets", STATE_SECRET).unwrap();
+    assert_eq!(state["metadata"]["labels"]["tfstateSecretSuffix"], SUFFIX);
+    assert_eq!(
+        state["metadata"]["labels"][keys::LABEL_CLUSTERCTL_MOVE],
+        "",
+        "the backend's writes keep the controller's labels: {state}"
+    );
+}
+
+/// Another object's runner, with the same rights over its own things, in the same namespace:
+/// everything of the first object is out of its reach, whatever module code does with its token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
+    require_namespaces!();
+    let mut env = Env::under_own_identity().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    env.sim
+        .put(json!({"apiVersion": "v1", "kind": "Secret",
+            "metadata": {"name": names::inputs_secret_name(SUFFIX), "namespace": NS},
+            "data": {"inputs.json": "e30="}}))
+        .unwrap();
+    let other = "other-tc";
+    provision(&env.sim, other);
+    let client = kube::Client::try_from(env.sim.config_as(NS, &names::runner_service_account_name(other))).unwrap();
+    let secrets: kube::Api<k8s_openapi::api::core::v1::Secret> = kube::Api::namespaced(client.clone(), NS);
+    let leases: kube::Api<k8s_openapi::api::coordination::v1::Lease> = kube::Api::namespaced(client, NS);
+    let forbidden = |r: Result<_, kube::Error>| matches!(r, Err(kube::Error::Api(s)) if s.code == 403);
+
+    // Its own state is readable: the Role works, and what follows is refused for the right reason.
+    assert!(secrets.get(&names::state_secret_name(other)).await.is_ok());
+    for name in [STATE_SECRET.to_string(), OUTPUTS_SECRET.to_string(), names::inputs_secret_name(SUFFIX)] {
+        assert!(forbidden(secrets.get(&name).await.map(|_| ())), "get {name}");
+        let patch = kube::api::Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
+        assert!(
+            forbidden(secrets.patch(&name, &kube::api::PatchParams::default(), &patch).await.map(|_| ())),
+            "patch {name}"
+        );
+        assert!(
+            forbidden(secrets.delete(&name, &Default::default()).await.map(|_| ())),
+            "delete {name}"
+        );
+        let by_name = kube::api::ListParams::default().fields(&format!("metadata.name={name}"));
+        assert!(forbidden(secrets.list(&by_name).await.map(|_| ())), "list {name}");
+    }
+    assert!(
+        forbidden(secrets.list(&Default::default()).await.map(|_| ())),
+        "list of every Secret"
+    );
+    let planted = serde_json::from_value(json!({"metadata": {"name": "tfstate-default-new-tc"}})).unwrap();
+    assert!(
+        forbidden(secrets.create(&Default::default(), &planted).await.map(|_| ())),
+        "create"
+    );
+    assert!(forbidden(leases.get(LOCK_LEASE).await.map(|_| ())), "get the lock");
+    let take = serde_json::from_value(json!({"metadata": {"name": LOCK_LEASE}, "spec": {"holderIdentity": "x"}})).unwrap();
+    assert!(
+        forbidden(leases.replace(LOCK_LEASE, &Default::default(), &take).await.map(|_| ())),
+        "take the lock"
+    );
+    // And the first object's state is as its own runner left it.
+    assert_eq!(env.thing("a").unwrap().content, "one");
+    assert_eq!(env.lock_holder(), None);
 }

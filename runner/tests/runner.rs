@@ -48,7 +48,8 @@ fn work_dir_gets_the_kubernetes_backend_and_a_0600_variables_file() {
     assert!(backend.contains("backend \"kubernetes\""), "{backend}");
     assert!(backend.contains("secret_suffix     = \"prod-eu-tc\""), "{backend}");
     assert!(backend.contains("namespace         = \"team-a\""), "{backend}");
-    assert!(backend.contains("in_cluster_config = true"), "{backend}");
+    assert!(backend.contains("host              = \"http://127.0.0.1:"), "{backend}");
+    assert!(backend.contains("in_cluster_config = false"), "{backend}");
     let vars = c.path("work/terraform.tfvars.json");
     assert_eq!(fs::metadata(&vars).unwrap().permissions().mode() & 0o777, 0o600);
     let v: Value = serde_json::from_str(&fs::read_to_string(&vars).unwrap()).unwrap();

@@ -14,6 +14,7 @@
 //! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
 //! | [`inputs`] | canonical JSON and the inputs hash |
 //! | [`policy`] | what a tenant may choose for runner pods (image, service account, env) |
+//! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
@@ -28,6 +29,7 @@ pub mod kind;
 pub mod names;
 pub mod policy;
 pub mod protocol;
+pub mod runner_identity;
 pub mod types;
 pub mod validation;
 

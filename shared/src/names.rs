@@ -69,6 +69,10 @@ pub fn inputs_secret_name(suffix: &str) -> String {
 pub fn outputs_secret_name(suffix: &str) -> String {
     format!("captf-outputs-{suffix}")
 }
+/// The object's own runner ServiceAccount, Role and RoleBinding (`crate::runner_identity`).
+pub fn runner_service_account_name(suffix: &str) -> String {
+    format!("captf-runner-{suffix}")
+}
 
 /// `captf-cluster-<8 hex of sha256(namespace/cluster-name)>`.
 pub fn cluster_lease_name(namespace: &str, cluster_name: &str) -> String {

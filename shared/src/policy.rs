@@ -65,6 +65,19 @@ impl TenantPolicy {
             });
         }
         if let Some(sa) = &jobs.service_account_name
+            && sa.starts_with(OWN_RUNNER_ACCOUNT_PREFIX)
+        {
+            // Whatever the policy: these are the objects' own accounts, each able to touch one
+            // object's state; naming one would run as another object.
+            out.push(Violation {
+                field: format!("{prefix}.jobs.serviceAccountName"),
+                message: format!(
+                    "service account {sa:?} is reserved: names starting with {OWN_RUNNER_ACCOUNT_PREFIX:?} are the \
+                     runner accounts the controller makes for each object; leave serviceAccountName unset to run \
+                     as this object's own"
+                ),
+            });
+        } else if let Some(sa) = &jobs.service_account_name
             && !self.runner_service_accounts.iter().any(|a| a == "*" || a == sa)
         {
             out.push(Violation {
@@ -99,6 +112,10 @@ impl TenantPolicy {
         self.check_spec(object.terraform_spec(), object.spec_path())
     }
 }
+
+/// The prefix of each object's own runner ServiceAccount (`captf-runner-<suffix>`), which no
+/// spec may name.
+pub const OWN_RUNNER_ACCOUNT_PREFIX: &str = "captf-runner-";
 
 /// One way a spec leaves the policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -238,6 +255,20 @@ mod tests {
             ..JobsSpec::default()
         });
         assert!(policy().check_spec(&own, "spec").is_empty());
+    }
+
+    #[test]
+    fn no_spec_may_name_an_objects_own_runner_account_whatever_the_policy() {
+        let s = spec(JobsSpec {
+            service_account_name: Some("captf-runner-other-team-tc".into()),
+            ..JobsSpec::default()
+        });
+        for p in [policy(), TenantPolicy::unrestricted()] {
+            let v = p.check_spec(&s, "spec");
+            assert_eq!(v.len(), 1, "{v:?}");
+            assert_eq!(v[0].field, "spec.jobs.serviceAccountName");
+            assert!(v[0].message.contains("reserved"), "{}", v[0]);
+        }
     }
 
     fn secret_env() -> TerraformSpec {

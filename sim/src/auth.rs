@@ -158,6 +158,28 @@ pub fn authorize(w: &World, caller: &Caller, req: &Request) -> Result<(), ApiErr
     Err(e)
 }
 
+/// Ok when the caller may store `obj`, an RBAC object of `def` in `namespace`, without granting
+/// more than it holds ([`crate::rbac::escalation_refusal`]); 403 otherwise. Anything that is not
+/// an RBAC object, and the administrator, always pass.
+pub fn check_escalation(
+    w: &World,
+    caller: &Caller,
+    def: &crate::resources::ResourceDef,
+    namespace: Option<&str>,
+    obj: &serde_json::Value,
+) -> Result<(), ApiError> {
+    let Caller::User(user) = caller else {
+        return Ok(());
+    };
+    if def.group != "rbac.authorization.k8s.io" {
+        return Ok(());
+    }
+    match crate::rbac::escalation_refusal(&policy(w), user, &def.plural, namespace, obj) {
+        None => Ok(()),
+        Some(message) => Err(ApiError::new(403, "Forbidden", message)),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]

@@ -15,8 +15,11 @@
 //!   `system:serviceaccount:<ns>:<name>` in the groups `system:serviceaccounts`,
 //!   `system:serviceaccounts:<ns>` and `system:authenticated`.
 //!
-//! Not simulated: aggregated ClusterRoles (`aggregationRule`), escalation checks on writes of
-//! RBAC objects, impersonation.
+//! - escalation prevention on writes of RBAC objects ([`escalation_refusal`]): a Role only with
+//!   rules the writer holds, a binding only to a role whose rules it holds, unless it may
+//!   `escalate` or `bind`.
+//!
+//! Not simulated: aggregated ClusterRoles (`aggregationRule`), impersonation.
 
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding, PolicyRule, Role, RoleBinding, Subject};
 use serde_json::Value;
@@ -302,6 +305,125 @@ pub fn forbidden_message(user: &UserInfo, req: &Request) -> String {
     }
 }
 
+/// Kubernetes' escalation prevention on writes of RBAC objects: a user may write a Role or
+/// ClusterRole only with rules it holds itself (where the role applies), unless it may
+/// `escalate` it; and a RoleBinding or ClusterRoleBinding only to a role whose rules it holds
+/// where the binding applies, unless it may `bind` that role. `resource` is the plural of what
+/// is written, `namespace` its namespace (`None` for cluster-scoped kinds), `obj` the object as
+/// it would be stored. `None`: allowed; `Some(message)`: 403, in Kubernetes' words.
+pub fn escalation_refusal(
+    policy: &Policy,
+    user: &UserInfo,
+    resource: &str,
+    namespace: Option<&str>,
+    obj: &Value,
+) -> Option<String> {
+    const GROUP: &str = "rbac.authorization.k8s.io";
+    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let may = |verb: &str, res: &str, n: &str| {
+        let mut req = Request::resource(verb, GROUP, res).named(n);
+        if let Some(ns) = namespace {
+            req = req.in_namespace(ns);
+        }
+        policy.allows(user, &req)
+    };
+    let rules: Vec<PolicyRule> = match resource {
+        "roles" | "clusterroles" => {
+            if may("escalate", resource, name) {
+                return None;
+            }
+            serde_json::from_value(obj.get("rules").cloned().unwrap_or(Value::Null)).unwrap_or_default()
+        }
+        "rolebindings" | "clusterrolebindings" => {
+            let kind = obj.pointer("/roleRef/kind").and_then(Value::as_str).unwrap_or_default();
+            let role = obj.pointer("/roleRef/name").and_then(Value::as_str).unwrap_or_default();
+            let role_resource = if kind == "Role" { "roles" } else { "clusterroles" };
+            if may("bind", role_resource, role) {
+                return None;
+            }
+            let found = match (kind, namespace) {
+                ("Role", Some(ns)) => policy.role(ns, role).map(|r| r.rules.clone().unwrap_or_default()),
+                ("ClusterRole", _) => policy.cluster_role(role).map(|r| r.rules.clone().unwrap_or_default()),
+                _ => None,
+            };
+            match found {
+                Some(r) => r,
+                None => return Some(format!("{resource}.{GROUP} \"{name}\" is forbidden: {kind} \"{role}\" not found")),
+            }
+        }
+        _ => return None,
+    };
+    let missing: Vec<String> = rules
+        .iter()
+        .filter(|rule| !held(policy, user, namespace, rule))
+        .map(|r| {
+            format!(
+                "{{APIGroups:{:?}, Resources:{:?}, ResourceNames:{:?}, NonResourceURLs:{:?}, Verbs:{:?}}}",
+                r.api_groups.clone().unwrap_or_default(),
+                r.resources.clone().unwrap_or_default(),
+                r.resource_names.clone().unwrap_or_default(),
+                r.non_resource_urls.clone().unwrap_or_default(),
+                r.verbs
+            )
+        })
+        .collect();
+    (!missing.is_empty()).then(|| {
+        format!(
+            "{resource}.{GROUP} \"{name}\" is forbidden: user \"{}\" (groups={:?}) is attempting to grant RBAC permissions not currently held:\n{}",
+            user.name,
+            user.groups,
+            missing.join("\n")
+        )
+    })
+}
+
+/// Whether `user` holds every permission `rule` grants, in `namespace` (`None`: cluster-wide).
+/// A wildcard in the rule is held only through the same wildcard.
+fn held(policy: &Policy, user: &UserInfo, namespace: Option<&str>, rule: &PolicyRule) -> bool {
+    let urls = rule.non_resource_urls.clone().unwrap_or_default();
+    let url_ok = urls.iter().all(|path| {
+        rule.verbs.iter().all(|verb| {
+            policy.allows(
+                user,
+                &Request::NonResource {
+                    verb: verb.clone(),
+                    path: path.clone(),
+                },
+            )
+        })
+    });
+    let names: Vec<Option<&str>> = match rule.resource_names.as_deref() {
+        Some(n) if !n.is_empty() => n.iter().map(|x| Some(x.as_str())).collect(),
+        _ => vec![None],
+    };
+    let groups = rule.api_groups.clone().unwrap_or_default();
+    let resources = rule.resources.clone().unwrap_or_default();
+    url_ok
+        && groups.iter().all(|group| {
+            resources.iter().all(|res| {
+                let (resource, sub) = match res.split_once('/') {
+                    Some((r, s)) => (r, Some(s)),
+                    None => (res.as_str(), None),
+                };
+                rule.verbs.iter().all(|verb| {
+                    names.iter().all(|name| {
+                        let mut req = Request::resource(verb, group, resource);
+                        if let Some(ns) = namespace {
+                            req = req.in_namespace(ns);
+                        }
+                        if let Some(s) = sub {
+                            req = req.subresource(s);
+                        }
+                        if let Some(n) = name {
+                            req = req.named(n);
+                        }
+                        policy.allows(user, &req)
+                    })
+                })
+            })
+        })
+}
+
 /// The name a list or watch is limited to by its field selector (`metadata.name=x` or
 /// `metadata.name==x`, alone or among other terms), as kube-apiserver's RequestInfo takes it.
 pub fn name_from_field_selector(selector: &str) -> Option<String> {
@@ -361,6 +483,53 @@ mod tests {
 
     fn secrets(verb: &str) -> Request {
         Request::resource(verb, "", "secrets").in_namespace("tenant-a")
+    }
+
+    #[test]
+    fn a_role_may_grant_only_what_its_writer_holds_there() {
+        let p = in_tenant_a(json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "update"]}]));
+        let narrower = role(
+            "tenant-a",
+            "x",
+            json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["s"], "verbs": ["get"]}]),
+        );
+        assert_eq!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &narrower), None);
+        let wider = role("tenant-a", "x", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]));
+        let refused = escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &wider).unwrap();
+        assert!(refused.contains("attempting to grant RBAC permissions not currently held"), "{refused}");
+        assert!(refused.contains("delete"), "{refused}");
+        // Held in tenant-a only: the same role elsewhere grants what the writer does not hold.
+        assert!(escalation_refusal(&p, &sa(), "roles", Some("tenant-b"), &narrower).is_some());
+        // A wildcard is held only through a wildcard.
+        let star = role("tenant-a", "x", json!([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}]));
+        assert!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &star).is_some());
+    }
+
+    #[test]
+    fn escalate_on_roles_allows_any_role() {
+        let p = in_tenant_a(json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]));
+        let any = role("tenant-a", "x", json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]));
+        assert_eq!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &any), None);
+    }
+
+    #[test]
+    fn a_binding_needs_the_roles_rules_or_bind_on_it() {
+        let get = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
+        let delete = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]);
+        let mut p = in_tenant_a(get.clone());
+        p.roles.push(serde_json::from_value(role("tenant-a", "readers", get)).unwrap());
+        p.roles.push(serde_json::from_value(role("tenant-a", "deleters", delete)).unwrap());
+        let to = |r: &str| binding("RoleBinding", Some("tenant-a"), "Role", r, sa_subject());
+        assert_eq!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("readers")), None);
+        assert!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("deleters")).is_some());
+        let missing = escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("nope")).unwrap();
+        assert!(missing.contains("not found"), "{missing}");
+        p.roles[0].rules.as_mut().unwrap().push(
+            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                "resourceNames": ["deleters"], "verbs": ["bind"]}))
+            .unwrap(),
+        );
+        assert_eq!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("deleters")), None);
     }
 
     #[test]

@@ -360,6 +360,7 @@ async fn handle_inner(
                 old_object: None,
             };
             let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+            crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &obj)?;
             if query.get("dryRun").is_some_and(|d| d == "All") {
                 return Ok(json_response(201, &obj));
             }
@@ -372,9 +373,10 @@ async fn handle_inner(
             let sub = if t.sub.is_some() { Sub::Status } else { Sub::Main };
             let old = sh.lock()?.get(&t.def, &ns, &name)?;
             let new = admit_update(sh, &t, &ns, &name, new, old).await?;
+            crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &new)?;
             Ok(json_response(200, &sh.lock()?.update(&t.def, &ns, &name, new, sub)?))
         }
-        Verb::Patch => patch(sh, &t, &ns, query, headers, &body).await,
+        Verb::Patch => patch(sh, caller, &t, &ns, query, headers, &body).await,
         Verb::Delete => {
             let opts = delete_opts(&body, query)?;
             match t.name.clone() {
@@ -724,6 +726,7 @@ fn patch_touches_rv(body: &Bytes) -> bool {
 
 async fn patch(
     sh: &Arc<Shared>,
+    caller: &crate::auth::Caller,
     t: &Target,
     ns: &str,
     query: &HashMap<String, String>,
@@ -785,6 +788,7 @@ async fn patch(
                     old_object: None,
                 };
                 let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+                crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &obj)?;
                 return Ok(json_response(201, &sh.lock()?.create(&t.def, ns, obj)?));
             }
             Err(e) => return Err(e),
@@ -804,6 +808,7 @@ async fn patch(
             json_patch::merge(&mut new, &patch_value);
         }
         let new = admit_update(sh, t, ns, &name, new, old).await?;
+        crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &new)?;
         match sh.lock()?.update(&t.def, ns, &name, new, sub) {
             Err(e) if e.code == 409 && e.reason == "Conflict" && !patch_touches_rv(body) => continue,
             r => return Ok(json_response(200, &r?)),

@@ -1,0 +1,268 @@
+//! The loopback proxy through which Terraform's kubernetes backend reaches the API server.
+//!
+//! Each object's runner pods run under the object's own ServiceAccount, whose Role names the
+//! object's state Secret, outputs Secret and lock Lease one by one (`resourceNames`), so the
+//! runner of one object can neither read nor change another's. The backend lists Secrets by
+//! label when it initialises (its workspace listing), and RBAC cannot narrow a `list` by name
+//! unless the request selects one name with a `metadata.name=` field selector. This proxy adds
+//! exactly that selector to the backend's Secret listings, naming the state Secret; every other
+//! request passes through unchanged, with the pod's credentials. It grants nothing: the API
+//! server's RBAC still decides every request, and the answer to the narrowed listing is what
+//! the backend would have found anyway (its own state Secret, the only one with its labels).
+//!
+//! The client is built on the first request, so a run that never reaches the backend (a fake
+//! binary in tests, a local run) needs no cluster.
+
+use std::convert::Infallible;
+use std::net::SocketAddr;
+
+use http_body_util::{BodyExt, Full, Limited};
+use hyper::body::{Bytes, Incoming};
+use hyper::server::conn::http1;
+use hyper::service::service_fn;
+use hyper::{Request, Response, StatusCode};
+use hyper_util::rt::TokioIo;
+use tokio::net::TcpListener;
+use tokio::sync::OnceCell;
+
+/// The largest body forwarded either way: a state Secret is at most 1 MiB of data, which base64
+/// and JSON make about 1.4 MB; anything beyond this is refused, not buffered.
+pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
+
+/// What the proxy narrows: the Secret listings of `namespace` to the Secret `state_secret`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Narrowing {
+    pub namespace: String,
+    pub state_secret: String,
+}
+
+/// Why a request is refused before it reaches the API server.
+#[derive(Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("a Secret listing with its own field selector cannot be narrowed to the state Secret")]
+    OwnFieldSelector,
+}
+
+impl Narrowing {
+    /// The path and query to send for a request of `method` to `path_and_query`: a listing of the
+    /// namespace's Secrets gets `fieldSelector=metadata.name=<state Secret>`; anything else is
+    /// unchanged.
+    pub fn narrow(&self, method: &str, path_and_query: &str) -> Result<String, Refusal> {
+        let (path, query) = match path_and_query.split_once('?') {
+            Some((p, q)) => (p, Some(q)),
+            None => (path_and_query, None),
+        };
+        let listing = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+        if method != "GET" || path.trim_end_matches('/') != listing {
+            return Ok(path_and_query.to_string());
+        }
+        let selector = format!("fieldSelector=metadata.name%3D{}", self.state_secret);
+        match query.filter(|q| !q.is_empty()) {
+            None => Ok(format!("{path}?{selector}")),
+            Some(q) if q.split('&').any(|kv| kv == "fieldSelector" || kv.starts_with("fieldSelector=")) => {
+                Err(Refusal::OwnFieldSelector)
+            }
+            Some(q) => Ok(format!("{path}?{q}&{selector}")),
+        }
+    }
+}
+
+/// A running proxy: the address Terraform's backend is pointed at (`http://<addr>`).
+pub struct StateProxy {
+    pub addr: SocketAddr,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl StateProxy {
+    /// The backend's `host`.
+    pub fn url(&self) -> String {
+        format!("http://{}", self.addr)
+    }
+}
+
+impl Drop for StateProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// How the proxy reaches the API server.
+#[derive(Clone)]
+pub enum Upstream {
+    /// The pod's in-cluster configuration (service-account token and CA), inferred on first use.
+    Inferred,
+    /// An explicit configuration (tests, local runs).
+    Config(Box<kube::Config>),
+}
+
+struct Shared {
+    narrowing: Narrowing,
+    upstream: Upstream,
+    client: OnceCell<Result<kube::Client, String>>,
+}
+
+impl Shared {
+    async fn client(&self) -> Result<kube::Client, String> {
+        self.client
+            .get_or_init(|| async {
+                let config = match &self.upstream {
+                    Upstream::Config(c) => (**c).clone(),
+                    Upstream::Inferred => kube::Config::infer().await.map_err(|e| e.to_string())?,
+                };
+                kube::Client::try_from(config).map_err(|e| e.to_string())
+            })
+            .await
+            .clone()
+    }
+}
+
+/// Start the proxy on a loopback port of its own.
+pub async fn start(narrowing: Narrowing, upstream: Upstream) -> std::io::Result<StateProxy> {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
+    let addr = listener.local_addr()?;
+    let shared = std::sync::Arc::new(Shared {
+        narrowing,
+        upstream,
+        client: OnceCell::new(),
+    });
+    let task = tokio::spawn(async move {
+        loop {
+            let Ok((stream, _)) = listener.accept().await else { continue };
+            let shared = shared.clone();
+            tokio::spawn(async move {
+                let service = service_fn(move |req| {
+                    let shared = shared.clone();
+                    async move { Ok::<_, Infallible>(forward(&shared, req).await) }
+                });
+                // A connection error only ends that connection; the backend retries or fails
+                // its step, which the runner reports.
+                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+            });
+        }
+    });
+    Ok(StateProxy { addr, task })
+}
+
+type ProxyBody = Full<Bytes>;
+
+fn text(status: StatusCode, message: String) -> Response<ProxyBody> {
+    // The Kubernetes Status shape, so client-go reports the message.
+    let body = serde_json::json!({
+        "kind": "Status", "apiVersion": "v1", "status": "Failure",
+        "message": format!("captf-runner state proxy: {message}"), "code": status.as_u16(),
+    })
+    .to_string();
+    let mut r = Response::new(Full::new(Bytes::from(body)));
+    *r.status_mut() = status;
+    r.headers_mut()
+        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r
+}
+
+async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody> {
+    let path_and_query = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let target = match shared.narrowing.narrow(req.method().as_str(), path_and_query) {
+        Ok(t) => t,
+        Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
+    };
+    let client = match shared.client().await {
+        Ok(c) => c,
+        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("no API server configuration: {e}")),
+    };
+    let (parts, body) = req.into_parts();
+    let body = match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => b.to_bytes(),
+        Err(e) => return text(StatusCode::PAYLOAD_TOO_LARGE, format!("request body refused: {e}")),
+    };
+    let mut builder = hyper::Request::builder().method(parts.method).uri(target);
+    // The client adds the credentials and the server's address; only the content headers pass.
+    for name in [hyper::header::CONTENT_TYPE, hyper::header::ACCEPT] {
+        if let Some(v) = parts.headers.get(&name) {
+            builder = builder.header(name, v);
+        }
+    }
+    let upstream = match builder.body(kube::client::Body::from(body.to_vec())) {
+        Ok(r) => r,
+        Err(e) => return text(StatusCode::BAD_REQUEST, format!("request refused: {e}")),
+    };
+    let resp = match client.send(upstream).await {
+        Ok(resp) => resp,
+        Err(e) => return text(StatusCode::BAD_GATEWAY, format!("API server unreachable: {e}")),
+    };
+    let (mut parts, body) = resp.into_parts();
+    // Hop-by-hop framing is the server's own; the length comes from the collected body.
+    for h in [hyper::header::TRANSFER_ENCODING, hyper::header::CONNECTION, hyper::header::CONTENT_LENGTH] {
+        parts.headers.remove(h);
+    }
+    match Limited::new(body, MAX_BODY_BYTES).collect().await {
+        Ok(b) => Response::from_parts(parts, Full::new(b.to_bytes())),
+        Err(e) => text(StatusCode::BAD_GATEWAY, format!("answer refused: {e}")),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use proptest::prelude::*;
+
+    fn n() -> Narrowing {
+        Narrowing {
+            namespace: "team-a".into(),
+            state_secret: "tfstate-default-prod-eu-tc".into(),
+        }
+    }
+
+    #[test]
+    fn the_backends_secret_listing_is_narrowed_to_the_state_secret() {
+        assert_eq!(
+            n().narrow(
+                "GET",
+                "/api/v1/namespaces/team-a/secrets?labelSelector=tfstate%3Dtrue%2CtfstateSecretSuffix%3Dprod-eu-tc"
+            )
+            .unwrap(),
+            "/api/v1/namespaces/team-a/secrets?labelSelector=tfstate%3Dtrue%2CtfstateSecretSuffix%3Dprod-eu-tc\
+             &fieldSelector=metadata.name%3Dtfstate-default-prod-eu-tc"
+        );
+        assert_eq!(
+            n().narrow("GET", "/api/v1/namespaces/team-a/secrets").unwrap(),
+            "/api/v1/namespaces/team-a/secrets?fieldSelector=metadata.name%3Dtfstate-default-prod-eu-tc"
+        );
+    }
+
+    #[test]
+    fn a_listing_with_its_own_field_selector_is_refused() {
+        assert_eq!(
+            n().narrow("GET", "/api/v1/namespaces/team-a/secrets?fieldSelector=metadata.name%3Dother"),
+            Err(Refusal::OwnFieldSelector)
+        );
+    }
+
+    #[test]
+    fn requests_for_one_object_and_other_resources_pass_unchanged() {
+        for (method, p) in [
+            ("GET", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
+            ("PUT", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
+            ("POST", "/api/v1/namespaces/team-a/secrets"),
+            ("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc"),
+            ("GET", "/api/v1/namespaces/team-b/secrets"),
+            ("GET", "/api/v1/secrets"),
+        ] {
+            assert_eq!(n().narrow(method, p).unwrap(), p, "{method} {p}");
+        }
+    }
+
+    proptest! {
+        /// Whatever query the backend sends, a Secret listing of the namespace always leaves
+        /// with exactly one field selector, naming the state Secret.
+        #[test]
+        fn every_secret_listing_leaves_with_the_state_secrets_name(q in "[a-zA-Z0-9%=&.-]{0,40}") {
+            let p = format!("/api/v1/namespaces/team-a/secrets?{q}");
+            if let Ok(out) = n().narrow("GET", &p) {
+                let selectors: Vec<_> = out.split(['?', '&']).filter(|kv| *kv == "fieldSelector" || kv.starts_with("fieldSelector="))
+                    .collect();
+                prop_assert_eq!(selectors, vec!["fieldSelector=metadata.name%3Dtfstate-default-prod-eu-tc"]);
+            }
+        }
+    }
+}
