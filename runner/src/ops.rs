@@ -5,8 +5,8 @@
 
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
-use captf_shared::{keys, names};
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+use captf_shared::{keys, names};
 
 use crate::config::Config;
 use crate::guard::{self, Verdict};

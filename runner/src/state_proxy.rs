@@ -59,7 +59,10 @@ impl Narrowing {
         let selector = format!("fieldSelector=metadata.name%3D{}", self.state_secret);
         match query.filter(|q| !q.is_empty()) {
             None => Ok(format!("{path}?{selector}")),
-            Some(q) if q.split('&').any(|kv| kv == "fieldSelector" || kv.starts_with("fieldSelector=")) => {
+            Some(q)
+                if q.split('&')
+                    .any(|kv| kv == "fieldSelector" || kv.starts_with("fieldSelector=")) =>
+            {
                 Err(Refusal::OwnFieldSelector)
             }
             Some(q) => Ok(format!("{path}?{q}&{selector}")),
@@ -127,7 +130,9 @@ pub async fn start(narrowing: Narrowing, upstream: Upstream) -> std::io::Result<
     });
     let task = tokio::spawn(async move {
         loop {
-            let Ok((stream, _)) = listener.accept().await else { continue };
+            let Ok((stream, _)) = listener.accept().await else {
+                continue;
+            };
             let shared = shared.clone();
             tokio::spawn(async move {
                 let service = service_fn(move |req| {
@@ -136,7 +141,9 @@ pub async fn start(narrowing: Narrowing, upstream: Upstream) -> std::io::Result<
                 });
                 // A connection error only ends that connection; the backend retries or fails
                 // its step, which the runner reports.
-                let _ = http1::Builder::new().serve_connection(TokioIo::new(stream), service).await;
+                let _ = http1::Builder::new()
+                    .serve_connection(TokioIo::new(stream), service)
+                    .await;
             });
         }
     });
@@ -154,8 +161,10 @@ fn text(status: StatusCode, message: String) -> Response<ProxyBody> {
     .to_string();
     let mut r = Response::new(Full::new(Bytes::from(body)));
     *r.status_mut() = status;
-    r.headers_mut()
-        .insert(hyper::header::CONTENT_TYPE, hyper::header::HeaderValue::from_static("application/json"));
+    r.headers_mut().insert(
+        hyper::header::CONTENT_TYPE,
+        hyper::header::HeaderValue::from_static("application/json"),
+    );
     r
 }
 
@@ -191,7 +200,11 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody>
     };
     let (mut parts, body) = resp.into_parts();
     // Hop-by-hop framing is the server's own; the length comes from the collected body.
-    for h in [hyper::header::TRANSFER_ENCODING, hyper::header::CONNECTION, hyper::header::CONTENT_LENGTH] {
+    for h in [
+        hyper::header::TRANSFER_ENCODING,
+        hyper::header::CONNECTION,
+        hyper::header::CONTENT_LENGTH,
+    ] {
         parts.headers.remove(h);
     }
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
@@ -233,7 +246,10 @@ mod tests {
     #[test]
     fn a_listing_with_its_own_field_selector_is_refused() {
         assert_eq!(
-            n().narrow("GET", "/api/v1/namespaces/team-a/secrets?fieldSelector=metadata.name%3Dother"),
+            n().narrow(
+                "GET",
+                "/api/v1/namespaces/team-a/secrets?fieldSelector=metadata.name%3Dother"
+            ),
             Err(Refusal::OwnFieldSelector)
         );
     }
@@ -244,7 +260,10 @@ mod tests {
             ("GET", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
             ("PUT", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
             ("POST", "/api/v1/namespaces/team-a/secrets"),
-            ("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc"),
+            (
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc",
+            ),
             ("GET", "/api/v1/namespaces/team-b/secrets"),
             ("GET", "/api/v1/secrets"),
         ] {

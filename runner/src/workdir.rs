@@ -214,7 +214,14 @@ mod tests {
     #[test]
     fn variables_file_is_0600_and_holds_the_variables() {
         let d = tempfile::tempdir().unwrap();
-        write_config(d.path(), "x-tc", "default", "http://127.0.0.1:1", &inputs(json!({"token": "s3cr3t", "n": 3}))).unwrap();
+        write_config(
+            d.path(),
+            "x-tc",
+            "default",
+            "http://127.0.0.1:1",
+            &inputs(json!({"token": "s3cr3t", "n": 3})),
+        )
+        .unwrap();
         let path = d.path().join(VARIABLES_FILE);
         let mode = fs::metadata(&path).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode, 0o600);
@@ -229,7 +236,14 @@ mod tests {
         let path = d.path().join(VARIABLES_FILE);
         fs::write(&path, "{\"old\": 1}").unwrap();
         fs::set_permissions(&path, fs::Permissions::from_mode(0o644)).unwrap();
-        write_config(d.path(), "x-tc", "default", "http://127.0.0.1:1", &inputs(json!({"new": 2}))).unwrap();
+        write_config(
+            d.path(),
+            "x-tc",
+            "default",
+            "http://127.0.0.1:1",
+            &inputs(json!({"new": 2})),
+        )
+        .unwrap();
         assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o600);
         assert!(!fs::read_to_string(&path).unwrap().contains("old"));
     }

@@ -18,9 +18,9 @@ use std::time::Duration;
 
 use std::collections::BTreeMap;
 
-use captf_shared::{keys, names};
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 use captf_shared::runner_identity::{runner_identity, state_objects};
+use captf_shared::{keys, names};
 use captf_sim::Sim;
 use captf_testprovider::harness::{Sandbox, THING_MODULE};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
@@ -739,11 +739,20 @@ async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
 
     // Its own state is readable: the Role works, and what follows is refused for the right reason.
     assert!(secrets.get(&names::state_secret_name(other)).await.is_ok());
-    for name in [STATE_SECRET.to_string(), OUTPUTS_SECRET.to_string(), names::inputs_secret_name(SUFFIX)] {
+    for name in [
+        STATE_SECRET.to_string(),
+        OUTPUTS_SECRET.to_string(),
+        names::inputs_secret_name(SUFFIX),
+    ] {
         assert!(forbidden(secrets.get(&name).await.map(|_| ())), "get {name}");
         let patch = kube::api::Patch::Merge(json!({"metadata": {"labels": {"x": "y"}}}));
         assert!(
-            forbidden(secrets.patch(&name, &kube::api::PatchParams::default(), &patch).await.map(|_| ())),
+            forbidden(
+                secrets
+                    .patch(&name, &kube::api::PatchParams::default(), &patch)
+                    .await
+                    .map(|_| ())
+            ),
             "patch {name}"
         );
         assert!(
@@ -763,7 +772,8 @@ async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
         "create"
     );
     assert!(forbidden(leases.get(LOCK_LEASE).await.map(|_| ())), "get the lock");
-    let take = serde_json::from_value(json!({"metadata": {"name": LOCK_LEASE}, "spec": {"holderIdentity": "x"}})).unwrap();
+    let take =
+        serde_json::from_value(json!({"metadata": {"name": LOCK_LEASE}, "spec": {"holderIdentity": "x"}})).unwrap();
     assert!(
         forbidden(leases.replace(LOCK_LEASE, &Default::default(), &take).await.map(|_| ())),
         "take the lock"

@@ -178,7 +178,9 @@ mod tests {
         );
         for r in &rules {
             assert!(
-                !r.verbs.iter().any(|v| ["create", "delete", "deletecollection", "watch", "*"].contains(&v.as_str())),
+                !r.verbs
+                    .iter()
+                    .any(|v| ["create", "delete", "deletecollection", "watch", "*"].contains(&v.as_str())),
                 "{r:?}"
             );
         }
@@ -192,8 +194,15 @@ mod tests {
         assert_eq!(id.role.metadata.name.as_deref(), Some(name));
         assert_eq!(id.role_binding.role_ref.name, name);
         let s = &id.role_binding.subjects.as_ref().unwrap()[0];
-        assert_eq!((s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()), ("ServiceAccount", name, Some("team-a")));
-        for m in [&id.service_account.metadata, &id.role.metadata, &id.role_binding.metadata] {
+        assert_eq!(
+            (s.kind.as_str(), s.name.as_str(), s.namespace.as_deref()),
+            ("ServiceAccount", name, Some("team-a"))
+        );
+        for m in [
+            &id.service_account.metadata,
+            &id.role.metadata,
+            &id.role_binding.metadata,
+        ] {
             assert_eq!(m.namespace.as_deref(), Some("team-a"));
         }
     }
@@ -214,7 +223,10 @@ mod tests {
         assert!(l.contains_key("clusterctl.cluster.x-k8s.io/move"));
         assert_eq!(s.state_secret.data, None);
         assert_eq!(s.lock_lease.spec, None);
-        assert_eq!(s.lock_lease.metadata.name.as_deref(), Some("lock-tfstate-default-prod-eu-tc"));
+        assert_eq!(
+            s.lock_lease.metadata.name.as_deref(),
+            Some("lock-tfstate-default-prod-eu-tc")
+        );
         assert_eq!(s.outputs_secret.metadata.owner_references.as_ref().unwrap()[0].uid, "u");
     }
 }

@@ -319,7 +319,10 @@ pub fn escalation_refusal(
     obj: &Value,
 ) -> Option<String> {
     const GROUP: &str = "rbac.authorization.k8s.io";
-    let name = obj.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
+    let name = obj
+        .pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or_default();
     let may = |verb: &str, res: &str, n: &str| {
         let mut req = Request::resource(verb, GROUP, res).named(n);
         if let Some(ns) = namespace {
@@ -348,7 +351,11 @@ pub fn escalation_refusal(
             };
             match found {
                 Some(r) => r,
-                None => return Some(format!("{resource}.{GROUP} \"{name}\" is forbidden: {kind} \"{role}\" not found")),
+                None => {
+                    return Some(format!(
+                        "{resource}.{GROUP} \"{name}\" is forbidden: {kind} \"{role}\" not found"
+                    ));
+                }
             }
         }
         _ => return None,
@@ -493,22 +500,42 @@ mod tests {
             "x",
             json!([{"apiGroups": [""], "resources": ["secrets"], "resourceNames": ["s"], "verbs": ["get"]}]),
         );
-        assert_eq!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &narrower), None);
-        let wider = role("tenant-a", "x", json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]));
+        assert_eq!(
+            escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &narrower),
+            None
+        );
+        let wider = role(
+            "tenant-a",
+            "x",
+            json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]),
+        );
         let refused = escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &wider).unwrap();
-        assert!(refused.contains("attempting to grant RBAC permissions not currently held"), "{refused}");
+        assert!(
+            refused.contains("attempting to grant RBAC permissions not currently held"),
+            "{refused}"
+        );
         assert!(refused.contains("delete"), "{refused}");
         // Held in tenant-a only: the same role elsewhere grants what the writer does not hold.
         assert!(escalation_refusal(&p, &sa(), "roles", Some("tenant-b"), &narrower).is_some());
         // A wildcard is held only through a wildcard.
-        let star = role("tenant-a", "x", json!([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}]));
+        let star = role(
+            "tenant-a",
+            "x",
+            json!([{"apiGroups": [""], "resources": ["*"], "verbs": ["get"]}]),
+        );
         assert!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &star).is_some());
     }
 
     #[test]
     fn escalate_on_roles_allows_any_role() {
-        let p = in_tenant_a(json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]));
-        let any = role("tenant-a", "x", json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]));
+        let p = in_tenant_a(
+            json!([{"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"], "verbs": ["escalate"]}]),
+        );
+        let any = role(
+            "tenant-a",
+            "x",
+            json!([{"apiGroups": ["*"], "resources": ["*"], "verbs": ["*"]}]),
+        );
         assert_eq!(escalation_refusal(&p, &sa(), "roles", Some("tenant-a"), &any), None);
     }
 
@@ -517,19 +544,29 @@ mod tests {
         let get = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}]);
         let delete = json!([{"apiGroups": [""], "resources": ["secrets"], "verbs": ["delete"]}]);
         let mut p = in_tenant_a(get.clone());
-        p.roles.push(serde_json::from_value(role("tenant-a", "readers", get)).unwrap());
-        p.roles.push(serde_json::from_value(role("tenant-a", "deleters", delete)).unwrap());
+        p.roles
+            .push(serde_json::from_value(role("tenant-a", "readers", get)).unwrap());
+        p.roles
+            .push(serde_json::from_value(role("tenant-a", "deleters", delete)).unwrap());
         let to = |r: &str| binding("RoleBinding", Some("tenant-a"), "Role", r, sa_subject());
-        assert_eq!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("readers")), None);
+        assert_eq!(
+            escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("readers")),
+            None
+        );
         assert!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("deleters")).is_some());
         let missing = escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("nope")).unwrap();
         assert!(missing.contains("not found"), "{missing}");
         p.roles[0].rules.as_mut().unwrap().push(
-            serde_json::from_value(json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
-                "resourceNames": ["deleters"], "verbs": ["bind"]}))
+            serde_json::from_value(
+                json!({"apiGroups": ["rbac.authorization.k8s.io"], "resources": ["roles"],
+                "resourceNames": ["deleters"], "verbs": ["bind"]}),
+            )
             .unwrap(),
         );
-        assert_eq!(escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("deleters")), None);
+        assert_eq!(
+            escalation_refusal(&p, &sa(), "rolebindings", Some("tenant-a"), &to("deleters")),
+            None
+        );
     }
 
     #[test]

@@ -60,10 +60,6 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-controller" (include "captf.fullname" .) }}
 {{- end }}
 
-{{- define "captf.runner.clusterRoleName" -}}
-{{- printf "%s-runner" (include "captf.fullname" .) }}
-{{- end }}
-
 {{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
 {{- define "captf.webhook.tlsSecret" -}}
 {{- if .Values.webhook.tls.certManager.enabled }}
@@ -108,7 +104,8 @@ rules:
 {{- end }}
 
 {{/* The tenant policy flags the webhook and the controller share (runner.policy): the runner
-image and ServiceAccount the controller uses by default are always allowed. */}}
+image and ServiceAccount the controller uses by default are always allowed (an empty account
+name, each object's own, is dropped by both binaries). */}}
 {{- define "captf.runner.policyArgs" -}}
 - --allowed-runner-image-prefixes={{ join "," (prepend .Values.runner.policy.allowedImagePrefixes (include "captf.image" .Values.runner.image)) }}
 - --allowed-runner-service-accounts={{ join "," (prepend .Values.runner.policy.allowedServiceAccounts .Values.runner.serviceAccount.name) }}

@@ -9,10 +9,8 @@
 //!   `app.kubernetes.io/managed-by: clusterctl` instead of Helm's labels;
 //! - clusterctl variables (`${VAR:=default}`) for what a user sets at install: see [`VARIABLES`].
 //!
-//! What the chart's `runner.namespaces` does (the runner's ServiceAccount and RoleBinding in each
-//! tenant namespace) has no place in a components file: clusterctl moves every namespaced object
-//! into the target namespace, and a variable cannot expand into one object per namespace. The
-//! README shows the two objects to apply per tenant namespace.
+//! Nothing per tenant namespace is needed: the controller makes each object's runner
+//! ServiceAccount and Role itself.
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -77,8 +75,8 @@ pub const VARIABLES: [Variable; 6] = [
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
-        default: "captf-runner",
-        doc: "the runner pods' ServiceAccount in each tenant namespace (--runner-service-account)",
+        default: "",
+        doc: "the runner pods' ServiceAccount (--runner-service-account); empty: each object's own",
     },
 ];
 
@@ -196,8 +194,7 @@ pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
         });
     }
     docs.extend(crds.into_iter().cloned());
-    // The runner's tenant-namespace objects cannot be installed by clusterctl (see the module doc).
-    docs.extend(rest.into_iter().filter(|d| !is_runner_tenant_object(d)).cloned());
+    docs.extend(rest.into_iter().cloned());
     let mut found_manager = false;
     for doc in &mut docs {
         relabel(&mut doc["metadata"]);
@@ -220,12 +217,6 @@ pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
         });
     }
     Ok(docs)
-}
-
-/// The runner ServiceAccount and RoleBinding the chart renders in each `runner.namespaces` entry.
-fn is_runner_tenant_object(doc: &Value) -> bool {
-    doc["metadata"]["labels"]["app.kubernetes.io/component"] == "runner"
-        && matches!(doc["kind"].as_str(), Some("ServiceAccount" | "RoleBinding"))
 }
 
 /// Helm writes file modes in YAML 1.1 octal (`0440`), which YAML 1.2 reads as a string: write

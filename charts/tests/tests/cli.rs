@@ -110,16 +110,17 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
         from_controller.runner_image_prefixes,
         ["ghcr.io/captf/runner:0.1.0", "registry.corp/"]
     );
-    assert_eq!(from_controller.runner_service_accounts, ["captf-runner", "deployer"]);
+    assert_eq!(from_controller.runner_service_accounts, ["deployer"]);
     assert!(!from_controller.env_from_secrets);
 }
 
 #[test]
-fn by_default_only_the_charts_runner_image_and_service_account_may_be_named() {
+fn by_default_only_the_charts_runner_image_may_be_named_and_no_service_account() {
     let run = parse_controller(&args_of(&[], "captf-controller"));
+    assert_eq!(run.runner_service_account, "", "each object's own account");
     let p = run.policy();
     assert_eq!(p.runner_image_prefixes, ["ghcr.io/captf/runner:0.1.0"]);
-    assert_eq!(p.runner_service_accounts, ["captf-runner"]);
+    assert_eq!(p.runner_service_accounts, Vec::<String>::new());
     assert!(p.env_from_secrets);
 }
 

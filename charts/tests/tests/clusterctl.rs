@@ -154,7 +154,7 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
         "an empty --namespace watches all namespaces"
     );
     assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
-    assert_eq!(run.runner_service_account, "captf-runner");
+    assert_eq!(run.runner_service_account, "", "each object's own account");
     // With the variables set.
     let values = BTreeMap::from([
         ("CAPTF_WATCH_NAMESPACE", "tenant-a"),

@@ -58,7 +58,17 @@ fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
 
 #[test]
 fn notes_without_cert_manager_do_not_mention_the_certificate() {
-    let notes = render_notes(&[OWN_CERTIFICATE, &["--set", "runner.namespaces={tenant-a}"]].concat());
+    let notes = render_notes(OWN_CERTIFICATE);
     assert!(!notes.contains("get certificate"), "{notes}");
-    assert!(notes.contains("kubectl apply -n tenant-a"), "{notes}");
+}
+
+#[test]
+fn notes_say_which_account_runner_jobs_run_as() {
+    let own = render_notes(&[]);
+    assert!(own.contains("its own ServiceAccount captf-runner-<suffix>"), "{own}");
+    let shared = render_notes(&["--set", "runner.serviceAccount.name=platform-runner"]);
+    assert!(
+        shared.contains("run as the ServiceAccount \"platform-runner\": create it"),
+        "{shared}"
+    );
 }

@@ -1,5 +1,5 @@
-//! The shape of the chart's RBAC: no wildcards, the runner bound per namespace, the controller's
-//! rules the same whether it watches one namespace or all. That the rules are enough, and what
+//! The shape of the chart's RBAC: no wildcards, no shared runner account, the controller's rules
+//! the same whether it watches one namespace or all. That the rules are enough, and what
 //! they allow is used, is shown by running the controller under them in the simulator (the
 //! scenario tests and the demo load `charts/tests/rendered/rbac.yaml`, which the first test here
 //! keeps equal to what helm renders).
@@ -114,33 +114,48 @@ fn controller_rbac_for_one_namespace_is_the_same_rules_bound_there() {
 }
 
 #[test]
-fn runner_rbac_covers_its_state_secrets_and_lock_leases_and_nothing_more() {
-    let r = helm_template(&["--set", "runner.namespaces={tenant-a,tenant-b}"]).unwrap();
-    let roles = roles_of(&r, "captf-runner");
-    assert_eq!(roles.len(), 2, "one binding per runner namespace");
-    assert!(!from_rules(&roles).is_empty());
-    let mut namespaces = BTreeSet::new();
-    for sa in r
-        .of_kind("ServiceAccount")
-        .into_iter()
-        .filter(|s| s["metadata"]["name"] == "captf-runner")
-    {
-        namespaces.insert(sa["metadata"]["namespace"].as_str().unwrap().to_string());
+fn the_chart_grants_runners_nothing_each_object_gets_its_own_account_from_the_controller() {
+    for extra in [&[][..], &["--set", "runner.serviceAccount.name=platform-runner"][..]] {
+        let r = helm_template(extra).unwrap();
+        for kind in [
+            "ServiceAccount",
+            "Role",
+            "ClusterRole",
+            "RoleBinding",
+            "ClusterRoleBinding",
+        ] {
+            for o in r.of_kind(kind) {
+                assert_ne!(
+                    o["metadata"]["labels"]["app.kubernetes.io/component"], "runner",
+                    "{kind} {} renders runner rights",
+                    o["metadata"]["name"]
+                );
+            }
+        }
     }
-    assert_eq!(
-        namespaces,
-        BTreeSet::from(["tenant-a".to_string(), "tenant-b".to_string()])
-    );
-    // Bound per namespace with RoleBindings only: never cluster-wide.
-    for b in r.of_kind("ClusterRoleBinding") {
-        assert_ne!(b["roleRef"]["name"], "captf-runner", "runner bound cluster-wide");
-    }
-    for b in r
-        .of_kind("RoleBinding")
-        .into_iter()
-        .filter(|b| b["roleRef"]["name"] == "captf-runner")
-    {
-        assert_eq!(b["subjects"][0]["namespace"], b["metadata"]["namespace"]);
+    // What the controller needs to make each object's identity: its ServiceAccount, Role and
+    // RoleBinding, and every right it grants in that Role (Kubernetes refuses a Role granting
+    // more than its writer holds).
+    let g = controller_grants(&helm_template(&[]).unwrap());
+    let has = |group: &str, res: &str, verbs: &[&str]| {
+        let held = g
+            .get(&(group.to_string(), res.to_string()))
+            .cloned()
+            .unwrap_or_default();
+        verbs.iter().all(|v| held.contains(*v))
+    };
+    assert!(has("", "serviceaccounts", &["create"]));
+    assert!(has("rbac.authorization.k8s.io", "roles", &["create", "patch"]));
+    assert!(has("rbac.authorization.k8s.io", "rolebindings", &["create"]));
+    for rule in captf_shared::runner_identity::runner_rules("x-tc") {
+        let group = rule.api_groups.unwrap()[0].clone();
+        for res in rule.resources.unwrap() {
+            let verbs: Vec<&str> = rule.verbs.iter().map(String::as_str).collect();
+            assert!(
+                has(&group, &res, &verbs),
+                "the controller cannot grant {verbs:?} on {group}/{res}"
+            );
+        }
     }
 }
 

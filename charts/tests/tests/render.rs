@@ -54,7 +54,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "--set",
             "controller.watchNamespace=tenant-a",
             "--set",
-            "runner.namespaces={tenant-a,tenant-b}",
+            "runner.serviceAccount.name=platform-runner",
         ],
     ),
 ];
@@ -163,11 +163,8 @@ fn default_install_has_both_deployments_services_pdb_and_both_webhook_configurat
         "PodDisruptionBudget/captf-system/captf-webhook",
         "ServiceAccount/captf-system/captf-webhook",
         "ServiceAccount/captf-system/captf-controller",
-        "ServiceAccount/default/captf-runner",
         "ClusterRole/-/captf-controller",
         "ClusterRoleBinding/-/captf-controller",
-        "ClusterRole/-/captf-runner",
-        "RoleBinding/default/captf-runner",
         "MutatingWebhookConfiguration/-/captf-webhook",
         "ValidatingWebhookConfiguration/-/captf-webhook",
     ] {

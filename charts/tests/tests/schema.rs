@@ -98,7 +98,7 @@ fn unsafe_or_unpinned_settings_are_rejected() {
         "webhook.replicas=0",
         "webhook.port=70000",
         "controller.concurrency=0",
-        "runner.namespaces={Not_A_Namespace}",
+        "runner.serviceAccount.name=Not_An_Account",
         "webhook.tls.certManager.duration=90days",
         "metrics.prometheusRule.consecutiveFailures=0",
     ] {

@@ -26,9 +26,10 @@ use super::deletion;
 use super::errors::{self, ApiAction, Error};
 use super::events::{Emission, Events};
 use super::gather::{self, Caches, FeedStreams, Feeds, Ident, Meta};
+use super::identity;
 use super::inputs;
 use super::interrupted::{self, Checked};
-use super::job::{JobParams, build_job, owner_reference};
+use super::job::{JobParams, build_job, owner_reference, runner_account};
 use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::metrics::Metrics;
@@ -551,6 +552,16 @@ async fn start_job(
         return Ok(None);
     }
     let spec = object.terraform_spec();
+    if runner_account(
+        spec.jobs.as_ref(),
+        ctx.config.runner_service_account.as_deref(),
+        &id.suffix,
+    )
+    .own
+    {
+        identity::ensure_identity(&ctx.client, id).await?;
+    }
+    identity::ensure_state_objects(&ctx.client, id).await?;
     let hash = inputs_doc.hash();
     let sensitive = crate::core::inputs::sensitive_variables(spec, inputs_doc);
     let job = build_job(&JobParams {

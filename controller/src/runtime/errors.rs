@@ -23,6 +23,7 @@ pub enum ApiAction {
     PatchStatus,
     ListMembers,
     GetMachine,
+    WriteIdentity,
 }
 
 impl ApiAction {
@@ -45,6 +46,7 @@ impl ApiAction {
             ApiAction::PatchStatus => "patch the status of",
             ApiAction::ListMembers => "list the members of",
             ApiAction::GetMachine => "get the Cluster API Machine of",
+            ApiAction::WriteIdentity => "create the runner identity (ServiceAccount, Role, RoleBinding)",
         }
     }
 
@@ -68,6 +70,7 @@ impl ApiAction {
             ApiAction::PatchStatus => "PatchStatus",
             ApiAction::ListMembers => "ListMembers",
             ApiAction::GetMachine => "GetMachine",
+            ApiAction::WriteIdentity => "WriteIdentity",
         }
     }
 }

@@ -100,6 +100,34 @@ pub fn runner_resources(
     })
 }
 
+/// The ServiceAccount runner pods run as.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunnerAccount {
+    pub name: String,
+    /// The object's own account `captf-runner-<suffix>`, which the controller makes (with its
+    /// Role and RoleBinding) before each Job; false: an account the platform team or the tenant
+    /// provides, with the rights they gave it.
+    pub own: bool,
+}
+
+/// `spec.jobs.serviceAccountName`, else `--runner-service-account`, else the object's own.
+pub fn runner_account(jobs: Option<&JobsSpec>, flag: Option<&str>, suffix: &str) -> RunnerAccount {
+    match jobs
+        .and_then(|j| j.service_account_name.as_deref())
+        .or(flag)
+        .filter(|s| !s.is_empty())
+    {
+        Some(name) => RunnerAccount {
+            name: name.to_string(),
+            own: false,
+        },
+        None => RunnerAccount {
+            name: names::runner_service_account_name(suffix),
+            own: true,
+        },
+    }
+}
+
 /// The ownerReference every Job and Secret of the object carries.
 pub fn owner_reference(kind: Kind, name: &str, uid: &str) -> OwnerReference {
     OwnerReference {
@@ -260,10 +288,7 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
     let pod = PodSpec {
         containers: vec![container],
         restart_policy: Some("Never".into()),
-        service_account_name: p
-            .jobs
-            .and_then(|j| j.service_account_name.clone())
-            .or_else(|| p.runner_service_account.map(str::to_string)),
+        service_account_name: Some(runner_account(p.jobs, p.runner_service_account, &suffix).name),
         node_selector: p.jobs.and_then(|j| j.node_selector.clone()),
         tolerations: p.jobs.and_then(|j| j.tolerations.clone()),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
@@ -591,6 +616,31 @@ mod tests {
         let pod = job.spec.as_ref().unwrap().template.spec.clone().unwrap();
         assert_eq!(pod.containers[0].image.as_deref(), Some("ghcr.io/captf/runner:1"));
         assert_eq!(pod.service_account_name.as_deref(), Some("captf-runner"));
+    }
+
+    #[test]
+    fn without_a_spec_or_flag_account_runner_pods_run_as_the_objects_own_account() {
+        let own = runner_account(None, None, "prod-eu-tc");
+        assert_eq!(
+            own,
+            RunnerAccount {
+                name: "captf-runner-prod-eu-tc".into(),
+                own: true
+            }
+        );
+        assert_eq!(
+            runner_account(None, Some(""), "prod-eu-tc"),
+            own,
+            "an empty flag is unset"
+        );
+        let flag = runner_account(None, Some("platform-runner"), "prod-eu-tc");
+        assert_eq!((flag.name.as_str(), flag.own), ("platform-runner", false));
+        let jobs = JobsSpec {
+            service_account_name: Some("tf".into()),
+            ..Default::default()
+        };
+        let spec = runner_account(Some(&jobs), Some("platform-runner"), "prod-eu-tc");
+        assert_eq!((spec.name.as_str(), spec.own), ("tf", false));
     }
 
     #[test]

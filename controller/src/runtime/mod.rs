@@ -11,6 +11,7 @@
 //! | [`leases`] | run lease and cluster lease |
 //! | [`job`] | the PURE Job builder |
 //! | [`inputs`] | the durable inputs Secret |
+//! | [`identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`status`] | conditions, nextAction, activeJob: the status patch |
 //! | [`deletion`] | the finalizer |
 //! | [`pause`], [`state`] | live reads of the owning Cluster's pause and of the state Secret |
@@ -29,6 +30,7 @@ pub mod errors;
 pub mod events;
 pub mod gather;
 pub mod http;
+pub mod identity;
 pub mod inputs;
 pub mod interrupted;
 pub mod job;
@@ -60,9 +62,11 @@ pub struct RunArgs {
     /// The runner image of Jobs whose spec.jobs.image is unset.
     #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION")))]
     pub runner_image: String,
-    /// The service account of runner pods whose spec.jobs.serviceAccountName is unset (the chart's
-    /// `captf-runner`, which may touch only state Secrets and lock Leases); empty: the namespace's default.
-    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "captf-runner")]
+    /// The service account of runner pods whose spec.jobs.serviceAccountName is unset. Empty (the
+    /// default): each object's own `captf-runner-<suffix>`, which the controller creates with a
+    /// Role naming only that object's state Secret, outputs Secret and lock Lease. A name: that
+    /// account, with whatever rights the platform team gave it.
+    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "")]
     pub runner_service_account: String,
     /// Where /metrics is served.
     #[arg(long, env = "CAPTF_METRICS_ADDR", default_value = "0.0.0.0:8080")]

@@ -696,6 +696,94 @@ async fn controller_under_chart_rbac_runs_the_lifecycle() -> Result<()> {
     Ok(())
 }
 
+/// Before an object's first Job the controller, under the chart's RBAC (which Kubernetes lets
+/// write a Role only with rights it holds), makes the object's own runner ServiceAccount, Role
+/// and RoleBinding, and its empty state Secret, free lock Lease and empty outputs Secret; the
+/// Job runs as that account. A second object gets its own, and a spec naming the first one's
+/// account is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_objects_runner_runs_as_its_own_account_made_before_its_first_job() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let j1 = env.create_cluster("prod-eu", json!({})).await?;
+    let account = "captf-runner-prod-eu-tc";
+    let pod = j1.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some(account));
+    for resource in [
+        "/serviceaccounts",
+        "rbac.authorization.k8s.io/roles",
+        "rbac.authorization.k8s.io/rolebindings",
+    ] {
+        let o = env
+            .sim
+            .get(resource, NS, account)
+            .unwrap_or_else(|| panic!("no {resource} {account}"));
+        assert_eq!(
+            o.pointer("/metadata/ownerReferences/0/name"),
+            Some(&json!("prod-eu")),
+            "{o}"
+        );
+    }
+    let role = env.sim.get("rbac.authorization.k8s.io/roles", NS, account).unwrap();
+    assert_eq!(
+        role.pointer("/rules/0/resourceNames"),
+        Some(&json!(["tfstate-default-prod-eu-tc", "captf-outputs-prod-eu-tc"]))
+    );
+    let state = env
+        .sim
+        .get("/secrets", NS, "tfstate-default-prod-eu-tc")
+        .expect("state Secret made");
+    assert_eq!(state.pointer("/metadata/labels/tfstate"), Some(&json!("true")));
+    assert_eq!(
+        state.pointer("/metadata/labels/clusterctl.cluster.x-k8s.io~1move"),
+        Some(&json!(""))
+    );
+    assert_eq!(
+        state.pointer("/metadata/ownerReferences"),
+        None,
+        "state is never garbage-collected"
+    );
+    assert!(
+        env.sim
+            .get("coordination.k8s.io/leases", NS, "lock-tfstate-default-prod-eu-tc")
+            .is_some()
+    );
+    assert!(env.sim.get("/secrets", NS, "captf-outputs-prod-eu-tc").is_some());
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("prod-eu").await?;
+
+    // A Role edited by hand is set back to exactly the runner's rules before the next Job.
+    let mut widened = role.clone();
+    widened["rules"][0]["verbs"] = json!(["*"]);
+    env.sim.put(widened)?;
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
+        .await?;
+    env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 2).await?;
+    let role_again = env.sim.get("rbac.authorization.k8s.io/roles", NS, account).unwrap();
+    assert_eq!(role_again["rules"], role["rules"]);
+
+    let j2 = env.create_cluster("prod-us", json!({})).await?;
+    let pod = j2.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert_eq!(pod.service_account_name.as_deref(), Some("captf-runner-prod-us-tc"));
+    env.sim
+        .put(cluster_json("thief", json!({"jobs": {"serviceAccountName": account}})))?;
+    let c = env.until_reason("thief", "Ready", "PolicyViolation").await?;
+    let (_, _, message) = condition(&c, "Ready").unwrap();
+    assert!(message.contains("reserved"), "{message}");
+    assert!(env.job_names(Kind::TerraformCluster, "thief").is_empty());
+    env.no_denials()?;
+    let used = env.sim.used_rights(CONTROLLER_SA.0, CONTROLLER_SA.1);
+    for right in [
+        "create /serviceaccounts",
+        "create rbac.authorization.k8s.io/roles",
+        "patch rbac.authorization.k8s.io/roles",
+        "create rbac.authorization.k8s.io/rolebindings",
+        "create coordination.k8s.io/leases",
+    ] {
+        assert!(used.contains(right), "{right} in {used:?}");
+    }
+    Ok(())
+}
+
 /// The controller checks the tenant policy itself (the webhook can be bypassed): a spec with an
 /// image outside it gets `Ready=False/PolicyViolation` naming the field, and no Job; once the
 /// spec is back inside the policy the apply starts.

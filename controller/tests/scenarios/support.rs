@@ -32,7 +32,7 @@ pub(crate) fn args() -> RunArgs {
     RunArgs {
         namespace: Some(NS.into()),
         runner_image: "runner:test".into(),
-        runner_service_account: "captf-runner".into(),
+        runner_service_account: String::new(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,

@@ -1,0 +1,93 @@
+//! Before each Job: the object's own runner identity (when its pods run as it) and its state
+//! objects (`captf_shared::runner_identity`, docs/trust.md).
+//!
+//! Everything here is created when absent and otherwise left alone, except the Role's rules,
+//! which are set again so a Role from an older version (or edited by hand) grants exactly what
+//! this version's runner needs. The state Secret, lock Lease and outputs Secret are never
+//! overwritten: they may hold state, a lock or outputs.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use kube::Api;
+use kube::api::{Patch, PatchParams, PostParams};
+use serde::Serialize;
+use serde::de::DeserializeOwned;
+
+use captf_shared::keys;
+use captf_shared::runner_identity::{runner_identity, state_objects};
+
+use super::errors::{self, ApiAction, Error};
+use super::gather::Ident;
+use super::job::owner_reference;
+
+/// Create `obj` unless an object of its name exists.
+async fn create_absent<K>(client: &kube::Client, id: &Ident, action: ApiAction, obj: &K) -> Result<(), Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &id.namespace);
+    match api.create(&PostParams::default(), obj).await {
+        Ok(_) => Ok(()),
+        Err(e) if errors::is_conflict(&e) => Ok(()),
+        Err(e) => Err(Error::api(
+            action,
+            format!("{}/{}", id.namespace, obj.meta().name.as_deref().unwrap_or_default()),
+            e,
+        )),
+    }
+}
+
+/// The labels of what is made for the object.
+fn labels(id: &Ident) -> BTreeMap<String, String> {
+    BTreeMap::from([
+        (keys::LABEL_KIND.to_string(), id.kind.as_str().to_string()),
+        (keys::LABEL_OBJECT.to_string(), id.object_id.clone()),
+    ])
+}
+
+/// The object's ServiceAccount, Role and RoleBinding `captf-runner-<suffix>`, owned by it.
+pub async fn ensure_identity(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+    let owner = owner_reference(id.kind, &id.name, &id.uid);
+    let identity = runner_identity(&id.namespace, &id.suffix, &labels(id), Some(&owner));
+    create_absent(client, id, ApiAction::WriteIdentity, &identity.service_account).await?;
+    let roles: Api<Role> = Api::namespaced(client.clone(), &id.namespace);
+    let name = identity.role.metadata.name.clone().unwrap_or_default();
+    match roles.create(&PostParams::default(), &identity.role).await {
+        Ok(_) => {}
+        Err(e) if errors::is_conflict(&e) => {
+            let patch = serde_json::json!({"rules": identity.role.rules});
+            roles
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map_err(|e| Error::api(ApiAction::WriteIdentity, format!("{}/{name}", id.namespace), e))?;
+        }
+        Err(e) => {
+            return Err(Error::api(
+                ApiAction::WriteIdentity,
+                format!("{}/{name}", id.namespace),
+                e,
+            ));
+        }
+    }
+    create_absent::<RoleBinding>(client, id, ApiAction::WriteIdentity, &identity.role_binding).await
+}
+
+/// The object's state Secret, lock Lease and outputs Secret, when absent. The two Secrets carry
+/// the clusterctl move label, so `clusterctl move` takes them with the object.
+pub async fn ensure_state_objects(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+    let owner = owner_reference(id.kind, &id.name, &id.uid);
+    // Not the captf.io labels: the controller's label-selected Secret watch must not carry state.
+    let extra = BTreeMap::from([(keys::LABEL_CLUSTERCTL_MOVE.to_string(), String::new())]);
+    let s = state_objects(&id.namespace, &id.suffix, &extra, Some(&owner));
+    create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.state_secret).await?;
+    create_absent::<Lease>(client, id, ApiAction::WriteLease, &s.lock_lease).await?;
+    create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.outputs_secret).await?;
+    Ok(())
+}
