@@ -18,6 +18,8 @@ pub const LABEL_ATTEMPT: &str = "captf.io/attempt";
 pub const LABEL_INPUTS_HASH: &str = "captf.io/inputs-hash";
 /// Cluster API's cluster-name label (on members and on CAPTF's Jobs).
 pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
+/// clusterctl move waits while an object it moves carries this annotation (any value).
+pub const ANNOTATION_BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
 /// clusterctl move takes objects with this label (any value) along with the Cluster's own.
 pub const LABEL_CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
 /// Cluster API: objects with this label are managed by someone else and left alone.

@@ -180,7 +180,9 @@ fn awaiting_person(s: &Snapshot, current: &str) -> Option<Reason> {
 }
 
 /// Rule 8: a refresh requested after the last successful refresh, or outputs missing after a
-/// successful apply that no refresh has followed.
+/// successful apply that no refresh has followed. An apply known only from the durable record
+/// (the status was lost: the object was moved by clusterctl or restored from a backup, and its
+/// Jobs stayed behind) counts too: its outputs are read again by a refresh, never by re-applying.
 fn refresh_due(s: &Snapshot) -> bool {
     let last_refresh = s.last_success(Op::Refresh);
     if let Some(asked) = s.refresh_requested
@@ -189,7 +191,7 @@ fn refresh_due(s: &Snapshot) -> bool {
         return true;
     }
     let Some(applied) = s.last_success(Op::Apply) else {
-        return false;
+        return s.durable.applied_inputs_hash.is_some() && s.status.outputs.is_none() && last_refresh.is_none();
     };
     let result_has_outputs = s
         .jobs
@@ -649,6 +651,22 @@ mod tests {
         assert_eq!(as_wait(decide(&s, ts(10_001))).reason, Reason::Idle);
         s.refresh_requested = Some(ts(5_000));
         assert_eq!(as_start(decide(&s, ts(10_001))).reason, Reason::RefreshRequested);
+    }
+
+    #[test]
+    fn outputs_lost_with_the_status_are_read_again_by_a_refresh_not_an_apply() {
+        // Moved or restored: no Jobs, an empty status, the durable record of the applied inputs.
+        let mut s = snap(3, vec![], 10_000);
+        s.status = Default::default();
+        let st = as_start(decide(&s, ts(10_001)));
+        assert_eq!((st.op, st.reason), (Op::Refresh, Reason::RefreshRequested));
+        // Once a refresh succeeded (its outputs booked), the object is idle again.
+        let mut after = snap(3, vec![rec(Op::Refresh, 1, Some(Outcome::Succeeded))], 10_000);
+        after.status.outputs = None;
+        assert_eq!(as_wait(decide(&after, ts(10_001))).reason, Reason::Idle);
+        // Without the durable record nothing says an apply ever ran: inputs not applied, apply.
+        s.durable.applied_inputs_hash = None;
+        assert_eq!(as_start(decide(&s, ts(10_001))).op, Op::Apply);
     }
 
     #[test]

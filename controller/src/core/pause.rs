@@ -35,6 +35,17 @@ pub fn under_cluster_api(meta: &ObjectMeta) -> bool {
     }) || cluster_owner(meta).is_some()
 }
 
+/// Whether the object pauses itself: its `spec.paused` or the `cluster.x-k8s.io/paused`
+/// annotation (PURE; the Cluster's pause is [`cluster_paused`]).
+pub fn object_paused(object: &captf_shared::types::CaptfObject) -> bool {
+    object.terraform_spec().paused.unwrap_or(false)
+        || object
+            .metadata()
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(captf_shared::keys::ANNOTATION_CAPI_PAUSED))
+}
+
 /// Whether a Cluster API `Cluster` (as JSON, any version) is paused: `spec.paused: true` (PURE).
 pub fn cluster_paused(cluster: &Value) -> bool {
     cluster.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)

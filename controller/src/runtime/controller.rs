@@ -38,6 +38,7 @@ use super::retry::{ErrorBackoff, ObjectKey};
 use super::state;
 use super::status;
 use crate::core::lock::LockState;
+use crate::core::moving;
 use crate::core::record::{self, JobRecord};
 use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
 use crate::core::{Decision, Reason, Start, Wait};
@@ -225,8 +226,13 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let deleting = meta.deletion_timestamp.is_some();
-    if !deleting && !deletion::ensure_finalizer(&ctx.client, &id, &object).await? {
-        return Ok(Action::requeue(RACE_REQUEUE));
+    if !deleting && !deletion::has_finalizer(&object) {
+        // The Cluster is read only when the finalizer is missing (a new or a moving object).
+        let paused =
+            crate::core::pause::object_paused(&object) || pause::cluster_paused(&ctx.client, &object, &id).await;
+        if moving::may_add_finalizer(paused) && !deletion::ensure_finalizer(&ctx.client, &id, &object).await? {
+            return Ok(Action::requeue(RACE_REQUEUE));
+        }
     }
 
     let read = match read_pass(ctx, &id, &object, deleting).await? {
@@ -250,6 +256,8 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
     };
     write_status(ctx, &id, &read.original, &new).await?;
+    let block = moving::blocks_move(acted.active_job.as_deref(), read.snap.lock.holder());
+    deletion::set_block_move(&ctx.client, &id, &object, block).await?;
     if let Some(msg) = state_locked_transition(&read.original, &new) {
         ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
             .await;

@@ -1,6 +1,8 @@
 //! Deletion (docs/rules.md): the finalizer `captf.io/destroy` is added to every object; on
 //! deletion `decide` starts a destroy (or holds, or finalizes for `Orphan`), and after a
-//! successful destroy the finalizer is removed. Writes carry the read resourceVersion.
+//! successful destroy the finalizer is removed (not added while the object is paused:
+//! `crate::core::moving`). Finalizer writes carry the read resourceVersion. Also the clusterctl
+//! block-move annotation, the other metadata the controller writes on the object.
 
 use kube::api::{Api, Patch, PatchParams};
 use kube::core::DynamicObject;
@@ -45,6 +47,36 @@ async fn set_finalizers(
     {
         Ok(_) => Ok(true),
         Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(false),
+        Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
+    }
+}
+
+/// Whether the object carries the finalizer.
+pub fn has_finalizer(object: &CaptfObject) -> bool {
+    with_finalizer(object.metadata().finalizers.as_deref().unwrap_or_default()).is_none()
+}
+
+/// Add (`block`) or remove the clusterctl block-move annotation when it differs from what the
+/// object carries (`crate::core::moving::blocks_move`).
+pub async fn set_block_move(client: &kube::Client, id: &Ident, object: &CaptfObject, block: bool) -> Result<(), Error> {
+    let has = object
+        .metadata()
+        .annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(keys::ANNOTATION_BLOCK_MOVE));
+    if has == block {
+        return Ok(());
+    }
+    let value = if block { json!("") } else { serde_json::Value::Null };
+    let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_BLOCK_MOVE: value}}});
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &api_resource(id.kind));
+    match api
+        .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
+        .await
+    {
+        Ok(_) => Ok(()),
+        // Gone: nothing to move. The next pass sees the annotation as written or not.
+        Err(e) if errors::is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
     }
 }

@@ -2,40 +2,12 @@
 //! that cannot be read, which holds a deletion (docs/rules.md).
 
 use anyhow::Result;
-use serde_json::{Value, json};
+use serde_json::json;
 
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op, names};
 
 use super::support::*;
-
-/// The Cluster API `Cluster` CRD, as much of it as the simulator needs to serve the kind.
-fn capi_cluster_crd() -> Value {
-    json!({
-        "apiVersion": "apiextensions.k8s.io/v1",
-        "kind": "CustomResourceDefinition",
-        "metadata": {"name": "clusters.cluster.x-k8s.io"},
-        "spec": {
-            "group": "cluster.x-k8s.io",
-            "scope": "Namespaced",
-            "names": {"kind": "Cluster", "listKind": "ClusterList", "plural": "clusters", "singular": "cluster"},
-            "versions": [{
-                "name": "v1beta1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
-                "subresources": {"status": {}},
-            }],
-        },
-    })
-}
-
-fn capi_cluster(name: &str, paused: bool) -> Value {
-    json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1",
-        "kind": "Cluster",
-        "metadata": {"name": name, "namespace": NS},
-        "spec": {"paused": paused},
-    })
-}
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_paused_cluster_api_cluster_pauses_its_terraform_cluster_until_unpaused() -> Result<()> {

@@ -9,4 +9,5 @@ mod booking;
 mod errors;
 mod holds;
 mod lifecycle;
+mod moving;
 mod scale;

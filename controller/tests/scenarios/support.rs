@@ -437,3 +437,31 @@ pub(crate) fn apply_failures(obj: &Value) -> Value {
         .cloned()
         .unwrap_or(json!(0))
 }
+
+/// The Cluster API `Cluster` CRD, as much of it as the simulator needs to serve the kind.
+pub(crate) fn capi_cluster_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1",
+        "kind": "CustomResourceDefinition",
+        "metadata": {"name": "clusters.cluster.x-k8s.io"},
+        "spec": {
+            "group": "cluster.x-k8s.io",
+            "scope": "Namespaced",
+            "names": {"kind": "Cluster", "listKind": "ClusterList", "plural": "clusters", "singular": "cluster"},
+            "versions": [{
+                "name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}},
+                "subresources": {"status": {}},
+            }],
+        },
+    })
+}
+
+pub(crate) fn capi_cluster(name: &str, paused: bool) -> Value {
+    json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1",
+        "kind": "Cluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"paused": paused},
+    })
+}
