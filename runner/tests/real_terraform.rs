@@ -782,3 +782,49 @@ async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
     assert_eq!(env.thing("a").unwrap().content, "one");
     assert_eq!(env.lock_holder(), None);
 }
+
+/// `clusterctl move` takes the state Secret (it carries the move label) to another cluster,
+/// where the controller makes the object's identity and free lock again and leaves the moved
+/// Secret alone. There the next apply plans against the moved state: nothing to create, and a
+/// destroy removes what the first cluster's apply made.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made() {
+    require_namespaces!();
+    let mut env = Env::under_own_identity().await;
+    assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
+    let mut moved = env.get("/secrets", STATE_SECRET).unwrap();
+    assert_eq!(
+        moved["metadata"]["labels"][keys::LABEL_CLUSTERCTL_MOVE],
+        "",
+        "labelled to move"
+    );
+    for k in ["uid", "resourceVersion", "creationTimestamp", "managedFields"] {
+        moved["metadata"].as_object_mut().unwrap().remove(k);
+    }
+
+    // The target cluster: the same cloud (the provider's world), another API server.
+    env.sim = Sim::builder().https().start().await.unwrap();
+    provision(&env.sim, SUFFIX);
+    env.sim.put(moved.clone()).unwrap();
+    env.token = env.sim.token_for(NS, &names::runner_service_account_name(SUFFIX));
+
+    let ran = env.apply(a("one")).await;
+    assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
+    let summary = ran.result.summary.unwrap();
+    assert_eq!(
+        (summary.add, summary.change, summary.destroy, summary.replace),
+        (0, 0, 0, 0),
+        "{summary:?}"
+    );
+    assert_eq!(env.thing("a").unwrap().content, "one");
+    assert_eq!(env.sim.denied(), Vec::<String>::new());
+
+    assert_eq!(
+        env.run("destroy", a("one"), &[]).await.result.result,
+        RunResult::Succeeded
+    );
+    assert!(
+        env.thing("a").is_none(),
+        "the destroy in the target removed what the source made"
+    );
+}
