@@ -162,6 +162,17 @@ pub fn inputs_applied(s: &Snapshot, current: &str) -> bool {
         == Some(current)
 }
 
+/// Cluster API: a machine pool's or machine's infrastructure is made only once its Cluster's is
+/// provisioned. Only the first apply waits (nothing was ever applied); later applies of a
+/// machine whose Cluster is being changed are not held.
+pub fn first_apply_waits_for_the_cluster(s: &Snapshot) -> bool {
+    s.kind != Kind::TerraformCluster
+        && s.holds.cluster_infrastructure_pending
+        && s.durable.applied_inputs_hash.is_none()
+        && s.status.applied_inputs_hash.is_none()
+        && s.last_success(Op::Apply).is_none()
+}
+
 /// Rule 4: the newest apply stopped for a person and nothing they could change has changed.
 fn awaiting_person(s: &Snapshot, current: &str) -> Option<Reason> {
     let newest = newest_finished(s, Op::Apply)?;
@@ -272,6 +283,15 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     }
     // 6.
     if !inputs_applied(s, current) {
+        if first_apply_waits_for_the_cluster(s) {
+            return Decision::Wait(Wait {
+                reason: Reason::ClusterInfrastructurePending,
+                op: Some(Op::Apply),
+                requeue_after: Some(HOLD_REQUEUE),
+                not_before: None,
+                attempt: None,
+            });
+        }
         return start(s, now, Op::Apply, Reason::InputsChanged, false);
     }
     // 7.
@@ -667,6 +687,33 @@ mod tests {
         // Without the durable record nothing says an apply ever ran: inputs not applied, apply.
         s.durable.applied_inputs_hash = None;
         assert_eq!(as_start(decide(&s, ts(10_001))).op, Op::Apply);
+    }
+
+    #[test]
+    fn a_machines_first_apply_waits_for_its_clusters_infrastructure() {
+        let mut s = snap(3, vec![], 10_000);
+        s.kind = Kind::TerraformMachine;
+        s.durable.applied_inputs_hash = None;
+        s.holds.cluster_infrastructure_pending = true;
+        let w = as_wait(decide(&s, ts(10_001)));
+        assert_eq!(
+            (w.reason, w.op, w.requeue_after),
+            (
+                Reason::ClusterInfrastructurePending,
+                Some(Op::Apply),
+                Some(HOLD_REQUEUE)
+            )
+        );
+        // Provisioned: the apply starts.
+        s.holds.cluster_infrastructure_pending = false;
+        assert_eq!(as_start(decide(&s, ts(10_001))).reason, Reason::InputsChanged);
+        // A later apply (something was applied before) is not held, nor is a TerraformCluster.
+        s.holds.cluster_infrastructure_pending = true;
+        s.durable.applied_inputs_hash = Some(OTHER.into());
+        assert_eq!(as_start(decide(&s, ts(10_001))).reason, Reason::InputsChanged);
+        s.durable.applied_inputs_hash = None;
+        s.kind = Kind::TerraformCluster;
+        assert_eq!(as_start(decide(&s, ts(10_001))).reason, Reason::InputsChanged);
     }
 
     #[test]

@@ -46,6 +46,17 @@ pub fn object_paused(object: &captf_shared::types::CaptfObject) -> bool {
             .is_some_and(|a| a.contains_key(captf_shared::keys::ANNOTATION_CAPI_PAUSED))
 }
 
+/// Whether a Cluster API `Cluster` (as JSON) says its infrastructure is provisioned: v1beta2's
+/// `status.initialization.infrastructureProvisioned`, else v1beta1's `status.infrastructureReady`
+/// (PURE). Missing reads as not yet.
+pub fn cluster_infrastructure_provisioned(cluster: &Value) -> bool {
+    cluster
+        .pointer("/status/initialization/infrastructureProvisioned")
+        .or_else(|| cluster.pointer("/status/infrastructureReady"))
+        .and_then(Value::as_bool)
+        == Some(true)
+}
+
 /// Whether a Cluster API `Cluster` (as JSON, any version) is paused: `spec.paused: true` (PURE).
 pub fn cluster_paused(cluster: &Value) -> bool {
     cluster.pointer("/spec/paused").and_then(Value::as_bool) == Some(true)
@@ -104,6 +115,23 @@ mod tests {
         assert_eq!(
             cluster_api_version(&owned_by("example.com/v1", "Cluster")),
             CAPI_DEFAULT_API_VERSION
+        );
+    }
+
+    #[test]
+    fn the_clusters_infrastructure_is_provisioned_by_either_versions_field() {
+        assert!(cluster_infrastructure_provisioned(
+            &json!({"status": {"initialization": {"infrastructureProvisioned": true}}})
+        ));
+        assert!(cluster_infrastructure_provisioned(
+            &json!({"status": {"infrastructureReady": true}})
+        ));
+        assert!(!cluster_infrastructure_provisioned(
+            &json!({"status": {"initialization": {"infrastructureProvisioned": false}}})
+        ));
+        assert!(
+            !cluster_infrastructure_provisioned(&json!({"spec": {}})),
+            "no status yet"
         );
     }
 }

@@ -37,6 +37,7 @@ reasons!(
     DriftCheckDue,
     Idle,
     InputsUnresolved,
+    ClusterInfrastructurePending,
     ClusterBusy,
     MemberJobActive,
     DeletingBackoff,

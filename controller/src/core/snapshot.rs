@@ -86,6 +86,9 @@ pub struct Holds {
     pub member_job_active: Option<String>,
     /// Cluster API pause (`Cluster.spec.paused`).
     pub cluster_paused: bool,
+    /// The Cluster API `Cluster` exists and its infrastructure is not provisioned yet: a machine
+    /// pool's or machine's first apply waits.
+    pub cluster_infrastructure_pending: bool,
 }
 
 /// Everything `decide` looks at.

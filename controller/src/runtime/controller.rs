@@ -332,7 +332,9 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
     let mut holds = gather::holds(&ctx.client, &ctx.caches, id).await?;
-    holds.cluster_paused = pause::cluster_paused(&ctx.client, object, id).await;
+    let cluster = pause::cluster_view(&ctx.client, object, id).await;
+    holds.cluster_paused = cluster.paused;
+    holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
     if deleting {
         // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
         holds.state_unreadable = state::unreadable(&ctx.client, id).await?;

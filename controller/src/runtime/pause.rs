@@ -9,29 +9,45 @@ use captf_shared::types::CaptfObject;
 use super::gather::Ident;
 use crate::core::pause;
 
-/// Whether the object's Cluster API `Cluster` is paused (read only for objects Cluster API
-/// manages, so a standalone object costs no extra call). A Cluster that does not exist (or a
-/// cluster without Cluster API installed) pauses nothing; a failed read is logged and pauses
-/// nothing, since pause is a brake a person applies and Cluster API may be absent.
+/// What the controller reads of the object's Cluster API `Cluster`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ClusterView {
+    pub paused: bool,
+    /// The Cluster exists and says its infrastructure is not provisioned yet.
+    pub infrastructure_pending: bool,
+}
+
+/// Whether the object's Cluster API `Cluster` is paused.
 pub async fn cluster_paused(client: &kube::Client, object: &CaptfObject, id: &Ident) -> bool {
+    cluster_view(client, object, id).await.paused
+}
+
+/// The object's Cluster API `Cluster` (read only for objects Cluster API manages, so a standalone
+/// object costs no extra call). A Cluster that does not exist (or a cluster without Cluster API
+/// installed) pauses and holds nothing; a failed read is logged and does neither, since pause is
+/// a brake a person applies and Cluster API may be absent.
+pub async fn cluster_view(client: &kube::Client, object: &CaptfObject, id: &Ident) -> ClusterView {
     let Some(cluster) = id.cluster_name.as_deref() else {
-        return false;
+        return ClusterView::default();
     };
     if !pause::under_cluster_api(object.metadata()) {
-        return false;
+        return ClusterView::default();
     }
     let api_version = pause::cluster_api_version(object.metadata());
     let Some((group, version)) = api_version.split_once('/') else {
-        return false;
+        return ClusterView::default();
     };
     let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, "Cluster"), "clusters");
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &ar);
     match api.get_opt(cluster).await {
-        Ok(Some(c)) => pause::cluster_paused(&c.data),
-        Ok(None) => false,
+        Ok(Some(c)) => ClusterView {
+            paused: pause::cluster_paused(&c.data),
+            infrastructure_pending: !pause::cluster_infrastructure_provisioned(&c.data),
+        },
+        Ok(None) => ClusterView::default(),
         Err(e) => {
             tracing::debug!(error = %e, "failed to read the Cluster API Cluster {cluster} of {}", id.what());
-            false
+            ClusterView::default()
         }
     }
 }

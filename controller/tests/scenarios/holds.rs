@@ -75,3 +75,51 @@ async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result
         .await?;
     Ok(())
 }
+
+/// A TerraformMachine's first apply waits until its Cluster API Cluster says its infrastructure
+/// is provisioned (read with the pause, every 30 s while held).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machines_first_apply_waits_until_its_clusters_infrastructure_is_provisioned() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.put(capi_cluster_crd())?;
+    env.sim.put(json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "machines.cluster.x-k8s.io"},
+        "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+            "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    }))?;
+    let mut cluster = capi_cluster("c1", false);
+    cluster["status"] = json!({"initialization": {"infrastructureProvisioned": false}});
+    env.sim.put(cluster.clone())?;
+    let machine = env.sim.put(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": "m1", "namespace": NS},
+        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "m1-bootstrap"}},
+    }))?;
+    let mut tm = cluster_json("m1", json!({}));
+    tm["kind"] = json!("TerraformMachine");
+    tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"});
+    tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "name": "m1", "uid": machine["metadata"]["uid"]}]);
+    env.sim.put(tm)?;
+    const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
+    env.until("Ready=False/ClusterInfrastructurePending", |e| {
+        let (st, reason, _) = condition(&e.object(TM, "m1")?, "Ready")?;
+        (st == "False" && reason == "ClusterInfrastructurePending").then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    assert!(
+        env.job_names(Kind::TerraformMachine, "m1").is_empty(),
+        "no Job before the Cluster's infrastructure"
+    );
+
+    cluster["status"] = json!({"initialization": {"infrastructureProvisioned": true}});
+    env.sim.put(cluster)?;
+    env.advance(30);
+    env.job(Kind::TerraformMachine, "m1", Op::Apply, 1).await?;
+    env.no_denials()?;
+    Ok(())
+}
