@@ -9,10 +9,12 @@ use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, Patch, PatchParams, PostParams};
+use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
+use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::watcher;
+use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
 use captf_shared::conditions::{self, reason as reasons};
@@ -33,6 +35,7 @@ use super::job::{JobParams, build_job, owner_reference, runner_account};
 use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::metrics::Metrics;
+use super::owners::{self, OwnerApis};
 use super::pause;
 use super::retry::{ErrorBackoff, ObjectKey};
 use super::state;
@@ -632,12 +635,14 @@ async fn start_job(
 }
 
 /// A controller for one kind: its objects from the kind's store, triggered by them, by its Jobs
-/// (the Jobs store of the kind, deletions included) and by its inputs Secrets (metadata only).
+/// (the Jobs store of the kind, deletions included), by its inputs Secrets and by the Cluster API
+/// owners that concern it (metadata only, [`owners`]).
 fn controller_for<K: CaptfKind>(
     ctx: Arc<Ctx>,
     feeds: &FeedStreams,
     objects: (Writer<Meta<K>>, Store<Meta<K>>),
     jobs: Writer<Job>,
+    owner_apis: &OwnerApis,
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + use<K> {
     let client = ctx.client.clone();
@@ -656,9 +661,36 @@ fn controller_for<K: CaptfKind>(
     };
     let selector = format!("{}={}", keys::LABEL_KIND, K::KIND.as_str());
     let (writer, reader) = objects;
-    let controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
+    let store = reader.clone();
+    let mut controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
-        .owns(secrets, watcher::Config::default().labels(&selector))
+        .owns(secrets, watcher::Config::default().labels(&selector));
+    for (owner, ar) in owner_apis.served.iter().filter(|(o, _)| o.concerns(K::KIND)) {
+        let owner = *owner;
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &ns {
+            Some(n) => Api::namespaced_with(client.clone(), n, ar),
+            None => Api::all_with(client.clone(), ar),
+        };
+        let store = store.clone();
+        let trigger = watcher(api, watcher::Config::default())
+            .default_backoff()
+            .touched_objects();
+        controller = controller.watches_stream_with(
+            trigger,
+            move |o: PartialObjectMeta<DynamicObject>| {
+                let ns = o.metadata.namespace.clone().unwrap_or_default();
+                let name = o.metadata.name.clone().unwrap_or_default();
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|obj| owners::wakes(owner, &ns, &name, &obj.metadata))
+                    .map(|obj| ObjectRef::from_obj(&*obj))
+                    .collect::<Vec<_>>()
+            },
+            ar.clone(),
+        );
+    }
+    let controller = controller
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .reconcile_all_on(ctx.clock.jumps())
         .graceful_shutdown_on(async move {
@@ -712,12 +744,14 @@ pub async fn run_controllers(ctx: Arc<Ctx>, feeds: Feeds, shutdown: watch::Recei
             .for_each(|()| async {})
     };
     let c = ctx.caches.clone();
+    let owner_apis = OwnerApis::discover(&ctx.client).await;
     futures::join!(
         controller_for::<TerraformCluster>(
             ctx.clone(),
             &feeds,
             (clusters, c.clusters.clone()),
             j_clusters,
+            &owner_apis,
             shutdown.clone()
         ),
         controller_for::<TerraformMachinePool>(
@@ -725,9 +759,17 @@ pub async fn run_controllers(ctx: Arc<Ctx>, feeds: Feeds, shutdown: watch::Recei
             &feeds,
             (pools, c.pools.clone()),
             j_pools,
+            &owner_apis,
             shutdown.clone()
         ),
-        controller_for::<TerraformMachine>(ctx, &feeds, (machines, c.machines.clone()), j_machines, shutdown),
+        controller_for::<TerraformMachine>(
+            ctx,
+            &feeds,
+            (machines, c.machines.clone()),
+            j_machines,
+            &owner_apis,
+            shutdown
+        ),
         pods_feed,
     );
 }

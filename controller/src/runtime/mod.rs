@@ -14,6 +14,7 @@
 //! | [`identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`status`] | conditions, nextAction, activeJob: the status patch |
 //! | [`deletion`] | the finalizer |
+//! | [`owners`] | metadata watches of the Cluster API owners that wake their objects |
 //! | [`pause`], [`state`] | live reads of the owning Cluster's pause and of the state Secret |
 //! | [`events`] | Events stamped with the controller's clock |
 //! | [`interrupted`] | an apply Job deleted while it ran: the live reads |
@@ -38,6 +39,7 @@ pub mod kinds;
 pub mod leader;
 pub mod leases;
 pub mod metrics;
+pub mod owners;
 pub mod pause;
 pub mod retry;
 pub mod state;

@@ -123,3 +123,34 @@ async fn a_machines_first_apply_waits_until_its_clusters_infrastructure_is_provi
     env.no_denials()?;
     Ok(())
 }
+
+/// With Cluster API served when the controller starts, its Clusters are watched (metadata only):
+/// unpausing one wakes its TerraformCluster at once, with no clock advance, where without the
+/// watch the held object would look again only after its 30 s requeue.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_watched_cluster_wakes_its_objects_when_it_is_unpaused() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
+        let f = f?.path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
+    }
+    std::fs::write(
+        dir.path().join("zz-clusters.yaml"),
+        serde_json::to_string(&capi_cluster_crd())?,
+    )?;
+    let env = Env::with(captf_sim::Sim::builder().crd_dir(dir.path())).await?;
+    env.sim.put(capi_cluster("prod", true))?;
+    let mut tc = cluster_json("prod-infra", json!({}));
+    tc["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "prod"});
+    env.sim.put(tc)?;
+    env.until_reason("prod-infra", "Ready", "Paused").await?;
+    env.until_idle().await?;
+    assert!(env.job_names(Kind::TerraformCluster, "prod-infra").is_empty());
+
+    env.sim.put(capi_cluster("prod", false))?;
+    env.job(Kind::TerraformCluster, "prod-infra", Op::Apply, 1).await?;
+    env.no_denials()?;
+    let used = env.sim.used_rights(CONTROLLER_SA.0, CONTROLLER_SA.1);
+    assert!(used.contains("watch cluster.x-k8s.io/clusters"), "{used:?}");
+    Ok(())
+}

@@ -1,0 +1,180 @@
+//! Watches of the Cluster API owners, metadata only, that wake the objects they own: a change
+//! of a `Cluster` (its pause, its infrastructure becoming provisioned) wakes the TerraformCluster,
+//! machine pools and machines labelled with its name; a change of a `Machine` (failure domain,
+//! bootstrap data) wakes the TerraformMachine it owns, and a `MachinePool` (replicas, bootstrap
+//! data) the TerraformMachinePool. The reconcile then reads the owner live, as before: the
+//! watch only says when.
+//!
+//! The owner kinds are found by discovery when the controller starts (the newest of `v1beta2`,
+//! `v1beta1` that is served). Without Cluster API installed nothing is watched, and an owner read
+//! still happens every 30 s while an object is held by one.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::core::{ApiResource, GroupVersionKind};
+
+use captf_shared::{Kind, keys};
+
+use crate::core::pause::CAPI_GROUP;
+
+/// A Cluster API kind the controller watches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum OwnerKind {
+    Cluster,
+    Machine,
+    MachinePool,
+}
+
+impl OwnerKind {
+    pub const ALL: [OwnerKind; 3] = [OwnerKind::Cluster, OwnerKind::Machine, OwnerKind::MachinePool];
+
+    pub fn kind(self) -> &'static str {
+        match self {
+            OwnerKind::Cluster => "Cluster",
+            OwnerKind::Machine => "Machine",
+            OwnerKind::MachinePool => "MachinePool",
+        }
+    }
+
+    pub fn plural(self) -> &'static str {
+        match self {
+            OwnerKind::Cluster => "clusters",
+            OwnerKind::Machine => "machines",
+            OwnerKind::MachinePool => "machinepools",
+        }
+    }
+
+    /// Whether a change of this owner kind can matter to objects of `kind`.
+    pub fn concerns(self, kind: Kind) -> bool {
+        match self {
+            OwnerKind::Cluster => true,
+            OwnerKind::Machine => kind == Kind::TerraformMachine,
+            OwnerKind::MachinePool => kind == Kind::TerraformMachinePool,
+        }
+    }
+}
+
+/// Whether a change of the owner `owner_kind` `owner_namespace/owner_name` wakes the object with
+/// metadata `meta` (PURE): a Cluster wakes the objects of its namespace labelled with its name;
+/// a Machine or MachinePool wakes the objects of its namespace it owns.
+pub fn wakes(owner_kind: OwnerKind, owner_namespace: &str, owner_name: &str, meta: &ObjectMeta) -> bool {
+    if meta.namespace.as_deref() != Some(owner_namespace) {
+        return false;
+    }
+    match owner_kind {
+        OwnerKind::Cluster => meta
+            .labels
+            .as_ref()
+            .and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
+            .is_some_and(|c| c == owner_name),
+        OwnerKind::Machine | OwnerKind::MachinePool => meta.owner_references.iter().flatten().any(|o| {
+            o.kind == owner_kind.kind()
+                && o.name == owner_name
+                && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP)
+        }),
+    }
+}
+
+/// The served Cluster API owner kinds, each with the newest version served.
+#[derive(Clone, Debug, Default)]
+pub struct OwnerApis {
+    pub served: Vec<(OwnerKind, ApiResource)>,
+}
+
+impl OwnerApis {
+    /// Find the owner kinds by discovery. A failed discovery of a version (not served, or Cluster
+    /// API not installed) is no owner kind there.
+    pub async fn discover(client: &kube::Client) -> OwnerApis {
+        let mut served: Vec<(OwnerKind, ApiResource)> = vec![];
+        for version in ["v1beta2", "v1beta1"] {
+            let Ok(list) = client
+                .list_api_group_resources(&format!("{CAPI_GROUP}/{version}"))
+                .await
+            else {
+                continue;
+            };
+            for owner in OwnerKind::ALL {
+                if served.iter().any(|(o, _)| *o == owner) {
+                    continue;
+                }
+                if list.resources.iter().any(|r| r.name == owner.plural()) {
+                    let gvk = GroupVersionKind::gvk(CAPI_GROUP, version, owner.kind());
+                    served.push((owner, ApiResource::from_gvk_with_plural(&gvk, owner.plural())));
+                }
+            }
+        }
+        if served.is_empty() {
+            tracing::info!("Cluster API is not served: its Clusters, Machines and MachinePools are not watched");
+        }
+        OwnerApis { served }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference;
+    use std::collections::BTreeMap;
+
+    fn meta(ns: &str, cluster: Option<&str>, owner: Option<(&str, &str, &str)>) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            labels: cluster.map(|c| BTreeMap::from([(keys::LABEL_CLUSTER_NAME.to_string(), c.to_string())])),
+            owner_references: owner.map(|(api_version, kind, name)| {
+                vec![OwnerReference {
+                    api_version: api_version.into(),
+                    kind: kind.into(),
+                    name: name.into(),
+                    uid: "u".into(),
+                    ..Default::default()
+                }]
+            }),
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_cluster_wakes_the_objects_labelled_with_its_name_in_its_namespace() {
+        let m = meta("team-a", Some("prod"), None);
+        assert!(wakes(OwnerKind::Cluster, "team-a", "prod", &m));
+        assert!(!wakes(OwnerKind::Cluster, "team-b", "prod", &m), "another namespace");
+        assert!(!wakes(OwnerKind::Cluster, "team-a", "staging", &m));
+        assert!(!wakes(
+            OwnerKind::Cluster,
+            "team-a",
+            "prod",
+            &meta("team-a", None, None)
+        ));
+    }
+
+    #[test]
+    fn a_machine_or_pool_wakes_the_objects_it_owns() {
+        let m = meta(
+            "team-a",
+            Some("prod"),
+            Some(("cluster.x-k8s.io/v1beta2", "Machine", "m1")),
+        );
+        assert!(wakes(OwnerKind::Machine, "team-a", "m1", &m));
+        assert!(!wakes(OwnerKind::Machine, "team-a", "m2", &m));
+        assert!(!wakes(OwnerKind::MachinePool, "team-a", "m1", &m), "kind must match");
+        let foreign = meta("team-a", None, Some(("example.com/v1", "Machine", "m1")));
+        assert!(
+            !wakes(OwnerKind::Machine, "team-a", "m1", &foreign),
+            "not Cluster API's Machine"
+        );
+    }
+
+    #[test]
+    fn machines_and_pools_concern_only_their_own_kind() {
+        for k in [
+            Kind::TerraformCluster,
+            Kind::TerraformMachinePool,
+            Kind::TerraformMachine,
+        ] {
+            assert!(OwnerKind::Cluster.concerns(k));
+        }
+        assert!(OwnerKind::Machine.concerns(Kind::TerraformMachine));
+        assert!(!OwnerKind::Machine.concerns(Kind::TerraformCluster));
+        assert!(OwnerKind::MachinePool.concerns(Kind::TerraformMachinePool));
+        assert!(!OwnerKind::MachinePool.concerns(Kind::TerraformMachine));
+    }
+}
