@@ -18,18 +18,9 @@ pub enum PluginError {
         name: String,
         namespace: String,
     },
-    #[error(
-        "forbidden: you may not {verb} {resource} in {scope}.\n  {message}\n  Ask for a Role (or ClusterRole) rule {{apiGroups: [\"{group}\"], resources: [\"{resource}\"], verbs: [\"{verb}\"]}}; check with `kubectl auth can-i {verb} {can_i}{ns_flag}`"
-    )]
-    Forbidden {
-        verb: String,
-        resource: String,
-        group: String,
-        scope: String,
-        can_i: String,
-        ns_flag: String,
-        message: String,
-    },
+    /// A 403, with the verb, the resource and the rule that would allow it.
+    #[error("{0}")]
+    Forbidden(String),
     #[error(
         "the API server rejected the credentials of this context (401): log in again, or choose another with --context"
     )]
@@ -101,15 +92,12 @@ pub fn forbidden(message: &str, fallback: (&str, &str, &str), namespace: Option<
         (None, true) => resource.clone(),
         (None, false) => format!("{resource}.{group}"),
     };
-    PluginError::Forbidden {
-        verb,
-        resource,
-        group,
-        scope: namespace.map_or("any namespace".to_string(), |n| format!("namespace {n:?}")),
-        can_i,
-        ns_flag: namespace.map_or(" -A".to_string(), |n| format!(" -n {n}")),
-        message: message.to_string(),
-    }
+    let scope = namespace.map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
+    let ns_flag = namespace.map_or(" -A".to_string(), |n| format!(" -n {n}"));
+    PluginError::Forbidden(format!(
+        "forbidden: you may not {verb} {resource} in {scope}.\n  {message}\n  Ask for a Role (or ClusterRole) rule \
+         {{apiGroups: [\"{group}\"], resources: [\"{resource}\"], verbs: [\"{verb}\"]}}; check with `kubectl auth can-i {verb} {can_i}{ns_flag}`"
+    ))
 }
 
 /// A kube error of a call the plugin made itself (`fallback`: its verb, resource and group).

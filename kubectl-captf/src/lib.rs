@@ -378,7 +378,7 @@ async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: b
             op.is_none_or(|o| o == jop).then_some((seq, jop, name))
         })
         .collect();
-    ours.sort_by(|a, b| b.0.cmp(&a.0));
+    ours.sort_by_key(|o| std::cmp::Reverse(o.0));
     let which = if previous { "the Job before the newest" } else { "a Job" };
     let of_op = op.map(|o| format!(" {o}")).unwrap_or_default();
     let Some((seq, jop, job)) = ours.get(usize::from(previous)).cloned() else {
