@@ -47,6 +47,9 @@ pub struct Cli {
     /// Decide as of this time (RFC 3339) instead of the clock's now.
     #[arg(long, global = true)]
     pub now: Option<Timestamp>,
+    /// Demo and tests only: decide at the simulator's time (`GET /sim/v1/clock` of the server).
+    #[arg(long, global = true, hide = true)]
+    pub sim_clock: bool,
     #[command(subcommand)]
     pub command: Command,
 }

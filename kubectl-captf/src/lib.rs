@@ -83,7 +83,13 @@ pub async fn connect(cli: &Cli) -> Result<Conn, PluginError> {
 
 /// Run one command (not `completion`) against a connection.
 pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
-    let now = cli.now.unwrap_or_else(Timestamp::now);
+    let now = match cli.now {
+        Some(now) => now,
+        None if cli.sim_clock => captf_controller::runtime::clock::read_sim_clock(&conn.client, "")
+            .await
+            .map_err(|e| PluginError::Api(e.to_string()))?,
+        None => Timestamp::now(),
+    };
     let json = cli.output == Some(Output::Json);
     match &cli.command {
         Command::Explain { target } => explain(conn, &parse_target(target)?, target, json, now).await,
