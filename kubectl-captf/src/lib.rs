@@ -142,7 +142,20 @@ async fn explain(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestam
     if json {
         return Ok(Printed::out(pretty(&e.json)));
     }
-    Ok(Printed::out(words::explain_text(&e, typed, now)))
+    let mut text = words::explain_text(&e, typed, now);
+    if let Some(by) = r
+        .object
+        .metadata()
+        .labels
+        .as_ref()
+        .and_then(|l| l.get(keys::LABEL_MANAGED_BY))
+    {
+        text = format!(
+            "Note: labelled {}={by}: the controller leaves this object alone; below is what it would do otherwise.\n{text}",
+            keys::LABEL_MANAGED_BY
+        );
+    }
+    Ok(Printed::out(text))
 }
 
 /// One resource change Terraform's plan output names.
@@ -573,6 +586,7 @@ async fn status(
 ) -> Result<Printed, PluginError> {
     let ns = (!all_namespaces).then_some(conn.namespace.as_str());
     let mut rows = Vec::new();
+    let mut elsewhere = 0usize;
     for kind in Kind::ALL {
         let objects = live::list_objects(&conn.client, kind, ns, &ListParams::default())
             .await
@@ -584,6 +598,7 @@ async fn status(
                 .as_ref()
                 .is_some_and(|l| l.contains_key(keys::LABEL_MANAGED_BY));
             if managed_elsewhere {
+                elsewhere += 1;
                 continue;
             }
             let object_ns = object.metadata().namespace.clone();
@@ -594,22 +609,27 @@ async fn status(
         }
     }
     sort_rows(&mut rows, sort_by);
-    if output == Some(Output::Json) {
-        return Ok(Printed::out(pretty(&json!(rows))));
-    }
+    let mut stderr = String::new();
     if rows.is_empty() {
         let where_ = ns.map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
-        return Ok(Printed {
-            stdout: String::new(),
-            stderr: format!("No TerraformClusters, TerraformMachinePools or TerraformMachines in {where_}.\n"),
-        });
+        stderr.push_str(&format!(
+            "No TerraformClusters, TerraformMachinePools or TerraformMachines in {where_}.\n"
+        ));
     }
-    Ok(Printed::out(status_table(
-        &rows,
-        all_namespaces,
-        output == Some(Output::Wide),
-        now,
-    )))
+    if elsewhere > 0 {
+        stderr.push_str(&format!(
+            "Left out: {elsewhere} object(s) labelled {}, which the controller leaves alone.\n",
+            keys::LABEL_MANAGED_BY
+        ));
+    }
+    let stdout = if output == Some(Output::Json) {
+        pretty(&json!(rows))
+    } else if rows.is_empty() {
+        String::new()
+    } else {
+        status_table(&rows, all_namespaces, output == Some(Output::Wide), now)
+    };
+    Ok(Printed { stdout, stderr })
 }
 
 #[cfg(test)]

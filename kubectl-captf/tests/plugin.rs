@@ -476,6 +476,32 @@ async fn a_missing_object_names_the_namespace_it_was_looked_for_in() -> Result<(
 }
 
 #[tokio::test]
+async fn explain_says_when_the_controller_leaves_an_object_alone() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": {"name": "theirs", "namespace": NS, "labels": {"cluster.x-k8s.io/managed-by": "other"}},
+        "spec": {"module": {"source": "git::https://example.com/net.git"}},
+    }))?;
+    let text = env.captf(&["explain", "tfc/theirs"]).await?.stdout;
+    assert!(
+        text.starts_with("Note: labelled cluster.x-k8s.io/managed-by=other: the controller leaves this object alone"),
+        "{text}"
+    );
+    let status = env.captf(&["status"]).await?;
+    assert!(status.stdout.is_empty(), "{status:?}");
+    assert!(status.stderr.starts_with("No TerraformClusters"), "{status:?}");
+    assert!(
+        status
+            .stderr
+            .contains("Left out: 1 object(s) labelled cluster.x-k8s.io/managed-by"),
+        "{status:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
 async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed() -> Result<()> {
     let env = Env::new(false).await?;
     env.create_cluster("secret-ish", NS)?;
