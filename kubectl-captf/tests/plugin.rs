@@ -423,6 +423,57 @@ async fn status_lists_every_object_with_its_next_step_and_a_foreign_lock_holder(
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_sees_the_cluster_lease_and_a_members_running_job_live() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.create_cluster("c", NS)?;
+    let cluster_job = env.until_job("c", Op::Apply, 1).await?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformMachinePool",
+        "metadata": {"name": "p", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {"module": {"source": "git::https://example.com/pool.git"}, "drift": {"interval": "0"}},
+    }))?;
+    let pools = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
+    env.until("pool held by the cluster lease", |e| {
+        let p = e.sim.get(pools, NS, "p")?;
+        (p.pointer("/status/nextAction/reason") == Some(&json!("ClusterBusy"))).then_some(())
+    })
+    .await?;
+    let text = env.captf(&["explain", "tfmp/p"]).await?.stdout;
+    assert!(text.contains("apply held (ClusterBusy)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the cluster's Job {} releases the cluster lease",
+            cluster_job["metadata"]["name"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+
+    // The cluster's apply ends; the pool's starts; new inputs of the cluster wait for it.
+    env.sim.advance(Duration::from_secs(30));
+    let pool_job = names::job_name(Kind::TerraformMachinePool, NS, "p", Op::Apply, 1);
+    env.until("the pool's apply", |e| e.sim.get("batch/jobs", NS, &pool_job))
+        .await?;
+    let api: kube::Api<captf_shared::types::TerraformCluster> = kube::Api::namespaced(env.sim.client()?, NS);
+    api.patch(
+        "c",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"variables": {"region": "eu-central-1"}}})),
+    )
+    .await?;
+    env.until_next_action("c", "MemberJobActive").await?;
+    let text = env.captf(&["explain", "tfc/c"]).await?.stdout;
+    assert!(text.contains("apply held (MemberJobActive)"), "{text}");
+    assert!(
+        text.contains(&format!("the member's Job {pool_job} finishes")),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn retry_requests_a_refresh_the_controller_runs_and_refuses_while_a_plan_waits() -> Result<()> {
     let env = Env::new(true).await?;
     env.sim

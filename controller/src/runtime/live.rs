@@ -146,10 +146,16 @@ fn policy_violation(object: &CaptfObject) -> Option<String> {
 
 /// Read everything one pass over `object` reads, live, and build its snapshot. Writes nothing.
 pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead, Error> {
-    let kind = object.job_kind().ok_or(Error::MissingMeta {
-        kind: Kind::TerraformCluster,
-        field: "kind",
-    })?;
+    let Some(kind) = object.job_kind() else {
+        return Err(Error::Snapshot {
+            kind: Kind::TerraformCluster,
+            name: object.metadata().name.clone().unwrap_or_default(),
+            source: crate::core::snapshot::SnapshotError::NotAJobKind {
+                kind: object.kind_name(),
+                name: object.metadata().name.clone().unwrap_or_default(),
+            },
+        });
+    };
     let id = Ident::of(&object, kind)?;
     let (jobs, pods) = gather::live_jobs_and_pods(client, &id).await?;
     let records = records_of(&id, &jobs, &pods);
