@@ -2,7 +2,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Parser, Subcommand, ValueEnum};
+use clap::{CommandFactory, FromArgMatches, Parser, Subcommand, ValueEnum};
 use k8s_openapi::jiff::Timestamp;
 
 const EXAMPLES: &str = "\
@@ -30,7 +30,7 @@ Examples:
 /// CAPTF's objects for the person on call: the controller's own decision read live, the plan
 /// waiting for approval, the runner's logs, and an overview.
 #[derive(Parser, Debug, Clone)]
-#[command(name = "kubectl-captf", bin_name = "kubectl captf", version, after_help = EXAMPLES)]
+#[command(name = "kubectl-captf", version, after_help = EXAMPLES)]
 pub struct Cli {
     /// The kubeconfig file (default: $KUBECONFIG, else ~/.kube/config).
     #[arg(long, global = true)]
@@ -147,4 +147,28 @@ pub enum Command {
     },
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
+}
+
+impl Cli {
+    /// Parse the process's arguments, with usage lines written as a person types the command
+    /// (`kubectl captf …`).
+    pub fn parse_args() -> Cli {
+        let matches = Cli::command().bin_name("kubectl captf").get_matches();
+        Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
+    }
+}
+
+/// Write the completion script of `kubectl-captf` for `shell`, made for the binary's own name
+/// (clap's scripts break on a two-word name such as `kubectl captf`). clap_complete's bash
+/// script names a subcommand's case `kubectl__subcmd__captf__…` where its dispatch looks for
+/// `kubectl__captf__…` (the `-` of the name); the script is written with one spelling.
+pub fn completion(shell: clap_complete::Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
+    let mut buf = Vec::new();
+    clap_complete::generate(shell, &mut Cli::command(), "kubectl-captf", &mut buf);
+    let script = String::from_utf8_lossy(&buf);
+    let script = match shell {
+        clap_complete::Shell::Bash => script.replace("kubectl__subcmd__captf", "kubectl__captf"),
+        _ => script.into_owned(),
+    };
+    out.write_all(script.as_bytes())
 }

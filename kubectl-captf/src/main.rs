@@ -3,16 +3,19 @@
 use std::io::Write;
 use std::process::ExitCode;
 
-use clap::{CommandFactory, Parser};
-
 use kubectl_captf::cli::{Cli, Command};
 use kubectl_captf::{connect, run};
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let cli = Cli::parse_args();
     if let Command::Completion { shell } = cli.command {
-        clap_complete::generate(shell, &mut Cli::command(), "kubectl-captf", &mut std::io::stdout());
-        return ExitCode::SUCCESS;
+        return match kubectl_captf::cli::completion(shell, &mut std::io::stdout()) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                eprintln!("error: cannot write the script: {e}");
+                ExitCode::FAILURE
+            }
+        };
     }
     let runtime = match tokio::runtime::Builder::new_current_thread().enable_all().build() {
         Ok(r) => r,

@@ -579,14 +579,12 @@ async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed()
 fn completion_and_help_need_no_cluster() {
     use clap::CommandFactory;
     let mut buf = Vec::new();
-    clap_complete::generate(
-        clap_complete::Shell::Bash,
-        &mut Cli::command(),
-        "kubectl-captf",
-        &mut buf,
-    );
+    kubectl_captf::cli::completion(clap_complete::Shell::Bash, &mut buf).unwrap();
     let script = String::from_utf8(buf).unwrap();
-    assert!(script.contains("approve") && script.contains("--sort-by"), "{script}");
+    assert!(script.contains("complete -F _kubectl__captf"), "{script}");
+    // A subcommand's dispatch names the case its options are listed under.
+    assert!(script.contains("cmd=\"kubectl__captf__subcmd__status\""), "{script}");
+    assert!(script.contains("        kubectl__captf__subcmd__status)\n"), "{script}");
     let help = Cli::command().render_long_help().to_string();
     assert!(help.contains("Examples:"), "{help}");
     assert!(
