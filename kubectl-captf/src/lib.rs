@@ -39,13 +39,15 @@ use target::{Target, parse_target};
 pub struct Printed {
     pub stdout: String,
     pub stderr: String,
+    /// Part of the answer is missing (`stderr` says which and why): exit 1.
+    pub partial: bool,
 }
 
 impl Printed {
     fn out(stdout: String) -> Printed {
         Printed {
             stdout,
-            stderr: String::new(),
+            ..Default::default()
         }
     }
 }
@@ -433,6 +435,7 @@ async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: b
     Ok(Printed {
         stdout: log,
         stderr: format!("==> Job {job} ({jop}, #{seq}), pod {pod} <==\n"),
+        partial: false,
     })
 }
 
@@ -586,6 +589,7 @@ async fn status(
 ) -> Result<Printed, PluginError> {
     let ns = (!all_namespaces).then_some(conn.namespace.as_str());
     let mut rows = Vec::new();
+    let mut unread = Vec::new();
     let mut elsewhere = 0usize;
     for kind in Kind::ALL {
         let objects = live::list_objects(&conn.client, kind, ns, &ListParams::default())
@@ -601,15 +605,24 @@ async fn status(
                 elsewhere += 1;
                 continue;
             }
-            let object_ns = object.metadata().namespace.clone();
-            let r = live::read(&conn.client, object)
-                .await
-                .map_err(|e| from_runtime(e, object_ns.as_deref()))?;
-            rows.push(row(&explanation(&r, now), now));
+            let meta = object.metadata().clone();
+            let ready = captf_controller::core::snapshot::object_status(&object).and_then(|s| s.ready);
+            match live::read(&conn.client, object).await {
+                Ok(r) => rows.push(row(&explanation(&r, now), now)),
+                // One object that cannot be read does not hide the others.
+                Err(e) => {
+                    let (ns, name) = (meta.namespace.unwrap_or_default(), meta.name.unwrap_or_default());
+                    unread.push(format!("{kind} {ns}/{name}: {}", from_runtime(e, Some(&ns))));
+                    rows.push(unread_row(kind, ns, name, ready));
+                }
+            }
         }
     }
     sort_rows(&mut rows, sort_by);
     let mut stderr = String::new();
+    for u in &unread {
+        stderr.push_str(&format!("cannot read {u}\n"));
+    }
     if rows.is_empty() {
         let where_ = ns.map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
         stderr.push_str(&format!(
@@ -629,7 +642,32 @@ async fn status(
     } else {
         status_table(&rows, all_namespaces, output == Some(Output::Wide), now)
     };
-    Ok(Printed { stdout, stderr })
+    Ok(Printed {
+        stdout,
+        stderr,
+        partial: !unread.is_empty(),
+    })
+}
+
+/// The row of an object whose reads failed: only what its listing shows.
+fn unread_row(kind: Kind, namespace: String, name: String, ready: Option<bool>) -> Row {
+    Row {
+        kind: kind.to_string(),
+        namespace,
+        name,
+        ready,
+        next: "unknown (cannot read; see below)".to_string(),
+        reason: None,
+        when: None,
+        when_at: None,
+        when_words: "-".to_string(),
+        consecutive_failures: BTreeMap::new(),
+        last_success: None,
+        last_success_at: None,
+        foreign_lock_holder: None,
+        active_job: None,
+        pending_plan: None,
+    }
 }
 
 #[cfg(test)]

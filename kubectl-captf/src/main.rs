@@ -33,7 +33,11 @@ fn main() -> ExitCode {
             eprint!("{}", printed.stderr);
             print!("{}", printed.stdout);
             let _ = std::io::stdout().flush();
-            ExitCode::SUCCESS
+            if printed.partial {
+                ExitCode::FAILURE
+            } else {
+                ExitCode::SUCCESS
+            }
         }
         Err(e) => {
             eprintln!("error: {e}");

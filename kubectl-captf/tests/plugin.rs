@@ -572,6 +572,31 @@ async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed()
         text.contains("kubectl auth can-i get terraformclusters.infrastructure.cluster.x-k8s.io -n default"),
         "{text}"
     );
+
+    // Allowed to list the objects but not to read their Jobs: status still lists every object,
+    // marks the ones it could not read, and says what is missing.
+    env.sim.load_rbac(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: look, namespace: default}\n\
+         rules:\n- apiGroups: [infrastructure.cluster.x-k8s.io]\n  resources: [terraformclusters, terraformmachinepools, terraformmachines]\n  verbs: [get, list]\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: look, namespace: default}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: look}\n\
+         subjects:\n- {kind: ServiceAccount, name: oncall, namespace: default}\n",
+    )?;
+    let status = env.captf_with(&kc, &["status"]).await?;
+    assert!(status.partial, "{status:?}");
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.contains("secret-ish") && l.contains("unknown (cannot read; see below)")),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .stderr
+            .starts_with("cannot read TerraformCluster default/secret-ish: forbidden: you may not list jobs in namespace \"default\"."),
+        "{status:?}"
+    );
     Ok(())
 }
 
