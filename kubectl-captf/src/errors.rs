@@ -58,27 +58,45 @@ pub fn parse_forbidden(message: &str) -> Option<(String, String, String)> {
     Some((verb.to_string(), resource.to_string(), group))
 }
 
-/// The verb and resource of a runtime read, for a 403 whose message does not say.
+/// The verb, resource and group of the runtime's API actions, for a 403 whose message does not
+/// say (a table, so an action added to the runtime falls back to its own words).
+const ACTION_RBAC: &[(ApiAction, (&str, &str, &str))] = &[
+    (ApiAction::ListJobs, ("list", "jobs", "batch")),
+    (ApiAction::GetJob, ("get", "jobs", "batch")),
+    (ApiAction::PatchJob, ("patch", "jobs", "batch")),
+    (ApiAction::CreateJob, ("create", "jobs", "batch")),
+    (ApiAction::DeleteJob, ("delete", "jobs", "batch")),
+    (ApiAction::ListPods, ("list", "pods", "")),
+    (ApiAction::GetPod, ("get", "pods", "")),
+    (ApiAction::GetSecret, ("get", "secrets", "")),
+    (ApiAction::WriteSecret, ("patch", "secrets", "")),
+    (ApiAction::GetConfigMap, ("get", "configmaps", "")),
+    (ApiAction::GetLease, ("get", "leases", "coordination.k8s.io")),
+    (ApiAction::WriteLease, ("update", "leases", "coordination.k8s.io")),
+    (
+        ApiAction::GetObject,
+        ("get", "terraformclusters", captf_shared::keys::GROUP),
+    ),
+    (
+        ApiAction::PatchObject,
+        ("patch", "terraformclusters", captf_shared::keys::GROUP),
+    ),
+    (
+        ApiAction::PatchStatus,
+        ("patch", "terraformclusters/status", captf_shared::keys::GROUP),
+    ),
+    (
+        ApiAction::ListMembers,
+        ("list", "terraformmachinepools", captf_shared::keys::GROUP),
+    ),
+    (ApiAction::GetMachine, ("get", "machines", "cluster.x-k8s.io")),
+];
+
 fn action_rbac(action: ApiAction) -> (&'static str, &'static str, &'static str) {
-    match action {
-        ApiAction::ListJobs => ("list", "jobs", "batch"),
-        ApiAction::GetJob => ("get", "jobs", "batch"),
-        ApiAction::PatchJob => ("patch", "jobs", "batch"),
-        ApiAction::CreateJob => ("create", "jobs", "batch"),
-        ApiAction::DeleteJob => ("delete", "jobs", "batch"),
-        ApiAction::ListPods => ("list", "pods", ""),
-        ApiAction::GetPod => ("get", "pods", ""),
-        ApiAction::GetSecret => ("get", "secrets", ""),
-        ApiAction::WriteSecret => ("patch", "secrets", ""),
-        ApiAction::GetConfigMap => ("get", "configmaps", ""),
-        ApiAction::GetLease => ("get", "leases", "coordination.k8s.io"),
-        ApiAction::WriteLease => ("update", "leases", "coordination.k8s.io"),
-        ApiAction::GetObject => ("get", "terraformclusters", captf_shared::keys::GROUP),
-        ApiAction::PatchObject => ("patch", "terraformclusters", captf_shared::keys::GROUP),
-        ApiAction::PatchStatus => ("patch", "terraformclusters/status", captf_shared::keys::GROUP),
-        ApiAction::ListMembers => ("list", "terraformmachinepools", captf_shared::keys::GROUP),
-        ApiAction::GetMachine => ("get", "machines", "cluster.x-k8s.io"),
-    }
+    ACTION_RBAC
+        .iter()
+        .find(|(a, _)| *a == action)
+        .map_or((action.as_str(), "the resource it names", ""), |(_, r)| *r)
 }
 
 /// A 403 as a [`PluginError::Forbidden`]: from the API server's message when it has the usual
