@@ -251,7 +251,8 @@ fn rfc3339(t: Option<Timestamp>) -> Value {
     t.map_or(Value::Null, |t| Value::String(t.to_string()))
 }
 
-fn human(d: Duration) -> String {
+/// A duration in a person's words: `45s`, `2m`, `2m30s`, `1h5m`.
+pub fn human(d: Duration) -> String {
     let s = d.as_secs();
     match (s / 3600, (s % 3600) / 60, s % 60) {
         (0, 0, s) => format!("{s}s"),
@@ -474,16 +475,34 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
     }
 
-    // The pass, planned exactly as the controller plans it: booking, the decision, pruning, the status.
-    let p = plan::plan(&snap, stored_inputs_hash.as_deref(), now);
-    let json = render(&p, ignored, &active_check, now);
+    Ok(explain_snapshot(
+        &snap,
+        stored_inputs_hash.as_deref(),
+        &active_check,
+        ignored,
+        now,
+    ))
+}
+
+/// Explain a snapshot built from files or from live reads (`runtime::live`): the pass planned
+/// exactly as the controller plans it (booking, the decision, pruning, the status), rendered.
+/// `ignored` counts the Jobs given that were not the object's.
+pub fn explain_snapshot(
+    snap: &Snapshot,
+    stored_inputs_hash: Option<&str>,
+    active_check: &ActiveJobCheck,
+    ignored: usize,
+    now: Timestamp,
+) -> Explanation {
+    let p = plan::plan(snap, stored_inputs_hash, now);
+    let json = render(&p, ignored, active_check, now);
     let summary = summarize(&p.booked, &p.decision, now);
-    Ok(Explanation {
+    Explanation {
         json,
         summary,
         decision: p.decision.clone(),
         plan: p,
-    })
+    }
 }
 
 fn offline_note(e: &ResolveError) -> String {

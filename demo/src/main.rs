@@ -103,6 +103,10 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
             cli.speed
         );
         println!("   kubectl --kubeconfig {} get terraformclusters", kc.display());
+        println!(
+            "   kubectl captf --kubeconfig {} --sim-clock status -A   (kubectl-captf on PATH: see the README)",
+            kc.display()
+        );
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         loop {
             tokio::select! {

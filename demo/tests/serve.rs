@@ -1,5 +1,5 @@
 //! `./scripts/demo.sh --serve --no-script`, as the README states it: it writes the kubeconfig,
-//! prints the kubectl command, serves the API with the webhook and the controller behind it,
+//! prints the kubectl and `kubectl captf` commands (both work against it), serves the API with the webhook and the controller behind it,
 //! and Ctrl-C (SIGINT) stops everything with exit 0.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use clap::Parser;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
@@ -69,6 +70,8 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         )
     );
 
+    let captf = wait_line(&rx, "kubectl captf --kubeconfig", &mut all);
+
     // The kubeconfig points at the simulator; a TerraformCluster created through it passes the
     // webhook (defaulted) and the controller starts its Job.
     let text = std::fs::read_to_string(&kc).unwrap();
@@ -106,6 +109,20 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+
+    // The printed `kubectl captf` command works against it: the plugin's status shows the object.
+    let words: Vec<&str> = captf.split("   (").next().unwrap().split_whitespace().skip(2).collect();
+    let cli = kubectl_captf::cli::Cli::try_parse_from(std::iter::once("kubectl-captf").chain(words)).unwrap();
+    let conn = kubectl_captf::connect(&cli).await.unwrap();
+    let status = kubectl_captf::run(&cli, &conn).await.unwrap();
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.contains("TerraformCluster") && l.contains(" demo ")),
+        "{}",
+        status.stdout
+    );
 
     let pid = child.id().to_string();
     assert!(Command::new("kill").args(["-INT", &pid]).status().unwrap().success());

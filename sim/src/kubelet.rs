@@ -67,6 +67,8 @@ fn next_lock_try(now: Timestamp, poll: std::time::Duration, end: Option<Timestam
 #[derive(Clone, Debug, Default)]
 pub struct Kubelet {
     runners: BTreeMap<(String, String), Runner>,
+    /// Logs a test gave pods (`Sim::set_pod_log`), by (namespace, pod).
+    pub logs: BTreeMap<(String, String), String>,
 }
 
 impl Kubelet {
@@ -719,6 +721,43 @@ impl World {
         self.step(&key);
         true
     }
+}
+
+/// The log of a runner pod as `GET pods/<name>/log` serves it: the text a test gave the pod, or
+/// else lines made from the pod itself (its Job and op, and the runner's result once it ended),
+/// in the shape of the real runner's `captf-runner:` notes.
+pub fn pod_log(given: Option<&str>, pod: &Value) -> String {
+    if let Some(text) = given {
+        return text.to_string();
+    }
+    let label = |k: &str| {
+        pod.pointer("/metadata/labels")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_str)
+            .unwrap_or_default()
+            .to_string()
+    };
+    let mut out = format!(
+        "captf-runner: {} of Job {} (simulated runner)\n",
+        label(captf_shared::keys::LABEL_OP),
+        label("job-name")
+    );
+    let term = pod.pointer("/status/containerStatuses/0/state/terminated");
+    if let Some(msg) = term.and_then(|t| t.get("message")).and_then(Value::as_str)
+        && let Ok(r) = captf_shared::protocol::RunnerResult::parse(msg)
+    {
+        if let (Some(h), Some(s)) = (&r.plan_hash, &r.summary) {
+            out.push_str(&format!(
+                "captf-runner: plan {h}: {} to add, {} to change, {} to destroy, {} to replace\n",
+                s.add, s.change, s.destroy, s.replace
+            ));
+        }
+        if !r.message.is_empty() {
+            out.push_str(&format!("captf-runner: {}\n", r.message));
+        }
+        out.push_str(&format!("captf-runner: result {} (phase {})\n", r.result, r.phase));
+    }
+    out
 }
 
 #[cfg(test)]

@@ -222,7 +222,7 @@ async fn handle_inner(
         .ok_or_else(not_found)?;
     if sub.is_some_and(|s| {
         !((s == "status" && def.has_status)
-            || (s == "eviction" && def.id() == "/pods")
+            || ((s == "eviction" || s == "log") && def.id() == "/pods")
             || (s == "token" && def.id() == "/serviceaccounts"))
     }) {
         return Err(not_found());
@@ -313,6 +313,9 @@ async fn handle_inner(
             let name = t.name.as_deref().unwrap_or_default();
             let w = sh.lock()?;
             let obj = w.get(&t.def, &ns, name)?;
+            if t.sub.as_deref() == Some("log") {
+                return pod_log(&w, &ns, name, &obj, query);
+            }
             if wants_table(headers) {
                 return Ok(json_response(
                     200,
@@ -904,4 +907,27 @@ async fn sim_endpoint(
         }
         _ => Err(ApiError::new(404, "NotFound", "unknown simulator endpoint")),
     }
+}
+
+/// `GET pods/<name>/log`: the runner's log as plain text. The simulated containers never
+/// restart, so `previous=true` is the API server's 400.
+fn pod_log(
+    w: &World,
+    ns: &str,
+    name: &str,
+    pod: &Value,
+    query: &HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    let container = pod
+        .pointer("/spec/containers/0/name")
+        .and_then(Value::as_str)
+        .unwrap_or("runner");
+    if query.get("previous").is_some_and(|p| p == "true") {
+        return Err(ApiError::bad_request(format!(
+            "previous terminated container \"{container}\" in pod \"{name}\" not found"
+        )));
+    }
+    let given = w.kubelet.logs.get(&(ns.to_string(), name.to_string()));
+    let text = crate::kubelet::pod_log(given.map(String::as_str), pod);
+    Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
 }

@@ -337,6 +337,14 @@ impl Sim {
         self.world().evict(namespace, pod)
     }
 
+    /// Give a pod the log `GET pods/<name>/log` serves (else one is made from the pod).
+    pub fn set_pod_log(&self, namespace: &str, pod: &str, text: &str) {
+        self.world()
+            .kubelet
+            .logs
+            .insert((namespace.to_string(), pod.to_string()), text.to_string());
+    }
+
     /// Pods whose runner is still running, as `(namespace, name)`.
     pub fn running_pods(&self) -> Vec<(String, String)> {
         self.world().kubelet.running()

@@ -269,6 +269,40 @@ async fn blocked_and_plan_changed_results_carry_the_plan_hash_and_summary() {
 }
 
 #[tokio::test]
+async fn a_pods_log_is_the_runners_notes_or_the_text_a_test_gave_it_and_previous_is_a_400() {
+    let e = env().await;
+    let summary = PlanSummary {
+        add: 0,
+        change: 1,
+        destroy: 1,
+        replace: 0,
+    };
+    e.sim.script(JobMatch::any(), RunnerScript::blocked("abc123", summary));
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    let name = pod.metadata.name.clone().unwrap();
+    e.sim.advance(Duration::from_secs(30));
+    let log = e.pods.logs(&name, &Default::default()).await.unwrap();
+    assert!(log.contains("captf-runner: apply of Job tc-a-apply-1"), "{log}");
+    assert!(
+        log.contains("captf-runner: plan abc123: 0 to add, 1 to change, 1 to destroy, 0 to replace"),
+        "{log}"
+    );
+    assert!(log.contains("captf-runner: result blocked (phase guard)"), "{log}");
+    e.sim
+        .set_pod_log("default", &name, "  # null_resource.a will be destroyed\n");
+    let log = e.pods.logs(&name, &Default::default()).await.unwrap();
+    assert_eq!(log, "  # null_resource.a will be destroyed\n");
+    let previous = kube::api::LogParams {
+        previous: true,
+        ..Default::default()
+    };
+    let err = e.pods.logs(&name, &previous).await.unwrap_err();
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 400), "{err:?}");
+    let err = e.pods.logs("no-such-pod", &Default::default()).await.unwrap_err();
+    assert!(matches!(&err, kube::Error::Api(s) if s.code == 404), "{err:?}");
+}
+
+#[tokio::test]
 async fn a_runner_that_dies_holding_the_lock_leaves_a_lease_naming_its_pod() {
     let e = env().await;
     e.sim.script(

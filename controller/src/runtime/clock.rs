@@ -105,7 +105,8 @@ pub enum ClockError {
     Parse { url: String, why: String },
 }
 
-async fn read_sim_clock(client: &kube::Client, url: &str) -> Result<Timestamp, ClockError> {
+/// The simulator's time, read once from `<url>/sim/v1/clock` (`url` empty: the client's server).
+pub async fn read_sim_clock(client: &kube::Client, url: &str) -> Result<Timestamp, ClockError> {
     let path = format!("{}/sim/v1/clock", url.trim_end_matches('/'));
     let req = http::Request::get(path)
         .body(Vec::new())

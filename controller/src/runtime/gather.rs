@@ -852,21 +852,22 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident) -> Result
             holds.member_job_active = caches.member_job_active(&id.namespace, cluster);
         }
         Kind::TerraformMachinePool | Kind::TerraformMachine => {
-            let lease = lease(
-                client,
-                &id.namespace,
-                &names::cluster_lease_name(&id.namespace, cluster),
-            )
-            .await?;
-            if let Some(holder) = lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()) {
-                let live = job(client, &id.namespace, &holder).await?;
-                if live.as_ref().is_some_and(|j| outcome::terminal(j).is_none()) {
-                    holds.cluster_lease_holder = Some(holder);
-                }
-            }
+            holds.cluster_lease_holder = cluster_lease_holder(client, &id.namespace, cluster).await?;
         }
     }
     Ok(holds)
+}
+
+/// The live Job holding the cluster lease of `cluster`, if any (both read live).
+pub async fn cluster_lease_holder(client: &kube::Client, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
+    let lease = lease(client, ns, &names::cluster_lease_name(ns, cluster)).await?;
+    if let Some(holder) = lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()) {
+        let live = job(client, ns, &holder).await?;
+        if live.as_ref().is_some_and(|j| outcome::terminal(j).is_none()) {
+            return Ok(Some(holder));
+        }
+    }
+    Ok(None)
 }
 
 #[cfg(test)]

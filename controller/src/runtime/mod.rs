@@ -9,6 +9,7 @@
 //! | [`gather`] | the reads of one pass: Jobs, pods and members from reflector stores; Secrets, lock Lease, holder pod live |
 //! | [`book`] | bookkeeping exactly once per Job, outputs and Cluster API fields, pruning |
 //! | [`leases`] | run lease and cluster lease |
+//! | [`live`] | one pass read live without writing (for a person's tool) |
 //! | [`job`] | the PURE Job builder |
 //! | [`inputs`] | the durable inputs Secret |
 //! | [`identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
@@ -38,6 +39,7 @@ pub mod job;
 pub mod kinds;
 pub mod leader;
 pub mod leases;
+pub mod live;
 pub mod metrics;
 pub mod owners;
 pub mod pause;

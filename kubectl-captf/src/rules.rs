@@ -1,0 +1,290 @@
+//! When `approve` and `retry` write, and when they refuse (PURE). Both ask the controller's
+//! own rules: the approval must be one `decide::approved_plan` carries, and a refresh request
+//! is written only when `decide` would act on it.
+
+use k8s_openapi::jiff::Timestamp;
+
+use captf_controller::core::decide::{Decision, approved_plan};
+use captf_controller::core::lock::LockState;
+use captf_controller::core::{Reason, Snapshot};
+use captf_controller::plan::{self, Plan};
+use captf_shared::Op;
+use captf_shared::types::PendingPlan;
+
+use crate::words;
+
+/// What `approve` does.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Approval {
+    /// Write `captf.io/approve-plan=<hash>`.
+    Write(PendingPlan),
+    /// The annotation already names this plan: nothing to write.
+    Already(PendingPlan),
+}
+
+/// Why `approve` writes nothing.
+#[derive(Clone, Debug, PartialEq, Eq, thiserror::Error)]
+pub enum Refusal {
+    #[error("no plan waits for approval on {what}: {next}")]
+    NoPendingPlan { what: String, next: String },
+    #[error(
+        "--hash {given} is not the plan waiting for approval on {what}: that is {pending} (from Job {job}); review it with `kubectl captf plan` and approve that hash"
+    )]
+    HashMismatch {
+        what: String,
+        given: String,
+        pending: String,
+        job: String,
+    },
+    #[error("the controller would not carry an approval of {hash} on {what}: {why}")]
+    NotCarried { what: String, hash: String, why: String },
+}
+
+/// The approval of the plan waiting on the object as booked (`plan.booked`: a blocked apply
+/// not booked yet counts), checked against `--hash` and against the controller's own rule.
+pub fn approval(booked: &Snapshot, given: Option<&str>, now: Timestamp) -> Result<Approval, Refusal> {
+    let what = format!("{} {}/{}", booked.kind, booked.namespace, booked.name);
+    let Some(pending) = booked.status.pending_plan.clone().filter(|p| !p.hash.is_empty()) else {
+        let d = captf_controller::core::decide(booked, now);
+        return Err(Refusal::NoPendingPlan {
+            what,
+            next: words::next_sentence(&d, booked, now),
+        });
+    };
+    if let Some(given) = given.map(str::trim)
+        && given != pending.hash
+    {
+        return Err(Refusal::HashMismatch {
+            what,
+            given: given.to_string(),
+            pending: pending.hash,
+            job: pending.job,
+        });
+    }
+    if booked.approve_plan.as_deref() == Some(pending.hash.as_str()) {
+        return Ok(Approval::Already(pending));
+    }
+    let mut with = booked.clone();
+    with.approve_plan = Some(pending.hash.clone());
+    if approved_plan(&with).as_deref() != Some(pending.hash.as_str()) {
+        return Err(Refusal::NotCarried {
+            what,
+            hash: pending.hash,
+            why: "it is neither the pending plan nor the plan the newest apply stopped on".into(),
+        });
+    }
+    Ok(Approval::Write(pending))
+}
+
+/// What `retry` does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Retry {
+    /// Write `captf.io/refresh=<now>`; the words say what follows.
+    Request { words: String },
+    /// Write nothing; the words say why and what to do.
+    Refuse { words: String },
+}
+
+/// The plan of the object with a refresh requested at `now`, and whether to request it.
+pub fn retry(snap: &Snapshot, stored_inputs_hash: Option<&str>, now: Timestamp) -> (Retry, Plan) {
+    let mut with = snap.clone();
+    with.refresh_requested = Some(now);
+    let p = plan::plan(&with, stored_inputs_hash, now);
+    let s = &p.booked;
+    let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
+    let lock_note = match &s.lock {
+        LockState::Foreign { .. } => format!(
+            " The state lock is {}: the Job waits lockTimeoutSeconds for it and fails if it is still held; retry does not unlock it.",
+            s.lock.why()
+        ),
+        _ => String::new(),
+    };
+    let verdict = match &p.decision {
+        Decision::Start(st) if st.op == Op::Refresh => Retry::Request {
+            words: format!(
+                "refresh requested on {what}: the controller starts a refresh Job (attempt {}) at its next pass.{lock_note}",
+                st.attempt
+            ),
+        },
+        Decision::Wait(w) if w.reason == Reason::RefreshRequestedBackoff => Retry::Request {
+            words: format!(
+                "refresh requested on {what}: it starts {} (the refresh failed before; the backoff has no manual skip).{lock_note}",
+                words::when_words(&p.decision, now)
+            ),
+        },
+        Decision::Wait(w) if w.reason == Reason::JobActive => Retry::Request {
+            words: format!(
+                "refresh requested on {what}: Job {} is running; the controller decides again when it finishes.",
+                s.active_job().unwrap_or("?")
+            ),
+        },
+        Decision::Wait(w)
+            if matches!(w.reason, Reason::ClusterBusy | Reason::MemberJobActive) && w.op == Some(Op::Refresh) =>
+        {
+            Retry::Request {
+                words: format!(
+                    "refresh requested on {what}: it starts when {}.",
+                    words::hold_words(w.reason, s)
+                ),
+            }
+        }
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Retry::Refuse {
+            words: format!(
+                "not retrying {what}: {}. A refresh would not run before that, and retry never bypasses an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
+                words::reason_words(w.reason)
+            ),
+        },
+        d => Retry::Refuse {
+            words: format!(
+                "not retrying {what}: a refresh would not change what happens next. {}",
+                words::next_sentence(d, s, now)
+            ),
+        },
+    };
+    (verdict, p)
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_controller::core::lock::LockState;
+    use captf_controller::core::snapshot::{DurableRecord, Holds, InputsHash};
+    use captf_shared::types::{CaptfObject, ModuleSpec, TerraformCluster, TerraformClusterSpec, TerraformSpec};
+
+    const HASH: &str = "aaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbccccccccccccccccdddddddddddddddd";
+
+    fn now() -> Timestamp {
+        "2026-03-01T10:00:00Z".parse().unwrap()
+    }
+
+    fn snapshot() -> Snapshot {
+        let mut tc = TerraformCluster::new(
+            "prod-eu",
+            TerraformClusterSpec {
+                terraform: TerraformSpec {
+                    module: ModuleSpec {
+                        source: "git::https://example.com/m.git".into(),
+                    },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        tc.metadata.namespace = Some("default".into());
+        Snapshot::new(
+            &CaptfObject::Cluster(tc),
+            vec![],
+            DurableRecord::default(),
+            InputsHash::Known(HASH.into()),
+            LockState::Free,
+            Holds::default(),
+        )
+        .unwrap()
+    }
+
+    fn pending(hash: &str) -> PendingPlan {
+        PendingPlan {
+            hash: hash.into(),
+            adds: 0,
+            changes: 1,
+            destroys: 1,
+            replaces: 0,
+            job: "tc-prod-eu-apply-1".into(),
+        }
+    }
+
+    #[test]
+    fn approve_writes_the_hash_of_the_pending_plan_when_none_is_given() {
+        let mut s = snapshot();
+        s.status.pending_plan = Some(pending("p1"));
+        assert_eq!(approval(&s, None, now()), Ok(Approval::Write(pending("p1"))));
+        assert_eq!(approval(&s, Some("p1"), now()), Ok(Approval::Write(pending("p1"))));
+    }
+
+    #[test]
+    fn approve_refuses_a_hash_that_is_not_the_pending_plan() {
+        let mut s = snapshot();
+        s.status.pending_plan = Some(pending("p1"));
+        let e = approval(&s, Some("p0"), now()).unwrap_err();
+        assert!(matches!(e, Refusal::HashMismatch { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("--hash p0 is not the plan waiting for approval"),
+            "{text}"
+        );
+        assert!(text.contains("that is p1 (from Job tc-prod-eu-apply-1)"), "{text}");
+    }
+
+    #[test]
+    fn approve_refuses_when_no_plan_waits_and_says_what_happens_instead() {
+        let e = approval(&snapshot(), Some("p1"), now()).unwrap_err();
+        assert!(matches!(e, Refusal::NoPendingPlan { .. }), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.starts_with("no plan waits for approval on TerraformCluster default/prod-eu: "),
+            "{text}"
+        );
+        assert!(text.contains("apply"), "{text}");
+    }
+
+    #[test]
+    fn approve_of_an_already_approved_plan_writes_nothing() {
+        let mut s = snapshot();
+        s.status.pending_plan = Some(pending("p1"));
+        s.approve_plan = Some("p1".into());
+        assert_eq!(approval(&s, None, now()), Ok(Approval::Already(pending("p1"))));
+    }
+
+    #[test]
+    fn retry_requests_a_refresh_when_the_controller_would_start_one() {
+        let mut s = snapshot();
+        s.durable.applied_inputs_hash = Some(HASH.into());
+        s.status.outputs = Some(Default::default());
+        let (r, p) = retry(&s, None, now());
+        assert!(matches!(r, Retry::Request { .. }), "{r:?}");
+        assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Refresh));
+    }
+
+    #[test]
+    fn retry_never_bypasses_a_wait_for_approval() {
+        let mut s = snapshot();
+        s.durable.applied_inputs_hash = Some(HASH.into());
+        s.jobs = vec![captf_controller::core::record::JobRecord {
+            name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
+            op: Op::Apply,
+            seq: 1,
+            created: Some("2026-03-01T09:00:00Z".parse().unwrap()),
+            finished: Some("2026-03-01T09:01:00Z".parse().unwrap()),
+            outcome: Some(captf_controller::core::Outcome::Blocked),
+            booked: true,
+            accounted: true,
+            drift_remediation: false,
+            approved_plan: None,
+            force_unlock_id: None,
+            inputs_hash: Some(HASH[..16].to_string()),
+            deleting: false,
+            result: None,
+        }];
+        s.status.pending_plan = Some(pending("p1"));
+        let (r, _) = retry(&s, None, now());
+        let Retry::Refuse { words } = r else { panic!("{r:?}") };
+        assert!(words.contains("retry never bypasses an approval"), "{words}");
+    }
+
+    #[test]
+    fn retry_says_a_foreign_lock_is_not_unlocked() {
+        let mut s = snapshot();
+        s.durable.applied_inputs_hash = Some(HASH.into());
+        s.status.outputs = Some(Default::default());
+        s.lock = LockState::Foreign {
+            holder: "alice@laptop".into(),
+            operation: "OperationTypeApply".into(),
+            created: "2026-03-01T09:00:00Z".into(),
+        };
+        let (r, _) = retry(&s, None, now());
+        let Retry::Request { words } = r else { panic!("{r:?}") };
+        assert!(words.contains("held by alice@laptop"), "{words}");
+        assert!(words.contains("retry does not unlock it"), "{words}");
+    }
+}

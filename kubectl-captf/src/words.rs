@@ -1,0 +1,386 @@
+//! The controller's decisions in words (PURE): what happens next, when, and why.
+
+use std::time::Duration;
+
+use k8s_openapi::jiff::Timestamp;
+
+use captf_controller::core::decide::Decision;
+use captf_controller::core::lock::LockState;
+use captf_controller::core::{Reason, Snapshot};
+use captf_controller::explain::{Explanation, human};
+use captf_shared::Op;
+
+/// Why, in a sentence, for each reason `decide` gives.
+pub fn reason_words(r: Reason) -> &'static str {
+    match r {
+        Reason::InvalidSpec => "the spec is invalid; fix it as the Ready condition's message says",
+        Reason::PolicyViolation => {
+            "the spec chooses a runner image, service account or env the controller's tenant policy does not allow"
+        }
+        Reason::Paused => "the object, or its Cluster API Cluster, is paused",
+        Reason::JobActive => "a Job of the object is running; the next step is decided when it finishes",
+        Reason::Deleting => "the object is being deleted and its infrastructure must be destroyed first",
+        Reason::StateUnreadable => "the deletion is held: the Terraform state cannot be read",
+        Reason::MembersExist => "the deletion is held: machine pools or machines of this cluster still exist",
+        Reason::AwaitingApproval => {
+            "the newest apply stopped on a plan that deletes or replaces resources, and waits for a person to approve it (or for new inputs)"
+        }
+        Reason::PlanChanged => {
+            "the approved plan is not the plan the newest apply found; the new plan waits for approval (or for new inputs)"
+        }
+        Reason::InterruptedApply => "an apply Job disappeared while it ran; an apply of the current inputs is due",
+        Reason::InputsChanged => "the inputs differ from the ones last applied",
+        Reason::DriftRemediation => "the last drift check found drift and remediation is Auto",
+        Reason::RemediationLimit => {
+            "drift remediation failed as often as the failure limit allows; nothing more runs until a drift check succeeds"
+        }
+        Reason::RefreshRequested => "a refresh was requested (captf.io/refresh), or outputs are missing after an apply",
+        Reason::DriftCheckDue => "a drift check is due",
+        Reason::Idle => "nothing to do: the inputs are applied and no drift is pending",
+        Reason::InputsUnresolved => "the inputs cannot be resolved (a referenced Secret or ConfigMap is missing)",
+        Reason::ClusterBusy => "a Job of the owning TerraformCluster holds the cluster lease",
+        Reason::MemberJobActive => "a machine pool or machine of this cluster has a Job running",
+        Reason::DeletingBackoff
+        | Reason::InterruptedApplyBackoff
+        | Reason::InputsChangedBackoff
+        | Reason::DriftRemediationBackoff
+        | Reason::RefreshRequestedBackoff
+        | Reason::DriftCheckDueBackoff => {
+            "the op failed and waits out its backoff (1m doubling, at most 10m; no manual skip)"
+        }
+    }
+}
+
+/// What holds a Job back, naming the holder.
+pub fn hold_words(r: Reason, s: &Snapshot) -> String {
+    match r {
+        Reason::ClusterBusy => format!(
+            "the cluster's Job {} releases the cluster lease",
+            s.holds.cluster_lease_holder.as_deref().unwrap_or("?")
+        ),
+        Reason::MemberJobActive => format!(
+            "the member's Job {} finishes",
+            s.holds.member_job_active.as_deref().unwrap_or("?")
+        ),
+        other => reason_words(other).to_string(),
+    }
+}
+
+fn until(now: Timestamp, t: Timestamp) -> Duration {
+    Duration::try_from(t.duration_since(now)).unwrap_or_default()
+}
+
+/// The time of the next step, for sorting: now for a start, the backoff's end, or the next look.
+pub fn next_time(d: &Decision, now: Timestamp) -> Option<Timestamp> {
+    match d {
+        Decision::Start(_) | Decision::Finalize => Some(now),
+        Decision::Wait(w) => w.not_before.or_else(|| {
+            w.requeue_after
+                .and_then(|r| k8s_openapi::jiff::SignedDuration::try_from(r).ok())
+                .and_then(|r| now.checked_add(r).ok())
+        }),
+    }
+}
+
+/// When, in words: `now`, `at <t> (in 2m)`, `in 30s (looked at again)`, `on a change`.
+pub fn when_words(d: &Decision, now: Timestamp) -> String {
+    match d {
+        Decision::Start(_) | Decision::Finalize => "now (the controller's next pass)".to_string(),
+        Decision::Wait(w) => match (w.not_before, w.requeue_after) {
+            (Some(nb), _) => format!("at {nb} (in {})", human(until(now, nb))),
+            (None, Some(after)) if w.reason == Reason::Idle => {
+                format!("next drift check in {}", human(after))
+            }
+            (None, Some(after)) => format!("looked at again in {}", human(after)),
+            (None, None) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => {
+                "when a person approves the plan or the inputs change".to_string()
+            }
+            (None, None) if w.reason == Reason::JobActive => "when the running Job finishes".to_string(),
+            (None, None) => "when the object changes".to_string(),
+        },
+    }
+}
+
+/// The next step, short: `start apply`, `apply after backoff`, `wait`, `finalize`.
+pub fn next_short(d: &Decision) -> String {
+    match d {
+        Decision::Start(st) => format!("start {} ({})", st.op, st.reason),
+        Decision::Wait(w) => match w.op {
+            Some(op) if w.not_before.is_some() => format!("{op} after backoff ({})", w.reason),
+            Some(op) => format!("{op} held ({})", w.reason),
+            None => format!("wait ({})", w.reason),
+        },
+        Decision::Finalize => "remove the finalizer".to_string(),
+    }
+}
+
+/// The next step in one sentence: what, when and why.
+pub fn next_sentence(d: &Decision, s: &Snapshot, now: Timestamp) -> String {
+    let why = match d {
+        Decision::Start(st) => reason_words(st.reason).to_string(),
+        Decision::Wait(w) if matches!(w.reason, Reason::ClusterBusy | Reason::MemberJobActive) => {
+            format!("it waits until {}", hold_words(w.reason, s))
+        }
+        Decision::Wait(w) => reason_words(w.reason).to_string(),
+        Decision::Finalize => "the destroy is done (or the deletion policy is Orphan)".to_string(),
+    };
+    format!("the controller will {}, {}: {why}.", next_short(d), when_words(d, now))
+}
+
+fn plural(n: u32, one: &str) -> String {
+    if n == 1 {
+        format!("1 {one}")
+    } else {
+        format!("{n} {one}s")
+    }
+}
+
+/// How long ago, in words.
+pub fn age(now: Timestamp, t: Timestamp) -> String {
+    format!("{} ago", human(until(t, now)))
+}
+
+/// Consecutive failures per op, `apply:2,drift:1`, or `0`.
+pub fn failures(s: &Snapshot) -> String {
+    let counts = s.status.consecutive_failures.unwrap_or_default();
+    let parts: Vec<String> = Op::ALL
+        .iter()
+        .filter(|op| counts.get(**op) > 0)
+        .map(|op| format!("{op}:{}", counts.get(*op)))
+        .collect();
+    if parts.is_empty() {
+        "0".to_string()
+    } else {
+        parts.join(",")
+    }
+}
+
+/// The newest success of any op.
+pub fn last_success(s: &Snapshot) -> Option<(Op, Timestamp)> {
+    Op::ALL
+        .iter()
+        .filter_map(|op| s.last_success(*op).map(|t| (*op, t)))
+        .max_by_key(|(_, t)| *t)
+}
+
+/// The lock line: who holds it and what that means.
+pub fn lock_words(s: &Snapshot) -> String {
+    if let Some(job) = s.active_job() {
+        return format!("not checked while Job {job} runs (it holds the lock itself)");
+    }
+    match &s.lock {
+        LockState::Free => "free".to_string(),
+        LockState::Foreign { .. } => format!(
+            "{}. Jobs still start and wait lockTimeoutSeconds for it; release it from where it was taken (terraform force-unlock)",
+            s.lock.why()
+        ),
+        LockState::Stale { holder, id, .. } => {
+            format!("stale: held by {holder}, a runner pod that is gone; the next Job force-unlocks {id} first")
+        }
+        other => other.why(),
+    }
+}
+
+/// The explanation in words, most important first.
+pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> String {
+    let s = &e.plan.booked;
+    let d = &e.decision;
+    let mut out = format!("{} {}/{}\n", s.kind, s.namespace, s.name);
+    let mut line = |label: &str, text: String| out.push_str(&format!("{label:<14}{text}\n"));
+    let next = match d {
+        Decision::Start(st) => {
+            let mut n = format!("start {} (attempt {})", st.op, st.attempt);
+            if st.drift_remediation {
+                n.push_str(", remediating drift");
+            }
+            if let Some(id) = &st.force_unlock_id {
+                n.push_str(&format!(", force-unlocking the stale lock {id} first"));
+            }
+            if let Some(p) = &st.approved_plan {
+                n.push_str(&format!(", carrying the approval of plan {p}"));
+            }
+            n
+        }
+        other => next_short(other),
+    };
+    line("Next:", next);
+    line("When:", when_words(d, now));
+    let why = match d {
+        Decision::Wait(w) if matches!(w.reason, Reason::ClusterBusy | Reason::MemberJobActive) => {
+            format!("{} ({})", reason_words(w.reason), hold_words(w.reason, s))
+        }
+        Decision::Wait(w) if w.reason.as_str().ends_with("Backoff") => {
+            let op = w.op.unwrap_or(Op::Apply);
+            let b = captf_controller::core::decide::backoff_of(s, op);
+            format!(
+                "{op} failed {} in a row; the next attempt ({}) waits {} after the newest failure (no manual skip)",
+                plural(b.n, "time"),
+                b.attempt,
+                human(b.delay)
+            )
+        }
+        Decision::Wait(w) if w.reason == Reason::InputsUnresolved => match &s.inputs_hash {
+            captf_controller::core::snapshot::InputsHash::Unresolved(why) => {
+                format!("{}: {why}", reason_words(w.reason))
+            }
+            _ => reason_words(w.reason).to_string(),
+        },
+        Decision::Wait(w) if w.reason == Reason::InvalidSpec => {
+            format!("the spec is invalid: {}", s.invalid.as_deref().unwrap_or("?"))
+        }
+        Decision::Wait(w) if w.reason == Reason::PolicyViolation => format!(
+            "{}: {}",
+            reason_words(w.reason),
+            s.policy_violation.as_deref().unwrap_or("?")
+        ),
+        Decision::Start(st) => reason_words(st.reason).to_string(),
+        Decision::Wait(w) => reason_words(w.reason).to_string(),
+        Decision::Finalize => "the destroy is done (or the deletion policy is Orphan)".to_string(),
+    };
+    line("Why:", why);
+    line("State lock:", lock_words(s));
+    if let Some(job) = s.active_job() {
+        line("Running:", format!("Job {job}"));
+    }
+    if let Some(p) = &s.status.pending_plan {
+        let approved = match s.approve_plan.as_deref() {
+            Some(a) if a == p.hash => " (approved)",
+            _ => "",
+        };
+        line(
+            "Pending plan:",
+            format!(
+                "{}{approved}: {} to add, {} to change, {} to destroy, {} to replace (Job {})",
+                p.hash, p.adds, p.changes, p.destroys, p.replaces, p.job
+            ),
+        );
+    }
+    line("Failures:", failures(s));
+    let successes: Vec<String> = Op::ALL
+        .iter()
+        .filter_map(|op| s.last_success(*op).map(|t| format!("{op} {}", age(now, t))))
+        .collect();
+    line(
+        "Last success:",
+        if successes.is_empty() {
+            "never".to_string()
+        } else {
+            successes.join(", ")
+        },
+    );
+    if !e.plan.prune.is_empty() {
+        line("Prunes:", e.plan.prune.join(", "));
+    }
+    match d {
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => {
+            out.push_str(&format!(
+                "\nReview the plan with `kubectl captf plan {command_target}`, then approve it with `kubectl captf approve {command_target} --hash <hash>`.\n"
+            ));
+        }
+        _ => {}
+    }
+    out.push_str(&format!("\ncontroller: {}\n", e.summary));
+    out
+}
+
+/// A plain table: columns padded to the widest cell, three spaces apart, as kubectl prints.
+pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
+    let mut widths: Vec<usize> = header.iter().map(|h| h.chars().count()).collect();
+    for r in rows {
+        for (i, c) in r.iter().enumerate() {
+            if let Some(w) = widths.get_mut(i) {
+                *w = (*w).max(c.chars().count());
+            }
+        }
+    }
+    let line = |cells: Vec<String>| {
+        let last = cells.len().saturating_sub(1);
+        let mut l = String::new();
+        for (i, c) in cells.into_iter().enumerate() {
+            if i == last {
+                l.push_str(&c);
+            } else {
+                let pad = widths[i] - c.chars().count() + 3;
+                l.push_str(&c);
+                l.push_str(&" ".repeat(pad));
+            }
+        }
+        l.trim_end().to_string() + "\n"
+    };
+    let mut out = line(header.iter().map(|h| h.to_string()).collect());
+    for r in rows {
+        out.push_str(&line(r.clone()));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use captf_controller::core::decide::Wait;
+
+    fn now() -> Timestamp {
+        "2026-03-01T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn every_reason_has_words() {
+        for r in Reason::ALL {
+            assert!(!reason_words(*r).is_empty(), "{r}");
+        }
+    }
+
+    #[test]
+    fn a_backoff_says_when_the_op_may_start_and_in_how_long() {
+        let d = Decision::Wait(Wait {
+            reason: Reason::InputsChangedBackoff,
+            op: Some(Op::Apply),
+            requeue_after: Some(Duration::from_secs(150)),
+            not_before: Some("2026-03-01T10:02:30Z".parse().unwrap()),
+            attempt: Some(3),
+        });
+        assert_eq!(when_words(&d, now()), "at 2026-03-01T10:02:30Z (in 2m30s)");
+        assert_eq!(next_short(&d), "apply after backoff (InputsChangedBackoff)");
+        assert_eq!(next_time(&d, now()), Some("2026-03-01T10:02:30Z".parse().unwrap()));
+    }
+
+    #[test]
+    fn a_wait_for_approval_has_no_timer_and_says_who_ends_it() {
+        let d = Decision::Wait(Wait {
+            reason: Reason::AwaitingApproval,
+            op: None,
+            requeue_after: None,
+            not_before: None,
+            attempt: None,
+        });
+        assert_eq!(
+            when_words(&d, now()),
+            "when a person approves the plan or the inputs change"
+        );
+        assert_eq!(next_time(&d, now()), None);
+    }
+
+    #[test]
+    fn a_table_pads_columns_three_spaces_apart_and_trims_the_last() {
+        let t = table(
+            &["KIND", "NAME", "NEXT"],
+            &[
+                vec!["TerraformCluster".into(), "a".into(), "wait (Idle)".into()],
+                vec!["TerraformMachine".into(), "longer-name".into(), "".into()],
+            ],
+        );
+        assert_eq!(
+            t,
+            "KIND               NAME          NEXT\n\
+             TerraformCluster   a             wait (Idle)\n\
+             TerraformMachine   longer-name\n"
+        );
+    }
+
+    #[test]
+    fn an_age_is_how_long_ago_in_words() {
+        assert_eq!(age(now(), "2026-03-01T09:55:00Z".parse().unwrap()), "5m ago");
+        assert_eq!(age(now(), "2026-03-01T07:00:00Z".parse().unwrap()), "3h0m ago");
+    }
+}

@@ -1,0 +1,619 @@
+//! Each subcommand against the simulator over HTTPS, through a kubeconfig as a person's would
+//! be, with the real controller runtime running where a scenario needs it.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::time::Duration;
+
+use anyhow::{Result, bail};
+use clap::Parser;
+use serde_json::{Value, json};
+
+use captf_controller::explain::{ExplainInput, explain};
+use captf_controller::runtime::clock::WatchClock;
+use captf_controller::runtime::{self, Handle, LogFormat, RunArgs};
+use captf_shared::protocol::PlanSummary;
+use captf_shared::{Kind, Op, names};
+use captf_sim::{JobMatch, RunnerScript, Sim};
+use kubectl_captf::cli::Cli;
+use kubectl_captf::errors::PluginError;
+use kubectl_captf::{Printed, connect, run};
+
+const NS: &str = "default";
+const TC: &str = "infrastructure.cluster.x-k8s.io/terraformclusters";
+const T0: &str = "2026-01-01T00:00:00Z";
+/// How long a test waits for the controller to react (wall time; it usually takes milliseconds).
+const WAIT: Duration = Duration::from_secs(15);
+
+fn args() -> RunArgs {
+    RunArgs {
+        namespace: None,
+        runner_image: "runner:test".into(),
+        runner_service_account: "captf-runner".into(),
+        metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        health_addr: "127.0.0.1:0".parse().unwrap(),
+        leader_elect: false,
+        leader_namespace: None,
+        leader_lease_seconds: 15,
+        leader_identity: None,
+        concurrency: 4,
+        log_format: LogFormat::Text,
+        sim_clock_url: None,
+        allowed_runner_image_prefixes: vec![],
+        allowed_runner_service_accounts: vec![],
+        allow_env_from_secrets: false,
+        runner_requests: runtime::parse_quantities("cpu=100m").unwrap(),
+        runner_limits: runtime::parse_quantities("memory=2Gi").unwrap(),
+        runner_work_size_limit: "4Gi".into(),
+        runner_tmp_size_limit: "1Gi".into(),
+    }
+}
+
+struct Env {
+    sim: Sim,
+    dir: tempfile::TempDir,
+    kubeconfig: PathBuf,
+    controller: Option<Handle>,
+}
+
+/// A kubeconfig for the simulator's HTTPS port, trusting only its CA, with this token.
+fn write_kubeconfig(sim: &Sim, dir: &Path, file: &str, token: &str) -> PathBuf {
+    let https = sim.https().unwrap();
+    let ca = dir.join("ca.crt");
+    std::fs::write(&ca, &https.ca_pem).unwrap();
+    let path = dir.join(file);
+    std::fs::write(
+        &path,
+        format!(
+            "apiVersion: v1\nkind: Config\nclusters:\n- name: sim\n  cluster:\n    server: {}\n    certificate-authority: {}\n\
+             users:\n- name: me\n  user:\n    token: {token}\ncontexts:\n- name: sim\n  context:\n    cluster: sim\n    user: me\n    namespace: {NS}\n\
+             - name: elsewhere\n  context:\n    cluster: sim\n    user: me\n    namespace: team-b\ncurrent-context: sim\n",
+            https.url(),
+            ca.display()
+        ),
+    )
+    .unwrap();
+    path
+}
+
+impl Env {
+    async fn new(with_controller: bool) -> Result<Env> {
+        let sim = Sim::builder().https().start_time(T0.parse()?).start().await?;
+        sim.create_namespace("team-b");
+        let dir = tempfile::tempdir()?;
+        let kubeconfig = write_kubeconfig(&sim, dir.path(), "kubeconfig", "captf-sim");
+        let mut env = Env {
+            sim,
+            dir,
+            kubeconfig,
+            controller: None,
+        };
+        if with_controller {
+            let clock = Arc::new(WatchClock::new(env.sim.clock_watch()));
+            env.controller = Some(runtime::start(env.sim.client()?, &args(), clock).await?);
+        }
+        Ok(env)
+    }
+
+    /// `kubectl captf <args>` with this kubeconfig, deciding at the simulator's time.
+    async fn captf(&self, args: &[&str]) -> Result<Printed, PluginError> {
+        self.captf_with(&self.kubeconfig, args).await
+    }
+
+    async fn captf_with(&self, kubeconfig: &Path, args: &[&str]) -> Result<Printed, PluginError> {
+        let now = self.sim.now().to_string();
+        let mut argv = vec![
+            "kubectl-captf",
+            "--kubeconfig",
+            kubeconfig.to_str().unwrap(),
+            "--now",
+            &now,
+        ];
+        argv.extend_from_slice(args);
+        let cli = Cli::try_parse_from(argv).map_err(|e| PluginError::Usage(e.to_string()))?;
+        let conn = connect(&cli).await?;
+        run(&cli, &conn).await
+    }
+
+    fn create_cluster(&self, name: &str, ns: &str) -> Result<()> {
+        self.sim.put(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "TerraformCluster",
+            "metadata": {"name": name, "namespace": ns},
+            "spec": {"module": {"source": "git::https://example.com/net.git"},
+                     "variables": {"region": "eu-west-1"}, "drift": {"interval": "0"}},
+        }))?;
+        Ok(())
+    }
+
+    fn cluster(&self, name: &str) -> Value {
+        self.sim.get(TC, NS, name).unwrap_or(Value::Null)
+    }
+
+    /// Poll until `f` holds (the controller reacts to watch events; wall time ≤ WAIT).
+    async fn until<T>(&self, what: &str, mut f: impl FnMut(&Env) -> Option<T>) -> Result<T> {
+        let deadline = std::time::Instant::now() + WAIT;
+        loop {
+            if let Some(v) = f(self) {
+                return Ok(v);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("timed out waiting for {what}");
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    async fn until_next_action(&self, name: &str, reason: &str) -> Result<Value> {
+        self.until(&format!("{name}: nextAction {reason}"), |e| {
+            let c = e.cluster(name);
+            (c.pointer("/status/nextAction/reason") == Some(&json!(reason))).then_some(c)
+        })
+        .await
+    }
+
+    async fn until_job(&self, name: &str, op: Op, seq: u32) -> Result<Value> {
+        let job = names::job_name(Kind::TerraformCluster, NS, name, op, seq);
+        self.until(&format!("Job {job}"), |e| e.sim.get("batch/jobs", NS, &job))
+            .await
+    }
+
+    /// Let the running Job's runner finish (the default script takes 30 s) and wait for its booking.
+    async fn finish_job(&self, name: &str, op: Op, seq: u32, outcome: &str) -> Result<()> {
+        let job = names::job_name(Kind::TerraformCluster, NS, name, op, seq);
+        self.until_job(name, op, seq).await?;
+        self.sim.advance(Duration::from_secs(30));
+        self.until(&format!("Job {job} booked {outcome}"), |e| {
+            let j = e.sim.get("batch/jobs", NS, &job)?;
+            (j.pointer("/metadata/annotations/captf.io~1outcome") == Some(&json!(outcome))).then_some(())
+        })
+        .await
+    }
+
+    async fn applied_cluster(&self, name: &str) -> Result<()> {
+        self.create_cluster(name, NS)?;
+        self.finish_job(name, Op::Apply, 1, "succeeded").await?;
+        self.until(&format!("{name} idle"), |e| {
+            let c = e.cluster(name);
+            (c.pointer("/status/nextAction/reason") == Some(&json!("Idle")) && c.pointer("/status/outputs").is_some())
+                .then_some(())
+        })
+        .await
+    }
+
+    async fn stop_controller(&mut self) {
+        if let Some(h) = self.controller.take() {
+            h.shutdown().await;
+        }
+    }
+}
+
+fn summary() -> PlanSummary {
+    PlanSummary {
+        add: 1,
+        change: 0,
+        destroy: 1,
+        replace: 0,
+    }
+}
+
+fn outputs() -> std::collections::BTreeMap<String, Value> {
+    [("endpoint".to_string(), json!("10.0.0.1"))].into()
+}
+
+fn list(items: Vec<Value>) -> Value {
+    json!({"apiVersion": "v1", "kind": "List", "items": items})
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_reads_live_and_answers_as_the_offline_explain_does_on_the_same_objects() -> Result<()> {
+    let mut env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.sim.script(
+        JobMatch::object(Kind::TerraformCluster, NS, "prod-eu").op(Op::Apply),
+        RunnerScript::fail("Error: boom"),
+    );
+    env.create_cluster("prod-eu", NS)?;
+    env.finish_job("prod-eu", Op::Apply, 1, "failed").await?;
+    env.until_next_action("prod-eu", "InputsChangedBackoff").await?;
+    let suffix = names::suffix(Kind::TerraformCluster, NS, "prod-eu");
+    env.sim.hold_lock(NS, &suffix, "lock-1", "alice@laptop");
+    env.stop_controller().await;
+
+    let printed = env.captf(&["explain", "terraformcluster/prod-eu"]).await?;
+    let text = printed.stdout;
+    assert!(text.starts_with("TerraformCluster default/prod-eu\n"), "{text}");
+    assert!(
+        text.contains("Next:         apply after backoff (InputsChangedBackoff)"),
+        "{text}"
+    );
+    assert!(text.contains("When:         at 2026-01-01T00:01:30Z (in 1m)"), "{text}");
+    assert!(text.contains("apply failed 1 time in a row"), "{text}");
+    assert!(text.contains("held by alice@laptop"), "{text}");
+    assert!(text.contains("Failures:     apply:1"), "{text}");
+
+    let live: Value = serde_json::from_str(&env.captf(&["explain", "tfc/prod-eu", "-o", "json"]).await?.stdout)?;
+    // The same objects, exported to files, through the offline explain.
+    let dir = env.dir.path();
+    let write = |file: &str, v: Value| {
+        let p = dir.join(file);
+        std::fs::write(&p, v.to_string()).unwrap();
+        p.to_string_lossy().into_owned()
+    };
+    let object = write("object.json", env.cluster("prod-eu"));
+    let jobs = write("jobs.json", list(env.sim.list("batch/jobs", Some(NS))));
+    let pods = write("pods.json", list(env.sim.list("/pods", Some(NS))));
+    let lease = write(
+        "lease.json",
+        env.sim
+            .get("coordination.k8s.io/leases", NS, &names::lock_lease_name(&suffix))
+            .unwrap(),
+    );
+    let secret = write(
+        "secret.json",
+        env.sim
+            .get("/secrets", NS, &names::inputs_secret_name(&suffix))
+            .unwrap(),
+    );
+    let offline = explain(&ExplainInput {
+        object,
+        jobs,
+        pods: Some(pods),
+        lease: Some(lease),
+        secret: Some(secret),
+        now: Some(env.sim.now().to_string()),
+        inputs_hash: None,
+    })?;
+    assert_eq!(live, offline.json);
+    assert_eq!(live["action"], "wait");
+    assert_eq!(live["stateLock"]["holder"], "alice@laptop");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_blocked_plan_approved_through_the_plugin_goes_on_to_apply() -> Result<()> {
+    let env = Env::new(true).await?;
+    let m = || JobMatch::object(Kind::TerraformCluster, NS, "guarded").op(Op::Apply);
+    env.sim.script(m(), RunnerScript::blocked("hash-1", summary()));
+    env.sim.script(m(), RunnerScript::succeed());
+    env.create_cluster("guarded", NS)?;
+    env.finish_job("guarded", Op::Apply, 1, "blocked").await?;
+    env.until_next_action("guarded", "AwaitingApproval").await?;
+
+    // plan: the counts, the addresses in the runner's log, how to read it and approve it.
+    let job1 = names::job_name(Kind::TerraformCluster, NS, "guarded", Op::Apply, 1);
+    let pod = env.sim.pods_of_job(NS, &job1)?[0].metadata.name.clone().unwrap();
+    env.sim.set_pod_log(
+        NS,
+        &pod,
+        "  # null_resource.old will be destroyed\n  # null_resource.new will be created\n",
+    );
+    let plan = env.captf(&["plan", "tfc/guarded"]).await?.stdout;
+    assert!(
+        plan.starts_with("Plan hash-1 waits for approval on TerraformCluster default/guarded"),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("1 to add, 0 to change, 1 to destroy, 0 to replace"),
+        "{plan}"
+    );
+    assert!(plan.contains("destroy   null_resource.old"), "{plan}");
+    assert!(
+        plan.contains(&format!("kubectl logs -n default {pod} -c runner")),
+        "{plan}"
+    );
+    assert!(
+        plan.contains("kubectl captf approve tfc/guarded --hash hash-1"),
+        "{plan}"
+    );
+
+    // A hash that is not the pending plan's is refused, and nothing is written.
+    let err = env
+        .captf(&["approve", "tfc/guarded", "--hash", "hash-0"])
+        .await
+        .unwrap_err();
+    assert!(matches!(err, PluginError::Refused(_)), "{err}");
+    assert!(err.to_string().contains("that is hash-1"), "{err}");
+    assert!(
+        env.cluster("guarded")
+            .pointer("/metadata/annotations/captf.io~1approve-plan")
+            .is_none()
+    );
+
+    let out = env.captf(&["approve", "tfc/guarded", "--hash", "hash-1"]).await?.stdout;
+    assert!(
+        out.starts_with("Approved plan hash-1 on TerraformCluster default/guarded"),
+        "{out}"
+    );
+    assert!(out.contains("start apply"), "{out}");
+    let job2 = env.until_job("guarded", Op::Apply, 2).await?;
+    assert_eq!(job2["metadata"]["annotations"]["captf.io/approved-plan"], "hash-1");
+    env.finish_job("guarded", Op::Apply, 2, "succeeded").await?;
+    let c = env
+        .until("guarded ready", |e| {
+            let c = e.cluster("guarded");
+            (c.pointer("/status/ready") == Some(&json!(true))).then_some(c)
+        })
+        .await?;
+    assert!(c.pointer("/status/pendingPlan").is_none_or(Value::is_null));
+    // Nothing waits any more.
+    let err = env.captf(&["approve", "tfc/guarded"]).await.unwrap_err();
+    assert!(err.to_string().starts_with("no plan waits for approval"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn logs_shows_the_newest_jobs_runner_log_and_previous_the_one_before() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim.script(
+        JobMatch::object(Kind::TerraformCluster, NS, "logged").op(Op::Apply),
+        RunnerScript::fail("Error: boom"),
+    );
+    env.create_cluster("logged", NS)?;
+    env.finish_job("logged", Op::Apply, 1, "failed").await?;
+    env.sim.advance(Duration::from_secs(60));
+    env.finish_job("logged", Op::Apply, 2, "succeeded").await?;
+
+    let newest = env.captf(&["logs", "tfc/logged", "--op", "apply"]).await?;
+    let job2 = names::job_name(Kind::TerraformCluster, NS, "logged", Op::Apply, 2);
+    assert!(
+        newest
+            .stderr
+            .starts_with(&format!("==> Job {job2} (apply, #2), pod {job2}-")),
+        "{newest:?}"
+    );
+    assert!(newest.stdout.contains("result succeeded"), "{newest:?}");
+    let previous = env
+        .captf(&["logs", "tfc/logged", "--op", "apply", "--previous"])
+        .await?;
+    assert!(previous.stdout.contains("captf-runner: Error: boom"), "{previous:?}");
+    assert!(previous.stdout.contains("result failed"), "{previous:?}");
+    let err = env.captf(&["logs", "tfc/logged", "--op", "drift"]).await.unwrap_err();
+    assert!(err.to_string().contains("has no drift Job"), "{err}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_lists_every_object_with_its_next_step_and_a_foreign_lock_holder() -> Result<()> {
+    let mut env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.applied_cluster("calm").await?;
+    env.applied_cluster("locked").await?;
+    env.stop_controller().await;
+    env.sim.hold_lock(
+        NS,
+        &names::suffix(Kind::TerraformCluster, NS, "locked"),
+        "lock-9",
+        "bob@desk",
+    );
+    env.create_cluster("elsewhere", "team-b")?;
+
+    let here = env.captf(&["status"]).await?.stdout;
+    let lines: Vec<&str> = here.lines().collect();
+    assert_eq!(lines.len(), 3, "{here}");
+    assert!(lines[0].starts_with("KIND"), "{here}");
+    assert!(lines[1].contains("calm") && lines[1].contains("wait (Idle)"), "{here}");
+    assert!(lines[2].contains("locked") && lines[2].contains("bob@desk"), "{here}");
+
+    let all: Value = serde_json::from_str(
+        &env.captf(&["status", "-A", "-o", "json", "--sort-by", "last-success"])
+            .await?
+            .stdout,
+    )?;
+    let names: Vec<&str> = all
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["name"].as_str().unwrap())
+        .collect();
+    assert_eq!(names, ["elsewhere", "calm", "locked"], "never succeeded first");
+    assert_eq!(all[0]["next"], "start apply (InputsChanged)");
+    assert_eq!(all[0]["namespace"], "team-b");
+
+    let wide = env.captf(&["status", "-A", "-o", "wide"]).await?.stdout;
+    assert!(wide.starts_with("NAMESPACE"), "{wide}");
+    assert!(wide.contains("ACTIVE JOB"), "{wide}");
+    // Another context's namespace.
+    let other = env.captf(&["--context", "elsewhere", "status"]).await?.stdout;
+    assert!(other.contains("elsewhere") && !other.contains("calm"), "{other}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_sees_the_cluster_lease_and_a_members_running_job_live() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.create_cluster("c", NS)?;
+    let cluster_job = env.until_job("c", Op::Apply, 1).await?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformMachinePool",
+        "metadata": {"name": "p", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {"module": {"source": "git::https://example.com/pool.git"}, "drift": {"interval": "0"}},
+    }))?;
+    let pools = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
+    env.until("pool held by the cluster lease", |e| {
+        let p = e.sim.get(pools, NS, "p")?;
+        (p.pointer("/status/nextAction/reason") == Some(&json!("ClusterBusy"))).then_some(())
+    })
+    .await?;
+    let text = env.captf(&["explain", "tfmp/p"]).await?.stdout;
+    assert!(text.contains("apply held (ClusterBusy)"), "{text}");
+    assert!(
+        text.contains(&format!(
+            "the cluster's Job {} releases the cluster lease",
+            cluster_job["metadata"]["name"].as_str().unwrap()
+        )),
+        "{text}"
+    );
+
+    // The cluster's apply ends; the pool's starts; new inputs of the cluster wait for it.
+    env.sim.advance(Duration::from_secs(30));
+    let pool_job = names::job_name(Kind::TerraformMachinePool, NS, "p", Op::Apply, 1);
+    env.until("the pool's apply", |e| e.sim.get("batch/jobs", NS, &pool_job))
+        .await?;
+    let api: kube::Api<captf_shared::types::TerraformCluster> = kube::Api::namespaced(env.sim.client()?, NS);
+    api.patch(
+        "c",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"spec": {"variables": {"region": "eu-central-1"}}})),
+    )
+    .await?;
+    env.until_next_action("c", "MemberJobActive").await?;
+    let text = env.captf(&["explain", "tfc/c"]).await?.stdout;
+    assert!(text.contains("apply held (MemberJobActive)"), "{text}");
+    assert!(
+        text.contains(&format!("the member's Job {pool_job} finishes")),
+        "{text}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn retry_requests_a_refresh_the_controller_runs_and_refuses_while_a_plan_waits() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.applied_cluster("fresh").await?;
+    env.sim.advance(Duration::from_secs(60));
+    let out = env.captf(&["retry", "tfc/fresh"]).await?.stdout;
+    assert!(
+        out.starts_with("refresh requested on TerraformCluster default/fresh"),
+        "{out}"
+    );
+    let c = env.cluster("fresh");
+    assert_eq!(
+        c.pointer("/metadata/annotations/captf.io~1refresh"),
+        Some(&json!(env.sim.now().to_string()))
+    );
+    let refresh = env.until_job("fresh", Op::Refresh, 2).await?;
+    assert_eq!(
+        refresh["metadata"]["annotations"]["captf.io/reason"],
+        "RefreshRequested"
+    );
+
+    env.sim.script(
+        JobMatch::object(Kind::TerraformCluster, NS, "waiting").op(Op::Apply),
+        RunnerScript::blocked("hash-7", summary()),
+    );
+    env.create_cluster("waiting", NS)?;
+    env.finish_job("waiting", Op::Apply, 1, "blocked").await?;
+    env.until_next_action("waiting", "AwaitingApproval").await?;
+    let err = env.captf(&["retry", "tfc/waiting"]).await.unwrap_err();
+    assert!(matches!(err, PluginError::Refused(_)), "{err}");
+    assert!(err.to_string().contains("retry never bypasses an approval"), "{err}");
+    assert!(
+        env.cluster("waiting")
+            .pointer("/metadata/annotations/captf.io~1refresh")
+            .is_none(),
+        "nothing written"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_missing_object_names_the_namespace_it_was_looked_for_in() -> Result<()> {
+    let env = Env::new(false).await?;
+    let err = env.captf(&["explain", "tfc/nope", "-n", "team-b"]).await.unwrap_err();
+    assert_eq!(
+        err.to_string(),
+        "TerraformCluster \"nope\" not found in namespace \"team-b\"; pass -n NAMESPACE, or list what exists with `kubectl captf status -A`"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn explain_says_when_the_controller_leaves_an_object_alone() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": {"name": "theirs", "namespace": NS, "labels": {"cluster.x-k8s.io/managed-by": "other"}},
+        "spec": {"module": {"source": "git::https://example.com/net.git"}},
+    }))?;
+    let text = env.captf(&["explain", "tfc/theirs"]).await?.stdout;
+    assert!(
+        text.starts_with("Note: labelled cluster.x-k8s.io/managed-by=other: the controller leaves this object alone"),
+        "{text}"
+    );
+    let status = env.captf(&["status"]).await?;
+    assert!(status.stdout.is_empty(), "{status:?}");
+    assert!(status.stderr.starts_with("No TerraformClusters"), "{status:?}");
+    assert!(
+        status
+            .stderr
+            .contains("Left out: 1 object(s) labelled cluster.x-k8s.io/managed-by"),
+        "{status:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test]
+async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.create_cluster("secret-ish", NS)?;
+    let token = env.sim.token_for(NS, "oncall");
+    let kc = write_kubeconfig(&env.sim, env.dir.path(), "oncall", &token);
+    let err = env.captf_with(&kc, &["explain", "tfc/secret-ish"]).await.unwrap_err();
+    let text = err.to_string();
+    assert!(
+        text.starts_with("forbidden: you may not get terraformclusters in namespace \"default\"."),
+        "{text}"
+    );
+    assert!(
+        text.contains("resources: [\"terraformclusters\"], verbs: [\"get\"]"),
+        "{text}"
+    );
+    assert!(
+        text.contains("kubectl auth can-i get terraformclusters.infrastructure.cluster.x-k8s.io -n default"),
+        "{text}"
+    );
+
+    // Allowed to list the objects but not to read their Jobs: status still lists every object,
+    // marks the ones it could not read, and says what is missing.
+    env.sim.load_rbac(
+        "apiVersion: rbac.authorization.k8s.io/v1\nkind: Role\nmetadata: {name: look, namespace: default}\n\
+         rules:\n- apiGroups: [infrastructure.cluster.x-k8s.io]\n  resources: [terraformclusters, terraformmachinepools, terraformmachines]\n  verbs: [get, list]\n\
+         ---\napiVersion: rbac.authorization.k8s.io/v1\nkind: RoleBinding\nmetadata: {name: look, namespace: default}\n\
+         roleRef: {apiGroup: rbac.authorization.k8s.io, kind: Role, name: look}\n\
+         subjects:\n- {kind: ServiceAccount, name: oncall, namespace: default}\n",
+    )?;
+    let status = env.captf_with(&kc, &["status"]).await?;
+    assert!(status.partial, "{status:?}");
+    assert!(
+        status
+            .stdout
+            .lines()
+            .any(|l| l.contains("secret-ish") && l.contains("unknown (cannot read; see below)")),
+        "{status:?}"
+    );
+    assert!(
+        status
+            .stderr
+            .starts_with("cannot read TerraformCluster default/secret-ish: forbidden: you may not list jobs in namespace \"default\"."),
+        "{status:?}"
+    );
+    Ok(())
+}
+
+#[test]
+fn completion_and_help_need_no_cluster() {
+    use clap::CommandFactory;
+    let mut buf = Vec::new();
+    kubectl_captf::cli::completion(clap_complete::Shell::Bash, &mut buf).unwrap();
+    let script = String::from_utf8(buf).unwrap();
+    assert!(script.contains("complete -F _kubectl__captf"), "{script}");
+    // A subcommand's dispatch names the case its options are listed under.
+    assert!(script.contains("cmd=\"kubectl__captf__subcmd__status\""), "{script}");
+    assert!(script.contains("        kubectl__captf__subcmd__status)\n"), "{script}");
+    let help = Cli::command().render_long_help().to_string();
+    assert!(help.contains("Examples:"), "{help}");
+    assert!(
+        help.contains("kubectl captf explain terraformcluster/prod-eu"),
+        "{help}"
+    );
+}
