@@ -90,6 +90,10 @@ const ACTION_RBAC: &[(ApiAction, (&str, &str, &str))] = &[
         ("list", "terraformmachinepools", captf_shared::keys::GROUP),
     ),
     (ApiAction::GetMachine, ("get", "machines", "cluster.x-k8s.io")),
+    (
+        ApiAction::WriteIdentity,
+        ("create", "roles", "rbac.authorization.k8s.io"),
+    ),
 ];
 
 fn action_rbac(action: ApiAction) -> (&'static str, &'static str, &'static str) {

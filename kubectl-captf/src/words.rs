@@ -38,6 +38,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::DriftCheckDue => "a drift check is due",
         Reason::Idle => "nothing to do: the inputs are applied and no drift is pending",
         Reason::InputsUnresolved => "the inputs cannot be resolved (a referenced Secret or ConfigMap is missing)",
+        Reason::ClusterInfrastructurePending => {
+            "the first apply waits until the Cluster API Cluster says its infrastructure is provisioned"
+        }
         Reason::ClusterBusy => "a Job of the owning TerraformCluster holds the cluster lease",
         Reason::MemberJobActive => "a machine pool or machine of this cluster has a Job running",
         Reason::DeletingBackoff

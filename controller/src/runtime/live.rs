@@ -204,7 +204,9 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
     let mut holds = holds(client, &id).await?;
-    holds.cluster_paused = pause::cluster_paused(client, &object, &id).await;
+    let cluster = pause::cluster_view(client, &object, &id).await;
+    holds.cluster_paused = cluster.paused;
+    holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
     if object.metadata().deletion_timestamp.is_some() {
         holds.state_unreadable = state::unreadable(client, &id).await?;
     }
