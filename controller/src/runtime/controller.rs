@@ -38,7 +38,6 @@ use super::metrics::Metrics;
 use super::owners::{self, OwnerApis};
 use super::pause;
 use super::retry::{ErrorBackoff, ObjectKey};
-use super::state;
 use super::status;
 use crate::core::lock::LockState;
 use crate::core::moving;
@@ -238,7 +237,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         }
     }
 
-    let read = match read_pass(ctx, &id, &object, deleting).await? {
+    let read = match read_pass(ctx, &id, &object).await? {
         Ok(read) => read,
         Err(action) => return Ok(action),
     };
@@ -283,7 +282,7 @@ struct Read {
 /// Read phase: the Jobs and pods, the inputs Secret and its durable record, the check of an
 /// apply Job that vanished, outputs kept in the outputs Secret, the lock (only while no Job is
 /// active), the inputs and the holds. `Err(action)` ends the pass early.
-async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) -> Result<Result<Read, Action>, Error> {
+async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result<Read, Action>, Error> {
     let kind = id.kind;
     let live_status = object_status(object);
     let (last_job_seq, live_active) = (
@@ -335,13 +334,7 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject, deleting: bool) 
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
     let mut holds = gather::holds(&ctx.client, &ctx.caches, id).await?;
-    let cluster = pause::cluster_view(&ctx.client, object, id).await;
-    holds.cluster_paused = cluster.paused;
-    holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
-    if deleting {
-        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
-        holds.state_unreadable = state::unreadable(&ctx.client, id).await?;
-    }
+    pause::live_holds(&ctx.client, object, id, &mut holds).await?;
     let (mut snap, stored_inputs_hash) = snapshot_of(
         object,
         records,

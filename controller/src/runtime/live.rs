@@ -21,7 +21,7 @@ use super::errors::{ApiAction, Error};
 use super::gather::{self, Ident};
 use super::interrupted::Checked;
 use super::kinds::CaptfKind;
-use super::{pause, state};
+use super::pause;
 use crate::core::interrupted::{ActiveJobCheck, ActiveJobReads, LiveJob, check_active_job};
 use crate::core::lock::LockState;
 use crate::core::record::JobRecord;
@@ -204,12 +204,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
     let mut holds = holds(client, &id).await?;
-    let cluster = pause::cluster_view(client, &object, &id).await;
-    holds.cluster_paused = cluster.paused;
-    holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
-    if object.metadata().deletion_timestamp.is_some() {
-        holds.state_unreadable = state::unreadable(client, &id).await?;
-    }
+    pause::live_holds(client, &object, &id, &mut holds).await?;
     let (mut snap, stored_inputs_hash) = snapshot_of(
         &object,
         records,

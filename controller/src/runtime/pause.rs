@@ -9,6 +9,25 @@ use captf_shared::types::CaptfObject;
 use super::gather::Ident;
 use crate::core::pause;
 
+/// The holds read live on every pass, whoever reads (the reconcile pass, or a live read for a
+/// person): the Cluster's pause and infrastructure, and, for an object being deleted, whether its
+/// state can be read.
+pub async fn live_holds(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+    holds: &mut crate::core::snapshot::Holds,
+) -> Result<(), super::errors::Error> {
+    let cluster = cluster_view(client, object, id).await;
+    holds.cluster_paused = cluster.paused;
+    holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
+    if object.metadata().deletion_timestamp.is_some() {
+        // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
+        holds.state_unreadable = super::state::unreadable(client, id).await?;
+    }
+    Ok(())
+}
+
 /// What the controller reads of the object's Cluster API `Cluster`.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct ClusterView {

@@ -82,28 +82,11 @@ async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result
 async fn a_machines_first_apply_waits_until_its_clusters_infrastructure_is_provisioned() -> Result<()> {
     let env = Env::new().await?;
     env.sim.put(capi_cluster_crd())?;
-    env.sim.put(json!({
-        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
-        "metadata": {"name": "machines.cluster.x-k8s.io"},
-        "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
-            "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
-            "versions": [{"name": "v1beta1", "served": true, "storage": true,
-                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
-    }))?;
+    env.sim.put(capi_machine_crd())?;
     let mut cluster = capi_cluster("c1", false);
     cluster["status"] = json!({"initialization": {"infrastructureProvisioned": false}});
     env.sim.put(cluster.clone())?;
-    let machine = env.sim.put(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "metadata": {"name": "m1", "namespace": NS},
-        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "m1-bootstrap"}},
-    }))?;
-    let mut tm = cluster_json("m1", json!({}));
-    tm["kind"] = json!("TerraformMachine");
-    tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"});
-    tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "name": "m1", "uid": machine["metadata"]["uid"]}]);
-    env.sim.put(tm)?;
+    env.sim.put(machine_with_terraform_machine(&env.sim, "m1", "c1")?)?;
     const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
     env.until("Ready=False/ClusterInfrastructurePending", |e| {
         let (st, reason, _) = condition(&e.object(TM, "m1")?, "Ready")?;

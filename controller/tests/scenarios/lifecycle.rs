@@ -512,22 +512,6 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
     Ok(())
 }
 
-const MACHINE_CRD: &str = r#"apiVersion: apiextensions.k8s.io/v1
-kind: CustomResourceDefinition
-metadata:
-  name: machines.cluster.x-k8s.io
-spec:
-  group: cluster.x-k8s.io
-  scope: Namespaced
-  names: {plural: machines, singular: machine, kind: Machine, listKind: MachineList}
-  versions:
-  - name: v1beta1
-    served: true
-    storage: true
-    schema:
-      openAPIV3Schema: {type: object, x-kubernetes-preserve-unknown-fields: true}
-"#;
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
     let dir = tempfile::tempdir()?;
@@ -535,19 +519,10 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
         let f = f?.path();
         std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
     }
-    std::fs::write(dir.path().join("zz-machines.yaml"), MACHINE_CRD)?;
+    std::fs::write(dir.path().join("zz-machines.yaml"), capi_machine_crd().to_string())?;
     let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
     let k = Kind::TerraformMachine;
-    let machine = env.sim.put(json!({
-        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "metadata": {"name": "m1", "namespace": NS},
-        "spec": {"clusterName": "c1", "bootstrap": {"dataSecretName": "m1-bootstrap"}},
-    }))?;
-    let mut tm = cluster_json("m1", json!({}));
-    tm["kind"] = json!("TerraformMachine");
-    tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"});
-    tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "name": "m1", "uid": machine["metadata"]["uid"]}]);
+    let tm = machine_with_terraform_machine(&env.sim, "m1", "c1")?;
     env.sim
         .script(JobMatch::object(k, NS, "m1").op(Op::Apply), RunnerScript::hang());
     let j1 = env.create(k, tm).await?;

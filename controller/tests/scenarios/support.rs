@@ -465,3 +465,31 @@ pub(crate) fn capi_cluster(name: &str, paused: bool) -> Value {
         "spec": {"paused": paused},
     })
 }
+
+/// The Cluster API `Machine` CRD, as much of it as the simulator needs to serve the kind.
+pub(crate) fn capi_machine_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "machines.cluster.x-k8s.io"},
+        "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+            "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// Store a Cluster API `Machine` `name` of Cluster `cluster` (bootstrap data `<name>-bootstrap`)
+/// and return the TerraformMachine it owns, not yet stored.
+pub(crate) fn machine_with_terraform_machine(sim: &captf_sim::Sim, name: &str, cluster: &str) -> Result<Value> {
+    let machine = sim.put(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": format!("{name}-bootstrap")}},
+    }))?;
+    let mut tm = cluster_json(name, json!({}));
+    tm["kind"] = json!("TerraformMachine");
+    tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+        "name": name, "uid": machine["metadata"]["uid"]}]);
+    Ok(tm)
+}
