@@ -68,6 +68,16 @@ async fn service_account_and_env_secret_outside_the_policy_are_rejected_naming_e
 }
 
 #[tokio::test]
+async fn another_objects_own_runner_account_is_rejected_even_when_the_policy_allows_any() {
+    let jobs = json!({"serviceAccountName": "captf-runner-prod-us-tc"});
+    let resp = validate(TenantPolicy::unrestricted(), &create_with_jobs(jobs)).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.serviceAccountName"), "{msg}");
+    assert!(msg.contains("reserved"), "{msg}");
+}
+
+#[tokio::test]
 async fn a_spec_inside_the_policy_is_allowed() {
     let jobs = json!({"image": "ghcr.io/captf/runner:0.1.0", "serviceAccountName": "captf-runner"});
     let resp = validate(policy(), &create_with_jobs(jobs)).await;
