@@ -32,8 +32,8 @@ const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
 const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
 /// Real time a single wait may take before its step fails.
 const WAIT: Duration = Duration::from_secs(20);
-/// Real time given to the controller to act (or not) after the clock moved.
-const SETTLE: Duration = Duration::from_millis(300);
+/// Polls in a row with nothing in progress before the demo counts the moment as settled.
+const CALM_POLLS: u32 = 5;
 
 /// The examples the README shows, used as they are.
 pub const MINIMAL_CLUSTER: &str = include_str!("../../examples/terraformcluster-minimal.yaml");
@@ -108,6 +108,8 @@ pub struct Demo<'a> {
     timeline: Timeline,
     /// Print timeline lines as they happen.
     pub echo: bool,
+    /// Where the controller serves `/metrics`, to see whether it is still reconciling.
+    pub controller_metrics: Option<std::net::SocketAddr>,
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -123,6 +125,22 @@ fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
             let f = |k: &str| c[k].as_str().unwrap_or("").to_string();
             (f("status"), f("reason"), f("message"))
         })
+}
+
+/// The controller's `captf_reconciles_in_flight` gauge, read from its `/metrics`; None when it
+/// cannot be read.
+async fn reconciles_in_flight(addr: std::net::SocketAddr) -> Option<u64> {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
+    stream
+        .write_all(b"GET /metrics HTTP/1.0\r\nHost: controller\r\n\r\n")
+        .await
+        .ok()?;
+    let mut body = String::new();
+    stream.read_to_string(&mut body).await.ok()?;
+    body.lines()
+        .find_map(|l| l.strip_prefix("captf_reconciles_in_flight "))
+        .and_then(|v| v.trim().parse().ok())
 }
 
 fn job_finish_time(j: &Value) -> Option<Timestamp> {
@@ -179,6 +197,7 @@ impl<'a> Demo<'a> {
             client,
             timeline: Timeline::new(),
             echo: true,
+            controller_metrics: None,
         }
     }
 
@@ -222,27 +241,21 @@ impl<'a> Demo<'a> {
         }
     }
 
-    /// Print what is still settling at the current time before the clock moves.
-    async fn catch_up(&mut self) {
-        let end = Instant::now() + Duration::from_millis(80);
-        while Instant::now() < end {
-            self.observe();
-            tokio::time::sleep(Duration::from_millis(20)).await;
-        }
-    }
-
-    async fn advance(&mut self, d: Duration) {
-        self.catch_up().await;
+    /// Let what is still happening at the current time finish (printing it), then move the clock.
+    async fn advance(&mut self, d: Duration) -> Result<(), StepError> {
+        self.settle().await?;
         self.sim.advance(d);
         self.say(&format!("(clock +{}s)", d.as_secs()));
         self.observe();
+        Ok(())
     }
 
-    async fn advance_to(&mut self, t: Timestamp) {
-        self.catch_up().await;
+    async fn advance_to(&mut self, t: Timestamp) -> Result<(), StepError> {
+        self.settle().await?;
         self.sim.advance_to(t);
         self.say("(clock moved)");
         self.observe();
+        Ok(())
     }
 
     /// Poll until `f` returns Some, observing as we go; at most [`WAIT`] of real time.
@@ -265,12 +278,37 @@ impl<'a> Demo<'a> {
         }
     }
 
-    /// Give the controller a moment to act, observing.
-    async fn settle(&mut self) {
-        let end = Instant::now() + SETTLE;
-        while Instant::now() < end {
+    /// Wait until nothing is in progress, observing: the simulator quiet (no request in flight,
+    /// every watch event delivered) with no new request, and no reconcile pass running in the
+    /// controller (its `captf_reconciles_in_flight` gauge, when the demo knows where its metrics
+    /// are), [`CALM_POLLS`] polls in a row. What the controller does about the current moment is
+    /// then done: a check that nothing happened is a check, not a guess after a pause.
+    async fn settle(&mut self) -> Result<(), StepError> {
+        let deadline = Instant::now() + WAIT;
+        let (mut last, mut calm) = (None, 0);
+        loop {
             self.observe();
-            tokio::time::sleep(Duration::from_millis(25)).await;
+            let requests = self.sim.requests();
+            let busy = match self.controller_metrics {
+                Some(addr) => reconciles_in_flight(addr).await.is_none_or(|n| n > 0),
+                None => false,
+            };
+            calm = if self.sim.quiet() && !busy && last == Some(requests) {
+                calm + 1
+            } else {
+                0
+            };
+            if calm >= CALM_POLLS {
+                return Ok(());
+            }
+            last = Some(requests);
+            if Instant::now() > deadline {
+                return Err(StepError::Timeout {
+                    what: "the simulator and the controller to settle".to_string(),
+                    secs: WAIT.as_secs(),
+                });
+            }
+            tokio::time::sleep(Duration::from_millis(10)).await;
         }
     }
 
@@ -495,7 +533,7 @@ impl<'a> Demo<'a> {
         let mut delays = Vec::new();
         let (mut seq, mut job) = self.next_job(k, CLUSTER, Op::Apply, 0).await?;
         for (n, want) in [(1, 60i64), (2, 120)] {
-            self.advance(Duration::from_secs(30)).await;
+            self.advance(Duration::from_secs(30)).await?;
             let j = self.booked(&job, "failed").await?;
             let fin = job_finish_time(&j).ok_or_else(|| unexpected("failed Job has no finish time"))?;
             let nb = self
@@ -514,12 +552,12 @@ impl<'a> Demo<'a> {
                     (nb - fin).get_seconds()
                 )));
             }
-            self.advance_to(nb - SignedDuration::from_secs(1)).await;
-            self.settle().await;
+            self.advance_to(nb - SignedDuration::from_secs(1)).await?;
+            self.settle().await?;
             if self.last_seq(k, CLUSTER) != seq {
                 return Err(unexpected(format!("failure {n}: a retry started before notBefore")));
             }
-            self.advance_to(nb).await;
+            self.advance_to(nb).await?;
             let (s2, j2) = self.next_job(k, CLUSTER, Op::Apply, seq).await?;
             let started = created(&j2).ok_or_else(|| unexpected("Job without creationTimestamp"))?;
             let d = (started - fin).get_seconds();
@@ -532,7 +570,7 @@ impl<'a> Demo<'a> {
             seq = s2;
             job = j2;
         }
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&job, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
         let c = self
@@ -550,7 +588,7 @@ impl<'a> Demo<'a> {
         }
         // The first drift check runs at once (never checked); it finds nothing.
         let (_, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&drift, "succeeded").await?;
         self.condition_is(k, CLUSTER, "DriftDetected", "False", "NoDrift")
             .await?;
@@ -571,12 +609,12 @@ impl<'a> Demo<'a> {
     /// Let every running Job finish (30s of simulated time each) until nothing runs.
     async fn quiesce(&mut self) -> Result<(), StepError> {
         for _ in 0..10 {
-            self.settle().await;
+            self.settle().await?;
             let open = Self::unbooked(self.sim);
             let Some(job) = open.first().cloned() else {
                 return Ok(());
             };
-            self.advance(Duration::from_secs(30)).await;
+            self.advance(Duration::from_secs(30)).await?;
             let name = job
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
@@ -609,7 +647,7 @@ impl<'a> Demo<'a> {
                 }
                 tokio::time::sleep(Duration::from_millis(25)).await;
             }
-            self.advance(step).await;
+            self.advance(step).await?;
         }
         self.until(what, f).await
     }
@@ -630,7 +668,7 @@ impl<'a> Demo<'a> {
             .map_err(api_err("create TerraformMachinePool/demo-workers"))?;
         let (s1, j1) = self.next_job(k, POOL, Op::Apply, 0).await?;
         self.say("the node is drained: the runner pod is evicted");
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&j1, "interrupted").await?;
         let evicted_at = self.sim.now();
         let (s2, j2) = self.next_job(k, POOL, Op::Apply, s1).await?;
@@ -644,7 +682,7 @@ impl<'a> Demo<'a> {
             )));
         }
         self.say("the next runner takes the state lock and is OOM-killed");
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         let j2 = self.booked(&j2, "failed").await?;
         let fin = job_finish_time(&j2).ok_or_else(|| unexpected("failed Job has no finish time"))?;
         let lease = names::lock_lease_name(&names::suffix(k, NS, POOL));
@@ -658,7 +696,7 @@ impl<'a> Demo<'a> {
                 "lock {lease} holder is {holder:?} after the runner died"
             )));
         }
-        self.advance_to(fin + SignedDuration::from_secs(60)).await;
+        self.advance_to(fin + SignedDuration::from_secs(60)).await?;
         let (_, j3) = self.next_job(k, POOL, Op::Apply, s2).await?;
         if annotation(&j3, "captf.io/force-unlock") != Some(DEAD_RUNNER_LOCK) {
             return Err(unexpected("the next Job does not carry the dead runner's lock ID"));
@@ -670,7 +708,7 @@ impl<'a> Demo<'a> {
                 .then_some(())
         })
         .await?;
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&j3, "succeeded").await?;
         self.condition_is(k, POOL, "Ready", "True", "Ready").await?;
         self.quiesce().await?;
@@ -712,9 +750,9 @@ impl<'a> Demo<'a> {
             fmt_t(due)
         ));
         let seq = self.last_seq(k, CLUSTER);
-        self.advance_to(due).await;
+        self.advance_to(due).await?;
         let (s, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&drift, "succeeded").await?;
         self.condition_is(k, CLUSTER, "DriftDetected", "True", "DriftFound")
             .await?;
@@ -724,7 +762,7 @@ impl<'a> Demo<'a> {
         {
             return Err(unexpected("the apply after drift is not a DriftRemediation"));
         }
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&fix, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
 
@@ -746,7 +784,7 @@ impl<'a> Demo<'a> {
         )
         .await?;
         let (s, blocked) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&blocked, "blocked").await?;
         self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "False", "DestructivePlanBlocked")
             .await?;
@@ -764,8 +802,8 @@ impl<'a> Demo<'a> {
             return Err(unexpected(format!("status.pendingPlan.hash is {hash:?}")));
         }
         self.say("an hour passes: nobody approved, so nothing runs");
-        self.advance(Duration::from_secs(3600)).await;
-        self.settle().await;
+        self.advance(Duration::from_secs(3600)).await?;
+        self.settle().await?;
         if self.last_seq(k, CLUSTER) != s {
             return Err(unexpected("a Job started while the plan waited for approval"));
         }
@@ -784,7 +822,7 @@ impl<'a> Demo<'a> {
                 "the apply after approval does not carry the approved plan hash",
             ));
         }
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.booked(&approved, "succeeded").await?;
         self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "True", "ApplySucceeded")
             .await?;
@@ -838,12 +876,12 @@ impl<'a> Demo<'a> {
             return Err(unexpected("the Job that waited for the lock was not booked as failed"));
         }
         let fin = job_finish_time(&j1).ok_or_else(|| unexpected("failed Job has no finish time"))?;
-        self.advance_to(fin + SignedDuration::from_secs(59)).await;
-        self.settle().await;
+        self.advance_to(fin + SignedDuration::from_secs(59)).await?;
+        self.settle().await?;
         if self.last_seq(k, CLUSTER) != s1 {
             return Err(unexpected("a retry started before its 1m backoff"));
         }
-        self.advance_to(fin + SignedDuration::from_secs(60)).await;
+        self.advance_to(fin + SignedDuration::from_secs(60)).await?;
         let (_, j2) = self.next_job(k, CLUSTER, Op::Apply, s1).await?;
         if annotation(&j2, "captf.io/force-unlock").is_some() {
             return Err(unexpected("the retry was handed the workstation's lock"));
@@ -894,8 +932,8 @@ impl<'a> Demo<'a> {
         if !msg.contains(POOL) {
             return Err(unexpected(format!("DeletionHeld does not name the pool: {msg}")));
         }
-        self.advance(Duration::from_secs(120)).await;
-        self.settle().await;
+        self.advance(Duration::from_secs(120)).await?;
+        self.settle().await?;
         if self.last_seq(tc, CLUSTER) != seq {
             return Err(unexpected("the cluster started a Job while its pool exists"));
         }
@@ -903,7 +941,7 @@ impl<'a> Demo<'a> {
         self.say("kubectl delete terraformmachinepool demo-workers");
         self.delete(tmp, POOL).await?;
         let (_, pd) = self.next_job(tmp, POOL, Op::Destroy, pseq).await?;
-        self.advance(Duration::from_secs(30)).await;
+        self.advance(Duration::from_secs(30)).await?;
         self.until("TerraformMachinePool/demo-workers to be gone", |sim| {
             sim.get(TMP, NS, POOL).is_none().then_some(())
         })

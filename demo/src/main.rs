@@ -61,6 +61,7 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     let client = stack.sim.client()?;
     let mut demo = Demo::new(&stack.sim, client);
     demo.echo = !quiet;
+    demo.controller_metrics = Some(stack.controller_env.metrics_addr);
     let mut code = ExitCode::SUCCESS;
 
     if !cli.no_script {

@@ -80,18 +80,20 @@ pub struct Ctx {
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
-struct Running(Arc<AtomicUsize>);
+struct Running(Arc<AtomicUsize>, prometheus_client::metrics::gauge::Gauge);
 
 impl Running {
-    fn start(n: &Arc<AtomicUsize>) -> Running {
+    fn start(n: &Arc<AtomicUsize>, gauge: &prometheus_client::metrics::gauge::Gauge) -> Running {
         n.fetch_add(1, Ordering::SeqCst);
-        Running(n.clone())
+        gauge.inc();
+        Running(n.clone(), gauge.clone())
     }
 }
 
 impl Drop for Running {
     fn drop(&mut self) {
         self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.dec();
     }
 }
 
@@ -143,7 +145,7 @@ const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
 /// The reconcile of one object of kind `K`.
 pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
-    let _running = Running::start(&ctx.in_flight);
+    let _running = Running::start(&ctx.in_flight, &ctx.metrics.reconciles_in_flight);
     if !ctx.leader.load(Ordering::SeqCst) {
         return Ok(Action::requeue(Duration::from_secs(5)));
     }

@@ -56,6 +56,8 @@ fn duration_histogram() -> Histogram {
 
 /// Every metric family of the controller.
 pub struct Metrics {
+    /// Reconcile passes running now.
+    pub reconciles_in_flight: Gauge,
     pub registry: Registry,
     pub job_attempts: Family<KindOp, Histogram, fn() -> Histogram>,
     pub jobs_finished: Family<Finished, Counter>,
@@ -86,6 +88,7 @@ impl Metrics {
         let reconcile_duration =
             Family::<KindLabel, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram as _);
         let reconcile_errors = Family::<Category, Counter>::default();
+        let reconciles_in_flight = Gauge::default();
         let reconcile_error_backoff =
             Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10));
         registry.register(
@@ -115,6 +118,11 @@ impl Metrics {
             reconcile_duration.clone(),
         );
         registry.register(
+            "captf_reconciles_in_flight",
+            "Reconcile passes running now (0 when the controller has nothing left to do at this moment)",
+            reconciles_in_flight.clone(),
+        );
+        registry.register(
             "captf_reconcile_errors",
             "Failed reconcile passes by category",
             reconcile_errors.clone(),
@@ -126,6 +134,7 @@ impl Metrics {
         );
         Metrics {
             registry,
+            reconciles_in_flight,
             job_attempts,
             jobs_finished,
             force_unlocks,
