@@ -359,13 +359,10 @@ async fn run_in<S: OutputsStore>(
         .await?;
     // Lives until the run ends (dropping it stops it): every Terraform step reaches its state
     // through it.
-    let proxy = state_proxy::start(
-        state_proxy::Narrowing {
-            namespace: cfg.namespace.clone(),
-            state_secret: names::state_secret_name(&cfg.state_suffix),
-        },
-        state_proxy::Upstream::Inferred,
-    )
+    let proxy = state_proxy::start(state_proxy::Narrowing {
+        namespace: cfg.namespace.clone(),
+        state_secret: names::state_secret_name(&cfg.state_suffix),
+    })
     .await
     .map_err(|e| failed(Phase::Init, format!("could not start the state proxy: {e}")))?;
     workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, &proxy.url(), inputs)

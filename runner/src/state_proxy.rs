@@ -89,29 +89,18 @@ impl Drop for StateProxy {
     }
 }
 
-/// How the proxy reaches the API server.
-#[derive(Clone)]
-pub enum Upstream {
-    /// The pod's in-cluster configuration (service-account token and CA), inferred on first use.
-    Inferred,
-    /// An explicit configuration (tests, local runs).
-    Config(Box<kube::Config>),
-}
-
 struct Shared {
     narrowing: Narrowing,
-    upstream: Upstream,
     client: OnceCell<Result<kube::Client, String>>,
 }
 
 impl Shared {
+    /// The pod's own configuration (in-cluster service-account token and CA, else a kubeconfig
+    /// for a local run), inferred on the first request.
     async fn client(&self) -> Result<kube::Client, String> {
         self.client
             .get_or_init(|| async {
-                let config = match &self.upstream {
-                    Upstream::Config(c) => (**c).clone(),
-                    Upstream::Inferred => kube::Config::infer().await.map_err(|e| e.to_string())?,
-                };
+                let config = kube::Config::infer().await.map_err(|e| e.to_string())?;
                 kube::Client::try_from(config).map_err(|e| e.to_string())
             })
             .await
@@ -120,12 +109,11 @@ impl Shared {
 }
 
 /// Start the proxy on a loopback port of its own.
-pub async fn start(narrowing: Narrowing, upstream: Upstream) -> std::io::Result<StateProxy> {
+pub async fn start(narrowing: Narrowing) -> std::io::Result<StateProxy> {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await?;
     let addr = listener.local_addr()?;
     let shared = std::sync::Arc::new(Shared {
         narrowing,
-        upstream,
         client: OnceCell::new(),
     });
     let task = tokio::spawn(async move {
