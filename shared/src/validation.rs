@@ -7,6 +7,7 @@
 mod formats;
 mod parse;
 mod path;
+mod values;
 
 use std::borrow::Cow;
 use std::fmt;
@@ -23,6 +24,7 @@ pub use formats::{
 };
 pub use parse::parse_object;
 pub use path::FieldPath;
+pub use values::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, too_many_values};
 
 /// `module.source` is at most this many characters.
 pub const MAX_MODULE_SOURCE_CHARS: usize = 2048;
@@ -292,6 +294,11 @@ pub fn template_spec_is_immutable(old: &CaptfObject, new: &CaptfObject) -> Repor
 pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     let mut report = Report::default();
     let root = FieldPath::new(path_prefix);
+    if spec_has_too_many_values(spec) {
+        // Refused for that alone: the other rules serialize and walk what is too large to build.
+        too_many_values(&mut report, &root);
+        return report;
+    }
     check_module_source(&mut report, &root.child("module").child("source"), &spec.module.source);
     if let Some(vars) = &spec.variables {
         check_variables(&mut report, &root.child("variables"), vars);
@@ -328,6 +335,13 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
         );
     }
     report
+}
+
+/// Does the spec hold more than [`MAX_SPEC_VALUES`] JSON values? Counted without building
+/// anything; whoever reads a spec that may not have gone through the webhook asks this before
+/// copying or serializing it.
+pub fn spec_has_too_many_values(spec: &TerraformSpec) -> bool {
+    count_serialized_values(spec, MAX_SPEC_VALUES).is_none()
 }
 
 fn check_module_source(report: &mut Report, path: &FieldPath, source: &str) {

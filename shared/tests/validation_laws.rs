@@ -9,7 +9,9 @@ use captf_shared::types::{
     TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec, TerraformMachineTemplate,
     TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec, VariablesFrom, VariablesRef,
 };
-use captf_shared::validation::{parse_object, validate_create, validate_update};
+use captf_shared::validation::{
+    count_json_values, count_serialized_values, parse_object, validate_create, validate_update,
+};
 use k8s_openapi::api::core::v1::EnvVar;
 use proptest::prelude::*;
 use serde_json::Value;
@@ -293,6 +295,22 @@ proptest! {
             prop_assert!(after.is_valid(), "{}", after.message());
             prop_assert_eq!(before.warnings, after.warnings, "defaults add no doubtful values");
         }
+    }
+
+    #[test]
+    fn counting_a_typed_spec_gives_the_count_of_its_json_text(spec in any_spec()) {
+        let text = serde_json::to_string(&spec).unwrap();
+        let n = count_json_values(&text, usize::MAX);
+        prop_assert!(n.is_some_and(|n| n > 0));
+        prop_assert_eq!(count_serialized_values(&spec, usize::MAX), n);
+        // Past a limit below the count, both stop.
+        let below = n.unwrap() - 1;
+        prop_assert_eq!(count_serialized_values(&spec, below), None);
+        prop_assert_eq!(count_json_values(&text, below), None);
+        // A kind's spec holds the Terraform spec flattened among its own fields.
+        let machine = TerraformMachineSpec { terraform: spec, provider_id: Some("p-1".into()) };
+        let text = serde_json::to_string(&machine).unwrap();
+        prop_assert_eq!(count_serialized_values(&machine, usize::MAX), count_json_values(&text, usize::MAX));
     }
 
     #[test]

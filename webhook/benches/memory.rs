@@ -2,7 +2,10 @@
 //! and 16 at once, each shape in a fresh process (VmHWM is the process's peak). The chart's
 //! memory limit is chosen from these figures (webhook/README.md).
 //!
-//! `cargo bench -p captf-webhook --bench memory` (env: MEMORY_CONCURRENT, default 16).
+//! `cargo bench -p captf-webhook --bench memory` (env: MEMORY_CONCURRENT, default 16). The binary
+//! measured is the one Cargo built with the bench (release under `cargo bench`, debug under
+//! `cargo test --bench memory`), or the one `MEMORY_WEBHOOK_BIN` names, e.g. a release build
+//! (`cargo build --release -p captf-webhook --bin captf-webhook`) measured by a debug bench.
 //! Prints figures; asserts nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -50,7 +53,7 @@ fn shapes() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     let mut out = Vec::new();
     let to_vec = |v: &Value| serde_json::to_vec(v).unwrap();
 
-    // The largest spec that is parsed: variables of small numbers (a JSON tree is ~16x its text).
+    // A spec just under 1 MiB of small numbers: past the JSON value limit, denied unparsed.
     let mut numbers = fixture("cluster-create-accepted");
     numbers["request"]["object"]["spec"]["variables"] = json!({"x": zeros(MIB - 4096)});
     numbers["request"]["object"]["spec"]
@@ -60,11 +63,38 @@ fn shapes() -> Vec<(&'static str, &'static str, Vec<u8>)> {
     out.push(("spec just under 1 MiB of numbers", VALIDATE_PATH, to_vec(&numbers)));
     out.push(("spec just under 1 MiB of numbers", MUTATE_PATH, to_vec(&numbers)));
 
-    // An UPDATE with two such specs.
+    // An UPDATE with two such specs (both denied unparsed).
     let mut update = fixture("cluster-update-accepted");
     update["request"]["object"]["spec"]["variables"] = json!({"x": zeros(MIB - 4096)});
     update["request"]["oldObject"]["spec"]["variables"] = json!({"x": zeros(MIB - 4096), "y": 1});
     out.push(("update, two specs just under 1 MiB", VALIDATE_PATH, to_vec(&update)));
+
+    // The largest specs that are parsed: just under the JSON value limit, as one list of zeros
+    // and as variables of one value each (a key and a value, each kept in the tree), alone and
+    // as both objects of an UPDATE.
+    let limit = captf_webhook::admission::MAX_SPEC_VALUES;
+    let mut list = fixture("cluster-create-accepted");
+    list["request"]["object"]["spec"]["variables"] = json!({"x": vec![0; limit - 100]});
+    out.push(("spec at the value limit, one list", VALIDATE_PATH, to_vec(&list)));
+    out.push(("spec at the value limit, one list", MUTATE_PATH, to_vec(&list)));
+    let mut strings = fixture("cluster-create-accepted");
+    strings["request"]["object"]["spec"]["variables"] = json!({"x": vec!["abcdefg"; limit - 100]});
+    out.push((
+        "spec at the value limit, short strings",
+        VALIDATE_PATH,
+        to_vec(&strings),
+    ));
+    let many: serde_json::Map<String, Value> = (0..(limit - 100) / 2).map(|i| (format!("v{i}"), json!(i))).collect();
+    let mut vars = fixture("cluster-create-accepted");
+    vars["request"]["object"]["spec"]["variables"] = Value::Object(many.clone());
+    out.push(("spec at the value limit, variables", VALIDATE_PATH, to_vec(&vars)));
+    out.push(("spec at the value limit, variables", MUTATE_PATH, to_vec(&vars)));
+    let mut update = fixture("cluster-update-accepted");
+    update["request"]["object"]["spec"]["variables"] = Value::Object(many.clone());
+    let mut old = many;
+    old.insert("changed".into(), json!(1));
+    update["request"]["oldObject"]["spec"]["variables"] = Value::Object(old);
+    out.push(("update, two specs at the value limit", VALIDATE_PATH, to_vec(&update)));
 
     // A body at the limit whose spec is too large: denied unparsed.
     let mut huge = fixture("cluster-create-accepted");
@@ -127,8 +157,15 @@ struct Child {
     addr: SocketAddr,
 }
 
+/// The webhook binary to measure: `MEMORY_WEBHOOK_BIN`, else the one built with the bench.
+fn binary() -> std::path::PathBuf {
+    std::env::var_os("MEMORY_WEBHOOK_BIN")
+        .map(Into::into)
+        .unwrap_or_else(|| env!("CARGO_BIN_EXE_captf-webhook").into())
+}
+
 fn spawn(files: &captf_webhook::devcerts::DevCertFiles) -> Child {
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_captf-webhook"))
+    let mut child = std::process::Command::new(binary())
         .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
         .arg("--tls-cert-file")
         .arg(&files.cert)
@@ -170,6 +207,7 @@ fn main() {
         .build()
         .unwrap();
 
+    println!("binary: {}", binary().display());
     println!(
         "{:<42} {:>9} {:>10} {:>8} | {:>14} {:>10} {:>8} {:>10}",
         "shape", "route", "body", "status", "peak RSS x1", "time x1", "statuses", "peak RSS x"

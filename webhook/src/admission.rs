@@ -40,11 +40,9 @@ pub const MAX_WARNING_BYTES: usize = 512;
 /// Secret, which holds at most 1 MiB; a spec that does not fit in it cannot be run, and refusing it
 /// unparsed keeps the memory a review costs bounded (a JSON tree is many times its text).
 pub const MAX_SPEC_BYTES: usize = 1024 * 1024;
-/// A raw `spec` holding more JSON values than this (numbers, strings, lists, objects and object
-/// keys, counted before anything is built) is denied: parsed, each value costs about 150 bytes however short its
-/// text, so this is what bounds a review's memory (about 15 MiB). A 512 KiB `variables` document
-/// of realistic values holds a few tens of thousands.
-pub const MAX_SPEC_VALUES: usize = 100_000;
+/// A raw `spec` holding more JSON values than this is denied before it is parsed (the rule is
+/// `captf-shared`'s, which the controller applies too).
+pub use captf_shared::validation::MAX_SPEC_VALUES;
 /// A body the fast path refuses is read again with kube's types (for their exact error) only up to
 /// this size; kube's types build every string and list, which can cost many times the body.
 pub const MAX_SLOW_PATH_BYTES: usize = 1024 * 1024;
@@ -816,15 +814,13 @@ fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<Cap
                 return Err(spec_too_large(text.len()));
             }
             // Every value takes at least two bytes (`0,`), so only a long spec can hold too many.
-            if text.len() > 2 * MAX_SPEC_VALUES && count_values(text, MAX_SPEC_VALUES).is_none() {
+            if text.len() > 2 * MAX_SPEC_VALUES
+                && captf_shared::validation::count_json_values(text, MAX_SPEC_VALUES).is_none()
+            {
                 let mut report = Report::default();
-                report.violation(
+                captf_shared::validation::too_many_values(
+                    &mut report,
                     &captf_shared::validation::FieldPath::new("spec"),
-                    format!(
-                        "must hold at most {MAX_SPEC_VALUES} JSON values (numbers, strings, lists, objects and \
-                         object keys, nested ones included); the value is the limit it passed"
-                    ),
-                    &MAX_SPEC_VALUES,
                 );
                 return Err(report);
             }
@@ -835,86 +831,6 @@ fn parse_obj(body: &[u8], kind: &str, obj: &Obj<'_>, which: Which) -> Result<Cap
     }
     let value = fallback_object(body, which)?;
     parse_object(kind, &value)
-}
-
-/// How many JSON values `text` holds, or `None` past `max` (counted without building any).
-fn count_values(text: &str, max: usize) -> Option<usize> {
-    use serde::de::{DeserializeSeed, Visitor};
-    struct Count<'c> {
-        n: &'c mut usize,
-        max: usize,
-    }
-    impl<'de> DeserializeSeed<'de> for Count<'_> {
-        type Value = ();
-        fn deserialize<D: serde::Deserializer<'de>>(self, d: D) -> Result<(), D::Error> {
-            d.deserialize_any(self)
-        }
-    }
-    impl Count<'_> {
-        fn one<E: serde::de::Error>(&mut self) -> Result<(), E> {
-            *self.n += 1;
-            if *self.n > self.max {
-                Err(E::custom("too many values"))
-            } else {
-                Ok(())
-            }
-        }
-    }
-    impl<'de> Visitor<'de> for Count<'_> {
-        type Value = ();
-        fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str("any JSON value")
-        }
-        fn visit_bool<E: serde::de::Error>(mut self, _: bool) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_i64<E: serde::de::Error>(mut self, _: i64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_u64<E: serde::de::Error>(mut self, _: u64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_f64<E: serde::de::Error>(mut self, _: f64) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_str<E: serde::de::Error>(mut self, _: &str) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_unit<E: serde::de::Error>(mut self) -> Result<(), E> {
-            self.one()
-        }
-        fn visit_seq<A: serde::de::SeqAccess<'de>>(mut self, mut seq: A) -> Result<(), A::Error> {
-            self.one()?;
-            while seq
-                .next_element_seed(Count {
-                    n: &mut *self.n,
-                    max: self.max,
-                })?
-                .is_some()
-            {}
-            Ok(())
-        }
-        fn visit_map<A: serde::de::MapAccess<'de>>(mut self, mut map: A) -> Result<(), A::Error> {
-            self.one()?;
-            while map.next_key::<IgnoredAny>()?.is_some() {
-                // A key costs what a string value costs.
-                self.one()?;
-                map.next_value_seed(Count {
-                    n: &mut *self.n,
-                    max: self.max,
-                })?;
-            }
-            Ok(())
-        }
-    }
-    let mut n = 0;
-    let mut de = serde_json::Deserializer::from_str(text);
-    match (Count { n: &mut n, max }).deserialize(&mut de) {
-        Ok(()) => Some(n),
-        // Past `max`, or not JSON (then the typed parse reports it).
-        Err(_) if n > max => None,
-        Err(_) => Some(n),
-    }
 }
 
 fn spec_too_large(len: usize) -> Report {
@@ -1202,16 +1118,6 @@ mod tests {
                 path.display()
             );
         }
-    }
-
-    #[test]
-    fn count_values_counts_every_value_and_stops_past_the_limit() {
-        assert_eq!(
-            count_values(r#"{"a": [1, "x", null, {"b": true}], "c": 2.5}"#, 100),
-            Some(11)
-        );
-        assert_eq!(count_values("[0, 0, 0]", 3), None);
-        assert_eq!(count_values("[0, 0]", 3), Some(3));
     }
 
     #[test]

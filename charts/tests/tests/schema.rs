@@ -101,6 +101,10 @@ fn unsafe_or_unpinned_settings_are_rejected() {
         "runner.serviceAccount.name=Not_An_Account",
         "webhook.tls.certManager.duration=90days",
         "metrics.prometheusRule.consecutiveFailures=0",
+        "webhook.limits.maxBodyBytes=7MB",
+        "webhook.limits.idleTimeout=60",
+        "webhook.limits.maxConnections=0",
+        "webhook.limits.largeReviews=0",
     ] {
         let err = rejected(&["--set", arg]);
         assert!(err.contains(SCHEMA_ERROR), "{arg}: {err}");

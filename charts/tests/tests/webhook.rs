@@ -216,3 +216,77 @@ fn webhook_needs_no_api_access() {
         }
     }
 }
+
+/// The webhook's container args, parsed by the binary's own flags into its config.
+fn webhook_config(extra: &[&str]) -> captf_webhook::Config {
+    use clap::Parser;
+    let r = helm_template(extra).unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    let cli = captf_webhook::cli::Cli::try_parse_from(std::iter::once("captf-webhook".to_string()).chain(args))
+        .unwrap_or_else(|e| panic!("the rendered args do not parse: {e}"));
+    cli.serve.to_config().unwrap()
+}
+
+#[test]
+fn the_webhook_limit_values_default_to_the_binarys_own_defaults() {
+    use clap::Parser;
+    let chart = webhook_config(&[]);
+    let binary = captf_webhook::cli::Cli::try_parse_from(["captf-webhook", "--tls-cert-file=c", "--tls-key-file=k"])
+        .unwrap()
+        .serve
+        .to_config()
+        .unwrap();
+    assert_eq!(chart.limits, binary.limits);
+    assert_eq!(chart.max_connections, binary.max_connections);
+    assert_eq!(chart.header_read_timeout, binary.header_read_timeout);
+    assert_eq!(chart.body_timeout, binary.body_timeout);
+    assert_eq!(chart.idle_timeout, binary.idle_timeout);
+    assert_eq!(chart.max_connection_age, binary.max_connection_age);
+    assert_eq!(chart.max_requests_per_connection, binary.max_requests_per_connection);
+    assert_eq!(chart.http2_max_streams, binary.http2_max_streams);
+}
+
+#[test]
+fn each_webhook_limit_value_reaches_its_flag() {
+    use std::time::Duration;
+    let c = webhook_config(&[
+        "--set",
+        "webhook.limits.maxBodyBytes=3Mi",
+        "--set",
+        "webhook.limits.maxInFlightRequests=5000000",
+        "--set",
+        "webhook.limits.maxInFlightBytes=64Mi",
+        "--set",
+        "webhook.limits.largeReviews=3",
+        "--set",
+        "webhook.limits.largeReviewWait=2s",
+        "--set",
+        "webhook.limits.maxConnections=1000",
+        "--set",
+        "webhook.limits.headerReadTimeout=4s",
+        "--set",
+        "webhook.limits.bodyTimeout=6s",
+        "--set",
+        "webhook.limits.idleTimeout=2m",
+        "--set",
+        "webhook.limits.maxConnectionAge=1h",
+        "--set",
+        "webhook.limits.maxRequestsPerConnection=7",
+        "--set",
+        "webhook.limits.http2MaxStreams=8",
+    ]);
+    assert_eq!(c.limits.max_body_bytes, 3 * 1024 * 1024);
+    // Large numbers are written as integers, not in exponent form.
+    assert_eq!(c.limits.max_in_flight_requests, 5_000_000);
+    assert_eq!(c.limits.max_in_flight_bytes, 64 * 1024 * 1024);
+    assert_eq!(c.limits.large_reviews, 3);
+    assert_eq!(c.limits.large_review_wait, Duration::from_secs(2));
+    assert_eq!(c.max_connections, 1000);
+    assert_eq!(c.header_read_timeout, Duration::from_secs(4));
+    assert_eq!(c.body_timeout, Duration::from_secs(6));
+    assert_eq!(c.idle_timeout, Duration::from_secs(120));
+    assert_eq!(c.max_connection_age, Duration::from_secs(3600));
+    assert_eq!(c.max_requests_per_connection, 7);
+    assert_eq!(c.http2_max_streams, 8);
+}

@@ -10,6 +10,7 @@ use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
 use captf_shared::keys;
 use captf_shared::types::{TerraformSpec, Variables};
+use captf_shared::validation::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, spec_has_too_many_values};
 
 /// The variable CAPTF adds with the Cluster API cluster's name.
 pub const CLUSTER_NAME_VAR: &str = "cluster_name";
@@ -126,10 +127,23 @@ pub enum ResolveError {
     NoClusterName { kind: &'static str, label: &'static str },
     #[error("{var}: the bootstrap data Secret of a TerraformMachine comes from its Cluster API Machine")]
     NoBootstrapData { var: &'static str },
+    #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
+    SpecTooLarge { max: usize },
+    #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
+    InputsTooLarge {
+        field: String,
+        kind: &'static str,
+        name: String,
+        max: usize,
+    },
 }
 
 /// Resolve the inputs: `variables` merged with `variablesFrom` in order (later entries win),
 /// then `cluster_name` and, for a TerraformMachine, `bootstrap_data_secret`.
+///
+/// Nothing is built from a spec past [`MAX_SPEC_VALUES`] JSON values (an object can reach the
+/// controller without the webhook), and the variables and the `variablesFrom` documents share
+/// that budget: each document is counted before it is parsed.
 ///
 /// `lookup` returns a Secret's (decoded) or ConfigMap's data, or `None` when it does not exist;
 /// `Err(())` means it cannot be read at all (offline), which is reported as such.
@@ -143,6 +157,15 @@ pub fn resolve_inputs<F>(
 where
     F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
 {
+    if spec_has_too_many_values(spec) {
+        return Err(ResolveError::SpecTooLarge { max: MAX_SPEC_VALUES });
+    }
+    let mut budget = MAX_SPEC_VALUES.saturating_sub(
+        spec.variables
+            .as_ref()
+            .and_then(|v| count_serialized_values(v, MAX_SPEC_VALUES))
+            .unwrap_or(0),
+    );
     let mut variables: Variables = spec.variables.clone().unwrap_or_default();
     for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
         let (source, r, field) = match (&entry.secret_ref, &entry.config_map_ref) {
@@ -169,6 +192,12 @@ where
                 kind: source.as_str(),
                 name: r.name.clone(),
             })?;
+        let too_large = || ResolveError::InputsTooLarge {
+            field: field.clone(),
+            kind: source.as_str(),
+            name: r.name.clone(),
+            max: MAX_SPEC_VALUES,
+        };
         match &r.key {
             Some(key) => {
                 let text = data.get(key).ok_or_else(|| ResolveError::MissingKey {
@@ -184,12 +213,18 @@ where
                     key: key.clone(),
                     why,
                 };
+                let n = count_json_values(text, budget).ok_or_else(too_large)?;
+                budget -= n;
                 match serde_json::from_str::<Value>(text).map_err(|e| not_vars(e.to_string()))? {
                     Value::Object(map) => variables.extend(map),
                     other => return Err(not_vars(format!("got a JSON {}", json_type(&other)))),
                 }
             }
-            None => variables.extend(data.into_iter().map(|(k, v)| (k, Value::String(v)))),
+            None => {
+                // Each key becomes a variable: a name and a string.
+                budget = budget.checked_sub(2 * data.len()).ok_or_else(too_large)?;
+                variables.extend(data.into_iter().map(|(k, v)| (k, Value::String(v))));
+            }
         }
     }
     let cluster = cluster_name(kind, meta).ok_or(ResolveError::NoClusterName {
@@ -355,6 +390,63 @@ mod tests {
         let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Err(())).unwrap_err();
         assert!(matches!(e, ResolveError::Offline { .. }), "{e:?}");
         assert!(e.to_string().contains("cannot be read here"));
+    }
+
+    #[test]
+    fn no_inputs_are_built_from_a_spec_past_max_spec_values_json_values() {
+        let mut s = spec();
+        s.variables = Some([("x".to_string(), json!(vec![0; MAX_SPEC_VALUES]))].into());
+        let looked_up = std::cell::Cell::new(false);
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| {
+            looked_up.set(true);
+            Ok(None)
+        })
+        .unwrap_err();
+        assert_eq!(e, ResolveError::SpecTooLarge { max: MAX_SPEC_VALUES });
+        assert_eq!(
+            e.to_string(),
+            format!("spec: holds more than {MAX_SPEC_VALUES} JSON values, so no inputs are built from it")
+        );
+        assert!(!looked_up.get());
+    }
+
+    #[test]
+    fn variables_from_documents_share_the_json_value_limit_with_the_spec_and_are_counted_before_parsing() {
+        let mut s = spec();
+        let entry = |name: &str, key: Option<&str>| VariablesFrom {
+            secret_ref: Some(VariablesRef {
+                name: name.into(),
+                key: key.map(Into::into),
+            }),
+            config_map_ref: None,
+        };
+        // Each document alone is within the limit; together with the spec's variables they are not.
+        let half = format!(r#"{{"big": [{}0]}}"#, "0,".repeat(MAX_SPEC_VALUES / 2));
+        s.variables_from = Some(vec![entry("a", Some("vars.json")), entry("b", Some("vars.json"))]);
+        let lookup = |_: SourceKind, _: &str| Ok(Some([("vars.json".to_string(), half.clone())].into()));
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, lookup).unwrap_err();
+        assert_eq!(
+            e,
+            ResolveError::InputsTooLarge {
+                field: "spec.variablesFrom[1].secretRef".into(),
+                kind: "Secret",
+                name: "b".into(),
+                max: MAX_SPEC_VALUES,
+            }
+        );
+        // One of them fits.
+        s.variables_from = Some(vec![entry("a", Some("vars.json"))]);
+        assert!(resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, lookup).is_ok());
+        // A whole Secret's keys count as a name and a string each.
+        s.variables_from = Some(vec![entry("a", None)]);
+        let many: BTreeMap<String, String> = (0..MAX_SPEC_VALUES / 2)
+            .map(|i| (format!("v{i}"), String::new()))
+            .collect();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| {
+            Ok(Some(many.clone()))
+        })
+        .unwrap_err();
+        assert!(matches!(e, ResolveError::InputsTooLarge { .. }), "{e:?}");
     }
 
     #[test]

@@ -783,6 +783,27 @@ async fn a_spec_outside_the_policy_gets_policy_violation_and_no_job() -> Result<
     Ok(())
 }
 
+/// The controller refuses a spec past the JSON value limit itself (the webhook can be bypassed):
+/// `Ready=False/InvalidSpec` naming the limit, and no Job; nothing is built from its variables.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_spec_past_max_spec_values_json_values_gets_invalid_spec_and_no_job() -> Result<()> {
+    use captf_shared::validation::MAX_SPEC_VALUES;
+    let env = Env::new().await?;
+    env.sim.put(cluster_json(
+        "huge",
+        json!({"variables": {"x": vec![0; MAX_SPEC_VALUES]}}),
+    ))?;
+    let c = env.until_reason("huge", "Ready", "InvalidSpec").await?;
+    let (status, _, message) = condition(&c, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(
+        message.contains(&format!("spec: must hold at most {MAX_SPEC_VALUES} JSON values")),
+        "{message}"
+    );
+    assert!(env.job_names(Kind::TerraformCluster, "huge").is_empty());
+    Ok(())
+}
+
 /// Env from a Secret is refused when the policy says so (the scenarios run with
 /// `allow_env_from_secrets: false`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
