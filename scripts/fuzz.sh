@@ -5,7 +5,7 @@
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`). cargo-fuzz passes nightly-only compiler flags;
 # on the stable toolchain RUSTC_BOOTSTRAP=1 allows them (set here), a nightly toolchain works too.
-# The seeds in fuzz/corpus/<target> are read, not written: what the fuzzer finds goes to
+# The starting inputs in fuzz/corpus/<target> are read, not written: what the fuzzer finds goes to
 # fuzz/work/<target> (ignored by git). Copy an input worth keeping, e.g. a fixed crash from
 # fuzz/artifacts/<target>, into fuzz/corpus/<target> so `cargo test` replays it.
 set -euo pipefail
