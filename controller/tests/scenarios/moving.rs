@@ -6,8 +6,10 @@
 use anyhow::Result;
 use serde_json::{Value, json};
 
+use captf_shared::protocol::PlanSummary;
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op, keys};
+use captf_sim::{JobMatch, RunnerScript};
 
 use super::support::*;
 
@@ -99,39 +101,10 @@ async fn a_move_keeps_the_state_runs_no_destroy_in_the_source_and_reads_outputs_
         .await?;
     src.until_idle().await?;
 
-    // Copy to the target: the paused Cluster, the object without status, its Secrets (the inputs
-    // and outputs Secrets by owner, the state Secret by the move label).
+    // Move to the target as clusterctl does; the paused source adds no finalizer back, so its
+    // copy goes at once.
     let dst = Env::with_realistic_runners().await?;
-    dst.sim.put(capi_cluster_crd())?;
-    dst.sim.put(capi_cluster("prod", true))?;
-    dst.sim.put(copied(src.cluster("prod-eu")))?;
-    let uid = dst.cluster("prod-eu")["metadata"]["uid"].clone();
-    for name in [INPUTS, OUTPUTS, STATE] {
-        let secret = src.sim.get("/secrets", NS, name).unwrap();
-        let labelled = secret
-            .pointer(&format!(
-                "/metadata/labels/{}",
-                keys::LABEL_CLUSTERCTL_MOVE.replace('/', "~1")
-            ))
-            .is_some();
-        let owned = secret.pointer("/metadata/ownerReferences/0/name") == Some(&json!("prod-eu"));
-        assert!(labelled || owned, "clusterctl would not move {name}: {secret}");
-        let mut c = copied(secret);
-        if owned {
-            c["metadata"]["ownerReferences"][0]["uid"] = uid.clone();
-        }
-        dst.sim.put(c)?;
-    }
-
-    // Delete in the source as clusterctl does: finalizers removed first. The paused source
-    // controller adds none back and starts no destroy.
-    src.merge_patch::<TerraformCluster>("prod-eu", json!({"metadata": {"finalizers": null}}))
-        .await?;
-    src.delete::<TerraformCluster>("prod-eu").await?;
-    src.until("the source copy is gone", |e| {
-        e.object(TC, "prod-eu").is_none().then_some(())
-    })
-    .await?;
+    move_prod_eu(&src, &dst).await?;
     assert!(
         src.job_names(k, "prod-eu").iter().all(|j| !j.contains("-destroy-")),
         "no destroy in the source: {:?}",
@@ -165,6 +138,103 @@ async fn a_move_keeps_the_state_runs_no_destroy_in_the_source_and_reads_outputs_
     // The state travelled as it was: the controller's own pre-creation left it alone.
     let moved = dst.sim.get("/secrets", NS, STATE).unwrap();
     assert_eq!(moved["data"], json!({"tfstate": "H4sIAAAAAAAA/6uuBQBDv6ajAgAAAA=="}));
+    src.no_denials()?;
+    dst.no_denials()?;
+    Ok(())
+}
+
+/// Copy what clusterctl moves of `prod-eu` from `src` to `dst` (the Cluster paused in both),
+/// then delete it in the source as clusterctl does.
+async fn move_prod_eu(src: &Env, dst: &Env) -> Result<()> {
+    dst.sim.put(capi_cluster_crd())?;
+    dst.sim.put(capi_cluster("prod", true))?;
+    dst.sim.put(copied(src.cluster("prod-eu")))?;
+    let uid = dst.cluster("prod-eu")["metadata"]["uid"].clone();
+    // Its Secrets: the inputs and outputs Secrets by owner, the state Secret by the move label.
+    for name in [INPUTS, OUTPUTS, STATE] {
+        let secret = src.sim.get("/secrets", NS, name).unwrap();
+        let labelled = secret
+            .pointer(&format!(
+                "/metadata/labels/{}",
+                keys::LABEL_CLUSTERCTL_MOVE.replace('/', "~1")
+            ))
+            .is_some();
+        let owned = secret.pointer("/metadata/ownerReferences/0/name") == Some(&json!("prod-eu"));
+        assert!(labelled || owned, "clusterctl would not move {name}: {secret}");
+        let mut c = copied(secret);
+        if owned {
+            c["metadata"]["ownerReferences"][0]["uid"] = uid.clone();
+        }
+        dst.sim.put(c)?;
+    }
+    src.merge_patch::<TerraformCluster>("prod-eu", json!({"metadata": {"finalizers": null}}))
+        .await?;
+    src.delete::<TerraformCluster>("prod-eu").await?;
+    src.until("the source copy is gone", |e| {
+        e.object(TC, "prod-eu").is_none().then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+/// A destructive plan waiting for approval when the Cluster is moved: the pending plan is status
+/// and does not move, so the target's apply plans again and stops for a person again; an approval
+/// of that plan's hash lets exactly it apply. Nothing is applied unapproved on either side.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_plan_awaiting_approval_when_moved_waits_for_approval_again_in_the_target() -> Result<()> {
+    let k = Kind::TerraformCluster;
+    let destructive = PlanSummary {
+        add: 0,
+        change: 0,
+        destroy: 1,
+        replace: 0,
+    };
+    let src = Env::with_realistic_runners().await?;
+    src.sim.put(capi_cluster_crd())?;
+    src.sim.put(capi_cluster("prod", false))?;
+    let j1 = src.create(k, prod_eu()).await?;
+    src.run_until_booked(&j1, "succeeded").await?;
+    src.sim.script(
+        JobMatch::object(k, NS, "prod-eu").op(Op::Apply),
+        RunnerScript::blocked("hash-1", destructive),
+    );
+    src.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"region": "eu-west-2"}}}))
+        .await?;
+    let j2 = src.job(k, "prod-eu", Op::Apply, 2).await?;
+    src.run_until_booked(&j2, "blocked").await?;
+    src.until_next_action("prod-eu", "AwaitingApproval").await?;
+    src.sim.put(capi_cluster("prod", true))?;
+    src.until_cluster("prod-eu", "free to move", |o| !has_block_move(o))
+        .await?;
+
+    let dst = Env::with_realistic_runners().await?;
+    dst.sim.script(
+        JobMatch::object(k, NS, "prod-eu").op(Op::Apply),
+        RunnerScript::blocked("hash-1", destructive),
+    );
+    move_prod_eu(&src, &dst).await?;
+    assert!(src.job_names(k, "prod-eu").iter().all(|j| !j.contains("-destroy-")));
+
+    dst.sim.put(capi_cluster("prod", false))?;
+    dst.advance(30);
+    let t1 = dst.job(k, "prod-eu", Op::Apply, 1).await?;
+    assert_eq!(annotations(&t1)["captf.io/reason"], "InputsChanged");
+    assert!(
+        !annotations(&t1).contains_key("captf.io/approved-plan"),
+        "no approval moved with the status"
+    );
+    dst.run_until_booked(&t1, "blocked").await?;
+    let c = dst.until_next_action("prod-eu", "AwaitingApproval").await?;
+    assert_eq!(c.pointer("/status/pendingPlan/hash"), Some(&json!("hash-1")));
+    dst.merge_patch::<TerraformCluster>(
+        "prod-eu",
+        json!({"metadata": {"annotations": {"captf.io/approve-plan": "hash-1"}}}),
+    )
+    .await?;
+    let t2 = dst.job(k, "prod-eu", Op::Apply, 2).await?;
+    assert_eq!(annotations(&t2)["captf.io/approved-plan"], "hash-1");
+    dst.run_until_booked(&t2, "succeeded").await?;
+    dst.until_ready("prod-eu").await?;
     src.no_denials()?;
     dst.no_denials()?;
     Ok(())
