@@ -20,7 +20,7 @@ struct Cli {
 #[derive(Subcommand, Debug)]
 enum Command {
     /// Run the controller.
-    Run(captf_controller::runtime::RunArgs),
+    Run(Box<captf_controller::runtime::RunArgs>),
     /// Explain what the controller would do for an object, offline, from files.
     Explain(ExplainArgs),
 }
@@ -61,7 +61,7 @@ fn main() -> ExitCode {
                     return ExitCode::from(1);
                 }
             };
-            match rt.block_on(captf_controller::runtime::run(args)) {
+            match rt.block_on(captf_controller::runtime::run(*args)) {
                 Ok(()) => ExitCode::SUCCESS,
                 Err(e) => {
                     eprintln!("captf-controller run: {e}");

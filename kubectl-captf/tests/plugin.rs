@@ -31,6 +31,7 @@ fn args() -> RunArgs {
         namespace: None,
         runner_image: "runner:test".into(),
         runner_service_account: "captf-runner".into(),
+        runner_service_account_annotations: Default::default(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,

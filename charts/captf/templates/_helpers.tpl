@@ -112,8 +112,8 @@ name, each object's own, is dropped by both binaries). */}}
 - --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
 {{- end }}
 
-{{/* "name=quantity,..." of a resource map (sorted by name). */}}
-{{- define "captf.quantities" -}}
+{{/* "name=value,..." of a map (sorted by name): resource quantities, annotations. */}}
+{{- define "captf.pairs" -}}
 {{- $out := list }}
 {{- range $k, $v := . }}{{ $out = append $out (printf "%s=%v" $k $v) }}{{ end }}
 {{- join "," $out }}

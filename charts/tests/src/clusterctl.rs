@@ -47,7 +47,7 @@ impl Variable {
 }
 
 /// The variables of the components file (the README lists them).
-pub const VARIABLES: [Variable; 6] = [
+pub const VARIABLES: [Variable; 7] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
         default: "ghcr.io/captf/controller:0.1.0",
@@ -77,6 +77,11 @@ pub const VARIABLES: [Variable; 6] = [
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
         default: "",
         doc: "the runner pods' ServiceAccount (--runner-service-account); empty: each object's own",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
+        default: "",
+        doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
     },
 ];
 
@@ -275,6 +280,14 @@ fn set_variables(container: &mut Value) {
                 *a = json!(format!(
                     "--runner-service-account={}",
                     variable("CAPTF_RUNNER_SERVICE_ACCOUNT")
+                ));
+            } else if a
+                .as_str()
+                .is_some_and(|s| s.starts_with("--runner-service-account-annotations="))
+            {
+                *a = json!(format!(
+                    "--runner-service-account-annotations={}",
+                    variable("CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS")
                 ));
             }
         }

@@ -142,3 +142,21 @@ fn runner_pod_resources_and_size_limits_come_from_the_values() {
     assert_eq!(d.work_size_limit.unwrap().0, "10Gi");
     assert_eq!(d.tmp_size_limit.unwrap().0, "1Gi");
 }
+
+#[test]
+fn runner_account_annotations_come_from_the_values() {
+    let none = parse_controller(&args_of(&[], "captf-controller"));
+    assert!(none.runner_service_account_annotations.0.is_empty());
+    let run = parse_controller(&args_of(
+        &[
+            "--set",
+            "runner.serviceAccount.annotations.eks\\.amazonaws\\.com/role-arn=arn:aws:iam::123456789012:role/tf",
+            "--set",
+            "runner.serviceAccount.annotations.azure\\.workload\\.identity/client-id=00000000-1111",
+        ],
+        "captf-controller",
+    ));
+    let a = &run.runner_service_account_annotations.0;
+    assert_eq!(a["eks.amazonaws.com/role-arn"], "arn:aws:iam::123456789012:role/tf");
+    assert_eq!(a["azure.workload.identity/client-id"], "00000000-1111");
+}

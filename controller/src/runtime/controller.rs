@@ -55,6 +55,8 @@ pub struct Config {
     pub runner_image: String,
     /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
     pub runner_service_account: Option<String>,
+    /// Annotations of every object's own runner ServiceAccount (workload identity).
+    pub runner_account_annotations: std::collections::BTreeMap<String, String>,
     pub concurrency: u16,
     /// What a spec may choose for its runner pods (checked before every Job).
     pub policy: TenantPolicy,
@@ -567,7 +569,7 @@ async fn start_job(
     )
     .own
     {
-        identity::ensure_identity(&ctx.client, id).await?;
+        identity::ensure_identity(&ctx.client, id, &ctx.config.runner_account_annotations).await?;
     }
     identity::ensure_state_objects(&ctx.client, id).await?;
     let hash = inputs_doc.hash();

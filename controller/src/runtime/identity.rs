@@ -9,7 +9,7 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
@@ -52,11 +52,34 @@ fn labels(id: &Ident) -> BTreeMap<String, String> {
     ])
 }
 
-/// The object's ServiceAccount, Role and RoleBinding `captf-runner-<suffix>`, owned by it.
-pub async fn ensure_identity(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+/// The object's ServiceAccount, Role and RoleBinding `captf-runner-<suffix>`, owned by it. The
+/// ServiceAccount carries `annotations` (workload identity), set again on an existing one.
+pub async fn ensure_identity(
+    client: &kube::Client,
+    id: &Ident,
+    annotations: &BTreeMap<String, String>,
+) -> Result<(), Error> {
     let owner = owner_reference(id.kind, &id.name, &id.uid);
-    let identity = runner_identity(&id.namespace, &id.suffix, &labels(id), Some(&owner));
-    create_absent(client, id, ApiAction::WriteIdentity, &identity.service_account).await?;
+    let mut identity = runner_identity(&id.namespace, &id.suffix, &labels(id), Some(&owner));
+    if !annotations.is_empty() {
+        identity.service_account.metadata.annotations = Some(annotations.clone());
+    }
+    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &id.namespace);
+    let account = identity.service_account.metadata.name.clone().unwrap_or_default();
+    let what = format!("{}/{account}", id.namespace);
+    match accounts.create(&PostParams::default(), &identity.service_account).await {
+        Ok(_) => {}
+        Err(e) if errors::is_conflict(&e) => {
+            if !annotations.is_empty() {
+                let patch = serde_json::json!({"metadata": {"annotations": annotations}});
+                accounts
+                    .patch(&account, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .map_err(|e| Error::api(ApiAction::WriteIdentity, what.clone(), e))?;
+            }
+        }
+        Err(e) => return Err(Error::api(ApiAction::WriteIdentity, what, e)),
+    }
     let roles: Api<Role> = Api::namespaced(client.clone(), &id.namespace);
     let name = identity.role.metadata.name.clone().unwrap_or_default();
     match roles.create(&PostParams::default(), &identity.role).await {

@@ -72,6 +72,11 @@ pub struct RunArgs {
     /// account, with whatever rights the platform team gave it.
     #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "")]
     pub runner_service_account: String,
+    /// Annotations of every object's own runner ServiceAccount (`key=value,...`), for workload
+    /// identity (e.g. `eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf`); set again before each
+    /// Job. Values may not contain commas.
+    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS", default_value = "", value_parser = parse_annotations)]
+    pub runner_service_account_annotations: Annotations,
     /// Where /metrics is served.
     #[arg(long, env = "CAPTF_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
@@ -128,6 +133,36 @@ pub struct RunArgs {
 /// `name=quantity` pairs of a resource list.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct Quantities(pub std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::api::resource::Quantity>);
+
+/// `key=value` annotations of a flag.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Annotations(pub std::collections::BTreeMap<String, String>);
+
+/// Parse `key=value,key2=value2` (empty: none); keys are checked as Kubernetes checks annotation
+/// keys (an optional DNS subdomain prefix and a name of at most 63 characters).
+pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
+    let mut out = std::collections::BTreeMap::new();
+    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+        let (k, v) = pair.split_once('=').ok_or_else(|| {
+            format!("{pair:?} is not key=value (e.g. eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf)")
+        })?;
+        let k = k.trim();
+        let (prefix, name) = match k.rsplit_once('/') {
+            Some((p, n)) => (Some(p), n),
+            None => (None, k),
+        };
+        let name_ok = !name.is_empty()
+            && name.len() <= 63
+            && name.chars().all(|c| c.is_ascii_alphanumeric() || "-_.".contains(c))
+            && name.starts_with(|c: char| c.is_ascii_alphanumeric())
+            && name.ends_with(|c: char| c.is_ascii_alphanumeric());
+        if !name_ok || prefix.is_some_and(|p| !captf_shared::names::is_dns1123_subdomain(p)) {
+            return Err(format!("{k:?} is not a valid annotation key"));
+        }
+        out.insert(k.to_string(), v.trim().to_string());
+    }
+    Ok(Annotations(out))
+}
 
 /// Parse `cpu=100m,memory=256Mi` (empty: none).
 pub fn parse_quantities(s: &str) -> Result<Quantities, String> {
@@ -294,6 +329,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         namespace: args.watch_namespace(),
         runner_image: args.runner_image.clone(),
         runner_service_account: Some(args.runner_service_account.clone()),
+        runner_account_annotations: args.runner_service_account_annotations.0.clone(),
         concurrency: args.concurrency,
         policy: args.policy(),
         runner_pod: args.runner_pod(),
@@ -339,6 +375,20 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
 mod quantity_tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn runner_account_annotations_parse_as_key_value_pairs_with_valid_keys() {
+        let a = parse_annotations(
+            "eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf, azure.workload.identity/client-id=abc",
+        )
+        .unwrap();
+        assert_eq!(a.0["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/tf");
+        assert_eq!(a.0["azure.workload.identity/client-id"], "abc");
+        assert_eq!(parse_annotations("").unwrap(), Annotations::default());
+        for bad in ["no-equals", "=v", "Bad_Prefix!/x=1", "x/-bad=1"] {
+            assert!(parse_annotations(bad).is_err(), "{bad}");
+        }
+    }
 
     #[test]
     fn resource_flags_are_name_quantity_pairs_and_a_bad_pair_is_named() {

@@ -726,15 +726,24 @@ async fn each_objects_runner_runs_as_its_own_account_made_before_its_first_job()
     env.run_until_booked(&j1, "succeeded").await?;
     env.until_ready("prod-eu").await?;
 
-    // A Role edited by hand is set back to exactly the runner's rules before the next Job.
+    // The workload-identity annotation of the flag is on the account.
+    let sa = env.sim.get("/serviceaccounts", NS, account).unwrap();
+    assert_eq!(sa["metadata"]["annotations"][IRSA], "arn:aws:iam::1:role/tf");
+    // A Role edited by hand is set back to exactly the runner's rules before the next Job, and
+    // the account's annotation too.
     let mut widened = role.clone();
     widened["rules"][0]["verbs"] = json!(["*"]);
     env.sim.put(widened)?;
+    let mut stripped = sa.clone();
+    stripped["metadata"]["annotations"] = json!({});
+    env.sim.put(stripped)?;
     env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
         .await?;
     env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 2).await?;
     let role_again = env.sim.get("rbac.authorization.k8s.io/roles", NS, account).unwrap();
     assert_eq!(role_again["rules"], role["rules"]);
+    let sa_again = env.sim.get("/serviceaccounts", NS, account).unwrap();
+    assert_eq!(sa_again["metadata"]["annotations"][IRSA], "arn:aws:iam::1:role/tf");
 
     let j2 = env.create_cluster("prod-us", json!({})).await?;
     let pod = j2.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
@@ -749,6 +758,7 @@ async fn each_objects_runner_runs_as_its_own_account_made_before_its_first_job()
     let used = env.sim.used_rights(CONTROLLER_SA.0, CONTROLLER_SA.1);
     for right in [
         "create /serviceaccounts",
+        "patch /serviceaccounts",
         "create rbac.authorization.k8s.io/roles",
         "patch rbac.authorization.k8s.io/roles",
         "create rbac.authorization.k8s.io/rolebindings",

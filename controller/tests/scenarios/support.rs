@@ -28,11 +28,16 @@ pub(crate) const CHART_RBAC: &str = include_str!("../../../charts/tests/rendered
 /// The controller's ServiceAccount in the chart (release `captf` in `captf-system`).
 pub(crate) const CONTROLLER_SA: (&str, &str) = ("captf-system", "captf-controller");
 
+/// The workload-identity annotation the scenarios' controller puts on every runner account.
+pub(crate) const IRSA: &str = "eks.amazonaws.com/role-arn";
+
 pub(crate) fn args() -> RunArgs {
     RunArgs {
         namespace: Some(NS.into()),
         runner_image: "runner:test".into(),
         runner_service_account: String::new(),
+        runner_service_account_annotations: runtime::parse_annotations(&format!("{IRSA}=arn:aws:iam::1:role/tf"))
+            .unwrap(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,
