@@ -124,19 +124,65 @@ async fn connection(
     sender
 }
 
-async fn one(sender: &mut hyper::client::conn::http1::SendRequest<Full<Bytes>>, path: &str, body: &Bytes) -> Duration {
-    let req = hyper::Request::post(path)
-        .header("host", "localhost")
-        .header("content-type", "application/json")
-        .body(Full::new(body.clone()))
-        .unwrap();
-    let start = Instant::now();
-    sender.ready().await.unwrap();
-    let resp = sender.send_request(req).await.unwrap();
-    assert_eq!(resp.status(), 200);
-    let bytes = resp.into_body().collect().await.unwrap().to_bytes();
-    std::hint::black_box(bytes);
-    start.elapsed()
+/// One keep-alive connection that opens a new one when the server ends it, as the API server's
+/// client does: the webhook closes a connection after `--max-requests-per-connection` requests
+/// (and at its maximum age), saying `Connection: close` on the last answer.
+struct Conn {
+    addr: SocketAddr,
+    tls: Arc<rustls::ClientConfig>,
+    sender: hyper::client::conn::http1::SendRequest<Full<Bytes>>,
+    closing: bool,
+}
+
+impl Conn {
+    async fn open(addr: SocketAddr, tls: Arc<rustls::ClientConfig>) -> Conn {
+        let sender = connection(addr, tls.clone()).await;
+        Conn {
+            addr,
+            tls,
+            sender,
+            closing: false,
+        }
+    }
+
+    /// One review; the time from sending to the whole answer (a reconnect is not counted). A
+    /// connection the server closed between two requests (its keep-alive limits) is opened again
+    /// and the review sent on the new one.
+    async fn one(&mut self, path: &str, body: &Bytes) -> Duration {
+        let mut tries = 0;
+        let (start, resp) = loop {
+            if self.closing || self.sender.is_closed() {
+                self.sender = connection(self.addr, self.tls.clone()).await;
+                self.closing = false;
+            }
+            let req = hyper::Request::post(path)
+                .header("host", "localhost")
+                .header("content-type", "application/json")
+                .body(Full::new(body.clone()))
+                .unwrap();
+            let start = Instant::now();
+            let sent = match self.sender.ready().await {
+                Ok(()) => self.sender.send_request(req).await,
+                Err(e) => Err(e),
+            };
+            match sent {
+                Ok(resp) => break (start, resp),
+                Err(e) if tries < 3 && (e.is_incomplete_message() || e.is_closed() || e.is_canceled()) => {
+                    tries += 1;
+                    self.closing = true;
+                }
+                Err(e) => panic!("review failed: {e}"),
+            }
+        };
+        assert_eq!(resp.status(), 200);
+        self.closing = resp
+            .headers()
+            .get(hyper::header::CONNECTION)
+            .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"close"));
+        let bytes = resp.into_body().collect().await.unwrap().to_bytes();
+        std::hint::black_box(bytes);
+        start.elapsed()
+    }
 }
 
 struct Figures {
@@ -167,9 +213,9 @@ async fn saturate(
     secs: u64,
 ) -> (Vec<Duration>, Duration) {
     // Warm up.
-    let mut s = connection(addr, tls.clone()).await;
+    let mut s = Conn::open(addr, tls.clone()).await;
     for _ in 0..200 {
-        one(&mut s, path, &body).await;
+        s.one(path, &body).await;
     }
     let start = Instant::now();
     let end = start + Duration::from_secs(secs);
@@ -177,10 +223,10 @@ async fn saturate(
     for _ in 0..conns {
         let (tls, body) = (tls.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
-            let mut s = connection(addr, tls).await;
+            let mut s = Conn::open(addr, tls).await;
             let mut lat = Vec::with_capacity(100_000);
             while Instant::now() < end {
-                lat.push(one(&mut s, path, &body).await);
+                lat.push(s.one(path, &body).await);
             }
             lat
         }));
@@ -217,7 +263,7 @@ async fn paced(
     for i in 0..conns {
         let (tls, body) = (tls.clone(), body.clone());
         tasks.push(tokio::spawn(async move {
-            let mut s = connection(addr, tls).await;
+            let mut s = Conn::open(addr, tls).await;
             let period = Duration::from_secs_f64(conns as f64 / rate as f64);
             let first = tokio::time::Instant::now() + period.mul_f64(i as f64 / conns as f64);
             let mut ticker = tokio::time::interval_at(first, period);
@@ -226,7 +272,7 @@ async fn paced(
             let mut lat = Vec::with_capacity(n as usize);
             for _ in 0..n {
                 ticker.tick().await;
-                lat.push(one(&mut s, path, &body).await);
+                lat.push(s.one(path, &body).await);
             }
             lat
         }));
