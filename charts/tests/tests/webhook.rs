@@ -290,3 +290,11 @@ fn each_webhook_limit_value_reaches_its_flag() {
     assert_eq!(c.max_requests_per_connection, 7);
     assert_eq!(c.http2_max_streams, 8);
 }
+
+#[test]
+fn the_webhook_hands_freed_memory_back_at_once() {
+    let r = helm_template(&[]).unwrap();
+    let d = r.get("Deployment", "captf-webhook").unwrap();
+    let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
+    assert_eq!(named(env, "MIMALLOC_PURGE_DELAY")["value"], "0", "{env}");
+}
