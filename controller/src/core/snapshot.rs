@@ -149,7 +149,7 @@ impl Snapshot {
             deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0),
             approve_plan: ann(keys::ANNOTATION_APPROVE_PLAN).filter(|v| !v.is_empty()),
             refresh_requested: ann(keys::ANNOTATION_REFRESH).and_then(|v| v.parse().ok()),
-            paused: spec.paused || ann(keys::ANNOTATION_CAPI_PAUSED).is_some() || holds.cluster_paused,
+            paused: super::pause::object_paused(object) || holds.cluster_paused,
             spec,
             invalid: (!report.is_valid()).then(|| report.message()),
             policy_violation: None,

@@ -33,18 +33,22 @@ pub fn without_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
         .then(|| finalizers.iter().filter(|f| *f != keys::FINALIZER).cloned().collect())
 }
 
+/// A merge patch of the object itself.
+async fn merge_patch(client: &kube::Client, id: &Ident, patch: &serde_json::Value) -> Result<(), kube::Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &api_resource(id.kind));
+    api.patch(&id.name, &PatchParams::default(), &Patch::Merge(patch))
+        .await
+        .map(|_| ())
+}
+
 async fn set_finalizers(
     client: &kube::Client,
     id: &Ident,
     object: &CaptfObject,
     f: Vec<String>,
 ) -> Result<bool, Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &api_resource(id.kind));
     let patch = json!({"metadata": {"finalizers": f, "resourceVersion": object.metadata().resource_version}});
-    match api
-        .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    match merge_patch(client, id, &patch).await {
         Ok(_) => Ok(true),
         Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(false),
         Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
@@ -69,11 +73,7 @@ pub async fn set_block_move(client: &kube::Client, id: &Ident, object: &CaptfObj
     }
     let value = if block { json!("") } else { serde_json::Value::Null };
     let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_BLOCK_MOVE: value}}});
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &api_resource(id.kind));
-    match api
-        .patch(&id.name, &PatchParams::default(), &Patch::Merge(&patch))
-        .await
-    {
+    match merge_patch(client, id, &patch).await {
         Ok(_) => Ok(()),
         // Gone: nothing to move. The next pass sees the annotation as written or not.
         Err(e) if errors::is_not_found(&e) => Ok(()),

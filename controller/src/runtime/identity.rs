@@ -9,8 +9,8 @@
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::rbac::v1::RoleBinding;
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde::Serialize;
@@ -23,6 +23,37 @@ use super::errors::{self, ApiAction, Error};
 use super::gather::Ident;
 use super::job::owner_reference;
 
+/// Create `obj`; when an object of its name exists, apply `on_conflict` to it as a merge patch
+/// (None: leave it alone).
+async fn create_or_merge<K>(
+    client: &kube::Client,
+    id: &Ident,
+    action: ApiAction,
+    obj: &K,
+    on_conflict: Option<serde_json::Value>,
+) -> Result<(), Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + Serialize
+        + std::fmt::Debug,
+{
+    let api: Api<K> = Api::namespaced(client.clone(), &id.namespace);
+    let name = obj.meta().name.clone().unwrap_or_default();
+    let written = match api.create(&PostParams::default(), obj).await {
+        Err(e) if errors::is_conflict(&e) => match on_conflict {
+            Some(patch) => api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .map(|_| ()),
+            None => Ok(()),
+        },
+        other => other.map(|_| ()),
+    };
+    written.map_err(|e| Error::api(action, format!("{}/{name}", id.namespace), e))
+}
+
 /// Create `obj` unless an object of its name exists.
 async fn create_absent<K>(client: &kube::Client, id: &Ident, action: ApiAction, obj: &K) -> Result<(), Error>
 where
@@ -32,16 +63,7 @@ where
         + Serialize
         + std::fmt::Debug,
 {
-    let api: Api<K> = Api::namespaced(client.clone(), &id.namespace);
-    match api.create(&PostParams::default(), obj).await {
-        Ok(_) => Ok(()),
-        Err(e) if errors::is_conflict(&e) => Ok(()),
-        Err(e) => Err(Error::api(
-            action,
-            format!("{}/{}", id.namespace, obj.meta().name.as_deref().unwrap_or_default()),
-            e,
-        )),
-    }
+    create_or_merge(client, id, action, obj, None).await
 }
 
 /// The labels of what is made for the object.
@@ -64,41 +86,17 @@ pub async fn ensure_identity(
     if !annotations.is_empty() {
         identity.service_account.metadata.annotations = Some(annotations.clone());
     }
-    let accounts: Api<ServiceAccount> = Api::namespaced(client.clone(), &id.namespace);
-    let account = identity.service_account.metadata.name.clone().unwrap_or_default();
-    let what = format!("{}/{account}", id.namespace);
-    match accounts.create(&PostParams::default(), &identity.service_account).await {
-        Ok(_) => {}
-        Err(e) if errors::is_conflict(&e) => {
-            if !annotations.is_empty() {
-                let patch = serde_json::json!({"metadata": {"annotations": annotations}});
-                accounts
-                    .patch(&account, &PatchParams::default(), &Patch::Merge(&patch))
-                    .await
-                    .map_err(|e| Error::api(ApiAction::WriteIdentity, what.clone(), e))?;
-            }
-        }
-        Err(e) => return Err(Error::api(ApiAction::WriteIdentity, what, e)),
-    }
-    let roles: Api<Role> = Api::namespaced(client.clone(), &id.namespace);
-    let name = identity.role.metadata.name.clone().unwrap_or_default();
-    match roles.create(&PostParams::default(), &identity.role).await {
-        Ok(_) => {}
-        Err(e) if errors::is_conflict(&e) => {
-            let patch = serde_json::json!({"rules": identity.role.rules});
-            roles
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map_err(|e| Error::api(ApiAction::WriteIdentity, format!("{}/{name}", id.namespace), e))?;
-        }
-        Err(e) => {
-            return Err(Error::api(
-                ApiAction::WriteIdentity,
-                format!("{}/{name}", id.namespace),
-                e,
-            ));
-        }
-    }
+    let annotate = (!annotations.is_empty()).then(|| serde_json::json!({"metadata": {"annotations": annotations}}));
+    create_or_merge(
+        client,
+        id,
+        ApiAction::WriteIdentity,
+        &identity.service_account,
+        annotate,
+    )
+    .await?;
+    let rules = serde_json::json!({"rules": identity.role.rules});
+    create_or_merge(client, id, ApiAction::WriteIdentity, &identity.role, Some(rules)).await?;
     create_absent::<RoleBinding>(client, id, ApiAction::WriteIdentity, &identity.role_binding).await
 }
 
