@@ -9,6 +9,8 @@
 //! Prints figures; asserts nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::Instant;
@@ -29,17 +31,7 @@ fn fixture(name: &str) -> Value {
 }
 
 fn status_kib(pid: u32, field: &str) -> u64 {
-    std::fs::read_to_string(format!("/proc/{pid}/status"))
-        .ok()
-        .and_then(|s| {
-            s.lines()
-                .find(|l| l.starts_with(field))?
-                .split_whitespace()
-                .nth(1)?
-                .parse()
-                .ok()
-        })
-        .unwrap_or(0)
+    common::status_kib(pid, field).unwrap_or(0)
 }
 
 /// A JSON array of zeros that serializes to about `bytes`.
@@ -165,20 +157,7 @@ fn binary() -> std::path::PathBuf {
 }
 
 fn spawn(files: &captf_webhook::devcerts::DevCertFiles) -> Child {
-    let mut child = std::process::Command::new(binary())
-        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
-        .arg("--tls-cert-file")
-        .arg(&files.cert)
-        .arg("--tls-key-file")
-        .arg(&files.key)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut out = std::io::BufReader::new(child.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut out, &mut line).unwrap();
-    let addr = line.trim().trim_start_matches("listening on https://").parse().unwrap();
+    let (child, addr) = common::spawn_webhook(&binary(), files);
     Child { child, addr }
 }
 

@@ -7,7 +7,10 @@
 //! Prints figures; asserts nothing.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod common;
+
 use std::net::SocketAddr;
+use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -294,16 +297,6 @@ fn print(name: &str, f: &Figures) {
     );
 }
 
-fn status_kib(pid: u32, field: &str) -> Option<u64> {
-    let s = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    s.lines()
-        .find(|l| l.starts_with(field))?
-        .split_whitespace()
-        .nth(1)?
-        .parse()
-        .ok()
-}
-
 fn main() {
     let secs = env_num("BENCH_SECS", 5);
     let conns = env_num("BENCH_CONNS", 16);
@@ -532,21 +525,8 @@ fn main() {
     drop(server_rt);
 
     // RSS of the real binary (release when run by `cargo bench`) under the saturating load.
-    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_captf-webhook"))
-        .args(["--addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0"])
-        .arg("--tls-cert-file")
-        .arg(&files.cert)
-        .arg("--tls-key-file")
-        .arg(&files.key)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    let mut child_out = std::io::BufReader::new(child.stdout.take().unwrap());
-    std::io::BufRead::read_line(&mut child_out, &mut line).unwrap();
-    let addr: SocketAddr = line.trim().trim_start_matches("listening on https://").parse().unwrap();
-    let idle_rss = status_kib(child.id(), "VmRSS:");
+    let (mut child, addr) = common::spawn_webhook(Path::new(env!("CARGO_BIN_EXE_captf-webhook")), &files);
+    let idle_rss = common::status_kib(child.id(), "VmRSS:");
     let (lat, elapsed) = client_rt.block_on(saturate(
         addr,
         tls.clone(),
@@ -555,7 +535,10 @@ fn main() {
         conns,
         secs.min(3),
     ));
-    let (rss, hwm) = (status_kib(child.id(), "VmRSS:"), status_kib(child.id(), "VmHWM:"));
+    let (rss, hwm) = (
+        common::status_kib(child.id(), "VmRSS:"),
+        common::status_kib(child.id(), "VmHWM:"),
+    );
     let loaded = figures(lat, elapsed);
     print("captf-webhook binary /validate", &loaded);
     println!(
