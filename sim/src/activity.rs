@@ -6,7 +6,9 @@
 //! HTTP requests in flight and the watch streams. Every event the store publishes is counted;
 //! each watch counts the events it has taken from the store and the lines it has queued and
 //! written. The simulator is quiet when no request is in flight and every live watch has taken
-//! every published event and written every line it queued.
+//! every published event and written every line it queued. Clock watches (`/sim/v1/clock?watch`)
+//! are tracked the same way against the clock's changes, so a client following the clock has
+//! been sent the new time before the simulator counts as quiet.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
@@ -22,13 +24,27 @@ pub struct WatchProgress {
     pub written: AtomicU64,
     /// The watch ended (its connection no longer takes events).
     pub done: AtomicBool,
+    /// A clock watch: `taken` counts clock changes rather than store events.
+    pub clock: bool,
+}
+
+/// What the simulator has published so far: store events and clock changes.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Published {
+    pub events: u64,
+    pub clock_changes: u64,
 }
 
 impl WatchProgress {
-    fn caught_up(&self, published: u64) -> bool {
+    fn caught_up(&self, published: Published) -> bool {
         let done = self.done.load(Ordering::SeqCst);
         let drained = self.queued.load(Ordering::SeqCst) <= self.written.load(Ordering::SeqCst);
-        (done || self.taken.load(Ordering::SeqCst) >= published) && drained
+        let target = if self.clock {
+            published.clock_changes
+        } else {
+            published.events
+        };
+        (done || self.taken.load(Ordering::SeqCst) >= target) && drained
     }
 }
 
@@ -59,10 +75,23 @@ impl Activity {
 
     /// A new watch that has taken `taken` of the published events so far.
     pub fn watch(&self, taken: u64) -> Arc<WatchProgress> {
-        let p = Arc::new(WatchProgress {
+        self.register(WatchProgress {
             taken: AtomicU64::new(taken),
             ..Default::default()
-        });
+        })
+    }
+
+    /// A new clock watch that has taken `taken` of the clock's changes so far.
+    pub fn clock_watch(&self, taken: u64) -> Arc<WatchProgress> {
+        self.register(WatchProgress {
+            taken: AtomicU64::new(taken),
+            clock: true,
+            ..Default::default()
+        })
+    }
+
+    fn register(&self, p: WatchProgress) -> Arc<WatchProgress> {
+        let p = Arc::new(p);
         if let Ok(mut w) = self.watches.lock() {
             w.retain(|x| x.strong_count() > 0);
             w.push(Arc::downgrade(&p));
@@ -75,9 +104,9 @@ impl Activity {
         self.requests.load(Ordering::SeqCst)
     }
 
-    /// No request in flight, and every live watch has taken all `published` events and written
-    /// every line it queued.
-    pub fn quiet(&self, published: u64) -> bool {
+    /// No request in flight, and every live watch has taken all it was `published` (events, or
+    /// clock changes for a clock watch) and written every line it queued.
+    pub fn quiet(&self, published: Published) -> bool {
         if self.in_flight.load(Ordering::SeqCst) > 0 {
             return false;
         }
@@ -91,13 +120,20 @@ impl Activity {
 mod tests {
     use super::*;
 
+    fn events(n: u64) -> Published {
+        Published {
+            events: n,
+            clock_changes: 0,
+        }
+    }
+
     #[test]
     fn a_request_in_flight_is_not_quiet() {
         let a = Activity::default();
         let g = a.request();
-        assert!(!a.quiet(0));
+        assert!(!a.quiet(events(0)));
         drop(g);
-        assert!(a.quiet(0));
+        assert!(a.quiet(events(0)));
         assert_eq!(a.requests(), 1);
     }
 
@@ -105,16 +141,31 @@ mod tests {
     fn a_watch_behind_the_store_or_with_lines_unwritten_is_not_quiet() {
         let a = Activity::default();
         let w = a.watch(5);
-        assert!(a.quiet(5));
-        assert!(!a.quiet(6), "an event published but not taken");
+        assert!(a.quiet(events(5)));
+        assert!(!a.quiet(events(6)), "an event published but not taken");
         w.taken.fetch_add(1, Ordering::SeqCst);
         w.queued.fetch_add(1, Ordering::SeqCst);
-        assert!(!a.quiet(6), "a line queued but not written");
+        assert!(!a.quiet(events(6)), "a line queued but not written");
         w.written.fetch_add(1, Ordering::SeqCst);
-        assert!(a.quiet(6));
+        assert!(a.quiet(events(6)));
         w.done.store(true, Ordering::SeqCst);
-        assert!(a.quiet(7), "an ended watch takes nothing more");
+        assert!(a.quiet(events(7)), "an ended watch takes nothing more");
         drop(w);
-        assert!(a.quiet(100), "a dropped watch is forgotten");
+        assert!(a.quiet(events(100)), "a dropped watch is forgotten");
+    }
+
+    #[test]
+    fn a_clock_watch_not_yet_sent_the_new_time_is_not_quiet() {
+        let a = Activity::default();
+        let c = a.clock_watch(2);
+        let at = |events, clock_changes| Published { events, clock_changes };
+        assert!(a.quiet(at(0, 2)));
+        assert!(a.quiet(at(9, 2)), "store events are not a clock watch's business");
+        assert!(!a.quiet(at(0, 3)), "the clock moved and the watch has not taken it");
+        c.taken.store(3, Ordering::SeqCst);
+        c.queued.fetch_add(1, Ordering::SeqCst);
+        assert!(!a.quiet(at(0, 3)), "the new time queued but not written");
+        c.written.fetch_add(1, Ordering::SeqCst);
+        assert!(a.quiet(at(0, 3)));
     }
 }

@@ -864,31 +864,55 @@ async fn sim_endpoint(
 ) -> Result<Response, ApiError> {
     match (method, rest) {
         (&Method::GET, ["clock"]) if query.get("watch").is_some_and(|w| w == "true" || w == "1") => {
-            let mut rx = sh.lock()?.clock.subscribe();
+            // Tracked like an event watch (see `activity`): the simulator is not quiet until the
+            // new time has been handed to every clock watch's connection.
+            let (mut rx, progress) = {
+                let w = sh.lock()?;
+                (w.clock.subscribe(), sh.activity.clock_watch(w.clock_changes))
+            };
             let mut drops = sh.faults.drop_signal();
             drops.mark_unchanged();
             let (tx, out) = mpsc::channel::<Bytes>(64);
+            let body_progress = progress.clone();
+            let sh = sh.clone();
             tokio::spawn(async move {
+                let send = |now: Timestamp| {
+                    progress.queued.fetch_add(1, Ordering::SeqCst);
+                    let line = line(&clock_json(now));
+                    let tx = tx.clone();
+                    let progress = progress.clone();
+                    async move {
+                        let ok = tx.send(line).await.is_ok();
+                        if !ok {
+                            progress.written.fetch_add(1, Ordering::SeqCst);
+                        }
+                        ok
+                    }
+                };
                 let first = *rx.borrow_and_update();
-                if tx.send(line(&clock_json(first))).await.is_err() {
-                    return;
-                }
-                loop {
+                let mut ok = send(first).await;
+                while ok {
                     tokio::select! {
-                        _ = drops.changed() => return,
+                        _ = drops.changed() => break,
                         changed = rx.changed() => {
                             if changed.is_err() {
-                                return;
+                                break;
                             }
-                            let now = *rx.borrow_and_update();
-                            if tx.send(line(&clock_json(now))).await.is_err() {
-                                return;
-                            }
+                            // Marked seen first, then the time and the count of changes read
+                            // together: the count taken is never ahead of the time sent, and a
+                            // change in between is seen again on the next turn.
+                            rx.borrow_and_update();
+                            let Ok((now, changes)) = sh.lock().map(|w| (w.now(), w.clock_changes)) else {
+                                break;
+                            };
+                            ok = send(now).await;
+                            progress.taken.fetch_max(changes, Ordering::SeqCst);
                         }
                     }
                 }
+                progress.done.store(true, Ordering::SeqCst);
             });
-            Ok(stream_response(out))
+            Ok(stream_response_counted(out, Some(body_progress)))
         }
         (&Method::GET, ["clock"]) => Ok(json_response(200, &clock_json(sh.lock()?.now()))),
         (&Method::POST, ["clock", "advance"]) => {

@@ -280,7 +280,13 @@ impl Sim {
     /// event and handed it to its connection (see `activity`). The simulated runners and
     /// kubelet work synchronously, so they have nothing pending by construction.
     pub fn quiet(&self) -> bool {
-        let published = self.world().published;
+        let published = {
+            let w = self.world();
+            crate::activity::Published {
+                events: w.published,
+                clock_changes: w.clock_changes,
+            }
+        };
         self.shared.activity.quiet(published)
     }
 

@@ -134,6 +134,8 @@ pub struct World {
     /// Events published on `tx` so far (see `activity`).
     pub published: u64,
     pub clock: watch::Sender<Timestamp>,
+    /// Changes of `clock` so far (see `activity`: clock watches are tracked like event watches).
+    pub clock_changes: u64,
     pub rng: Rng,
     pub kubelet: Kubelet,
     pub scripts: Scripts,
@@ -249,6 +251,7 @@ impl World {
             tx,
             published: 0,
             clock,
+            clock_changes: 0,
             rng: Rng::new(seed),
             kubelet: Kubelet::default(),
             scripts: Scripts::default(),
@@ -263,7 +266,8 @@ impl World {
         *self.clock.borrow()
     }
 
-    pub fn set_now(&self, ts: Timestamp) {
+    pub fn set_now(&mut self, ts: Timestamp) {
+        self.clock_changes += 1;
         self.clock.send_replace(ts);
     }
 

@@ -35,7 +35,7 @@ impl Clock for SystemClock {
     }
 }
 
-/// A clock fed by a watch channel: the simulator's in-process clock, or the HTTP poller below.
+/// A clock fed by a watch channel: the simulator's in-process clock, or its clock watch over HTTP.
 #[derive(Clone, Debug)]
 pub struct WatchClock {
     rx: watch::Receiver<Timestamp>,
@@ -46,32 +46,68 @@ impl WatchClock {
         WatchClock { rx }
     }
 
-    /// Follow the simulator's clock over HTTP (`GET <url>/sim/v1/clock`), polled every
-    /// `every`. The hidden `--sim-clock-url` flag uses this.
-    pub async fn from_sim_url(client: kube::Client, url: &str, every: Duration) -> Result<Self, ClockError> {
+    /// Follow the simulator's clock over HTTP: read it once (`GET <url>/sim/v1/clock`), then
+    /// follow `?watch=true`, which sends the time at once and on every change. A watch that ends
+    /// or fails is opened again after `reconnect`. The hidden `--sim-clock-url` flag uses this.
+    ///
+    /// A watch rather than a poll: the controller learns of a jump as soon as it happens, and an
+    /// idle controller sends the simulator nothing, so "no request arrived" means it is idle.
+    pub async fn from_sim_url(client: kube::Client, url: &str, reconnect: Duration) -> Result<Self, ClockError> {
         let first = read_sim_clock(&client, url).await?;
         let (tx, rx) = watch::channel(first);
         let url = url.to_string();
         tokio::spawn(async move {
-            let mut tick = tokio::time::interval(every);
-            loop {
-                tick.tick().await;
-                if tx.is_closed() {
-                    return;
+            while !tx.is_closed() {
+                if let Err(e) = follow_sim_clock(&client, &url, &tx).await {
+                    tracing::warn!(error = %e, "the simulator clock watch failed; opening it again");
                 }
-                match read_sim_clock(&client, &url).await {
-                    Ok(now) => {
-                        tx.send_if_modified(|t| {
-                            let changed = *t != now;
-                            *t = now;
-                            changed
-                        });
-                    }
-                    Err(e) => tracing::warn!(error = %e, "failed to read the simulator clock"),
-                }
+                tokio::time::sleep(reconnect).await;
             }
         });
         Ok(WatchClock { rx })
+    }
+}
+
+/// One watch of the simulator clock: every time it sends goes to `tx`, until the stream ends.
+async fn follow_sim_clock(client: &kube::Client, url: &str, tx: &watch::Sender<Timestamp>) -> Result<(), ClockError> {
+    use futures::{AsyncBufReadExt, TryStreamExt};
+    let path = format!("{}/sim/v1/clock?watch=true", url.trim_end_matches('/'));
+    let req = http::Request::get(path)
+        .body(Vec::new())
+        .map_err(|e| ClockError::Parse {
+            url: url.to_string(),
+            why: e.to_string(),
+        })?;
+    let body = client.request_stream(req).await.map_err(|e| ClockError::Read {
+        url: url.to_string(),
+        source: Box::new(e),
+    })?;
+    let mut lines = body.lines();
+    loop {
+        let line = match lines.try_next().await {
+            Ok(Some(line)) => line,
+            // Ended: the simulator stops or drops its watches.
+            Ok(None) => return Ok(()),
+            Err(e) => {
+                return Err(ClockError::Stream {
+                    url: url.to_string(),
+                    source: e,
+                });
+            }
+        };
+        let now = serde_json::from_str::<serde_json::Value>(&line)
+            .ok()
+            .as_ref()
+            .and_then(parse_clock)
+            .ok_or_else(|| ClockError::Parse {
+                url: url.to_string(),
+                why: format!("expected {{\"now\": <RFC 3339>}} lines, got {line:?}"),
+            })?;
+        tx.send_if_modified(|t| {
+            let changed = *t != now;
+            *t = now;
+            changed
+        });
     }
 }
 
@@ -100,6 +136,12 @@ pub enum ClockError {
         url: String,
         #[source]
         source: Box<kube::Error>,
+    },
+    #[error("the simulator clock watch at {url} broke: {source}")]
+    Stream {
+        url: String,
+        #[source]
+        source: std::io::Error,
     },
     #[error("failed to parse the simulator clock at {url}: {why}")]
     Parse { url: String, why: String },
@@ -155,5 +197,29 @@ mod tests {
         tx.send(t1).unwrap();
         assert_eq!(jumps.next().await, Some(()));
         assert_eq!(c.now(), t1);
+    }
+
+    #[tokio::test]
+    async fn the_sim_clock_is_followed_by_watch_over_http_jump_by_jump() {
+        let sim = captf_sim::Sim::builder()
+            .start_time("2026-03-01T10:00:00Z".parse().unwrap())
+            .start()
+            .await
+            .unwrap();
+        let c = WatchClock::from_sim_url(sim.client().unwrap(), "", Duration::from_millis(50))
+            .await
+            .unwrap();
+        assert_eq!(c.now(), sim.now());
+        let mut jumps = c.jumps();
+        for minutes in [5, 60, 1] {
+            sim.advance(Duration::from_secs(minutes * 60));
+            tokio::time::timeout(Duration::from_secs(10), jumps.next())
+                .await
+                .expect("the jump arrives over the watch")
+                .unwrap();
+            assert_eq!(c.now(), sim.now(), "after a jump of {minutes}m");
+        }
+        // One GET, then one watch: following the clock is not polling it.
+        assert_eq!(sim.requests(), 2);
     }
 }
