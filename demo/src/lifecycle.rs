@@ -289,22 +289,31 @@ impl<'a> Demo<'a> {
         loop {
             self.observe();
             let requests = self.sim.requests();
-            let busy = match self.controller_metrics {
-                Some(addr) => reconciles_in_flight(addr).await.is_none_or(|n| n > 0),
-                None => false,
+            let in_flight = match self.controller_metrics {
+                Some(addr) => reconciles_in_flight(addr).await,
+                None => Some(0),
             };
-            calm = if self.sim.quiet() && !busy && last == Some(requests) {
-                calm + 1
-            } else {
-                0
-            };
+            let busy = in_flight.is_none_or(|n| n > 0);
+            let quiet = self.sim.quiet();
+            let steady = last == Some(requests);
+            calm = if quiet && !busy && steady { calm + 1 } else { 0 };
             if calm >= CALM_POLLS {
                 return Ok(());
             }
             last = Some(requests);
             if Instant::now() > deadline {
+                // Say what was still going on: it is what the controller's log must explain.
+                let controller = match in_flight {
+                    Some(n) => format!("{n} reconcile(s) in flight"),
+                    None => "its metrics unreadable".to_string(),
+                };
+                let simulator = if quiet { "quiet" } else { "busy" };
+                let requests = if steady { "steady" } else { "still arriving" };
                 return Err(StepError::Timeout {
-                    what: "the simulator and the controller to settle".to_string(),
+                    what: format!(
+                        "the simulator and the controller to settle (last look: simulator {simulator}, \
+                         controller {controller}, requests {requests})"
+                    ),
                     secs: WAIT.as_secs(),
                 });
             }

@@ -57,7 +57,7 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     if !quiet {
         println!("== starting the simulator, the webhook and the controller");
     }
-    let stack = setup::start(None, &say).await?;
+    let mut stack = setup::start(None, &say).await?;
     let client = stack.sim.client()?;
     let mut demo = Demo::new(&stack.sim, client);
     demo.echo = !quiet;
@@ -82,6 +82,8 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
             None => println!("all {} steps behaved as expected", rows.len()),
             Some(r) => {
                 println!("step \"{}\" FAILED: {}", r.step, r.observed);
+                // The logs are what tells why: keep the work directory they live in.
+                stack.work.disable_cleanup(true);
                 println!(
                     "logs: {} and {}",
                     stack.webhook.log.display(),
