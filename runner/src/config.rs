@@ -68,6 +68,8 @@ pub struct Config {
     pub sensitive_env: crate::redact::Sensitive,
     /// Keep the work directory after the run (`CAPTF_KEEP_WORK_DIR=true`).
     pub keep_work_dir: bool,
+    /// Where the module credentials Secret is mounted (`CAPTF_MODULE_CREDENTIALS_DIR`).
+    pub module_credentials_dir: Option<PathBuf>,
 }
 
 /// The termination log path, readable even when the rest of the configuration is broken
@@ -191,6 +193,7 @@ impl Config {
             sensitive_variables,
             sensitive_env,
             keep_work_dir: non_empty(lookup(KEEP_WORK_DIR)).is_some_and(|v| v == "true"),
+            module_credentials_dir: non_empty(lookup(env::MODULE_CREDENTIALS_DIR)).map(PathBuf::from),
         })
     }
 

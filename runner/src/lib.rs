@@ -4,6 +4,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`config`] | the `CAPTF_*` environment, parsed and checked |
+//! | [`credentials`] | the module credentials Secret, copied private and handed to `init` only |
 //! | [`workdir`] | inputs, `backend.tf`, `terraform.tfvars.json` (0600) |
 //! | [`tf`] | the child process: streaming, tails, SIGTERM → exactly one SIGINT |
 //! | [`unlock`] | force-unlock of a handed-over stale lock, tolerated failures |
@@ -16,6 +17,7 @@
 //! | [`state_proxy`] | the backend's way to the API server, its Secret listing narrowed by name |
 
 pub mod config;
+pub mod credentials;
 pub mod fuzzing;
 pub mod guard;
 pub mod ops;

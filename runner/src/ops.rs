@@ -11,11 +11,11 @@ use captf_shared::{keys, names};
 use crate::config::Config;
 use crate::guard::{self, Verdict};
 use crate::outputs::{self, OutputsStore};
-use crate::redact;
 use crate::state_proxy;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
 use crate::workdir::{self, PLAN_FILE};
+use crate::{credentials, redact};
 
 /// The command lines of every step, built in one place so tests can state them exactly.
 #[derive(Clone, Debug)]
@@ -87,6 +87,8 @@ struct Steps<'a, S> {
     tf: Tf,
     cmd: Commands,
     store: &'a S,
+    /// For the `init` commands only: what fetching the module needs (module credentials).
+    init_env: &'a [(String, String)],
 }
 
 impl<S: OutputsStore> Steps<'_, S> {
@@ -96,7 +98,12 @@ impl<S: OutputsStore> Steps<'_, S> {
 
     /// Run a command; a start failure, an interruption or a death by signal ends the run.
     async fn exec(&self, phase: Phase, args: Vec<String>, stdout: Stdout) -> Result<Finished, RunnerResult> {
-        let finished = self.tf.run(&args, stdout).await.map_err(|e| match e {
+        let env = if args.first().is_some_and(|a| a == "init") {
+            self.init_env
+        } else {
+            &[]
+        };
+        let finished = self.tf.run_with_env(&args, stdout, env).await.map_err(|e| match e {
             TfError::Interrupted { .. } | TfError::InterruptedBeforeStart { .. } => {
                 RunnerResult::new(RunResult::Interrupted, phase, e.to_string())
             }
@@ -279,6 +286,18 @@ async fn pipeline<S: OutputsStore>(
             values.extend(redact::value_strings(v));
         }
     }
+    // Module credentials, prepared before anything is logged so their values are masked too;
+    // the private copies are removed when `credentials` drops, at the end of the run.
+    let credentials = match &cfg.module_credentials_dir {
+        Some(dir) => {
+            Some(credentials::prepare(dir, &std::env::temp_dir()).map_err(|e| failed(Phase::Init, e.to_string()))?)
+        }
+        None => None,
+    };
+    if let Some(c) = &credentials {
+        values.extend(c.secrets.iter().cloned());
+    }
+    let init_env = credentials.as_ref().map(|c| c.env.clone()).unwrap_or_default();
     let mut secrets = redact::source_secrets(&inputs.module.source);
     secrets.extend(redact::mask_list(values));
     secrets.sort_by(|a, b| b.len().cmp(&a.len()).then_with(|| a.cmp(b)));
@@ -293,7 +312,7 @@ async fn pipeline<S: OutputsStore>(
         }
         r
     };
-    run_steps(cfg, &inputs, interrupt, log, store)
+    run_steps(cfg, &inputs, interrupt, log, store, &init_env)
         .await
         .map(mask)
         .map_err(mask)
@@ -315,9 +334,10 @@ async fn run_steps<S: OutputsStore>(
     interrupt: Interrupt,
     log: Log,
     store: &S,
+    init_env: &[(String, String)],
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
-    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store).await;
+    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store, init_env).await;
     // The work directory holds the variables (secrets included), providers and plans: nothing of
     // it outlives the run (a given directory, an emptyDir mount, is emptied; a fresh one removed).
     if !cfg.keep_work_dir
@@ -335,6 +355,7 @@ async fn run_in<S: OutputsStore>(
     interrupt: Interrupt,
     log: Log,
     store: &S,
+    init_env: &[(String, String)],
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = dir.to_path_buf();
     log.note(&format!(
@@ -349,6 +370,7 @@ async fn run_in<S: OutputsStore>(
         tf: Tf::new(&cfg.tf_binary, &dir, interrupt, log),
         cmd: Commands::new(&cfg.lock_timeout),
         store,
+        init_env,
     };
     steps
         .ok(
@@ -429,6 +451,7 @@ mod tests {
             sensitive_variables: vec![],
             sensitive_env: Default::default(),
             keep_work_dir: false,
+            module_credentials_dir: None,
         }
     }
 

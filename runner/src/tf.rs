@@ -263,6 +263,16 @@ impl Tf {
     /// request arrived while it ran (whatever its exit status: Terraform exits 1 after an
     /// interrupt, and only the runner knows it was interrupted).
     pub async fn run(&self, args: &[String], stdout_mode: Stdout) -> Result<Finished, TfError> {
+        self.run_with_env(args, stdout_mode, &[]).await
+    }
+
+    /// [`Tf::run`] with `env` added to the command's environment (never logged).
+    pub async fn run_with_env(
+        &self,
+        args: &[String],
+        stdout_mode: Stdout,
+        env: &[(String, String)],
+    ) -> Result<Finished, TfError> {
         let command = format!("{} {}", self.program(), args.join(" "));
         if self.interrupted() {
             return Err(TfError::InterruptedBeforeStart { command });
@@ -273,6 +283,7 @@ impl Tf {
             .current_dir(&self.dir)
             .env("TF_IN_AUTOMATION", "1")
             .env("TF_INPUT", "0")
+            .envs(env.iter().map(|(k, v)| (k, v)))
             .stdin(Stdio::null())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())

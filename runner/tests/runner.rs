@@ -525,3 +525,112 @@ fn the_runner_removes_its_work_directory_when_it_exits() {
     assert_eq!(r.result.result, RunResult::Failed);
     assert_eq!(fs::read_dir(failing.path("work")).unwrap().count(), 0);
 }
+
+/// A Secret volume as the kubelet writes it (`..data` → a timestamped directory, each key a
+/// symlink through it), in the case directory; `CAPTF_MODULE_CREDENTIALS_DIR` points at it.
+fn mount_credentials(case: &mut Case, keys: &[(&str, &str)]) {
+    use std::os::unix::fs::symlink;
+    let m = case.path("module-credentials");
+    let ts = m.join("..2026_11_30_10_00_00.1");
+    std::fs::create_dir_all(&ts).unwrap();
+    for (k, v) in keys {
+        std::fs::write(ts.join(k), v).unwrap();
+        symlink(format!("..data/{k}"), m.join(k)).unwrap();
+    }
+    symlink("..2026_11_30_10_00_00.1", m.join("..data")).unwrap();
+    case.set("CAPTF_MODULE_CREDENTIALS_DIR", &m.display().to_string());
+}
+
+const KEY_BODY: &str = "b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW";
+const GIT_TOKEN: &str = "glpat-Zx8s3cr3tGitT0ken";
+const NETRC_PASSWORD: &str = "n3trc-Passw0rd-Value";
+const REGISTRY_TOKEN: &str = "atlasv1.R3gistryT0kenValue";
+
+fn all_credentials(case: &mut Case) {
+    let key = format!("-----BEGIN OPENSSH PRIVATE KEY-----\n{KEY_BODY}\n-----END OPENSSH PRIVATE KEY-----\n");
+    mount_credentials(
+        case,
+        &[
+            ("ssh-privatekey", &key),
+            (
+                "known_hosts",
+                "[git.example.com]:22 ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIJdD\n",
+            ),
+            (".git-credentials", &format!("https://ci:{GIT_TOKEN}@git.example.com\n")),
+            (
+                ".netrc",
+                &format!("machine dl.example.com login ci password {NETRC_PASSWORD}\n"),
+            ),
+            ("TF_TOKEN_registry_example_com", REGISTRY_TOKEN),
+        ],
+    );
+}
+
+#[test]
+fn module_credentials_reach_the_init_commands_only() {
+    let mut case = Case::new("apply");
+    all_credentials(&mut case);
+    let log = case.path("env-log");
+    case.set("FAKE_ENV_LOG", &log.display().to_string());
+    let r = case.run();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    let lines = std::fs::read_to_string(&log).unwrap();
+    let all = "GIT_CONFIG_COUNT GIT_CONFIG_KEY_0 GIT_CONFIG_VALUE_0 GIT_SSH_COMMAND GIT_TERMINAL_PROMPT NETRC \
+               TF_TOKEN_registry_example_com ";
+    let expected: Vec<String> = ["init", "init", "plan", "show", "apply", "output"]
+        .iter()
+        .map(|c| format!("{c}: {}", if *c == "init" { all } else { "" }))
+        .collect();
+    assert_eq!(lines.lines().collect::<Vec<_>>(), expected);
+    let leftovers: Vec<_> = std::fs::read_dir(case.path(""))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .filter(|e| e.file_name().to_string_lossy().starts_with("captf-credentials-"))
+        .collect();
+    assert!(leftovers.is_empty(), "the private copies are removed after the run");
+}
+
+#[test]
+fn module_credentials_never_leak_into_the_log_or_the_result_even_when_init_prints_them() {
+    let mut case = Case::new("apply");
+    all_credentials(&mut case);
+    case.set("FAKE_LEAK_ON", "init");
+    let r = case.run();
+    assert_eq!(
+        r.outcome(),
+        (Some(1), RunResult::Failed, Phase::Init),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    let everything = format!("{}\n{}\n{}", r.stdout, r.stderr, r.termination_log);
+    assert!(
+        everything.contains("***"),
+        "what init printed is there, masked: {everything}"
+    );
+    for secret in [KEY_BODY, GIT_TOKEN, NETRC_PASSWORD, REGISTRY_TOKEN] {
+        assert!(!everything.contains(secret), "{secret} leaked:\n{everything}");
+    }
+}
+
+#[test]
+fn a_module_credentials_secret_gone_from_the_mount_fails_init_naming_the_field() {
+    let mut case = Case::new("apply");
+    let empty = case.path("empty-mount");
+    std::fs::create_dir(&empty).unwrap();
+    case.set("CAPTF_MODULE_CREDENTIALS_DIR", &empty.display().to_string());
+    let r = case.run();
+    assert_eq!(
+        r.outcome(),
+        (Some(1), RunResult::Failed, Phase::Init),
+        "{}{}",
+        r.stdout,
+        r.stderr
+    );
+    assert!(
+        r.result.message.contains("spec.module.credentials.secretRef"),
+        "{}",
+        r.result.message
+    );
+    assert!(r.argv.is_empty(), "nothing ran: {:?}", r.argv);
+}

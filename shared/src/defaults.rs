@@ -125,6 +125,7 @@ mod tests {
         TerraformSpec {
             module: ModuleSpec {
                 source: "git::https://example.com/m.git".into(),
+                ..Default::default()
             },
             ..Default::default()
         }

@@ -13,6 +13,7 @@
 //! | [`validation`] | `validate_create` / `validate_update` |
 //! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
 //! | [`inputs`] | canonical JSON and the inputs hash |
+//! | [`module_credentials`] | the module credentials Secret: its keys and when it is usable |
 //! | [`policy`] | what a tenant may choose for runner pods (image, service account, env) |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`protocol`] | the runner's result JSON and exit codes |
@@ -26,6 +27,7 @@ pub mod fuzzing;
 pub mod inputs;
 pub mod keys;
 pub mod kind;
+pub mod module_credentials;
 pub mod names;
 pub mod policy;
 pub mod protocol;

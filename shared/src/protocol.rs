@@ -28,6 +28,9 @@ pub mod env {
     /// Names (comma-separated) of the runner's env variables whose values come from Secrets
     /// (`spec.jobs.env[].valueFrom.secretKeyRef`).
     pub const SENSITIVE_ENV: &str = "CAPTF_SENSITIVE_ENV";
+    /// Where the module credentials Secret is mounted, when `spec.module.credentials` names one
+    /// (see `module_credentials`).
+    pub const MODULE_CREDENTIALS_DIR: &str = "CAPTF_MODULE_CREDENTIALS_DIR";
     /// Every variable the runner reads; user env must not start with this prefix.
     pub const PREFIX: &str = "CAPTF_";
 }

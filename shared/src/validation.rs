@@ -300,6 +300,15 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
         return report;
     }
     check_module_source(&mut report, &root.child("module").child("source"), &spec.module.source);
+    if let Some(c) = &spec.module.credentials
+        && !crate::names::is_dns1123_subdomain(&c.secret_ref.name)
+    {
+        report.violation(
+            &root.child("module").child("credentials").child("secretRef").child("name"),
+            "must be a Secret name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+            &c.secret_ref.name,
+        );
+    }
     if let Some(vars) = &spec.variables {
         check_variables(&mut report, &root.child("variables"), vars);
     }

@@ -10,6 +10,7 @@ fn spec_with_bad_variable_names(n: usize) -> TerraformSpec {
     TerraformSpec {
         module: ModuleSpec {
             source: "git::https://example.com/m.git".into(),
+            ..Default::default()
         },
         variables: Some((0..n).map(|i| (format!("-{i:06}"), json!(0))).collect()),
         ..Default::default()

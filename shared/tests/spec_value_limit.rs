@@ -14,6 +14,7 @@ fn spec_with_zeros(zeros: usize) -> TerraformSpec {
     TerraformSpec {
         module: ModuleSpec {
             source: "git::https://example.com/m.git".into(),
+            ..Default::default()
         },
         variables: Some([("x".to_string(), json!(vec![0; zeros]))].into()),
         ..Default::default()

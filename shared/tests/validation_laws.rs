@@ -101,7 +101,10 @@ fn any_spec() -> impl Strategy<Value = TerraformSpec> {
     )
         .prop_map(
             |(source, variables, from, jobs, drift, guard, deletion_policy, paused)| TerraformSpec {
-                module: ModuleSpec { source },
+                module: ModuleSpec {
+                    source,
+                    ..Default::default()
+                },
                 variables,
                 variables_from: from.map(|v| {
                     v.into_iter()
@@ -210,7 +213,10 @@ fn valid_spec() -> impl Strategy<Value = TerraformSpec> {
     )
         .prop_map(
             |(source, variables, variables_from, jobs, drift, guard, deletion_policy, paused)| TerraformSpec {
-                module: ModuleSpec { source: source.into() },
+                module: ModuleSpec {
+                    source: source.into(),
+                    ..Default::default()
+                },
                 variables,
                 variables_from,
                 jobs,

@@ -17,6 +17,7 @@ fn spec() -> TerraformSpec {
     TerraformSpec {
         module: ModuleSpec {
             source: "git::https://example.com/modules/vpc.git?ref=v1.2.0".into(),
+            ..Default::default()
         },
         ..Default::default()
     }
@@ -76,7 +77,10 @@ fn with_interval(interval: &str) -> TerraformSpec {
 
 fn with_source(source: &str) -> TerraformSpec {
     TerraformSpec {
-        module: ModuleSpec { source: source.into() },
+        module: ModuleSpec {
+            source: source.into(),
+            ..Default::default()
+        },
         ..spec()
     }
 }
@@ -609,6 +613,7 @@ fn every_violation_is_reported_together() {
     let s = TerraformSpec {
         module: ModuleSpec {
             source: "./local".into(),
+            ..Default::default()
         },
         variables: Some(serde_json::from_value(json!({"1bad": 1})).unwrap()),
         variables_from: Some(vec![VariablesFrom::default()]),
@@ -924,4 +929,23 @@ fn template_metadata_and_spec_round_trip_through_json() {
     assert_eq!(obj.spec_path(), "spec.template.spec");
     assert!(obj.is_template() && obj.job_kind().is_none());
     assert_eq!(obj.to_value()["spec"], v["spec"]);
+}
+
+#[test]
+fn module_credentials_name_a_secret_by_a_dns1123_subdomain() {
+    use captf_shared::types::{ModuleCredentials, SecretName};
+    let with = |name: &str| {
+        let mut s = spec();
+        s.module.credentials = Some(ModuleCredentials {
+            secret_ref: SecretName { name: name.into() },
+        });
+        s
+    };
+    for good in ["git-ssh", "a.b-c", &"a".repeat(63)] {
+        accepted(with(good));
+    }
+    for bad in ["", "Git", "git_ssh", "-git", "a..b"] {
+        let msg = rejected_at(with(bad), "spec.module.credentials.secretRef.name");
+        assert!(msg.contains("DNS-1123 subdomain"), "{msg}");
+    }
 }

@@ -354,6 +354,7 @@ mod tests {
                 terraform: TerraformSpec {
                     module: ModuleSpec {
                         source: "git::https://example.com/m.git".into(),
+                        ..Default::default()
                     },
                     jobs: Some(JobsSpec {
                         failed_jobs_history_limit: Some(limit),

@@ -8,9 +8,9 @@ use serde_json::Value;
 
 use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
-use captf_shared::keys;
 use captf_shared::types::{TerraformSpec, Variables};
 use captf_shared::validation::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, spec_has_too_many_values};
+use captf_shared::{keys, module_credentials};
 
 /// The variable CAPTF adds with the Cluster API cluster's name.
 pub const CLUSTER_NAME_VAR: &str = "cluster_name";
@@ -127,6 +127,8 @@ pub enum ResolveError {
     NoClusterName { kind: &'static str, label: &'static str },
     #[error("{var}: the bootstrap data Secret of a TerraformMachine comes from its Cluster API Machine")]
     NoBootstrapData { var: &'static str },
+    #[error("{field}: Secret {name} {why}")]
+    ModuleCredentials { field: String, name: String, why: String },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
     SpecTooLarge { max: usize },
     #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
@@ -227,6 +229,9 @@ where
             }
         }
     }
+    if let Some(c) = &spec.module.credentials {
+        check_module_credentials(&c.secret_ref.name, &mut lookup)?;
+    }
     let cluster = cluster_name(kind, meta).ok_or(ResolveError::NoClusterName {
         kind: kind.as_str(),
         label: keys::LABEL_CLUSTER_NAME,
@@ -244,6 +249,34 @@ where
         },
         variables,
     })
+}
+
+/// The module credentials Secret must exist and be usable before a Job mounts it: otherwise
+/// the pod would wait for a volume that never comes, or `init` would fail on authentication
+/// far from the cause. Its content is no input: rotating a key starts no apply.
+fn check_module_credentials<F>(name: &str, lookup: &mut F) -> Result<(), ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    const FIELD: &str = "spec.module.credentials.secretRef";
+    let data = lookup(SourceKind::Secret, name)
+        .map_err(|()| ResolveError::Offline {
+            field: FIELD.to_string(),
+            kind: SourceKind::Secret.as_str(),
+            name: name.to_string(),
+        })?
+        .ok_or_else(|| ResolveError::Missing {
+            field: FIELD.to_string(),
+            kind: SourceKind::Secret.as_str(),
+            name: name.to_string(),
+        })?;
+    module_credentials::check(data.iter().map(|(k, v)| (k.as_str(), v.is_empty())))
+        .map(|_| ())
+        .map_err(|why| ResolveError::ModuleCredentials {
+            field: FIELD.to_string(),
+            name: name.to_string(),
+            why: why.to_string(),
+        })
 }
 
 /// The variables the runner must treat as sensitive: every one whose value is not what
@@ -315,6 +348,7 @@ mod tests {
         TerraformSpec {
             module: ModuleSpec {
                 source: "git::https://example.com/m.git".into(),
+                ..Default::default()
             },
             variables: Some([("region".to_string(), json!("eu-west-1")), ("n".to_string(), json!(3))].into()),
             ..Default::default()
@@ -504,5 +538,37 @@ mod tests {
         })
         .unwrap();
         assert_eq!(i.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("m-1-bootstrap"));
+    }
+    #[test]
+    fn module_credentials_must_name_a_usable_secret_and_are_no_input() {
+        use captf_shared::types::{ModuleCredentials, SecretName};
+        let mut s = spec();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        s.module.credentials = Some(ModuleCredentials {
+            secret_ref: SecretName { name: "git-ssh".into() },
+        });
+        let with = |data: Option<&[(&str, &str)]>| {
+            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |kind, name| {
+                assert_eq!((kind, name), (SourceKind::Secret, "git-ssh"));
+                Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
+            })
+        };
+        let e = with(None).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.module.credentials.secretRef: Secret git-ssh does not exist (yet)"
+        );
+        let e = with(Some(&[("ssh-privatekey", "-----BEGIN OPENSSH PRIVATE KEY-----")])).unwrap_err();
+        assert!(
+            e.to_string().starts_with(
+                "spec.module.credentials.secretRef: Secret git-ssh has ssh-privatekey without \"known_hosts\""
+            ),
+            "{e}"
+        );
+        let ok = with(Some(&[("ssh-privatekey", "k"), ("known_hosts", "h")])).unwrap();
+        assert_eq!(
+            ok, plain,
+            "the credentials change nothing in the inputs (nor their hash)"
+        );
     }
 }

@@ -589,6 +589,7 @@ async fn start_job(
         runner_service_account: ctx.config.runner_service_account.as_deref().filter(|s| !s.is_empty()),
         sensitive_variables: &sensitive,
         pod_defaults: &ctx.config.runner_pod,
+        module_credentials: spec.module.credentials.as_ref().map(|c| c.secret_ref.name.as_str()),
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {

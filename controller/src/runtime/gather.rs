@@ -825,6 +825,13 @@ pub async fn resolve_inputs(
             );
         }
     }
+    if let Some(c) = &spec.module.credentials {
+        let s = secret(client, &id.namespace, &c.secret_ref.name).await?;
+        fetched.insert(
+            (SourceKind::Secret, c.secret_ref.name.clone()),
+            s.as_ref().map(secret_data),
+        );
+    }
     let (owner, bootstrap) = owner_inputs(client, object, id).await;
     Ok(
         core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {

@@ -11,11 +11,11 @@ use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
 use captf_shared::defaults::Effective;
-use captf_shared::keys;
 use captf_shared::names;
 use captf_shared::protocol::env;
 use captf_shared::types::JobsSpec;
 use captf_shared::{Kind, Op};
+use captf_shared::{keys, module_credentials};
 
 use crate::core::Start;
 
@@ -25,6 +25,8 @@ pub const INPUTS_DIR: &str = "/captf/inputs";
 pub const WORK_DIR: &str = "/work";
 /// The runner container's name.
 pub const CONTAINER: &str = "runner";
+/// The volume of the module credentials Secret (`spec.module.credentials`).
+pub const MODULE_CREDENTIALS_VOLUME: &str = "module-credentials";
 /// Non-root user the runner runs as.
 pub const RUNNER_UID: i64 = 65532;
 /// Time the runner gets after SIGTERM to let Terraform stop and release its lock.
@@ -52,6 +54,8 @@ pub struct JobParams<'a> {
     pub sensitive_variables: &'a [String],
     /// The platform's defaults for runner pods (resources, emptyDir size limits).
     pub pod_defaults: &'a RunnerPodDefaults,
+    /// `spec.module.credentials.secretRef.name`: mounted for the runner's `init`.
+    pub module_credentials: Option<&'a str>,
 }
 
 /// What every runner pod gets unless its spec says otherwise (`--runner-requests`,
@@ -216,6 +220,9 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     if !from_secrets.is_empty() {
         e.push(var(env::SENSITIVE_ENV, from_secrets.join(",")));
     }
+    if p.module_credentials.is_some() {
+        e.push(var(env::MODULE_CREDENTIALS_DIR, module_credentials::MOUNT_PATH));
+    }
     if p.start.op == Op::Apply
         && let Some(h) = &p.start.approved_plan
     {
@@ -249,24 +256,34 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
         env: Some(runner_env(p)),
         resources: runner_resources(p.pod_defaults, p.jobs.and_then(|j| j.resources.as_ref())),
         termination_message_policy: Some("File".to_string()),
-        volume_mounts: Some(vec![
-            VolumeMount {
-                name: "inputs".into(),
-                mount_path: INPUTS_DIR.into(),
+        volume_mounts: Some(
+            [
+                VolumeMount {
+                    name: "inputs".into(),
+                    mount_path: INPUTS_DIR.into(),
+                    read_only: Some(true),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "work".into(),
+                    mount_path: WORK_DIR.into(),
+                    ..Default::default()
+                },
+                VolumeMount {
+                    name: "tmp".into(),
+                    mount_path: "/tmp".into(),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(p.module_credentials.map(|_| VolumeMount {
+                name: MODULE_CREDENTIALS_VOLUME.into(),
+                mount_path: module_credentials::MOUNT_PATH.into(),
                 read_only: Some(true),
                 ..Default::default()
-            },
-            VolumeMount {
-                name: "work".into(),
-                mount_path: WORK_DIR.into(),
-                ..Default::default()
-            },
-            VolumeMount {
-                name: "tmp".into(),
-                mount_path: "/tmp".into(),
-                ..Default::default()
-            },
-        ]),
+            }))
+            .collect(),
+        ),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(RUNNER_UID),
@@ -302,33 +319,51 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
             }),
             ..Default::default()
         }),
-        volumes: Some(vec![
-            Volume {
-                name: "inputs".into(),
+        volumes: Some(
+            [
+                Volume {
+                    name: "inputs".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some(names::inputs_secret_name(&suffix)),
+                        default_mode: Some(0o440),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "work".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        size_limit: p.pod_defaults.work_size_limit.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+                Volume {
+                    name: "tmp".into(),
+                    empty_dir: Some(EmptyDirVolumeSource {
+                        size_limit: p.pod_defaults.tmp_size_limit.clone(),
+                        ..Default::default()
+                    }),
+                    ..Default::default()
+                },
+            ]
+            .into_iter()
+            .chain(p.module_credentials.map(|secret| Volume {
+                name: MODULE_CREDENTIALS_VOLUME.into(),
                 secret: Some(SecretVolumeSource {
-                    secret_name: Some(names::inputs_secret_name(&suffix)),
-                    default_mode: Some(0o440),
+                    secret_name: Some(secret.to_string()),
+                    // Owner-only; the kubelet adds group read for the pod's fsGroup, the runner's.
+                    default_mode: Some(0o400),
+                    // The controller checked it exists before the Job; if it is deleted since, the
+                    // pod still starts and the runner says which Secret is missing, rather than the
+                    // pod waiting for a volume until the deadline.
+                    optional: Some(true),
                     ..Default::default()
                 }),
                 ..Default::default()
-            },
-            Volume {
-                name: "work".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    size_limit: p.pod_defaults.work_size_limit.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-            Volume {
-                name: "tmp".into(),
-                empty_dir: Some(EmptyDirVolumeSource {
-                    size_limit: p.pod_defaults.tmp_size_limit.clone(),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            },
-        ]),
+            }))
+            .collect(),
+        ),
         ..Default::default()
     };
     Job {
@@ -396,8 +431,79 @@ mod tests {
             runner_image: "ghcr.io/captf/runner:1",
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &[],
+            module_credentials: None,
             pod_defaults: &RunnerPodDefaults::default(),
         })
+    }
+
+    #[test]
+    fn module_credentials_are_mounted_read_only_owner_only_and_named_to_the_runner_never_as_env_values() {
+        let spec = TerraformSpec::default();
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let d = RunnerPodDefaults::default();
+        let params = |creds| JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: None,
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: None,
+            sensitive_variables: &[],
+            module_credentials: creds,
+            pod_defaults: &d,
+        };
+        let pod = build_job(&params(Some("git-ssh"))).spec.unwrap().template.spec.unwrap();
+        let vol = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == MODULE_CREDENTIALS_VOLUME)
+            .unwrap();
+        let sec = vol.secret.as_ref().unwrap();
+        assert_eq!(sec.secret_name.as_deref(), Some("git-ssh"));
+        assert_eq!(sec.default_mode, Some(0o400));
+        assert_eq!(sec.optional, Some(true));
+        let c = &pod.containers[0];
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == MODULE_CREDENTIALS_VOLUME)
+            .unwrap();
+        assert_eq!(
+            (m.mount_path.as_str(), m.read_only),
+            (module_credentials::MOUNT_PATH, Some(true))
+        );
+        let env = c.env.as_ref().unwrap();
+        assert!(env.iter().any(
+            |e| e.name == env::MODULE_CREDENTIALS_DIR && e.value.as_deref() == Some(module_credentials::MOUNT_PATH)
+        ));
+        assert!(
+            env.iter().all(|e| e.value_from.is_none()),
+            "the Secret reaches the runner as files only"
+        );
+        let plain = build_job(&params(None)).spec.unwrap().template.spec.unwrap();
+        assert!(
+            plain
+                .volumes
+                .iter()
+                .flatten()
+                .all(|v| v.name != MODULE_CREDENTIALS_VOLUME)
+        );
+        assert!(
+            plain.containers[0]
+                .env
+                .iter()
+                .flatten()
+                .all(|e| e.name != env::MODULE_CREDENTIALS_DIR)
+        );
     }
 
     fn q(s: &str) -> Quantity {
@@ -436,6 +542,7 @@ mod tests {
             runner_image: "ghcr.io/captf/runner:1",
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &[],
+            module_credentials: None,
             pod_defaults: &d,
         });
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -507,6 +614,7 @@ mod tests {
             runner_image: "ghcr.io/captf/runner:1",
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &sensitive,
+            module_credentials: None,
             pod_defaults: &RunnerPodDefaults::default(),
         });
         let e = env_of(&job);

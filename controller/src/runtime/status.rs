@@ -11,6 +11,7 @@ use captf_shared::types::{Initialization, NextAction, TerraformStatus};
 use captf_shared::{Kind, Op};
 
 use crate::core::interrupted;
+use crate::core::snapshot::InputsHash;
 use crate::core::{Decision, Outcome, Reason, Snapshot};
 
 /// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed
@@ -357,11 +358,14 @@ fn ready(
         )
     } else if !applied {
         let r = reason.filter(|r| blocks_ready(*r)).map_or("NotApplied", Reason::as_str);
-        (
-            Status::False,
-            r.to_string(),
-            "the current inputs are not applied yet".to_string(),
-        )
+        let message = match (&s.inputs_hash, reason) {
+            // Say which reference is missing or unusable, naming its field.
+            (InputsHash::Unresolved(why), Some(Reason::InputsUnresolved)) => {
+                format!("the inputs cannot be resolved: {why}")
+            }
+            _ => "the current inputs are not applied yet".to_string(),
+        };
+        (Status::False, r.to_string(), message)
     } else {
         (Status::True, "Ready".to_string(), String::new())
     }

@@ -858,3 +858,68 @@ async fn a_runner_message_is_copied_into_conditions_and_events_bounded() -> Resu
     }
     Ok(())
 }
+
+/// The module credentials Secret is checked before any Job: missing, then without
+/// `known_hosts`, the object waits with `InputsUnresolved` naming the field and no Job starts;
+/// once usable, the first Job mounts it for the runner. Under the chart's RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_or_unusable_module_credentials_secret_holds_the_object_and_starts_no_job() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let creds = json!({"credentials": {"secretRef": {"name": "git-ssh"}}});
+    let mut spec = json!({"source": "git::ssh://git@git.example.com/net.git"});
+    spec.as_object_mut().unwrap().extend(creds.as_object().unwrap().clone());
+    env.sim.put(cluster_json("private", json!({"module": spec})))?;
+    let held = |why: &'static str| {
+        move |c: &Value| {
+            c.pointer("/status/nextAction/reason") == Some(&json!("InputsUnresolved"))
+                && condition(c, "Ready").is_some_and(|(_, _, m)| {
+                    m.contains("spec.module.credentials.secretRef: Secret git-ssh") && m.contains(why)
+                })
+        }
+    };
+    env.until_cluster("private", "held: no Secret", held("does not exist"))
+        .await?;
+    env.until_idle().await?;
+    assert!(env.jobs_of(Kind::TerraformCluster, "private").is_empty());
+
+    env.sim.put(secret_json(
+        "git-ssh",
+        "ssh-privatekey",
+        b"-----BEGIN OPENSSH PRIVATE KEY-----",
+    )?)?;
+    env.advance(30);
+    env.until_cluster("private", "held: no known_hosts", held("host keys are always checked"))
+        .await?;
+    env.until_idle().await?;
+    assert!(env.jobs_of(Kind::TerraformCluster, "private").is_empty());
+
+    let usable = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some("git-ssh".into()),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        data: Some(
+            [
+                ("ssh-privatekey", "-----BEGIN OPENSSH PRIVATE KEY-----"),
+                ("known_hosts", "git.example.com ssh-ed25519 AAAA"),
+            ]
+            .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.as_bytes().to_vec())))
+            .into(),
+        ),
+        ..Default::default()
+    };
+    env.sim.put(serde_json::to_value(usable)?)?;
+    env.advance(30);
+    let job = env.job(Kind::TerraformCluster, "private", Op::Apply, 1).await?;
+    let pod = job.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
+    assert!(
+        pod.volumes.iter().flatten().any(|v| v
+            .secret
+            .as_ref()
+            .is_some_and(|s| s.secret_name.as_deref() == Some("git-ssh"))),
+        "the Job mounts the Secret"
+    );
+    env.no_denials()?;
+    Ok(())
+}

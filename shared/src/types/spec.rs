@@ -63,6 +63,26 @@ pub struct ModuleSpec {
     /// `github.com/…`, `bitbucket.org/…` or `git@host:path`. At most 2048 characters, no whitespace.
     #[schemars(length(min = 1, max = MAX_MODULE_SOURCE_CHARS), regex(pattern = MODULE_SOURCE_PATTERN))]
     pub source: String,
+    /// Credentials for fetching the module: a Secret in the object's namespace holding
+    /// `ssh-privatekey` with `known_hosts`, `.git-credentials`, `.netrc` or `TF_TOKEN_<host>`
+    /// keys. Mounted read-only into the runner and used only by `init`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub credentials: Option<ModuleCredentials>,
+}
+
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct ModuleCredentials {
+    pub secret_ref: SecretName,
+}
+
+/// A Secret in the object's namespace, by name.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretName {
+    /// The Secret's name (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub name: String,
 }
 
 /// One source of variables: exactly one of `secretRef` or `configMapRef`.
