@@ -66,6 +66,14 @@ async fn a_failed_apply_whose_status_write_is_lost_is_counted_exactly_once() -> 
     assert_eq!(env.events("JobFailed").len(), 1);
 
     env.sim.faults().clear();
+    // The failed status writes put the object into its error backoff (seconds of wall time,
+    // growing with every failure); a change to the object wakes it at once, as in a cluster, so
+    // the replay does not depend on how many failures a loaded machine saw.
+    env.merge_patch::<TerraformCluster>(
+        "lost-fail",
+        json!({"metadata": {"annotations": {"example.com/touched": "1"}}}),
+    )
+    .await?;
     env.until("consecutiveFailures=1 and the watermark 1", |e| {
         let c = e.cluster("lost-fail");
         (c.pointer("/status/consecutiveFailures/apply") == Some(&json!(1))
@@ -219,6 +227,14 @@ async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed
     );
 
     env.sim.faults().clear();
+    // The failed status writes put the object into its error backoff (seconds of wall time,
+    // growing with every failure); a change to the object wakes it at once, as in a cluster, so
+    // the replay does not depend on how many failures a loaded machine saw.
+    env.merge_patch::<TerraformCluster>(
+        "lost-ok",
+        json!({"metadata": {"annotations": {"example.com/touched": "1"}}}),
+    )
+    .await?;
     let c = env
         .until("Ready=True after the replay", |e| {
             let c = e.cluster("lost-ok");
