@@ -3,6 +3,7 @@
 //! builder (controller) and validation (webhook) both read them here.
 
 use crate::keys;
+use crate::types::{CliConfigRef, JobsSpec};
 
 /// Where the inputs Secret is mounted.
 pub const INPUTS_DIR: &str = "/captf/inputs";
@@ -10,8 +11,10 @@ pub const INPUTS_DIR: &str = "/captf/inputs";
 pub const CLI_CONFIG_DIR: &str = "/captf/terraform";
 /// The file name of the Terraform CLI configuration under [`CLI_CONFIG_DIR`].
 pub const CLI_CONFIG_FILE_NAME: &str = "terraform.rc";
-/// Where the shared provider plugin cache is mounted.
-pub const PLUGIN_CACHE_DIR: &str = "/captf/plugin-cache";
+/// The ConfigMap key of the Terraform CLI configuration when a reference names none.
+pub const DEFAULT_CLI_CONFIG_KEY: &str = "terraform.rc";
+/// The environment variable Terraform and OpenTofu read the CLI configuration's path from.
+pub const TF_CLI_CONFIG_FILE: &str = "TF_CLI_CONFIG_FILE";
 /// The runner's work directory (an emptyDir).
 pub const WORK_DIR: &str = "/work";
 /// The runner's temporary directory (an emptyDir).
@@ -22,20 +25,65 @@ pub const VOLUME_INPUTS: &str = "inputs";
 pub const VOLUME_WORK: &str = "work";
 pub const VOLUME_TMP: &str = "tmp";
 pub const VOLUME_CLI_CONFIG: &str = "terraform-cli-config";
-pub const VOLUME_PLUGIN_CACHE: &str = "plugin-cache";
 
 /// Every volume name of CAPTF's own; `spec.jobs.volumes` and `volumeMounts` may use none.
-pub const RESERVED_VOLUME_NAMES: [&str; 5] = [
-    VOLUME_INPUTS,
-    VOLUME_WORK,
-    VOLUME_TMP,
-    VOLUME_CLI_CONFIG,
-    VOLUME_PLUGIN_CACHE,
-];
+pub const RESERVED_VOLUME_NAMES: [&str; 4] = [VOLUME_INPUTS, VOLUME_WORK, VOLUME_TMP, VOLUME_CLI_CONFIG];
 
 /// Directories CAPTF mounts into (or under); a tenant mount may be none of them, nor above or
 /// below one.
 pub const RESERVED_MOUNT_ROOTS: [&str; 3] = ["/captf", WORK_DIR, TMP_DIR];
+
+/// Where a runner's Terraform CLI configuration comes from, and the field to name when it is
+/// missing.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CliConfigSource<'a> {
+    pub config: &'a CliConfigRef,
+    /// `spec.jobs.terraformCliConfig` (with the spec's path prefix), or the controller flag.
+    pub field: String,
+}
+
+/// The controller flag naming the platform's default Terraform CLI configuration ConfigMap.
+pub const CLI_CONFIG_FLAG: &str = "--runner-terraform-cli-config";
+
+/// `spec.jobs.terraformCliConfig`, else the platform default (`--runner-terraform-cli-config`).
+pub fn cli_config<'a>(
+    jobs: Option<&'a JobsSpec>,
+    platform: Option<&'a CliConfigRef>,
+    spec_path: &str,
+) -> Option<CliConfigSource<'a>> {
+    match jobs.and_then(|j| j.terraform_cli_config.as_ref()) {
+        Some(config) => Some(CliConfigSource {
+            config,
+            field: format!("{spec_path}.jobs.terraformCliConfig"),
+        }),
+        None => platform.map(|config| CliConfigSource {
+            config,
+            field: CLI_CONFIG_FLAG.to_string(),
+        }),
+    }
+}
+
+/// Why the runner's CLI configuration cannot be mounted (`data`: the ConfigMap's data and
+/// binaryData keys, `None` when it does not exist), naming the field that chose it; `None` when
+/// it can.
+pub fn cli_config_problem(
+    source: &CliConfigSource<'_>,
+    namespace: &str,
+    data_keys: Option<&[String]>,
+) -> Option<String> {
+    let (name, key) = (&source.config.name, source.config.key_or_default());
+    match data_keys {
+        None => Some(format!(
+            "{}: ConfigMap {namespace}/{name} does not exist (yet); runner pods need it for the Terraform CLI configuration",
+            source.field
+        )),
+        Some(keys) if !keys.iter().any(|k| k == key) => Some(format!(
+            "{}: ConfigMap {namespace}/{name} has no key {key:?} (the Terraform CLI configuration)",
+            source.field
+        )),
+        Some(_) => None,
+    }
+}
 
 /// Label and annotation keys with this prefix are the controller's.
 pub const RESERVED_KEY_PREFIX: &str = "captf.io/";
@@ -82,6 +130,44 @@ mod tests {
         assert_eq!(reserved_mount_collision("/workspace"), None);
         assert_eq!(reserved_mount_collision("/etc/ssl/certs"), None);
         assert_eq!(reserved_mount_collision("/var/run/secrets/eks.amazonaws.com"), None);
+    }
+
+    #[test]
+    fn the_spec_cli_config_wins_over_the_platform_default_and_a_missing_one_is_named() {
+        let platform = CliConfigRef {
+            name: "terraform-mirror".into(),
+            key: None,
+        };
+        let jobs = JobsSpec {
+            terraform_cli_config: Some(CliConfigRef {
+                name: "own".into(),
+                key: Some("cli.tfrc".into()),
+            }),
+            ..JobsSpec::default()
+        };
+        let own = cli_config(Some(&jobs), Some(&platform), "spec").unwrap();
+        assert_eq!(
+            (own.config.name.as_str(), own.field.as_str()),
+            ("own", "spec.jobs.terraformCliConfig")
+        );
+        let default = cli_config(None, Some(&platform), "spec").unwrap();
+        assert_eq!(default.field, CLI_CONFIG_FLAG);
+        assert_eq!(default.config.key_or_default(), "terraform.rc");
+        assert_eq!(cli_config(None, None, "spec"), None);
+
+        let missing = cli_config_problem(&own, "team-a", None).unwrap();
+        assert!(
+            missing.starts_with("spec.jobs.terraformCliConfig: ConfigMap team-a/own does not exist"),
+            "{missing}"
+        );
+        let no_key = cli_config_problem(&own, "team-a", Some(&["terraform.rc".to_string()])).unwrap();
+        assert!(no_key.contains("has no key \"cli.tfrc\""), "{no_key}");
+        assert_eq!(
+            cli_config_problem(&own, "team-a", Some(&["cli.tfrc".to_string()])),
+            None
+        );
+        let flag = cli_config_problem(&default, "team-a", None).unwrap();
+        assert!(flag.starts_with("--runner-terraform-cli-config: "), "{flag}");
     }
 
     #[test]

@@ -164,7 +164,7 @@ fn host_path_volumes_are_refused() {
 
 #[test]
 fn volume_names_may_not_be_captfs_own() {
-    for name in ["inputs", "work", "tmp", "terraform-cli-config", "plugin-cache"] {
+    for name in ["inputs", "work", "tmp", "terraform-cli-config"] {
         let msg = rejected_at(
             JobsSpec {
                 volumes: Some(vec![empty_dir(name)]),
@@ -285,6 +285,22 @@ fn env_from_needs_exactly_one_source_and_no_captf_prefix() {
         },
         "spec.jobs.envFrom[0].secretRef.name",
     );
+}
+
+#[test]
+fn the_terraform_cli_config_names_a_configmap_and_a_data_key() {
+    use captf_shared::types::CliConfigRef;
+    let with = |name: &str, key: Option<&str>| JobsSpec {
+        terraform_cli_config: Some(CliConfigRef {
+            name: name.into(),
+            key: key.map(str::to_string),
+        }),
+        ..Default::default()
+    };
+    assert_eq!(fields(with("terraform-mirror", None)), Vec::<String>::new());
+    assert_eq!(fields(with("terraform-mirror", Some("cli.tfrc"))), Vec::<String>::new());
+    rejected_at(with("Mirror_Config", None), "spec.jobs.terraformCliConfig.name");
+    rejected_at(with("terraform-mirror", Some("..")), "spec.jobs.terraformCliConfig.key");
 }
 
 #[test]

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -14,12 +15,15 @@ use captf_shared::defaults::Effective;
 use captf_shared::keys;
 use captf_shared::names;
 use captf_shared::protocol::env;
-use captf_shared::types::JobsSpec;
+use captf_shared::types::{CliConfigRef, JobsSpec};
 use captf_shared::{Kind, Op};
 
 use crate::core::Start;
 
-use captf_shared::pod::{self as own, TMP_DIR, VOLUME_INPUTS, VOLUME_TMP, VOLUME_WORK};
+use captf_shared::pod::{
+    self as own, CLI_CONFIG_DIR, CLI_CONFIG_FILE_NAME, TF_CLI_CONFIG_FILE, TMP_DIR, VOLUME_CLI_CONFIG, VOLUME_INPUTS,
+    VOLUME_TMP, VOLUME_WORK,
+};
 pub use captf_shared::pod::{INPUTS_DIR, WORK_DIR};
 
 /// The runner container's name.
@@ -63,6 +67,9 @@ pub struct RunnerPodDefaults {
     pub work_size_limit: Option<Quantity>,
     /// `sizeLimit` of the `tmp` emptyDir.
     pub tmp_size_limit: Option<Quantity>,
+    /// The Terraform CLI configuration of runner pods whose spec names none
+    /// (`--runner-terraform-cli-config`, `--runner-terraform-cli-config-key`).
+    pub terraform_cli_config: Option<CliConfigRef>,
 }
 
 /// The runner container's resources: the defaults, except that a resource (`cpu`, `memory`, ...)
@@ -239,7 +246,21 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
             .into_iter()
             .filter(|v| !v.name.starts_with(env::PREFIX)),
     );
+    if cli_config(p).is_some() {
+        // Last, so it wins over the same name in spec.jobs.env.
+        e.retain(|v| v.name != TF_CLI_CONFIG_FILE);
+        e.push(var(
+            TF_CLI_CONFIG_FILE,
+            format!("{CLI_CONFIG_DIR}/{CLI_CONFIG_FILE_NAME}"),
+        ));
+    }
     e
+}
+
+/// The Terraform CLI configuration the runner gets: `spec.jobs.terraformCliConfig`, else the
+/// platform's (`captf_shared::pod::cli_config`).
+fn cli_config<'a>(p: &JobParams<'a>) -> Option<&'a CliConfigRef> {
+    own::cli_config(p.jobs, p.pod_defaults.terraform_cli_config.as_ref(), "spec").map(|s| s.config)
 }
 
 /// The runner pod's labels: `spec.jobs.podLabels`, then the Job's own labels over them (the
@@ -289,6 +310,14 @@ fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
             ..Default::default()
         },
     ];
+    if cli_config(p).is_some() {
+        m.push(VolumeMount {
+            name: VOLUME_CLI_CONFIG.into(),
+            mount_path: CLI_CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     m.extend(
         p.jobs
             .and_then(|j| j.volume_mounts.clone())
@@ -332,6 +361,22 @@ fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
             ..Default::default()
         },
     ];
+    if let Some(c) = cli_config(p) {
+        v.push(Volume {
+            name: VOLUME_CLI_CONFIG.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: c.name.clone(),
+                items: Some(vec![KeyToPath {
+                    key: c.key_or_default().to_string(),
+                    path: CLI_CONFIG_FILE_NAME.into(),
+                    mode: None,
+                }]),
+                default_mode: Some(0o444),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        });
+    }
     v.extend(
         p.jobs
             .and_then(|j| j.volumes.clone())
@@ -482,6 +527,7 @@ mod tests {
             limits: BTreeMap::from([("memory".into(), q("2Gi"))]),
             work_size_limit: Some(q("4Gi")),
             tmp_size_limit: Some(q("1Gi")),
+            terraform_cli_config: None,
         }
     }
 
@@ -913,5 +959,84 @@ mod tests {
         let plain = build(Op::Drift, None);
         assert!(!env_of(&plain).contains_key("CAPTF_APPROVED_PLAN"));
         assert_eq!(pod_of(&plain).containers[0].env_from, None);
+    }
+
+    #[test]
+    fn the_terraform_cli_config_is_mounted_read_only_and_named_by_tf_cli_config_file() {
+        let platform = RunnerPodDefaults {
+            terraform_cli_config: Some(CliConfigRef {
+                name: "terraform-mirror".into(),
+                key: None,
+            }),
+            ..RunnerPodDefaults::default()
+        };
+        let jobs = JobsSpec {
+            env: Some(vec![var("TF_CLI_CONFIG_FILE", "/elsewhere")]),
+            ..Default::default()
+        };
+        let spec = TerraformSpec {
+            jobs: Some(jobs.clone()),
+            ..Default::default()
+        };
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let build_with = |jobs: Option<&JobsSpec>, d: &RunnerPodDefaults| {
+            build_job(&JobParams {
+                kind: Kind::TerraformCluster,
+                namespace: "default",
+                name: "prod-eu",
+                uid: "uid-1",
+                seq: 7,
+                start: &s,
+                effective: &eff,
+                jobs,
+                inputs_hash: "0123456789abcdef0123456789abcdef",
+                cluster_name: Some("prod-eu"),
+                runner_image: "ghcr.io/captf/runner:1",
+                runner_service_account: Some("captf-runner"),
+                sensitive_variables: &[],
+                pod_defaults: d,
+            })
+        };
+        let job = build_with(Some(&jobs), &platform);
+        assert_eq!(env_of(&job)["TF_CLI_CONFIG_FILE"], "/captf/terraform/terraform.rc");
+        let pod = pod_of(&job);
+        let v = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "terraform-cli-config")
+            .unwrap();
+        let cm = v.config_map.unwrap();
+        assert_eq!(cm.name, "terraform-mirror");
+        assert_eq!(cm.items.unwrap()[0].key, "terraform.rc");
+        let m = pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.name == "terraform-cli-config")
+            .unwrap();
+        assert_eq!((m.mount_path.as_str(), m.read_only), ("/captf/terraform", Some(true)));
+
+        // The spec's own wins over the platform's.
+        let own = JobsSpec {
+            terraform_cli_config: Some(CliConfigRef {
+                name: "team-mirror".into(),
+                key: Some("cli.tfrc".into()),
+            }),
+            ..Default::default()
+        };
+        let pod = pod_of(&build_with(Some(&own), &platform));
+        let cm = pod.volumes.unwrap().into_iter().find_map(|v| v.config_map).unwrap();
+        assert_eq!(
+            (cm.name.as_str(), cm.items.unwrap()[0].key.as_str()),
+            ("team-mirror", "cli.tfrc")
+        );
+
+        // Neither: no volume, no variable; the spec's env stays as written.
+        let job = build_with(Some(&jobs), &RunnerPodDefaults::default());
+        assert_eq!(env_of(&job)["TF_CLI_CONFIG_FILE"], "/elsewhere");
+        assert!(pod_of(&job).volumes.unwrap().iter().all(|v| v.config_map.is_none()));
     }
 }

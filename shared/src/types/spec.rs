@@ -144,7 +144,7 @@ pub struct JobsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_annotations: Option<BTreeMap<String, String>>,
     /// Extra volumes of the runner pods. No `hostPath`; names must not be CAPTF's own (`inputs`,
-    /// `work`, `tmp`, `terraform-cli-config`, `plugin-cache`); a `secret` volume (or a projected
+    /// `work`, `tmp`, `terraform-cli-config`); a `secret` volume (or a projected
     /// Secret) is a Secret read the tenant policy may forbid. At most 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_VOLUMES))]
@@ -165,6 +165,31 @@ pub struct JobsSpec {
     /// Secrets in the object's namespace the kubelet uses to pull the runner image.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    /// The Terraform CLI configuration (provider mirrors, `provider_installation`) from a
+    /// ConfigMap in the object's namespace, mounted read-only and named by `TF_CLI_CONFIG_FILE`.
+    /// Unset: the controller's `--runner-terraform-cli-config`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terraform_cli_config: Option<CliConfigRef>,
+}
+
+/// A ConfigMap key holding a Terraform CLI configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CliConfigRef {
+    /// Name of the ConfigMap in the object's namespace (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub name: String,
+    /// The key holding the configuration. Default `terraform.rc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DATA_KEY_LEN), regex(pattern = DATA_KEY_PATTERN))]
+    pub key: Option<String>,
+}
+
+impl CliConfigRef {
+    /// The key, `terraform.rc` when unset.
+    pub fn key_or_default(&self) -> &str {
+        self.key.as_deref().unwrap_or(crate::pod::DEFAULT_CLI_CONFIG_KEY)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]

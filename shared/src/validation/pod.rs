@@ -48,6 +48,21 @@ pub(super) fn check_pod_fields(report: &mut Report, path: &FieldPath, jobs: &Job
     {
         report.violation(&path.child("priorityClassName"), DNS1123_SUBDOMAIN, p);
     }
+    if let Some(c) = &jobs.terraform_cli_config {
+        let at = path.child("terraformCliConfig");
+        if !is_dns1123_subdomain(&c.name) {
+            report.violation(&at.child("name"), DNS1123_SUBDOMAIN, &c.name);
+        }
+        if let Some(key) = &c.key
+            && !super::is_data_key(key)
+        {
+            report.violation(
+                &at.child("key"),
+                "must be a valid ConfigMap data key (letters, digits, '-', '_' and '.', at most 253 characters, not . or ..)",
+                key,
+            );
+        }
+    }
     for (i, s) in jobs.image_pull_secrets.iter().flatten().enumerate() {
         if !is_dns1123_subdomain(&s.name) {
             report.violation(
