@@ -797,6 +797,7 @@ mod tests {
                 ("team".into(), "net".into()),
                 ("azure.workload.identity/use".into(), "true".into()),
                 ("captf.io/op".into(), "destroy".into()),
+                ("captf.io/forged".into(), "x".into()),
                 ("cluster.x-k8s.io/cluster-name".into(), "other".into()),
             ])),
             pod_annotations: Some(BTreeMap::from([
@@ -812,6 +813,7 @@ mod tests {
         assert_eq!(labels["azure.workload.identity/use"], "true");
         assert_eq!(labels["captf.io/op"], "apply");
         assert_eq!(labels["cluster.x-k8s.io/cluster-name"], "prod-eu");
+        assert!(!labels.contains_key("captf.io/forged"), "no captf.io/ key but the controller's");
         let ann = meta.annotations.unwrap();
         assert_eq!(ann["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
         assert!(!ann.contains_key("captf.io/reason"));
