@@ -15,7 +15,10 @@ pub fn reason_words(r: Reason) -> &'static str {
     match r {
         Reason::InvalidSpec => "the spec is invalid; fix it as the Ready condition's message says",
         Reason::PolicyViolation => {
-            "the spec chooses a runner image, service account or env the controller's tenant policy does not allow"
+            "the spec chooses a runner image, service account or Secret read the controller's tenant policy does not allow"
+        }
+        Reason::RunnerConfigUnavailable => {
+            "the ConfigMap holding the runner's Terraform CLI configuration, or its key, is missing from the namespace"
         }
         Reason::Paused => "the object, or its Cluster API Cluster, is paused",
         Reason::JobActive => "a Job of the object is running; the next step is decided when it finishes",
@@ -235,6 +238,11 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
             "{}: {}",
             reason_words(w.reason),
             s.policy_violation.as_deref().unwrap_or("?")
+        ),
+        Decision::Wait(w) if w.reason == Reason::RunnerConfigUnavailable => format!(
+            "{}: {}",
+            reason_words(w.reason),
+            s.runner_config_unavailable.as_deref().unwrap_or("?")
         ),
         Decision::Start(st) => reason_words(st.reason).to_string(),
         Decision::Wait(w) => reason_words(w.reason).to_string(),

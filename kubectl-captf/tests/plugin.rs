@@ -48,6 +48,8 @@ fn args() -> RunArgs {
         runner_limits: runtime::parse_quantities("memory=2Gi").unwrap(),
         runner_work_size_limit: "4Gi".into(),
         runner_tmp_size_limit: "1Gi".into(),
+        runner_terraform_cli_config: String::new(),
+        runner_terraform_cli_config_key: "terraform.rc".into(),
     }
 }
 

@@ -13,10 +13,10 @@ use captf_shared::{defaults, duration};
 
 /// Runner-only variable: write the outputs document to this file instead of the outputs Secret.
 /// Used by tests and local runs; the controller never sets it.
-pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
+pub const OUTPUTS_FILE: &str = env::OUTPUTS_FILE;
 /// Runner-only variable: keep the work directory after the run (tests and debugging; the
 /// controller never sets it).
-pub const KEEP_WORK_DIR: &str = "CAPTF_KEEP_WORK_DIR";
+pub const KEEP_WORK_DIR: &str = env::KEEP_WORK_DIR;
 
 /// Where the kubelet reads the result unless `CAPTF_TERMINATION_LOG` says otherwise.
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";

@@ -25,6 +25,9 @@ pub mod reason {
     pub const INVALID_SPEC: &str = "InvalidSpec";
     /// The spec chooses what the platform team's tenant policy does not allow (no Job starts).
     pub const POLICY_VIOLATION: &str = "PolicyViolation";
+    /// What the runner pods mount from the object's namespace is missing (the Terraform CLI
+    /// configuration's ConfigMap or its key; no Job starts).
+    pub const RUNNER_CONFIG_UNAVAILABLE: &str = "RunnerConfigUnavailable";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     pub const PROVISIONED: &str = "Provisioned";

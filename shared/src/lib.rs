@@ -14,7 +14,8 @@
 //! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
 //! | [`inputs`] | canonical JSON and the inputs hash |
 //! | [`module_credentials`] | the module credentials Secret: its keys and when it is usable |
-//! | [`policy`] | what a tenant may choose for runner pods (image, service account, env) |
+//! | [`pod`] | the runner pod's own volumes, mount paths, labels and annotations |
+//! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads) |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
@@ -29,6 +30,7 @@ pub mod keys;
 pub mod kind;
 pub mod module_credentials;
 pub mod names;
+pub mod pod;
 pub mod policy;
 pub mod protocol;
 pub mod runner_identity;

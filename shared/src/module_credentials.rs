@@ -16,8 +16,11 @@
 use std::collections::BTreeSet;
 use std::fmt;
 
-/// Where the runner pod mounts the Secret (read-only, mode 0400).
-pub const MOUNT_PATH: &str = "/var/run/captf/module-credentials";
+/// Where the runner pod mounts the Secret (read-only, mode 0400): under CAPTF's own `/captf`,
+/// which no tenant mount may touch.
+pub const MOUNT_PATH: &str = "/captf/module-credentials";
+/// The runner pod's volume of the Secret.
+pub const VOLUME: &str = "module-credentials";
 /// The SSH private key (the key name of a `kubernetes.io/ssh-auth` Secret).
 pub const SSH_PRIVATE_KEY: &str = "ssh-privatekey";
 /// OpenSSH `known_hosts` lines for the hosts the key may reach.

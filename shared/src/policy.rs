@@ -6,7 +6,9 @@
 //! The pod runs with the controller's authority to create Jobs, so each choice is a right:
 //! - `spec.jobs.image`: which code runs with the runner's token and the inputs;
 //! - `spec.jobs.serviceAccountName`: which rights that code has;
-//! - `spec.jobs.env[].valueFrom.secretKeyRef`: which Secrets of the namespace it reads.
+//! - `spec.jobs.env[].valueFrom.secretKeyRef`, `spec.jobs.envFrom[].secretRef`,
+//!   `spec.jobs.volumes[].secret` and `spec.jobs.volumes[].projected.sources[].secret`: which
+//!   Secrets of the namespace it reads (one switch, `env_from_secrets`, for all of them).
 
 use std::fmt;
 
@@ -20,7 +22,8 @@ pub struct TenantPolicy {
     pub runner_image_prefixes: Vec<String>,
     /// Names `spec.jobs.serviceAccountName` may be; `*` allows any. Empty: it may not be set.
     pub runner_service_accounts: Vec<String>,
-    /// Whether `spec.jobs.env` may take values from Secrets (`valueFrom.secretKeyRef`).
+    /// Whether the runner pod may read Secrets the spec names: `spec.jobs.env[].valueFrom.secretKeyRef`,
+    /// `spec.jobs.envFrom[].secretRef`, `spec.jobs.volumes[].secret` and projected Secret sources.
     pub env_from_secrets: bool,
 }
 
@@ -101,6 +104,45 @@ impl TenantPolicy {
                             e.name, r.name
                         ),
                     });
+                }
+            }
+            for (i, e) in jobs.env_from.iter().flatten().enumerate() {
+                if let Some(r) = &e.secret_ref {
+                    out.push(Violation {
+                        field: format!("{prefix}.jobs.envFrom[{i}].secretRef"),
+                        message: format!(
+                            "envFrom reads Secret {:?}, and the policy allows no env from Secrets",
+                            r.name
+                        ),
+                    });
+                }
+            }
+            for (i, v) in jobs.volumes.iter().flatten().enumerate() {
+                if let Some(secret) = &v.secret {
+                    out.push(Violation {
+                        field: format!("{prefix}.jobs.volumes[{i}].secret"),
+                        message: format!(
+                            "volume {:?} mounts Secret {:?}, and the policy allows no env from Secrets (nor Secret volumes)",
+                            v.name,
+                            secret.secret_name.as_deref().unwrap_or_default()
+                        ),
+                    });
+                }
+                let sources = v
+                    .projected
+                    .as_ref()
+                    .and_then(|p| p.sources.as_deref())
+                    .unwrap_or_default();
+                for (j, source) in sources.iter().enumerate() {
+                    if let Some(secret) = &source.secret {
+                        out.push(Violation {
+                            field: format!("{prefix}.jobs.volumes[{i}].projected.sources[{j}].secret"),
+                            message: format!(
+                                "volume {:?} projects Secret {:?}, and the policy allows no env from Secrets (nor Secret volumes)",
+                                v.name, secret.name
+                            ),
+                        });
+                    }
                 }
             }
         }
@@ -310,6 +352,82 @@ mod tests {
             policy().check_spec(&secret_env(), "spec").is_empty(),
             "allowed by default"
         );
+    }
+
+    #[test]
+    fn env_from_secret_refs_and_secret_volumes_are_secret_reads_the_policy_may_forbid() {
+        use k8s_openapi::api::core::v1::{
+            ConfigMapEnvSource, EnvFromSource, ProjectedVolumeSource, SecretEnvSource, SecretProjection,
+            SecretVolumeSource, ServiceAccountTokenProjection, Volume, VolumeProjection,
+        };
+        let s = spec(JobsSpec {
+            env_from: Some(vec![
+                EnvFromSource {
+                    config_map_ref: Some(ConfigMapEnvSource {
+                        name: "settings".into(),
+                        optional: None,
+                    }),
+                    ..EnvFromSource::default()
+                },
+                EnvFromSource {
+                    secret_ref: Some(SecretEnvSource {
+                        name: "other-teams-secret".into(),
+                        optional: None,
+                    }),
+                    ..EnvFromSource::default()
+                },
+            ]),
+            volumes: Some(vec![
+                Volume {
+                    name: "creds".into(),
+                    secret: Some(SecretVolumeSource {
+                        secret_name: Some("cloud-creds".into()),
+                        ..SecretVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+                Volume {
+                    name: "token".into(),
+                    projected: Some(ProjectedVolumeSource {
+                        sources: Some(vec![
+                            VolumeProjection {
+                                service_account_token: Some(ServiceAccountTokenProjection {
+                                    audience: Some("sts.amazonaws.com".into()),
+                                    path: "token".into(),
+                                    ..ServiceAccountTokenProjection::default()
+                                }),
+                                ..VolumeProjection::default()
+                            },
+                            VolumeProjection {
+                                secret: Some(SecretProjection {
+                                    name: "ca".into(),
+                                    ..SecretProjection::default()
+                                }),
+                                ..VolumeProjection::default()
+                            },
+                        ]),
+                        ..ProjectedVolumeSource::default()
+                    }),
+                    ..Volume::default()
+                },
+            ]),
+            ..JobsSpec::default()
+        });
+        let p = TenantPolicy {
+            env_from_secrets: false,
+            ..policy()
+        };
+        let fields: Vec<String> = p.check_spec(&s, "spec").into_iter().map(|v| v.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.jobs.envFrom[1].secretRef",
+                "spec.jobs.volumes[0].secret",
+                "spec.jobs.volumes[1].projected.sources[1].secret",
+            ],
+            "the ConfigMap and the service account token are no Secret reads"
+        );
+        assert!(policy().check_spec(&s, "spec").is_empty(), "allowed by default");
     }
 
     #[test]

@@ -31,8 +31,28 @@ pub mod env {
     /// Where the module credentials Secret is mounted, when `spec.module.credentials` names one
     /// (see `module_credentials`).
     pub const MODULE_CREDENTIALS_DIR: &str = "CAPTF_MODULE_CREDENTIALS_DIR";
+    /// Runner-only: write the outputs document to this file instead of the outputs Secret (tests
+    /// and local runs; the controller never sets it).
+    pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
+    /// Runner-only: keep the work directory after the run (tests and debugging).
+    pub const KEEP_WORK_DIR: &str = "CAPTF_KEEP_WORK_DIR";
     /// Every variable the runner reads; user env must not start with this prefix.
     pub const PREFIX: &str = "CAPTF_";
+    /// The variables the runner reads that the controller may leave unset (the runner takes an
+    /// empty value as unset). With `spec.jobs.envFrom` the controller sets each of them, empty
+    /// when unset, so a ConfigMap or Secret cannot supply one. A new optional variable belongs here.
+    pub const OPTIONAL: [&str; 10] = [
+        LOCK_TIMEOUT,
+        FORCE_UNLOCK_ID,
+        APPROVED_PLAN,
+        TF_BINARY,
+        TERMINATION_LOG,
+        SENSITIVE_VARIABLES,
+        SENSITIVE_ENV,
+        OUTPUTS_FILE,
+        KEEP_WORK_DIR,
+        MODULE_CREDENTIALS_DIR,
+    ];
 }
 
 /// The most of a runner's message the controller copies into a condition (bytes; events are cut

@@ -7,6 +7,7 @@
 mod formats;
 mod parse;
 mod path;
+mod pod;
 mod values;
 
 use std::borrow::Cow;
@@ -44,6 +45,10 @@ pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
 pub const MAX_VARIABLES_FROM: usize = 32;
 /// At most this many `jobs.env` entries (bounds the CRD's CEL rule over them).
 pub const MAX_ENV: usize = 256;
+/// At most this many `jobs.envFrom` entries.
+pub const MAX_ENV_FROM: usize = 32;
+/// At most this many `jobs.volumes` and `jobs.volumeMounts` entries.
+pub const MAX_VOLUMES: usize = 32;
 /// `drift.interval` is at most this many characters (bounds the CRD's CEL `duration()`).
 pub const MAX_DRIFT_INTERVAL_CHARS: usize = 64;
 /// DNS-1123 subdomains (object names) are at most this long.
@@ -510,6 +515,7 @@ fn check_jobs(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
             );
         }
     }
+    pod::check_pod_fields(report, path, jobs);
 }
 
 fn check_drift_interval(report: &mut Report, path: &FieldPath, interval: &str) {

@@ -122,7 +122,8 @@ pub struct PolicyArgs {
     /// be set.
     #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
     pub allowed_runner_service_accounts: Vec<String>,
-    /// Whether spec.jobs.env may take values from Secrets (valueFrom.secretKeyRef).
+    /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
+    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
     #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub allow_env_from_secrets: bool,
 }

@@ -68,6 +68,55 @@ async fn service_account_and_env_secret_outside_the_policy_are_rejected_naming_e
 }
 
 #[tokio::test]
+async fn env_from_secret_refs_and_secret_volumes_outside_the_policy_are_rejected_naming_each_field() {
+    let jobs = json!({
+        "envFrom": [{"configMapRef": {"name": "settings"}}, {"secretRef": {"name": "other"}}],
+        "volumes": [
+            {"name": "creds", "secret": {"secretName": "other"}},
+            {"name": "ca", "projected": {"sources": [{"secret": {"name": "other-ca"}}]}},
+        ],
+        "volumeMounts": [{"name": "creds", "mountPath": "/creds"}, {"name": "ca", "mountPath": "/ca"}],
+    });
+    let resp = validate(policy(), &create_with_jobs(jobs.clone())).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.envFrom[1].secretRef"), "{msg}");
+    assert!(msg.contains("spec.jobs.volumes[0].secret"), "{msg}");
+    assert!(
+        msg.contains("spec.jobs.volumes[1].projected.sources[0].secret"),
+        "{msg}"
+    );
+    assert!(!msg.contains("envFrom[0]"), "a ConfigMap is no Secret read: {msg}");
+    let allowed = TenantPolicy {
+        env_from_secrets: true,
+        ..policy()
+    };
+    let resp = validate(allowed, &create_with_jobs(jobs)).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}
+
+#[tokio::test]
+async fn pod_fields_that_collide_with_the_controllers_are_rejected_naming_each_field() {
+    let jobs = json!({
+        "podLabels": {"captf.io/op": "destroy"},
+        "volumes": [{"name": "node", "hostPath": {"path": "/"}}],
+        "volumeMounts": [{"name": "node", "mountPath": "/work/x"}],
+    });
+    let resp = validate(TenantPolicy::unrestricted(), &create_with_jobs(jobs)).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.jobs.podLabels[captf.io/op]: is the controller's"),
+        "{msg}"
+    );
+    assert!(msg.contains("spec.jobs.volumes[0].hostPath: is not allowed"), "{msg}");
+    assert!(
+        msg.contains("spec.jobs.volumeMounts[0].mountPath: must not be, contain or lie inside /work"),
+        "{msg}"
+    );
+}
+
+#[tokio::test]
 async fn another_objects_own_runner_account_is_rejected_even_when_the_policy_allows_any() {
     let jobs = json!({"serviceAccountName": "captf-runner-prod-us-tc"});
     let resp = validate(TenantPolicy::unrestricted(), &create_with_jobs(jobs)).await;

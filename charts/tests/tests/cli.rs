@@ -160,3 +160,23 @@ fn runner_account_annotations_come_from_the_values() {
     assert_eq!(a["eks.amazonaws.com/role-arn"], "arn:aws:iam::123456789012:role/tf");
     assert_eq!(a["azure.workload.identity/client-id"], "00000000-1111");
 }
+
+#[test]
+fn the_runners_terraform_cli_config_comes_from_the_values() {
+    let none = parse_controller(&args_of(&[], "captf-controller")).runner_pod();
+    assert_eq!(none.terraform_cli_config, None, "none by default");
+    let args = args_of(
+        &[
+            "--set",
+            "runner.terraformCliConfig.configMapName=terraform-mirror",
+            "--set",
+            "runner.terraformCliConfig.key=mirror.tfrc",
+        ],
+        "captf-controller",
+    );
+    let c = parse_controller(&args).runner_pod().terraform_cli_config.unwrap();
+    assert_eq!(
+        (c.name.as_str(), c.key_or_default()),
+        ("terraform-mirror", "mirror.tfrc")
+    );
+}

@@ -88,7 +88,12 @@ fn the_full_cluster_example_sets_every_field_of_the_spec() {
     assert!(jobs.failed_jobs_history_limit.is_some() && jobs.successful_jobs_history_limit.is_some());
     assert!(jobs.image.is_some() && jobs.service_account_name.is_some());
     assert!(jobs.resources.is_some() && jobs.node_selector.is_some());
-    assert!(jobs.tolerations.is_some() && jobs.env.is_some());
+    assert!(jobs.tolerations.is_some() && jobs.env.is_some() && jobs.env_from.is_some());
+    assert!(jobs.pod_labels.is_some() && jobs.pod_annotations.is_some());
+    assert!(jobs.volumes.is_some() && jobs.volume_mounts.is_some());
+    assert!(jobs.affinity.is_some() && jobs.topology_spread_constraints.is_some());
+    assert!(jobs.priority_class_name.is_some() && jobs.image_pull_secrets.is_some());
+    assert!(jobs.terraform_cli_config.is_some());
     let drift = spec.drift.as_ref().unwrap();
     assert!(drift.interval.is_some() && drift.remediation.is_some());
     assert!(spec.guard.as_ref().unwrap().destructive.is_some());
@@ -215,7 +220,48 @@ fn every_example_fits_its_crd_schema_with_no_unknown_fields() {
         );
         checked += 1;
     }
-    assert_eq!(checked, 8);
+    assert_eq!(checked, captf_objects().len(), "every CAPTF object of examples/");
+    assert!(checked >= 8);
+}
+
+#[test]
+fn the_air_gapped_and_workload_identity_examples_carry_what_their_recipes_need() {
+    let jobs_of = |file: &str| -> Vec<captf_shared::types::JobsSpec> {
+        captf_objects()
+            .into_iter()
+            .filter(|(f, _)| f == file)
+            .filter_map(|(_, o)| o.terraform_spec().jobs.clone())
+            .collect()
+    };
+    let mirrors = jobs_of("air-gapped.yaml");
+    assert_eq!(mirrors.len(), 2);
+    assert!(mirrors.iter().all(|j| j.terraform_cli_config.is_some()));
+    assert!(
+        mirrors
+            .iter()
+            .any(|j| j.volumes.as_ref().is_some_and(|v| v.iter().any(|v| v
+                .persistent_volume_claim
+                .as_ref()
+                .is_some_and(|c| c.read_only == Some(true)))))
+    );
+    let eks = jobs_of("workload-identity-eks.yaml");
+    assert!(eks.iter().any(|j| {
+        j.volumes
+            .as_ref()
+            .is_some_and(|v| v.iter().any(|v| v.projected.is_some()))
+    }));
+    let gke = jobs_of("workload-identity-gke.yaml");
+    assert!(gke.iter().any(|j| {
+        j.node_selector
+            .as_ref()
+            .is_some_and(|n| n.contains_key("iam.gke.io/gke-metadata-server-enabled"))
+    }));
+    let azure = jobs_of("workload-identity-azure.yaml");
+    assert!(azure.iter().any(|j| {
+        j.pod_labels
+            .as_ref()
+            .is_some_and(|l| l.get("azure.workload.identity/use").map(String::as_str) == Some("true"))
+    }));
 }
 
 /// A Cluster API core object (`cluster.x-k8s.io/...`): kubernetes-validate has no schema for it.

@@ -233,6 +233,11 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     if s.policy_violation.is_some() {
         return wait(Reason::PolicyViolation, None);
     }
+    // A pod that mounts a missing ConfigMap never starts: no Job, a destroy included, until it
+    // is there. ConfigMaps are not watched, so look again now and then.
+    if s.runner_config_unavailable.is_some() {
+        return wait(Reason::RunnerConfigUnavailable, Some(HOLD_REQUEUE));
+    }
     if s.paused {
         // A paused Cluster API Cluster is not watched: look again now and then. The object's own
         // spec.paused and annotation come with a watch event when they change.
@@ -653,6 +658,20 @@ mod tests {
         s.deletion_timestamp = Some(ts(1));
         let w = as_wait(decide(&s, ts(2)));
         assert_eq!((w.reason, w.requeue_after), (Reason::PolicyViolation, None));
+    }
+
+    #[test]
+    fn a_missing_runner_config_starts_no_job_not_even_a_destroy_and_is_looked_at_again() {
+        let mut s = snap(3, vec![], 0);
+        s.runner_config_unavailable =
+            Some("spec.jobs.terraformCliConfig: ConfigMap default/mirror does not exist (yet)".into());
+        let w = as_wait(decide(&s, ts(1)));
+        assert_eq!(
+            (w.reason, w.requeue_after),
+            (Reason::RunnerConfigUnavailable, Some(HOLD_REQUEUE))
+        );
+        s.deletion_timestamp = Some(ts(1));
+        assert_eq!(as_wait(decide(&s, ts(2))).reason, Reason::RunnerConfigUnavailable);
     }
 
     #[test]

@@ -354,6 +354,13 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     if !violations.is_empty() {
         snap.policy_violation = Some(policy::message(&violations));
     }
+    snap.runner_config_unavailable = gather::runner_config_problem(
+        &ctx.client,
+        object,
+        id,
+        ctx.config.runner_pod.terraform_cli_config.as_ref(),
+    )
+    .await?;
     Ok(Ok(Read {
         jobs,
         inputs_secret,

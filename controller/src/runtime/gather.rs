@@ -58,7 +58,7 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use serde_json::Value;
 
 use captf_shared::inputs::Inputs;
-use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool};
+use captf_shared::types::{CaptfObject, CliConfigRef, TerraformCluster, TerraformMachine, TerraformMachinePool};
 use captf_shared::{Kind, keys, names};
 
 use super::errors::{ApiAction, Error};
@@ -799,6 +799,37 @@ pub async fn owner_inputs(
         Kind::TerraformCluster => {}
     }
     (out, machine_bootstrap)
+}
+
+/// Why the runner pods of `object` cannot mount their Terraform CLI configuration (its
+/// ConfigMap, read live, or its key is missing), naming the field that chose it.
+pub async fn runner_config_problem(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+    platform: Option<&CliConfigRef>,
+) -> Result<Option<String>, Error> {
+    let spec = object.terraform_spec();
+    let Some(source) = captf_shared::pod::cli_config(spec.jobs.as_ref(), platform, object.spec_path()) else {
+        return Ok(None);
+    };
+    let name = &source.config.name;
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{name}", id.namespace), e))?;
+    let keys = cm.map(|c| {
+        c.data
+            .unwrap_or_default()
+            .into_keys()
+            .chain(c.binary_data.unwrap_or_default().into_keys())
+            .collect::<Vec<_>>()
+    });
+    Ok(captf_shared::pod::cli_config_problem(
+        &source,
+        &id.namespace,
+        keys.as_deref(),
+    ))
 }
 
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.

@@ -4,8 +4,9 @@ use std::collections::BTreeMap;
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
-    Capabilities, Container, EmptyDirVolumeSource, EnvVar, PodSecurityContext, PodSpec, PodTemplateSpec,
-    ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume, VolumeMount,
+    Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSecurityContext,
+    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
+    VolumeMount,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -13,20 +14,22 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use captf_shared::defaults::Effective;
 use captf_shared::names;
 use captf_shared::protocol::env;
-use captf_shared::types::JobsSpec;
+use captf_shared::types::{CliConfigRef, JobsSpec};
 use captf_shared::{Kind, Op};
 use captf_shared::{keys, module_credentials};
 
 use crate::core::Start;
 
-/// Where the inputs Secret is mounted.
-pub const INPUTS_DIR: &str = "/captf/inputs";
-/// The runner's work directory (an emptyDir).
-pub const WORK_DIR: &str = "/work";
+use captf_shared::pod::{
+    self as own, CLI_CONFIG_DIR, CLI_CONFIG_FILE_NAME, TF_CLI_CONFIG_FILE, TMP_DIR, VOLUME_CLI_CONFIG, VOLUME_INPUTS,
+    VOLUME_TMP, VOLUME_WORK,
+};
+pub use captf_shared::pod::{INPUTS_DIR, WORK_DIR};
+
 /// The runner container's name.
 pub const CONTAINER: &str = "runner";
 /// The volume of the module credentials Secret (`spec.module.credentials`).
-pub const MODULE_CREDENTIALS_VOLUME: &str = "module-credentials";
+pub const MODULE_CREDENTIALS_VOLUME: &str = own::VOLUME_MODULE_CREDENTIALS;
 /// Non-root user the runner runs as.
 pub const RUNNER_UID: i64 = 65532;
 /// Time the runner gets after SIGTERM to let Terraform stop and release its lock.
@@ -68,6 +71,9 @@ pub struct RunnerPodDefaults {
     pub work_size_limit: Option<Quantity>,
     /// `sizeLimit` of the `tmp` emptyDir.
     pub tmp_size_limit: Option<Quantity>,
+    /// The Terraform CLI configuration of runner pods whose spec names none
+    /// (`--runner-terraform-cli-config`, `--runner-terraform-cli-config-key`).
+    pub terraform_cli_config: Option<CliConfigRef>,
 }
 
 /// The runner container's resources: the defaults, except that a resource (`cpu`, `memory`, ...)
@@ -228,6 +234,16 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     {
         e.push(var(env::APPROVED_PLAN, h.clone()));
     }
+    if p.jobs.and_then(|j| j.env_from.as_ref()).is_some_and(|f| !f.is_empty()) {
+        // `envFrom` brings names nobody checked (a ConfigMap's keys): set every variable the
+        // runner reads, empty meaning unset, so none of them can come from there (`env` wins
+        // over `envFrom`).
+        for name in env::OPTIONAL {
+            if !e.iter().any(|v| v.name == name) {
+                e.push(var(name, ""));
+            }
+        }
+    }
     // The webhook rejects CAPTF_ names in spec.jobs.env; drop them here too, so a spec that
     // skipped admission cannot override the runner's contract.
     e.extend(
@@ -237,7 +253,169 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
             .into_iter()
             .filter(|v| !v.name.starts_with(env::PREFIX)),
     );
+    if cli_config(p).is_some() {
+        // Last, so it wins over the same name in spec.jobs.env.
+        e.retain(|v| v.name != TF_CLI_CONFIG_FILE);
+        e.push(var(
+            TF_CLI_CONFIG_FILE,
+            format!("{CLI_CONFIG_DIR}/{CLI_CONFIG_FILE_NAME}"),
+        ));
+    }
     e
+}
+
+/// The Terraform CLI configuration the runner gets: `spec.jobs.terraformCliConfig`, else the
+/// platform's (`captf_shared::pod::cli_config`).
+fn cli_config<'a>(p: &JobParams<'a>) -> Option<&'a CliConfigRef> {
+    own::cli_config(p.jobs, p.pod_defaults.terraform_cli_config.as_ref(), "spec").map(|s| s.config)
+}
+
+/// The runner pod's labels: `spec.jobs.podLabels`, then the Job's own labels over them (the
+/// webhook refuses the controller's keys; a spec that skipped admission cannot override them).
+fn pod_labels(p: &JobParams<'_>, own_labels: BTreeMap<String, String>) -> BTreeMap<String, String> {
+    let mut l: BTreeMap<String, String> = p
+        .jobs
+        .and_then(|j| j.pod_labels.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !own::is_reserved_label(k))
+        .collect();
+    l.extend(own_labels);
+    l
+}
+
+/// The runner pod's annotations: `spec.jobs.podAnnotations` without the controller's keys.
+fn pod_annotations(p: &JobParams<'_>) -> Option<BTreeMap<String, String>> {
+    let a: BTreeMap<String, String> = p
+        .jobs
+        .and_then(|j| j.pod_annotations.clone())
+        .unwrap_or_default()
+        .into_iter()
+        .filter(|(k, _)| !own::is_reserved_annotation(k))
+        .collect();
+    (!a.is_empty()).then_some(a)
+}
+
+/// CAPTF's mounts, then `spec.jobs.volumeMounts` (the webhook refuses those that collide with
+/// CAPTF's; here they are dropped, so a spec that skipped admission cannot shadow them).
+fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
+    let mut m = vec![
+        VolumeMount {
+            name: VOLUME_INPUTS.into(),
+            mount_path: INPUTS_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: VOLUME_WORK.into(),
+            mount_path: WORK_DIR.into(),
+            ..Default::default()
+        },
+        VolumeMount {
+            name: VOLUME_TMP.into(),
+            mount_path: TMP_DIR.into(),
+            ..Default::default()
+        },
+    ];
+    if cli_config(p).is_some() {
+        m.push(VolumeMount {
+            name: VOLUME_CLI_CONFIG.into(),
+            mount_path: CLI_CONFIG_DIR.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    if p.module_credentials.is_some() {
+        m.push(VolumeMount {
+            name: MODULE_CREDENTIALS_VOLUME.into(),
+            mount_path: module_credentials::MOUNT_PATH.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
+    m.extend(
+        p.jobs
+            .and_then(|j| j.volume_mounts.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| {
+                !own::RESERVED_VOLUME_NAMES.contains(&v.name.as_str())
+                    && own::reserved_mount_collision(&v.mount_path).is_none()
+            }),
+    );
+    m
+}
+
+/// CAPTF's volumes, then `spec.jobs.volumes` (without `hostPath` ones or CAPTF's names, which
+/// the webhook refuses).
+fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
+    let mut v = vec![
+        Volume {
+            name: VOLUME_INPUTS.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(names::inputs_secret_name(suffix)),
+                default_mode: Some(0o440),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: VOLUME_WORK.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: p.pod_defaults.work_size_limit.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+        Volume {
+            name: VOLUME_TMP.into(),
+            empty_dir: Some(EmptyDirVolumeSource {
+                size_limit: p.pod_defaults.tmp_size_limit.clone(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        },
+    ];
+    if let Some(c) = cli_config(p) {
+        v.push(Volume {
+            name: VOLUME_CLI_CONFIG.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: c.name.clone(),
+                items: Some(vec![KeyToPath {
+                    key: c.key_or_default().to_string(),
+                    path: CLI_CONFIG_FILE_NAME.into(),
+                    mode: None,
+                }]),
+                default_mode: Some(0o444),
+                optional: Some(false),
+            }),
+            ..Default::default()
+        });
+    }
+    if let Some(secret) = p.module_credentials {
+        v.push(Volume {
+            name: MODULE_CREDENTIALS_VOLUME.into(),
+            secret: Some(SecretVolumeSource {
+                secret_name: Some(secret.to_string()),
+                // Owner-only; the kubelet adds group read for the pod's fsGroup, the runner's.
+                default_mode: Some(0o400),
+                // The controller checked it exists before the Job; if it is deleted since, the
+                // pod still starts and the runner says which Secret is missing, rather than the
+                // pod waiting for a volume until the deadline.
+                optional: Some(true),
+                ..Default::default()
+            }),
+            ..Default::default()
+        });
+    }
+    v.extend(
+        p.jobs
+            .and_then(|j| j.volumes.clone())
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|v| v.host_path.is_none() && !own::RESERVED_VOLUME_NAMES.contains(&v.name.as_str())),
+    );
+    v
 }
 
 /// Build the Job.
@@ -255,35 +433,9 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
         image: Some(image),
         env: Some(runner_env(p)),
         resources: runner_resources(p.pod_defaults, p.jobs.and_then(|j| j.resources.as_ref())),
+        env_from: p.jobs.and_then(|j| j.env_from.clone()).filter(|f| !f.is_empty()),
         termination_message_policy: Some("File".to_string()),
-        volume_mounts: Some(
-            [
-                VolumeMount {
-                    name: "inputs".into(),
-                    mount_path: INPUTS_DIR.into(),
-                    read_only: Some(true),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "work".into(),
-                    mount_path: WORK_DIR.into(),
-                    ..Default::default()
-                },
-                VolumeMount {
-                    name: "tmp".into(),
-                    mount_path: "/tmp".into(),
-                    ..Default::default()
-                },
-            ]
-            .into_iter()
-            .chain(p.module_credentials.map(|_| VolumeMount {
-                name: MODULE_CREDENTIALS_VOLUME.into(),
-                mount_path: module_credentials::MOUNT_PATH.into(),
-                read_only: Some(true),
-                ..Default::default()
-            }))
-            .collect(),
-        ),
+        volume_mounts: Some(volume_mounts(p)),
         security_context: Some(SecurityContext {
             run_as_non_root: Some(true),
             run_as_user: Some(RUNNER_UID),
@@ -308,6 +460,10 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
         service_account_name: Some(runner_account(p.jobs, p.runner_service_account, &suffix).name),
         node_selector: p.jobs.and_then(|j| j.node_selector.clone()),
         tolerations: p.jobs.and_then(|j| j.tolerations.clone()),
+        affinity: p.jobs.and_then(|j| j.affinity.clone()),
+        topology_spread_constraints: p.jobs.and_then(|j| j.topology_spread_constraints.clone()),
+        priority_class_name: p.jobs.and_then(|j| j.priority_class_name.clone()),
+        image_pull_secrets: p.jobs.and_then(|j| j.image_pull_secrets.clone()),
         termination_grace_period_seconds: Some(TERMINATION_GRACE_SECONDS),
         security_context: Some(PodSecurityContext {
             run_as_non_root: Some(true),
@@ -319,51 +475,7 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
             }),
             ..Default::default()
         }),
-        volumes: Some(
-            [
-                Volume {
-                    name: "inputs".into(),
-                    secret: Some(SecretVolumeSource {
-                        secret_name: Some(names::inputs_secret_name(&suffix)),
-                        default_mode: Some(0o440),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "work".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        size_limit: p.pod_defaults.work_size_limit.clone(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-                Volume {
-                    name: "tmp".into(),
-                    empty_dir: Some(EmptyDirVolumeSource {
-                        size_limit: p.pod_defaults.tmp_size_limit.clone(),
-                        ..Default::default()
-                    }),
-                    ..Default::default()
-                },
-            ]
-            .into_iter()
-            .chain(p.module_credentials.map(|secret| Volume {
-                name: MODULE_CREDENTIALS_VOLUME.into(),
-                secret: Some(SecretVolumeSource {
-                    secret_name: Some(secret.to_string()),
-                    // Owner-only; the kubelet adds group read for the pod's fsGroup, the runner's.
-                    default_mode: Some(0o400),
-                    // The controller checked it exists before the Job; if it is deleted since, the
-                    // pod still starts and the runner says which Secret is missing, rather than the
-                    // pod waiting for a volume until the deadline.
-                    optional: Some(true),
-                    ..Default::default()
-                }),
-                ..Default::default()
-            }))
-            .collect(),
-        ),
+        volumes: Some(volumes(p, &suffix)),
         ..Default::default()
     };
     Job {
@@ -380,7 +492,8 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
             active_deadline_seconds: Some(p.effective.active_deadline_seconds),
             template: PodTemplateSpec {
                 metadata: Some(ObjectMeta {
-                    labels: Some(labels),
+                    labels: Some(pod_labels(p, labels)),
+                    annotations: pod_annotations(p),
                     ..Default::default()
                 }),
                 spec: Some(pod),
@@ -516,6 +629,7 @@ mod tests {
             limits: BTreeMap::from([("memory".into(), q("2Gi"))]),
             work_size_limit: Some(q("4Gi")),
             tmp_size_limit: Some(q("1Gi")),
+            terraform_cli_config: None,
         }
     }
 
@@ -774,5 +888,265 @@ mod tests {
             Some("captf-inputs-prod-eu-tc")
         );
         assert!(vols[1].empty_dir.is_some());
+    }
+
+    fn pod_of(job: &Job) -> PodSpec {
+        job.spec.as_ref().unwrap().template.spec.clone().unwrap()
+    }
+
+    #[test]
+    fn pod_labels_and_annotations_reach_the_pod_but_never_replace_the_controllers() {
+        let jobs = JobsSpec {
+            pod_labels: Some(BTreeMap::from([
+                ("team".into(), "net".into()),
+                ("azure.workload.identity/use".into(), "true".into()),
+                ("captf.io/op".into(), "destroy".into()),
+                ("captf.io/forged".into(), "x".into()),
+                ("cluster.x-k8s.io/cluster-name".into(), "other".into()),
+            ])),
+            pod_annotations: Some(BTreeMap::from([
+                ("cluster-autoscaler.kubernetes.io/safe-to-evict".into(), "false".into()),
+                ("captf.io/reason".into(), "forged".into()),
+            ])),
+            ..Default::default()
+        };
+        let job = build(Op::Apply, Some(jobs));
+        let meta = job.spec.as_ref().unwrap().template.metadata.clone().unwrap();
+        let labels = meta.labels.unwrap();
+        assert_eq!(labels["team"], "net");
+        assert_eq!(labels["azure.workload.identity/use"], "true");
+        assert_eq!(labels["captf.io/op"], "apply");
+        assert_eq!(labels["cluster.x-k8s.io/cluster-name"], "prod-eu");
+        assert!(
+            !labels.contains_key("captf.io/forged"),
+            "no captf.io/ key but the controller's"
+        );
+        let ann = meta.annotations.unwrap();
+        assert_eq!(ann["cluster-autoscaler.kubernetes.io/safe-to-evict"], "false");
+        assert!(!ann.contains_key("captf.io/reason"));
+        assert_eq!(
+            job.metadata.labels.unwrap().get("team"),
+            None,
+            "pod labels are the pod's, not the Job's"
+        );
+        let plain = build(Op::Apply, None);
+        assert_eq!(plain.spec.unwrap().template.metadata.unwrap().annotations, None);
+    }
+
+    #[test]
+    fn spec_volumes_and_mounts_follow_captfs_own_without_host_paths_or_collisions() {
+        use k8s_openapi::api::core::v1::{ConfigMapVolumeSource, HostPathVolumeSource};
+        let cm = |name: &str| Volume {
+            name: name.into(),
+            config_map: Some(ConfigMapVolumeSource {
+                name: "ca-bundle".into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let mount = |name: &str, path: &str| VolumeMount {
+            name: name.into(),
+            mount_path: path.into(),
+            read_only: Some(true),
+            ..Default::default()
+        };
+        let jobs = JobsSpec {
+            volumes: Some(vec![
+                cm("ca"),
+                cm("work"),
+                Volume {
+                    name: "node".into(),
+                    host_path: Some(HostPathVolumeSource {
+                        path: "/".into(),
+                        type_: None,
+                    }),
+                    ..Default::default()
+                },
+            ]),
+            volume_mounts: Some(vec![
+                mount("ca", "/etc/ssl/custom"),
+                mount("ca", "/work/.terraform"),
+                mount("inputs", "/elsewhere"),
+            ]),
+            ..Default::default()
+        };
+        let pod = pod_of(&build(Op::Apply, Some(jobs)));
+        let volumes: Vec<_> = pod.volumes.unwrap().into_iter().map(|v| v.name).collect();
+        assert_eq!(volumes, ["inputs", "work", "tmp", "ca"]);
+        let mounts: Vec<_> = pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .map(|m| (m.name, m.mount_path))
+            .collect();
+        assert_eq!(
+            mounts,
+            [
+                ("inputs".to_string(), INPUTS_DIR.to_string()),
+                ("work".into(), WORK_DIR.into()),
+                ("tmp".into(), "/tmp".into()),
+                ("ca".into(), "/etc/ssl/custom".into()),
+            ]
+        );
+    }
+
+    #[test]
+    fn affinity_spread_priority_and_pull_secrets_reach_the_pod_spec() {
+        use k8s_openapi::api::core::v1::{
+            Affinity, LocalObjectReference, NodeAffinity, NodeSelector, NodeSelectorRequirement, NodeSelectorTerm,
+            TopologySpreadConstraint,
+        };
+        let affinity = Affinity {
+            node_affinity: Some(NodeAffinity {
+                required_during_scheduling_ignored_during_execution: Some(NodeSelector {
+                    node_selector_terms: vec![NodeSelectorTerm {
+                        match_expressions: Some(vec![NodeSelectorRequirement {
+                            key: "topology.kubernetes.io/zone".into(),
+                            operator: "In".into(),
+                            values: Some(vec!["eu-west-1a".into()]),
+                        }]),
+                        ..Default::default()
+                    }],
+                }),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        let spread = TopologySpreadConstraint {
+            max_skew: 1,
+            topology_key: "kubernetes.io/hostname".into(),
+            when_unsatisfiable: "ScheduleAnyway".into(),
+            ..Default::default()
+        };
+        let jobs = JobsSpec {
+            affinity: Some(affinity.clone()),
+            topology_spread_constraints: Some(vec![spread.clone()]),
+            priority_class_name: Some("platform-batch".into()),
+            image_pull_secrets: Some(vec![LocalObjectReference {
+                name: "registry-creds".into(),
+            }]),
+            ..Default::default()
+        };
+        let pod = pod_of(&build(Op::Apply, Some(jobs)));
+        assert_eq!(pod.affinity, Some(affinity));
+        assert_eq!(pod.topology_spread_constraints, Some(vec![spread]));
+        assert_eq!(pod.priority_class_name.as_deref(), Some("platform-batch"));
+        assert_eq!(pod.image_pull_secrets.unwrap()[0].name, "registry-creds");
+        let plain = pod_of(&build(Op::Apply, None));
+        assert_eq!(
+            (plain.affinity, plain.priority_class_name, plain.image_pull_secrets),
+            (None, None, None)
+        );
+    }
+
+    #[test]
+    fn env_from_reaches_the_container_and_cannot_supply_the_runners_variables() {
+        use k8s_openapi::api::core::v1::{ConfigMapEnvSource, EnvFromSource};
+        let jobs = JobsSpec {
+            env_from: Some(vec![EnvFromSource {
+                config_map_ref: Some(ConfigMapEnvSource {
+                    name: "aws-settings".into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let job = build(Op::Drift, Some(jobs));
+        let c = &pod_of(&job).containers[0];
+        assert_eq!(
+            c.env_from.as_ref().unwrap()[0].config_map_ref.as_ref().unwrap().name,
+            "aws-settings"
+        );
+        let e = env_of(&job);
+        for name in env::OPTIONAL {
+            assert!(e.contains_key(name), "{name} is set so envFrom cannot set it");
+        }
+        assert_eq!(e["CAPTF_APPROVED_PLAN"], "", "unset, so empty");
+        assert_eq!(e["CAPTF_LOCK_TIMEOUT"], "300s", "set values are kept");
+        let plain = build(Op::Drift, None);
+        assert!(!env_of(&plain).contains_key("CAPTF_APPROVED_PLAN"));
+        assert_eq!(pod_of(&plain).containers[0].env_from, None);
+    }
+
+    #[test]
+    fn the_terraform_cli_config_is_mounted_read_only_and_named_by_tf_cli_config_file() {
+        let platform = RunnerPodDefaults {
+            terraform_cli_config: Some(CliConfigRef {
+                name: "terraform-mirror".into(),
+                key: None,
+            }),
+            ..RunnerPodDefaults::default()
+        };
+        let jobs = JobsSpec {
+            env: Some(vec![var("TF_CLI_CONFIG_FILE", "/elsewhere")]),
+            ..Default::default()
+        };
+        let spec = TerraformSpec {
+            jobs: Some(jobs.clone()),
+            ..Default::default()
+        };
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let build_with = |jobs: Option<&JobsSpec>, d: &RunnerPodDefaults| {
+            build_job(&JobParams {
+                kind: Kind::TerraformCluster,
+                namespace: "default",
+                name: "prod-eu",
+                uid: "uid-1",
+                seq: 7,
+                start: &s,
+                effective: &eff,
+                jobs,
+                inputs_hash: "0123456789abcdef0123456789abcdef",
+                cluster_name: Some("prod-eu"),
+                runner_image: "ghcr.io/captf/runner:1",
+                runner_service_account: Some("captf-runner"),
+                sensitive_variables: &[],
+                pod_defaults: d,
+                module_credentials: None,
+            })
+        };
+        let job = build_with(Some(&jobs), &platform);
+        assert_eq!(env_of(&job)["TF_CLI_CONFIG_FILE"], "/captf/terraform/terraform.rc");
+        let pod = pod_of(&job);
+        let v = pod
+            .volumes
+            .unwrap()
+            .into_iter()
+            .find(|v| v.name == "terraform-cli-config")
+            .unwrap();
+        let cm = v.config_map.unwrap();
+        assert_eq!(cm.name, "terraform-mirror");
+        assert_eq!(cm.items.unwrap()[0].key, "terraform.rc");
+        let m = pod.containers[0]
+            .volume_mounts
+            .clone()
+            .unwrap()
+            .into_iter()
+            .find(|m| m.name == "terraform-cli-config")
+            .unwrap();
+        assert_eq!((m.mount_path.as_str(), m.read_only), ("/captf/terraform", Some(true)));
+
+        // The spec's own wins over the platform's.
+        let own = JobsSpec {
+            terraform_cli_config: Some(CliConfigRef {
+                name: "team-mirror".into(),
+                key: Some("cli.tfrc".into()),
+            }),
+            ..Default::default()
+        };
+        let pod = pod_of(&build_with(Some(&own), &platform));
+        let cm = pod.volumes.unwrap().into_iter().find_map(|v| v.config_map).unwrap();
+        assert_eq!(
+            (cm.name.as_str(), cm.items.unwrap()[0].key.as_str()),
+            ("team-mirror", "cli.tfrc")
+        );
+
+        // Neither: no volume, no variable; the spec's env stays as written.
+        let job = build_with(Some(&jobs), &RunnerPodDefaults::default());
+        assert_eq!(env_of(&job)["TF_CLI_CONFIG_FILE"], "/elsewhere");
+        assert!(pod_of(&job).volumes.unwrap().iter().all(|v| v.config_map.is_none()));
     }
 }

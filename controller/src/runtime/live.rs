@@ -144,6 +144,15 @@ fn policy_violation(object: &CaptfObject) -> Option<String> {
     (ready.status == "False" && ready.reason == conditions::reason::POLICY_VIOLATION).then(|| ready.message.clone())
 }
 
+/// The platform's default Terraform CLI configuration is the controller's (its flags): the
+/// verdict it last wrote, `Ready=False/RunnerConfigUnavailable`, stands for it.
+fn runner_config_unavailable(object: &CaptfObject) -> Option<String> {
+    let cs = object_status(object)?.conditions.as_deref()?;
+    let ready = conditions::find(cs, conditions::READY)?;
+    (ready.status == "False" && ready.reason == conditions::reason::RUNNER_CONFIG_UNAVAILABLE)
+        .then(|| ready.message.clone())
+}
+
 /// Read everything one pass over `object` reads, live, and build its snapshot. Writes nothing.
 pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead, Error> {
     let Some(kind) = object.job_kind() else {
@@ -220,6 +229,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         source,
     })?;
     snap.policy_violation = policy_violation(&object);
+    snap.runner_config_unavailable = runner_config_unavailable(&object);
     Ok(LiveRead {
         object,
         id,

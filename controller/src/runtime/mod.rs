@@ -112,7 +112,8 @@ pub struct RunArgs {
     /// (comma-separated; `*`: any).
     #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
     pub allowed_runner_service_accounts: Vec<String>,
-    /// Whether spec.jobs.env may take values from Secrets (valueFrom.secretKeyRef).
+    /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
+    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
     #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub allow_env_from_secrets: bool,
     /// Resource requests of runner pods (`cpu=100m,memory=256Mi`); a resource spec.jobs.resources
@@ -128,6 +129,14 @@ pub struct RunArgs {
     /// sizeLimit of the runner's /tmp emptyDir. Empty: none.
     #[arg(long, env = "CAPTF_RUNNER_TMP_SIZE_LIMIT", default_value = "1Gi")]
     pub runner_tmp_size_limit: String,
+    /// A ConfigMap, in each object's namespace, holding the Terraform CLI configuration of runner
+    /// pods whose spec.jobs.terraformCliConfig is unset (provider mirrors). Empty: none. While it
+    /// or its key is missing, such objects get Ready=False/RunnerConfigUnavailable and no Job.
+    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG", default_value = "")]
+    pub runner_terraform_cli_config: String,
+    /// The key of --runner-terraform-cli-config holding the configuration.
+    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY", default_value = "terraform.rc")]
+    pub runner_terraform_cli_config_key: String,
 }
 
 /// `name=quantity` pairs of a resource list.
@@ -195,6 +204,14 @@ impl RunArgs {
             limits: self.runner_limits.0.clone(),
             work_size_limit: q(&self.runner_work_size_limit),
             tmp_size_limit: q(&self.runner_tmp_size_limit),
+            terraform_cli_config: Some(self.runner_terraform_cli_config.trim())
+                .filter(|n| !n.is_empty())
+                .map(|name| captf_shared::types::CliConfigRef {
+                    name: name.to_string(),
+                    key: Some(self.runner_terraform_cli_config_key.trim())
+                        .filter(|k| !k.is_empty())
+                        .map(str::to_string),
+                }),
         }
     }
 

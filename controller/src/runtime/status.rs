@@ -322,6 +322,8 @@ fn ready(
         (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())
     } else if let Some(v) = &s.policy_violation {
         (Status::False, reasons::POLICY_VIOLATION.to_string(), v.clone())
+    } else if let Some(v) = &s.runner_config_unavailable {
+        (Status::False, reasons::RUNNER_CONFIG_UNAVAILABLE.to_string(), v.clone())
     } else if s.paused {
         (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
     } else if s.deletion_timestamp.is_some() {

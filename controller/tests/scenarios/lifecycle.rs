@@ -923,3 +923,56 @@ async fn a_missing_or_unusable_module_credentials_secret_holds_the_object_and_st
     env.no_denials()?;
     Ok(())
 }
+
+/// A Terraform CLI configuration whose ConfigMap, or its key, is missing holds the object at
+/// `Ready=False/RunnerConfigUnavailable` naming the field, and starts no Job; once it is there the
+/// apply starts with it mounted. The controller reads it under the chart's RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_terraform_cli_config_holds_the_object_until_it_exists() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    env.sim.put(cluster_json(
+        "mirrored",
+        json!({"jobs": {"terraformCliConfig": {"name": "tf-mirror"}}}),
+    ))?;
+    let c = env.until_reason("mirrored", "Ready", "RunnerConfigUnavailable").await?;
+    let (status, _, message) = condition(&c, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(
+        message.starts_with("spec.jobs.terraformCliConfig: ConfigMap default/tf-mirror does not exist"),
+        "{message}"
+    );
+    assert!(env.job_names(k, "mirrored").is_empty());
+
+    let config_map = |key: &str| {
+        json!({"apiVersion": "v1", "kind": "ConfigMap",
+               "metadata": {"name": "tf-mirror", "namespace": NS},
+               "data": {key: "provider_installation {\n  network_mirror {\n    url = \"https://mirror.example/\"\n  }\n}\n"}})
+    };
+    env.sim.put(config_map("wrong.rc"))?;
+    env.advance(30);
+    env.until_cluster("mirrored", "the missing key named", |c| {
+        condition(c, "Ready").is_some_and(|(_, _, m)| m.contains("has no key \"terraform.rc\""))
+    })
+    .await?;
+    assert!(env.job_names(k, "mirrored").is_empty());
+
+    env.sim.put(config_map("terraform.rc"))?;
+    env.advance(30);
+    let job = env.job(k, "mirrored", Op::Apply, 1).await?;
+    let pod = job.spec.unwrap().template.spec.unwrap();
+    let volume = pod
+        .volumes
+        .unwrap()
+        .into_iter()
+        .find(|v| v.name == "terraform-cli-config")
+        .unwrap();
+    assert_eq!(volume.config_map.unwrap().name, "tf-mirror");
+    let env_vars = pod.containers[0].env.clone().unwrap();
+    assert!(
+        env_vars
+            .iter()
+            .any(|e| e.name == "TF_CLI_CONFIG_FILE" && e.value.as_deref() == Some("/captf/terraform/terraform.rc"))
+    );
+    Ok(())
+}

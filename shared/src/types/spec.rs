@@ -8,15 +8,18 @@
 //! reads (the API server refuses a CRD whose CEL cost estimate is unbounded). The constants come
 //! from [`crate::validation`], which checks the same limits, so the two cannot disagree.
 
-use k8s_openapi::api::core::v1::{EnvVar, ResourceRequirements, Toleration};
+use k8s_openapi::api::core::v1::{
+    Affinity, EnvFromSource, EnvVar, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
+    Volume, VolumeMount,
+};
 use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
 use crate::validation::{
     DATA_KEY_PATTERN, DNS1123_SUBDOMAIN_PATTERN, MAX_ACTIVE_DEADLINE_SECONDS, MAX_DATA_KEY_LEN,
-    MAX_DNS1123_SUBDOMAIN_LEN, MAX_DRIFT_INTERVAL_CHARS, MAX_ENV, MAX_MODULE_SOURCE_CHARS, MAX_VARIABLES_FROM,
-    MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
+    MAX_DNS1123_SUBDOMAIN_LEN, MAX_DRIFT_INTERVAL_CHARS, MAX_ENV, MAX_ENV_FROM, MAX_MODULE_SOURCE_CHARS,
+    MAX_VARIABLES_FROM, MAX_VOLUMES, MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
 };
 
 /// CEL on `jobs`: env names starting with `CAPTF_` are the runner's own.
@@ -147,6 +150,66 @@ pub struct JobsSpec {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(max = MAX_ENV))]
     pub env: Option<Vec<EnvVar>>,
+    /// More environment for the runner from whole ConfigMaps or Secrets (a `secretRef` is a
+    /// Secret read the tenant policy may forbid); `prefix` must not start with `CAPTF_`. The
+    /// runner's own variables and `env` win over them. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_ENV_FROM))]
+    pub env_from: Option<Vec<EnvFromSource>>,
+    /// Labels of the runner pods. Keys under `captf.io/` and `cluster.x-k8s.io/cluster-name` are
+    /// the controller's and refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_labels: Option<BTreeMap<String, String>>,
+    /// Annotations of the runner pods. Keys under `captf.io/` are the controller's and refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pod_annotations: Option<BTreeMap<String, String>>,
+    /// Extra volumes of the runner pods. No `hostPath`; names must not be CAPTF's own (`inputs`,
+    /// `work`, `tmp`, `terraform-cli-config`); a `secret` volume (or a projected
+    /// Secret) is a Secret read the tenant policy may forbid. At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_VOLUMES))]
+    pub volumes: Option<Vec<Volume>>,
+    /// Mounts of `volumes` into the runner container. Each names one of `volumes`; its mountPath
+    /// must not be, contain or lie inside CAPTF's own mounts (`/captf`, `/work`, `/tmp`). At most 32.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_VOLUMES))]
+    pub volume_mounts: Option<Vec<VolumeMount>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub affinity: Option<Affinity>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topology_spread_constraints: Option<Vec<TopologySpreadConstraint>>,
+    /// PriorityClass of the runner pods (a DNS-1123 subdomain).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub priority_class_name: Option<String>,
+    /// Secrets in the object's namespace the kubelet uses to pull the runner image.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub image_pull_secrets: Option<Vec<LocalObjectReference>>,
+    /// The Terraform CLI configuration (provider mirrors, `provider_installation`) from a
+    /// ConfigMap in the object's namespace, mounted read-only and named by `TF_CLI_CONFIG_FILE`.
+    /// Unset: the controller's `--runner-terraform-cli-config`, if any.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub terraform_cli_config: Option<CliConfigRef>,
+}
+
+/// A ConfigMap key holding a Terraform CLI configuration.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct CliConfigRef {
+    /// Name of the ConfigMap in the object's namespace (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub name: String,
+    /// The key holding the configuration. Default `terraform.rc`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DATA_KEY_LEN), regex(pattern = DATA_KEY_PATTERN))]
+    pub key: Option<String>,
+}
+
+impl CliConfigRef {
+    /// The key, `terraform.rc` when unset.
+    pub fn key_or_default(&self) -> &str {
+        self.key.as_deref().unwrap_or(crate::pod::DEFAULT_CLI_CONFIG_KEY)
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
