@@ -1,0 +1,298 @@
+//! The whole path on the real binaries: the controller's Job → the simulator's process kubelet
+//! (pod env, volumes, service account) → the real `captf-runner` → the real Terraform 1.0.3 with
+//! the test provider → the kubernetes backend's state Secret and lock Lease through the
+//! simulator's HTTPS port → the termination message → the controller's booking.
+//!
+//! Modules come from a local HTTP server serving `.tar.gz` archives, the provider from a
+//! filesystem mirror: no network. The runner and the test provider are binaries of this
+//! workspace (`cargo build -p captf-runner -p captf-testprovider`; `cargo test --workspace`
+//! builds them). Where namespaces can't be made (no root), each test says so and skips.
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use anyhow::{Context, Result, bail};
+use serde_json::{Value, json};
+
+use captf_sim::{ProcessImage, Sim};
+use captf_testprovider::harness::{self, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION};
+use captf_testprovider::world::{Thing, World};
+
+use super::support::*;
+
+/// Upper bound on a wait for real Terraform; a test that hits it fails, it never passes by it.
+const PATIENCE: Duration = Duration::from_secs(180);
+
+/// A module with one thing of the test provider: `name` replaces it, `content` changes it in
+/// place; its `control_plane_endpoint` output is built from the thing's id.
+const MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "content" {
+  type    = string
+  default = ""
+}
+
+resource "captftest_thing" "main" {
+  name    = var.name
+  content = var.content
+}
+
+output "control_plane_endpoint" {
+  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
+}
+"#;
+
+macro_rules! require_namespaces {
+    () => {
+        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+            eprintln!("SKIPPED: {why}; running the real runner as a pod needs root for a private mount namespace");
+            return Ok(());
+        }
+    };
+}
+
+/// A binary of this workspace, next to the running test's own target folder.
+fn workspace_binary(name: &str) -> Result<PathBuf> {
+    let exe = std::env::current_exe()?;
+    let dir = exe
+        .parent()
+        .and_then(|d| if d.ends_with("deps") { d.parent() } else { Some(d) })
+        .context("the test's target folder")?;
+    let path = dir.join(name);
+    if !path.is_file() {
+        bail!(
+            "{} not found: build it with `cargo build -p {name}` (cargo test --workspace does)",
+            path.display()
+        );
+    }
+    Ok(path)
+}
+
+/// A tiny HTTP server of `.tar.gz` module archives: Terraform 1.0.3 fetches
+/// `http://…/x.tar.gz` with `init -from-module` and unpacks it.
+struct ModuleServer {
+    addr: std::net::SocketAddr,
+}
+
+impl ModuleServer {
+    async fn start(archives: Vec<(String, Vec<u8>)>) -> Result<ModuleServer> {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
+        let addr = listener.local_addr()?;
+        let archives = std::sync::Arc::new(archives);
+        tokio::spawn(async move {
+            while let Ok((mut s, _)) = listener.accept().await {
+                let archives = archives.clone();
+                tokio::spawn(async move {
+                    let mut req = Vec::new();
+                    let mut buf = [0u8; 4096];
+                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
+                        match s.read(&mut buf).await {
+                            Ok(0) | Err(_) => return,
+                            Ok(n) => req.extend_from_slice(&buf[..n]),
+                        }
+                    }
+                    let line = String::from_utf8_lossy(&req)
+                        .lines()
+                        .next()
+                        .unwrap_or_default()
+                        .to_string();
+                    let path = line.split_whitespace().nth(1).unwrap_or_default();
+                    let path = path.split('?').next().unwrap_or_default().trim_start_matches('/');
+                    let found = archives.iter().find(|(n, _)| n == path);
+                    let head_only = line.starts_with("HEAD ");
+                    let (status, body): (&str, &[u8]) = match found {
+                        Some((_, b)) => ("200 OK", b),
+                        None => ("404 Not Found", b"not found"),
+                    };
+                    let head = format!(
+                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/gzip\r\nConnection: close\r\n\r\n",
+                        body.len()
+                    );
+                    let _ = s.write_all(head.as_bytes()).await;
+                    if !head_only {
+                        let _ = s.write_all(body).await;
+                    }
+                    let _ = s.shutdown().await;
+                });
+            }
+        });
+        Ok(ModuleServer { addr })
+    }
+
+    fn url(&self, archive: &str) -> String {
+        format!("http://{}/{archive}", self.addr)
+    }
+}
+
+/// `tar czf` of a folder holding `main.tf`.
+fn tar_gz(dir: &Path, main_tf: &str) -> Result<Vec<u8>> {
+    std::fs::create_dir_all(dir)?;
+    std::fs::write(dir.join("main.tf"), main_tf)?;
+    let out = std::process::Command::new("tar")
+        .args(["czf", "-", "-C"])
+        .arg(dir)
+        .arg("main.tf")
+        .output()?;
+    if !out.status.success() {
+        bail!("tar failed: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    Ok(out.stdout)
+}
+
+/// The scenarios' simulator and controller, with the runner image run as a real process.
+struct Real {
+    env: Env,
+    modules: ModuleServer,
+    world: PathBuf,
+    _dir: tempfile::TempDir,
+}
+
+impl Real {
+    async fn start() -> Result<Real> {
+        let dir = tempfile::tempdir()?;
+        let base = dir.path().to_path_buf();
+        let world = base.join("world");
+        std::fs::create_dir_all(&world)?;
+        let tfrc = base.join("terraform.tfrc");
+        std::fs::write(
+            &tfrc,
+            "provider_installation {\n  filesystem_mirror {\n    path    = \"/image/mirror\"\n    include = [\"captf.io/*/*\"]\n  }\n}\n",
+        )?;
+        let mirror_file = format!(
+            "/image/mirror/{PROVIDER_SOURCE}/{PROVIDER_VERSION}/linux_amd64/{PROVIDER_BINARY}_v{PROVIDER_VERSION}"
+        );
+        let image = ProcessImage::new("/image/bin/captf-runner")
+            .file("/image/bin/captf-runner", workspace_binary("captf-runner")?)
+            .file("/image/bin/terraform", harness::terraform()?)
+            .file(mirror_file, harness::provider()?)
+            .file("/image/terraform.tfrc", &tfrc)
+            .file("/world", &world)
+            .env("CAPTF_TF_BINARY", "/image/bin/terraform")
+            .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .env("HOME", "/tmp")
+            .env(captf_testprovider::world::WORLD_ENV, "/world");
+        let builder = Sim::builder()
+            .process_image(args().runner_image, image)
+            .process_root(base.join("kubelet"));
+        let env = Env::with(builder).await?;
+        let modules = ModuleServer::start(vec![("thing.tar.gz".into(), tar_gz(&base.join("module"), MODULE)?)]).await?;
+        Ok(Real {
+            env,
+            modules,
+            world,
+            _dir: dir,
+        })
+    }
+
+    fn thing(&self, name: &str) -> Option<Thing> {
+        World::new(&self.world).read(name).ok().flatten()
+    }
+
+    /// Wait (wall time, bounded) until `f` returns Some; fails at the first RBAC denial.
+    async fn until<T>(&self, what: &str, mut f: impl FnMut(&Env) -> Option<T>) -> Result<T> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            self.env.no_denials()?;
+            if let Some(v) = f(&self.env) {
+                return Ok(v);
+            }
+            if std::time::Instant::now() > deadline {
+                bail!("timed out waiting for {what}:\n{}", self.pod_logs());
+            }
+            tokio::time::sleep(Duration::from_millis(50)).await;
+        }
+    }
+
+    /// Every pod's log (for a failure's message).
+    fn pod_logs(&self) -> String {
+        self.env
+            .sim
+            .list("/pods", Some(NS))
+            .iter()
+            .map(|p| {
+                let term = p.pointer("/status/containerStatuses/0/state/terminated").cloned();
+                format!(
+                    "pod {}: {}\n",
+                    p["metadata"]["name"].as_str().unwrap_or_default(),
+                    term.unwrap_or(Value::Null)
+                )
+            })
+            .collect()
+    }
+
+    /// Wait until the Job is booked with this outcome.
+    async fn booked(&self, job: &str, outcome: &str) -> Result<()> {
+        self.until(&format!("Job {job} booked as {outcome}"), |e| {
+            let j = e.sim.get("batch/jobs", NS, job)?;
+            (j.pointer("/metadata/annotations/captf.io~1outcome")?.as_str()? == outcome).then_some(())
+        })
+        .await
+    }
+
+    /// The spec fields of a cluster of the thing module with these variables.
+    fn spec(&self, vars: Value) -> Value {
+        json!({"module": {"source": self.modules.url("thing.tar.gz")}, "variables": vars})
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_create_applies_with_real_terraform_and_the_cluster_is_ready_with_the_endpoint_from_real_outputs()
+-> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    let job = env
+        .create_cluster("prod-eu", real.spec(json!({"name": "a", "content": "one"})))
+        .await?;
+    let name = job_name(&job).to_string();
+    real.booked(&name, "succeeded").await?;
+    let c = real
+        .until("Ready=True", |e| {
+            let c = e.cluster("prod-eu");
+            condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True").then_some(c)
+        })
+        .await?;
+    // The real thing exists, and the endpoint came from Terraform's real outputs.
+    assert_eq!(
+        real.thing("a"),
+        Some(Thing {
+            name: "a".into(),
+            content: "one".into()
+        })
+    );
+    assert_eq!(
+        c.pointer("/spec/controlPlaneEndpoint"),
+        Some(&json!({"host": "thing-a.example", "port": 6443}))
+    );
+    // The state is in the backend's Secret; the lock Lease was taken and released.
+    let state = env
+        .sim
+        .get("/secrets", NS, "tfstate-default-prod-eu-tc")
+        .context("the state Secret")?;
+    assert!(
+        state
+            .pointer("/data/tfstate")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty())
+    );
+    assert!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null());
+    // The pod's log is the real runner's.
+    let pod = env.sim.pods_of_job(NS, &name)?;
+    let pod_name = pod[0].metadata.name.clone().unwrap_or_default();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = env.api()?;
+    let log = pods.logs(&pod_name, &Default::default()).await?;
+    assert!(log.contains("captf-runner"), "{log}");
+    assert!(!log.contains("(simulated runner)"), "{log}");
+    Ok(())
+}
