@@ -14,7 +14,10 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use captf_shared::types::TerraformCluster;
+use captf_shared::{Kind, Op};
 use captf_sim::{ProcessImage, Sim};
+use k8s_openapi::api::batch::v1::Job;
 use captf_testprovider::harness::{self, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION};
 use captf_testprovider::world::{Thing, World};
 
@@ -294,5 +297,124 @@ async fn real_runner_create_applies_with_real_terraform_and_the_cluster_is_ready
     let log = pods.logs(&pod_name, &Default::default()).await?;
     assert!(log.contains("captf-runner"), "{log}");
     assert!(!log.contains("(simulated runner)"), "{log}");
+    Ok(())
+}
+
+impl Real {
+    /// Create a cluster of the thing module and wait until its first apply made it Ready.
+    async fn create_ready(&self, name: &str, vars: Value, extra: Value) -> Result<Value> {
+        let mut spec = self.spec(vars);
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        let job = self.env.create_cluster(name, spec).await?;
+        self.booked(job_name(&job), "succeeded").await?;
+        self.until_ready(name).await
+    }
+
+    async fn until_ready(&self, name: &str) -> Result<Value> {
+        self.until(&format!("{name} Ready=True"), |e| {
+            let c = e.cluster(name);
+            condition(&c, "Ready").is_some_and(|(s, _, _)| s == "True").then_some(c)
+        })
+        .await
+    }
+
+    /// Wait for the object's Job with this op and sequence number, then for its booking.
+    async fn job_booked(&self, name: &str, op: Op, seq: u32, outcome: &str) -> Result<Job> {
+        let want = captf_shared::names::job_name(Kind::TerraformCluster, NS, name, op, seq);
+        let job = self
+            .until(&format!("Job {want}"), |e| {
+                e.jobs_of(Kind::TerraformCluster, name)
+                    .into_iter()
+                    .find(|j| j.metadata.name.as_deref() == Some(&want))
+            })
+            .await?;
+        self.booked(&want, outcome).await?;
+        Ok(job)
+    }
+
+    fn content(&self, name: &str) -> Option<String> {
+        self.thing(name).map(|t| t.content)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_an_input_change_is_applied_by_a_new_job() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    real.create_ready("prod-eu", json!({"name": "a", "content": "one"}), json!({}))
+        .await?;
+    real.env
+        .merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"content": "two"}}}))
+        .await?;
+    let j2 = real.job_booked("prod-eu", Op::Apply, 2, "succeeded").await?;
+    assert_eq!(annotations(&j2)["captf.io/reason"], "InputsChanged");
+    assert_eq!(real.content("a").as_deref(), Some("two"));
+    real.until_ready("prod-eu").await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_real_drift_is_found_and_remediated() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let drift = json!({"drift": {"interval": "5m", "remediation": "Auto"}});
+    real.create_ready("prod-eu", json!({"name": "a", "content": "one"}), drift)
+        .await?;
+    // Someone changes the thing behind Terraform's back.
+    World::new(&real.world).write(&Thing {
+        name: "a".into(),
+        content: "tampered".into(),
+    })?;
+    real.env.advance(300);
+    real.job_booked("prod-eu", Op::Drift, 2, "succeeded").await?;
+    let a3 = real.job_booked("prod-eu", Op::Apply, 3, "succeeded").await?;
+    assert_eq!(annotations(&a3)["captf.io/reason"], "DriftRemediation");
+    assert_eq!(real.content("a").as_deref(), Some("one"), "the drift was remediated");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_a_destructive_change_is_blocked_then_applied_once_approved() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    real.create_ready("prod-eu", json!({"name": "a", "content": "one"}), json!({}))
+        .await?;
+    // A new name replaces the thing: the guard blocks the plan.
+    real.env
+        .merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"name": "b"}}}))
+        .await?;
+    real.job_booked("prod-eu", Op::Apply, 2, "blocked").await?;
+    let c = real
+        .until("the pending plan", |e| {
+            let c = e.cluster("prod-eu");
+            c.pointer("/status/pendingPlan/hash")?.as_str().map(String::from)
+        })
+        .await?;
+    assert!(real.thing("b").is_none() && real.thing("a").is_some(), "nothing applied unapproved");
+    real.env
+        .merge_patch::<TerraformCluster>(
+            "prod-eu",
+            json!({"metadata": {"annotations": {"captf.io/approve-plan": c}}}),
+        )
+        .await?;
+    let a3 = real.job_booked("prod-eu", Op::Apply, 3, "succeeded").await?;
+    assert_eq!(annotations(&a3)["captf.io/approved-plan"], c);
+    assert!(real.thing("a").is_none(), "the old thing was replaced");
+    assert_eq!(real.content("b").as_deref(), Some("one"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_deletion_destroys_and_removes_the_finalizer() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    real.create_ready("prod-eu", json!({"name": "a", "content": "one"}), json!({}))
+        .await?;
+    real.env.delete::<TerraformCluster>("prod-eu").await?;
+    real.until("the object gone", |e| e.object(TC, "prod-eu").is_none().then_some(()))
+        .await?;
+    assert!(real.thing("a").is_none(), "destroyed by real Terraform");
     Ok(())
 }
