@@ -863,6 +863,19 @@ impl World {
         );
     }
 
+    /// SIGKILL to a running container now, as when it dies (out of memory, the node lost):
+    /// nothing of it gets to clean up. False when no container process runs in that pod.
+    pub fn kill_container(&mut self, ns: &str, pod: &str) -> bool {
+        let key = (ns.to_string(), pod.to_string());
+        match (self.kubelet.processes.contains_key(&key), &self.kubelet.process) {
+            (true, Some(pk)) => {
+                pk.kill(&key);
+                true
+            }
+            _ => false,
+        }
+    }
+
     /// SIGTERM to a container, SIGKILL after its grace period on the simulated clock.
     fn sigterm_process(&mut self, key: &(String, String), mut p: ProcPod, why: Sigterm) {
         p.sigterm = Some(why);

@@ -388,6 +388,12 @@ impl Sim {
             .insert((namespace.to_string(), pod.to_string()), text.to_string());
     }
 
+    /// SIGKILL the container process of a pod now (it dies holding whatever it held, as on an
+    /// out-of-memory kill). False when no container process runs in that pod.
+    pub fn kill_container(&self, namespace: &str, pod: &str) -> bool {
+        self.world().kill_container(namespace, pod)
+    }
+
     /// Kill every container process of the process kubelet and wait until each is reaped (the
     /// simulator does this when it stops). Their pods stay as they were.
     pub fn stop_processes(&self) {

@@ -19,12 +19,15 @@ use captf_shared::{Kind, Op};
 use captf_sim::{ProcessImage, Sim};
 use k8s_openapi::api::batch::v1::Job;
 use captf_testprovider::harness::{self, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION};
-use captf_testprovider::world::{Thing, World};
+use captf_testprovider::world::{HOLD_ENV, Thing, World};
 
 use super::support::*;
 
 /// Upper bound on a wait for real Terraform; a test that hits it fails, it never passes by it.
 const PATIENCE: Duration = Duration::from_secs(180);
+
+/// The file in the world folder whose absence holds every change of the runners' Terraform.
+const GATE: &str = "gate";
 
 /// A module with one thing of the test provider: `name` replaces it, `content` changes it in
 /// place; its `control_plane_endpoint` output is built from the thing's id.
@@ -184,7 +187,10 @@ impl Real {
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
             .env("HOME", "/tmp")
-            .env(captf_testprovider::world::WORLD_ENV, "/world");
+            .env(captf_testprovider::world::WORLD_ENV, "/world")
+            // Every change waits for the gate, which stays open unless a test closes it.
+            .env(HOLD_ENV, format!("/world/{GATE}"));
+        std::fs::write(world.join(GATE), "")?;
         let builder = Sim::builder()
             .process_image(args().runner_image, image)
             .process_root(base.join("kubelet"));
@@ -297,6 +303,11 @@ async fn real_runner_create_applies_with_real_terraform_and_the_cluster_is_ready
     let log = pods.logs(&pod_name, &Default::default()).await?;
     assert!(log.contains("captf-runner"), "{log}");
     assert!(!log.contains("(simulated runner)"), "{log}");
+    // The runner worked as its own ServiceAccount, within the Role the controller gave it.
+    let rights = env.sim.used_rights(NS, "captf-runner-prod-eu-tc");
+    for want in ["get /secrets", "update coordination.k8s.io/leases"] {
+        assert!(rights.contains(want), "{want} not among {rights:?}");
+    }
     Ok(())
 }
 
@@ -416,5 +427,179 @@ async fn real_runner_deletion_destroys_and_removes_the_finalizer() -> Result<()>
     real.until("the object gone", |e| e.object(TC, "prod-eu").is_none().then_some(()))
         .await?;
     assert!(real.thing("a").is_none(), "destroyed by real Terraform");
+    Ok(())
+}
+
+impl Real {
+    fn close_gate(&self) -> Result<()> {
+        Ok(std::fs::remove_file(self.world.join(GATE))?)
+    }
+
+    fn open_gate(&self) -> Result<()> {
+        Ok(std::fs::write(self.world.join(GATE), "")?)
+    }
+
+    /// The lock info on the object's lock Lease.
+    fn lock_info(&self, suffix: &str) -> Option<Value> {
+        let lease = self
+            .env
+            .sim
+            .get("coordination.k8s.io/leases", NS, &format!("lock-tfstate-default-{suffix}"))?;
+        let info = lease.pointer("/metadata/annotations/app.terraform.io~1lock-info")?.as_str()?;
+        serde_json::from_str(info).ok()
+    }
+
+    /// Advance the simulated clock a minute at a time until the object's Job `seq` exists.
+    async fn advance_until_job(&self, name: &str, op: Op, seq: u32) -> Result<Job> {
+        let want = captf_shared::names::job_name(Kind::TerraformCluster, NS, name, op, seq);
+        for _ in 0..120 {
+            if let Some(j) = self
+                .env
+                .jobs_of(Kind::TerraformCluster, name)
+                .into_iter()
+                .find(|j| j.metadata.name.as_deref() == Some(&want))
+            {
+                return Ok(j);
+            }
+            self.env.until_idle().await?;
+            self.env.advance(60);
+        }
+        bail!("no Job {want} within two simulated hours")
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_killed_mid_apply_hands_its_lock_to_the_next_job_which_force_unlocks_it() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    real.close_gate()?;
+    let job = env
+        .create_cluster("prod-eu", real.spec(json!({"name": "a", "content": "one"})))
+        .await?;
+    let name = job_name(&job).to_string();
+    let busy = World::new(&real.world).busy_marker("a")?;
+    real.until("the apply holding in the middle of its change", |_| busy.exists().then_some(()))
+        .await?;
+    let info = real.lock_info("prod-eu-tc").context("the runner holds the lock")?;
+    let id = info["ID"].as_str().unwrap_or_default().to_string();
+    let pod = env.sim.pods_of_job(NS, &name)?[0].metadata.name.clone().unwrap_or_default();
+    assert_eq!(info["Who"].as_str().unwrap_or_default().rsplit('@').next(), Some(pod.as_str()), "Who names the pod");
+    // The container dies at once: Terraform never gets to unlock.
+    assert!(env.sim.kill_container(NS, &pod));
+    let outcome = real
+        .until("the killed Job booked", |e| {
+            let j = e.sim.get("batch/jobs", NS, &name)?;
+            j.pointer("/metadata/annotations/captf.io~1outcome")?.as_str().map(String::from)
+        })
+        .await?;
+    assert_eq!(outcome, "failed");
+    let term = env.sim.pods_of_job(NS, &name)?[0].clone();
+    let term = term.status.and_then(|s| s.container_statuses).unwrap_or_default()[0]
+        .state
+        .clone()
+        .and_then(|s| s.terminated)
+        .context("terminated")?;
+    assert_eq!((term.exit_code, term.message), (137, None));
+    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(id), "left held");
+    real.open_gate()?;
+    let j2 = real.advance_until_job("prod-eu", Op::Apply, 2).await?;
+    assert_eq!(annotations(&j2)["captf.io/force-unlock"], id);
+    real.booked(job_name(&j2), "succeeded").await?;
+    assert!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null());
+    assert_eq!(real.content("a").as_deref(), Some("one"));
+    real.until_ready("prod-eu").await?;
+    Ok(())
+}
+
+/// A workstation's Terraform on the object's state, outside any pod: it reaches the simulator
+/// through a kubeconfig and holds the lock while its apply waits on its own gate.
+struct Workstation {
+    child: tokio::process::Child,
+    gate: PathBuf,
+    _sb: harness::Sandbox,
+}
+
+impl Workstation {
+    async fn hold_lock(real: &Real, suffix: &str) -> Result<Workstation> {
+        let sb = harness::Sandbox::new()?;
+        let dir = sb.path().join("workstation");
+        std::fs::create_dir_all(&dir)?;
+        let kubeconfig = dir.join("kubeconfig");
+        real.env.sim.write_kubeconfig(&kubeconfig)?;
+        std::fs::write(dir.join("main.tf"), MODULE)?;
+        std::fs::write(
+            dir.join("backend.tf"),
+            format!(
+                "terraform {{\n  backend \"kubernetes\" {{\n    secret_suffix = \"{suffix}\"\n    namespace = \"{NS}\"\n    config_path = \"{}\"\n  }}\n}}\n",
+                kubeconfig.display()
+            ),
+        )?;
+        let gate = sb.path().join("gate");
+        let tf = |args: &[&str]| {
+            let mut c = tokio::process::Command::new(&sb.terraform);
+            c.args(args)
+                .current_dir(&dir)
+                .envs(sb.env())
+                .env(HOLD_ENV, &gate)
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true);
+            c
+        };
+        let init = tf(&["init", "-input=false", "-no-color"]).output().await?;
+        if !init.status.success() {
+            bail!("workstation init: {}", String::from_utf8_lossy(&init.stderr));
+        }
+        let child = tf(&["apply", "-auto-approve", "-input=false", "-no-color", "-var", "name=w"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()?;
+        let busy = World::new(&sb.world).busy_marker("w")?;
+        real.until("the workstation holding the lock", |_| busy.exists().then_some(()))
+            .await?;
+        Ok(Workstation { child, gate, _sb: sb })
+    }
+
+    async fn release(mut self) -> Result<()> {
+        std::fs::write(&self.gate, "")?;
+        let status = tokio::time::timeout(PATIENCE, self.child.wait()).await??;
+        if !status.success() {
+            bail!("the workstation's apply failed: {status}");
+        }
+        Ok(())
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_a_workstation_holding_the_lock_is_reported_as_state_locked_and_never_unlocked() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    let ws = Workstation::hold_lock(&real, "prod-eu-tc").await?;
+    let info = real.lock_info("prod-eu-tc").context("the workstation holds the lock")?;
+    let id = info["ID"].as_str().unwrap_or_default().to_string();
+    let who = info["Who"].as_str().unwrap_or_default().to_string();
+    let mut spec = real.spec(json!({"name": "a", "content": "one"}));
+    spec["jobs"] = json!({"lockTimeoutSeconds": 2});
+    let j1 = env.create_cluster("prod-eu", spec).await?;
+    assert!(annotations(&j1).get("captf.io/force-unlock").is_none());
+    // The runner waits its lock timeout (real time, 2s) and fails; the controller names the holder.
+    real.booked(job_name(&j1), "failed").await?;
+    let c = real
+        .until("StateLocked", |e| {
+            let c = e.cluster("prod-eu");
+            condition(&c, "StateReadable").filter(|(_, r, _)| r == "StateLocked").map(|(s, _, m)| (s, m))
+        })
+        .await?;
+    assert_eq!(c.0, "False");
+    assert!(c.1.contains(&who), "{} does not name {who}", c.1);
+    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(id), "never unlocked");
+    assert!(real.thing("a").is_none(), "nothing applied under a foreign lock");
+    // Once the workstation is done, the next Job proceeds without any force-unlock.
+    ws.release().await?;
+    let j2 = real.advance_until_job("prod-eu", Op::Apply, 2).await?;
+    assert!(annotations(&j2).get("captf.io/force-unlock").is_none());
+    real.booked(job_name(&j2), "succeeded").await?;
+    assert_eq!(real.content("a").as_deref(), Some("one"));
     Ok(())
 }
