@@ -54,6 +54,8 @@ pub const DEFAULT_GRACE_SECONDS: i64 = 30;
 pub const CANNOT_RUN_EXIT_CODE: i32 = 128;
 /// `PATH` when neither the image nor the container sets one (the container runtimes' default).
 pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin";
+/// How long the end of a container's output is awaited after its process ended.
+const READERS_PATIENCE: std::time::Duration = std::time::Duration::from_secs(5);
 /// Device nodes every container gets.
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
@@ -69,6 +71,10 @@ pub struct ProcessImage {
     pub files: Vec<(String, PathBuf)>,
     /// The image's environment (`ENV`), under the container's own `env`.
     pub env: Vec<(String, String)>,
+    /// The image's `USER` as (uid, gid), unless the pod says otherwise (default root).
+    pub user: (u32, u32),
+    /// The image's `WORKDIR`, unless the container sets `workingDir` (default `/`).
+    pub working_dir: Option<String>,
 }
 
 impl ProcessImage {
@@ -82,6 +88,18 @@ impl ProcessImage {
     /// Bind the local file or folder `local` at `inside`.
     pub fn file(mut self, inside: impl Into<String>, local: impl Into<PathBuf>) -> Self {
         self.files.push((inside.into(), local.into()));
+        self
+    }
+
+    /// The image's user and group IDs.
+    pub fn user(mut self, uid: u32, gid: u32) -> Self {
+        self.user = (uid, gid);
+        self
+    }
+
+    /// The image's working directory.
+    pub fn working_dir(mut self, dir: impl Into<String>) -> Self {
+        self.working_dir = Some(dir.into());
         self
     }
 
@@ -323,19 +341,98 @@ pub(crate) fn container_env(
     Ok(env)
 }
 
+/// Who the container runs as: `runAsUser`/`runAsGroup` of the container, else of the pod, else
+/// the image's user; the pod's `fsGroup` and `supplementalGroups` as extra groups.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub(crate) struct Identity {
+    pub uid: u32,
+    pub gid: u32,
+    pub groups: Vec<u32>,
+    pub fs_group: Option<u32>,
+    pub no_new_privs: bool,
+    pub read_only_root: bool,
+}
+
+fn id_field(what: &str, v: Option<&Value>) -> Result<Option<u32>, String> {
+    match v {
+        None | Some(Value::Null) => Ok(None),
+        Some(v) => v
+            .as_u64()
+            .and_then(|n| u32::try_from(n).ok())
+            .map(Some)
+            .ok_or_else(|| format!("{what} must be a user or group ID (got {v})")),
+    }
+}
+
+pub(crate) fn identity(pod: &Value, container: &Value, image: &ProcessImage) -> Result<Identity, String> {
+    let c = container.get("securityContext");
+    let p = pod.pointer("/spec/securityContext");
+    let pick = |field: &str| -> Result<Option<u32>, String> {
+        Ok(
+            id_field(&format!("securityContext.{field}"), c.and_then(|c| c.get(field)))?.or(id_field(
+                &format!("spec.securityContext.{field}"),
+                p.and_then(|p| p.get(field)),
+            )?),
+        )
+    };
+    let uid = pick("runAsUser")?.unwrap_or(image.user.0);
+    let gid = pick("runAsGroup")?.unwrap_or(image.user.1);
+    let fs_group = id_field("spec.securityContext.fsGroup", p.and_then(|p| p.get("fsGroup")))?;
+    let mut groups: Vec<u32> = fs_group.into_iter().collect();
+    for (i, g) in p
+        .and_then(|p| p.get("supplementalGroups"))
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        groups.extend(id_field(
+            &format!("spec.securityContext.supplementalGroups[{i}]"),
+            Some(g),
+        )?);
+    }
+    let non_root = c
+        .and_then(|c| c.get("runAsNonRoot"))
+        .or_else(|| p.and_then(|p| p.get("runAsNonRoot")))
+        .and_then(Value::as_bool)
+        == Some(true);
+    if non_root && uid == 0 {
+        return Err("runAsNonRoot is set but the container would run as root (uid 0)".into());
+    }
+    Ok(Identity {
+        uid,
+        gid,
+        groups,
+        fs_group,
+        no_new_privs: c
+            .and_then(|c| c.get("allowPrivilegeEscalation"))
+            .and_then(Value::as_bool)
+            == Some(false),
+        read_only_root: c.and_then(|c| c.get("readOnlyRootFilesystem")).and_then(Value::as_bool) == Some(true),
+    })
+}
+
 fn service_account(pod: &Value) -> String {
     let sa = str_at(pod, "/spec/serviceAccountName");
     if sa.is_empty() { "default" } else { sa }.to_string()
 }
 
 /// One volume's files, written into `dir`.
-fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path) -> Result<(), String> {
+fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path, fs_group: Option<u32>) -> Result<(), String> {
     let name = str_at(vol, "/name");
     let io = |e: std::io::Error| format!("volume {name}: {}: {e}", dir.display());
     std::fs::create_dir_all(dir).map_err(io)?;
+    let group = |p: &Path| match fs_group {
+        Some(g) => std::os::unix::fs::chown(p, None, Some(g)),
+        None => Ok(()),
+    };
     if vol.get("emptyDir").is_some() {
-        return Ok(());
+        // As the kubelet makes them: writable by every user of the pod.
+        std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o777)).map_err(io)?;
+        return group(dir).map_err(io);
     }
+    std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
+    group(dir).map_err(io)?;
     let (src, secret) = match (vol.get("secret"), vol.get("configMap")) {
         (Some(s), _) => (s, true),
         (_, Some(c)) => (c, false),
@@ -388,6 +485,7 @@ fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path) -> Result<(
         }
         std::fs::write(&file, data).map_err(io)?;
         std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io)?;
+        group(&file).map_err(io)?;
     }
     Ok(())
 }
@@ -449,6 +547,7 @@ impl ProcessKubelet {
         let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
         std::fs::create_dir_all(&pod_dir).map_err(|e| io(&pod_dir, e))?;
         let mut env = container_env(store, pod, &container, image)?;
+        let who = identity(pod, &container, image)?;
         env.push(("HOSTNAME".into(), name.to_string()));
         for (k, v) in self.https.service_env() {
             env.retain(|(n, _)| n != k);
@@ -518,7 +617,7 @@ impl ProcessKubelet {
         {
             let vname = str_at(vol, "/name");
             let dir = vol_dir.join(vname);
-            materialise(store, ns, vol, &dir)?;
+            materialise(store, ns, vol, &dir, who.fs_group)?;
             volumes.insert(vname.to_string(), dir);
         }
         let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
@@ -564,6 +663,9 @@ impl ProcessKubelet {
         check_inside("terminationMessagePath", &termination_inside)?;
         let termination = pod_dir.join("termination-log");
         std::fs::write(&termination, "").map_err(|e| io(&termination, e))?;
+        // Whoever the container runs as may write its termination message.
+        std::fs::set_permissions(&termination, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| io(&termination, e))?;
 
         let chroot = find_program(&["/usr/sbin/chroot", "/usr/bin/chroot", "/sbin/chroot", "/bin/chroot"])
             .ok_or("chroot is not installed on this machine")?;
@@ -650,9 +752,33 @@ impl ProcessKubelet {
             .get("workingDir")
             .and_then(Value::as_str)
             .filter(|w| !w.is_empty())
+            .or(image.working_dir.as_deref())
             .unwrap_or("/");
+        if who.read_only_root {
+            s.push_str(&format!("mount -o remount,ro {r}\n"));
+        }
+        let setpriv = if who == Identity::default() {
+            String::new()
+        } else {
+            let groups = if who.groups.is_empty() {
+                "--clear-groups".to_string()
+            } else {
+                format!(
+                    "--groups={}",
+                    who.groups.iter().map(u32::to_string).collect::<Vec<_>>().join(",")
+                )
+            };
+            format!(
+                // Changing the user clears the parent-death signal `unshare --kill-child` set:
+                // keep it, so the container still dies with its outermost process.
+                "/usr/bin/setpriv --reuid={} --regid={} {groups} --pdeathsig keep{} ",
+                who.uid,
+                who.gid,
+                if who.no_new_privs { " --no-new-privs" } else { "" }
+            )
+        };
         s.push_str(&format!(
-            "PATH=\"$__path\"\nexec {} {r} /bin/sh -c 'cd \"$0\" && exec \"$@\"' {} {}\n",
+            "PATH=\"$__path\"\nexec {} {r} {setpriv}/bin/sh -c 'cd \"$0\" && exec \"$@\"' {} {}\n",
             q(&chroot),
             q(workdir),
             argv.iter().map(|a| q(a)).collect::<Vec<_>>().join(" ")
@@ -710,9 +836,11 @@ impl ProcessKubelet {
         let waiter_key = key.clone();
         threads.push(std::thread::spawn(move || {
             let status = child.wait();
-            // The output is complete once every process of the container is gone.
-            for r in readers {
-                let _ = r.join();
+            // The output is complete once every process of the container is gone, which the
+            // end of its namespace's first process brings; wait a bounded time all the same.
+            let until = std::time::Instant::now() + READERS_PATIENCE;
+            while readers.iter().any(|r| !r.is_finished()) && std::time::Instant::now() < until {
+                std::thread::sleep(std::time::Duration::from_millis(10));
             }
             let Some(shared) = shared.upgrade() else { return };
             let code = match status {
@@ -798,7 +926,7 @@ impl ProcessKubelet {
         self.stopping.store(true, std::sync::atomic::Ordering::SeqCst);
         let procs = std::mem::take(&mut *self.procs.lock().unwrap_or_else(|p| p.into_inner()));
         for p in procs.values() {
-            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(p.pid), nix::sys::signal::Signal::SIGKILL);
+            kill_container(p.pid);
         }
         for (_, p) in procs {
             for t in p.threads {
@@ -806,6 +934,17 @@ impl ProcessKubelet {
             }
         }
     }
+}
+
+/// SIGKILL to the container's first process (which ends its PID namespace and every process in
+/// it), then to the outermost process.
+fn kill_container(outer: i32) {
+    use nix::sys::signal::{Signal, kill};
+    use nix::unistd::Pid;
+    if let Some(inner) = ProcessKubelet::container_pid(outer) {
+        let _ = kill(Pid::from_raw(inner), Signal::SIGKILL);
+    }
+    let _ = kill(Pid::from_raw(outer), Signal::SIGKILL);
 }
 
 fn read_termination(path: &Path) -> Option<String> {

@@ -321,10 +321,11 @@ async fn stopping_the_simulator_kills_and_reaps_every_container_process() {
     let root = tempfile::tempdir().unwrap();
     let sim = sim(root.path(), shell_image()).await;
     seed(&sim);
-    // A container with a child of its own, both ignoring SIGTERM.
+    // Containers with a child of their own, all ignoring SIGTERM; one as root, one as a user of
+    // its own (changing the user must not let it outlive the simulator).
     let script = "trap '' TERM; (trap '' TERM; while :; do sleep 0.05; done) & echo ready; wait";
     sim.put(job("j1", script, 600, 30)).unwrap();
-    sim.put(job("j2", script, 600, 30)).unwrap();
+    sim.put(as_runner_user(job("j2", script, 600, 30))).unwrap();
     until_log(&sim, "j1", "ready").await;
     until_log(&sim, "j2", "ready").await;
     let outer = sim.process_pids();
@@ -347,4 +348,61 @@ async fn stopping_the_simulator_kills_and_reaps_every_container_process() {
         assert!(start.elapsed() < PATIENCE, "orphans left: {all:?}");
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// The Job of `job` with the runner's securityContext (docs/runner.md): a non-root user, the
+/// pod's fsGroup, a read-only root.
+fn as_runner_user(mut j: Value) -> Value {
+    let spec = j.pointer_mut("/spec/template/spec").unwrap();
+    spec["securityContext"] = json!({"runAsNonRoot": true, "runAsUser": 65532, "fsGroup": 65532});
+    spec["containers"][0]["securityContext"] = json!({"runAsUser": 65532, "runAsGroup": 65532,
+        "readOnlyRootFilesystem": true, "allowPrivilegeEscalation": false});
+    j
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_container_runs_as_its_security_context_user_with_a_read_only_root() {
+    require_namespaces!();
+    let root = tempfile::tempdir().unwrap();
+    let sim = sim(root.path(), shell_image()).await;
+    seed(&sim);
+    let script = r#"
+        echo "user $(id -u):$(id -g) groups $(id -G)"
+        touch /x 2>/dev/null && echo "root writable" || echo "root read-only"
+        touch /etc/captf-x 2>/dev/null && echo "machine writable" || echo "machine read-only"
+        echo w > /work/w && echo "work writable"
+        cat /captf/inputs/inputs.json >/dev/null && echo "inputs readable"
+        cat /var/run/secrets/kubernetes.io/serviceaccount/token >/dev/null && echo "token readable"
+        printf done > /dev/termination-log
+    "#;
+    sim.put(as_runner_user(job("j1", script, 600, 30))).unwrap();
+    let t = until_terminated(&sim, "j1").await;
+    assert_eq!((t["exitCode"].clone(), t["message"].clone()), (json!(0), json!("done")));
+    let name = pod_of(&sim, "j1")["metadata"]["name"].as_str().unwrap().to_string();
+    let log = pod_log(&sim, &name).await;
+    for want in [
+        "user 65532:65532 groups 65532",
+        "root read-only",
+        "machine read-only",
+        "work writable",
+        "inputs readable",
+        "token readable",
+    ] {
+        assert!(log.contains(want), "{want:?} not in the log:\n{log}");
+    }
+    assert!(!Path::new("/etc/captf-x").exists());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn run_as_non_root_with_a_root_user_cannot_run() {
+    require_namespaces!();
+    let root = tempfile::tempdir().unwrap();
+    let sim = sim(root.path(), shell_image()).await;
+    seed(&sim);
+    let mut j = job("j1", "true", 600, 30);
+    j["spec"]["template"]["spec"]["securityContext"] = json!({"runAsNonRoot": true});
+    sim.put(j).unwrap();
+    let t = terminated(&pod_of(&sim, "j1")).expect("the pod ended at once");
+    assert_eq!(t["reason"], "ContainerCannotRun");
+    assert!(t["message"].as_str().unwrap().contains("runAsNonRoot"), "{t}");
 }

@@ -17,9 +17,9 @@ use serde_json::{Value, json};
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op};
 use captf_sim::{ProcessImage, Sim};
-use k8s_openapi::api::batch::v1::Job;
 use captf_testprovider::harness::{self, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
+use k8s_openapi::api::batch::v1::Job;
 
 use super::support::*;
 
@@ -168,6 +168,8 @@ impl Real {
         let base = dir.path().to_path_buf();
         let world = base.join("world");
         std::fs::create_dir_all(&world)?;
+        // The runner runs as its non-root user; the world is shared with it.
+        std::fs::set_permissions(&world, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
         let tfrc = base.join("terraform.tfrc");
         std::fs::write(
             &tfrc,
@@ -186,7 +188,11 @@ impl Real {
             .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
             .env("CHECKPOINT_DISABLE", "1")
             .env("TF_IN_AUTOMATION", "1")
+            // As the runner's image (runner/Dockerfile) sets them.
+            .user(65532, 65532)
+            .working_dir("/tmp")
             .env("HOME", "/tmp")
+            .env("TMPDIR", "/tmp")
             .env(captf_testprovider::world::WORLD_ENV, "/world")
             // Every change waits for the gate, which stays open unless a test closes it.
             .env(HOLD_ENV, format!("/world/{GATE}"));
@@ -403,7 +409,10 @@ async fn real_runner_a_destructive_change_is_blocked_then_applied_once_approved(
             c.pointer("/status/pendingPlan/hash")?.as_str().map(String::from)
         })
         .await?;
-    assert!(real.thing("b").is_none() && real.thing("a").is_some(), "nothing applied unapproved");
+    assert!(
+        real.thing("b").is_none() && real.thing("a").is_some(),
+        "nothing applied unapproved"
+    );
     real.env
         .merge_patch::<TerraformCluster>(
             "prod-eu",
@@ -441,11 +450,14 @@ impl Real {
 
     /// The lock info on the object's lock Lease.
     fn lock_info(&self, suffix: &str) -> Option<Value> {
-        let lease = self
-            .env
-            .sim
-            .get("coordination.k8s.io/leases", NS, &format!("lock-tfstate-default-{suffix}"))?;
-        let info = lease.pointer("/metadata/annotations/app.terraform.io~1lock-info")?.as_str()?;
+        let lease = self.env.sim.get(
+            "coordination.k8s.io/leases",
+            NS,
+            &format!("lock-tfstate-default-{suffix}"),
+        )?;
+        let info = lease
+            .pointer("/metadata/annotations/app.terraform.io~1lock-info")?
+            .as_str()?;
         serde_json::from_str(info).ok()
     }
 
@@ -479,18 +491,30 @@ async fn real_runner_killed_mid_apply_hands_its_lock_to_the_next_job_which_force
         .await?;
     let name = job_name(&job).to_string();
     let busy = World::new(&real.world).busy_marker("a")?;
-    real.until("the apply holding in the middle of its change", |_| busy.exists().then_some(()))
-        .await?;
+    real.until("the apply holding in the middle of its change", |_| {
+        busy.exists().then_some(())
+    })
+    .await?;
     let info = real.lock_info("prod-eu-tc").context("the runner holds the lock")?;
     let id = info["ID"].as_str().unwrap_or_default().to_string();
-    let pod = env.sim.pods_of_job(NS, &name)?[0].metadata.name.clone().unwrap_or_default();
-    assert_eq!(info["Who"].as_str().unwrap_or_default().rsplit('@').next(), Some(pod.as_str()), "Who names the pod");
+    let pod = env.sim.pods_of_job(NS, &name)?[0]
+        .metadata
+        .name
+        .clone()
+        .unwrap_or_default();
+    assert_eq!(
+        info["Who"].as_str().unwrap_or_default().rsplit('@').next(),
+        Some(pod.as_str()),
+        "Who names the pod"
+    );
     // The container dies at once: Terraform never gets to unlock.
     assert!(env.sim.kill_container(NS, &pod));
     let outcome = real
         .until("the killed Job booked", |e| {
             let j = e.sim.get("batch/jobs", NS, &name)?;
-            j.pointer("/metadata/annotations/captf.io~1outcome")?.as_str().map(String::from)
+            j.pointer("/metadata/annotations/captf.io~1outcome")?
+                .as_str()
+                .map(String::from)
         })
         .await?;
     assert_eq!(outcome, "failed");
@@ -501,7 +525,11 @@ async fn real_runner_killed_mid_apply_hands_its_lock_to_the_next_job_which_force
         .and_then(|s| s.terminated)
         .context("terminated")?;
     assert_eq!((term.exit_code, term.message), (137, None));
-    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(id), "left held");
+    assert_eq!(
+        env.lease_holder("lock-tfstate-default-prod-eu-tc")?,
+        json!(id),
+        "left held"
+    );
     real.open_gate()?;
     let j2 = real.advance_until_job("prod-eu", Op::Apply, 2).await?;
     assert_eq!(annotations(&j2)["captf.io/force-unlock"], id);
@@ -588,12 +616,18 @@ async fn real_runner_a_workstation_holding_the_lock_is_reported_as_state_locked_
     let c = real
         .until("StateLocked", |e| {
             let c = e.cluster("prod-eu");
-            condition(&c, "StateReadable").filter(|(_, r, _)| r == "StateLocked").map(|(s, _, m)| (s, m))
+            condition(&c, "StateReadable")
+                .filter(|(_, r, _)| r == "StateLocked")
+                .map(|(s, _, m)| (s, m))
         })
         .await?;
     assert_eq!(c.0, "False");
     assert!(c.1.contains(&who), "{} does not name {who}", c.1);
-    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(id), "never unlocked");
+    assert_eq!(
+        env.lease_holder("lock-tfstate-default-prod-eu-tc")?,
+        json!(id),
+        "never unlocked"
+    );
     assert!(real.thing("a").is_none(), "nothing applied under a foreign lock");
     // Once the workstation is done, the next Job proceeds without any force-unlock.
     ws.release().await?;
