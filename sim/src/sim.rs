@@ -315,7 +315,8 @@ impl Sim {
 
     /// Nothing is in progress: no request in flight, and every watch has taken every published
     /// event and handed it to its connection (see `activity`). The simulated runners and
-    /// kubelet work synchronously, so they have nothing pending by construction.
+    /// kubelet work synchronously, so they have nothing pending by construction; the process
+    /// kubelet's containers run in wall time and are not counted (wait for what they do).
     pub fn quiet(&self) -> bool {
         let published = {
             let w = self.world();

@@ -406,3 +406,35 @@ async fn run_as_non_root_with_a_root_user_cannot_run() {
     assert_eq!(t["reason"], "ContainerCannotRun");
     assert!(t["message"].as_str().unwrap().contains("runAsNonRoot"), "{t}");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deleting_a_running_pod_sends_sigterm_and_fails_its_job() {
+    require_namespaces!();
+    let root = tempfile::tempdir().unwrap();
+    let sim = sim(root.path(), shell_image()).await;
+    seed(&sim);
+    let script = "trap 'echo term > /work/seen; exit 0' TERM; echo ready; while :; do sleep 0.05; done";
+    sim.put(job("j1", script, 600, 30)).unwrap();
+    until_log(&sim, "j1", "ready").await;
+    let pod = pod_of(&sim, "j1")["metadata"]["name"].as_str().unwrap().to_string();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = kube::Api::namespaced(sim.client().unwrap(), "default");
+    pods.delete(&pod, &Default::default()).await.unwrap();
+    assert_eq!(
+        job_conditions(&sim, "j1"),
+        [
+            ("FailureTarget".to_string(), "BackoffLimitExceeded".to_string()),
+            ("Failed".to_string(), "BackoffLimitExceeded".to_string())
+        ]
+    );
+    // The process got SIGTERM and ended by itself, well within its grace period.
+    let start = Instant::now();
+    while !sim.running_pods().is_empty() {
+        assert!(start.elapsed() < PATIENCE, "the container never ended");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let seen = std::fs::read_dir(root.path().join("pods"))
+        .unwrap()
+        .filter_map(Result::ok)
+        .any(|d| std::fs::read_to_string(d.path().join("volumes/scratch/seen")).is_ok_and(|s| s == "term\n"));
+    assert!(seen, "the container did not see SIGTERM");
+}
