@@ -637,3 +637,107 @@ async fn real_runner_a_workstation_holding_the_lock_is_reported_as_state_locked_
     assert_eq!(real.content("a").as_deref(), Some("one"));
     Ok(())
 }
+
+impl Real {
+    /// Create a cluster whose first apply is held in the middle of its change; returns the
+    /// Job's and the pod's names once the change is under way (the lock taken).
+    async fn create_held(&self, extra: Value) -> Result<(String, String)> {
+        self.close_gate()?;
+        let mut spec = self.spec(json!({"name": "a", "content": "one"}));
+        if let (Some(s), Some(e)) = (spec.as_object_mut(), extra.as_object()) {
+            s.extend(e.clone());
+        }
+        let job = self.env.create_cluster("prod-eu", spec).await?;
+        let name = job_name(&job).to_string();
+        let busy = World::new(&self.world).busy_marker("a")?;
+        self.until("the apply holding in the middle of its change", |_| {
+            busy.exists().then_some(())
+        })
+        .await?;
+        let pod = self.env.sim.pods_of_job(NS, &name)?[0]
+            .metadata
+            .name
+            .clone()
+            .unwrap_or_default();
+        Ok((name, pod))
+    }
+
+    /// The outcome the controller booked a Job with.
+    async fn outcome(&self, job: &str) -> Result<String> {
+        self.until(&format!("Job {job} booked"), |e| {
+            let j = e.sim.get("batch/jobs", NS, job)?;
+            j.pointer("/metadata/annotations/captf.io~1outcome")?
+                .as_str()
+                .map(String::from)
+        })
+        .await
+    }
+
+    /// The runner's result in the pod's termination message.
+    fn result(&self, job: &str) -> Result<captf_shared::protocol::RunnerResult> {
+        let pod = self.env.sim.pods_of_job(NS, job)?.remove(0);
+        let msg = pod
+            .status
+            .and_then(|s| s.container_statuses)
+            .and_then(|mut c| c.remove(0).state)
+            .and_then(|s| s.terminated)
+            .and_then(|t| t.message)
+            .context("a termination message")?;
+        Ok(captf_shared::protocol::RunnerResult::parse(&msg)?)
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_evicted_mid_apply_reports_interrupted_unlocks_and_is_retried_at_once() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    let (job, pod) = real.create_held(json!({})).await?;
+    assert!(env.sim.evict(NS, &pod));
+    // Terraform finishes the change under way, then stops and unlocks.
+    real.open_gate()?;
+    assert_eq!(real.outcome(&job).await?, "interrupted");
+    let r = real.result(&job)?;
+    assert_eq!(r.result, captf_shared::protocol::RunResult::Interrupted, "{r:?}");
+    assert!(
+        env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null(),
+        "unlocked"
+    );
+    // Not a failure: the next apply starts without any wait on the clock.
+    let j2 = real.job_booked("prod-eu", Op::Apply, 2, "succeeded").await?;
+    assert!(annotations(&j2).get("captf.io/force-unlock").is_none());
+    assert_eq!(apply_failures(&env.cluster("prod-eu")), json!(0));
+    assert_eq!(real.content("a").as_deref(), Some("one"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_killed_at_its_deadline_mid_apply_is_booked_as_deadline_and_unlocks() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    let (job, _pod) = real
+        .create_held(json!({"jobs": {"activeDeadlineSeconds": 600}}))
+        .await?;
+    env.advance(600);
+    real.open_gate()?;
+    assert_eq!(real.outcome(&job).await?, "deadline");
+    let j = env.sim.get("batch/jobs", NS, &job).context("the Job")?;
+    let reasons: Vec<&str> = j["status"]["conditions"]
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter_map(|c| c["reason"].as_str())
+        .collect();
+    assert_eq!(reasons, ["DeadlineExceeded", "DeadlineExceeded"]);
+    assert_eq!(
+        real.result(&job)?.result,
+        captf_shared::protocol::RunResult::Interrupted
+    );
+    assert!(
+        env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null(),
+        "unlocked"
+    );
+    assert_eq!(apply_failures(&env.cluster("prod-eu")), json!(1));
+    Ok(())
+}
