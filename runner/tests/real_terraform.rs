@@ -39,28 +39,10 @@ const SA_DIR: &str = "/var/run/secrets/kubernetes.io/serviceaccount";
 /// Upper bound on any one wait for a process; a test that hits it fails, it never passes by it.
 const PATIENCE: Duration = Duration::from_secs(120);
 
-/// Why these tests can't run here, if they can't: making the namespaces needs root.
+/// Why these tests can't run here, if they can't: making the namespaces needs root (the
+/// simulator's process kubelet has the same need and the same check).
 fn namespaces_unavailable() -> Option<String> {
-    let out = std::process::Command::new("unshare")
-        .args([
-            "--mount",
-            "--uts",
-            "--pid",
-            "--fork",
-            "--propagation",
-            "private",
-            "true",
-        ])
-        .output();
-    match out {
-        Ok(o) if o.status.success() => None,
-        Ok(o) => Some(format!(
-            "unshare cannot make mount/UTS/PID namespaces here ({}): {}",
-            o.status,
-            String::from_utf8_lossy(&o.stderr).trim()
-        )),
-        Err(e) => Some(format!("unshare is not available: {e}")),
-    }
+    captf_sim::process::namespaces_unavailable()
 }
 
 /// What the controller makes before an object's first Job: its runner ServiceAccount, Role and

@@ -63,18 +63,37 @@ fn next_lock_try(now: Timestamp, poll: std::time::Duration, end: Option<Timestam
     }
 }
 
+/// A pod whose container runs as a real process (`crate::process`).
+#[derive(Clone, Debug)]
+struct ProcPod {
+    /// The pod's Job and deadline (its script is unused).
+    runner: Runner,
+    /// The pod's `terminationGracePeriodSeconds`.
+    grace: std::time::Duration,
+    /// SIGKILL at this time (set by SIGTERM).
+    kill_at: Option<Timestamp>,
+    /// SIGTERM sent, and why.
+    sigterm: Option<Sigterm>,
+}
+
 /// The runners of the simulated kubelet.
 #[derive(Clone, Debug, Default)]
 pub struct Kubelet {
     runners: BTreeMap<(String, String), Runner>,
+    /// Pods whose container runs as a process, by (namespace, pod).
+    processes: BTreeMap<(String, String), ProcPod>,
+    /// The process kubelet, when the simulator runs some images as processes.
+    pub process: Option<std::sync::Arc<crate::process::ProcessKubelet>>,
     /// Logs a test gave pods (`Sim::set_pod_log`), by (namespace, pod).
     pub logs: BTreeMap<(String, String), String>,
 }
 
 impl Kubelet {
-    /// Pods whose runner is still running.
+    /// Pods whose runner is still running (scripted or a process).
     pub fn running(&self) -> Vec<(String, String)> {
-        self.runners.keys().cloned().collect()
+        let mut all: Vec<_> = self.runners.keys().chain(self.processes.keys()).cloned().collect();
+        all.sort();
+        all
     }
 }
 
@@ -121,7 +140,23 @@ impl World {
         }
         let ns = str_at(obj, "/metadata/namespace");
         let name = str_at(obj, "/metadata/name");
-        let Some(r) = self.kubelet.runners.remove(&(ns.to_string(), name.to_string())) else {
+        let key = (ns.to_string(), name.to_string());
+        if let Some(mut p) = self.kubelet.processes.get(&key).cloned() {
+            // A running container's pod deleted: SIGTERM, SIGKILL after the grace period; the
+            // Job counts the pod as failed.
+            if p.sigterm.is_none() {
+                p.sigterm = Some(Sigterm::Evicted);
+                p.runner.deadline = None;
+                p.kill_at = later(self.now(), p.grace);
+                if let Some(pk) = &self.kubelet.process {
+                    pk.terminate(&key);
+                }
+                self.kubelet.processes.insert(key, p.clone());
+            }
+            self.fail_job(&p.runner, BACKOFF);
+            return;
+        }
+        let Some(r) = self.kubelet.runners.remove(&key) else {
             return;
         };
         // A running pod deleted: SIGTERM (the real runner unlocks on interrupt) and the Job
@@ -140,7 +175,15 @@ impl World {
         let ns = str_at(job, "/metadata/namespace").to_string();
         let name = str_at(job, "/metadata/name").to_string();
         let uid = str_at(job, "/metadata/uid").to_string();
-        let script = self.scripts.choose(job);
+        let process = self.kubelet.process.clone().filter(|pk| {
+            pk.image_of(&json!({"spec": job.pointer("/spec/template/spec").cloned().unwrap_or_default()}))
+                .is_some()
+        });
+        let script = if process.is_some() {
+            RunnerScript::hang()
+        } else {
+            self.scripts.choose(job)
+        };
         let mut pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
         while self.try_get(PODS, &ns, &pod_name).is_some() {
             pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
@@ -222,6 +265,10 @@ impl World {
             sigterm: None,
             script,
         };
+        if let Some(pk) = process {
+            self.start_process(&pk, r, job);
+            return;
+        }
         // init, then force-unlock of a handed-over lock ID.
         if r.script.force_unlock
             && let Some(id) = r.env.get(env::FORCE_UNLOCK_ID).filter(|s| !s.is_empty()).cloned()
@@ -366,16 +413,23 @@ impl World {
 
     /// The earliest time a runner has something to do.
     pub fn next_due(&self) -> Option<Timestamp> {
+        let processes = self
+            .kubelet
+            .processes
+            .values()
+            .flat_map(|p| [p.runner.deadline.filter(|_| p.sigterm.is_none()), p.kill_at]);
         self.kubelet
             .runners
             .values()
             .flat_map(|r| [r.finish_at, r.deadline])
+            .chain(processes)
             .flatten()
             .min()
     }
 
     /// Run every runner step due at the current time.
     pub fn process_due(&mut self) {
+        self.signal_due_processes();
         loop {
             let now = self.now();
             let due: Vec<(String, String)> = self
@@ -713,6 +767,13 @@ impl World {
     /// interrupted, Job Failed. Returns false when no runner runs in that pod.
     pub fn evict(&mut self, ns: &str, pod: &str) -> bool {
         let key = (ns.to_string(), pod.to_string());
+        if let Some(p) = self.kubelet.processes.get(&key).cloned() {
+            if p.sigterm.is_none() {
+                self.add_disruption_target(&p.runner);
+                self.sigterm_process(&key, p, Sigterm::Evicted);
+            }
+            return true;
+        }
         let Some(r) = self.kubelet.runners.get_mut(&key) else {
             return false;
         };
@@ -720,6 +781,144 @@ impl World {
         r.finish_at = Some(self.clock.borrow().to_owned());
         self.step(&key);
         true
+    }
+}
+
+impl World {
+    /// Start the container of a process pod, or end the pod as `ContainerCannotRun`.
+    fn start_process(&mut self, pk: &crate::process::ProcessKubelet, r: Runner, _job: &Value) {
+        let key = (r.ns.clone(), r.pod.clone());
+        let Some(pod) = self.try_get(PODS, &r.ns, &r.pod).cloned() else {
+            return;
+        };
+        let grace = pod
+            .pointer("/spec/terminationGracePeriodSeconds")
+            .and_then(Value::as_i64)
+            .unwrap_or(crate::process::DEFAULT_GRACE_SECONDS)
+            .max(0) as u64;
+        let p = ProcPod {
+            runner: r.clone(),
+            grace: std::time::Duration::from_secs(grace),
+            kill_at: None,
+            sigterm: None,
+        };
+        self.kubelet.processes.insert(key.clone(), p);
+        let Some(image) = pk.image_of(&pod).cloned() else {
+            return;
+        };
+        let started = pk
+            .prepare(self, &pod, &image)
+            .and_then(|prep| pk.spawn(key.clone(), prep));
+        if let Err(why) = started {
+            self.cannot_run(&key, &why);
+        }
+        self.process_due();
+    }
+
+    fn cannot_run(&mut self, key: &(String, String), why: &str) {
+        let Some(p) = self.kubelet.processes.remove(key) else {
+            return;
+        };
+        self.end(
+            &p.runner,
+            PodEnd {
+                exit_code: crate::process::CANNOT_RUN_EXIT_CODE,
+                reason: "ContainerCannotRun",
+                message: Some(format!("the container could not be started: {why}")),
+                job_failure: Some(BACKOFF),
+            },
+        );
+    }
+
+    /// A container process ended: its pod ends with the real exit code and termination message.
+    pub(crate) fn process_exited(&mut self, key: &(String, String), exit: crate::process::Exit) {
+        if let Some(pk) = &self.kubelet.process {
+            pk.forget(key);
+        }
+        if !exit.started {
+            let why = format!(
+                "its set-up failed with exit code {}: {}",
+                exit.code,
+                exit.output_tail.trim()
+            );
+            self.cannot_run(key, &why);
+            return;
+        }
+        let Some(p) = self.kubelet.processes.remove(key) else {
+            return;
+        };
+        let job_failure = match p.sigterm {
+            Some(Sigterm::Deadline) => Some(DEADLINE),
+            Some(Sigterm::Evicted) => Some(BACKOFF),
+            None => (exit.code != 0).then_some(BACKOFF),
+        };
+        self.end(
+            &p.runner,
+            PodEnd {
+                exit_code: exit.code,
+                reason: if exit.code == 0 { "Completed" } else { "Error" },
+                message: exit.message,
+                job_failure,
+            },
+        );
+    }
+
+    /// SIGKILL to a running container now, as when it dies (out of memory, the node lost):
+    /// nothing of it gets to clean up. False when no container process runs in that pod.
+    pub fn kill_container(&mut self, ns: &str, pod: &str) -> bool {
+        let key = (ns.to_string(), pod.to_string());
+        match (self.kubelet.processes.contains_key(&key), &self.kubelet.process) {
+            (true, Some(pk)) => {
+                pk.kill(&key);
+                true
+            }
+            _ => false,
+        }
+    }
+
+    /// SIGTERM to a container, SIGKILL after its grace period on the simulated clock.
+    fn sigterm_process(&mut self, key: &(String, String), mut p: ProcPod, why: Sigterm) {
+        p.sigterm = Some(why);
+        p.kill_at = later(self.now(), p.grace);
+        p.runner.deadline = None;
+        self.kubelet.processes.insert(key.clone(), p);
+        if let Some(pk) = &self.kubelet.process {
+            pk.terminate(key);
+        }
+    }
+
+    /// Deadlines and grace periods of container processes that are due.
+    fn signal_due_processes(&mut self) {
+        let now = self.now();
+        let due: Vec<_> = self
+            .kubelet
+            .processes
+            .iter()
+            .filter(|(_, p)| {
+                (p.sigterm.is_none() && p.runner.deadline.is_some_and(|d| d <= now))
+                    || p.kill_at.is_some_and(|k| k <= now)
+            })
+            .map(|(k, p)| (k.clone(), p.clone()))
+            .collect();
+        for (key, mut p) in due {
+            if p.kill_at.is_some_and(|k| k <= now) {
+                p.kill_at = None;
+                self.kubelet.processes.insert(key.clone(), p);
+                if let Some(pk) = &self.kubelet.process {
+                    pk.kill(&key);
+                }
+                continue;
+            }
+            // The Job controller kills the pod at its deadline.
+            let t = fmt_time(now);
+            let (reason, message) = DEADLINE;
+            self.add_job_condition(
+                &p.runner,
+                condition("FailureTarget", reason, message, &t),
+                &[("active", json!(0)), ("ready", json!(0)), ("terminating", json!(1))],
+            );
+            self.sigterm_process(&key, p, Sigterm::Deadline);
+        }
     }
 }
 

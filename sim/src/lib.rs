@@ -21,6 +21,7 @@
 //! | [`store`] | objects, resourceVersions, status subresource, finalizers, GC, watch history |
 //! | [`kubelet`] | the simulated Job controller and kubelet |
 //! | [`runner`] | runner scripts and how they are chosen |
+//! | [`process`] | the process kubelet: images that run as real processes |
 //! | [`admission`] | calling admission webhooks over TLS |
 //! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
@@ -41,6 +42,7 @@ pub mod events;
 pub mod faults;
 pub mod https;
 pub mod kubelet;
+pub mod process;
 pub mod rbac;
 pub mod resources;
 pub mod runner;
@@ -52,5 +54,6 @@ pub mod table;
 
 pub use error::ApiError;
 pub use faults::{FaultRule, Faults, Verb};
+pub use process::ProcessImage;
 pub use runner::{JobMatch, RunnerAction, RunnerScript};
 pub use sim::{Sim, SimBuilder, SimError};

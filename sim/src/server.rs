@@ -29,7 +29,7 @@ pub struct Shared {
     pub faults: Faults,
     pub services: Services,
     pub activity: crate::activity::Activity,
-    pub auth: crate::auth::Auth,
+    pub auth: Arc<crate::auth::Auth>,
 }
 
 impl Shared {

@@ -36,6 +36,8 @@ pub enum SimError {
     Decode(&'static str, serde_json::Error),
     #[error("failed to start the simulator's HTTPS port: {0}")]
     Https(#[from] crate::https::HttpsError),
+    #[error("SimBuilder::process_image needs a working root: set SimBuilder::process_root")]
+    ProcessRoot,
 }
 
 /// Options for [`Sim::builder`].
@@ -47,6 +49,8 @@ pub struct SimBuilder {
     crd_dir: Option<PathBuf>,
     history: usize,
     https: bool,
+    process_images: std::collections::BTreeMap<String, crate::process::ProcessImage>,
+    process_root: Option<PathBuf>,
 }
 
 impl Default for SimBuilder {
@@ -58,6 +62,8 @@ impl Default for SimBuilder {
             crd_dir: None,
             history: 10_000,
             https: false,
+            process_images: Default::default(),
+            process_root: None,
         }
     }
 }
@@ -119,7 +125,25 @@ impl SimBuilder {
         self
     }
 
+    /// Run the pods whose container image is `image` as real processes (the process kubelet,
+    /// `crate::process`) instead of scripted runners. Needs [`Self::process_root`]; turns on
+    /// [`Self::https`], which the processes reach the API through.
+    pub fn process_image(mut self, image: impl Into<String>, files: crate::process::ProcessImage) -> Self {
+        self.process_images.insert(image.into(), files);
+        self.https = true;
+        self
+    }
+
+    /// The folder where the process kubelet keeps its pods' volumes, roots and files.
+    pub fn process_root(mut self, dir: impl Into<PathBuf>) -> Self {
+        self.process_root = Some(dir.into());
+        self
+    }
+
     pub async fn start(self) -> Result<Sim, SimError> {
+        if !self.process_images.is_empty() && self.process_root.is_none() {
+            return Err(SimError::ProcessRoot);
+        }
         let registry = match &self.crd_dir {
             Some(dir) => registry_for(dir)?,
             // Parsed once per process: hundreds of simulators in one test binary share it.
@@ -156,6 +180,18 @@ impl SimBuilder {
         } else {
             (None, None)
         };
+        if let (Some(root), Some(endpoint)) = (self.process_root.clone(), https.clone())
+            && !self.process_images.is_empty()
+        {
+            let pk = crate::process::ProcessKubelet::new(
+                self.process_images.clone(),
+                root,
+                endpoint,
+                shared.auth.clone(),
+                Arc::downgrade(&shared),
+            );
+            shared.world.lock().unwrap_or_else(|p| p.into_inner()).kubelet.process = Some(Arc::new(pk));
+        }
         tokio::spawn(async move {
             let _ = axum::serve(listener, app)
                 .with_graceful_shutdown(async {
@@ -184,6 +220,7 @@ pub struct Sim {
 
 impl Drop for Sim {
     fn drop(&mut self) {
+        self.stop_processes();
         // End the long-lived streams (watches, clock) so the server's connections close.
         self.shared.faults.drop_watches();
         if let Some(s) = self.stop.take() {
@@ -278,7 +315,8 @@ impl Sim {
 
     /// Nothing is in progress: no request in flight, and every watch has taken every published
     /// event and handed it to its connection (see `activity`). The simulated runners and
-    /// kubelet work synchronously, so they have nothing pending by construction.
+    /// kubelet work synchronously, so they have nothing pending by construction; the process
+    /// kubelet's containers run in wall time and are not counted (wait for what they do).
     pub fn quiet(&self) -> bool {
         let published = {
             let w = self.world();
@@ -349,6 +387,27 @@ impl Sim {
             .kubelet
             .logs
             .insert((namespace.to_string(), pod.to_string()), text.to_string());
+    }
+
+    /// SIGKILL the container process of a pod now (it dies holding whatever it held, as on an
+    /// out-of-memory kill). False when no container process runs in that pod.
+    pub fn kill_container(&self, namespace: &str, pod: &str) -> bool {
+        self.world().kill_container(namespace, pod)
+    }
+
+    /// Kill every container process of the process kubelet and wait until each is reaped (the
+    /// simulator does this when it stops). Their pods stay as they were.
+    pub fn stop_processes(&self) {
+        let pk = self.world().kubelet.process.clone();
+        if let Some(pk) = pk {
+            pk.stop_all();
+        }
+    }
+
+    /// The outermost pid of every container process the process kubelet still runs.
+    pub fn process_pids(&self) -> Vec<i32> {
+        let pk = self.world().kubelet.process.clone();
+        pk.map(|pk| pk.pids()).unwrap_or_default()
     }
 
     /// Pods whose runner is still running, as `(namespace, name)`.

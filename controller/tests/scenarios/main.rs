@@ -10,4 +10,5 @@ mod errors;
 mod holds;
 mod lifecycle;
 mod moving;
+mod real_runner;
 mod scale;
