@@ -738,6 +738,10 @@ async fn real_runner_killed_at_its_deadline_mid_apply_is_booked_as_deadline_and_
         env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null(),
         "unlocked"
     );
-    assert_eq!(apply_failures(&env.cluster("prod-eu")), json!(1));
+    // The outcome annotation is booked first, the status after it: wait for the count.
+    real.until("consecutiveFailures.apply=1", |e| {
+        (apply_failures(&e.cluster("prod-eu")) == json!(1)).then_some(())
+    })
+    .await?;
     Ok(())
 }
