@@ -878,15 +878,18 @@ impl ProcessKubelet {
         children.split_whitespace().next()?.parse().ok()
     }
 
-    /// SIGTERM to the container's first process (as a kubelet stops a container).
-    pub(crate) fn terminate(&self, key: &(String, String)) {
-        let pid = self
-            .procs
+    /// The outermost pid of a container still known.
+    fn pid(&self, key: &(String, String)) -> Option<i32> {
+        self.procs
             .lock()
             .unwrap_or_else(|p| p.into_inner())
             .get(key)
-            .map(|p| p.pid);
-        if let Some(inner) = pid.and_then(Self::container_pid) {
+            .map(|p| p.pid)
+    }
+
+    /// SIGTERM to the container's first process (as a kubelet stops a container).
+    pub(crate) fn terminate(&self, key: &(String, String)) {
+        if let Some(inner) = self.pid(key).and_then(Self::container_pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(inner), nix::sys::signal::Signal::SIGTERM);
         }
     }
@@ -894,13 +897,7 @@ impl ProcessKubelet {
     /// SIGKILL: the outermost process dies, and with it every process of the container's PID
     /// namespace.
     pub(crate) fn kill(&self, key: &(String, String)) {
-        let pid = self
-            .procs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .get(key)
-            .map(|p| p.pid);
-        if let Some(pid) = pid {
+        if let Some(pid) = self.pid(key) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }

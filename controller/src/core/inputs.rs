@@ -183,17 +183,7 @@ where
                 });
             }
         };
-        let data = lookup(source, &r.name)
-            .map_err(|()| ResolveError::Offline {
-                field: field.clone(),
-                kind: source.as_str(),
-                name: r.name.clone(),
-            })?
-            .ok_or_else(|| ResolveError::Missing {
-                field: field.clone(),
-                kind: source.as_str(),
-                name: r.name.clone(),
-            })?;
+        let data = fetch(&mut lookup, source, &r.name, &field)?;
         let too_large = || ResolveError::InputsTooLarge {
             field: field.clone(),
             kind: source.as_str(),
@@ -251,6 +241,30 @@ where
     })
 }
 
+/// A referenced Secret's or ConfigMap's data, or why there is none: it cannot be read here
+/// (offline), or it does not exist.
+fn fetch<F>(
+    lookup: &mut F,
+    source: SourceKind,
+    name: &str,
+    field: &str,
+) -> Result<BTreeMap<String, String>, ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    lookup(source, name)
+        .map_err(|()| ResolveError::Offline {
+            field: field.to_string(),
+            kind: source.as_str(),
+            name: name.to_string(),
+        })?
+        .ok_or_else(|| ResolveError::Missing {
+            field: field.to_string(),
+            kind: source.as_str(),
+            name: name.to_string(),
+        })
+}
+
 /// The module credentials Secret must exist and be usable before a Job mounts it: otherwise
 /// the pod would wait for a volume that never comes, or `init` would fail on authentication
 /// far from the cause. Its content is no input: rotating a key starts no apply.
@@ -259,17 +273,7 @@ where
     F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
 {
     const FIELD: &str = "spec.module.credentials.secretRef";
-    let data = lookup(SourceKind::Secret, name)
-        .map_err(|()| ResolveError::Offline {
-            field: FIELD.to_string(),
-            kind: SourceKind::Secret.as_str(),
-            name: name.to_string(),
-        })?
-        .ok_or_else(|| ResolveError::Missing {
-            field: FIELD.to_string(),
-            kind: SourceKind::Secret.as_str(),
-            name: name.to_string(),
-        })?;
+    let data = fetch(lookup, SourceKind::Secret, name, FIELD)?;
     module_credentials::check(data.iter().map(|(k, v)| (k.as_str(), v.is_empty())))
         .map(|_| ())
         .map_err(|why| ResolveError::ModuleCredentials {

@@ -22,14 +22,12 @@ use crate::core::Start;
 
 use captf_shared::pod::{
     self as own, CLI_CONFIG_DIR, CLI_CONFIG_FILE_NAME, TF_CLI_CONFIG_FILE, TMP_DIR, VOLUME_CLI_CONFIG, VOLUME_INPUTS,
-    VOLUME_TMP, VOLUME_WORK,
+    VOLUME_MODULE_CREDENTIALS, VOLUME_TMP, VOLUME_WORK,
 };
 pub use captf_shared::pod::{INPUTS_DIR, WORK_DIR};
 
 /// The runner container's name.
 pub const CONTAINER: &str = "runner";
-/// The volume of the module credentials Secret (`spec.module.credentials`).
-pub const MODULE_CREDENTIALS_VOLUME: &str = own::VOLUME_MODULE_CREDENTIALS;
 /// Non-root user the runner runs as.
 pub const RUNNER_UID: i64 = 65532;
 /// Time the runner gets after SIGTERM to let Terraform stop and release its lock.
@@ -327,7 +325,7 @@ fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
     }
     if p.module_credentials.is_some() {
         m.push(VolumeMount {
-            name: MODULE_CREDENTIALS_VOLUME.into(),
+            name: VOLUME_MODULE_CREDENTIALS.into(),
             mount_path: module_credentials::MOUNT_PATH.into(),
             read_only: Some(true),
             ..Default::default()
@@ -394,7 +392,7 @@ fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
     }
     if let Some(secret) = p.module_credentials {
         v.push(Volume {
-            name: MODULE_CREDENTIALS_VOLUME.into(),
+            name: VOLUME_MODULE_CREDENTIALS.into(),
             secret: Some(SecretVolumeSource {
                 secret_name: Some(secret.to_string()),
                 // Owner-only; the kubelet adds group read for the pod's fsGroup, the runner's.
@@ -577,7 +575,7 @@ mod tests {
             .volumes
             .iter()
             .flatten()
-            .find(|v| v.name == MODULE_CREDENTIALS_VOLUME)
+            .find(|v| v.name == VOLUME_MODULE_CREDENTIALS)
             .unwrap();
         let sec = vol.secret.as_ref().unwrap();
         assert_eq!(sec.secret_name.as_deref(), Some("git-ssh"));
@@ -588,7 +586,7 @@ mod tests {
             .volume_mounts
             .iter()
             .flatten()
-            .find(|m| m.name == MODULE_CREDENTIALS_VOLUME)
+            .find(|m| m.name == VOLUME_MODULE_CREDENTIALS)
             .unwrap();
         assert_eq!(
             (m.mount_path.as_str(), m.read_only),
@@ -608,7 +606,7 @@ mod tests {
                 .volumes
                 .iter()
                 .flatten()
-                .all(|v| v.name != MODULE_CREDENTIALS_VOLUME)
+                .all(|v| v.name != VOLUME_MODULE_CREDENTIALS)
         );
         assert!(
             plain.containers[0]

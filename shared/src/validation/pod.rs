@@ -6,7 +6,7 @@
 use std::collections::BTreeSet;
 
 use super::{FieldPath, MAX_ENV_FROM, MAX_VOLUMES, RESERVED_ENV_PREFIX, Report};
-use crate::names::is_dns1123_subdomain;
+use crate::names::{is_dns1123_label, is_dns1123_subdomain};
 use crate::pod;
 use crate::types::JobsSpec;
 
@@ -187,16 +187,6 @@ fn reserved_volume_rule() -> String {
 
 const QUALIFIED_NAME: &str = "key must be a qualified name: an optional DNS-1123 subdomain prefix and '/', then at most 63 \
      letters, digits, '-', '_' and '.', starting and ending with a letter or digit";
-
-/// A DNS-1123 label: lowercase alphanumerics and `-`, at most 63, alphanumeric at both ends.
-pub fn is_dns1123_label(s: &str) -> bool {
-    !s.is_empty()
-        && s.len() <= 63
-        && s.bytes()
-            .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-')
-        && !s.starts_with('-')
-        && !s.ends_with('-')
-}
 
 /// A label value: empty, or at most 63 of `[A-Za-z0-9_.-]`, alphanumeric at both ends.
 pub fn is_label_value(s: &str) -> bool {
