@@ -127,9 +127,8 @@ fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
         })
 }
 
-/// The controller's `captf_reconciles_in_flight` gauge, read from its `/metrics`; None when it
-/// cannot be read.
-async fn reconciles_in_flight(addr: std::net::SocketAddr) -> Option<u64> {
+/// The text of a controller's `/metrics` page; None when it cannot be read.
+pub async fn metrics_text(addr: std::net::SocketAddr) -> Option<String> {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let mut stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     stream
@@ -138,7 +137,15 @@ async fn reconciles_in_flight(addr: std::net::SocketAddr) -> Option<u64> {
         .ok()?;
     let mut body = String::new();
     stream.read_to_string(&mut body).await.ok()?;
-    body.lines()
+    Some(body)
+}
+
+/// The controller's `captf_reconciles_in_flight` gauge, read from its `/metrics`; None when it
+/// cannot be read.
+async fn reconciles_in_flight(addr: std::net::SocketAddr) -> Option<u64> {
+    metrics_text(addr)
+        .await?
+        .lines()
         .find_map(|l| l.strip_prefix("captf_reconciles_in_flight "))
         .and_then(|v| v.trim().parse().ok())
 }

@@ -60,6 +60,11 @@ impl Proc {
         }
     }
 
+    /// The process id, while it runs.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.id()
+    }
+
     /// The exit status, if the process has exited.
     pub fn exited(&mut self) -> Option<std::process::ExitStatus> {
         self.child.try_wait().ok().flatten()
@@ -159,6 +164,8 @@ pub struct ControllerEnv {
     pub sim_url: String,
     pub metrics_addr: SocketAddr,
     pub health_addr: SocketAddr,
+    /// More environment for the controller (e.g. leader election's variables).
+    pub extra_env: Vec<(String, String)>,
 }
 
 /// Start `program args… ` as the controller (every flag through its env var, so the command line
@@ -184,6 +191,7 @@ pub async fn start_controller(
         .env("CAPTF_HEALTH_ADDR", env.health_addr.to_string())
         .env("CAPTF_RUNNER_IMAGE", "ghcr.io/captf/runner:demo")
         .env("CAPTF_CONCURRENCY", "4")
+        .envs(env.extra_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())
         .stdout(out)
         .stderr(err)

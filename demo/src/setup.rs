@@ -110,7 +110,8 @@ pub fn webhook_configurations(ca_pem: &str) -> [Value; 2] {
     ]
 }
 
-async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<(), SetupError> {
+/// Create a cluster-scoped admissionregistration object (a webhook configuration).
+pub async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<(), SetupError> {
     let kind = obj["kind"].as_str().unwrap_or_default().to_string();
     let ar = ApiResource::from_gvk(&GroupVersionKind::gvk("admissionregistration.k8s.io", "v1", &kind));
     let api: Api<DynamicObject> = Api::all_with(client.clone(), &ar);
@@ -175,6 +176,7 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
         sim_url: sim.url(),
         metrics_addr: procs::free_addr()?,
         health_addr: procs::free_addr()?,
+        extra_env: Vec::new(),
     };
     let log = work.path().join("controller.log");
     let real = find("captf-controller")?;

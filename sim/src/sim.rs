@@ -425,6 +425,63 @@ impl Sim {
             .hold_lock(namespace, suffix, lock_id, who, "OperationTypeApply");
     }
 
+    /// Take `suffix`'s lock as [`Sim::hold_lock`] does, but only when nobody holds it (as
+    /// Terraform would): returns whether it was taken.
+    pub fn hold_lock_if_free(&self, namespace: &str, suffix: &str, lock_id: &str, who: &str) -> bool {
+        let mut w = self.world();
+        let name = captf_shared::names::lock_lease_name(suffix);
+        let held = w
+            .try_get("coordination.k8s.io/leases", namespace, &name)
+            .and_then(|l| l.pointer("/spec/holderIdentity"))
+            .and_then(Value::as_str)
+            .is_some_and(|h| !h.is_empty());
+        if !held {
+            w.hold_lock(namespace, suffix, lock_id, who, "OperationTypeApply");
+        }
+        !held
+    }
+
+    /// Remove Events last seen more than `ttl` ago (simulated time), as kube-apiserver's
+    /// `--event-ttl` (default one hour) does; returns how many went. Long runs call it so the
+    /// store doesn't grow with time.
+    pub fn expire_events(&self, ttl: Duration) -> usize {
+        let mut w = self.world();
+        let Ok(def) = w.def("/events") else { return 0 };
+        let Some(cutoff) = w
+            .now()
+            .checked_sub(jiff::SignedDuration::try_from(ttl).unwrap_or(jiff::SignedDuration::MAX))
+            .ok()
+        else {
+            return 0;
+        };
+        let seen = |e: &Value| -> Option<Timestamp> {
+            [
+                "/series/lastObservedTime",
+                "/lastTimestamp",
+                "/eventTime",
+                "/metadata/creationTimestamp",
+            ]
+            .iter()
+            .filter_map(|p| e.pointer(p).and_then(Value::as_str)?.parse::<Timestamp>().ok())
+            .max()
+        };
+        let old: Vec<(String, String)> = w
+            .list_where(&def, None, |e| seen(e).is_some_and(|t| t < cutoff))
+            .iter()
+            .map(|e| {
+                let m = &e["metadata"];
+                (
+                    m["namespace"].as_str().unwrap_or_default().to_string(),
+                    m["name"].as_str().unwrap_or_default().to_string(),
+                )
+            })
+            .collect();
+        for (ns, name) in &old {
+            let _ = w.delete(&def, ns, name, &crate::store::DeleteOpts::default());
+        }
+        old.len()
+    }
+
     /// Terraform's unlock of `suffix`'s lock (holder and lock info cleared, Lease kept).
     pub fn release_lock(&self, namespace: &str, suffix: &str) {
         self.world()
@@ -463,6 +520,14 @@ impl Sim {
     /// gets `Lagged`.
     pub fn changes(&self) -> tokio::sync::broadcast::Receiver<Arc<crate::store::WatchEvent>> {
         self.world().tx.subscribe()
+    }
+
+    /// Call `observer` with the simulated time and every change from now on, in order and
+    /// without loss (unlike [`Sim::changes`], which drops what a slow receiver can't keep up
+    /// with). It runs under the simulator's lock, before the change is answered or sent to any
+    /// watch: keep it short, and never call back into the simulator from it.
+    pub fn observe(&self, observer: impl FnMut(Timestamp, &crate::store::WatchEvent) + Send + 'static) {
+        self.world().observe(Box::new(observer));
     }
 
     /// Create or replace an object directly (no admission, no faults). Its resource is found

@@ -139,7 +139,12 @@ pub struct World {
     pub rng: Rng,
     pub kubelet: Kubelet,
     pub scripts: Scripts,
+    /// Lossless observers of every change (see [`crate::Sim::observe`]).
+    observers: Vec<Observer>,
 }
+
+/// Called with the simulated time and each change, under the world's lock.
+pub type Observer = Box<dyn FnMut(Timestamp, &WatchEvent) + Send>;
 
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
@@ -255,6 +260,7 @@ impl World {
             rng: Rng::new(seed),
             kubelet: Kubelet::default(),
             scripts: Scripts::default(),
+            observers: Vec::new(),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             w.ensure_namespace(ns);
@@ -326,7 +332,16 @@ impl World {
             }
         }
         self.published += 1;
+        let now = self.now();
+        for o in &mut self.observers {
+            o(now, &ev);
+        }
         let _ = self.tx.send(ev);
+    }
+
+    /// Add a lossless observer of every change from now on.
+    pub fn observe(&mut self, observer: Observer) {
+        self.observers.push(observer);
     }
 
     /// Events after `rv` for the resource, or `None` when `rv` is older than the history (410).

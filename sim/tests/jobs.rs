@@ -540,3 +540,32 @@ async fn an_evicted_pod_is_marked_disruption_target_while_it_shuts_down() {
     e.sim.advance(Duration::from_secs(10));
     assert_eq!(ctypes(&e.job("tc-a-apply-1").await), ["FailureTarget", "Failed"]);
 }
+
+#[tokio::test]
+async fn an_observer_sees_every_change_in_order_with_the_simulated_time() {
+    let sim = sim().await;
+    let seen = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+    let s2 = seen.clone();
+    sim.observe(move |now, ev| {
+        let name = ev.object["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        s2.lock()
+            .unwrap()
+            .push((now, ev.rv, ev.res.clone(), ev.kind.as_str(), name));
+    });
+    sim.set_default_script(RunnerScript::succeed().after(Duration::from_secs(30)));
+    let jobs: Api<Job> = Api::namespaced(sim.client().unwrap(), "default");
+    jobs.create(&PostParams::default(), &job("j1", Op::Apply, 600, &[]))
+        .await
+        .unwrap();
+    sim.advance(Duration::from_secs(30));
+    let seen = seen.lock().unwrap().clone();
+    // Every change once, in resourceVersion order, each at the simulated time it was made.
+    assert!(seen.windows(2).all(|w| w[0].1 < w[1].1), "{seen:?}");
+    let start: jiff::Timestamp = START.parse().unwrap();
+    let job_changes: Vec<_> = seen.iter().filter(|c| c.2 == "batch/jobs").collect();
+    assert_eq!(job_changes[0].3, "ADDED");
+    assert_eq!(job_changes[0].0, start);
+    let done = job_changes.last().unwrap();
+    assert_eq!(done.0, start + jiff::SignedDuration::from_secs(30));
+    assert!(seen.iter().any(|c| c.2 == "/pods" && c.3 == "ADDED"));
+}

@@ -1,0 +1,934 @@
+//! The soak driver (I/O): the simulator in this process with the real webhook registered, two
+//! real controller replicas with leader election under the chart's RBAC, and the seeded faults
+//! of [`crate::chaos`] played over simulated time, every change recorded into a [`History`].
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use anyhow::{Context, Result};
+use captf_demo::procs::{self, ControllerEnv, Proc};
+use captf_demo::{certs, setup};
+use captf_shared::{Kind, keys, names};
+use captf_sim::store::{EventType, Rng, WatchEvent};
+use captf_sim::{FaultRule, Sim};
+use jiff::{SignedDuration, Timestamp};
+use kube::api::{Api, DeleteParams, DynamicObject, Patch, PatchParams, PostParams};
+use kube::discovery::ApiResource;
+use serde_json::{Value, json};
+
+use crate::chaos::{self, Action, KillPoint, Rates, Runner, RunnerWeights};
+use crate::history::History;
+use crate::invariants::{self, Violation};
+
+/// The namespace the soak's objects live in.
+pub const NS: &str = "soak";
+/// Where the simulated clock starts.
+pub const START_TIME: &str = "2026-01-05T00:00:00Z";
+/// kube-apiserver's default `--event-ttl`.
+const EVENT_TTL: Duration = Duration::from_secs(3600);
+/// How long one settle may take (wall time) before the clock moves on anyway: moving on while
+/// the controller is still busy is one more fault, not an error.
+const SETTLE_PATIENCE: Duration = Duration::from_secs(5);
+
+/// What to run.
+#[derive(Clone, Debug)]
+pub struct Config {
+    pub seed: u64,
+    /// Simulated time with faults.
+    pub duration: Duration,
+    /// Simulated time at the end with no faults and only succeeding runners, for everything
+    /// to settle before the end-state checks.
+    pub drain: Duration,
+    /// Groups of objects: each is a TerraformCluster, a TerraformMachinePool and a
+    /// TerraformMachine of one cluster.
+    pub groups: usize,
+    /// The longest ordinary stretch of simulated time between two looks.
+    pub step: Duration,
+    pub rates: Rates,
+    pub runners: RunnerWeights,
+    /// The controllers' leader lease (wall seconds).
+    pub lease_seconds: u64,
+    /// Where `captf-controller` and `captf-webhook` are (default: next to this executable).
+    pub bin_dir: Option<PathBuf>,
+    /// Keep the controllers' and webhook's logs in this folder.
+    pub logs: Option<PathBuf>,
+    /// Print a line per simulated hour.
+    pub progress: bool,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            seed: 1,
+            duration: Duration::from_secs(24 * 3600),
+            drain: Duration::from_secs(6 * 3600),
+            groups: 4,
+            step: Duration::from_secs(300),
+            rates: Rates::default(),
+            runners: RunnerWeights::default(),
+            lease_seconds: 2,
+            bin_dir: None,
+            logs: None,
+            progress: false,
+        }
+    }
+}
+
+/// What a soak did and found.
+#[derive(Clone, Debug, Default)]
+pub struct Report {
+    pub seed: u64,
+    pub simulated_hours: f64,
+    pub wall: Duration,
+    /// Objects at the start, and objects created again after a deletion.
+    pub objects: usize,
+    pub recreated: usize,
+    pub jobs: usize,
+    /// Jobs by how they ended (the rules' classification).
+    pub ends: BTreeMap<&'static str, usize>,
+    pub runners: BTreeMap<Runner, usize>,
+    pub faults: BTreeMap<String, usize>,
+    pub leader_changes: usize,
+    pub restarts: usize,
+    /// Ticks whose settle ran out of patience.
+    pub unsettled: usize,
+    pub changes: u64,
+    pub violations: Vec<Violation>,
+    /// The highest resident set of any controller process (MiB).
+    pub peak_rss_mib: f64,
+    /// The longest-lived controller process: (simulated hours lived, RSS after a quarter of
+    /// its life, RSS at its end), MiB.
+    pub rss_growth: Option<(f64, f64, f64)>,
+    /// `captf_jobs_finished_total` of the replicas alive at the end, and the bookings the
+    /// history shows each made.
+    pub metrics: Vec<(String, u64, usize)>,
+}
+
+impl Report {
+    /// A readable summary.
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let mut line = |l: String| {
+            s.push_str(&l);
+            s.push('\n');
+        };
+        line(format!(
+            "seed {}: {:.1} simulated hours ({:.1} days) in {:.0}s of wall time",
+            self.seed,
+            self.simulated_hours,
+            self.simulated_hours / 24.0,
+            self.wall.as_secs_f64()
+        ));
+        line(format!(
+            "objects: {} at the start, {} created again after a deletion; {} changes recorded",
+            self.objects, self.recreated, self.changes
+        ));
+        line(format!("Jobs: {} created; ended {:?}", self.jobs, self.ends));
+        line("runner behaviours:".into());
+        for (r, n) in &self.runners {
+            line(format!("  {:>6}  {}", n, r.name()));
+        }
+        line("faults:".into());
+        for (f, n) in &self.faults {
+            line(format!("  {n:>6}  {f}"));
+        }
+        line(format!(
+            "leader changes: {}; controller restarts after kill -9: {}; ticks that did not settle: {}",
+            self.leader_changes, self.restarts, self.unsettled
+        ));
+        line(format!("controller peak RSS: {:.1} MiB", self.peak_rss_mib));
+        if let Some((h, a, b)) = self.rss_growth {
+            line(format!(
+                "longest-lived controller process: {h:.1} simulated hours, RSS {a:.1} MiB after a quarter of it, {b:.1} MiB at its end"
+            ));
+        }
+        for (id, metric, booked) in &self.metrics {
+            line(format!(
+                "replica {id}: captf_jobs_finished_total {metric}, bookings made while it led {booked}"
+            ));
+        }
+        line(format!("invariant violations: {}", self.violations.len()));
+        for v in &self.violations {
+            line(format!("  VIOLATION seed {} {v}", self.seed));
+        }
+        s
+    }
+}
+
+/// A leader kill waiting for its moment, and who is which process.
+#[derive(Default)]
+struct Trap {
+    armed: Option<KillPoint>,
+    pids: HashMap<String, u32>,
+    fired: Vec<KillPoint>,
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|p| p.into_inner())
+}
+
+fn kill9(pid: u32) {
+    let _ = std::process::Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .status();
+}
+
+/// Does this change open the window a kill point waits for?
+fn at_point(point: KillPoint, ev: &WatchEvent) -> bool {
+    let ann = |o: &Value| {
+        o.pointer("/metadata/annotations")
+            .and_then(|a| a.get(keys::ANNOTATION_OUTCOME))
+            .is_some()
+    };
+    let holder = |o: &Value| {
+        o.pointer("/spec/holderIdentity")
+            .and_then(Value::as_str)
+            .filter(|h| !h.is_empty())
+            .map(String::from)
+    };
+    match point {
+        KillPoint::Anytime => true,
+        KillPoint::AfterOutcome => {
+            ev.res == "batch/jobs"
+                && ev.kind == EventType::Modified
+                && ann(&ev.object)
+                && !ev.old.as_ref().is_some_and(ann)
+        }
+        KillPoint::AfterRunLease => {
+            ev.res == "coordination.k8s.io/leases"
+                && ev.object["metadata"]["name"]
+                    .as_str()
+                    .is_some_and(|n| n.starts_with("captf-run-"))
+                && holder(&ev.object).is_some()
+                && ev.old.as_ref().and_then(holder) != holder(&ev.object)
+        }
+        KillPoint::AfterJobCreate => ev.res == "batch/jobs" && ev.kind == EventType::Added,
+    }
+}
+
+/// One controller process.
+struct Replica {
+    identity: String,
+    proc: Proc,
+    metrics: SocketAddr,
+    started: Timestamp,
+    /// (simulated time, RSS MiB).
+    rss: Vec<(Timestamp, f64)>,
+    hwm: f64,
+}
+
+/// `VmRSS` and `VmHWM` of a process, in MiB.
+fn memory_mib(pid: u32) -> Option<(f64, f64)> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    let field = |name: &str| -> Option<f64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
+        Some(kb / 1024.0)
+    };
+    Some((field("VmRSS:")?, field("VmHWM:")?))
+}
+
+async fn metric(addr: SocketAddr, name: &str) -> Option<f64> {
+    let body = captf_demo::lifecycle::metrics_text(addr).await?;
+    let mut total = None;
+    for (key, value) in body.lines().filter_map(|l| l.rsplit_once(' ')) {
+        if key.split('{').next() == Some(name) {
+            *total.get_or_insert(0.0) += value.trim().parse::<f64>().ok()?;
+        }
+    }
+    total
+}
+
+/// One member of a group.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Member {
+    Cluster,
+    Pool,
+    Machine,
+}
+
+impl Member {
+    const ALL: [Member; 3] = [Member::Cluster, Member::Pool, Member::Machine];
+
+    fn kind(self) -> Kind {
+        match self {
+            Member::Cluster => Kind::TerraformCluster,
+            Member::Pool => Kind::TerraformMachinePool,
+            Member::Machine => Kind::TerraformMachine,
+        }
+    }
+
+    fn name(self, group: usize) -> String {
+        match self {
+            Member::Cluster => format!("g{group}"),
+            Member::Pool => format!("g{group}-pool"),
+            Member::Machine => format!("g{group}-m"),
+        }
+    }
+}
+
+/// Something due at a simulated time.
+#[derive(Clone, Debug)]
+enum Later {
+    ReleaseLock { suffix: String },
+    Recreate { group: usize, member: Member },
+    ClearLatency,
+}
+
+struct Soak {
+    cfg: Config,
+    sim: Sim,
+    client: kube::Client,
+    history: Arc<Mutex<History>>,
+    trap: Arc<Mutex<Trap>>,
+    calm: Arc<AtomicBool>,
+    runners: Arc<Mutex<BTreeMap<Runner, usize>>>,
+    replicas: Vec<Replica>,
+    controller_kubeconfig: PathBuf,
+    logs: PathBuf,
+    bin_dir: PathBuf,
+    started: u32,
+    rng: Rng,
+    later: Vec<(Timestamp, Later)>,
+    machine_uids: HashMap<usize, String>,
+    report: Report,
+    _work: tempfile::TempDir,
+    _webhook: Proc,
+}
+
+fn resource(kind: Kind) -> ApiResource {
+    let plural = match kind {
+        Kind::TerraformCluster => "terraformclusters",
+        Kind::TerraformMachinePool => "terraformmachinepools",
+        _ => "terraformmachines",
+    };
+    ApiResource {
+        group: keys::GROUP.into(),
+        version: keys::VERSION.into(),
+        api_version: keys::API_VERSION.into(),
+        kind: kind.as_str().into(),
+        plural: plural.into(),
+    }
+}
+
+fn machine_crd() -> Value {
+    json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+        "metadata": {"name": "machines.cluster.x-k8s.io"},
+        "spec": {"group": "cluster.x-k8s.io", "scope": "Namespaced",
+            "names": {"plural": "machines", "singular": "machine", "kind": "Machine", "listKind": "MachineList"},
+            "versions": [{"name": "v1beta1", "served": true, "storage": true,
+                "schema": {"openAPIV3Schema": {"type": "object", "x-kubernetes-preserve-unknown-fields": true}}}]},
+    })
+}
+
+/// Run a soak.
+pub async fn run(cfg: Config) -> Result<Report> {
+    let wall = Instant::now();
+    let mut soak = Soak::start(cfg).await?;
+    soak.play().await?;
+    soak.drain().await?;
+    let mut report = soak.finish().await;
+    report.wall = wall.elapsed();
+    Ok(report)
+}
+
+impl Soak {
+    async fn start(cfg: Config) -> Result<Soak> {
+        let work = tempfile::Builder::new().prefix("captf-soak-").tempdir()?;
+        let logs = cfg.logs.clone().unwrap_or_else(|| work.path().to_path_buf());
+        std::fs::create_dir_all(&logs)?;
+        let bin_dir = match &cfg.bin_dir {
+            Some(d) => d.clone(),
+            None => procs::sibling("captf-controller")?
+                .parent()
+                .map(PathBuf::from)
+                .context("the folder of captf-controller")?,
+        };
+        let sim = Sim::builder()
+            .start_time(START_TIME.parse()?)
+            .seed(cfg.seed)
+            .history(100_000)
+            .start()
+            .await?;
+        let history = Arc::new(Mutex::new(History::default()));
+        let trap = Arc::new(Mutex::new(Trap::default()));
+        {
+            let (history, trap) = (history.clone(), trap.clone());
+            sim.observe(move |now, ev| {
+                let leader = {
+                    let mut h = lock(&history);
+                    h.record(now, ev);
+                    h.leader().map(String::from)
+                };
+                let mut t = lock(&trap);
+                if let Some(point) = t.armed
+                    && point != KillPoint::Anytime
+                    && at_point(point, ev)
+                    && let Some(pid) = leader.and_then(|l| t.pids.get(&l).copied())
+                {
+                    // Under the simulator's lock: the change is made, its answer not sent yet.
+                    kill9(pid);
+                    t.armed = None;
+                    t.fired.push(point);
+                }
+            });
+        }
+        sim.create_namespace(NS);
+        sim.create_namespace(setup::WEBHOOK_NAMESPACE);
+        sim.load_rbac(setup::CHART_RBAC)?;
+        sim.put(machine_crd())?;
+        let controller_kubeconfig = work.path().join("controller.kubeconfig");
+        std::fs::write(
+            &controller_kubeconfig,
+            sim.kubeconfig_yaml_as(setup::CONTROLLER_SA.0, setup::CONTROLLER_SA.1),
+        )?;
+        // The webhook, registered as the chart registers it.
+        let dns = format!("{}.{}.svc", setup::WEBHOOK_SERVICE, setup::WEBHOOK_NAMESPACE);
+        let serving = certs::generate(&dns)?;
+        let (cert, key) = certs::write(work.path(), &serving)?;
+        let (webhook, addr) =
+            procs::start_webhook(&bin_dir.join("captf-webhook"), &cert, &key, logs.join("webhook.log")).await?;
+        sim.register_service(setup::WEBHOOK_NAMESPACE, setup::WEBHOOK_SERVICE, addr);
+        let client = sim.client()?;
+        for obj in setup::webhook_configurations(&serving.ca_pem) {
+            setup::create_cluster_scoped(&client, obj).await?;
+        }
+        // Each Job's runner is chosen from the seed and the Job's name.
+        let calm = Arc::new(AtomicBool::new(false));
+        let runners = Arc::new(Mutex::new(BTreeMap::new()));
+        {
+            let (calm, runners, weights, seed) = (calm.clone(), runners.clone(), cfg.runners.clone(), cfg.seed);
+            sim.script_with(move |job| {
+                let meta = &job.metadata;
+                let (ns, name) = (meta.namespace.as_deref()?, meta.name.as_deref()?);
+                let op = meta.labels.as_ref()?.get(keys::LABEL_OP)?.clone();
+                let approved = meta
+                    .annotations
+                    .as_ref()
+                    .is_some_and(|a| a.contains_key(keys::ANNOTATION_APPROVED_PLAN));
+                let calm = calm.load(Ordering::SeqCst);
+                let r = if calm {
+                    Runner::Success
+                } else {
+                    chaos::runner_for(seed, &weights, ns, name, &op, approved)
+                };
+                *lock(&runners).entry(r).or_default() += 1;
+                let mut rng = Rng::new(seed ^ name.len() as u64 ^ u64::from(name.bytes().map(u32::from).sum::<u32>()));
+                let run = Duration::from_secs(10 + rng.next_u64() % 290);
+                let drift = !calm && rng.next_u64().is_multiple_of(4);
+                Some(chaos::script(r, &op, run, drift))
+            });
+        }
+        let mut soak = Soak {
+            rng: Rng::new(cfg.seed),
+            cfg,
+            sim,
+            client,
+            history,
+            trap,
+            calm,
+            runners,
+            replicas: Vec::new(),
+            controller_kubeconfig,
+            logs,
+            bin_dir,
+            started: 0,
+            later: Vec::new(),
+            machine_uids: HashMap::new(),
+            report: Report::default(),
+            _work: work,
+            _webhook: webhook,
+        };
+        for _ in 0..2 {
+            let r = soak.start_replica().await?;
+            soak.replicas.push(r);
+        }
+        for g in 0..soak.cfg.groups {
+            for m in Member::ALL {
+                soak.create(g, m).await?;
+            }
+        }
+        soak.report.objects = soak.cfg.groups * 3;
+        Ok(soak)
+    }
+
+    async fn start_replica(&mut self) -> Result<Replica> {
+        self.started += 1;
+        let identity = format!("replica-{}", self.started);
+        let env = ControllerEnv {
+            kubeconfig: self.controller_kubeconfig.clone(),
+            namespace: NS.into(),
+            sim_url: self.sim.url(),
+            metrics_addr: procs::free_addr()?,
+            health_addr: procs::free_addr()?,
+            extra_env: vec![
+                ("CAPTF_LEADER_ELECT".into(), "true".into()),
+                ("CAPTF_LEADER_NAMESPACE".into(), setup::WEBHOOK_NAMESPACE.into()),
+                ("CAPTF_LEADER_LEASE_SECONDS".into(), self.cfg.lease_seconds.to_string()),
+                ("CAPTF_LEADER_IDENTITY".into(), identity.clone()),
+            ],
+        };
+        let log = self.logs.join(format!("{identity}.log"));
+        let proc = procs::start_controller(&self.bin_dir.join("captf-controller"), &["run"], &env, log).await?;
+        if let Some(pid) = proc.pid() {
+            lock(&self.trap).pids.insert(identity.clone(), pid);
+        }
+        Ok(Replica {
+            identity,
+            proc,
+            metrics: env.metrics_addr,
+            started: self.sim.now(),
+            rss: Vec::new(),
+            hwm: 0.0,
+        })
+    }
+
+    fn object_json(&mut self, group: usize, member: Member) -> Value {
+        let cluster = Member::Cluster.name(group);
+        let name = member.name(group);
+        let pick = |rng: &mut Rng, options: &[&'static str]| options[(rng.next_u64() % options.len() as u64) as usize];
+        let drift = pick(&mut self.rng, &["30m", "1h", "2h", "6h"]);
+        let failed: i64 = [0, 1, 3, 5][(self.rng.next_u64() % 4) as usize];
+        let successful: i64 = [0, 1, 2][(self.rng.next_u64() % 3) as usize];
+        let orphan = self.rng.next_u64().is_multiple_of(5);
+        let mut obj = json!({
+            "apiVersion": keys::API_VERSION,
+            "kind": member.kind().as_str(),
+            "metadata": {"name": name, "namespace": NS, "labels": {keys::LABEL_CLUSTER_NAME: cluster}},
+            "spec": {
+                "module": {"source": "git::https://example.com/infra.git"},
+                "variables": {"v": 0},
+                "drift": {"interval": drift},
+                "jobs": {"failedJobsHistoryLimit": failed, "successfulJobsHistoryLimit": successful},
+                "deletionPolicy": if orphan { "Orphan" } else { "Destroy" },
+            },
+        });
+        if member == Member::Machine
+            && let Some(uid) = self.machine_uids.get(&group)
+        {
+            obj["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1",
+                "kind": "Machine", "name": name, "uid": uid}]);
+        }
+        obj
+    }
+
+    /// Create a member through the API (the webhook defaults and validates it).
+    async fn create(&mut self, group: usize, member: Member) -> Result<bool> {
+        if member == Member::Machine && !self.machine_uids.contains_key(&group) {
+            let name = member.name(group);
+            self.sim.put(json!({"apiVersion": "v1", "kind": "Secret",
+                "metadata": {"name": format!("{name}-bootstrap"), "namespace": NS},
+                "data": {"value": "IyEvYmluL3NoCg=="}}))?;
+            let m = self.sim.put(json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
+                "metadata": {"name": name, "namespace": NS},
+                "spec": {"clusterName": Member::Cluster.name(group), "bootstrap": {"dataSecretName": format!("{name}-bootstrap")}},
+            }))?;
+            let uid = m["metadata"]["uid"].as_str().unwrap_or_default().to_string();
+            self.machine_uids.insert(group, uid);
+        }
+        let obj = self.object_json(group, member);
+        let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(member.kind()));
+        let dynamic: DynamicObject = serde_json::from_value(obj)?;
+        match api.create(&PostParams::default(), &dynamic).await {
+            Ok(_) => Ok(true),
+            Err(kube::Error::Api(e)) if e.code == 409 || e.code >= 429 => Ok(false),
+            Err(e) => Err(e).with_context(|| format!("creating {}", member.name(group))),
+        }
+    }
+
+    fn fault(&mut self, name: impl Into<String>) {
+        *self.report.faults.entry(name.into()).or_default() += 1;
+    }
+
+    fn live_objects(&self) -> Vec<(Kind, String, Value)> {
+        let mut out = Vec::new();
+        for kind in [
+            Kind::TerraformCluster,
+            Kind::TerraformMachinePool,
+            Kind::TerraformMachine,
+        ] {
+            let id = format!("{}/{}", keys::GROUP, resource(kind).plural);
+            for o in self.sim.list(&id, Some(NS)) {
+                if o.pointer("/metadata/deletionTimestamp").is_none() {
+                    let name = o["metadata"]["name"].as_str().unwrap_or_default().to_string();
+                    out.push((kind, name, o));
+                }
+            }
+        }
+        out
+    }
+
+    fn pick<T: Clone>(&self, items: &[T], pick: u64) -> Option<T> {
+        (!items.is_empty()).then(|| items[(pick % items.len() as u64) as usize].clone())
+    }
+
+    fn leader_pid(&self) -> Option<u32> {
+        let leader = lock(&self.history).leader().map(String::from)?;
+        lock(&self.trap).pids.get(&leader).copied()
+    }
+
+    async fn play_action(&mut self, a: Action) {
+        let now = self.sim.now();
+        match a {
+            Action::SpecChange { pick, value } => {
+                let Some((kind, name, _)) = self.pick(&self.live_objects(), pick) else {
+                    return;
+                };
+                let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(kind));
+                let patch = json!({"spec": {"variables": {"v": value}}});
+                if api
+                    .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                    .is_ok()
+                {
+                    self.fault(a.name());
+                }
+            }
+            Action::Delete { pick } => {
+                let group = (pick % self.cfg.groups as u64) as usize;
+                // A whole group a third of the time (the Cluster API cluster is deleted), else
+                // a pool or a machine alone.
+                let members: Vec<Member> = match (pick / 7) % 3 {
+                    0 => Member::ALL.to_vec(),
+                    1 => vec![Member::Pool],
+                    _ => vec![Member::Machine],
+                };
+                for m in members {
+                    let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(m.kind()));
+                    if api.delete(&m.name(group), &DeleteParams::default()).await.is_ok() {
+                        self.fault(a.name());
+                        let back = Duration::from_secs(600 + self.rng.next_u64() % (3 * 3600));
+                        self.later.push((at(now, back), Later::Recreate { group, member: m }));
+                    }
+                }
+            }
+            Action::WorkstationLock { pick, hold } => {
+                let Some((kind, name, _)) = self.pick(&self.live_objects(), pick) else {
+                    return;
+                };
+                let suffix = names::suffix(kind, NS, &name);
+                let id = format!("workstation-{}", self.rng.next_u64() % 1_000_000);
+                if self.sim.hold_lock_if_free(NS, &suffix, &id, "alice@workstation") {
+                    self.fault(a.name());
+                    self.later.push((at(now, hold), Later::ReleaseLock { suffix }));
+                }
+            }
+            Action::ApiError {
+                verb,
+                resource,
+                status,
+                count,
+            } => {
+                self.sim.faults().inject(FaultRule {
+                    verb: Some(chaos::ERROR_VERBS[verb]),
+                    resource: Some(chaos::ERROR_RESOURCES[resource].into()),
+                    namespace: None,
+                    name: None,
+                    status,
+                    count,
+                });
+                self.fault(a.name());
+            }
+            Action::Latency { millis, for_ticks } => {
+                self.sim.faults().set_latency(Duration::from_millis(millis));
+                let until = at(now, self.cfg.step * for_ticks);
+                self.later.push((until, Later::ClearLatency));
+                self.fault(a.name());
+            }
+            Action::DropWatches => {
+                self.sim.faults().drop_watches();
+                self.fault(a.name());
+            }
+            Action::ExpireWatches => {
+                self.sim.compact();
+                self.sim.faults().drop_watches();
+                self.fault(a.name());
+            }
+            Action::KillLeader(KillPoint::Anytime) => {
+                if let Some(pid) = self.leader_pid() {
+                    kill9(pid);
+                    self.fault(a.name());
+                }
+            }
+            Action::KillLeader(p) => {
+                let mut t = lock(&self.trap);
+                if t.armed.is_none() {
+                    t.armed = Some(p);
+                }
+            }
+            Action::Evict { pick } => {
+                let Some((ns, pod)) = self.pick(&self.sim.running_pods(), pick) else {
+                    return;
+                };
+                if self.sim.evict(&ns, &pod) {
+                    self.fault(a.name());
+                }
+            }
+        }
+    }
+
+    async fn run_later(&mut self) {
+        let now = self.sim.now();
+        let (due, rest): (Vec<_>, Vec<_>) = std::mem::take(&mut self.later)
+            .into_iter()
+            .partition(|(t, _)| *t <= now);
+        self.later = rest;
+        for (_, l) in due {
+            self.do_later(l).await;
+        }
+    }
+
+    async fn do_later(&mut self, l: Later) {
+        let now = self.sim.now();
+        match l {
+            Later::ReleaseLock { suffix } => self.sim.release_lock(NS, &suffix),
+            Later::ClearLatency => self.sim.faults().set_latency(Duration::ZERO),
+            Later::Recreate { group, member } => match self.create(group, member).await {
+                Ok(true) => self.report.recreated += 1,
+                // Still being deleted (or an injected error): try again later.
+                _ => self
+                    .later
+                    .push((at(now, Duration::from_secs(600)), Later::Recreate { group, member })),
+            },
+        }
+    }
+
+    /// Approve each pending destructive plan with this chance.
+    async fn approve(&mut self, chance: f64) {
+        for (kind, name, o) in self.live_objects() {
+            let Some(hash) = o.pointer("/status/pendingPlan/hash").and_then(Value::as_str) else {
+                continue;
+            };
+            if chaos::unit(&mut self.rng) >= chance {
+                continue;
+            }
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(kind));
+            let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_APPROVE_PLAN: hash}}});
+            if api
+                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .await
+                .is_ok()
+            {
+                self.fault("destructive plan approved");
+            }
+        }
+    }
+
+    /// Wait (bounded) until the simulator is quiet, the leader has no reconcile in flight and
+    /// no request arrived for a few looks.
+    async fn settle(&mut self) {
+        let deadline = Instant::now() + SETTLE_PATIENCE;
+        let leader = lock(&self.history).leader().map(String::from);
+        let metrics = self
+            .replicas
+            .iter()
+            .find(|r| Some(&r.identity) == leader.as_ref())
+            .map(|r| r.metrics);
+        let (mut last, mut calm) = (None, 0);
+        loop {
+            let requests = self.sim.requests();
+            let busy = match metrics {
+                Some(addr) => metric(addr, "captf_reconciles_in_flight").await.is_none_or(|n| n > 0.0),
+                None => false,
+            };
+            calm = if self.sim.quiet() && !busy && last == Some(requests) {
+                calm + 1
+            } else {
+                0
+            };
+            if calm >= 3 {
+                return;
+            }
+            if Instant::now() > deadline {
+                self.report.unsettled += 1;
+                return;
+            }
+            last = Some(requests);
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Restart replicas that died; sample memory.
+    async fn tend(&mut self) -> Result<()> {
+        let now = self.sim.now();
+        for i in 0..self.replicas.len() {
+            if self.replicas[i].proc.exited().is_some() {
+                self.finish_replica(i);
+                let r = self.start_replica().await?;
+                self.replicas[i] = r;
+                self.report.restarts += 1;
+                continue;
+            }
+            let r = &mut self.replicas[i];
+            if let Some((rss, hwm)) = r.proc.pid().and_then(memory_mib) {
+                r.hwm = r.hwm.max(hwm);
+                if r.rss
+                    .last()
+                    .is_none_or(|(t, _)| now.duration_since(*t).as_secs() >= 3600)
+                {
+                    r.rss.push((now, rss));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// Account for a replica that is gone.
+    fn finish_replica(&mut self, i: usize) {
+        let r = &self.replicas[i];
+        self.report.peak_rss_mib = self.report.peak_rss_mib.max(r.hwm);
+        if let (Some(first), Some(last)) = (r.rss.first(), r.rss.last()) {
+            let lived = last.0.duration_since(r.started).as_secs_f64() / 3600.0;
+            if self.report.rss_growth.is_none_or(|(h, _, _)| lived > h) {
+                let quarter = at(first.0, Duration::from_secs_f64(lived * 3600.0 / 4.0));
+                let early = r.rss.iter().find(|(t, _)| *t >= quarter).map_or(first.1, |s| s.1);
+                self.report.rss_growth = Some((lived, early, last.1));
+            }
+        }
+    }
+
+    async fn play(&mut self) -> Result<()> {
+        let start = self.sim.now();
+        let end = at(start, self.cfg.duration);
+        let mut next_progress = at(start, Duration::from_secs(3600));
+        while self.sim.now() < end {
+            let (dt, jumped) = chaos::stretch(&mut self.rng, &self.cfg.rates, self.cfg.step);
+            for a in chaos::actions(&mut self.rng, &self.cfg.rates.clone(), dt) {
+                self.play_action(a).await;
+            }
+            let chance = self.cfg.rates.approve;
+            self.approve(chance).await;
+            self.run_later().await;
+            self.sim.advance(dt);
+            if jumped {
+                self.fault("clock jump (1 to 4 hours at once)");
+            }
+            self.settle().await;
+            self.tend().await?;
+            self.sim.expire_events(EVENT_TTL);
+            if self.cfg.progress && self.sim.now() >= next_progress {
+                next_progress = at(self.sim.now(), Duration::from_secs(3600));
+                let h = lock(&self.history);
+                eprintln!(
+                    "soak: {:.1}h simulated, {} Jobs, {} changes, leader {}",
+                    self.sim.now().duration_since(start).as_secs_f64() / 3600.0,
+                    h.jobs.len(),
+                    h.changes,
+                    h.leader().unwrap_or("-")
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Faults off, every runner succeeds, every plan is approved, everything deleted comes
+    /// back: let the controller bring every object home.
+    async fn drain(&mut self) -> Result<()> {
+        self.calm.store(true, Ordering::SeqCst);
+        lock(&self.trap).armed = None;
+        self.sim.faults().clear();
+        let pending = std::mem::take(&mut self.later);
+        for (_, l) in pending {
+            self.do_later(l).await;
+        }
+        let end = at(self.sim.now(), self.cfg.drain);
+        while self.sim.now() < end {
+            self.approve(1.0).await;
+            self.run_later().await;
+            // Locks of a workstation stay released; re-creations retry until they succeed.
+            self.sim.advance(Duration::from_secs(120));
+            self.settle().await;
+            self.tend().await?;
+            self.sim.expire_events(EVENT_TTL);
+        }
+        Ok(())
+    }
+
+    async fn finish(mut self) -> Report {
+        let now = self.sim.now();
+        // Every live object came home: Ready=True.
+        let mut violations = Vec::new();
+        for (kind, name, o) in self.live_objects() {
+            let ready = o
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .cloned();
+            if ready.as_ref().and_then(|r| r["status"].as_str()) != Some("True") {
+                violations.push(Violation {
+                    invariant: "every_live_object_converges_once_the_faults_stop",
+                    at: now,
+                    object: format!("{}/{NS}/{name}", kind.as_str()),
+                    detail: format!("Ready is {}", ready.map_or("missing".to_string(), |r| r.to_string())),
+                });
+            }
+        }
+        let mut metrics = Vec::new();
+        for r in &self.replicas {
+            if let Some(total) = metric(r.metrics, "captf_jobs_finished_total").await {
+                let booked = lock(&self.history).bookings_by(&r.identity);
+                metrics.push((r.identity.clone(), total as u64, booked));
+                if total as usize != booked {
+                    violations.push(Violation {
+                        invariant: "every_finished_job_booked_exactly_once",
+                        at: now,
+                        object: format!("replica {}", r.identity),
+                        detail: format!(
+                            "captf_jobs_finished_total is {total}, yet it booked {booked} Jobs while it led"
+                        ),
+                    });
+                }
+            }
+        }
+        for i in 0..self.replicas.len() {
+            self.finish_replica(i);
+        }
+        if let Some((lived, early, last)) = self.report.rss_growth
+            && lived >= 12.0
+            && last > early * 1.5 + 16.0
+        {
+            violations.push(Violation {
+                invariant: "controller_memory_does_not_grow_with_simulated_time",
+                at: now,
+                object: "controller".into(),
+                detail: format!("RSS went from {early:.1} MiB to {last:.1} MiB over {lived:.1} simulated hours"),
+            });
+        }
+        for r in std::mem::take(&mut self.replicas) {
+            r.proc.stop(Duration::from_secs(5)).await;
+        }
+        let h = lock(&self.history);
+        violations.extend(invariants::always(&h));
+        violations.extend(invariants::at_rest(&h, now));
+        let mut report = std::mem::take(&mut self.report);
+        report.seed = self.cfg.seed;
+        report.simulated_hours = h
+            .first
+            .zip(h.last)
+            .map_or(0.0, |(a, b)| b.duration_since(a).as_secs_f64() / 3600.0);
+        report.jobs = h.jobs.len();
+        report.ends = h.ends();
+        report.leader_changes = h.leaders.len().saturating_sub(1);
+        report.changes = h.changes;
+        report.runners = lock(&self.runners).clone();
+        for p in &lock(&self.trap).fired {
+            *report.faults.entry(Action::KillLeader(*p).name()).or_default() += 1;
+        }
+        report.metrics = metrics;
+        report.violations = violations;
+        report
+    }
+}
+
+fn at(t: Timestamp, d: Duration) -> Timestamp {
+    t.checked_add(SignedDuration::try_from(d).unwrap_or(SignedDuration::MAX))
+        .unwrap_or(t)
+}

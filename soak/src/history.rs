@@ -1,0 +1,470 @@
+//! The soak's record of what happened: every change the simulator made, reduced as it happens
+//! to the few facts the invariants need (Jobs, their pods, the state locks, the Events about
+//! Jobs, the objects' deletion and status), so days of simulated time fit in memory.
+//!
+//! [`History::record`] is fed by the simulator's lossless observer ([`captf_sim::Sim::observe`])
+//! in resourceVersion order; it reads nothing else, so a test can feed it hand-made changes.
+
+use std::collections::{BTreeMap, HashMap};
+
+use captf_shared::keys;
+use captf_shared::protocol::RunResult;
+use jiff::Timestamp;
+use serde_json::Value;
+
+use captf_sim::store::{EventType, WatchEvent};
+
+/// How a Job ended, classified from the Job and its pod alone (not from the controller's
+/// outcome annotation): what the backoff rule counts.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum End {
+    /// `Complete`.
+    Success,
+    /// Killed at its deadline, or failed with no result the rules exempt.
+    Failure,
+    /// Failed, but not a failure: interrupted (eviction, SIGTERM before the deadline), blocked,
+    /// plan-changed.
+    Neutral,
+}
+
+/// One Job, from its creation to its removal.
+#[derive(Clone, Debug, PartialEq)]
+pub struct JobFact {
+    pub ns: String,
+    pub name: String,
+    pub uid: String,
+    /// `captf.io/object`.
+    pub object: String,
+    /// The uid of the owning CAPTF object (the object's incarnation).
+    pub owner_uid: String,
+    pub kind: String,
+    pub op: String,
+    /// `cluster.x-k8s.io/cluster-name`.
+    pub cluster: Option<String>,
+    /// `captf.io/force-unlock`: the lock ID handed to this Job.
+    pub force_unlock: Option<String>,
+    pub created: Timestamp,
+    pub created_rv: u64,
+    /// When `Complete` or `Failed` became True (simulated time, resourceVersion).
+    pub finished: Option<(Timestamp, u64)>,
+    /// `Complete` (not `Failed`).
+    pub complete: bool,
+    /// `Failed` with reason `DeadlineExceeded`.
+    pub deadline: bool,
+    /// The pod's runner exit code, when it ended.
+    pub exit_code: Option<i32>,
+    /// The pod had `DisruptionTarget`.
+    pub disrupted: bool,
+    /// Every value `captf.io/outcome` took, in order (None: removed).
+    pub outcomes: Vec<Option<String>>,
+    /// The resourceVersion of the first outcome write (the booking).
+    pub booked_rv: Option<u64>,
+    pub deleted_rv: Option<u64>,
+}
+
+impl JobFact {
+    /// Was the Job running (created, not finished, not deleted) at resourceVersion `rv`?
+    pub fn active_at(&self, rv: u64) -> bool {
+        self.created_rv < rv && self.finished.is_none_or(|(_, f)| f > rv) && self.deleted_rv.is_none_or(|d| d > rv)
+    }
+
+    /// How it ended, if it did.
+    pub fn end(&self) -> Option<End> {
+        self.finished?;
+        Some(classify(self.deadline, self.exit_code, self.disrupted, self.complete))
+    }
+
+    /// The outcome annotation it ended with.
+    pub fn outcome(&self) -> Option<&str> {
+        self.outcomes.last().and_then(|o| o.as_deref())
+    }
+}
+
+/// The rules' classification of a finished Job, from the Job's `Failed` reason and the pod.
+pub fn classify(deadline: bool, exit_code: Option<i32>, disrupted: bool, complete: bool) -> End {
+    if complete {
+        return End::Success;
+    }
+    if deadline {
+        return End::Failure;
+    }
+    let neutral = [RunResult::Interrupted, RunResult::Blocked, RunResult::PlanChanged].map(RunResult::exit_code);
+    if disrupted || exit_code.is_some_and(|c| neutral.contains(&c)) {
+        End::Neutral
+    } else {
+        End::Failure
+    }
+}
+
+/// A runner pod: which Job's, and when it stopped running.
+#[derive(Clone, Debug, PartialEq)]
+pub struct PodFact {
+    pub job_uid: String,
+    pub object: String,
+    /// The resourceVersion at which it stopped running (terminated or removed).
+    pub ended_rv: Option<u64>,
+}
+
+/// One taking of a Terraform state lock.
+#[derive(Clone, Debug, PartialEq)]
+pub struct LockTaken {
+    pub ns: String,
+    pub lease: String,
+    pub id: String,
+    /// `Who` of the lock info.
+    pub who: String,
+    pub rv: u64,
+}
+
+/// An Event about a Job.
+#[derive(Clone, Debug, PartialEq)]
+pub struct EventFact {
+    pub ns: String,
+    pub name: String,
+    pub reason: String,
+    pub job: String,
+    pub count: i64,
+    pub rv: u64,
+}
+
+/// One CAPTF object incarnation (by uid).
+#[derive(Clone, Debug, PartialEq)]
+pub struct ObjectFact {
+    pub kind: String,
+    pub ns: String,
+    pub name: String,
+    pub uid: String,
+    /// `spec.jobs.failedJobsHistoryLimit` (default 3) and `successfulJobsHistoryLimit` (1).
+    pub failed_limit: u32,
+    pub successful_limit: u32,
+    pub orphan: bool,
+    pub deletion_requested: Option<Timestamp>,
+    pub removed: Option<Timestamp>,
+    /// The last status seen.
+    pub status: Value,
+    /// The last `Ready` condition status seen.
+    pub ready: Option<String>,
+}
+
+/// Everything recorded.
+#[derive(Debug, Default)]
+pub struct History {
+    pub jobs: Vec<JobFact>,
+    job_index: HashMap<String, usize>,
+    /// By (namespace, pod name).
+    pub pods: HashMap<(String, String), PodFact>,
+    pub locks: Vec<LockTaken>,
+    pub events: Vec<EventFact>,
+    pub objects: Vec<ObjectFact>,
+    object_index: HashMap<String, usize>,
+    /// Holder identities of the controller's leader Lease, in order of change, each with the
+    /// resourceVersion it took over at.
+    pub leaders: Vec<(u64, String)>,
+    /// Changes seen.
+    pub changes: u64,
+    pub first: Option<Timestamp>,
+    pub last: Option<Timestamp>,
+}
+
+const CAPTF_KINDS: [&str; 3] = ["TerraformCluster", "TerraformMachinePool", "TerraformMachine"];
+
+fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
+    v.pointer(p).and_then(Value::as_str)
+}
+
+fn label<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/labels")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+}
+
+fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
+    v.pointer("/metadata/annotations")
+        .and_then(|l| l.get(key))
+        .and_then(Value::as_str)
+}
+
+fn condition_true(v: &Value, type_: &str) -> Option<Option<String>> {
+    v.pointer("/status/conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_ && c["status"] == "True")
+        .map(|c| c["reason"].as_str().map(String::from))
+}
+
+impl History {
+    /// Take one change in.
+    pub fn record(&mut self, now: Timestamp, ev: &WatchEvent) {
+        self.changes += 1;
+        self.first.get_or_insert(now);
+        self.last = Some(now);
+        match ev.res.as_str() {
+            "batch/jobs" => self.job(now, ev),
+            "/pods" => self.pod(ev),
+            "coordination.k8s.io/leases" => self.lease(ev),
+            "/events" => self.event(ev),
+            r if r.starts_with(keys::GROUP) => self.object(now, ev),
+            _ => {}
+        }
+    }
+
+    fn job(&mut self, now: Timestamp, ev: &WatchEvent) {
+        let o = &ev.object;
+        let Some(uid) = s(o, "/metadata/uid") else { return };
+        let Some(object) = label(o, keys::LABEL_OBJECT) else {
+            return;
+        };
+        let i = match self.job_index.get(uid) {
+            Some(&i) => i,
+            None => {
+                let owner_uid = o
+                    .pointer("/metadata/ownerReferences")
+                    .and_then(Value::as_array)
+                    .and_then(|a| {
+                        a.iter()
+                            .find(|r| CAPTF_KINDS.contains(&r["kind"].as_str().unwrap_or_default()))
+                    })
+                    .and_then(|r| r["uid"].as_str())
+                    .unwrap_or_default();
+                self.jobs.push(JobFact {
+                    ns: ev.ns.clone(),
+                    name: s(o, "/metadata/name").unwrap_or_default().into(),
+                    uid: uid.into(),
+                    object: object.into(),
+                    owner_uid: owner_uid.into(),
+                    kind: label(o, keys::LABEL_KIND).unwrap_or_default().into(),
+                    op: label(o, keys::LABEL_OP).unwrap_or_default().into(),
+                    cluster: label(o, keys::LABEL_CLUSTER_NAME).map(String::from),
+                    force_unlock: annotation(o, keys::ANNOTATION_FORCE_UNLOCK).map(String::from),
+                    created: now,
+                    created_rv: ev.rv,
+                    finished: None,
+                    complete: false,
+                    deadline: false,
+                    exit_code: None,
+                    disrupted: false,
+                    outcomes: Vec::new(),
+                    booked_rv: None,
+                    deleted_rv: None,
+                });
+                self.job_index.insert(uid.into(), self.jobs.len() - 1);
+                self.jobs.len() - 1
+            }
+        };
+        let j = &mut self.jobs[i];
+        if j.finished.is_none() {
+            let complete = condition_true(o, "Complete").is_some();
+            let failed = condition_true(o, "Failed");
+            if complete || failed.is_some() {
+                j.finished = Some((now, ev.rv));
+                j.complete = complete;
+                j.deadline = failed.flatten().as_deref() == Some("DeadlineExceeded");
+            }
+        }
+        let outcome = annotation(o, keys::ANNOTATION_OUTCOME).map(String::from);
+        if (outcome.is_some() || !j.outcomes.is_empty()) && j.outcomes.last() != Some(&outcome) {
+            j.outcomes.push(outcome);
+            j.booked_rv.get_or_insert(ev.rv);
+        }
+        if ev.kind == EventType::Deleted {
+            j.deleted_rv.get_or_insert(ev.rv);
+        }
+    }
+
+    fn pod(&mut self, ev: &WatchEvent) {
+        let o = &ev.object;
+        let Some(job_uid) = label(o, "batch.kubernetes.io/controller-uid") else {
+            return;
+        };
+        let Some(object) = label(o, keys::LABEL_OBJECT) else {
+            return;
+        };
+        let key = (ev.ns.clone(), s(o, "/metadata/name").unwrap_or_default().to_string());
+        let pod = self.pods.entry(key).or_insert_with(|| PodFact {
+            job_uid: job_uid.into(),
+            object: object.into(),
+            ended_rv: None,
+        });
+        let terminated = o.pointer("/status/containerStatuses/0/state/terminated");
+        if pod.ended_rv.is_none() && (terminated.is_some() || ev.kind == EventType::Deleted) {
+            pod.ended_rv = Some(ev.rv);
+        }
+        let Some(&i) = self.job_index.get(job_uid) else { return };
+        let j = &mut self.jobs[i];
+        if let Some(code) = terminated.and_then(|t| t["exitCode"].as_i64()) {
+            j.exit_code = i32::try_from(code).ok();
+        }
+        if condition_true(o, "DisruptionTarget").is_some() {
+            j.disrupted = true;
+        }
+    }
+
+    fn lease(&mut self, ev: &WatchEvent) {
+        let o = &ev.object;
+        let name = s(o, "/metadata/name").unwrap_or_default();
+        let holder = s(o, "/spec/holderIdentity").filter(|h| !h.is_empty());
+        if name == "captf-controller-leader" {
+            if let Some(h) = holder
+                && self.leaders.last().map(|(_, l)| l.as_str()) != Some(h)
+            {
+                self.leaders.push((ev.rv, h.into()));
+            }
+            return;
+        }
+        if !name.starts_with("lock-tfstate-") {
+            return;
+        }
+        let Some(id) = holder else { return };
+        let was = ev.old.as_ref().and_then(|old| s(old, "/spec/holderIdentity"));
+        if was == Some(id) {
+            return;
+        }
+        let who = annotation(o, keys::ANNOTATION_TF_LOCK_INFO)
+            .and_then(|i| serde_json::from_str::<Value>(i).ok())
+            .and_then(|i| i["Who"].as_str().map(String::from))
+            .unwrap_or_default();
+        self.locks.push(LockTaken {
+            ns: ev.ns.clone(),
+            lease: name.into(),
+            id: id.into(),
+            who,
+            rv: ev.rv,
+        });
+    }
+
+    fn event(&mut self, ev: &WatchEvent) {
+        let o = &ev.object;
+        if s(o, "/related/kind") != Some("Job") || ev.kind == EventType::Deleted {
+            return;
+        }
+        let name = s(o, "/metadata/name").unwrap_or_default();
+        let fact = EventFact {
+            ns: ev.ns.clone(),
+            name: name.into(),
+            reason: s(o, "/reason").unwrap_or_default().into(),
+            job: s(o, "/related/name").unwrap_or_default().into(),
+            count: o.pointer("/count").and_then(Value::as_i64).unwrap_or(1),
+            rv: ev.rv,
+        };
+        match self
+            .events
+            .iter_mut()
+            .rev()
+            .find(|e| e.ns == fact.ns && e.name == fact.name)
+        {
+            Some(e) => *e = fact,
+            None => self.events.push(fact),
+        }
+    }
+
+    fn object(&mut self, now: Timestamp, ev: &WatchEvent) {
+        let o = &ev.object;
+        let kind = s(o, "/kind").unwrap_or_default();
+        if !CAPTF_KINDS.contains(&kind) {
+            return;
+        }
+        let Some(uid) = s(o, "/metadata/uid") else { return };
+        let i = match self.object_index.get(uid) {
+            Some(&i) => i,
+            None => {
+                let limit = |p: &str, d: u32| {
+                    o.pointer(p)
+                        .and_then(Value::as_u64)
+                        .and_then(|v| u32::try_from(v).ok())
+                        .unwrap_or(d)
+                };
+                self.objects.push(ObjectFact {
+                    kind: kind.into(),
+                    ns: ev.ns.clone(),
+                    name: s(o, "/metadata/name").unwrap_or_default().into(),
+                    uid: uid.into(),
+                    failed_limit: limit("/spec/jobs/failedJobsHistoryLimit", 3),
+                    successful_limit: limit("/spec/jobs/successfulJobsHistoryLimit", 1),
+                    orphan: s(o, "/spec/deletionPolicy") == Some("Orphan"),
+                    deletion_requested: None,
+                    removed: None,
+                    status: Value::Null,
+                    ready: None,
+                });
+                self.object_index.insert(uid.into(), self.objects.len() - 1);
+                self.objects.len() - 1
+            }
+        };
+        let f = &mut self.objects[i];
+        if o.pointer("/metadata/deletionTimestamp").is_some() {
+            f.deletion_requested.get_or_insert(now);
+        }
+        if let Some(st) = o.get("status") {
+            f.status = st.clone();
+            f.ready = st
+                .pointer("/conditions")
+                .and_then(Value::as_array)
+                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .and_then(|c| c["status"].as_str().map(String::from));
+        }
+        if ev.kind == EventType::Deleted {
+            f.removed.get_or_insert(now);
+        }
+    }
+
+    /// Who led at resourceVersion `rv`.
+    pub fn leader_at(&self, rv: u64) -> Option<&str> {
+        self.leaders
+            .iter()
+            .take_while(|(at, _)| *at <= rv)
+            .last()
+            .map(|(_, l)| l.as_str())
+    }
+
+    /// The current leader.
+    pub fn leader(&self) -> Option<&str> {
+        self.leaders.last().map(|(_, l)| l.as_str())
+    }
+
+    /// Bookings (first outcome writes) made while `identity` led.
+    pub fn bookings_by(&self, identity: &str) -> usize {
+        self.jobs
+            .iter()
+            .filter_map(|j| j.booked_rv)
+            .filter(|rv| self.leader_at(*rv) == Some(identity))
+            .count()
+    }
+
+    /// The Job with this uid.
+    pub fn job_by_uid(&self, uid: &str) -> Option<&JobFact> {
+        self.job_index.get(uid).map(|&i| &self.jobs[i])
+    }
+
+    /// Jobs that finished, by the rules' classification.
+    pub fn ends(&self) -> BTreeMap<&'static str, usize> {
+        let mut m = BTreeMap::new();
+        for j in &self.jobs {
+            let k = match j.end() {
+                Some(End::Success) => "succeeded",
+                Some(End::Failure) => "failed",
+                Some(End::Neutral) => "neither",
+                None => continue,
+            };
+            *m.entry(k).or_default() += 1;
+        }
+        m
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_classified_from_its_deadline_exit_code_and_disruption_alone() {
+        assert_eq!(classify(false, Some(0), false, true), End::Success);
+        assert_eq!(classify(true, Some(5), false, false), End::Failure);
+        assert_eq!(classify(false, Some(1), false, false), End::Failure);
+        assert_eq!(classify(false, Some(137), false, false), End::Failure);
+        assert_eq!(classify(false, None, false, false), End::Failure);
+        for neutral in [3, 4, 5] {
+            assert_eq!(classify(false, Some(neutral), false, false), End::Neutral);
+        }
+        assert_eq!(classify(false, None, true, false), End::Neutral);
+    }
+}

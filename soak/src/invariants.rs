@@ -1,0 +1,749 @@
+//! What must hold over the whole recorded history, however the faults fell (docs/soak.md).
+//! Each check is a pure function of the [`History`]; each rule is recomputed here from what
+//! the simulator saw, never read from the controller's own bookkeeping.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use jiff::{SignedDuration, Timestamp};
+
+use crate::history::{End, History, JobFact};
+
+/// A broken invariant: which, when (simulated time), about which object, and what was seen.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Violation {
+    pub invariant: &'static str,
+    pub at: Timestamp,
+    pub object: String,
+    pub detail: String,
+}
+
+impl std::fmt::Display for Violation {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} at {} on {}: {}",
+            self.invariant, self.at, self.object, self.detail
+        )
+    }
+}
+
+fn v(invariant: &'static str, at: Timestamp, object: &str, detail: String) -> Violation {
+    Violation {
+        invariant,
+        at,
+        object: object.to_string(),
+        detail,
+    }
+}
+
+/// Checks that hold at every moment of the history.
+pub fn always(h: &History) -> Vec<Violation> {
+    let mut out = one_active_job_per_object(h);
+    out.extend(no_member_job_while_its_cluster_job_runs(h));
+    out.extend(force_unlock_only_of_the_objects_own_dead_runner(h));
+    out.extend(no_job_before_the_backoff_allows(h));
+    out.extend(an_outcome_once_written_never_changes(h));
+    out
+}
+
+/// Checks that hold once the faults stopped and everything settled (`end`: that moment).
+pub fn at_rest(h: &History, end: Timestamp) -> Vec<Violation> {
+    let mut out = every_finished_job_booked_exactly_once(h, end);
+    out.extend(an_interrupted_apply_is_applied_again(h, end));
+    out.extend(every_deleted_object_is_destroyed_and_released(h, end));
+    out.extend(pruning_leaves_no_job_behind(h, end));
+    out.extend(status_failure_counts_match_the_history(h, end));
+    out
+}
+
+/// Each live object's `status.consecutiveFailures` per op equals the failures of that op since
+/// its last success, recounted from the Jobs' ends.
+pub fn status_failure_counts_match_the_history(h: &History, end: Timestamp) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for o in h
+        .objects
+        .iter()
+        .filter(|o| o.removed.is_none() && o.deletion_requested.is_none())
+    {
+        let mut jobs: Vec<&JobFact> = h.jobs.iter().filter(|j| j.owner_uid == o.uid).collect();
+        jobs.sort_by_key(|j| j.created_rv);
+        let mut counts: BTreeMap<&str, u64> = BTreeMap::new();
+        for j in &jobs {
+            match j.end() {
+                Some(End::Success) => {
+                    counts.insert(&j.op, 0);
+                }
+                Some(End::Failure) => *counts.entry(&j.op).or_default() += 1,
+                _ => {}
+            }
+        }
+        for (op, n) in counts {
+            let booked = o
+                .status
+                .pointer(&format!("/consecutiveFailures/{op}"))
+                .and_then(serde_json::Value::as_u64)
+                .unwrap_or(0);
+            if booked != n {
+                out.push(v(
+                    "status_failure_counts_match_the_history",
+                    end,
+                    &format!("{}/{}/{}", o.kind, o.ns, o.name),
+                    format!("status.consecutiveFailures.{op} is {booked}, the Jobs say {n}"),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Never two Jobs of one object running at once (the run lease's promise).
+pub fn one_active_job_per_object(h: &History) -> Vec<Violation> {
+    let mut by_object: HashMap<(&str, &str), Vec<&JobFact>> = HashMap::new();
+    for j in &h.jobs {
+        by_object.entry((&j.ns, &j.object)).or_default().push(j);
+    }
+    let mut out = Vec::new();
+    for jobs in by_object.values() {
+        for j in jobs {
+            if let Some(other) = jobs.iter().find(|k| k.uid != j.uid && k.active_at(j.created_rv)) {
+                out.push(v(
+                    "one_active_job_per_object",
+                    j.created,
+                    &j.object,
+                    format!("Job {} was created while Job {} still ran", j.name, other.name),
+                ));
+            }
+        }
+    }
+    out
+}
+
+const CLUSTER: &str = "TerraformCluster";
+
+/// A machine pool's or machine's Job never starts while a Job of its cluster runs, and the
+/// cluster's apply or destroy never starts while a member's Job runs (the cluster lease).
+pub fn no_member_job_while_its_cluster_job_runs(h: &History) -> Vec<Violation> {
+    let mut by_cluster: HashMap<(&str, &str), Vec<&JobFact>> = HashMap::new();
+    for j in &h.jobs {
+        if let Some(c) = &j.cluster {
+            by_cluster.entry((&j.ns, c)).or_default().push(j);
+        }
+    }
+    let mut out = Vec::new();
+    for jobs in by_cluster.values() {
+        for j in jobs {
+            let member = j.kind != CLUSTER;
+            let guarded = member || matches!(j.op.as_str(), "apply" | "destroy");
+            if !guarded {
+                continue;
+            }
+            let clash = jobs
+                .iter()
+                .find(|k| (k.kind == CLUSTER) == member && k.active_at(j.created_rv));
+            if let Some(k) = clash {
+                out.push(v(
+                    "no_member_job_while_its_cluster_job_runs",
+                    j.created,
+                    &j.object,
+                    format!(
+                        "{} Job {} was created while {} Job {} ran",
+                        j.kind, j.name, k.kind, k.name
+                    ),
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// A lock ID handed to a Job for `force-unlock` was taken by a runner pod of the same object,
+/// and that pod had stopped running before the Job was created. A workstation's lock, or a lock
+/// of a pod still running, is never handed over.
+pub fn force_unlock_only_of_the_objects_own_dead_runner(h: &History) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for j in &h.jobs {
+        let Some(id) = &j.force_unlock else { continue };
+        let taken = h
+            .locks
+            .iter()
+            .rfind(|l| l.ns == j.ns && &l.id == id && l.rv < j.created_rv);
+        let why = match taken {
+            None => Some(format!("lock ID {id} was never taken before Job {}", j.name)),
+            Some(l) => {
+                let host = l.who.rsplit('@').next().unwrap_or_default();
+                match h.pods.get(&(j.ns.clone(), host.to_string())) {
+                    None => Some(format!("lock ID {id} is held by {:?}, not by a runner pod", l.who)),
+                    Some(p) if p.object != j.object => Some(format!(
+                        "lock ID {id} is held by a runner of another object ({})",
+                        p.object
+                    )),
+                    Some(p) if p.ended_rv.is_none_or(|e| e > j.created_rv) => Some(format!(
+                        "lock ID {id} is held by runner pod {host}, still running when Job {} was created",
+                        j.name
+                    )),
+                    Some(_) => None,
+                }
+            }
+        };
+        if let Some(why) = why {
+            out.push(v(
+                "force_unlock_only_of_the_objects_own_dead_runner",
+                j.created,
+                &j.object,
+                why,
+            ));
+        }
+    }
+    out
+}
+
+/// The retry delay after `n` consecutive failures: `min(1m × 2^(n-1), 10m)`, and 10m once `n`
+/// reaches the failed-Jobs history limit (0 counts as 1). Written out again here, on purpose:
+/// the soak checks the controller against the rule, not against the controller's own code.
+pub fn retry_delay(n: u32, failed_limit: u32) -> Duration {
+    const CAP: u64 = 600;
+    if n == 0 {
+        return Duration::ZERO;
+    }
+    if n >= failed_limit.max(1) {
+        return Duration::from_secs(CAP);
+    }
+    let mut secs = 60u64;
+    for _ in 1..n {
+        secs = (secs * 2).min(CAP);
+    }
+    Duration::from_secs(secs)
+}
+
+/// No Job of an op starts before its newest failure's finish plus `retry_delay(n)`, where `n`
+/// counts the op's failures since its last success (per object incarnation).
+pub fn no_job_before_the_backoff_allows(h: &History) -> Vec<Violation> {
+    let limits: HashMap<&str, u32> = h.objects.iter().map(|o| (o.uid.as_str(), o.failed_limit)).collect();
+    let mut by_op: BTreeMap<(&str, &str), Vec<&JobFact>> = BTreeMap::new();
+    for j in &h.jobs {
+        by_op.entry((&j.owner_uid, &j.op)).or_default().push(j);
+    }
+    let mut out = Vec::new();
+    for ((owner, _), mut jobs) in by_op {
+        jobs.sort_by_key(|j| j.created_rv);
+        let limit = limits.get(owner).copied().unwrap_or(3);
+        let (mut n, mut newest_failure) = (0u32, None::<Timestamp>);
+        for j in jobs {
+            if let Some(f) = newest_failure {
+                let delay = retry_delay(n, limit);
+                let allowed = f + SignedDuration::try_from(delay).unwrap_or(SignedDuration::MAX);
+                if j.created < allowed {
+                    out.push(v(
+                        "no_job_before_the_backoff_allows",
+                        j.created,
+                        &j.object,
+                        format!(
+                            "{} Job {} started {}s after the newest of {n} failure(s), before the {}s the backoff allows",
+                            j.op,
+                            j.name,
+                            j.created.duration_since(f).as_secs(),
+                            delay.as_secs()
+                        ),
+                    ));
+                }
+            }
+            match j.end() {
+                Some(End::Success) => (n, newest_failure) = (0, None),
+                Some(End::Failure) => {
+                    n += 1;
+                    newest_failure = j.finished.map(|(t, _)| t);
+                }
+                _ => {}
+            }
+        }
+    }
+    out
+}
+
+/// `captf.io/outcome`, once written, is never changed or removed.
+pub fn an_outcome_once_written_never_changes(h: &History) -> Vec<Violation> {
+    h.jobs
+        .iter()
+        .filter(|j| j.outcomes.len() > 1)
+        .map(|j| {
+            v(
+                "an_outcome_once_written_never_changes",
+                j.created,
+                &j.object,
+                format!("Job {}'s outcome went {:?}", j.name, j.outcomes),
+            )
+        })
+        .collect()
+}
+
+/// What the rules' classification says an outcome must be.
+fn outcome_matches(end: End, outcome: &str) -> bool {
+    match end {
+        End::Success => outcome == "succeeded",
+        End::Failure => matches!(outcome, "failed" | "deadline"),
+        End::Neutral => matches!(outcome, "interrupted" | "blocked" | "plan-changed"),
+    }
+}
+
+/// The Event a booking emits for an outcome, if any.
+fn event_reason(outcome: &str) -> Option<&'static str> {
+    match outcome {
+        "failed" => Some("JobFailed"),
+        "deadline" => Some("JobDeadlineExceeded"),
+        "interrupted" => Some("JobInterrupted"),
+        "blocked" => Some("DestructivePlanBlocked"),
+        _ => None,
+    }
+}
+
+/// Every finished Job is booked before it goes: one outcome, matching how it ended, and the
+/// outcome's Event exactly once.
+pub fn every_finished_job_booked_exactly_once(h: &History, end: Timestamp) -> Vec<Violation> {
+    let mut out = Vec::new();
+    let mut expected: HashMap<(&str, &str, &str), i64> = HashMap::new();
+    for j in &h.jobs {
+        let Some(how) = j.end() else { continue };
+        match j.outcome() {
+            None => out.push(v(
+                "every_finished_job_booked_exactly_once",
+                end,
+                &j.object,
+                format!("Job {} finished ({how:?}) but was never booked", j.name),
+            )),
+            Some(o) if !outcome_matches(how, o) => out.push(v(
+                "every_finished_job_booked_exactly_once",
+                end,
+                &j.object,
+                format!("Job {} ended {how:?} but was booked {o:?}", j.name),
+            )),
+            Some(o) => {
+                if let Some(r) = event_reason(o) {
+                    *expected.entry((&j.ns, &j.name, r)).or_default() += 1;
+                }
+            }
+        }
+    }
+    let mut seen: HashMap<(&str, &str, &str), i64> = HashMap::new();
+    for e in &h.events {
+        if [
+            "JobFailed",
+            "JobDeadlineExceeded",
+            "JobInterrupted",
+            "DestructivePlanBlocked",
+        ]
+        .contains(&e.reason.as_str())
+        {
+            *seen.entry((&e.ns, &e.job, &e.reason)).or_default() += e.count;
+        }
+    }
+    let mut keys: Vec<_> = expected.keys().chain(seen.keys()).copied().collect();
+    keys.sort();
+    keys.dedup();
+    for k in keys {
+        let (want, got) = (
+            expected.get(&k).copied().unwrap_or(0),
+            seen.get(&k).copied().unwrap_or(0),
+        );
+        if want != got {
+            out.push(v(
+                "every_finished_job_booked_exactly_once",
+                end,
+                k.1,
+                format!(
+                    "{want} booking(s) of Job {} call for {want} {} Event(s), {got} were emitted",
+                    k.1, k.2
+                ),
+            ));
+        }
+    }
+    out
+}
+
+/// An apply that was interrupted (or whose Job vanished while it ran) is followed by another
+/// apply of the same object, unless the object was deleted.
+pub fn an_interrupted_apply_is_applied_again(h: &History, end: Timestamp) -> Vec<Violation> {
+    let removed: HashMap<&str, bool> = h
+        .objects
+        .iter()
+        .map(|o| (o.uid.as_str(), o.deletion_requested.is_some()))
+        .collect();
+    let mut out = Vec::new();
+    for j in h
+        .jobs
+        .iter()
+        .filter(|j| j.op == "apply" && j.kind != "TerraformMachine")
+    {
+        let interrupted = j.end() == Some(End::Neutral) && (j.disrupted || j.exit_code == Some(5))
+            || (j.finished.is_none() && j.deleted_rv.is_some());
+        if !interrupted || removed.get(j.owner_uid.as_str()).copied().unwrap_or(true) {
+            continue;
+        }
+        let again = h
+            .jobs
+            .iter()
+            .any(|k| k.owner_uid == j.owner_uid && k.op == "apply" && k.created_rv > j.created_rv);
+        if !again {
+            out.push(v(
+                "an_interrupted_apply_is_applied_again",
+                end,
+                &j.object,
+                format!("apply Job {} was interrupted and no apply followed", j.name),
+            ));
+        }
+    }
+    out
+}
+
+/// Every object whose deletion was asked for is gone; with `deletionPolicy: Delete` a destroy
+/// of that very object succeeded first, with `Orphan` none ran.
+pub fn every_deleted_object_is_destroyed_and_released(h: &History, end: Timestamp) -> Vec<Violation> {
+    let mut out = Vec::new();
+    for o in h.objects.iter().filter(|o| o.deletion_requested.is_some()) {
+        let id = format!("{}/{}/{}", o.kind, o.ns, o.name);
+        let Some(removed) = o.removed else {
+            out.push(v(
+                "every_deleted_object_is_destroyed_and_released",
+                end,
+                &id,
+                format!(
+                    "deletion asked at {:?}, the object is still there",
+                    o.deletion_requested
+                ),
+            ));
+            continue;
+        };
+        let destroyed = h.jobs.iter().any(|j| {
+            j.owner_uid == o.uid
+                && j.op == "destroy"
+                && j.end() == Some(End::Success)
+                && j.finished.is_some_and(|(t, _)| t <= removed)
+        });
+        let any_destroy = h.jobs.iter().any(|j| j.owner_uid == o.uid && j.op == "destroy");
+        if o.orphan && any_destroy {
+            out.push(v(
+                "every_deleted_object_is_destroyed_and_released",
+                removed,
+                &id,
+                "deletionPolicy Orphan, yet a destroy Job ran".into(),
+            ));
+        }
+        if !o.orphan && !destroyed {
+            out.push(v(
+                "every_deleted_object_is_destroyed_and_released",
+                removed,
+                &id,
+                "removed without a successful destroy".into(),
+            ));
+        }
+    }
+    out
+}
+
+/// After booking, no more Jobs are kept than the history limits allow, and no Job outlives its
+/// object.
+pub fn pruning_leaves_no_job_behind(h: &History, end: Timestamp) -> Vec<Violation> {
+    let objects: HashMap<&str, _> = h.objects.iter().map(|o| (o.uid.as_str(), o)).collect();
+    let mut kept: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
+    let mut out = Vec::new();
+    for j in h.jobs.iter().filter(|j| j.deleted_rv.is_none()) {
+        let Some(o) = objects.get(j.owner_uid.as_str()) else {
+            continue;
+        };
+        if o.removed.is_some() {
+            out.push(v(
+                "pruning_leaves_no_job_behind",
+                end,
+                &j.object,
+                format!("Job {} outlived its object", j.name),
+            ));
+            continue;
+        }
+        if let Some(outcome) = j.outcome() {
+            let class = match outcome {
+                "failed" | "deadline" => "failure",
+                other => other,
+            };
+            *kept.entry((&j.owner_uid, &j.op, class)).or_default() += 1;
+        }
+    }
+    for ((owner, op, class), n) in kept {
+        let Some(o) = objects.get(owner) else { continue };
+        let limit = if class == "succeeded" {
+            o.successful_limit as usize
+        } else {
+            o.failed_limit.max(1) as usize
+        };
+        if n > limit {
+            out.push(v(
+                "pruning_leaves_no_job_behind",
+                end,
+                &format!("{}/{}/{}", o.kind, o.ns, o.name),
+                format!("{n} {class} {op} Jobs kept, the limit is {limit}"),
+            ));
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::history::{LockTaken, ObjectFact, PodFact};
+    use serde_json::Value;
+
+    fn t(secs: i64) -> Timestamp {
+        Timestamp::from_second(1_800_000_000 + secs).unwrap()
+    }
+
+    fn job(name: &str, op: &str, created: (i64, u64), finished: Option<(i64, u64)>, end: Option<End>) -> JobFact {
+        JobFact {
+            ns: "default".into(),
+            name: name.into(),
+            uid: format!("uid-{name}"),
+            object: "TerraformCluster.default.c".into(),
+            owner_uid: "o1".into(),
+            kind: "TerraformCluster".into(),
+            op: op.into(),
+            cluster: Some("c".into()),
+            force_unlock: None,
+            created: t(created.0),
+            created_rv: created.1,
+            finished: finished.map(|(s, rv)| (t(s), rv)),
+            complete: end == Some(End::Success),
+            deadline: false,
+            exit_code: match end {
+                Some(End::Success) => Some(0),
+                Some(End::Failure) => Some(1),
+                Some(End::Neutral) => Some(5),
+                None => None,
+            },
+            disrupted: false,
+            booked_rv: end.map(|_| finished.map_or(0, |f| f.1)),
+            outcomes: match end {
+                Some(End::Success) => vec![Some("succeeded".into())],
+                Some(End::Failure) => vec![Some("failed".into())],
+                Some(End::Neutral) => vec![Some("interrupted".into())],
+                None => vec![],
+            },
+            deleted_rv: None,
+        }
+    }
+
+    fn history(jobs: Vec<JobFact>) -> History {
+        let mut h = History::default();
+        h.objects.push(ObjectFact {
+            kind: "TerraformCluster".into(),
+            ns: "default".into(),
+            name: "c".into(),
+            uid: "o1".into(),
+            failed_limit: 3,
+            successful_limit: 1,
+            orphan: false,
+            deletion_requested: None,
+            removed: None,
+            status: Value::Null,
+            ready: None,
+        });
+        h.jobs = jobs;
+        h
+    }
+
+    #[test]
+    fn retry_delay_is_one_minute_doubling_capped_at_ten_and_at_the_limit() {
+        let m = |n| retry_delay(n, 3).as_secs() / 60;
+        assert_eq!([m(0), m(1), m(2), m(3), m(4)], [0, 1, 2, 10, 10]);
+        let m5 = |n| retry_delay(n, 5).as_secs() / 60;
+        assert_eq!([m5(1), m5(2), m5(3), m5(4), m5(5)], [1, 2, 4, 8, 10]);
+        assert_eq!(retry_delay(1, 0).as_secs(), 600);
+        assert_eq!(retry_delay(40, 100).as_secs(), 600);
+    }
+
+    #[test]
+    fn one_active_job_per_object_flags_a_job_created_while_another_runs() {
+        let ok = history(vec![
+            job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Success)),
+            job("a2", "apply", (60, 30), Some((90, 40)), Some(End::Success)),
+        ]);
+        assert_eq!(one_active_job_per_object(&ok), vec![]);
+        let bad = history(vec![
+            job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Success)),
+            job("d1", "drift", (10, 15), None, None),
+        ]);
+        let found = one_active_job_per_object(&bad);
+        assert_eq!(found.len(), 1);
+        assert!(found[0].detail.contains("Job d1 was created while Job a1 still ran"));
+    }
+
+    #[test]
+    fn no_member_job_while_its_cluster_job_runs_in_either_direction_but_a_cluster_drift_may_overlap() {
+        let mut pool = job("p1", "apply", (10, 15), Some((40, 25)), Some(End::Success));
+        pool.kind = "TerraformMachinePool".into();
+        pool.object = "TerraformMachinePool.default.p".into();
+        pool.owner_uid = "o2".into();
+        let cluster = job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Success));
+        assert_eq!(
+            no_member_job_while_its_cluster_job_runs(&history(vec![cluster, pool.clone()])).len(),
+            1
+        );
+        // The cluster's drift check started while the pool's apply ran: allowed.
+        let drift = job("d1", "drift", (20, 18), Some((50, 30)), Some(End::Success));
+        assert_eq!(
+            no_member_job_while_its_cluster_job_runs(&history(vec![pool.clone(), drift])),
+            vec![]
+        );
+        // The cluster's apply started while the pool's ran: not allowed.
+        let apply = job("a2", "apply", (20, 18), Some((50, 30)), Some(End::Success));
+        assert_eq!(
+            no_member_job_while_its_cluster_job_runs(&history(vec![pool, apply])).len(),
+            1
+        );
+    }
+
+    #[test]
+    fn no_job_before_the_backoff_allows_counts_failures_since_the_last_success() {
+        // Failures at 100 s and (after 1 min) 190 s: the third try may start at 190 + 120.
+        let jobs = vec![
+            job("a1", "apply", (0, 10), Some((100, 11)), Some(End::Failure)),
+            job("a2", "apply", (160, 12), Some((190, 13)), Some(End::Failure)),
+            job("a3", "apply", (310, 14), Some((320, 15)), Some(End::Success)),
+            job("a4", "apply", (330, 16), Some((340, 17)), Some(End::Failure)),
+        ];
+        assert_eq!(no_job_before_the_backoff_allows(&history(jobs.clone())), vec![]);
+        let mut early = jobs;
+        early[2].created = t(309);
+        let found = no_job_before_the_backoff_allows(&history(early));
+        assert_eq!(found.len(), 1);
+        assert!(found[0].detail.contains("before the 120s"), "{}", found[0].detail);
+        // An interruption is no failure: the next try may start at once, yet the delay from
+        // the newest failure still holds.
+        let jobs = vec![
+            job("a1", "apply", (0, 10), Some((100, 11)), Some(End::Failure)),
+            job("a2", "apply", (160, 12), Some((170, 13)), Some(End::Neutral)),
+            job("a3", "apply", (171, 14), None, None),
+        ];
+        assert_eq!(no_job_before_the_backoff_allows(&history(jobs)), vec![]);
+        // Other ops' failures don't count.
+        let jobs = vec![
+            job("d1", "drift", (0, 10), Some((100, 11)), Some(End::Failure)),
+            job("a1", "apply", (101, 12), None, None),
+        ];
+        assert_eq!(no_job_before_the_backoff_allows(&history(jobs)), vec![]);
+    }
+
+    #[test]
+    fn force_unlock_only_of_the_objects_own_dead_runner_refuses_workstations_and_live_pods() {
+        let mut h = history(vec![]);
+        h.pods.insert(
+            ("default".into(), "tc-x-apply-1-abcde".into()),
+            PodFact {
+                job_uid: "uid-a1".into(),
+                object: "TerraformCluster.default.c".into(),
+                ended_rv: Some(20),
+            },
+        );
+        let lock = |id: &str, who: &str, rv| LockTaken {
+            ns: "default".into(),
+            lease: "lock-tfstate-default-x".into(),
+            id: id.into(),
+            who: who.into(),
+            rv,
+        };
+        h.locks = vec![
+            lock("L1", "root@tc-x-apply-1-abcde", 12),
+            lock("W1", "alice@workstation", 40),
+        ];
+        let mut a2 = job("a2", "apply", (60, 30), None, None);
+        a2.force_unlock = Some("L1".into());
+        h.jobs = vec![a2.clone()];
+        assert_eq!(force_unlock_only_of_the_objects_own_dead_runner(&h), vec![]);
+        // The pod still ran when the Job was made.
+        a2.created_rv = 19;
+        h.jobs = vec![a2.clone()];
+        assert_eq!(force_unlock_only_of_the_objects_own_dead_runner(&h).len(), 1);
+        // A workstation's lock.
+        a2.created_rv = 50;
+        a2.force_unlock = Some("W1".into());
+        h.jobs = vec![a2];
+        let found = force_unlock_only_of_the_objects_own_dead_runner(&h);
+        assert!(found[0].detail.contains("alice@workstation"), "{found:?}");
+    }
+
+    #[test]
+    fn every_finished_job_booked_exactly_once_wants_one_matching_outcome_and_one_event() {
+        use crate::history::EventFact;
+        let mut h = history(vec![job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Failure))]);
+        let ev = |count| EventFact {
+            ns: "default".into(),
+            name: "e1".into(),
+            reason: "JobFailed".into(),
+            job: "a1".into(),
+            count,
+            rv: 21,
+        };
+        h.events = vec![ev(1)];
+        assert_eq!(every_finished_job_booked_exactly_once(&h, t(100)), vec![]);
+        h.events = vec![ev(2)];
+        assert_eq!(every_finished_job_booked_exactly_once(&h, t(100)).len(), 1);
+        h.events = vec![ev(1)];
+        h.jobs[0].outcomes = vec![Some("interrupted".into())];
+        assert!(
+            every_finished_job_booked_exactly_once(&h, t(100))
+                .iter()
+                .any(|v| v.detail.contains("booked \"interrupted\""))
+        );
+        h.jobs[0].outcomes = vec![];
+        assert!(
+            every_finished_job_booked_exactly_once(&h, t(100))
+                .iter()
+                .any(|v| v.detail.contains("never booked"))
+        );
+    }
+
+    #[test]
+    fn an_outcome_once_written_never_changes_flags_a_rewrite() {
+        let mut j = job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Success));
+        assert_eq!(an_outcome_once_written_never_changes(&history(vec![j.clone()])), vec![]);
+        j.outcomes.push(None);
+        assert_eq!(an_outcome_once_written_never_changes(&history(vec![j])).len(), 1);
+    }
+
+    #[test]
+    fn every_deleted_object_is_destroyed_and_released_wants_a_successful_destroy_first() {
+        let mut h = history(vec![job("x1", "destroy", (0, 10), Some((30, 20)), Some(End::Failure))]);
+        h.objects[0].deletion_requested = Some(t(0));
+        assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)).len(), 1);
+        h.objects[0].removed = Some(t(40));
+        assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)).len(), 1);
+        h.jobs
+            .push(job("x2", "destroy", (35, 21), Some((38, 22)), Some(End::Success)));
+        assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)), vec![]);
+        h.objects[0].orphan = true;
+        assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)).len(), 1);
+    }
+
+    #[test]
+    fn pruning_leaves_no_job_behind_counts_kept_jobs_per_op_and_outcome() {
+        let jobs = vec![
+            job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Success)),
+            job("a2", "apply", (40, 21), Some((50, 22)), Some(End::Success)),
+        ];
+        assert_eq!(pruning_leaves_no_job_behind(&history(jobs.clone()), t(100)).len(), 1);
+        let mut pruned = jobs;
+        pruned[0].deleted_rv = Some(23);
+        assert_eq!(pruning_leaves_no_job_behind(&history(pruned), t(100)), vec![]);
+    }
+
+    #[test]
+    fn an_interrupted_apply_is_applied_again_unless_the_object_went() {
+        let mut h = history(vec![job("a1", "apply", (0, 10), Some((30, 20)), Some(End::Neutral))]);
+        assert_eq!(an_interrupted_apply_is_applied_again(&h, t(100)).len(), 1);
+        h.jobs
+            .push(job("a2", "apply", (31, 21), Some((60, 30)), Some(End::Success)));
+        assert_eq!(an_interrupted_apply_is_applied_again(&h, t(100)), vec![]);
+        h.jobs.pop();
+        h.objects[0].deletion_requested = Some(t(50));
+        assert_eq!(an_interrupted_apply_is_applied_again(&h, t(100)), vec![]);
+    }
+}
