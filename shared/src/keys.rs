@@ -36,6 +36,13 @@ pub const ANNOTATION_DELETED_BY: &str = "captf.io/deleted-by";
 /// The approved plan hash carried by an apply Job.
 pub const ANNOTATION_APPROVED_PLAN: &str = "captf.io/approved-plan";
 
+// Cluster lease annotations.
+/// The member Jobs (machine pools', machines') that joined the cluster lease, as a JSON object
+/// `{"<job>": "<its run lease>"}`.
+pub const ANNOTATION_CLUSTER_MEMBERS: &str = "captf.io/member-jobs";
+/// The run lease of the cluster Job holding the cluster lease.
+pub const ANNOTATION_HOLDER_RUN_LEASE: &str = "captf.io/holder-run-lease";
+
 // Object annotations set by people.
 /// `kubectl annotate … captf.io/approve-plan=<hash>` approves a destructive plan.
 pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";

@@ -401,16 +401,13 @@ async fn record_effects(
 /// lease another Job took since is left alone.
 async fn release_leases(ctx: &Ctx, id: &Ident, job: &str) -> Result<(), Error> {
     leases::release(&ctx.client, &id.namespace, &names::run_lease_name(&id.suffix), job).await?;
-    if id.kind == Kind::TerraformCluster
-        && let Some(c) = &id.cluster_name
-    {
-        leases::release(
-            &ctx.client,
-            &id.namespace,
-            &names::cluster_lease_name(&id.namespace, c),
-            job,
-        )
-        .await?;
+    if let Some(c) = &id.cluster_name {
+        let cl = names::cluster_lease_name(&id.namespace, c);
+        if id.kind == Kind::TerraformCluster {
+            leases::release(&ctx.client, &id.namespace, &cl, job).await?;
+        } else {
+            leases::leave_cluster(&ctx.client, &id.namespace, &cl, job).await?;
+        }
     }
     Ok(())
 }

@@ -20,7 +20,7 @@ use tokio::sync::watch;
 use captf_shared::conditions::{self, reason as reasons};
 use captf_shared::inputs::Inputs;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformStatus};
-use captf_shared::{Kind, keys, names};
+use captf_shared::{Kind, Op, keys, names};
 
 use super::book;
 use super::clock::SharedClock;
@@ -539,16 +539,6 @@ async fn start_job(
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
     let now = ctx.clock.now();
     let active = snap.status.active_job.as_deref();
-    let cluster_lease = match (id.kind, &id.cluster_name) {
-        (Kind::TerraformCluster, Some(c)) => Some(names::cluster_lease_name(&id.namespace, c)),
-        _ => None,
-    };
-    if let Some(cl) = &cluster_lease
-        && let Take::Held(why) = leases::take(&ctx.client, &id.namespace, cl, &job_name, active, None, now).await?
-    {
-        tracing::info!("not starting {job_name}: {why}");
-        return Ok(None);
-    }
     let owner = owner_reference(id.kind, &id.name, &id.uid);
     let run_lease = names::run_lease_name(&id.suffix);
     if let Take::Held(why) = leases::take(
@@ -563,10 +553,34 @@ async fn start_job(
     .await?
     {
         tracing::info!("not starting {job_name}: {why}");
-        if let Some(cl) = &cluster_lease {
-            leases::release(&ctx.client, &id.namespace, cl, &job_name).await?;
-        }
         return Ok(None);
+    }
+    // The cluster lease: a TerraformCluster's Job takes it, a member's Job joins it; either is
+    // refused while the other side runs (an apply or destroy of the cluster waits for members).
+    if let Some(c) = &id.cluster_name {
+        let cl = names::cluster_lease_name(&id.namespace, c);
+        let took = match id.kind {
+            Kind::TerraformCluster => {
+                let exclusive = matches!(start.op, Op::Apply | Op::Destroy);
+                leases::take_cluster(
+                    &ctx.client,
+                    &id.namespace,
+                    &cl,
+                    &job_name,
+                    &run_lease,
+                    active,
+                    exclusive,
+                    now,
+                )
+                .await?
+            }
+            _ => leases::join_cluster(&ctx.client, &id.namespace, &cl, &job_name, &run_lease).await?,
+        };
+        if let Take::Held(why) = took {
+            tracing::info!("not starting {job_name}: {why}");
+            leases::release(&ctx.client, &id.namespace, &run_lease, &job_name).await?;
+            return Ok(None);
+        }
     }
     let spec = object.terraform_spec();
     if runner_account(

@@ -1,15 +1,26 @@
 //! CAPTF's own leases (docs/rules.md): the run lease `captf-run-<suffix>` taken before a Job
-//! exists (holder = the Job's name) and the cluster lease `captf-cluster-<hash>` held by a
-//! TerraformCluster's Jobs. Taking one is a create, or an update with the read
-//! resourceVersion; a 409 means somebody else won.
+//! exists (holder = the Job's name) and the cluster lease `captf-cluster-<hash>`, held by a
+//! TerraformCluster's Jobs and joined by its members' Jobs. Taking or joining one is a create,
+//! or an update with the read resourceVersion; a 409 means somebody else won.
+//!
+//! The cluster lease is what makes "a member's Job never runs beside its cluster's apply" true
+//! between two reconciles running at once: the cluster Job takes it as holder, each member Job
+//! joins it (`captf.io/member-jobs`), and each side checks the other in the same read it
+//! writes back. A holder or member counts while its Job runs, or, before the Job exists, while
+//! its object's run lease still names it (`captf.io/holder-run-lease` for the holder).
 
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, PostParams};
 
+use std::collections::BTreeMap;
+
+use captf_shared::keys;
+
 use super::errors::{self, ApiAction, Error};
 use super::gather;
+use crate::core::outcome;
 
 /// What taking a lease came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -92,6 +103,186 @@ pub async fn take(
     }
 }
 
+/// The member Jobs that joined a cluster lease, with their run leases (PURE). An annotation
+/// that doesn't parse counts as none: its Jobs are still seen by the member-Job listing.
+pub fn members(lease: &Lease) -> BTreeMap<String, String> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(keys::ANNOTATION_CLUSTER_MEMBERS))
+        .and_then(|v| serde_json::from_str(v).ok())
+        .unwrap_or_default()
+}
+
+/// Write the member list into the lease (PURE); none removes the annotation.
+pub fn set_members(lease: &mut Lease, members: &BTreeMap<String, String>) {
+    let a = lease.metadata.annotations.get_or_insert_with(Default::default);
+    if members.is_empty() {
+        a.remove(keys::ANNOTATION_CLUSTER_MEMBERS);
+    } else if let Ok(v) = serde_json::to_string(members) {
+        a.insert(keys::ANNOTATION_CLUSTER_MEMBERS.to_string(), v);
+    }
+}
+
+fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
+    lease.metadata.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
+/// Is `job` starting or running? Its Job exists and has not finished, or it does not exist yet
+/// and its object's run lease `run_lease` still names it (read live).
+async fn in_flight(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&str>) -> Result<bool, Error> {
+    if let Some(j) = gather::job(client, ns, job).await? {
+        return Ok(outcome::terminal(&j).is_none());
+    }
+    let Some(rl) = run_lease else { return Ok(false) };
+    let holder = gather::lease(client, ns, rl)
+        .await?
+        .and_then(|l| l.spec?.holder_identity);
+    Ok(holder.as_deref() == Some(job))
+}
+
+/// Keep only the members still starting or running.
+async fn live_members(client: &kube::Client, ns: &str, lease: &Lease) -> Result<BTreeMap<String, String>, Error> {
+    let mut live = BTreeMap::new();
+    for (job, run_lease) in members(lease) {
+        if in_flight(client, ns, &job, Some(&run_lease)).await? {
+            live.insert(job, run_lease);
+        }
+    }
+    Ok(live)
+}
+
+/// A TerraformCluster's Job `me` (run lease `my_run_lease`, already taken) takes the cluster
+/// lease `name`. With `exclusive`, an apply or destroy, a member Job still starting or running
+/// holds it off.
+#[allow(clippy::too_many_arguments)]
+pub async fn take_cluster(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    me: &str,
+    my_run_lease: &str,
+    active_job: Option<&str>,
+    exclusive: bool,
+    now: Timestamp,
+) -> Result<Take, Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let what = format!("{ns}/{name}");
+    let mut lease = match gather::lease(client, ns, name).await? {
+        Some(l) => l,
+        None => {
+            let mut l = new_lease(ns, name, me, None, now);
+            l.metadata.annotations = Some(BTreeMap::from([(
+                keys::ANNOTATION_HOLDER_RUN_LEASE.to_string(),
+                my_run_lease.to_string(),
+            )]));
+            return match api.create(&PostParams::default(), &l).await {
+                Ok(_) => Ok(Take::Taken),
+                Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} was taken first by someone else"))),
+                Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
+            };
+        }
+    };
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    if let Some(h) = holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
+        let witness = annotation(&lease, keys::ANNOTATION_HOLDER_RUN_LEASE).map(String::from);
+        let live = in_flight(client, ns, h, witness.as_deref()).await?;
+        if !may_take(Some(h), me, live, active_job) {
+            return Ok(Take::Held(format!("{name} is held by {h}")));
+        }
+    }
+    let live = live_members(client, ns, &lease).await?;
+    if exclusive && let Some(job) = live.keys().next() {
+        return Ok(Take::Held(format!("member Job {job} is running")));
+    }
+    set_members(&mut lease, &live);
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(keys::ANNOTATION_HOLDER_RUN_LEASE.to_string(), my_run_lease.to_string());
+    let spec = lease.spec.get_or_insert_with(Default::default);
+    if spec.holder_identity.as_deref() != Some(me) {
+        spec.holder_identity = Some(me.to_string());
+        spec.acquire_time = Some(MicroTime(now));
+    }
+    spec.renew_time = Some(MicroTime(now));
+    // `replace` sends the read resourceVersion: a member that joined since makes it a 409.
+    match api.replace(name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(Take::Taken),
+        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} changed while taking it"))),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
+    }
+}
+
+/// A member's Job `me` (run lease `my_run_lease`, already taken) joins the cluster lease
+/// `name`: refused while a cluster Job holds it and is starting or running.
+pub async fn join_cluster(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    me: &str,
+    my_run_lease: &str,
+) -> Result<Take, Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let what = format!("{ns}/{name}");
+    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+        let mut l = Lease {
+            metadata: ObjectMeta {
+                name: Some(name.to_string()),
+                namespace: Some(ns.to_string()),
+                ..Default::default()
+            },
+            spec: Some(LeaseSpec::default()),
+        };
+        set_members(&mut l, &BTreeMap::from([(me.to_string(), my_run_lease.to_string())]));
+        return match api.create(&PostParams::default(), &l).await {
+            Ok(_) => Ok(Take::Taken),
+            Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} was created first by someone else"))),
+            Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
+        };
+    };
+    let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
+    if let Some(h) = holder.as_deref().filter(|h| !h.is_empty()) {
+        let witness = annotation(&lease, keys::ANNOTATION_HOLDER_RUN_LEASE).map(String::from);
+        if in_flight(client, ns, h, witness.as_deref()).await? {
+            return Ok(Take::Held(format!("cluster Job {h} holds {name}")));
+        }
+    }
+    let mut live = live_members(client, ns, &lease).await?;
+    if live.get(me).map(String::as_str) == Some(my_run_lease) && live.len() == members(&lease).len() {
+        return Ok(Take::Taken);
+    }
+    live.insert(me.to_string(), my_run_lease.to_string());
+    set_members(&mut lease, &live);
+    // `replace` sends the read resourceVersion: a cluster Job that took it since makes it a 409.
+    match api.replace(name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(Take::Taken),
+        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} changed while joining it"))),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
+    }
+}
+
+/// The member Job `me` leaves the cluster lease `name` (booked or gone). A 409 or a missing
+/// Lease is fine: a member whose Job finished no longer counts anyway.
+pub async fn leave_cluster(client: &kube::Client, ns: &str, name: &str, me: &str) -> Result<(), Error> {
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+        return Ok(());
+    };
+    let mut m = members(&lease);
+    if m.remove(me).is_none() {
+        return Ok(());
+    }
+    set_members(&mut lease, &m);
+    match api.replace(name, &PostParams::default(), &lease).await {
+        Ok(_) => Ok(()),
+        Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(()),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
+    }
+}
+
 /// Release `name` if `holder` holds it. A 409 or a missing Lease is fine: the next pass looks
 /// again (and a lease whose holder Job is gone is taken over anyway).
 pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<(), Error> {
@@ -107,6 +298,9 @@ pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) 
         spec.holder_identity = None;
         spec.acquire_time = None;
         spec.renew_time = None;
+    }
+    if let Some(a) = lease.metadata.annotations.as_mut() {
+        a.remove(keys::ANNOTATION_HOLDER_RUN_LEASE);
     }
     match api.replace(name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(()),
@@ -132,6 +326,33 @@ mod tests {
             false,
             Some("tc-a-apply-1")
         ));
+    }
+
+    #[test]
+    fn the_member_list_of_a_cluster_lease_round_trips_and_a_bad_one_reads_as_none() {
+        let mut l = new_lease(
+            "default",
+            "captf-cluster-x",
+            "tc-a-apply-1",
+            None,
+            Timestamp::UNIX_EPOCH,
+        );
+        assert!(members(&l).is_empty());
+        let m = BTreeMap::from([("tmp-p-apply-1".to_string(), "captf-run-p".to_string())]);
+        set_members(&mut l, &m);
+        assert_eq!(members(&l), m);
+        set_members(&mut l, &BTreeMap::new());
+        assert!(
+            l.metadata
+                .annotations
+                .as_ref()
+                .is_some_and(|a| !a.contains_key(keys::ANNOTATION_CLUSTER_MEMBERS))
+        );
+        l.metadata
+            .annotations
+            .get_or_insert_with(Default::default)
+            .insert(keys::ANNOTATION_CLUSTER_MEMBERS.into(), "not json".into());
+        assert!(members(&l).is_empty());
     }
 
     #[test]

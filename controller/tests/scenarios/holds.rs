@@ -137,3 +137,91 @@ async fn a_watched_cluster_wakes_its_objects_when_it_is_unpaused() -> Result<()>
     assert!(used.contains("watch cluster.x-k8s.io/clusters"), "{used:?}");
     Ok(())
 }
+
+/// Found by the soak: a member's reconcile read the cluster lease as free while the cluster's
+/// reconcile was between taking it and creating its Job, and the two Jobs ran at once. Each
+/// side now writes its claim into the same Lease it checked (a 409 if the other wrote first),
+/// and a holder or member whose Job does not exist yet still counts while its object's run
+/// lease names it. This plays the interleavings one step at a time, under the chart's RBAC.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_cluster_lease_first() -> Result<()> {
+    use captf_controller::runtime::leases::{self, Take};
+    let env = Env::with(captf_sim::SimBuilder::default()).await?;
+    // The controller's own reconciles are not part of this: only the lease steps run.
+    let client = env.controller_client()?;
+    let now = env.now();
+    let cl = names::cluster_lease_name(NS, "prod");
+    let (tc_job, tc_run) = ("tc-prod-0aa000-apply-1", "captf-run-tc-prod");
+    let (pool_job, pool_run) = ("tmp-pool-0bb000-apply-1", "captf-run-tmp-pool");
+    let taken = |t: Take| t == Take::Taken;
+
+    // 1. The cluster's start took its run lease and the cluster lease; its Job is not created
+    //    yet. A member may not join.
+    assert!(taken(leases::take(&client, NS, tc_run, tc_job, None, None, now).await?));
+    assert!(taken(
+        leases::take_cluster(&client, NS, &cl, tc_job, tc_run, None, true, now).await?
+    ));
+    assert!(taken(
+        leases::take(&client, NS, pool_run, pool_job, None, None, now).await?
+    ));
+    let refused = leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?;
+    assert!(
+        matches!(&refused, Take::Held(why) if why.contains(tc_job)),
+        "{refused:?}"
+    );
+
+    // 2. The cluster's start gave up (its run lease moved on): the member joins.
+    leases::release(&client, NS, tc_run, tc_job).await?;
+    assert!(taken(leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?));
+
+    // 3. The member joined; its Job is not created yet. The cluster's apply may not take the
+    //    lease, its drift check may (a drift check only reads).
+    assert!(taken(
+        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-2", None, None, now).await?
+    ));
+    let refused = leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-2", tc_run, None, true, now).await?;
+    assert!(
+        matches!(&refused, Take::Held(why) if why.contains(pool_job)),
+        "{refused:?}"
+    );
+    leases::release(&client, NS, tc_run, "tc-prod-0aa000-apply-2").await?;
+    assert!(taken(
+        leases::take(&client, NS, tc_run, "tc-prod-0aa000-drift-3", None, None, now).await?
+    ));
+    assert!(taken(
+        leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-drift-3", tc_run, None, false, now).await?
+    ));
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, &cl)
+        .expect("the cluster lease");
+    assert!(
+        lease["metadata"]["annotations"]["captf.io/member-jobs"]
+            .as_str()
+            .is_some_and(|m| m.contains(pool_job)),
+        "{lease}"
+    );
+    leases::release(&client, NS, &cl, "tc-prod-0aa000-drift-3").await?;
+    leases::release(&client, NS, tc_run, "tc-prod-0aa000-drift-3").await?;
+
+    // 4. The member's start is over (its run lease released when its Job was booked): it no
+    //    longer holds the cluster's apply off, and leaving removes it.
+    leases::release(&client, NS, pool_run, pool_job).await?;
+    assert!(taken(
+        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-4", None, None, now).await?
+    ));
+    assert!(taken(
+        leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-4", tc_run, None, true, now).await?
+    ));
+    leases::leave_cluster(&client, NS, &cl, pool_job).await?;
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, &cl)
+        .expect("the cluster lease");
+    assert!(
+        lease.pointer("/metadata/annotations/captf.io~1member-jobs").is_none(),
+        "{lease}"
+    );
+    env.no_denials()?;
+    Ok(())
+}
