@@ -28,7 +28,8 @@ pub struct Accounted {
     pub op: Op,
     pub seq: u32,
     pub outcome: Outcome,
-    /// `Book`: write `captf.io/outcome`, then the events and once-only metrics; `Replay`: only
+    /// `Book`: create the outcome's Event (a fixed name), write `captf.io/outcome`, then the
+    /// once-only metrics; `Replay`: only
     /// the idempotent effects again.
     pub step: Accounting,
 }

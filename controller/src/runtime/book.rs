@@ -15,6 +15,7 @@ use captf_shared::{Kind, Op, keys, names};
 
 use super::controller::Ctx;
 use super::errors::{self, ApiAction, Error};
+use super::events::{self, Emission};
 use super::gather::Ident;
 use super::leases;
 use crate::core::Outcome;
@@ -281,8 +282,9 @@ fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
     }
 }
 
-/// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the annotation write with the
-/// Job's resourceVersion is the "once" of events and of the once-only metrics
+/// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the outcome's Event is created
+/// under a fixed name (a 409 when a booking that died is done again), then the annotation write
+/// with the Job's resourceVersion is the "once" of the once-only metrics
 /// (`captf_jobs_finished_total`, `captf_job_attempts`); for both, the gauges, the Cluster API
 /// fields and the lease release follow, then the durable annotations on the inputs Secret. The
 /// status effects are already in the plan's status: they only count once the status patch at
@@ -297,6 +299,25 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
         };
         match a.step {
             Accounting::Book => {
+                // The outcome's Event first, under a name of its own: if this pass dies before
+                // the annotation, the next one books the Job again and its Event is a 409.
+                if let Some(reason) = a.outcome.event_reason() {
+                    let warning = !matches!(reason, EventReason::JobInterrupted);
+                    let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
+                    let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
+                    let name = events::booking_event_name(&a.job, job.metadata.uid.as_deref().unwrap_or_default());
+                    let e = Emission {
+                        warning,
+                        reason: reason.as_str(),
+                        action: "Book",
+                        note: &note,
+                        job: Some(&a.job),
+                    };
+                    ctx.events
+                        .publish_once(id, &e, ctx.clock.now(), &name)
+                        .await
+                        .map_err(|e| Error::api(ApiAction::CreateEvent, format!("{}/{}", id.namespace, a.job), e))?;
+                }
                 let patch = json!({"metadata": {
                     "resourceVersion": job.metadata.resource_version,
                     "annotations": {keys::ANNOTATION_OUTCOME: a.outcome.as_str()},
@@ -312,16 +333,9 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
                         ));
                     }
                 }
-                // This write set the outcome: the events and once-only metrics happen here only.
+                // This write set the outcome: the once-only metrics happen here only.
                 tracing::info!(job = %a.job, outcome = %a.outcome, "booked Job");
                 ctx.metrics.job_finished(id.kind, a.op, a.outcome, attempt_of(job));
-                if let Some(reason) = a.outcome.event_reason() {
-                    let warning = !matches!(reason, EventReason::JobInterrupted);
-                    let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
-                    let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
-                    ctx.event(id, warning, reason.as_str(), "Book", &note, Some(&a.job))
-                        .await;
-                }
             }
             Accounting::Replay => {
                 tracing::info!(job = %a.job, outcome = %a.outcome, "replaying the booking effects of Job");

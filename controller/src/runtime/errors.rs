@@ -24,6 +24,7 @@ pub enum ApiAction {
     ListMembers,
     GetMachine,
     WriteIdentity,
+    CreateEvent,
 }
 
 impl ApiAction {
@@ -46,6 +47,7 @@ impl ApiAction {
             ApiAction::PatchStatus => "patch the status of",
             ApiAction::ListMembers => "list the members of",
             ApiAction::GetMachine => "get the Cluster API Machine of",
+            ApiAction::CreateEvent => "create the Event of",
             ApiAction::WriteIdentity => "create the runner identity (ServiceAccount, Role, RoleBinding)",
         }
     }
@@ -71,6 +73,7 @@ impl ApiAction {
             ApiAction::ListMembers => "ListMembers",
             ApiAction::GetMachine => "GetMachine",
             ApiAction::WriteIdentity => "WriteIdentity",
+            ApiAction::CreateEvent => "CreateEvent",
         }
     }
 }

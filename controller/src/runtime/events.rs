@@ -75,7 +75,16 @@ fn cut_note(note: &str) -> String {
     note[..end].to_string()
 }
 
-/// Writes Events; failures are logged, never fatal (an event is a courtesy, not a record).
+/// The name of a Job's booking Event: one per Job (its uid tells two Jobs of one name apart,
+/// as an object deleted and created again reuses its Jobs' names). Creating it twice is a 409,
+/// which is how a booking replayed after a crash emits it exactly once.
+pub fn booking_event_name(job: &str, job_uid: &str) -> String {
+    let uid: String = job_uid.chars().filter(char::is_ascii_alphanumeric).take(8).collect();
+    format!("{job}.{}", uid.to_ascii_lowercase())
+}
+
+/// Writes Events. Ordinary ones are a courtesy: failures are logged, never fatal. A booking's
+/// Event is part of the booking ([`Events::publish_once`]).
 #[derive(Clone)]
 pub struct Events {
     client: kube::Client,
@@ -86,6 +95,25 @@ impl Events {
     /// `instance` names this replica (its pod name), as `reportingInstance` requires.
     pub fn new(client: kube::Client, instance: String) -> Events {
         Events { client, instance }
+    }
+
+    /// Create the Event named `name` unless it exists already (409 is success).
+    pub async fn publish_once(
+        &self,
+        id: &Ident,
+        e: &Emission<'_>,
+        now: Timestamp,
+        name: &str,
+    ) -> Result<(), kube::Error> {
+        let mut ev = build(id, e, &self.instance, now);
+        ev.metadata.generate_name = None;
+        ev.metadata.name = Some(name.to_string());
+        let api: Api<Event> = Api::namespaced(self.client.clone(), &id.namespace);
+        match api.create(&PostParams::default(), &ev).await {
+            Ok(_) => Ok(()),
+            Err(err) if super::errors::is_conflict(&err) => Ok(()),
+            Err(err) => Err(err),
+        }
     }
 
     pub async fn publish(&self, id: &Ident, e: &Emission<'_>, now: Timestamp) {
@@ -131,6 +159,18 @@ mod tests {
         assert_eq!(ev.related.and_then(|r| r.name).as_deref(), Some("x"));
         assert_eq!(ev.reporting_instance.as_deref(), Some("pod-1"));
         assert_eq!(ev.metadata.generate_name.as_deref(), Some("c1."));
+    }
+
+    #[test]
+    fn a_booking_event_is_named_by_its_job_and_the_jobs_uid() {
+        assert_eq!(
+            booking_event_name("tc-a-1b2c3d-apply-3", "0F1E2D3C-4B5A-6978-8796-a5b4c3d2e1f0"),
+            "tc-a-1b2c3d-apply-3.0f1e2d3c"
+        );
+        assert_ne!(
+            booking_event_name("tc-a-apply-1", "11111111-0000"),
+            booking_event_name("tc-a-apply-1", "22222222-0000")
+        );
     }
 
     #[test]

@@ -1,4 +1,4 @@
-//! Booking that survives a crash after the outcome annotation (docs/rules.md, docs/architecture.md): the `captf.io/outcome` annotation is the once of events and once-only metrics, and
+//! Booking that survives a crash after the outcome annotation (docs/rules.md, docs/architecture.md): the `captf.io/outcome` annotation is the once of the once-only metrics (a booking's Event is created just before it, under a fixed name), and
 //! `status.lastBookedJobSeq` says which booked Jobs have their effects in the status. A Job
 //! annotated above it is replayed, without events, by the next pass or the next controller.
 
@@ -262,5 +262,48 @@ async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed
         1,
         "no second apply of the same inputs"
     );
+    Ok(())
+}
+
+/// Found by the soak: a booking's Event was written after the outcome annotation, as a
+/// courtesy, so a controller killed between the two, or an Events API that failed once, lost it
+/// for good. It is now created first, under a name of its own (the Job's name and uid): a
+/// booking that fails or dies before its annotation is done again, and its Event is then a 409.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_booking_whose_event_write_fails_is_done_again_and_emits_its_event_exactly_once() -> Result<()> {
+    let env = Env::new().await?;
+    env.sim.set_default_script(RunnerScript::fail("terraform exploded"));
+    let j1 = running(&env, "event-lost").await?;
+    // The Event's write fails three times; then the annotation's write once, after the Event
+    // landed (the second half of a booking that died in between).
+    env.sim.faults().inject(FaultRule::new(Verb::Create, "events", 500, 3));
+    env.advance(30);
+    env.until("the Event's three failures", |e| {
+        (e.sim.faults().remaining() == 0).then_some(())
+    })
+    .await?;
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Patch, "jobs", 500, 1).named(&j1));
+    // Failed passes back off in wall time; a change to the object wakes it at once.
+    env.merge_patch::<TerraformCluster>(
+        "event-lost",
+        json!({"metadata": {"annotations": {"example.com/touched": "1"}}}),
+    )
+    .await?;
+    env.booked(&j1, "failed").await?;
+    env.until("consecutiveFailures=1", |e| {
+        (failures(e, "event-lost") == Some(json!(1))).then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    let events = env.events("JobFailed");
+    assert_eq!(events.len(), 1, "{events:#?}");
+    assert_eq!(
+        events[0].pointer("/related/name").and_then(Value::as_str),
+        Some(j1.as_str())
+    );
+    let m = env.metrics();
+    assert!(m.contains(&finished_line("failed")), "{m}");
     Ok(())
 }
