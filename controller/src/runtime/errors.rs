@@ -151,6 +151,11 @@ pub fn is_conflict(e: &kube::Error) -> bool {
     status_code(e) == Some(409)
 }
 
+/// True for a create's 409 `AlreadyExists` (not an update's 409 `Conflict`).
+pub fn is_already_exists(e: &kube::Error) -> bool {
+    matches!(e, kube::Error::Api(s) if s.code == 409 && s.reason == "AlreadyExists")
+}
+
 /// True for a 401 or 403: the API answered that the caller may not do this.
 pub fn is_forbidden(e: &kube::Error) -> bool {
     matches!(status_code(e), Some(401 | 403))
@@ -175,6 +180,9 @@ mod tests {
         assert_eq!(e.category(), "CreateJob");
         assert!(!e.is_conflict());
         let conflict = kube::core::Status::failure("c", "Conflict").with_code(409);
+        assert!(!is_already_exists(&kube::Error::Api(Box::new(conflict.clone()))));
         assert!(Error::api(ApiAction::WriteLease, "l", kube::Error::Api(Box::new(conflict))).is_conflict());
+        let exists = kube::core::Status::failure("e", "AlreadyExists").with_code(409);
+        assert!(is_already_exists(&kube::Error::Api(Box::new(exists))));
     }
 }

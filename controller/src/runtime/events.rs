@@ -97,7 +97,8 @@ impl Events {
         Events { client, instance }
     }
 
-    /// Create the Event named `name` unless it exists already (409 is success).
+    /// Create the Event named `name` unless it exists already (`AlreadyExists` is success; any
+    /// other error, a 409 `Conflict` included, is not).
     pub async fn publish_once(
         &self,
         id: &Ident,
@@ -111,7 +112,7 @@ impl Events {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &id.namespace);
         match api.create(&PostParams::default(), &ev).await {
             Ok(_) => Ok(()),
-            Err(err) if super::errors::is_conflict(&err) => Ok(()),
+            Err(err) if super::errors::is_already_exists(&err) => Ok(()),
             Err(err) => Err(err),
         }
     }
