@@ -25,7 +25,7 @@ pub enum Runner {
     PlanChanged,
     /// A deadline kill after which the runner takes minutes to stop.
     SlowShutdown,
-    /// A deadline kill after which the pod stays terminating for hours.
+    /// A deadline kill after which the pod stays terminating for an hour and a half.
     StuckTerminating,
 }
 
@@ -372,7 +372,7 @@ pub fn script(r: Runner, op: &str, run: Duration, drift: bool) -> RunnerScript {
         Runner::Blocked => RunnerScript::blocked(format!("plan-{}", run.as_secs()), summary),
         Runner::PlanChanged => RunnerScript::plan_changed(format!("plan-{}", run.as_secs() + 1), summary),
         Runner::SlowShutdown => RunnerScript::hang().shutdown_after(Duration::from_secs(120)),
-        Runner::StuckTerminating => RunnerScript::hang().shutdown_after(Duration::from_secs(3 * 3600)),
+        Runner::StuckTerminating => RunnerScript::hang().shutdown_after(Duration::from_secs(90 * 60)),
     }
     .after(run)
 }

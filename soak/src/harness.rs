@@ -65,7 +65,7 @@ impl Default for Config {
         Config {
             seed: 1,
             duration: Duration::from_secs(24 * 3600),
-            drain: Duration::from_secs(6 * 3600),
+            drain: Duration::from_secs(4 * 3600),
             groups: 4,
             step: Duration::from_secs(300),
             rates: Rates::default(),
@@ -498,6 +498,7 @@ impl Soak {
         let failed: i64 = [0, 1, 3, 5][(self.rng.next_u64() % 4) as usize];
         let successful: i64 = [0, 1, 2][(self.rng.next_u64() % 3) as usize];
         let orphan = self.rng.next_u64().is_multiple_of(5);
+        let deadline: i64 = [900, 1800, 3600][(self.rng.next_u64() % 3) as usize];
         let mut obj = json!({
             "apiVersion": keys::API_VERSION,
             "kind": member.kind().as_str(),
@@ -506,7 +507,8 @@ impl Soak {
                 "module": {"source": "git::https://example.com/infra.git"},
                 "variables": {"v": 0},
                 "drift": {"interval": drift},
-                "jobs": {"failedJobsHistoryLimit": failed, "successfulJobsHistoryLimit": successful},
+                "jobs": {"failedJobsHistoryLimit": failed, "successfulJobsHistoryLimit": successful,
+                         "activeDeadlineSeconds": deadline},
                 "deletionPolicy": if orphan { "Orphan" } else { "Destroy" },
             },
         });
@@ -548,22 +550,37 @@ impl Soak {
         *self.report.faults.entry(name.into()).or_default() += 1;
     }
 
-    fn live_objects(&self) -> Vec<(Kind, String, Value)> {
-        let mut out = Vec::new();
+    /// Every live (not deleting) object: its kind, name and pending plan's hash. Read once per
+    /// stretch, in place: copying hundreds of objects for each action made the harness the load.
+    fn live_objects(&self) -> Vec<(Kind, String, Option<String>)> {
+        let out = std::cell::RefCell::new(Vec::new());
         for kind in [
             Kind::TerraformCluster,
             Kind::TerraformMachinePool,
             Kind::TerraformMachine,
         ] {
             let id = format!("{}/{}", keys::GROUP, resource(kind).plural);
-            for o in self.sim.list(&id, Some(NS)) {
+            self.sim.count_where(&id, Some(NS), |o| {
                 if o.pointer("/metadata/deletionTimestamp").is_none() {
                     let name = o["metadata"]["name"].as_str().unwrap_or_default().to_string();
-                    out.push((kind, name, o));
+                    let hash = o
+                        .pointer("/status/pendingPlan/hash")
+                        .and_then(Value::as_str)
+                        .map(String::from);
+                    out.borrow_mut().push((kind, name, hash));
                 }
-            }
+                false
+            });
         }
-        out
+        out.into_inner()
+    }
+
+    /// The group's cluster exists and is not being deleted.
+    fn cluster_live(&self, group: usize) -> bool {
+        let id = format!("{}/terraformclusters", keys::GROUP);
+        self.sim
+            .get(&id, NS, &Member::Cluster.name(group))
+            .is_some_and(|c| c.pointer("/metadata/deletionTimestamp").is_none())
     }
 
     fn pick<T: Clone>(&self, items: &[T], pick: u64) -> Option<T> {
@@ -575,11 +592,11 @@ impl Soak {
         lock(&self.trap).pids.get(&leader).copied()
     }
 
-    async fn play_action(&mut self, a: Action) {
+    async fn play_action(&mut self, a: Action, live: &[(Kind, String, Option<String>)]) {
         let now = self.sim.now();
         match a {
             Action::SpecChange { pick, value } => {
-                let Some((kind, name, _)) = self.pick(&self.live_objects(), pick) else {
+                let Some((kind, name, _)) = self.pick(live, pick) else {
                     return;
                 };
                 let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(kind));
@@ -611,7 +628,7 @@ impl Soak {
                 }
             }
             Action::WorkstationLock { pick, hold } => {
-                let Some((kind, name, _)) = self.pick(&self.live_objects(), pick) else {
+                let Some((kind, name, _)) = self.pick(live, pick) else {
                     return;
                 };
                 let suffix = names::suffix(kind, NS, &name);
@@ -691,6 +708,12 @@ impl Soak {
         match l {
             Later::ReleaseLock { suffix } => self.sim.release_lock(NS, &suffix),
             Later::ClearLatency => self.sim.faults().set_latency(Duration::ZERO),
+            Later::Recreate { group, member } if member != Member::Cluster && !self.cluster_live(group) => {
+                // Like a person, wait for the cluster to be back first: members created under
+                // a cluster being deleted would (rightly) hold its deletion forever.
+                self.later
+                    .push((at(now, Duration::from_secs(600)), Later::Recreate { group, member }));
+            }
             Later::Recreate { group, member } => match self.create(group, member).await {
                 Ok(true) => self.report.recreated += 1,
                 // Still being deleted (or an injected error): try again later.
@@ -702,18 +725,16 @@ impl Soak {
     }
 
     /// Approve each pending destructive plan with this chance.
-    async fn approve(&mut self, chance: f64) {
-        for (kind, name, o) in self.live_objects() {
-            let Some(hash) = o.pointer("/status/pendingPlan/hash").and_then(Value::as_str) else {
-                continue;
-            };
+    async fn approve(&mut self, chance: f64, live: &[(Kind, String, Option<String>)]) {
+        for (kind, name, hash) in live {
+            let Some(hash) = hash else { continue };
             if chaos::unit(&mut self.rng) >= chance {
                 continue;
             }
-            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(kind));
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(*kind));
             let patch = json!({"metadata": {"annotations": {keys::ANNOTATION_APPROVE_PLAN: hash}}});
             if api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+                .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await
                 .is_ok()
             {
@@ -801,11 +822,12 @@ impl Soak {
         let mut next_progress = at(start, Duration::from_secs(3600));
         while self.sim.now() < end {
             let (dt, jumped) = chaos::stretch(&mut self.rng, &self.cfg.rates, self.cfg.step);
+            let live = self.live_objects();
             for a in chaos::actions(&mut self.rng, &self.cfg.rates.clone(), dt) {
-                self.play_action(a).await;
+                self.play_action(a, &live).await;
             }
             let chance = self.cfg.rates.approve;
-            self.approve(chance).await;
+            self.approve(chance, &live).await;
             self.run_later().await;
             self.sim.advance(dt);
             if jumped {
@@ -841,7 +863,8 @@ impl Soak {
         }
         let end = at(self.sim.now(), self.cfg.drain);
         while self.sim.now() < end {
-            self.approve(1.0).await;
+            let live = self.live_objects();
+            self.approve(1.0, &live).await;
             self.run_later().await;
             // Locks of a workstation stay released; re-creations retry until they succeed.
             self.sim.advance(Duration::from_secs(120));
@@ -856,7 +879,9 @@ impl Soak {
         let now = self.sim.now();
         // Every live object came home: Ready=True.
         let mut violations = Vec::new();
-        for (kind, name, o) in self.live_objects() {
+        let id = |k: Kind| format!("{}/{}", keys::GROUP, resource(k).plural);
+        for (kind, name, _) in self.live_objects() {
+            let o = self.sim.get(&id(kind), NS, &name).unwrap_or_default();
             let ready = o
                 .pointer("/status/conditions")
                 .and_then(Value::as_array)

@@ -23,7 +23,7 @@ struct Cli {
     #[arg(long, default_value_t = 24.0)]
     hours: f64,
     /// Simulated hours at the end with faults off, for everything to settle before the checks.
-    #[arg(long, default_value_t = 6.0)]
+    #[arg(long, default_value_t = 4.0)]
     drain_hours: f64,
     /// Objects (rounded up to whole groups of a cluster, a machine pool and a machine).
     #[arg(long, default_value_t = 12)]
