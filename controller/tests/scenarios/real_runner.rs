@@ -632,3 +632,31 @@ async fn real_runner_killed_at_its_deadline_mid_apply_is_booked_as_deadline_and_
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_a_lock_left_on_a_state_never_written_is_released_before_init_by_the_next_job() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    const DEAD: &str = "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55";
+    // The first runner (scripted: a script queued for a Job wins over the runner image) dies
+    // holding the lock before any state was written; Terraform's init needs that lock to write
+    // the first state, so a force-unlock after init could never run.
+    env.sim.script(
+        captf_sim::JobMatch::any(),
+        captf_sim::RunnerScript::die_holding_lock_id(DEAD),
+    );
+    let j1 = env
+        .create_cluster("prod-eu", real.spec(json!({"name": "a", "content": "one"})))
+        .await?;
+    assert!(!env.sim.job_ran_as_process(NS, job_name(&j1)));
+    env.advance(30);
+    real.booked(job_name(&j1), "failed").await?;
+    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(DEAD));
+    let j2 = real.advance_until_job("prod-eu", Op::Apply, 2).await?;
+    assert_eq!(annotations(&j2)["captf.io/force-unlock"], DEAD);
+    assert!(env.sim.job_ran_as_process(NS, job_name(&j2)), "the real runner");
+    real.booked(job_name(&j2), "succeeded").await?;
+    assert!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null());
+    assert_eq!(real.content("a").as_deref(), Some("one"));
+    Ok(())
+}
