@@ -714,7 +714,7 @@ impl<'a> Demo<'a> {
             return Err(unexpected(format!("controlPlaneEndpoint is {ep}")));
         }
         self.expect_things(&[
-            ("demo-lb", Some("port 6443")),
+            (real::LOAD_BALANCER, Some("port 6443")),
             (real::CONTROL_PLANE, Some("kubernetes 1.32")),
         ])?;
         // The first drift check runs at once (never checked); it finds nothing.
@@ -1157,7 +1157,7 @@ impl<'a> Demo<'a> {
             sim.get(TC, NS, CLUSTER).is_none().then_some(())
         })
         .await?;
-        self.expect_things(&[(real::CONTROL_PLANE_XLARGE, None), ("demo-lb", None)])?;
+        self.expect_things(&[(real::CONTROL_PLANE_XLARGE, None), (real::LOAD_BALANCER, None)])?;
         let destroyed = if self.real.is_some() {
             "destroyed by real Terraform"
         } else {

@@ -4,7 +4,7 @@
 //! demo's objects name are served from 127.0.0.1. The test provider keeps its "things" as files
 //! in a world folder the demo reads (to show what Terraform did) and edits (to make real drift).
 //!
-//! Where that is not possible ([`unavailable`]: no private namespaces without root, or a
+//! Where that is not possible ([`runner_image_here`]: no private namespaces without root, or a
 //! missing binary), every runner is scripted and the demo says why.
 
 use std::path::{Path, PathBuf};
@@ -74,6 +74,8 @@ output "node_group" {
 }
 "#;
 
+/// The cluster's load balancer thing.
+pub const LOAD_BALANCER: &str = "demo-lb";
 /// The control-plane endpoint host the cluster module's outputs give.
 pub const ENDPOINT_HOST: &str = "thing-demo-lb.example";
 /// The control plane's thing before and after the instance type changes.
@@ -82,9 +84,9 @@ pub const CONTROL_PLANE_XLARGE: &str = "demo-cp-m6i-xlarge";
 /// The machine pool's thing.
 pub const WORKERS: &str = "demo-workers";
 
-/// Why the runner pods cannot run real Terraform here, if they cannot; else the runner image
-/// (its files made under `dir`).
-pub fn unavailable(dir: &Path) -> Result<RunnerImage, String> {
+/// The runner image (its files made under `dir`) when the runner pods can run real Terraform
+/// here; else why they cannot.
+pub fn runner_image_here(dir: &Path) -> Result<RunnerImage, String> {
     if let Some(why) = captf_sim::process::namespaces_unavailable() {
         return Err(format!("{why} (the process kubelet needs root)"));
     }

@@ -141,7 +141,7 @@ async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<(), 
 }
 
 /// Start the simulator, the webhook and the controller. `say` prints progress. The runner pods
-/// run real Terraform where the machine allows it ([`crate::real::unavailable`]), unless
+/// run real Terraform where the machine allows it ([`crate::real::runner_image_here`]), unless
 /// `scripted_because` gives a reason not to.
 pub async fn start(
     bin_dir_hint: Option<&Path>,
@@ -158,7 +158,7 @@ pub async fn start(
     let mut builder = Sim::builder().start_time(start).seed(9);
     let runners = match scripted_because {
         Some(why) => Runners::Scripted { why: why.to_string() },
-        None => match crate::real::unavailable(&work.path().join("runner")) {
+        None => match crate::real::runner_image_here(&work.path().join("runner")) {
             Ok(image) => {
                 builder = builder
                     .process_image(crate::real::RUNNER_IMAGE, image.image)
