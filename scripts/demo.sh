@@ -2,8 +2,28 @@
 # CAPTF's main job on the embedded simulator, from a fresh machine: builds the webhook, the
 # controller and the demo with cargo, then runs target/debug/captf-demo, which starts captf-sim
 # in-process, the real captf-webhook and captf-controller binaries as child processes, plays the
-# lifecycle and prints a timeline and a summary. Arguments go to captf-demo (e.g. --serve).
+# lifecycle and prints a timeline and a summary. Arguments go to captf-demo (e.g. --serve,
+# --scripted).
+#
+# The runner pods run the real captf-runner with real Terraform where the machine allows it
+# (root, for the private namespaces a pod gets): this script installs Terraform 1.0.3 (and the
+# protoc the test provider's build needs) with scripts/setup-tools.sh and builds captf-runner
+# and the test provider. If either fails, the demo still runs, with scripted runners, and says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet -p captf-webhook -p captf-controller -p captf-demo
+
+echo "demo.sh: checking the tools for real Terraform (scripts/setup-tools.sh)" >&2
+tools_log="$(mktemp)"
+if bin="$(bash scripts/setup-tools.sh 2>"$tools_log")"; then
+  export CAPTF_TOOLS_BIN="$bin"
+  if ! cargo build --quiet -p captf-runner -p captf-testprovider --bins; then
+    echo "demo.sh: building captf-runner and the test provider failed; the runners will be scripted" >&2
+  fi
+else
+  cat "$tools_log" >&2
+  echo "demo.sh: scripts/setup-tools.sh failed (above); the runners will be scripted" >&2
+fi
+rm -f "$tools_log"
+
 exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@"

@@ -5,13 +5,15 @@
 //! | [`setup`] | start the simulator, the webhook (certificates on the fly) and the controller |
 //! | [`procs`] | the child processes (the real binaries) and their logs |
 //! | [`certs`] | a CA and serving certificate (the webhook's `dev-certs` code) |
-//! | [`lifecycle`] | the scripted lifecycle, step by step |
+//! | [`lifecycle`] | the lifecycle, step by step |
+//! | [`real`] | real Terraform in the runner pods, where the machine allows it |
 //! | [`timeline`] | the readable timeline of what changed (pure) |
 //! | [`summary`] | the final table (pure) |
 
 pub mod certs;
 pub mod lifecycle;
 pub mod procs;
+pub mod real;
 pub mod setup;
 pub mod summary;
 pub mod timeline;

@@ -1,6 +1,14 @@
-//! The scripted lifecycle the README lists, step by step, against the simulator with the real webhook
+//! The lifecycle the README lists, step by step, against the simulator with the real webhook
 //! and controller processes. Time moves only when a step advances the simulated clock; every
 //! wait polls for a bounded real time and fails the step with what it waited for.
+//!
+//! With [`Demo::real`] set, runner pods run the real `captf-runner` with real Terraform
+//! ([`crate::real`]): the cluster's and the pool's applies, the drift checks (the drift is an
+//! edit of the test provider's world), the blocked destructive plan and its approved apply, and
+//! the destroys. A step queues a script for the Jobs that show what a real process can't do on
+//! cue (the failed applies, the eviction, the runner dying with the lock, the runner waiting on
+//! a workstation's lock): a queued script wins over the real runner. A real runner ends in wall
+//! time; the simulated clock never moves while one runs (see `settle`).
 
 use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
@@ -14,6 +22,7 @@ use kube::core::GroupVersionKind;
 use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
+use crate::real::{self, RealTerraform};
 use crate::summary::Row;
 use crate::timeline::{Snapshot, Timeline, clip};
 
@@ -32,6 +41,9 @@ const TMP: &str = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
 const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
 /// Real time a single wait may take before its step fails.
 const WAIT: Duration = Duration::from_secs(20);
+/// Real time a wait that includes a real Terraform run may take (a run takes seconds; this
+/// leaves room for a busy machine).
+const REAL_WAIT: Duration = Duration::from_secs(180);
 /// Polls in a row with nothing in progress before the demo counts the moment as settled.
 const CALM_POLLS: u32 = 5;
 
@@ -110,6 +122,12 @@ pub struct Demo<'a> {
     pub echo: bool,
     /// Where the controller serves `/metrics`, to see whether it is still reconciling.
     pub controller_metrics: Option<std::net::SocketAddr>,
+    /// Real Terraform in the runner pods (the simulator maps the runner image); None: every
+    /// runner is scripted.
+    pub real: Option<RealTerraform>,
+    /// Every Job seen so far, and whether its runner was real (Jobs are pruned and collected
+    /// with their object, so a step's Jobs are counted as they are seen).
+    jobs_seen: BTreeMap<String, bool>,
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -169,6 +187,13 @@ fn annotation<'a>(j: &'a Value, key: &str) -> Option<&'a str> {
     j.get("metadata")?.get("annotations")?.get(key)?.as_str()
 }
 
+fn job_name(j: &Value) -> String {
+    j.pointer("/metadata/name")
+        .and_then(Value::as_str)
+        .unwrap_or("")
+        .to_string()
+}
+
 fn fmt_t(t: Timestamp) -> String {
     t.strftime("%H:%M:%S").to_string()
 }
@@ -205,6 +230,8 @@ impl<'a> Demo<'a> {
             timeline: Timeline::new(),
             echo: true,
             controller_metrics: None,
+            real: None,
+            jobs_seen: BTreeMap::new(),
         }
     }
 
@@ -216,23 +243,34 @@ impl<'a> Demo<'a> {
         let mut objects = self.sim.list(TC, Some(NS));
         objects.extend(self.sim.list(TMP, Some(NS)));
         objects.extend(self.sim.list(TM, Some(NS)));
-        let jobs = self
+        let jobs: Vec<Value> = self
             .sim
             .jobs(NS)
             .unwrap_or_default()
             .into_iter()
             .filter_map(|j| serde_json::to_value(j).ok())
             .collect();
+        let real_jobs = jobs
+            .iter()
+            .map(job_name)
+            .filter(|n| self.sim.job_ran_as_process(NS, n))
+            .collect();
         Snapshot {
             objects,
             jobs,
             events: self.sim.events(NS),
+            real_jobs,
         }
     }
 
     /// Look at the simulator and print what changed.
     pub fn observe(&mut self) {
         let snap = self.snapshot();
+        for j in &snap.jobs {
+            let name = job_name(j);
+            let real = snap.real_jobs.contains(&name);
+            self.jobs_seen.entry(name).or_insert(real);
+        }
         let lines = self.timeline.observe(self.sim.now(), &snap);
         if self.echo {
             for l in lines {
@@ -266,8 +304,18 @@ impl<'a> Demo<'a> {
     }
 
     /// Poll until `f` returns Some, observing as we go; at most [`WAIT`] of real time.
-    async fn until<T>(&mut self, what: &str, mut f: impl FnMut(&Sim) -> Option<T>) -> Result<T, StepError> {
-        let deadline = Instant::now() + WAIT;
+    async fn until<T>(&mut self, what: &str, f: impl FnMut(&Sim) -> Option<T>) -> Result<T, StepError> {
+        self.until_for(what, WAIT, f).await
+    }
+
+    /// Poll until `f` returns Some, observing as we go; at most `wait` of real time.
+    async fn until_for<T>(
+        &mut self,
+        what: &str,
+        wait: Duration,
+        mut f: impl FnMut(&Sim) -> Option<T>,
+    ) -> Result<T, StepError> {
+        let deadline = Instant::now() + wait;
         loop {
             self.observe();
             if let Some(v) = f(self.sim) {
@@ -278,7 +326,7 @@ impl<'a> Demo<'a> {
             if Instant::now() > deadline {
                 return Err(StepError::Timeout {
                     what: what.to_string(),
-                    secs: WAIT.as_secs(),
+                    secs: wait.as_secs(),
                 });
             }
             tokio::time::sleep(Duration::from_millis(25)).await;
@@ -286,12 +334,15 @@ impl<'a> Demo<'a> {
     }
 
     /// Wait until nothing is in progress, observing: the simulator quiet (no request in flight,
-    /// every watch event delivered) with no new request, and no reconcile pass running in the
-    /// controller (its `captf_reconciles_in_flight` gauge, when the demo knows where its metrics
-    /// are), [`CALM_POLLS`] polls in a row. What the controller does about the current moment is
-    /// then done: a check that nothing happened is a check, not a guess after a pause.
+    /// every watch event delivered) with no new request, no runner running as a real process,
+    /// and no reconcile pass running in the controller (its `captf_reconciles_in_flight` gauge,
+    /// when the demo knows where its metrics are), [`CALM_POLLS`] polls in a row. What the
+    /// controller does about the current moment is then done: a check that nothing happened is a
+    /// check, not a guess after a pause. Every move of the clock settles first, so the simulated
+    /// clock never moves while a real runner runs.
     async fn settle(&mut self) -> Result<(), StepError> {
-        let deadline = Instant::now() + WAIT;
+        let wait = if self.real.is_some() { REAL_WAIT } else { WAIT };
+        let deadline = Instant::now() + wait;
         let (mut last, mut calm) = (None, 0);
         loop {
             self.observe();
@@ -300,7 +351,8 @@ impl<'a> Demo<'a> {
                 Some(addr) => reconciles_in_flight(addr).await,
                 None => Some(0),
             };
-            let busy = in_flight.is_none_or(|n| n > 0);
+            let runners = self.sim.process_pods().len();
+            let busy = in_flight.is_none_or(|n| n > 0) || runners > 0;
             let quiet = self.sim.quiet();
             let steady = last == Some(requests);
             calm = if quiet && !busy && steady { calm + 1 } else { 0 };
@@ -319,9 +371,9 @@ impl<'a> Demo<'a> {
                 return Err(StepError::Timeout {
                     what: format!(
                         "the simulator and the controller to settle (last look: simulator {simulator}, \
-                         controller {controller}, requests {requests})"
+                         controller {controller}, requests {requests}, {runners} real runner(s) running)"
                     ),
-                    secs: WAIT.as_secs(),
+                    secs: wait.as_secs(),
                 });
             }
             tokio::time::sleep(Duration::from_millis(10)).await;
@@ -393,6 +445,47 @@ impl<'a> Demo<'a> {
         Ok(got.1)
     }
 
+    /// Whether the Job's pod runs the real runner (else a scripted one).
+    fn is_real(&self, job: &Value) -> bool {
+        self.sim.job_ran_as_process(NS, &job_name(job))
+    }
+
+    /// Let a started Job run to its end. A scripted runner plays on the simulated clock: 30s
+    /// pass. A real runner ends in wall time (bounded) while the clock stands still.
+    async fn run(&mut self, job: &Value) -> Result<(), StepError> {
+        if !self.is_real(job) {
+            return self.advance(Duration::from_secs(30)).await;
+        }
+        let name = job_name(job);
+        let pod_prefix = format!("{name}-");
+        self.until_for(&format!("the real runner of Job {name} to end"), REAL_WAIT, |sim| {
+            (!sim.process_pods().iter().any(|(_, p)| p.starts_with(&pod_prefix))).then_some(())
+        })
+        .await
+    }
+
+    /// The thing the test provider's world holds (real Terraform only).
+    fn thing(&self, name: &str) -> Option<captf_testprovider::world::Thing> {
+        self.real.as_ref().and_then(|r| r.thing(name))
+    }
+
+    /// Check what real Terraform left in the test provider's world (nothing to check when the
+    /// runners are scripted).
+    fn expect_things(&self, want: &[(&str, Option<&str>)]) -> Result<(), StepError> {
+        if self.real.is_none() {
+            return Ok(());
+        }
+        for (name, content) in want {
+            let got = self.thing(name).map(|t| t.content);
+            if got.as_deref() != *content {
+                return Err(unexpected(format!(
+                    "the test provider's thing {name} is {got:?}, expected {content:?}"
+                )));
+            }
+        }
+        Ok(())
+    }
+
     async fn condition_is(
         &mut self,
         kind: Kind,
@@ -448,12 +541,15 @@ impl<'a> Demo<'a> {
                     expected: spec.expected.into(),
                     observed: "not run (an earlier step failed)".into(),
                     ok: false,
+                    ..Row::default()
                 });
                 continue;
             }
             if self.echo {
                 println!("\n== step {}: {}", spec.name, spec.expected);
             }
+            self.observe();
+            let before: std::collections::BTreeSet<String> = self.jobs_seen.keys().cloned().collect();
             let result = match spec.name.as_bytes().first() {
                 Some(b'1') => self.step1().await,
                 Some(b'2') => self.step2().await,
@@ -463,6 +559,13 @@ impl<'a> Demo<'a> {
                 _ => self.step6().await,
             };
             self.observe();
+            let new: Vec<bool> = self
+                .jobs_seen
+                .iter()
+                .filter(|(n, _)| !before.contains(*n))
+                .map(|(_, real)| *real)
+                .collect();
+            let real_jobs = new.iter().filter(|real| **real).count();
             let (observed, ok) = match result {
                 Ok(o) => (o, true),
                 Err(e) => {
@@ -475,6 +578,8 @@ impl<'a> Demo<'a> {
                 expected: spec.expected.into(),
                 observed,
                 ok,
+                real_jobs,
+                scripted_jobs: new.len() - real_jobs,
             });
         }
         rows
@@ -507,8 +612,16 @@ impl<'a> Demo<'a> {
             return Err(unexpected("TerraformCluster/broken exists after its rejection"));
         }
 
-        self.say("create TerraformCluster/demo from examples/terraformcluster-minimal.yaml");
-        let obj = yaml_object(MINIMAL_CLUSTER)?;
+        let mut obj = yaml_object(MINIMAL_CLUSTER)?;
+        match &self.real {
+            Some(real) => {
+                // The example's git source needs the network; the same module interface is
+                // served here, with the test provider's things standing in for the cloud.
+                obj["spec"]["module"]["source"] = json!(real.cluster_source());
+                self.say("create TerraformCluster/demo from examples/terraformcluster-minimal.yaml, its module served locally (cluster.tar.gz)");
+            }
+            None => self.say("create TerraformCluster/demo from examples/terraformcluster-minimal.yaml"),
+        }
         let created = self
             .create(Kind::TerraformCluster, obj)
             .await
@@ -549,7 +662,7 @@ impl<'a> Demo<'a> {
         let mut delays = Vec::new();
         let (mut seq, mut job) = self.next_job(k, CLUSTER, Op::Apply, 0).await?;
         for (n, want) in [(1, 60i64), (2, 120)] {
-            self.advance(Duration::from_secs(30)).await?;
+            self.run(&job).await?;
             let j = self.booked(&job, "failed").await?;
             let fin = job_finish_time(&j).ok_or_else(|| unexpected("failed Job has no finish time"))?;
             let nb = self
@@ -586,7 +699,7 @@ impl<'a> Demo<'a> {
             seq = s2;
             job = j2;
         }
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&job).await?;
         self.booked(&job, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
         let c = self
@@ -599,17 +712,31 @@ impl<'a> Demo<'a> {
         let ep = c.pointer("/spec/controlPlaneEndpoint").cloned().unwrap_or(Value::Null);
         let host = ep["host"].as_str().unwrap_or("");
         let port = ep["port"].as_i64().unwrap_or(0);
-        if (host, port) != ("10.0.0.1", 6443) {
+        let want_host = if self.real.is_some() {
+            real::ENDPOINT_HOST
+        } else {
+            "10.0.0.1"
+        };
+        if (host, port) != (want_host, 6443) {
             return Err(unexpected(format!("controlPlaneEndpoint is {ep}")));
         }
+        self.expect_things(&[
+            (real::LOAD_BALANCER, Some("port 6443")),
+            (real::CONTROL_PLANE, Some("kubernetes 1.32")),
+        ])?;
         // The first drift check runs at once (never checked); it finds nothing.
         let (_, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&drift).await?;
         self.booked(&drift, "succeeded").await?;
         self.condition_is(k, CLUSTER, "DriftDetected", "False", "NoDrift")
             .await?;
+        let from = if self.real.is_some() {
+            "real Terraform outputs"
+        } else {
+            "the outputs"
+        };
         Ok(format!(
-            "2 failures, retries after {}; Ready=True, endpoint {host}:{port}; first drift check: NoDrift",
+            "2 failures, retries after {}; Ready=True, endpoint {host}:{port} from {from}; first drift check: NoDrift",
             delays.join(" and ")
         ))
     }
@@ -622,7 +749,8 @@ impl<'a> Demo<'a> {
             .collect()
     }
 
-    /// Let every running Job finish (30s of simulated time each) until nothing runs.
+    /// Let every running Job finish (30s of simulated time each, or its real runner's end)
+    /// until nothing runs.
     async fn quiesce(&mut self) -> Result<(), StepError> {
         for _ in 0..10 {
             self.settle().await?;
@@ -630,7 +758,7 @@ impl<'a> Demo<'a> {
             let Some(job) = open.first().cloned() else {
                 return Ok(());
             };
-            self.advance(Duration::from_secs(30)).await?;
+            self.run(&job).await?;
             let name = job
                 .pointer("/metadata/name")
                 .and_then(Value::as_str)
@@ -677,14 +805,20 @@ impl<'a> Demo<'a> {
         self.sim.script(m(), RunnerScript::evicted());
         self.sim
             .script(m(), RunnerScript::die_holding_lock_id(DEAD_RUNNER_LOCK));
-        self.say("create TerraformMachinePool/demo-workers from examples/terraformmachinepool.yaml");
-        let pool = yaml_object(MACHINE_POOL)?;
+        let mut pool = yaml_object(MACHINE_POOL)?;
+        match &self.real {
+            Some(real) => {
+                pool["spec"]["module"]["source"] = json!(real.pool_source());
+                self.say("create TerraformMachinePool/demo-workers from examples/terraformmachinepool.yaml, its module served locally (pool.tar.gz)");
+            }
+            None => self.say("create TerraformMachinePool/demo-workers from examples/terraformmachinepool.yaml"),
+        }
         self.create(k, pool)
             .await
             .map_err(api_err("create TerraformMachinePool/demo-workers"))?;
         let (s1, j1) = self.next_job(k, POOL, Op::Apply, 0).await?;
         self.say("the node is drained: the runner pod is evicted");
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&j1).await?;
         self.booked(&j1, "interrupted").await?;
         let evicted_at = self.sim.now();
         let (s2, j2) = self.next_job(k, POOL, Op::Apply, s1).await?;
@@ -698,7 +832,7 @@ impl<'a> Demo<'a> {
             )));
         }
         self.say("the next runner takes the state lock and is OOM-killed");
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&j2).await?;
         let j2 = self.booked(&j2, "failed").await?;
         let fin = job_finish_time(&j2).ok_or_else(|| unexpected("failed Job has no finish time"))?;
         let lease = names::lock_lease_name(&names::suffix(k, NS, POOL));
@@ -724,9 +858,10 @@ impl<'a> Demo<'a> {
                 .then_some(())
         })
         .await?;
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&j3).await?;
         self.booked(&j3, "succeeded").await?;
         self.condition_is(k, POOL, "Ready", "True", "Ready").await?;
+        self.expect_things(&[(real::WORKERS, Some("3 x m6i.large"))])?;
         self.quiesce().await?;
         let holder = self.sim.get("coordination.k8s.io/leases", NS, &lease).and_then(|l| {
             l.pointer("/spec/holderIdentity")
@@ -750,10 +885,6 @@ impl<'a> Demo<'a> {
     /// plan destroys a resource is blocked until a person approves its plan hash.
     async fn step4(&mut self) -> Result<String, StepError> {
         let k = Kind::TerraformCluster;
-        self.sim.script(
-            JobMatch::object(k, NS, CLUSTER).op(Op::Drift),
-            RunnerScript::drift(true),
-        );
         let c = self.object(k, CLUSTER).unwrap_or(Value::Null);
         let last: Timestamp = c
             .pointer("/status/lastDriftCheckTime")
@@ -761,14 +892,30 @@ impl<'a> Demo<'a> {
             .and_then(|t| t.parse().ok())
             .ok_or_else(|| unexpected("status.lastDriftCheckTime is not set"))?;
         let due = last + SignedDuration::from_mins(30);
-        self.say(&format!(
-            "someone edits the infrastructure by hand; the next drift check is due at {}",
-            fmt_t(due)
-        ));
+        match &self.real {
+            Some(real) => {
+                real.edit(real::CONTROL_PLANE, "kubernetes 1.31 (edited by hand)")
+                    .map_err(|e| unexpected(format!("failed to edit the test provider's world: {e}")))?;
+                self.say(&format!(
+                    "someone edits the control plane by hand (its thing in the test provider's world); the next drift check is due at {}",
+                    fmt_t(due)
+                ));
+            }
+            None => {
+                self.sim.script(
+                    JobMatch::object(k, NS, CLUSTER).op(Op::Drift),
+                    RunnerScript::drift(true),
+                );
+                self.say(&format!(
+                    "someone edits the infrastructure by hand; the next drift check is due at {}",
+                    fmt_t(due)
+                ));
+            }
+        }
         let seq = self.last_seq(k, CLUSTER);
         self.advance_to(due).await?;
         let (s, drift) = self.next_job(k, CLUSTER, Op::Drift, seq).await?;
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&drift).await?;
         self.booked(&drift, "succeeded").await?;
         self.condition_is(k, CLUSTER, "DriftDetected", "True", "DriftFound")
             .await?;
@@ -778,20 +925,23 @@ impl<'a> Demo<'a> {
         {
             return Err(unexpected("the apply after drift is not a DriftRemediation"));
         }
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&fix).await?;
         self.booked(&fix, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.expect_things(&[(real::CONTROL_PLANE, Some("kubernetes 1.32"))])?;
 
-        let summary = PlanSummary {
-            add: 1,
-            change: 0,
-            destroy: 1,
-            replace: 1,
-        };
-        self.sim.script(
-            JobMatch::object(k, NS, CLUSTER).op(Op::Apply),
-            RunnerScript::blocked(PLAN_HASH, summary),
-        );
+        if self.real.is_none() {
+            let summary = PlanSummary {
+                add: 1,
+                change: 0,
+                destroy: 1,
+                replace: 1,
+            };
+            self.sim.script(
+                JobMatch::object(k, NS, CLUSTER).op(Op::Apply),
+                RunnerScript::blocked(PLAN_HASH, summary),
+            );
+        }
         self.say("change spec.variables.control_plane_instance_type: the plan replaces the control plane");
         self.merge_patch(
             k,
@@ -800,7 +950,7 @@ impl<'a> Demo<'a> {
         )
         .await?;
         let (s, blocked) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&blocked).await?;
         self.booked(&blocked, "blocked").await?;
         self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "False", "DestructivePlanBlocked")
             .await?;
@@ -810,13 +960,24 @@ impl<'a> Demo<'a> {
                 (c.pointer("/status/nextAction/reason")? == "AwaitingApproval").then_some(c)
             })
             .await?;
-        let hash = c
-            .pointer("/status/pendingPlan/hash")
-            .and_then(Value::as_str)
-            .unwrap_or("");
-        if hash != PLAN_HASH {
-            return Err(unexpected(format!("status.pendingPlan.hash is {hash:?}")));
+        let plan = c.pointer("/status/pendingPlan").cloned().unwrap_or(Value::Null);
+        let hash = plan["hash"].as_str().unwrap_or("").to_string();
+        let (destroys, replaces) = (
+            plan["destroys"].as_u64().unwrap_or(0),
+            plan["replaces"].as_u64().unwrap_or(0),
+        );
+        // A scripted plan has the script's hash; a real one, Terraform's.
+        let hash_ok = match self.real {
+            None => hash == PLAN_HASH,
+            Some(_) => !hash.is_empty(),
+        };
+        if !hash_ok || destroys + replaces == 0 {
+            return Err(unexpected(format!("status.pendingPlan is {plan}")));
         }
+        self.expect_things(&[
+            (real::CONTROL_PLANE, Some("kubernetes 1.32")),
+            (real::CONTROL_PLANE_XLARGE, None),
+        ])?;
         self.say("an hour passes: nobody approved, so nothing runs");
         self.advance(Duration::from_secs(3600)).await?;
         self.settle().await?;
@@ -824,27 +985,43 @@ impl<'a> Demo<'a> {
             return Err(unexpected("a Job started while the plan waited for approval"));
         }
         self.say(&format!(
-            "kubectl annotate terraformcluster demo captf.io/approve-plan={PLAN_HASH}"
+            "kubectl annotate terraformcluster demo captf.io/approve-plan={hash}"
         ));
         self.merge_patch(
             k,
             CLUSTER,
-            json!({"metadata": {"annotations": {"captf.io/approve-plan": PLAN_HASH}}}),
+            json!({"metadata": {"annotations": {"captf.io/approve-plan": hash}}}),
         )
         .await?;
         let (_, approved) = self.next_job(k, CLUSTER, Op::Apply, s).await?;
-        if annotation(&approved, "captf.io/approved-plan") != Some(PLAN_HASH) {
+        if annotation(&approved, "captf.io/approved-plan") != Some(hash.as_str()) {
             return Err(unexpected(
                 "the apply after approval does not carry the approved plan hash",
             ));
         }
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&approved).await?;
         self.booked(&approved, "succeeded").await?;
         self.condition_is(k, CLUSTER, "ApplyJobSucceeded", "True", "ApplySucceeded")
             .await?;
+        self.expect_things(&[
+            (real::CONTROL_PLANE, None),
+            (real::CONTROL_PLANE_XLARGE, Some("kubernetes 1.32")),
+        ])?;
         self.quiesce().await?;
+        let drift = if self.real.is_some() {
+            "real drift (the control plane edited by hand) found → DriftRemediation apply restored it"
+        } else {
+            "DriftFound → DriftRemediation apply succeeded"
+        };
         Ok(format!(
-            "DriftFound → DriftRemediation apply succeeded; plan {PLAN_HASH} blocked (1 destroy, 1 replace), no Job for 1h, approved → applied"
+            "{drift}; plan {} blocked ({}), no Job for 1h, approved → applied",
+            clip(&hash, 12),
+            [(destroys, "destroy"), (replaces, "replace")]
+                .iter()
+                .filter(|(n, _)| *n > 0)
+                .map(|(n, what)| format!("{n} {what}"))
+                .collect::<Vec<_>>()
+                .join(", ")
         ))
     }
 
@@ -856,6 +1033,11 @@ impl<'a> Demo<'a> {
         let lease = names::lock_lease_name(&suffix);
         self.say("alice runs `tofu apply` from her laptop: she holds the state lock");
         self.sim.hold_lock(NS, &suffix, WORKSTATION_LOCK, "alice@laptop");
+        // The first runner waits out its 300s lock timeout: scripted, on the simulated clock.
+        self.sim.script(
+            JobMatch::object(k, NS, CLUSTER).op(Op::Apply),
+            RunnerScript::realistic_with_outputs(cluster_outputs()),
+        );
         let seq = self.last_seq(k, CLUSTER);
         self.say("change spec.variables.kubernetes_version");
         self.merge_patch(
@@ -914,23 +1096,26 @@ impl<'a> Demo<'a> {
         }
         self.say("alice's apply finishes and releases the lock");
         self.sim.release_lock(NS, &suffix);
-        let name2 = j2
-            .pointer("/metadata/name")
-            .and_then(Value::as_str)
-            .unwrap_or("")
-            .to_string();
-        self.advance_until(
-            &format!("Job {name2} to be booked"),
-            Duration::from_secs(60),
-            12,
-            |sim| {
-                let j = sim.get("batch/jobs", NS, &name2)?;
-                annotation(&j, "captf.io/outcome").map(|_| ())
-            },
-        )
-        .await?;
+        if self.is_real(&j2) {
+            // Real Terraform retries the lock in wall time and gets it once alice let go.
+            self.run(&j2).await?;
+        } else {
+            // The scripted runner retries the lock on the simulated clock.
+            let name2 = job_name(&j2);
+            self.advance_until(
+                &format!("Job {name2} to be booked"),
+                Duration::from_secs(60),
+                12,
+                |sim| {
+                    let j = sim.get("batch/jobs", NS, &name2)?;
+                    annotation(&j, "captf.io/outcome").map(|_| ())
+                },
+            )
+            .await?;
+        }
         self.booked(&j2, "succeeded").await?;
         self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.expect_things(&[(real::CONTROL_PLANE_XLARGE, Some("kubernetes 1.33"))])?;
         self.quiesce().await?;
         Ok("StateLocked naming alice@laptop; Job failed after the 300s lock wait; retry 60s later without force-unlock; lock untouched until alice released it; then Ready".to_string())
     }
@@ -957,26 +1142,37 @@ impl<'a> Demo<'a> {
         self.say("kubectl delete terraformmachinepool demo-workers");
         self.delete(tmp, POOL).await?;
         let (_, pd) = self.next_job(tmp, POOL, Op::Destroy, pseq).await?;
-        self.advance(Duration::from_secs(30)).await?;
+        self.run(&pd).await?;
         self.until("TerraformMachinePool/demo-workers to be gone", |sim| {
             sim.get(TMP, NS, POOL).is_none().then_some(())
         })
         .await?;
-        let _ = pd;
+        self.expect_things(&[
+            (real::WORKERS, None),
+            (real::CONTROL_PLANE_XLARGE, Some("kubernetes 1.33")),
+        ])?;
         let sim = self.sim;
-        let cd = self
+        let (_, _, cd) = self
             .advance_until("the cluster's destroy Job", Duration::from_secs(30), 4, |_| {
                 Self::jobs_of(sim, tc, CLUSTER)
                     .into_iter()
                     .find(|(o, s, _)| *o == Op::Destroy && *s > seq)
             })
             .await?;
-        let _ = cd;
-        self.advance_until("TerraformCluster/demo to be gone", Duration::from_secs(30), 4, |sim| {
+        self.run(&cd).await?;
+        self.until("TerraformCluster/demo to be gone", |sim| {
             sim.get(TC, NS, CLUSTER).is_none().then_some(())
         })
         .await?;
-        Ok("DeletionHeld naming the pool; pool destroyed and gone, then cluster destroyed and gone (finalizers removed)".into())
+        self.expect_things(&[(real::CONTROL_PLANE_XLARGE, None), (real::LOAD_BALANCER, None)])?;
+        let destroyed = if self.real.is_some() {
+            "destroyed by real Terraform"
+        } else {
+            "destroyed"
+        };
+        Ok(format!(
+            "DeletionHeld naming the pool; pool {destroyed} and gone, then cluster {destroyed} and gone (finalizers removed)"
+        ))
     }
 
     /// Queue the runner behaviour the script needs before the objects exist.

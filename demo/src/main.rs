@@ -1,6 +1,10 @@
 //! `captf-demo`: CAPTF's main job on the embedded simulator. Starts captf-sim, the real
 //! captf-webhook and captf-controller binaries (found next to this executable), plays the
 //! lifecycle the README lists, with a readable timeline and a summary table, and can keep serving.
+//! Runner pods run the real captf-runner with real Terraform where the machine allows it (root,
+//! and captf-runner, terraform-provider-captftest next to this executable, Terraform from
+//! `scripts/setup-tools.sh`); the steps that show what a real process can't do on cue are
+//! scripted, and so is everything else when real Terraform is not available or `--scripted` says so.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,7 +13,10 @@ use std::time::Duration;
 use clap::Parser;
 
 use captf_demo::lifecycle::Demo;
+use captf_demo::real::RealTerraform;
+use captf_demo::setup::Runners;
 use captf_demo::{setup, summary};
+use captf_testprovider::harness::TERRAFORM_VERSION;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -33,6 +40,11 @@ struct Cli {
     /// Print only the summary table, not the timeline.
     #[arg(long, short)]
     quiet: bool,
+    /// Play every step with scripted runners, even where real Terraform could run. With --serve
+    /// the runners are always scripted (what you apply yourself names modules that can't be
+    /// fetched offline).
+    #[arg(long)]
+    scripted: bool,
 }
 
 #[tokio::main]
@@ -57,9 +69,38 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     if !quiet {
         println!("== starting the simulator, the webhook and the controller");
     }
-    let mut stack = setup::start(None, &say).await?;
+    let scripted_because = if cli.scripted {
+        Some("--scripted")
+    } else if cli.serve {
+        Some("--serve: the objects you apply yourself name modules that can't be fetched offline")
+    } else {
+        None
+    };
+    let mut stack = setup::start(None, &say, scripted_because).await?;
+    // One line, even with --quiet: it says what the summary's "runners" column means.
+    match &stack.runners {
+        Runners::Real { .. } => println!(
+            "   runners: real captf-runner with Terraform {TERRAFORM_VERSION} and the test provider, as processes \
+             of the simulator's kubelet (the failures shown on cue stay scripted)"
+        ),
+        Runners::Scripted { why } if cli.scripted || cli.serve => {
+            println!("   runners: scripted ({why})")
+        }
+        Runners::Scripted { why } => {
+            println!("   runners: real Terraform is not available here, every step plays with scripted runners: {why}")
+        }
+    }
+    let real = match &stack.runners {
+        Runners::Real { world } => Some(
+            RealTerraform::start(&stack.work.path().join("modules"), world.clone())
+                .await
+                .map_err(setup::SetupError::Modules)?,
+        ),
+        Runners::Scripted { .. } => None,
+    };
     let client = stack.sim.client()?;
     let mut demo = Demo::new(&stack.sim, client);
+    demo.real = real;
     demo.echo = !quiet;
     demo.controller_metrics = Some(stack.controller_env.metrics_addr);
     let mut code = ExitCode::SUCCESS;
@@ -69,6 +110,7 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
         let rows = demo.run_script().await;
         println!("\n== summary (simulated time {})", stack.sim.now().strftime("%H:%M:%S"));
         println!("{}", summary::render(&rows, 60));
+        println!("{}", summary::runners_line(&rows));
         let denied = stack.sim.denied();
         match rows.iter().find(|r| !r.ok) {
             None if !denied.is_empty() => {

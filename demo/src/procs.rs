@@ -189,7 +189,7 @@ pub async fn start_controller(
         .env("CAPTF_SIM_CLOCK_URL", &env.sim_url)
         .env("CAPTF_METRICS_ADDR", env.metrics_addr.to_string())
         .env("CAPTF_HEALTH_ADDR", env.health_addr.to_string())
-        .env("CAPTF_RUNNER_IMAGE", "ghcr.io/captf/runner:demo")
+        .env("CAPTF_RUNNER_IMAGE", crate::real::RUNNER_IMAGE)
         .env("CAPTF_CONCURRENCY", "4")
         .envs(env.extra_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -45,6 +45,18 @@ pub enum SetupError {
     WorkDir(#[source] std::io::Error),
     #[error("failed to write the controller's kubeconfig: {0}")]
     Kubeconfig(#[source] std::io::Error),
+    #[error("failed to serve the demo's Terraform modules: {0}")]
+    Modules(#[source] std::io::Error),
+}
+
+/// How the runner pods run.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Runners {
+    /// The real `captf-runner` with real Terraform (the simulator's process kubelet), except
+    /// for the Jobs a step scripts; the test provider's world folder.
+    Real { world: PathBuf },
+    /// Every runner is scripted, and why.
+    Scripted { why: String },
 }
 
 /// The running pieces. Dropping it kills the children; [`Stack::stop`] stops them gracefully.
@@ -55,6 +67,7 @@ pub struct Stack {
     pub controller_env: ControllerEnv,
     pub work: tempfile::TempDir,
     pub kubeconfig: PathBuf,
+    pub runners: Runners,
 }
 
 impl Stack {
@@ -128,8 +141,14 @@ pub async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<
     Ok(())
 }
 
-/// Start the simulator, the webhook and the controller. `say` prints progress.
-pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<Stack, SetupError> {
+/// Start the simulator, the webhook and the controller. `say` prints progress. The runner pods
+/// run real Terraform where the machine allows it ([`crate::real::runner_image_here`]), unless
+/// `scripted_because` gives a reason not to.
+pub async fn start(
+    bin_dir_hint: Option<&Path>,
+    say: &dyn Fn(&str),
+    scripted_because: Option<&str>,
+) -> Result<Stack, SetupError> {
     let work = tempfile::Builder::new()
         .prefix("captf-demo-")
         .tempdir()
@@ -137,7 +156,20 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
     let start = START_TIME
         .parse()
         .map_err(|_| SetupError::WorkDir(std::io::Error::other("bad start time")))?;
-    let sim = Sim::builder().start_time(start).seed(9).start().await?;
+    let mut builder = Sim::builder().start_time(start).seed(9);
+    let runners = match scripted_because {
+        Some(why) => Runners::Scripted { why: why.to_string() },
+        None => match crate::real::runner_image_here(&work.path().join("runner")) {
+            Ok(image) => {
+                builder = builder
+                    .process_image(crate::real::RUNNER_IMAGE, image.image)
+                    .process_root(work.path().join("kubelet"));
+                Runners::Real { world: image.world }
+            }
+            Err(why) => Runners::Scripted { why },
+        },
+    };
+    let sim = builder.start().await?;
     sim.create_namespace(crate::lifecycle::NS);
     sim.create_namespace(WEBHOOK_NAMESPACE);
     sim.load_rbac(CHART_RBAC)?;
@@ -195,6 +227,7 @@ pub async fn start(bin_dir_hint: Option<&Path>, say: &dyn Fn(&str)) -> Result<St
         controller_env: env,
         work,
         kubeconfig,
+        runners,
     })
 }
 

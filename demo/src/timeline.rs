@@ -15,6 +15,8 @@ pub struct Snapshot {
     pub jobs: Vec<Value>,
     /// core/v1 and events.k8s.io/v1 Events.
     pub events: Vec<Value>,
+    /// The Jobs whose pod runs the real runner (real Terraform); the others' are scripted.
+    pub real_jobs: BTreeSet<String>,
 }
 
 /// One line of the timeline.
@@ -149,6 +151,11 @@ impl Timeline {
                 {
                     detail.push_str(&format!(" approved-plan {h}"));
                 }
+                detail.push_str(if snap.real_jobs.contains(&name) {
+                    " [real runner]"
+                } else {
+                    " [scripted]"
+                });
                 push(owner.clone(), "Job created", detail);
                 JobSeen::default()
             });
@@ -329,7 +336,10 @@ mod tests {
         let l = tl.observe(now, &snap(&job));
         assert_eq!(l.len(), 1);
         assert_eq!(l[0].object, "TerraformCluster/demo");
-        assert_eq!(l[0].detail, "tc-demo-abc123-apply-1 (InputsChanged, attempt 1)");
+        assert_eq!(
+            l[0].detail,
+            "tc-demo-abc123-apply-1 (InputsChanged, attempt 1) [scripted]"
+        );
         job["status"] = json!({"conditions": [{"type": "Failed", "status": "True", "reason": "BackoffLimitExceeded"}]});
         job["metadata"]["annotations"]["captf.io/outcome"] = json!("failed");
         let l = tl.observe(now, &snap(&job));
@@ -337,6 +347,27 @@ mod tests {
         assert_eq!(l[0].detail, "tc-demo-abc123-apply-1 Failed/BackoffLimitExceeded");
         assert_eq!(l[1].detail, "tc-demo-abc123-apply-1 outcome=failed");
         assert!(tl.observe(now, &snap(&job)).is_empty());
+    }
+
+    #[test]
+    fn a_job_whose_pod_runs_the_real_runner_says_so_when_created() {
+        let mut tl = Timeline::new();
+        let now = t("2026-03-01T10:00:00Z");
+        let job = |n: &str| json!({"metadata": {"name": n, "ownerReferences": [{"kind": "TerraformCluster", "name": "demo"}]}});
+        let snap = Snapshot {
+            jobs: vec![job("tc-demo-abc123-apply-1"), job("tc-demo-abc123-drift-2")],
+            real_jobs: BTreeSet::from(["tc-demo-abc123-drift-2".to_string()]),
+            ..Default::default()
+        };
+        let l = tl.observe(now, &snap);
+        let details: Vec<&str> = l.iter().map(|l| l.detail.as_str()).collect();
+        assert_eq!(
+            details,
+            [
+                "tc-demo-abc123-apply-1 [scripted]",
+                "tc-demo-abc123-drift-2 [real runner]"
+            ]
+        );
     }
 
     #[test]
@@ -391,7 +422,7 @@ mod tests {
             let objects = names.iter().map(|n| json!({"kind": "TerraformCluster", "metadata": {"name": n},
                 "status": {"conditions": reasons.iter().map(|r| json!({"type": r, "status": "True", "reason": r})).collect::<Vec<_>>()}})).collect();
             let events = reasons.iter().enumerate().map(|(i, r)| json!({"metadata": {"namespace": "d", "name": format!("e{i}")}, "reason": r})).collect();
-            let snap = Snapshot { objects, jobs: vec![], events };
+            let snap = Snapshot { objects, jobs: vec![], events, real_jobs: BTreeSet::new() };
             let mut tl = Timeline::new();
             let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap();
             tl.observe(now, &snap);

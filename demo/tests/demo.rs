@@ -1,44 +1,160 @@
 //! Runs the demo exactly as the README states it (`./scripts/demo.sh` from the repository root)
-//! and checks its exit status and its summary table.
+//! and checks its exit status, its summary table and which runners were real; then once with
+//! `--scripted`, the path a machine without real Terraform takes.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
 use captf_demo::lifecycle::STEPS;
 
-#[test]
-fn readme_main_command_plays_every_step_and_exits_zero() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
-    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
-    assert!(
-        readme.contains("./scripts/demo.sh"),
-        "the README names the main command"
-    );
+fn root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
+}
+
+/// One demo at a time: two would share 2 cores and the cargo build lock.
+static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
+/// `./scripts/demo.sh args…`: its stdout, after checking it exited 0.
+fn demo(args: &[&str]) -> String {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let out = Command::new("./scripts/demo.sh")
-        .current_dir(&root)
+        .args(args)
+        .current_dir(root())
         .output()
         .expect("run ./scripts/demo.sh");
-    let stdout = String::from_utf8_lossy(&out.stdout);
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
+    println!(
+        "demo {args:?} took {:?} of real time (build included)",
+        started.elapsed()
+    );
+    assert!(started.elapsed() < Duration::from_secs(600));
+    stdout
+}
+
+/// One summary row: the runners column and the verdict.
+struct Row {
+    runners: String,
+    verdict: String,
+}
+
+/// The summary's row of every step, after checking the summary says all went as expected.
+fn summary_rows(stdout: &str) -> Vec<Row> {
     let summary = stdout
         .split("== summary")
         .nth(1)
         .unwrap_or_else(|| panic!("no summary in:\n{stdout}"));
-    for step in STEPS {
-        let row = summary
-            .lines()
-            .find(|l| l.starts_with(&format!("| {} ", step.name)))
-            .unwrap_or_else(|| panic!("no row for step {} in:\n{summary}", step.name));
-        let verdict = row.trim_end_matches('|').rsplit('|').next().unwrap_or("").trim();
-        assert_eq!(verdict, "ok", "step {} in:\n{summary}", step.name);
+    assert!(
+        summary.contains(&format!("all {} steps behaved as expected", STEPS.len())),
+        "{summary}"
+    );
+    STEPS
+        .iter()
+        .map(|step| {
+            let line = summary
+                .lines()
+                .find(|l| l.starts_with(&format!("| {} ", step.name)))
+                .unwrap_or_else(|| panic!("no row for step {} in:\n{summary}", step.name));
+            let cols: Vec<&str> = line.split('|').map(str::trim).collect();
+            // "", step, expected, observed, runners, ok, ""
+            assert_eq!(cols.len(), 7, "{line}");
+            Row {
+                runners: cols[4].to_string(),
+                verdict: cols[5].to_string(),
+            }
+        })
+        .collect()
+}
+
+/// The number of real Jobs the runners column counts (`2 real, 1 scripted` → 2).
+fn real(r: &Row) -> usize {
+    count(&r.runners, "real")
+}
+
+fn scripted(r: &Row) -> usize {
+    count(&r.runners, "scripted")
+}
+
+fn count(runners: &str, what: &str) -> usize {
+    runners
+        .split(", ")
+        .find_map(|part| part.strip_suffix(&format!(" {what}")))
+        .map(|n| n.parse().unwrap())
+        .unwrap_or(0)
+}
+
+#[test]
+fn readme_main_command_plays_every_step_and_exits_zero() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    assert!(
+        readme.contains("./scripts/demo.sh"),
+        "the README names the main command"
+    );
+    let stdout = demo(&[]);
+    let rows = summary_rows(&stdout);
+    for (step, row) in STEPS.iter().zip(&rows) {
+        assert_eq!(row.verdict, "ok", "step {}", step.name);
     }
-    assert!(summary.contains(&format!("all {} steps behaved as expected", STEPS.len())));
     // The timeline is stamped with the simulated clock, which starts at 10:00:00.
     assert!(stdout.contains("10:00:00  TerraformCluster/demo"), "{stdout}");
-    println!("demo took {:?} of real time (build included)", started.elapsed());
-    assert!(started.elapsed() < Duration::from_secs(600));
+    assert_eq!(rows[0].runners, "no Job", "admission starts no Job");
+    match captf_sim::process::namespaces_unavailable() {
+        None => {
+            // Real Terraform ran wherever a step can be real; the failures on cue are scripted.
+            assert!(
+                stdout.contains("runners: real captf-runner with Terraform 1.0.3"),
+                "{stdout}"
+            );
+            for (i, scripted_too) in [(1, true), (2, true), (3, false), (4, true), (5, false)] {
+                let row = &rows[i];
+                assert!(real(row) > 0, "step {}: {}", STEPS[i].name, row.runners);
+                assert_eq!(
+                    scripted(row) > 0,
+                    scripted_too,
+                    "step {}: {}",
+                    STEPS[i].name,
+                    row.runners
+                );
+            }
+            assert_eq!(scripted(&rows[1]), 2, "the two failed applies");
+            assert_eq!(
+                scripted(&rows[2]),
+                2,
+                "the eviction and the runner killed holding the lock"
+            );
+            assert_eq!(scripted(&rows[4]), 1, "the runner waiting out the workstation's lock");
+            assert!(stdout.contains("[real runner]") && stdout.contains("[scripted]"));
+            // The endpoint from the cluster module's real outputs (one word: the table wraps
+            // text at spaces).
+            assert!(stdout.contains(" thing-demo-lb.example:6443 "), "{stdout}");
+        }
+        Some(why) => {
+            // No real runners here: the demo said so once and scripted every Job.
+            assert!(
+                stdout.contains("runners: real Terraform is not available here"),
+                "{why}: {stdout}"
+            );
+            assert!(rows.iter().all(|r| real(r) == 0), "{stdout}");
+        }
+    }
+}
+
+#[test]
+fn forced_scripted_mode_plays_every_step_with_scripted_runners() {
+    let stdout = demo(&["--scripted"]);
+    assert!(stdout.contains("runners: scripted (--scripted)"), "{stdout}");
+    let rows = summary_rows(&stdout);
+    for (step, row) in STEPS.iter().zip(&rows) {
+        assert_eq!(row.verdict, "ok", "step {}", step.name);
+        assert_eq!(real(row), 0, "step {}: {}", step.name, row.runners);
+    }
+    assert!(rows[1..].iter().all(|r| scripted(r) > 0));
+    assert!(!stdout.contains("[real runner]"), "{stdout}");
+    assert!(stdout.contains("runners: 0 Job(s) ran the real captf-runner with real Terraform"));
+    // The scripted cluster module's endpoint.
+    assert!(stdout.contains(" 10.0.0.1:6443 "), "{stdout}");
 }

@@ -389,7 +389,27 @@ async fn run_in<S: OutputsStore>(
     .map_err(|e| failed(Phase::Init, format!("could not start the state proxy: {e}")))?;
     workdir::write_config(&dir, &cfg.state_suffix, &cfg.namespace, &proxy.url(), inputs)
         .map_err(|e| failed(Phase::Init, e.to_string()))?;
-    steps.ok(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
+    let init = steps.exec(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
+    if init.code() != Some(0) {
+        // A lock on a state never written stops init itself (see `unlock`): when it is the
+        // handed-over one, release it as force-unlock would, then init again.
+        let handed = cfg.force_unlock_id.as_deref().filter(|id| init.all_text().contains(id));
+        let Some(id) = handed else {
+            return Err(steps.command_failed(Phase::Init, "init", &init));
+        };
+        let lease = names::lock_lease_name(&cfg.state_suffix);
+        let outcome = unlock::release_lease(&cfg.namespace, &lease, id).await.map_err(|e| {
+            failed(
+                Phase::Unlock,
+                format!("force-unlock {id} of a state never written: {e}"),
+            )
+        })?;
+        steps.log().note(&format!(
+            "init found the state locked by {id}, a state never written: {}",
+            outcome.describe()
+        ));
+        steps.ok(Phase::Init, steps.cmd.init(), Stdout::Stream).await?;
+    }
     if let Some(id) = &cfg.force_unlock_id {
         steps.unlock(id).await?;
     }

@@ -86,9 +86,16 @@ pub struct Kubelet {
     pub process: Option<std::sync::Arc<crate::process::ProcessKubelet>>,
     /// Logs a test gave pods (`Sim::set_pod_log`), by (namespace, pod).
     pub logs: BTreeMap<(String, String), String>,
+    /// The Jobs whose pod was started as a process, by (namespace, Job).
+    pub process_jobs: std::collections::BTreeSet<(String, String)>,
 }
 
 impl Kubelet {
+    /// Pods whose container runs as a process and has not ended yet.
+    pub fn process_pods(&self) -> Vec<(String, String)> {
+        self.processes.keys().cloned().collect()
+    }
+
     /// Pods whose runner is still running (scripted or a process).
     pub fn running(&self) -> Vec<(String, String)> {
         let mut all: Vec<_> = self.runners.keys().chain(self.processes.keys()).cloned().collect();
@@ -179,10 +186,12 @@ impl World {
             pk.image_of(&json!({"spec": job.pointer("/spec/template/spec").cloned().unwrap_or_default()}))
                 .is_some()
         });
-        let script = if process.is_some() {
-            RunnerScript::hang()
-        } else {
-            self.scripts.choose(job)
+        // A script queued for this Job wins over the process image; the rule and the default
+        // script never replace a real process (see `crate::runner`).
+        let (process, script) = match (process, self.scripts.take_queued(job)) {
+            (_, Some(queued)) => (None, queued),
+            (Some(pk), None) => (Some(pk), RunnerScript::hang()),
+            (None, None) => (None, self.scripts.choose(job)),
         };
         let mut pod_name = format!("{name}-{}", self.rng.name_suffix(names::POD_SUFFIX_LEN));
         while self.try_get(PODS, &ns, &pod_name).is_some() {
@@ -803,6 +812,7 @@ impl World {
             sigterm: None,
         };
         self.kubelet.processes.insert(key.clone(), p);
+        self.kubelet.process_jobs.insert((r.ns.clone(), r.job.clone()));
         let Some(image) = pk.image_of(&pod).cloned() else {
             return;
         };

@@ -1,5 +1,8 @@
 //! The process kubelet: a pod whose container image is one the test mapped to local files runs
 //! a real process, the way a kubelet runs a container, instead of a [`crate::RunnerScript`].
+//! One exception: a script queued for the Job ([`crate::Sim::script`] with a matching
+//! [`crate::JobMatch`]) wins over the image, so a test or the demo can play one Job scripted
+//! among real ones ([`crate::Sim::job_ran_as_process`] tells which way a Job went).
 //!
 //! For such a pod the simulator
 //! - builds the container's environment: the image's own variables, then the container's `env`

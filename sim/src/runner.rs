@@ -3,6 +3,11 @@
 //! Scripts are chosen, in order: the first queued script whose [`JobMatch`] matches the Job
 //! (each queued script is used once), then the rule closure if it returns one, then the
 //! default (the [`RunnerScript::realistic`] runner unless changed).
+//!
+//! When the Job's image is one the process kubelet runs (`crate::process`), only a queued
+//! script is consulted: a queued script names the Job it is for, so it wins over the real
+//! process, and one Job can be played scripted among real ones. The rule and the default
+//! never replace a real process.
 
 use std::collections::BTreeMap;
 use std::sync::Arc;
@@ -331,10 +336,16 @@ impl Scripts {
         self.queue.len()
     }
 
+    /// The first queued script matching the Job, consumed; None when none matches.
+    pub fn take_queued(&mut self, job: &Value) -> Option<RunnerScript> {
+        let i = self.queue.iter().position(|(m, _)| m.matches(job))?;
+        Some(self.queue.remove(i).1)
+    }
+
     /// Choose (and consume, if queued) the script of a Job.
     pub fn choose(&mut self, job: &Value) -> RunnerScript {
-        if let Some(i) = self.queue.iter().position(|(m, _)| m.matches(job)) {
-            return self.queue.remove(i).1;
+        if let Some(s) = self.take_queued(job) {
+            return s;
         }
         if let Some(rule) = &self.rule
             && let Ok(typed) = serde_json::from_value::<Job>(job.clone())

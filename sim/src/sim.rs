@@ -410,6 +410,21 @@ impl Sim {
         pk.map(|pk| pk.pids()).unwrap_or_default()
     }
 
+    /// Pods whose container runs as a real process right now (the process kubelet), as
+    /// `(namespace, name)`: a SIGTERMed container counts until its process has ended.
+    pub fn process_pods(&self) -> Vec<(String, String)> {
+        self.world().kubelet.process_pods()
+    }
+
+    /// Whether the Job's pod was started as a real process rather than played by a script
+    /// (its image is mapped with [`SimBuilder::process_image`] and no queued script matched it).
+    pub fn job_ran_as_process(&self, namespace: &str, job: &str) -> bool {
+        self.world()
+            .kubelet
+            .process_jobs
+            .contains(&(namespace.to_string(), job.to_string()))
+    }
+
     /// Pods whose runner is still running, as `(namespace, name)`.
     pub fn running_pods(&self) -> Vec<(String, String)> {
         self.world().kubelet.running()

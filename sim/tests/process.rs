@@ -438,3 +438,43 @@ async fn deleting_a_running_pod_sends_sigterm_and_fails_its_job() {
         .any(|d| std::fs::read_to_string(d.path().join("volumes/scratch/seen")).is_ok_and(|s| s == "term\n"));
     assert!(seen, "the container did not see SIGTERM");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_script_queued_for_a_job_wins_over_the_process_image_and_rules_and_defaults_never_do() {
+    // Which way a Job goes does not need root; running the real one does (checked only then).
+    let root = tempfile::tempdir().unwrap();
+    let sim = sim(root.path(), shell_image()).await;
+    seed(&sim);
+    // Neither the rule nor the default replaces a real process; the queued script names its Job.
+    sim.set_default_script(captf_sim::RunnerScript::fail("the default"));
+    sim.script_with(|_| Some(captf_sim::RunnerScript::fail("the rule")));
+    sim.script(
+        captf_sim::JobMatch::any().name_prefix("scripted"),
+        captf_sim::RunnerScript::fail("queued for this Job"),
+    );
+    let running = "echo ready; while :; do sleep 0.05; done";
+    sim.put(job("scripted-1", running, 600, 30)).unwrap();
+    sim.put(job("real-1", "echo real > /dev/termination-log", 600, 30))
+        .unwrap();
+    assert!(!sim.job_ran_as_process("default", "scripted-1"));
+    assert!(sim.job_ran_as_process("default", "real-1"));
+    assert_eq!(sim.pending_scripts(), 0, "the queued script was used");
+    if namespaces_unavailable().is_none() {
+        // The real one ends in wall time with its own termination message; the clock never moved.
+        let t = until_terminated(&sim, "real-1").await;
+        assert_eq!(
+            (t["exitCode"].clone(), t["message"].clone()),
+            (json!(0), json!("real\n"))
+        );
+        assert!(sim.process_pods().is_empty());
+    }
+    // The scripted one plays its script on the simulated clock: still running until it moves.
+    assert!(terminated(&pod_of(&sim, "scripted-1")).is_none());
+    sim.advance(captf_sim::runner::DEFAULT_RUN_DURATION);
+    let t = terminated(&pod_of(&sim, "scripted-1")).expect("the script ended its pod");
+    let result = captf_shared::protocol::RunnerResult::parse(t["message"].as_str().unwrap()).unwrap();
+    assert_eq!(result.message, "queued for this Job");
+    // A later Job with no queued script left runs as a process again.
+    sim.put(job("scripted-2", "true", 600, 30)).unwrap();
+    assert!(sim.job_ran_as_process("default", "scripted-2"));
+}

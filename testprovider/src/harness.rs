@@ -54,17 +54,21 @@ pub enum HarnessError {
         "Terraform {TERRAFORM_VERSION} not found at {0}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)"
     )]
     NoTerraform(PathBuf),
-    #[error(
-        "{PROVIDER_BINARY} not found at {0}: build it with `cargo build -p captf-testprovider` (cargo test --workspace does)"
-    )]
-    NoProvider(PathBuf),
-    #[error("failed to find the running test's own executable: {0}")]
+    #[error("{name} not found at {path}: build it with `cargo build -p {package}` (cargo test --workspace does)")]
+    NoBinary {
+        name: String,
+        package: String,
+        path: PathBuf,
+    },
+    #[error("failed to find the running program's own executable: {0}")]
     CurrentExe(std::io::Error),
+    #[error("tar failed to pack {path}: {stderr}")]
+    Tar { path: PathBuf, stderr: String },
     #[error("failed to prepare {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
 }
 
-fn io(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {
+pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {
     move |source| HarnessError::Io {
         path: path.to_path_buf(),
         source,
@@ -88,9 +92,16 @@ pub fn terraform() -> Result<PathBuf, HarnessError> {
     }
 }
 
-/// The provider binary, built into the same target directory as the running test
-/// (`target/<profile>/deps/<test>` → `target/<profile>/terraform-provider-captftest`).
+/// The provider binary, built into the same target directory as the running program
+/// (`target/<profile>/deps/<test>` or `target/<profile>/<bin>` →
+/// `target/<profile>/terraform-provider-captftest`).
 pub fn provider() -> Result<PathBuf, HarnessError> {
+    workspace_binary(PROVIDER_BINARY, "captf-testprovider")
+}
+
+/// A binary of this workspace (`name`, of the package `package`), built into the same target
+/// directory as the running test or program.
+pub fn workspace_binary(name: &str, package: &str) -> Result<PathBuf, HarnessError> {
     let exe = std::env::current_exe().map_err(HarnessError::CurrentExe)?;
     let profile_dir = exe
         .parent()
@@ -103,11 +114,15 @@ pub fn provider() -> Result<PathBuf, HarnessError> {
         })
         .map(Path::to_path_buf)
         .unwrap_or_default();
-    let path = profile_dir.join(PROVIDER_BINARY);
+    let path = profile_dir.join(name);
     if path.is_file() {
         Ok(path)
     } else {
-        Err(HarnessError::NoProvider(path))
+        Err(HarnessError::NoBinary {
+            name: name.to_string(),
+            package: package.to_string(),
+            path,
+        })
     }
 }
 

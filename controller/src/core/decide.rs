@@ -302,8 +302,7 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     // 7.
     let last_check = s.last_drift_check();
     // Drift found by the last successful check and no apply has succeeded since.
-    let drift_pending =
-        last_check.is_some_and(|check| s.drift_found() && s.last_success(Op::Apply).is_none_or(|t| t <= check));
+    let drift_pending = last_check.is_some_and(|check| s.drift_found() && !s.applied_since_drift_check(check));
     let mut at_remediation_limit = false;
     if drift_pending && s.spec.remediation == Remediation::Auto {
         if remediation::remediation(&s.jobs, last_check, s.spec.failed_limit).allowed() {
@@ -573,6 +572,19 @@ mod tests {
         s.jobs.insert(0, recheck);
         let st = as_start(decide(&s, ts(100_000)));
         assert_eq!((st.reason, st.attempt), (Reason::DriftRemediation, 4));
+    }
+
+    #[test]
+    fn a_remediation_that_succeeded_within_the_drift_checks_second_ends_the_drift() {
+        // Real runs can be that quick; timestamps have seconds.
+        let mut s = drifted(3, &[Outcome::Succeeded]);
+        let check = s.last_drift_check().unwrap();
+        s.jobs[0].finished = Some(check);
+        s.jobs[0].inputs_hash = Some(HASH[..16].into());
+        assert_eq!(as_wait(decide(&s, check)).reason, Reason::Idle);
+        // Without the remediation, the same drift is still pending.
+        s.jobs.remove(0);
+        assert_eq!(as_start(decide(&s, check)).reason, Reason::DriftRemediation);
     }
 
     #[test]

@@ -201,6 +201,20 @@ impl Snapshot {
         (!self.jobs.iter().any(|r| r.name == named)).then_some(named)
     }
 
+    /// Has an apply succeeded since the last successful drift check (finished at `check`)? By Job
+    /// order while that check's Job is listed: an object's Jobs run one at a time, so a newer
+    /// Job ran after it even when both finished within the same second (timestamps have
+    /// seconds). Else by time.
+    pub fn applied_since_drift_check(&self, check: Timestamp) -> bool {
+        let newer_apply = self
+            .jobs
+            .iter()
+            .take_while(|r| !(r.op == Op::Drift && r.succeeded()))
+            .any(|r| r.op == Op::Apply && r.succeeded());
+        let listed = self.jobs.iter().any(|r| r.op == Op::Drift && r.succeeded());
+        (listed && newer_apply) || self.last_success(Op::Apply).is_some_and(|t| t > check)
+    }
+
     /// Did the newest successful drift check find drift? From its runner result, else `DriftDetected`.
     pub fn drift_found(&self) -> bool {
         let newest = self.jobs.iter().find(|r| r.op == Op::Drift && r.succeeded());

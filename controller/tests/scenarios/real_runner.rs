@@ -4,11 +4,12 @@
 //! simulator's HTTPS port → the termination message → the controller's booking.
 //!
 //! Modules come from a local HTTP server serving `.tar.gz` archives, the provider from a
-//! filesystem mirror: no network. The runner and the test provider are binaries of this
+//! filesystem mirror: no network (the image and the server are `captf_testprovider::runner_image`,
+//! which the demo uses too). The runner and the test provider are binaries of this
 //! workspace (`cargo build -p captf-runner -p captf-testprovider`; `cargo test --workspace`
 //! builds them). Where namespaces can't be made (no root), each test says so and skips.
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context, Result, bail};
@@ -16,8 +17,9 @@ use serde_json::{Value, json};
 
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op};
-use captf_sim::{ProcessImage, Sim};
-use captf_testprovider::harness::{self, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION};
+use captf_sim::Sim;
+use captf_testprovider::harness;
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
 use k8s_openapi::api::batch::v1::Job;
 
@@ -65,95 +67,6 @@ macro_rules! require_namespaces {
     };
 }
 
-/// A binary of this workspace, next to the running test's own target folder.
-fn workspace_binary(name: &str) -> Result<PathBuf> {
-    let exe = std::env::current_exe()?;
-    let dir = exe
-        .parent()
-        .and_then(|d| if d.ends_with("deps") { d.parent() } else { Some(d) })
-        .context("the test's target folder")?;
-    let path = dir.join(name);
-    if !path.is_file() {
-        bail!(
-            "{} not found: build it with `cargo build -p {name}` (cargo test --workspace does)",
-            path.display()
-        );
-    }
-    Ok(path)
-}
-
-/// A tiny HTTP server of `.tar.gz` module archives: Terraform 1.0.3 fetches
-/// `http://…/x.tar.gz` with `init -from-module` and unpacks it.
-struct ModuleServer {
-    addr: std::net::SocketAddr,
-}
-
-impl ModuleServer {
-    async fn start(archives: Vec<(String, Vec<u8>)>) -> Result<ModuleServer> {
-        use tokio::io::{AsyncReadExt, AsyncWriteExt};
-        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await?;
-        let addr = listener.local_addr()?;
-        let archives = std::sync::Arc::new(archives);
-        tokio::spawn(async move {
-            while let Ok((mut s, _)) = listener.accept().await {
-                let archives = archives.clone();
-                tokio::spawn(async move {
-                    let mut req = Vec::new();
-                    let mut buf = [0u8; 4096];
-                    while !req.windows(4).any(|w| w == b"\r\n\r\n") {
-                        match s.read(&mut buf).await {
-                            Ok(0) | Err(_) => return,
-                            Ok(n) => req.extend_from_slice(&buf[..n]),
-                        }
-                    }
-                    let line = String::from_utf8_lossy(&req)
-                        .lines()
-                        .next()
-                        .unwrap_or_default()
-                        .to_string();
-                    let path = line.split_whitespace().nth(1).unwrap_or_default();
-                    let path = path.split('?').next().unwrap_or_default().trim_start_matches('/');
-                    let found = archives.iter().find(|(n, _)| n == path);
-                    let head_only = line.starts_with("HEAD ");
-                    let (status, body): (&str, &[u8]) = match found {
-                        Some((_, b)) => ("200 OK", b),
-                        None => ("404 Not Found", b"not found"),
-                    };
-                    let head = format!(
-                        "HTTP/1.1 {status}\r\nContent-Length: {}\r\nContent-Type: application/gzip\r\nConnection: close\r\n\r\n",
-                        body.len()
-                    );
-                    let _ = s.write_all(head.as_bytes()).await;
-                    if !head_only {
-                        let _ = s.write_all(body).await;
-                    }
-                    let _ = s.shutdown().await;
-                });
-            }
-        });
-        Ok(ModuleServer { addr })
-    }
-
-    fn url(&self, archive: &str) -> String {
-        format!("http://{}/{archive}", self.addr)
-    }
-}
-
-/// `tar czf` of a folder holding `main.tf`.
-fn tar_gz(dir: &Path, main_tf: &str) -> Result<Vec<u8>> {
-    std::fs::create_dir_all(dir)?;
-    std::fs::write(dir.join("main.tf"), main_tf)?;
-    let out = std::process::Command::new("tar")
-        .args(["czf", "-", "-C"])
-        .arg(dir)
-        .arg("main.tf")
-        .output()?;
-    if !out.status.success() {
-        bail!("tar failed: {}", String::from_utf8_lossy(&out.stderr));
-    }
-    Ok(out.stdout)
-}
-
 /// The scenarios' simulator and controller, with the runner image run as a real process.
 struct Real {
     env: Env,
@@ -166,36 +79,9 @@ impl Real {
     async fn start() -> Result<Real> {
         let dir = tempfile::tempdir()?;
         let base = dir.path().to_path_buf();
-        let world = base.join("world");
-        std::fs::create_dir_all(&world)?;
-        // The runner runs as its non-root user; the world is shared with it.
-        std::fs::set_permissions(&world, std::os::unix::fs::PermissionsExt::from_mode(0o777))?;
-        let tfrc = base.join("terraform.tfrc");
-        std::fs::write(
-            &tfrc,
-            "provider_installation {\n  filesystem_mirror {\n    path    = \"/image/mirror\"\n    include = [\"captf.io/*/*\"]\n  }\n}\n",
-        )?;
-        let mirror_file = format!(
-            "/image/mirror/{PROVIDER_SOURCE}/{PROVIDER_VERSION}/linux_amd64/{PROVIDER_BINARY}_v{PROVIDER_VERSION}"
-        );
-        let image = ProcessImage::new("/image/bin/captf-runner")
-            .file("/image/bin/captf-runner", workspace_binary("captf-runner")?)
-            .file("/image/bin/terraform", harness::terraform()?)
-            .file(mirror_file, harness::provider()?)
-            .file("/image/terraform.tfrc", &tfrc)
-            .file("/world", &world)
-            .env("CAPTF_TF_BINARY", "/image/bin/terraform")
-            .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
-            .env("CHECKPOINT_DISABLE", "1")
-            .env("TF_IN_AUTOMATION", "1")
-            // As the runner's image (runner/Dockerfile) sets them.
-            .user(65532, 65532)
-            .working_dir("/tmp")
-            .env("HOME", "/tmp")
-            .env("TMPDIR", "/tmp")
-            .env(captf_testprovider::world::WORLD_ENV, "/world")
-            // Every change waits for the gate, which stays open unless a test closes it.
-            .env(HOLD_ENV, format!("/world/{GATE}"));
+        let RunnerImage { image, world } = runner_image(&base)?;
+        // Every change waits for the gate, which stays open unless a test closes it.
+        let image = image.env(HOLD_ENV, format!("{WORLD_INSIDE}/{GATE}"));
         std::fs::write(world.join(GATE), "")?;
         let builder = Sim::builder()
             .process_image(args().runner_image, image)
@@ -743,5 +629,34 @@ async fn real_runner_killed_at_its_deadline_mid_apply_is_booked_as_deadline_and_
         (apply_failures(&e.cluster("prod-eu")) == json!(1)).then_some(())
     })
     .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_a_lock_left_on_a_state_never_written_is_released_before_init_by_the_next_job() -> Result<()> {
+    require_namespaces!();
+    let real = Real::start().await?;
+    let env = &real.env;
+    const DEAD: &str = "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55";
+    // The first runner (scripted: a script queued for a Job wins over the runner image) dies
+    // holding the lock before any state was written; Terraform's init needs that lock to write
+    // the first state, so a force-unlock after init could never run.
+    env.sim.script(
+        captf_sim::JobMatch::any(),
+        captf_sim::RunnerScript::die_holding_lock_id(DEAD),
+    );
+    let j1 = env
+        .create_cluster("prod-eu", real.spec(json!({"name": "a", "content": "one"})))
+        .await?;
+    assert!(!env.sim.job_ran_as_process(NS, job_name(&j1)));
+    env.advance(30);
+    real.booked(job_name(&j1), "failed").await?;
+    assert_eq!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?, json!(DEAD));
+    let j2 = real.advance_until_job("prod-eu", Op::Apply, 2).await?;
+    assert_eq!(annotations(&j2)["captf.io/force-unlock"], DEAD);
+    assert!(env.sim.job_ran_as_process(NS, job_name(&j2)), "the real runner");
+    real.booked(job_name(&j2), "succeeded").await?;
+    assert!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null());
+    assert_eq!(real.content("a").as_deref(), Some("one"));
     Ok(())
 }
