@@ -33,6 +33,10 @@ const EVENT_TTL: Duration = Duration::from_secs(3600);
 /// How long one settle may take (wall time) before the clock moves on anyway: moving on while
 /// the controller is still busy is one more fault, not an error.
 const SETTLE_PATIENCE: Duration = Duration::from_secs(5);
+/// How long a stretch of the drain waits (wall time) for the controller to settle.
+const DRAIN_PATIENCE: Duration = Duration::from_secs(30);
+/// How long the end of the drain waits (wall time) for the controller to settle.
+const FINAL_PATIENCE: Duration = Duration::from_secs(120);
 
 /// What to run.
 #[derive(Clone, Debug)]
@@ -746,7 +750,12 @@ impl Soak {
     /// Wait (bounded) until the simulator is quiet, the leader has no reconcile in flight and
     /// no request arrived for a few looks.
     async fn settle(&mut self) {
-        let deadline = Instant::now() + SETTLE_PATIENCE;
+        self.settle_within(SETTLE_PATIENCE).await;
+    }
+
+    /// [`Soak::settle`] with its own patience; false when it ran out.
+    async fn settle_within(&mut self, patience: Duration) -> bool {
+        let deadline = Instant::now() + patience;
         let leader = lock(&self.history).leader().map(String::from);
         let metrics = self
             .replicas
@@ -766,11 +775,11 @@ impl Soak {
                 0
             };
             if calm >= 3 {
-                return;
+                return true;
             }
             if Instant::now() > deadline {
                 self.report.unsettled += 1;
-                return;
+                return false;
             }
             last = Some(requests);
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -868,9 +877,14 @@ impl Soak {
             self.run_later().await;
             // Locks of a workstation stay released; re-creations retry until they succeed.
             self.sim.advance(Duration::from_secs(120));
-            self.settle().await;
+            // No more faults: let a loaded controller catch up before the clock moves on.
+            self.settle_within(DRAIN_PATIENCE).await;
             self.tend().await?;
             self.sim.expire_events(EVENT_TTL);
+        }
+        // The end-state checks look at a controller that has caught up, however loaded it was.
+        if !self.settle_within(FINAL_PATIENCE).await {
+            eprintln!("captf-soak: the controller was still busy {FINAL_PATIENCE:?} after the drain; checking anyway");
         }
         Ok(())
     }
