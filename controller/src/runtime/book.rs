@@ -342,7 +342,7 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
             }
         }
         record_effects(ctx, id, object, a, &plan.booked.status).await?;
-        release_leases(ctx, id, &a.job).await?;
+        leases::release_job(&ctx.client, id, &a.job).await?;
     }
     super::inputs::annotate(&ctx.client, id, &plan.durable_changes).await?;
     Ok(true)
@@ -406,21 +406,6 @@ async fn record_effects(
             && let Some(p) = capi_spec_patch(object, &outputs)
         {
             patch_object(ctx, id, &p).await?;
-        }
-    }
-    Ok(())
-}
-
-/// Release the run lease (and a TerraformCluster's cluster lease) when this Job holds it; a
-/// lease another Job took since is left alone.
-async fn release_leases(ctx: &Ctx, id: &Ident, job: &str) -> Result<(), Error> {
-    leases::release(&ctx.client, &id.namespace, &names::run_lease_name(&id.suffix), job).await?;
-    if let Some(c) = &id.cluster_name {
-        let cl = names::cluster_lease_name(&id.namespace, c);
-        if id.kind == Kind::TerraformCluster {
-            leases::release(&ctx.client, &id.namespace, &cl, job).await?;
-        } else {
-            leases::leave_cluster(&ctx.client, &id.namespace, &cl, job).await?;
         }
     }
     Ok(())

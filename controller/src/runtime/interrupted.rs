@@ -7,7 +7,7 @@ use std::collections::BTreeMap;
 use kube::api::Api;
 use kube::core::DynamicObject;
 
-use captf_shared::{Kind, keys, names};
+use captf_shared::keys;
 
 use super::controller::Ctx;
 use super::errors::{ApiAction, Error};
@@ -76,14 +76,6 @@ pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[St
         Checked::Recorded(j) | Checked::Forgot(j) => j.as_str(),
         _ => return Ok(out),
     };
-    leases::release(&ctx.client, &id.namespace, &names::run_lease_name(&id.suffix), job).await?;
-    if let Some(c) = &id.cluster_name {
-        let cl = names::cluster_lease_name(&id.namespace, c);
-        if id.kind == Kind::TerraformCluster {
-            leases::release(&ctx.client, &id.namespace, &cl, job).await?;
-        } else {
-            leases::leave_cluster(&ctx.client, &id.namespace, &cl, job).await?;
-        }
-    }
+    leases::release_job(&ctx.client, id, job).await?;
     Ok(out)
 }

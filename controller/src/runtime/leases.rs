@@ -283,6 +283,27 @@ pub async fn leave_cluster(client: &kube::Client, ns: &str, name: &str, me: &str
     }
 }
 
+/// Everything the Job `job` of `id` held, given up once it is booked or found gone: the run
+/// lease, and the cluster lease (a TerraformCluster's Job releases it, a member's Job leaves it).
+pub async fn release_job(client: &kube::Client, id: &gather::Ident, job: &str) -> Result<(), Error> {
+    release(
+        client,
+        &id.namespace,
+        &captf_shared::names::run_lease_name(&id.suffix),
+        job,
+    )
+    .await?;
+    if let Some(c) = &id.cluster_name {
+        let cl = captf_shared::names::cluster_lease_name(&id.namespace, c);
+        if id.kind == captf_shared::Kind::TerraformCluster {
+            release(client, &id.namespace, &cl, job).await?;
+        } else {
+            leave_cluster(client, &id.namespace, &cl, job).await?;
+        }
+    }
+    Ok(())
+}
+
 /// Release `name` if `holder` holds it. A 409 or a missing Lease is fine: the next pass looks
 /// again (and a lease whose holder Job is gone is taken over anyway).
 pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<(), Error> {
