@@ -129,33 +129,64 @@ fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
     lease.metadata.annotations.as_ref()?.get(key).map(String::as_str)
 }
 
-/// Is `job` starting or running? Its Job exists and has not finished, or it does not exist yet
-/// and its object's run lease `run_lease` still names it (read live).
-async fn in_flight(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&str>) -> Result<bool, Error> {
+/// Where a holder's or member's Job is (read live).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Phase {
+    /// Its Job does not exist yet, and its object's run lease still names it.
+    Starting,
+    /// Its Job exists and has not finished.
+    Running,
+    /// Finished, or gone, or given up before it was created.
+    Over,
+}
+
+async fn phase(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&str>) -> Result<Phase, Error> {
     if let Some(j) = gather::job(client, ns, job).await? {
-        return Ok(outcome::terminal(&j).is_none());
+        return Ok(if outcome::terminal(&j).is_none() {
+            Phase::Running
+        } else {
+            Phase::Over
+        });
     }
-    let Some(rl) = run_lease else { return Ok(false) };
+    let Some(rl) = run_lease else { return Ok(Phase::Over) };
     let holder = gather::lease(client, ns, rl)
         .await?
         .and_then(|l| l.spec?.holder_identity);
-    Ok(holder.as_deref() == Some(job))
+    Ok(if holder.as_deref() == Some(job) {
+        Phase::Starting
+    } else {
+        Phase::Over
+    })
 }
 
-/// Keep only the members still starting or running.
-async fn live_members(client: &kube::Client, ns: &str, lease: &Lease) -> Result<BTreeMap<String, String>, Error> {
+/// Is `job` starting or running?
+async fn in_flight(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&str>) -> Result<bool, Error> {
+    Ok(phase(client, ns, job, run_lease).await? != Phase::Over)
+}
+
+/// The members still starting or running, with where each is.
+async fn live_members(
+    client: &kube::Client,
+    ns: &str,
+    lease: &Lease,
+) -> Result<BTreeMap<String, (String, Phase)>, Error> {
     let mut live = BTreeMap::new();
     for (job, run_lease) in members(lease) {
-        if in_flight(client, ns, &job, Some(&run_lease)).await? {
-            live.insert(job, run_lease);
+        let p = phase(client, ns, &job, Some(&run_lease)).await?;
+        if p != Phase::Over {
+            live.insert(job, (run_lease, p));
         }
     }
     Ok(live)
 }
 
+fn run_leases(live: &BTreeMap<String, (String, Phase)>) -> BTreeMap<String, String> {
+    live.iter().map(|(j, (rl, _))| (j.clone(), rl.clone())).collect()
+}
+
 /// A TerraformCluster's Job `me` (run lease `my_run_lease`, already taken) takes the cluster
-/// lease `name`. With `exclusive`, an apply or destroy, a member Job still starting or running
-/// holds it off.
+/// lease `name`. A member Job still starting holds it off (a member never starts beside a
+/// cluster Job); with `exclusive`, an apply or destroy, so does a member Job still running.
 #[allow(clippy::too_many_arguments)]
 pub async fn take_cluster(
     client: &kube::Client,
@@ -193,10 +224,11 @@ pub async fn take_cluster(
         }
     }
     let live = live_members(client, ns, &lease).await?;
-    if exclusive && let Some(job) = live.keys().next() {
-        return Ok(Take::Held(format!("member Job {job} is running")));
+    if let Some((job, (_, p))) = live.iter().find(|(_, (_, p))| exclusive || *p == Phase::Starting) {
+        let doing = if *p == Phase::Starting { "starting" } else { "running" };
+        return Ok(Take::Held(format!("member Job {job} is {doing}")));
     }
-    set_members(&mut lease, &live);
+    set_members(&mut lease, &run_leases(&live));
     lease
         .metadata
         .annotations
@@ -250,7 +282,7 @@ pub async fn join_cluster(
             return Ok(Take::Held(format!("cluster Job {h} holds {name}")));
         }
     }
-    let mut live = live_members(client, ns, &lease).await?;
+    let mut live = run_leases(&live_members(client, ns, &lease).await?);
     if live.get(me).map(String::as_str) == Some(my_run_lease) && live.len() == members(&lease).len() {
         return Ok(Take::Taken);
     }

@@ -138,11 +138,12 @@ async fn a_watched_cluster_wakes_its_objects_when_it_is_unpaused() -> Result<()>
     Ok(())
 }
 
-/// Found by the soak: a member's reconcile read the cluster lease as free while the cluster's
-/// reconcile was between taking it and creating its Job, and the two Jobs ran at once. Each
-/// side now writes its claim into the same Lease it checked (a 409 if the other wrote first),
-/// and a holder or member whose Job does not exist yet still counts while its object's run
-/// lease names it. This plays the interleavings one step at a time, under the chart's RBAC.
+/// Found by the soak, twice: a member's reconcile read the cluster lease as free while the
+/// cluster's reconcile was between taking it and creating its Job, and the two Jobs ran at once;
+/// then a cluster drift check took the lease between a member's join and its Job's creation.
+/// Each side now writes its claim into the same Lease it checked (a 409 if the other wrote
+/// first), a holder or member whose Job does not exist yet still counts while its object's run
+/// lease names it, and a starting member holds off even a drift check. This plays the interleavings one step at a time, under the chart's RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_cluster_lease_first() -> Result<()> {
     use captf_controller::runtime::leases::{self, Take};
@@ -174,17 +175,32 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
     leases::release(&client, NS, tc_run, tc_job).await?;
     assert!(taken(leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?));
 
-    // 3. The member joined; its Job is not created yet. The cluster's apply may not take the
-    //    lease, its drift check may (a drift check only reads).
+    // 3. The member joined; its Job is not created yet. Neither the cluster's apply nor its
+    //    drift check may take the lease: a member never starts beside a cluster Job.
+    for (job, exclusive) in [("tc-prod-0aa000-apply-2", true), ("tc-prod-0aa000-drift-2", false)] {
+        assert!(taken(leases::take(&client, NS, tc_run, job, None, None, now).await?));
+        let refused = leases::take_cluster(&client, NS, &cl, job, tc_run, None, exclusive, now).await?;
+        assert!(
+            matches!(&refused, Take::Held(why) if why.contains(&format!("{pool_job} is starting"))),
+            "{refused:?}"
+        );
+        leases::release(&client, NS, tc_run, job).await?;
+    }
+    // Once the member's Job runs, the cluster's drift check may overlap it (it only reads), its
+    // apply may not.
+    env.sim.put(json!({"apiVersion": "batch/v1", "kind": "Job",
+        "metadata": {"name": pool_job, "namespace": NS},
+        "spec": {"template": {"spec": {"restartPolicy": "Never",
+            "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}}))?;
     assert!(taken(
-        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-2", None, None, now).await?
+        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-3", None, None, now).await?
     ));
-    let refused = leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-2", tc_run, None, true, now).await?;
+    let refused = leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-3", tc_run, None, true, now).await?;
     assert!(
-        matches!(&refused, Take::Held(why) if why.contains(pool_job)),
+        matches!(&refused, Take::Held(why) if why.contains(&format!("{pool_job} is running"))),
         "{refused:?}"
     );
-    leases::release(&client, NS, tc_run, "tc-prod-0aa000-apply-2").await?;
+    leases::release(&client, NS, tc_run, "tc-prod-0aa000-apply-3").await?;
     assert!(taken(
         leases::take(&client, NS, tc_run, "tc-prod-0aa000-drift-3", None, None, now).await?
     ));
@@ -204,8 +220,11 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
     leases::release(&client, NS, &cl, "tc-prod-0aa000-drift-3").await?;
     leases::release(&client, NS, tc_run, "tc-prod-0aa000-drift-3").await?;
 
-    // 4. The member's start is over (its run lease released when its Job was booked): it no
-    //    longer holds the cluster's apply off, and leaving removes it.
+    // 4. The member's Job is gone (booked and pruned) and its run lease released: it no longer
+    //    holds the cluster's apply off, and leaving removes it.
+    kube::Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.sim.client()?, NS)
+        .delete(pool_job, &Default::default())
+        .await?;
     leases::release(&client, NS, pool_run, pool_job).await?;
     assert!(taken(
         leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-4", None, None, now).await?
