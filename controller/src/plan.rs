@@ -28,8 +28,8 @@ pub struct Accounted {
     pub op: Op,
     pub seq: u32,
     pub outcome: Outcome,
-    /// `Book`: create the outcome's Event (a fixed name), write `captf.io/outcome`, then the
-    /// once-only metrics; `Replay`: only
+    /// `Book`: write `captf.io/outcome`, then the once-only metrics and the outcome's Event (a
+    /// fixed name); `Replay`: the Event again (AlreadyExists once made) and
     /// the idempotent effects again.
     pub step: Accounting,
 }

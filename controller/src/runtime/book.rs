@@ -282,10 +282,10 @@ fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
     }
 }
 
-/// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the outcome's Event is created
-/// under a fixed name (a 409 when a booking that died is done again), then the annotation write
-/// with the Job's resourceVersion is the "once" of the once-only metrics
-/// (`captf_jobs_finished_total`, `captf_job_attempts`); for both, the gauges, the Cluster API
+/// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the annotation write with the
+/// Job's resourceVersion is the "once" of the once-only metrics (`captf_jobs_finished_total`,
+/// `captf_job_attempts`); for both, the outcome's Event under a fixed name (AlreadyExists when a
+/// replay makes it again), the gauges, the Cluster API
 /// fields and the lease release follow, then the durable annotations on the inputs Secret. The
 /// status effects are already in the plan's status: they only count once the status patch at
 /// the end of the pass carries them together with the new watermark, so a pass that dies after
@@ -299,25 +299,6 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
         };
         match a.step {
             Accounting::Book => {
-                // The outcome's Event first, under a name of its own: if this pass dies before
-                // the annotation, the next one books the Job again and its Event is a 409.
-                if let Some(reason) = a.outcome.event_reason() {
-                    let warning = !matches!(reason, EventReason::JobInterrupted);
-                    let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
-                    let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
-                    let name = events::booking_event_name(&a.job, job.metadata.uid.as_deref().unwrap_or_default());
-                    let e = Emission {
-                        warning,
-                        reason: reason.as_str(),
-                        action: "Book",
-                        note: &note,
-                        job: Some(&a.job),
-                    };
-                    ctx.events
-                        .publish_once(id, &e, ctx.clock.now(), &name)
-                        .await
-                        .map_err(|e| Error::api(ApiAction::CreateEvent, format!("{}/{}", id.namespace, a.job), e))?;
-                }
                 let patch = json!({"metadata": {
                     "resourceVersion": job.metadata.resource_version,
                     "annotations": {keys::ANNOTATION_OUTCOME: a.outcome.as_str()},
@@ -340,6 +321,26 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
             Accounting::Replay => {
                 tracing::info!(job = %a.job, outcome = %a.outcome, "replaying the booking effects of Job");
             }
+        }
+        // The outcome's Event, after the outcome is written (so it says what was booked) and
+        // again on every replay, under a name of its own: a pass that died or failed before the
+        // status took the booking in replays it, and an Event already made is AlreadyExists.
+        if let Some(reason) = a.outcome.event_reason() {
+            let warning = !matches!(reason, EventReason::JobInterrupted);
+            let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
+            let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
+            let name = events::booking_event_name(&a.job, job.metadata.uid.as_deref().unwrap_or_default());
+            let e = Emission {
+                warning,
+                reason: reason.as_str(),
+                action: "Book",
+                note: &note,
+                job: Some(&a.job),
+            };
+            ctx.events
+                .publish_once(id, &e, ctx.clock.now(), &name)
+                .await
+                .map_err(|e| Error::api(ApiAction::CreateEvent, format!("{}/{}", id.namespace, a.job), e))?;
         }
         record_effects(ctx, id, object, a, &plan.booked.status).await?;
         leases::release_job(&ctx.client, id, &a.job).await?;
