@@ -125,8 +125,8 @@ fn unauthorized() -> ApiError {
     ApiError::new(401, "Unauthorized", "Unauthorized")
 }
 
-/// The RBAC objects the store holds now.
-pub fn policy(w: &World) -> Policy {
+/// The RBAC objects the store holds now, compiled (callers use the cached [`World::policy`]).
+pub fn compile_policy(w: &World) -> Policy {
     let list = |id: &str| match w.def(id) {
         Ok(def) => w.list(&def, None),
         Err(_) => vec![],
@@ -144,7 +144,7 @@ pub fn authorize(w: &World, caller: &Caller, req: &Request) -> Result<(), ApiErr
     let Caller::User(user) = caller else {
         return Ok(());
     };
-    if policy(w).allows(user, req) {
+    if w.policy().allows(user, req) {
         return Ok(());
     }
     let mut e = ApiError::new(403, "Forbidden", forbidden_message(user, req));
@@ -174,7 +174,7 @@ pub fn check_escalation(
     if def.group != "rbac.authorization.k8s.io" {
         return Ok(());
     }
-    match crate::rbac::escalation_refusal(&policy(w), user, &def.plural, namespace, obj) {
+    match crate::rbac::escalation_refusal(&w.policy(), user, &def.plural, namespace, obj) {
         None => Ok(()),
         Some(message) => Err(ApiError::new(403, "Forbidden", message)),
     }

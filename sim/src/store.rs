@@ -141,11 +141,17 @@ pub struct World {
     pub scripts: Scripts,
     /// Lossless observers of every change (see [`crate::Sim::observe`]).
     observers: Vec<Observer>,
+    /// Changes of RBAC objects so far: the policy every request is authorized against is
+    /// compiled again only after one (see [`World::policy`]).
+    rbac_changes: u64,
+    policy: std::sync::Mutex<Option<(u64, Arc<crate::rbac::Policy>)>>,
 }
 
 /// Called with the simulated time and each change, under the world's lock.
 pub type Observer = Box<dyn FnMut(Timestamp, &WatchEvent) + Send>;
 
+/// The resources whose changes change the RBAC policy.
+const RBAC_PREFIX: &str = "rbac.authorization.k8s.io/";
 const FOREGROUND: &str = "foregroundDeletion";
 const ORPHAN: &str = "orphan";
 
@@ -261,6 +267,8 @@ impl World {
             kubelet: Kubelet::default(),
             scripts: Scripts::default(),
             observers: Vec::new(),
+            rbac_changes: 0,
+            policy: std::sync::Mutex::new(None),
         };
         for ns in ["default", "kube-system", "kube-public"] {
             w.ensure_namespace(ns);
@@ -337,6 +345,21 @@ impl World {
             o(now, &ev);
         }
         let _ = self.tx.send(ev);
+    }
+
+    /// The RBAC policy of the objects stored now, compiled once per change of them: with an
+    /// object's own Role and RoleBinding per managed object, compiling it per request made every
+    /// request cost as much as all the Roles together.
+    pub fn policy(&self) -> Arc<crate::rbac::Policy> {
+        let mut cached = self.policy.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        match &*cached {
+            Some((at, p)) if *at == self.rbac_changes => p.clone(),
+            _ => {
+                let p = Arc::new(crate::auth::compile_policy(self));
+                *cached = Some((self.rbac_changes, p.clone()));
+                p
+            }
+        }
     }
 
     /// Add a lossless observer of every change from now on.
@@ -717,6 +740,7 @@ impl World {
 
     /// Insert or replace an object, keeping the owner index.
     fn store_obj(&mut self, key: Key, obj: Value) {
+        self.note_rbac_change(&key);
         if let Some(old) = self.objects.get(&key) {
             for u in owner_uids(old) {
                 if let Some(set) = self.owners.get_mut(&u) {
@@ -730,8 +754,15 @@ impl World {
         self.objects.insert(key, obj);
     }
 
+    fn note_rbac_change(&mut self, key: &Key) {
+        if key.0.starts_with(RBAC_PREFIX) {
+            self.rbac_changes += 1;
+        }
+    }
+
     fn unstore(&mut self, key: &Key) -> Option<Value> {
         let obj = self.objects.remove(key)?;
+        self.note_rbac_change(key);
         for u in owner_uids(&obj) {
             if let Some(set) = self.owners.get_mut(&u) {
                 set.remove(key);

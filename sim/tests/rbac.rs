@@ -260,3 +260,34 @@ subjects: [{kind: ServiceAccount, name: runner, namespace: tenant-a}]
     let core: Api<k8s_openapi::api::core::v1::Event> = Api::namespaced(c, "tenant-a");
     assert_eq!(status(core.list(&ListParams::default()).await.unwrap_err()).code, 403);
 }
+
+/// The policy is compiled once per change of the RBAC objects: a binding made or deleted
+/// through the API grants or takes away at the very next request.
+#[tokio::test]
+async fn a_grant_or_a_revocation_counts_from_the_next_request() {
+    use k8s_openapi::api::rbac::v1::RoleBinding;
+    let sim = sim().await;
+    let theirs: Api<Secret> = Api::namespaced(sim.client_as("tenant-a", "runner").unwrap(), "tenant-b");
+    assert_eq!(status(theirs.get("mine").await.unwrap_err()).code, 403);
+    let admin: Api<RoleBinding> = Api::namespaced(sim.client().unwrap(), "tenant-b");
+    let grant: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "read", "namespace": "tenant-b"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": "view-secrets"},
+        "subjects": [{"kind": "ServiceAccount", "name": "runner", "namespace": "tenant-a"}],
+    }))
+    .unwrap();
+    sim.put(json!({
+        "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "ClusterRole",
+        "metadata": {"name": "view-secrets"},
+        "rules": [{"apiGroups": [""], "resources": ["secrets"], "verbs": ["get"]}],
+    }))
+    .unwrap();
+    admin.create(&PostParams::default(), &grant).await.unwrap();
+    assert!(theirs.get("mine").await.is_ok(), "granted at once");
+    admin.delete("read", &DeleteParams::default()).await.unwrap();
+    assert_eq!(
+        status(theirs.get("mine").await.unwrap_err()).code,
+        403,
+        "revoked at once"
+    );
+}
