@@ -68,17 +68,13 @@ pub async fn take(
     owner: Option<OwnerReference>,
     now: Timestamp,
 ) -> Result<Take, Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let what = format!("{ns}/{name}");
     let Some(mut lease) = gather::lease(client, ns, name).await? else {
-        return match api
-            .create(&PostParams::default(), &new_lease(ns, name, me, owner, now))
-            .await
-        {
-            Ok(_) => Ok(Take::Taken),
-            Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} was taken first by someone else"))),
-            Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
-        };
+        return create_claim(
+            client,
+            &new_lease(ns, name, me, owner, now),
+            "was taken first by someone else",
+        )
+        .await;
     };
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     let holder_exists = match holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
@@ -95,12 +91,7 @@ pub async fn take(
     spec.holder_identity = Some(me.to_string());
     spec.acquire_time = Some(MicroTime(now));
     spec.renew_time = Some(MicroTime(now));
-    // `replace` sends the read resourceVersion: a 409 means somebody else wrote first.
-    match api.replace(name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(Take::Taken),
-        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} changed while taking it"))),
-        Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
-    }
+    write_claim(client, &lease, "changed while taking it").await
 }
 
 /// The member Jobs that joined a cluster lease, with their run leases (PURE). An annotation
@@ -198,22 +189,13 @@ pub async fn take_cluster(
     exclusive: bool,
     now: Timestamp,
 ) -> Result<Take, Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let what = format!("{ns}/{name}");
-    let mut lease = match gather::lease(client, ns, name).await? {
-        Some(l) => l,
-        None => {
-            let mut l = new_lease(ns, name, me, None, now);
-            l.metadata.annotations = Some(BTreeMap::from([(
-                keys::ANNOTATION_HOLDER_RUN_LEASE.to_string(),
-                my_run_lease.to_string(),
-            )]));
-            return match api.create(&PostParams::default(), &l).await {
-                Ok(_) => Ok(Take::Taken),
-                Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} was taken first by someone else"))),
-                Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
-            };
-        }
+    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+        let mut l = new_lease(ns, name, me, None, now);
+        l.metadata.annotations = Some(BTreeMap::from([(
+            keys::ANNOTATION_HOLDER_RUN_LEASE.to_string(),
+            my_run_lease.to_string(),
+        )]));
+        return create_claim(client, &l, "was taken first by someone else").await;
     };
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     if let Some(h) = holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
@@ -240,12 +222,8 @@ pub async fn take_cluster(
         spec.acquire_time = Some(MicroTime(now));
     }
     spec.renew_time = Some(MicroTime(now));
-    // `replace` sends the read resourceVersion: a member that joined since makes it a 409.
-    match api.replace(name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(Take::Taken),
-        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} changed while taking it"))),
-        Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
-    }
+    // A member that joined since makes it a 409.
+    write_claim(client, &lease, "changed while taking it").await
 }
 
 /// A member's Job `me` (run lease `my_run_lease`, already taken) joins the cluster lease
@@ -257,8 +235,6 @@ pub async fn join_cluster(
     me: &str,
     my_run_lease: &str,
 ) -> Result<Take, Error> {
-    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let what = format!("{ns}/{name}");
     let Some(mut lease) = gather::lease(client, ns, name).await? else {
         let mut l = Lease {
             metadata: ObjectMeta {
@@ -269,11 +245,7 @@ pub async fn join_cluster(
             spec: Some(LeaseSpec::default()),
         };
         set_members(&mut l, &BTreeMap::from([(me.to_string(), my_run_lease.to_string())]));
-        return match api.create(&PostParams::default(), &l).await {
-            Ok(_) => Ok(Take::Taken),
-            Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} was created first by someone else"))),
-            Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
-        };
+        return create_claim(client, &l, "was created first by someone else").await;
     };
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     if let Some(h) = holder.as_deref().filter(|h| !h.is_empty()) {
@@ -288,12 +260,38 @@ pub async fn join_cluster(
     }
     live.insert(me.to_string(), my_run_lease.to_string());
     set_members(&mut lease, &live);
-    // `replace` sends the read resourceVersion: a cluster Job that took it since makes it a 409.
-    match api.replace(name, &PostParams::default(), &lease).await {
+    // A cluster Job that took it since makes it a 409.
+    write_claim(client, &lease, "changed while joining it").await
+}
+
+/// Create `lease`, read as absent: a create that lost to another is `Held` (`lost` says how).
+async fn create_claim(client: &kube::Client, lease: &Lease, lost: &str) -> Result<Take, Error> {
+    let (ns, name) = lease_name(lease);
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    match api.create(&PostParams::default(), lease).await {
         Ok(_) => Ok(Take::Taken),
-        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} changed while joining it"))),
-        Err(e) => Err(Error::api(ApiAction::WriteLease, what, e)),
+        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} {lost}"))),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
     }
+}
+
+/// Write back `lease` as changed from what was read. `replace` sends the read resourceVersion,
+/// so a 409 means somebody else wrote first: `Held` (`lost` says how).
+async fn write_claim(client: &kube::Client, lease: &Lease, lost: &str) -> Result<Take, Error> {
+    let (ns, name) = lease_name(lease);
+    let api: Api<Lease> = Api::namespaced(client.clone(), ns);
+    match api.replace(name, &PostParams::default(), lease).await {
+        Ok(_) => Ok(Take::Taken),
+        Err(e) if errors::is_conflict(&e) => Ok(Take::Held(format!("{name} {lost}"))),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
+    }
+}
+
+fn lease_name(lease: &Lease) -> (&str, &str) {
+    (
+        lease.metadata.namespace.as_deref().unwrap_or_default(),
+        lease.metadata.name.as_deref().unwrap_or_default(),
+    )
 }
 
 /// The member Job `me` leaves the cluster lease `name` (booked or gone). A 409 or a missing
