@@ -80,7 +80,8 @@ fn wait(reason: Reason, requeue_after: Option<Duration>) -> Decision {
     })
 }
 
-fn until(now: Timestamp, t: Timestamp) -> Duration {
+/// How long from `now` until `t` (zero when `t` is past).
+pub fn until(now: Timestamp, t: Timestamp) -> Duration {
     Duration::try_from(t.duration_since(now)).unwrap_or(Duration::ZERO)
 }
 

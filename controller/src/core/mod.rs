@@ -18,6 +18,7 @@
 //! | [`snapshot`] | the view of an object `decide` takes |
 //! | [`reason`] | why a decision was made |
 //! | [`decide`](mod@decide) | the ordered rules (docs/rules.md) |
+//! | [`wake`] | when a waiting object is looked at again (docs/architecture.md) |
 
 pub mod backoff;
 pub mod decide;
@@ -33,6 +34,7 @@ pub mod record;
 pub mod remediation;
 pub mod snapshot;
 pub mod state;
+pub mod wake;
 
 pub use decide::{Decision, Start, Wait, decide};
 pub use outcome::{Outcome, classify};

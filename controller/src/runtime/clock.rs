@@ -13,10 +13,10 @@ use tokio::sync::watch;
 /// A source of the current time.
 pub trait Clock: Send + Sync {
     fn now(&self) -> Timestamp;
-    /// A stream that yields whenever time jumps (the controllers re-reconcile everything).
-    /// The system clock never jumps.
+    /// A stream that yields whenever time jumps (the controllers then reconcile the objects
+    /// whose wake the clock reached). The system clock never jumps.
     fn jumps(&self) -> BoxStream<'static, ()>;
-    /// Whether requeue delays are simulated time (so real-time requeues should be short).
+    /// Whether wakes at a time follow this clock's jumps instead of real-time requeues.
     fn simulated(&self) -> bool {
         false
     }

@@ -1,13 +1,14 @@
 //! Three kube-rs `Controller`s (one per kind) sharing one [`Ctx`], and the reconcile pass:
 //! read → book finished Jobs → check the lock → `decide` → act → write status.
 
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, Patch, PatchParams, PostParams};
 use kube::core::{DynamicObject, PartialObjectMeta};
 use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
@@ -43,6 +44,7 @@ use crate::core::lock::LockState;
 use crate::core::moving;
 use crate::core::record::{self, JobRecord};
 use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
+use crate::core::wake::{self, ACTIVE_REQUEUE, Schedule, Wake};
 use crate::core::{Decision, Reason, Start, Wait};
 use crate::plan::{self, Plan};
 use captf_shared::policy::{self, TenantPolicy};
@@ -73,12 +75,16 @@ pub struct Ctx {
     pub events: Events,
     /// True while this replica may write (leader election, or always without it).
     pub leader: Arc<AtomicBool>,
+    /// Counts the terms this replica began as the leader.
+    pub terms: watch::Receiver<u64>,
     /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
     pub caches: Caches,
     /// Consecutive failed passes per object, for the error policy's backoff.
     pub errors: ErrorBackoff,
     /// Reconcile passes running now (tests wait for 0 to know the controller is idle).
     pub in_flight: Arc<AtomicUsize>,
+    /// Under a simulated clock: the objects to look at again when that clock reaches a time.
+    pub wakes: Mutex<Schedule<ObjectKey>>,
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
@@ -106,6 +112,7 @@ impl Ctx {
         clock: SharedClock,
         metrics: Arc<Metrics>,
         leader: Arc<AtomicBool>,
+        terms: watch::Receiver<u64>,
     ) -> (Ctx, Feeds) {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
         let (caches, feeds) = gather::caches();
@@ -116,9 +123,11 @@ impl Ctx {
             clock,
             metrics,
             leader,
+            terms,
             caches,
             errors: ErrorBackoff::default(),
             in_flight: Arc::default(),
+            wakes: Mutex::default(),
         };
         (ctx, feeds)
     }
@@ -135,6 +144,52 @@ impl Ctx {
         };
         self.events.publish(id, &e, self.clock.now()).await;
     }
+
+    /// How the pass over `id` ends for its [`Wake`]. With the system clock a wake at a time is
+    /// a requeue. Under a simulated clock it waits for that clock (see [`Ctx::due`]), so an
+    /// object whose next look is hours away costs nothing until the clock gets there.
+    pub fn look_again(&self, id: &Ident, wake: Wake) -> Action {
+        let key = ObjectKey {
+            kind: id.kind,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        };
+        if !self.clock.simulated() {
+            return match wake {
+                Wake::At(t) => {
+                    Action::requeue(crate::core::decide::until(self.clock.now(), t).max(Duration::from_secs(1)))
+                }
+                Wake::OnChange => Action::await_change(),
+            };
+        }
+        let mut wakes = lock(&self.wakes);
+        match wake {
+            // Read the clock under the lock: a clock change either sees this entry or comes
+            // before this read, which then finds the wake due.
+            Wake::At(t) => {
+                if wakes.set(key, t, self.clock.now()) {
+                    Action::await_change()
+                } else {
+                    Action::requeue(SYNC_REQUEUE)
+                }
+            }
+            Wake::OnChange => {
+                wakes.clear(&key);
+                Action::await_change()
+            }
+        }
+    }
+
+    /// The objects of `kind` whose simulated wake the clock has reached, each once.
+    pub fn due(&self, kind: Kind) -> Vec<ObjectKey> {
+        let mut wakes = lock(&self.wakes);
+        let now = self.clock.now();
+        wakes.take_due(now, |k| k.kind == kind)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 /// Requeue after a lost race (409, lease held by somebody else).
@@ -142,8 +197,6 @@ const RACE_REQUEUE: Duration = Duration::from_secs(2);
 /// Requeue while the stores have not listed once, or lag the live status (they usually catch up
 /// within milliseconds, and the Job's own watch event triggers the object before this).
 const SYNC_REQUEUE: Duration = Duration::from_millis(250);
-/// Requeue while a Job runs (its watch event usually comes first).
-const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
 /// The reconcile of one object of kind `K`.
 pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -203,19 +256,6 @@ pub fn error_policy<K: CaptfKind>(obj: Arc<Meta<K>>, e: &Error, ctx: Arc<Ctx>) -
     Action::requeue(delay)
 }
 
-fn requeue_for(wait: &Wait, simulated: bool) -> Action {
-    let d = match wait.reason {
-        Reason::JobActive => Some(ACTIVE_REQUEUE),
-        _ => wait.requeue_after,
-    };
-    match d {
-        // With a simulated clock every jump re-reconciles everything; keep real waits short.
-        Some(d) if simulated => Action::requeue(d.min(Duration::from_secs(5))),
-        Some(d) => Action::requeue(d.max(Duration::from_secs(1))),
-        None => Action::await_change(),
-    }
-}
-
 /// The reconcile pass over one object, in phases: read what the pass needs, [`plan::plan`] it
 /// (PURE), then carry the plan out: book, prune, act on the decision, write the status.
 pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, Error> {
@@ -253,7 +293,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         return Ok(Action::requeue(RACE_REQUEUE));
     }
     book::prune(ctx, &id, &plan.prune).await?;
-    let Some(acted) = act(ctx, &id, &object, &read, &plan).await? else {
+    let Some(acted) = act(ctx, &id, &object, &read, &plan, now).await? else {
         return Ok(Action::await_change());
     };
     let new = if acted.as_planned {
@@ -431,16 +471,23 @@ struct Acted {
 
 /// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
 /// pass is over), or requeue for a `Wait`.
-async fn act(ctx: &Ctx, id: &Ident, object: &CaptfObject, read: &Read, plan: &Plan) -> Result<Option<Acted>, Error> {
+async fn act(
+    ctx: &Ctx,
+    id: &Ident,
+    object: &CaptfObject,
+    read: &Read,
+    plan: &Plan,
+    now: Timestamp,
+) -> Result<Option<Acted>, Error> {
     let booked_active = plan.booked.active_job().map(str::to_string);
     let mut acted = Acted {
-        action: Action::requeue(ACTIVE_REQUEUE),
+        action: ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE))),
         decision: plan.decision.clone(),
         active_job: booked_active.clone(),
         as_planned: true,
     };
     match &plan.decision {
-        Decision::Wait(w) => acted.action = requeue_for(w, ctx.clock.simulated()),
+        Decision::Wait(w) => acted.action = ctx.look_again(id, wake::wake(w, now)),
         Decision::Finalize => {
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
@@ -466,7 +513,7 @@ async fn act(ctx: &Ctx, id: &Ident, object: &CaptfObject, read: &Read, plan: &Pl
                         not_before: None,
                         attempt: Some(start.attempt),
                     });
-                    acted.action = Action::requeue(crate::core::decide::HOLD_REQUEUE);
+                    acted.action = ctx.look_again(id, Wake::At(wake::after(now, crate::core::decide::HOLD_REQUEUE)));
                     acted.as_planned = false;
                 }
                 Some(inputs) => {
@@ -681,6 +728,17 @@ fn controller_for<K: CaptfKind>(
     let selector = format!("{}={}", keys::LABEL_KIND, K::KIND.as_str());
     let (writer, reader) = objects;
     let store = reader.clone();
+    // Under a simulated clock: on every change of it, the objects whose wake it reached.
+    let wakes = {
+        let ctx = ctx.clone();
+        ctx.clock.jumps().flat_map(move |()| {
+            let due = ctx.due(K::KIND);
+            futures::stream::iter(
+                due.into_iter()
+                    .map(|k| ObjectRef::<Meta<K>>::new(&k.name).within(&k.namespace)),
+            )
+        })
+    };
     let mut controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector));
@@ -711,7 +769,8 @@ fn controller_for<K: CaptfKind>(
     }
     let controller = controller
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
-        .reconcile_all_on(ctx.clock.jumps())
+        .reconcile_on(wakes)
+        .reconcile_all_on(new_terms(ctx.terms.clone()))
         .graceful_shutdown_on(async move {
             let mut rx = shutdown;
             let _ = rx.wait_for(|stop| *stop).await;
@@ -723,6 +782,15 @@ fn controller_for<K: CaptfKind>(
                 tracing::debug!("controller event: {e}");
             }
         })
+}
+
+/// Yields each time this replica becomes the leader.
+fn new_terms(mut terms: watch::Receiver<u64>) -> impl futures::Stream<Item = ()> + Send + 'static {
+    terms.mark_unchanged();
+    futures::stream::unfold(terms, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
 }
 
 /// Run the three controllers (and the pod watch) until `shutdown` turns true; `ready` turns

@@ -89,14 +89,17 @@ pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str, duration: Duration) 
     }
 }
 
-/// Keep electing until `shutdown`; `leader` follows the outcome. On shutdown a leader gives
-/// the lease up so a standby takes over at once.
+/// Keep electing until `shutdown`; `leader` follows the outcome, and `terms` counts the times
+/// this replica became the leader (the controllers then look at every object: what they
+/// decided in an earlier term, or as a standby, may be stale). On shutdown a leader gives the
+/// lease up so a standby takes over at once.
 pub async fn run(
     client: kube::Client,
     ns: String,
     me: String,
     duration: Duration,
     leader: Arc<AtomicBool>,
+    terms: watch::Sender<u64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let api: Api<Lease> = Api::namespaced(client, &ns);
@@ -110,6 +113,9 @@ pub async fn run(
         };
         if leader.swap(leading, Ordering::SeqCst) != leading {
             tracing::info!(identity = %me, leading, "leader election changed");
+            if leading {
+                terms.send_modify(|n| *n += 1);
+            }
         }
         tokio::select! {
             _ = tokio::time::sleep(duration / 3) => {}

@@ -311,6 +311,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let leader = Arc::new(AtomicBool::new(!args.leader_elect));
+    let (terms_tx, terms) = watch::channel(0u64);
     let (stop, stop_rx) = watch::channel(false);
     let metrics_addr = http::serve(
         args.metrics_addr,
@@ -339,6 +340,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             me,
             duration,
             leader.clone(),
+            terms_tx,
             stop_rx.clone(),
         )));
     }
@@ -351,7 +353,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         policy: args.policy(),
         runner_pod: args.runner_pod(),
     };
-    let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader);
+    let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader, terms);
     let in_flight = ctx.in_flight.clone();
     let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));
     Ok(Handle {

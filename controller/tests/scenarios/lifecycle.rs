@@ -976,3 +976,42 @@ async fn a_missing_terraform_cli_config_holds_the_object_until_it_exists() -> Re
     );
     Ok(())
 }
+
+/// Under a simulated clock a converged object costs nothing until its next drift check: a clock
+/// step that reaches no wake reconciles nothing (not one request), and the step that reaches the
+/// checks starts every one of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_clock_step_reconciles_only_the_objects_whose_wake_it_reached() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let names = ["quiet-a", "quiet-b", "quiet-c"];
+    for name in names {
+        env.sim.script(
+            JobMatch::object(k, NS, name).op(Op::Apply),
+            RunnerScript::succeed_with_outputs(outputs()),
+        );
+        let a1 = env.create(k, drift_cluster(name, json!({}))).await?;
+        env.run_until_booked(&a1, "succeeded").await?;
+        let d2 = env.job(k, name, Op::Drift, 2).await?;
+        env.run_until_booked(&d2, "succeeded").await?;
+    }
+    for name in names {
+        env.until_next_action(name, "Idle").await?;
+    }
+    env.until_idle().await?;
+    // The checks are due 5m after each one finished; 2 minutes on, nothing is due.
+    let before = env.sim.requests();
+    env.advance(120);
+    env.until_idle().await?;
+    assert_eq!(
+        env.sim.requests(),
+        before,
+        "a clock step that reaches no object's wake sends the API server nothing"
+    );
+    // 5 minutes on, every check is due and starts.
+    env.advance(180);
+    for name in names {
+        env.job(k, name, Op::Drift, 3).await?;
+    }
+    Ok(())
+}
