@@ -882,11 +882,85 @@ impl Soak {
             self.tend().await?;
             self.sim.expire_events(EVENT_TTL);
         }
+        // A controller still catching up (a watch reconnecting after its backoff, a retry after
+        // an API error waiting out its own backoff) gets real time to, with the clock moving on
+        // in small steps so its timed looks come too.
+        let patience = Instant::now() + FINAL_PATIENCE;
+        while !self.at_rest() && Instant::now() < patience {
+            let live = self.live_objects();
+            self.approve(1.0, &live).await;
+            self.run_later().await;
+            self.sim.advance(Duration::from_secs(30));
+            self.settle_within(DRAIN_PATIENCE).await;
+            self.tend().await?;
+        }
         // The end-state checks look at a controller that has caught up, however loaded it was.
         if !self.settle_within(FINAL_PATIENCE).await {
             eprintln!("captf-soak: the controller was still busy {FINAL_PATIENCE:?} after the drain; checking anyway");
         }
         Ok(())
+    }
+
+    /// Nothing left to do: every object Ready and none being deleted, every finished Job
+    /// booked.
+    fn at_rest(&self) -> bool {
+        let unsettled = [
+            Kind::TerraformCluster,
+            Kind::TerraformMachinePool,
+            Kind::TerraformMachine,
+        ]
+        .into_iter()
+        .map(|kind| {
+            let id = format!("{}/{}", keys::GROUP, resource(kind).plural);
+            self.sim.count_where(&id, Some(NS), |o| {
+                let ready = o
+                    .pointer("/status/conditions")
+                    .and_then(Value::as_array)
+                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
+                !ready || o.pointer("/metadata/deletionTimestamp").is_some()
+            })
+        })
+        .sum::<usize>();
+        let unbooked = self.sim.count_where("batch/jobs", Some(NS), |j| {
+            let finished = j
+                .pointer("/status/conditions")
+                .and_then(Value::as_array)
+                .is_some_and(|cs| {
+                    cs.iter()
+                        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
+                });
+            finished && j.pointer("/metadata/annotations/captf.io~1outcome").is_none()
+        });
+        unsettled == 0 && unbooked == 0
+    }
+
+    /// The Jobs of an object as they are now, with their pods' phases: what a convergence
+    /// violation needs to be understood.
+    fn jobs_at_rest(&self, kind: Kind, name: &str) -> String {
+        let id = names::object_id(kind, NS, name);
+        let jobs = self.sim.jobs(NS).unwrap_or_default();
+        let mut out = Vec::new();
+        for j in jobs
+            .iter()
+            .filter(|j| j.metadata.labels.as_ref().and_then(|l| l.get(keys::LABEL_OBJECT)) == Some(&id))
+        {
+            let job = j.metadata.name.clone().unwrap_or_default();
+            let st = j.status.clone().unwrap_or_default();
+            let pods: Vec<String> = self
+                .sim
+                .pods_of_job(NS, &job)
+                .unwrap_or_default()
+                .iter()
+                .map(|p| p.status.as_ref().and_then(|s| s.phase.clone()).unwrap_or_default())
+                .collect();
+            out.push(format!(
+                "{job} (active {}, succeeded {}, failed {}, pods {pods:?})",
+                st.active.unwrap_or(0),
+                st.succeeded.unwrap_or(0),
+                st.failed.unwrap_or(0)
+            ));
+        }
+        if out.is_empty() { "none".into() } else { out.join(", ") }
     }
 
     async fn finish(mut self) -> Report {
@@ -906,7 +980,12 @@ impl Soak {
                     invariant: "every_live_object_converges_once_the_faults_stop",
                     at: now,
                     object: format!("{}/{NS}/{name}", kind.as_str()),
-                    detail: format!("Ready is {}", ready.map_or("missing".to_string(), |r| r.to_string())),
+                    detail: format!(
+                        "Ready is {}; nextAction {}; Jobs: {}",
+                        ready.map_or("missing".to_string(), |r| r.to_string()),
+                        o.pointer("/status/nextAction").unwrap_or(&Value::Null),
+                        self.jobs_at_rest(kind, &name)
+                    ),
                 });
             }
         }

@@ -35,17 +35,18 @@ fn bin_dir() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
-    // Blocked and plan-changed plans only come from applies (plan-changed only from approved
-    // ones): weighted up so each shows in a short run.
+    // Each Job's behaviour is the seed's choice by the Job's name, and which Jobs exist depends
+    // on the controllers' timing: every failure behaviour is weighted about one Job in nine, so
+    // each one shows in a run of 80-odd Jobs whatever the timing (the chance that one is missing
+    // is about one in a thousand). Blocked and plan-changed plans only come from applies.
     let weight = |r: Runner| match r {
-        Runner::Success => 40,
-        Runner::Blocked | Runner::PlanChanged => 25,
-        _ => 6,
+        Runner::Success => 10,
+        _ => 12,
     };
     let weights = RunnerWeights(BTreeMap::from(Runner::ALL.map(|r| (r, weight(r)))));
     let cfg = Config {
         seed: 20_261_130,
-        duration: Duration::from_secs(6 * 3600),
+        duration: Duration::from_secs(8 * 3600),
         drain: Duration::from_secs(3 * 3600),
         groups: 3,
         step: Duration::from_secs(300),
