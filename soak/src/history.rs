@@ -142,8 +142,6 @@ pub struct ObjectFact {
     pub removed: Option<Timestamp>,
     /// The last status seen.
     pub status: Value,
-    /// The last `Ready` condition status seen.
-    pub ready: Option<String>,
 }
 
 /// Everything recorded.
@@ -384,7 +382,6 @@ impl History {
                     deletion_requested: None,
                     removed: None,
                     status: Value::Null,
-                    ready: None,
                 });
                 self.object_index.insert(uid.into(), self.objects.len() - 1);
                 self.objects.len() - 1
@@ -396,11 +393,6 @@ impl History {
         }
         if let Some(st) = o.get("status") {
             f.status = st.clone();
-            f.ready = st
-                .pointer("/conditions")
-                .and_then(Value::as_array)
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
-                .and_then(|c| c["status"].as_str().map(String::from));
         }
         if ev.kind == EventType::Deleted {
             f.removed.get_or_insert(now);

@@ -544,7 +544,6 @@ mod tests {
             deletion_requested: None,
             removed: None,
             status: Value::Null,
-            ready: None,
         });
         h.jobs = jobs;
         h
