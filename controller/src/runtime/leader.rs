@@ -99,6 +99,7 @@ pub async fn run(
     me: String,
     duration: Duration,
     leader: Arc<AtomicBool>,
+    gauge: prometheus_client::metrics::gauge::Gauge,
     terms: watch::Sender<u64>,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -113,6 +114,7 @@ pub async fn run(
         };
         if leader.swap(leading, Ordering::SeqCst) != leading {
             tracing::info!(identity = %me, leading, "leader election changed");
+            gauge.set(i64::from(leading));
             if leading {
                 terms.send_modify(|n| *n += 1);
             }
@@ -122,6 +124,7 @@ pub async fn run(
             _ = shutdown.wait_for(|s| *s) => break,
         }
     }
+    gauge.set(0);
     if leader.swap(false, Ordering::SeqCst)
         && let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await
         && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(me.as_str())

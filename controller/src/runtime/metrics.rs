@@ -58,6 +58,8 @@ fn duration_histogram() -> Histogram {
 pub struct Metrics {
     /// Reconcile passes running now.
     pub reconciles_in_flight: Gauge,
+    /// 1 while this replica is the leader (or runs without leader election), else 0.
+    pub leader: Gauge,
     pub registry: Registry,
     pub job_attempts: Family<KindOp, Histogram, fn() -> Histogram>,
     pub jobs_finished: Family<Finished, Counter>,
@@ -89,6 +91,7 @@ impl Metrics {
             Family::<KindLabel, Histogram, fn() -> Histogram>::new_with_constructor(duration_histogram as _);
         let reconcile_errors = Family::<Category, Counter>::default();
         let reconciles_in_flight = Gauge::default();
+        let leader = Gauge::default();
         let reconcile_error_backoff =
             Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10));
         registry.register(
@@ -123,6 +126,11 @@ impl Metrics {
             reconciles_in_flight.clone(),
         );
         registry.register(
+            "captf_leader",
+            "1 while this replica is the leader and writes (always 1 without leader election)",
+            leader.clone(),
+        );
+        registry.register(
             "captf_reconcile_errors",
             "Failed reconcile passes by category",
             reconcile_errors.clone(),
@@ -135,6 +143,7 @@ impl Metrics {
         Metrics {
             registry,
             reconciles_in_flight,
+            leader,
             job_attempts,
             jobs_finished,
             force_unlocks,

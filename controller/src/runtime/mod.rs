@@ -311,6 +311,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let leader = Arc::new(AtomicBool::new(!args.leader_elect));
+    metrics.leader.set(i64::from(!args.leader_elect));
     let (terms_tx, terms) = watch::channel(0u64);
     let (stop, stop_rx) = watch::channel(false);
     let metrics_addr = http::serve(
@@ -340,6 +341,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             me,
             duration,
             leader.clone(),
+            metrics.leader.clone(),
             terms_tx,
             stop_rx.clone(),
         )));

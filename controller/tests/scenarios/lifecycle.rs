@@ -588,6 +588,70 @@ async fn only_the_leader_writes_and_a_standby_takes_over_when_the_lease_lapses()
     Ok(())
 }
 
+/// A replica that becomes the leader again looks at every object at once: what it decided in
+/// its earlier term, or saw as a standby, may be stale, and nothing else would wake an object
+/// that is waiting for a time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_replica_that_becomes_the_leader_again_looks_at_every_object() -> Result<()> {
+    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
+    sim.create_namespace(NS);
+    sim.load_rbac(CHART_RBAC)?;
+    let mut a = args();
+    a.leader_elect = true;
+    a.leader_namespace = Some(NS.into());
+    a.leader_lease_seconds = 2;
+    a.leader_identity = Some("replica-a".into());
+    let clock = Arc::new(WatchClock::new(sim.clock_watch()));
+    let mut env = Env { sim, handle: None };
+    env.handle = Some(runtime::start(env.controller_client()?, &a, clock).await?);
+    let metric = |e: &Env, name: &str| -> Option<f64> {
+        e.metrics()
+            .lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.rsplit(' ').next()?.parse().ok())
+    };
+    env.until("replica-a leads", |e| {
+        (metric(e, "captf_leader ")? == 1.0).then_some(())
+    })
+    .await?;
+    let k = Kind::TerraformCluster;
+    let m = |op| JobMatch::object(k, NS, "again").op(op);
+    env.sim
+        .script(m(Op::Apply), RunnerScript::succeed_with_outputs(outputs()));
+    let a1 = env.create(k, drift_cluster("again", json!({}))).await?;
+    env.run_until_booked(&a1, "succeeded").await?;
+    let d2 = env.job(k, "again", Op::Drift, 2).await?;
+    env.run_until_booked(&d2, "succeeded").await?;
+    env.until_next_action("again", "Idle").await?;
+    env.until_idle().await?;
+    let passes = |e: &Env| metric(e, "captf_reconcile_duration_seconds_count{kind=\"TerraformCluster\"}");
+    // Somebody else holds the leader Lease for an hour: replica-a stands by.
+    let lease = |holder: &str| {
+        json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease",
+               "metadata": {"name": "captf-controller-leader", "namespace": NS},
+               "spec": {"holderIdentity": holder, "leaseDurationSeconds": 3600,
+                        "renewTime": Timestamp::now().strftime("%Y-%m-%dT%H:%M:%S.%6fZ").to_string()}})
+    };
+    env.sim.put(lease("intruder"))?;
+    env.until("replica-a stands by", |e| {
+        (metric(e, "captf_leader ")? == 0.0).then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    let before = passes(&env).unwrap_or(0.0);
+    // It lets go: replica-a leads again and looks at its object, which nothing else wakes.
+    env.sim.put(lease(""))?;
+    env.until("replica-a leads again", |e| {
+        (metric(e, "captf_leader ")? == 1.0).then_some(())
+    })
+    .await?;
+    env.until("a pass over the object in the new term", |e| {
+        (passes(e)? > before).then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> Result<()> {
     use captf_shared::protocol::{Phase, RunResult, RunnerResult};
