@@ -89,20 +89,28 @@ pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str, duration: Duration) 
     }
 }
 
-/// Keep electing until `shutdown`; `leader` follows the outcome, and `terms` counts the times
-/// this replica became the leader (the controllers then look at every object: what they
-/// decided in an earlier term, or as a standby, may be stale). On shutdown a leader gives the
+/// Where the elector tells the rest of the controller how the election goes.
+pub struct Signals {
+    /// True while this replica leads.
+    pub leader: Arc<AtomicBool>,
+    /// `captf_leader`.
+    pub gauge: prometheus_client::metrics::gauge::Gauge,
+    /// Counts the times this replica became the leader (the controllers then look at every
+    /// object: what they decided in an earlier term, or as a standby, may be stale).
+    pub terms: watch::Sender<u64>,
+}
+
+/// Keep electing until `shutdown`; `signals` follow the outcome. On shutdown a leader gives the
 /// lease up so a standby takes over at once.
 pub async fn run(
     client: kube::Client,
     ns: String,
     me: String,
     duration: Duration,
-    leader: Arc<AtomicBool>,
-    gauge: prometheus_client::metrics::gauge::Gauge,
-    terms: watch::Sender<u64>,
+    signals: Signals,
     mut shutdown: watch::Receiver<bool>,
 ) {
+    let Signals { leader, gauge, terms } = signals;
     let api: Api<Lease> = Api::namespaced(client, &ns);
     loop {
         let leading = match try_lead(&api, &ns, &me, duration).await {

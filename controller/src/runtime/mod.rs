@@ -340,9 +340,11 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             ns,
             me,
             duration,
-            leader.clone(),
-            metrics.leader.clone(),
-            terms_tx,
+            leader::Signals {
+                leader: leader.clone(),
+                gauge: metrics.leader.clone(),
+                terms: terms_tx,
+            },
             stop_rx.clone(),
         )));
     }
