@@ -31,6 +31,11 @@ struct Cli {
     /// Multiply every fault rate by this.
     #[arg(long, default_value_t = 1.0)]
     fault_scale: f64,
+    /// `kill -9`s of the leader per simulated hour, instead of the default rate times
+    /// `--fault-scale` (0: one replica leads throughout, so its memory is watched over the whole
+    /// run).
+    #[arg(long)]
+    kills_per_hour: Option<f64>,
     /// The longest ordinary stretch of simulated time between two looks (seconds).
     #[arg(long, default_value_t = 300)]
     step_seconds: u64,
@@ -46,13 +51,17 @@ struct Cli {
 async fn main() -> ExitCode {
     let cli = Cli::parse();
     let defaults = Config::default();
+    let mut rates = defaults.rates.scaled(cli.fault_scale);
+    if let Some(k) = cli.kills_per_hour {
+        rates.kill_leader = k.max(0.0);
+    }
     let cfg = Config {
         seed: cli.seed,
         duration: Duration::from_secs_f64(cli.hours.max(0.0) * 3600.0),
         drain: Duration::from_secs_f64(cli.drain_hours.max(0.0) * 3600.0),
         groups: cli.objects.div_ceil(3).max(1),
         step: Duration::from_secs(cli.step_seconds.max(20)),
-        rates: defaults.rates.scaled(cli.fault_scale),
+        rates,
         logs: cli.logs,
         progress: cli.progress,
         ..defaults
