@@ -107,6 +107,9 @@ pub struct Report {
     /// The longest-lived controller process: (simulated hours lived, RSS after a quarter of
     /// its life, RSS at its end), MiB.
     pub rss_growth: Option<(f64, f64, f64)>,
+    /// The longest-lived controller process's RSS (MiB) at most every 6 simulated hours, to tell
+    /// a plateau from a leak.
+    pub rss_series: Vec<f64>,
     /// `captf_jobs_finished_total` of the replicas alive at the end, and the bookings the
     /// history shows each made.
     pub metrics: Vec<(String, u64, usize)>,
@@ -148,6 +151,11 @@ impl Report {
         if let Some((h, a, b)) = self.rss_growth {
             line(format!(
                 "longest-lived controller process: {h:.1} simulated hours, RSS {a:.1} MiB after a quarter of it, {b:.1} MiB at its end"
+            ));
+            let series: Vec<String> = self.rss_series.iter().map(|m| format!("{m:.0}")).collect();
+            line(format!(
+                "  its RSS every 6 simulated hours (MiB): {}",
+                series.join(", ")
             ));
         }
         for (id, metric, booked) in &self.metrics {
@@ -821,6 +829,19 @@ impl Soak {
                 let quarter = at(first.0, Duration::from_secs_f64(lived * 3600.0 / 4.0));
                 let early = r.rss.iter().find(|(t, _)| *t >= quarter).map_or(first.1, |s| s.1);
                 self.report.rss_growth = Some((lived, early, last.1));
+                let mut next = r.started;
+                self.report.rss_series = r
+                    .rss
+                    .iter()
+                    .filter(|(t, _)| {
+                        let take = *t >= next;
+                        if take {
+                            next = at(*t, Duration::from_secs(6 * 3600));
+                        }
+                        take
+                    })
+                    .map(|(_, mib)| *mib)
+                    .collect();
             }
         }
     }
