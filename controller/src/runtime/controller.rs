@@ -487,7 +487,17 @@ async fn act(
         as_planned: true,
     };
     match &plan.decision {
-        Decision::Wait(w) => acted.action = ctx.look_again(id, wake::wake(w, now)),
+        Decision::Wait(w) => {
+            if w.reason != Reason::JobActive
+                && let Some(job) = leases::give_up_unstarted(&ctx.client, id).await?
+            {
+                tracing::info!(
+                    "gave up the leases {job} held: it was never created and {} waits",
+                    id.what()
+                );
+            }
+            acted.action = ctx.look_again(id, wake::wake(w, now));
+        }
         Decision::Finalize => {
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);

@@ -334,6 +334,27 @@ pub async fn release_job(client: &kube::Client, id: &gather::Ident, job: &str) -
     Ok(())
 }
 
+/// A pass that decides not to start gives up the claims its object still holds for a Job that
+/// was never created: an earlier pass took the run lease and claimed the cluster lease, then
+/// failed before the Job existed (an API error, or its leader died). While the run lease names
+/// that Job, the other side of the cluster lease counts it as starting and waits for it, and
+/// nothing else would ever give it up. Returns the Job whose claims were given up.
+pub async fn give_up_unstarted(client: &kube::Client, id: &gather::Ident) -> Result<Option<String>, Error> {
+    let run_lease = captf_shared::names::run_lease_name(&id.suffix);
+    let holder = gather::lease(client, &id.namespace, &run_lease)
+        .await?
+        .and_then(|l| l.spec?.holder_identity)
+        .filter(|h| !h.is_empty());
+    let Some(job) = holder else {
+        return Ok(None);
+    };
+    if gather::job(client, &id.namespace, &job).await?.is_some() {
+        return Ok(None);
+    }
+    release_job(client, id, &job).await?;
+    Ok(Some(job))
+}
+
 /// Release `name` if `holder` holds it. A 409 or a missing Lease is fine: the next pass looks
 /// again (and a lease whose holder Job is gone is taken over anyway).
 pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<(), Error> {

@@ -382,6 +382,54 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
     Ok(())
 }
 
+/// A cluster's start that claimed its run lease and the cluster lease and then died before its
+/// Job existed leaves a claim the pool would count as a cluster Job starting. Once the cluster
+/// decides to wait instead (here: deleted, it waits for its pool to go), it gives the claim up,
+/// so the pool's destroy is not held off by a Job that will never exist, and both deletions end.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> Result<()> {
+    use captf_controller::runtime::leases::{self, Take};
+    use captf_shared::names;
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    env.create_applied_cluster("stale").await?;
+    let mut pool = cluster_json("stale-pool", json!({}));
+    pool["kind"] = json!("TerraformMachinePool");
+    pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "stale"});
+    let p1 = env.create(Kind::TerraformMachinePool, pool).await?;
+    env.run_until_booked(&p1, "succeeded").await?;
+    env.until_idle().await?;
+    // A pass of the cluster's apply 2 took both leases, then its leader died before the create.
+    let client = env.controller_client()?;
+    let never = names::job_name(k, NS, "stale", Op::Apply, 2);
+    let run = names::run_lease_name(&names::suffix(k, NS, "stale"));
+    let cl = names::cluster_lease_name(NS, "stale");
+    let now = env.now();
+    assert_eq!(
+        leases::take(&client, NS, &run, &never, None, None, now).await?,
+        Take::Taken
+    );
+    assert_eq!(
+        leases::take_cluster(&client, NS, &cl, &never, &run, None, true, now).await?,
+        Take::Taken
+    );
+    env.delete::<TerraformCluster>("stale").await?;
+    env.until_reason("stale", "Ready", "DeletionHeld").await?;
+    env.delete::<TerraformMachinePool>("stale-pool").await?;
+    // Booking a destroy removes the finalizer, and the object and its Jobs go at once.
+    env.job(Kind::TerraformMachinePool, "stale-pool", Op::Destroy, 2)
+        .await?;
+    env.advance(30);
+    env.until("pool gone", |e| e.object(TMP, "stale-pool").is_none().then_some(()))
+        .await?;
+    env.advance(30);
+    env.job(k, "stale", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("cluster gone", |e| e.object(TC, "stale").is_none().then_some(()))
+        .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_restarted_mid_job_starts_no_second_job() -> Result<()> {
     let mut env = Env::with_realistic_runners().await?;
