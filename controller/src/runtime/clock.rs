@@ -116,17 +116,22 @@ impl Clock for WatchClock {
         *self.rx.borrow()
     }
     fn jumps(&self) -> BoxStream<'static, ()> {
-        let mut rx = self.rx.clone();
-        rx.mark_unchanged();
-        stream::unfold(rx, |mut rx| async move {
-            rx.changed().await.ok()?;
-            Some(((), rx))
-        })
-        .boxed()
+        changes(self.rx.clone())
     }
     fn simulated(&self) -> bool {
         true
     }
+}
+
+/// A stream that yields each time the value behind `rx` changes from now on (ends when its
+/// sender is gone).
+pub fn changes<T: Send + Sync + 'static>(mut rx: watch::Receiver<T>) -> BoxStream<'static, ()> {
+    rx.mark_unchanged();
+    stream::unfold(rx, |mut rx| async move {
+        rx.changed().await.ok()?;
+        Some(((), rx))
+    })
+    .boxed()
 }
 
 #[derive(Debug, thiserror::Error)]

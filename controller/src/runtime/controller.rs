@@ -481,7 +481,8 @@ async fn act(
 ) -> Result<Option<Acted>, Error> {
     let booked_active = plan.booked.active_job().map(str::to_string);
     let mut acted = Acted {
-        action: ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE))),
+        // Each arm below says how the pass ends.
+        action: Action::await_change(),
         decision: plan.decision.clone(),
         active_job: booked_active.clone(),
         as_planned: true,
@@ -539,7 +540,10 @@ async fn act(
                     )
                     .await?;
                     match started {
-                        Some(name) => acted.active_job = Some(name),
+                        Some(name) => {
+                            acted.active_job = Some(name);
+                            acted.action = ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE)));
+                        }
                         None => {
                             acted.action = Action::requeue(RACE_REQUEUE);
                             acted.as_planned = false;
@@ -780,7 +784,8 @@ fn controller_for<K: CaptfKind>(
     let controller = controller
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .reconcile_on(wakes)
-        .reconcile_all_on(new_terms(ctx.terms.clone()))
+        // Each time this replica becomes the leader.
+        .reconcile_all_on(super::clock::changes(ctx.terms.clone()))
         .graceful_shutdown_on(async move {
             let mut rx = shutdown;
             let _ = rx.wait_for(|stop| *stop).await;
@@ -792,15 +797,6 @@ fn controller_for<K: CaptfKind>(
                 tracing::debug!("controller event: {e}");
             }
         })
-}
-
-/// Yields each time this replica becomes the leader.
-fn new_terms(mut terms: watch::Receiver<u64>) -> impl futures::Stream<Item = ()> + Send + 'static {
-    terms.mark_unchanged();
-    futures::stream::unfold(terms, |mut rx| async move {
-        rx.changed().await.ok()?;
-        Some(((), rx))
-    })
 }
 
 /// Run the three controllers (and the pod watch) until `shutdown` turns true; `ready` turns
