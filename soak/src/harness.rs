@@ -21,7 +21,7 @@ use kube::discovery::ApiResource;
 use serde_json::{Value, json};
 
 use crate::chaos::{self, Action, KillPoint, Rates, Runner, RunnerWeights};
-use crate::history::History;
+use crate::history::{History, condition_true};
 use crate::invariants::{self, Violation};
 
 /// The namespace the soak's objects live in.
@@ -893,32 +893,33 @@ impl Soak {
         }
         let end = at(self.sim.now(), self.cfg.drain);
         while self.sim.now() < end {
-            let live = self.live_objects();
-            self.approve(1.0, &live).await;
-            self.run_later().await;
-            // Locks of a workstation stay released; re-creations retry until they succeed.
-            self.sim.advance(Duration::from_secs(120));
-            // No more faults: let a loaded controller catch up before the clock moves on.
-            self.settle_within(DRAIN_PATIENCE).await;
-            self.tend().await?;
-            self.sim.expire_events(EVENT_TTL);
+            self.drain_step(Duration::from_secs(120)).await?;
         }
         // A controller still catching up (a watch reconnecting after its backoff, a retry after
         // an API error waiting out its own backoff) gets real time to, with the clock moving on
         // in small steps so its timed looks come too.
         let patience = Instant::now() + FINAL_PATIENCE;
         while !self.at_rest() && Instant::now() < patience {
-            let live = self.live_objects();
-            self.approve(1.0, &live).await;
-            self.run_later().await;
-            self.sim.advance(Duration::from_secs(30));
-            self.settle_within(DRAIN_PATIENCE).await;
-            self.tend().await?;
+            self.drain_step(Duration::from_secs(30)).await?;
         }
         // The end-state checks look at a controller that has caught up, however loaded it was.
         if !self.settle_within(FINAL_PATIENCE).await {
             eprintln!("captf-soak: the controller was still busy {FINAL_PATIENCE:?} after the drain; checking anyway");
         }
+        Ok(())
+    }
+
+    /// One stretch of the drain: every pending plan approved, re-creations due done, the clock
+    /// moved by `step`, then a wait for a loaded controller to catch up (no faults any more).
+    /// Locks of a workstation stay released; re-creations retry until they succeed.
+    async fn drain_step(&mut self, step: Duration) -> Result<()> {
+        let live = self.live_objects();
+        self.approve(1.0, &live).await;
+        self.run_later().await;
+        self.sim.advance(step);
+        self.settle_within(DRAIN_PATIENCE).await;
+        self.tend().await?;
+        self.sim.expire_events(EVENT_TTL);
         Ok(())
     }
 
@@ -934,22 +935,12 @@ impl Soak {
         .map(|kind| {
             let id = format!("{}/{}", keys::GROUP, resource(kind).plural);
             self.sim.count_where(&id, Some(NS), |o| {
-                let ready = o
-                    .pointer("/status/conditions")
-                    .and_then(Value::as_array)
-                    .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"));
-                !ready || o.pointer("/metadata/deletionTimestamp").is_some()
+                condition_true(o, "Ready").is_none() || o.pointer("/metadata/deletionTimestamp").is_some()
             })
         })
         .sum::<usize>();
         let unbooked = self.sim.count_where("batch/jobs", Some(NS), |j| {
-            let finished = j
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .is_some_and(|cs| {
-                    cs.iter()
-                        .any(|c| (c["type"] == "Complete" || c["type"] == "Failed") && c["status"] == "True")
-                });
+            let finished = condition_true(j, "Complete").is_some() || condition_true(j, "Failed").is_some();
             finished && j.pointer("/metadata/annotations/captf.io~1outcome").is_none()
         });
         unsettled == 0 && unbooked == 0

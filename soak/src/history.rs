@@ -182,7 +182,8 @@ fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-fn condition_true(v: &Value, type_: &str) -> Option<Option<String>> {
+/// The condition `type_` of `v` when it is `True`, with its reason.
+pub(crate) fn condition_true(v: &Value, type_: &str) -> Option<Option<String>> {
     v.pointer("/status/conditions")?
         .as_array()?
         .iter()
