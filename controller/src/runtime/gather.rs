@@ -19,9 +19,10 @@
 //! Why a cached Job list is safe:
 //! - **Never two active Jobs for one object.** A Job is created only after its run lease
 //!   `captf-run-<suffix>` is taken (holderIdentity = the Job's name) with a create or a
-//!   resourceVersion-checked update, and a holder is replaced only when its Job is NotFound in a
-//!   LIVE read and is not the live `status.activeJob` (`leases::take`). The lease is released only
-//!   when the Job is booked (the outcome annotation written) or confirmed gone (`interrupted`).
+//!   resourceVersion-checked update, and a holder is replaced only when its Job is NotFound or
+//!   finished in a LIVE read and is not the live `status.activeJob` (`leases::take`). The lease
+//!   is released when the Job is booked (the outcome annotation written) or confirmed gone
+//!   (`interrupted`).
 //!   A Job this controller created that is not yet in the store is still the lease's live holder,
 //!   so no second Job can take the lease, whatever the store says.
 //! - **Deterministic names.** The next Job's name is `<object>-<op>-<seq>` with `seq` one above

@@ -31,12 +31,13 @@ pub enum Take {
 }
 
 /// Whether the current holder of a lease may be replaced: nobody holds it, we already do, or
-/// its holder Job no longer exists and is not the object's `status.activeJob` (PURE).
-pub fn may_take(holder: Option<&str>, me: &str, holder_job_exists: bool, active_job: Option<&str>) -> bool {
+/// its holder Job is not in flight (gone, or finished) and is not the object's
+/// `status.activeJob` (PURE).
+pub fn may_take(holder: Option<&str>, me: &str, holder_in_flight: bool, active_job: Option<&str>) -> bool {
     match holder.filter(|h| !h.is_empty()) {
         None => true,
         Some(h) if h == me => true,
-        Some(h) => !holder_job_exists && active_job != Some(h),
+        Some(h) => !holder_in_flight && active_job != Some(h),
     }
 }
 
@@ -77,11 +78,16 @@ pub async fn take(
         .await;
     };
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
-    let holder_exists = match holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
-        Some(h) => gather::job(client, ns, h).await?.is_some(),
+    // A finished holder counts as over, like a gone one: its release is a write that can fail
+    // after the booking is accounted (a 409 or a 500), and no later pass would release it again,
+    // so a Job kept by the history would hold the object's next start off for good.
+    let holder_in_flight = match holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
+        Some(h) => gather::job(client, ns, h)
+            .await?
+            .is_some_and(|j| outcome::terminal(&j).is_none()),
         None => false,
     };
-    if !may_take(holder.as_deref(), me, holder_exists, active_job) {
+    if !may_take(holder.as_deref(), me, holder_in_flight, active_job) {
         return Ok(Take::Held(format!("{name} is held by {}", holder.unwrap_or_default())));
     }
     if holder.as_deref() == Some(me) {

@@ -430,6 +430,31 @@ async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> 
     Ok(())
 }
 
+/// Booking releases the run lease with a write that can fail after the booking is accounted (a
+/// 409 here); no later pass releases it again, and the finished Job stays in the history. A
+/// finished holder counts as over, so the next change still starts its apply.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_run_lease_left_naming_a_finished_job_does_not_hold_off_the_next_start() -> Result<()> {
+    use captf_shared::names;
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    let run = names::run_lease_name(&names::suffix(k, NS, "kept"));
+    let j1 = env.create_cluster("kept", json!({})).await?;
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Update, "leases", 409, 1).named(&run));
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("kept").await?;
+    assert_eq!(env.lease_holder(&run)?, json!(job_name(&j1)), "the release was lost");
+    env.merge_patch::<TerraformCluster>("kept", json!({"spec": {"variables": {"size": "large"}}}))
+        .await?;
+    let j2 = env.job(k, "kept", Op::Apply, 2).await?;
+    assert_eq!(env.lease_holder(&run)?, json!(job_name(&j2)));
+    env.run_until_booked(&j2, "succeeded").await?;
+    env.until_ready("kept").await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn controller_restarted_mid_job_starts_no_second_job() -> Result<()> {
     let mut env = Env::with_realistic_runners().await?;
