@@ -6,6 +6,12 @@ use clap::{Args, Parser, Subcommand};
 
 use captf_controller::explain::{ExplainInput, explain};
 
+/// mimalloc rather than the system allocator: with glibc's malloc the resident memory of a
+/// long-running controller kept rising while its live heap stayed flat; the freed memory stayed
+/// in the per-thread arenas (docs/soak.md has the measurements).
+#[global_allocator]
+static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
+
 #[derive(Parser, Debug)]
 #[command(
     name = "captf-controller",
