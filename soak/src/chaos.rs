@@ -311,18 +311,33 @@ fn job_seed(seed: u64, ns: &str, name: &str) -> u64 {
     h ^ seed
 }
 
-/// What a Job's runner does: a behaviour its op allows, chosen by weight.
-pub fn runner_for(seed: u64, weights: &RunnerWeights, ns: &str, name: &str, op: &str, approved: bool) -> Runner {
-    let allowed = |r: Runner| match r {
-        // Only an apply plans and may be blocked; only an approved apply can see its plan change.
+/// Whether a Job of `op` can show behaviour `r`: only an apply plans and may be blocked; only an
+/// approved apply can see its plan change.
+fn allowed(r: Runner, op: &str, approved: bool) -> bool {
+    match r {
         Runner::Blocked => op == "apply" && !approved,
         Runner::PlanChanged => op == "apply" && approved,
         _ => true,
-    };
+    }
+}
+
+/// The first behaviour (in `Runner` order) with a weight that this Job allows and that no Job of
+/// the run has shown yet: the first Jobs of a run take each behaviour in turn, so even a short
+/// run sees every one, whichever Jobs the controllers' timing happens to create.
+pub fn unseen(weights: &RunnerWeights, seen: &BTreeMap<Runner, usize>, op: &str, approved: bool) -> Option<Runner> {
+    weights
+        .0
+        .iter()
+        .find(|(r, w)| **w > 0 && allowed(**r, op, approved) && seen.get(*r).copied().unwrap_or(0) == 0)
+        .map(|(r, _)| *r)
+}
+
+/// What a Job's runner does: a behaviour its op allows, chosen by weight.
+pub fn runner_for(seed: u64, weights: &RunnerWeights, ns: &str, name: &str, op: &str, approved: bool) -> Runner {
     let options: Vec<(Runner, u32)> = weights
         .0
         .iter()
-        .filter(|(r, _)| allowed(**r))
+        .filter(|(r, _)| allowed(**r, op, approved))
         .map(|(r, w)| (*r, *w))
         .collect();
     let total: u64 = options.iter().map(|(_, w)| u64::from(*w)).sum();
@@ -397,6 +412,27 @@ mod tests {
             .map(|i| runner_for(7, &w, "ns", &format!("j{i}"), "drift", false))
             .collect();
         assert!(!drift.contains(&Runner::Blocked) && !drift.contains(&Runner::PlanChanged));
+    }
+
+    #[test]
+    fn the_first_jobs_of_a_run_take_each_behaviour_in_turn() {
+        let w = RunnerWeights::default();
+        let mut seen: BTreeMap<Runner, usize> = BTreeMap::new();
+        let mut order = Vec::new();
+        while let Some(r) = unseen(&w, &seen, "apply", false) {
+            *seen.entry(r).or_default() += 1;
+            order.push(r);
+        }
+        // Every behaviour but PlanChanged (an unapproved apply cannot see it), once each, in order.
+        let expected: Vec<Runner> = w.0.keys().copied().filter(|r| *r != Runner::PlanChanged).collect();
+        assert_eq!(order, expected);
+        // A drift check never takes Blocked; an approved apply takes PlanChanged once it is due.
+        assert_eq!(unseen(&w, &seen, "drift", false), None);
+        assert_eq!(unseen(&w, &seen, "apply", true), Some(Runner::PlanChanged));
+        // A behaviour without weight is never forced.
+        let mut none = w.clone();
+        none.0.insert(Runner::PlanChanged, 0);
+        assert_eq!(unseen(&none, &seen, "apply", true), None);
     }
 
     #[test]

@@ -412,7 +412,8 @@ impl Soak {
         for obj in setup::webhook_configurations(&serving.ca_pem) {
             setup::create_cluster_scoped(&client, obj).await?;
         }
-        // Each Job's runner is chosen from the seed and the Job's name.
+        // Each Job's runner is chosen from the seed and the Job's name, except that the first
+        // Jobs take each behaviour in turn (`chaos::unseen`).
         let calm = Arc::new(AtomicBool::new(false));
         let runners = Arc::new(Mutex::new(BTreeMap::new()));
         {
@@ -426,12 +427,15 @@ impl Soak {
                     .as_ref()
                     .is_some_and(|a| a.contains_key(keys::ANNOTATION_APPROVED_PLAN));
                 let calm = calm.load(Ordering::SeqCst);
+                let mut seen = lock(&runners);
                 let r = if calm {
                     Runner::Success
                 } else {
-                    chaos::runner_for(seed, &weights, ns, name, &op, approved)
+                    chaos::unseen(&weights, &seen, &op, approved)
+                        .unwrap_or_else(|| chaos::runner_for(seed, &weights, ns, name, &op, approved))
                 };
-                *lock(&runners).entry(r).or_default() += 1;
+                *seen.entry(r).or_default() += 1;
+                drop(seen);
                 let mut rng = Rng::new(seed ^ name.len() as u64 ^ u64::from(name.bytes().map(u32::from).sum::<u32>()));
                 let run = Duration::from_secs(10 + rng.next_u64() % 290);
                 let drift = !calm && rng.next_u64().is_multiple_of(4);

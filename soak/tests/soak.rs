@@ -65,7 +65,7 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
     // It did exercise what it claims to: Jobs, the runner behaviours, every fault, failovers.
     assert!(report.jobs >= 50, "{}", report.render());
     // A plan-changed apply needs a blocked plan approved and applied within the run, which the
-    // controllers' timing decides; every other behaviour is the seed's choice for some Job.
+    // controllers' timing decides; the first Jobs take every other behaviour in turn.
     for r in Runner::ALL.into_iter().filter(|r| *r != Runner::PlanChanged) {
         assert!(
             report.runners.get(&r).copied().unwrap_or(0) > 0,
