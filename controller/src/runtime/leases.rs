@@ -80,11 +80,10 @@ pub async fn take(
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     // A finished holder counts as over, like a gone one: its release is a write that can fail
     // after the booking is accounted (a 409 or a 500), and no later pass would release it again,
-    // so a Job kept by the history would hold the object's next start off for good.
+    // so a Job kept by the history would hold the object's next start off for good. Without a
+    // run lease to witness it, a holder Job that does not exist is over too.
     let holder_in_flight = match holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
-        Some(h) => gather::job(client, ns, h)
-            .await?
-            .is_some_and(|j| outcome::terminal(&j).is_none()),
+        Some(h) => in_flight(client, ns, h, None).await?,
         None => false,
     };
     if !may_take(holder.as_deref(), me, holder_in_flight, active_job) {
