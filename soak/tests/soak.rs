@@ -35,10 +35,10 @@ fn bin_dir() -> PathBuf {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
-    // Each Job's behaviour is the seed's choice by the Job's name, and which Jobs exist depends
-    // on the controllers' timing: every failure behaviour is weighted about one Job in nine, so
-    // each one shows in a run of 80-odd Jobs whatever the timing (the chance that one is missing
-    // is about one in a thousand). Blocked and plan-changed plans only come from applies.
+    // The first Jobs of the run take each runner behaviour in turn, so each shows however many
+    // Jobs the controllers' timing allows; after that each Job's behaviour is the seed's choice
+    // by its name, with every failure behaviour weighted about one Job in nine so that they stay
+    // frequent. Blocked and plan-changed plans only come from applies.
     let weight = |r: Runner| match r {
         Runner::Success => 10,
         _ => 12,
@@ -62,8 +62,17 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
         "invariant violations:\n{}",
         report.render()
     );
-    // It did exercise what it claims to: Jobs, the runner behaviours, every fault, failovers.
-    assert!(report.jobs >= 50, "{}", report.render());
+    // It did exercise what it claims to: Jobs of every ending, the runner behaviours, every
+    // fault, failovers. How many Jobs run in the simulated hours depends on how fast the machine
+    // lets the controllers work (44 on a loaded CI machine, 74 on an idle one), so the check is
+    // on what ran, not on a count.
+    for end in ["succeeded", "failed", "neither"] {
+        assert!(
+            report.ends.get(end).copied().unwrap_or(0) > 0,
+            "no Job {end}:\n{}",
+            report.render()
+        );
+    }
     // A plan-changed apply needs a blocked plan approved and applied within the run, which the
     // controllers' timing decides; the first Jobs take every other behaviour in turn.
     for r in Runner::ALL.into_iter().filter(|r| *r != Runner::PlanChanged) {
