@@ -29,6 +29,7 @@
 //! | [`rbac`] | RBAC authorization (Roles, ClusterRoles and their bindings) |
 //! | [`auth`] | ServiceAccount tokens and who a request comes from |
 //! | [`resources`] | built-in resources and CRDs |
+//! | [`paging`] | paged lists (`limit` and `continue`) from one snapshot |
 //! | [`selectors`] | label and field selectors |
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
@@ -42,6 +43,7 @@ pub mod events;
 pub mod faults;
 pub mod https;
 pub mod kubelet;
+pub mod paging;
 pub mod process;
 pub mod rbac;
 pub mod resources;

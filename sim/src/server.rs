@@ -407,7 +407,13 @@ async fn handle_inner(
                         let n = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
                         let _ = w.delete(&t.def, &ns, n, &opts);
                     }
-                    Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
+                    let page = crate::paging::Page {
+                        items,
+                        rv: w.resource_version(),
+                        next: None,
+                        remaining: 0,
+                    };
+                    Ok(json_response(200, &list_body(&t.def, page)))
                 }
             }
         }
@@ -494,9 +500,19 @@ fn selectors(query: &HashMap<String, String>) -> Result<(LabelSelector, FieldSel
     ))
 }
 
-fn list_body(def: &ResourceDef, rv: u64, items: Vec<Value>) -> Value {
-    json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
-           "metadata": {"resourceVersion": rv.to_string()}, "items": items})
+fn list_body(def: &ResourceDef, page: crate::paging::Page) -> Value {
+    let mut body = json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
+           "metadata": {"resourceVersion": page.rv.to_string()}, "items": page.items});
+    page_metadata(&mut body, page.next, page.remaining);
+    body
+}
+
+/// A page's `continue` and `remainingItemCount`, when more pages follow.
+fn page_metadata(body: &mut Value, next: Option<String>, remaining: usize) {
+    if let Some(next) = next {
+        body["metadata"]["continue"] = json!(next);
+        body["metadata"]["remainingItemCount"] = json!(remaining);
+    }
 }
 
 fn wants_table(headers: &HeaderMap) -> bool {
@@ -508,16 +524,37 @@ fn wants_table(headers: &HeaderMap) -> bool {
 
 fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>, table: bool) -> Result<Response, ApiError> {
     let (ls, fs) = selectors(query)?;
+    let limit = crate::paging::limit(query.get("limit").map(String::as_str))?;
+    // What the list is of: a continue token serves only the list it was issued for.
+    let scope = format!(
+        "{}|{}|{}|{}",
+        t.def.id(),
+        t.ns.as_deref().unwrap_or_default(),
+        query.get("labelSelector").map(String::as_str).unwrap_or_default(),
+        query.get("fieldSelector").map(String::as_str).unwrap_or_default()
+    );
     // Copy only what matches, and serialize after the lock is released.
-    let (items, now, rv) = {
-        let w = sh.lock()?;
-        let items = w.list_where(&t.def, t.ns.as_deref(), |o| ls.matches(o) && fs.matches(o));
-        (items, w.now(), w.resource_version())
+    let (page, now) = {
+        let mut w = sh.lock()?;
+        let page = match query.get("continue").filter(|c| !c.is_empty()) {
+            Some(token) => {
+                let compacted = w.compacted_rv();
+                w.pages.next(&scope, token, limit, compacted)?
+            }
+            None => {
+                let items = w.list_where(&t.def, t.ns.as_deref(), |o| ls.matches(o) && fs.matches(o));
+                let rv = w.resource_version();
+                w.pages.first(scope, rv, items, limit)
+            }
+        };
+        (page, w.now())
     };
     if table {
-        return Ok(json_response(200, &crate::table::table(&t.def, &items, now, rv)));
+        let mut body = crate::table::table(&t.def, &page.items, now, page.rv);
+        page_metadata(&mut body, page.next, page.remaining);
+        return Ok(json_response(200, &body));
     }
-    Ok(json_response(200, &list_body(&t.def, rv, items)))
+    Ok(json_response(200, &list_body(&t.def, page)))
 }
 
 fn line(v: &Value) -> Bytes {

@@ -130,6 +130,8 @@ pub struct World {
     history: VecDeque<Arc<WatchEvent>>,
     history_cap: usize,
     compacted: u64,
+    /// The open snapshots of paged lists.
+    pub pages: crate::paging::Pages,
     pub tx: broadcast::Sender<Arc<WatchEvent>>,
     /// Events published on `tx` so far (see `activity`).
     pub published: u64,
@@ -259,6 +261,7 @@ impl World {
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
             compacted: 1000,
+            pages: crate::paging::Pages::default(),
             tx,
             published: 0,
             clock,
@@ -295,10 +298,12 @@ impl World {
         self.compacted
     }
 
-    /// Forget the event history: watches from any older resourceVersion get 410 Gone.
+    /// Forget the event history: watches from any older resourceVersion, and the continue
+    /// tokens of paged lists, get 410 Gone.
     pub fn compact(&mut self) {
         self.history.clear();
         self.compacted = self.rv;
+        self.pages.clear();
     }
 
     pub fn def(&self, id: &str) -> Result<ResourceDef, ApiError> {

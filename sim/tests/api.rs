@@ -638,3 +638,87 @@ async fn a_change_that_makes_an_object_stop_matching_a_selector_watch_is_deleted
     }
     assert_eq!(kinds, ["ADDED", "DELETED"]);
 }
+
+#[tokio::test]
+async fn a_list_with_a_limit_comes_in_pages_of_one_snapshot_with_410_after_compaction() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    for n in ["a", "b", "c", "d", "e"] {
+        api.create(&PostParams::default(), &cm(n)).await.unwrap();
+    }
+    let names = |l: &kube::core::ObjectList<ConfigMap>| -> Vec<String> {
+        l.items.iter().map(|c| c.metadata.name.clone().unwrap()).collect()
+    };
+    let first = api.list(&ListParams::default().limit(2)).await.unwrap();
+    assert_eq!(names(&first), ["a", "b"]);
+    assert_eq!(first.metadata.remaining_item_count, Some(3));
+    let token = first.metadata.continue_.clone().unwrap();
+    // What changes after the first page does not show in the pages after it.
+    api.delete("c", &DeleteParams::default()).await.unwrap();
+    api.create(&PostParams::default(), &cm("f")).await.unwrap();
+    let second = api
+        .list(&ListParams::default().limit(2).continue_token(&token))
+        .await
+        .unwrap();
+    assert_eq!(names(&second), ["c", "d"]);
+    assert_eq!(second.metadata.resource_version, first.metadata.resource_version);
+    let last = api
+        .list(
+            &ListParams::default()
+                .limit(2)
+                .continue_token(second.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap();
+    assert_eq!(names(&last), ["e"]);
+    assert_eq!(last.metadata.continue_, None);
+    // A fresh list sees the changes; a token from before a compaction is 410 Expired.
+    let fresh = api.list(&ListParams::default().limit(3)).await.unwrap();
+    assert_eq!(names(&fresh), ["a", "b", "d"]);
+    sim.compact();
+    let e = api_err(
+        api.list(
+            &ListParams::default()
+                .limit(3)
+                .continue_token(fresh.metadata.continue_.as_deref().unwrap()),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (410, "Expired"));
+    let e = api_err(
+        api.list(&ListParams::default().continue_token("nonsense"))
+            .await
+            .unwrap_err(),
+    );
+    assert_eq!(e.code, 400);
+}
+
+#[tokio::test]
+async fn a_kube_runtime_watcher_with_small_pages_sees_every_object() {
+    use kube::runtime::{WatchStreamExt, reflector, watcher};
+    let sim = Sim::start().await.unwrap();
+    let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
+    for i in 0..7 {
+        api.create(&PostParams::default(), &cm(&format!("cm{i}")))
+            .await
+            .unwrap();
+    }
+    let (reader, writer) = reflector::store();
+    let stream = watcher(api.clone(), watcher::Config::default().page_size(2))
+        .reflect(writer)
+        .applied_objects()
+        .boxed();
+    tokio::spawn(stream.for_each(|_| async {}));
+    tokio::time::timeout(Duration::from_secs(10), reader.wait_until_ready())
+        .await
+        .unwrap()
+        .unwrap();
+    let mut names: Vec<String> = reader
+        .state()
+        .iter()
+        .map(|c| c.metadata.name.clone().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, (0..7).map(|i| format!("cm{i}")).collect::<Vec<_>>());
+}

@@ -172,3 +172,31 @@ spec:
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 1, "{out}");
 }
+
+#[tokio::test]
+async fn kubectl_get_follows_continue_tokens_in_tables_and_in_json() {
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+    let cms: String = (0..5)
+        .map(|i| format!("---\napiVersion: v1\nkind: ConfigMap\nmetadata: {{name: cm{i}}}\n"))
+        .collect();
+    let (ok, out, err) = kubectl(&kc, &["create", "-f", "-"], Some(&cms)).await;
+    assert!(ok, "create failed: {out}{err}");
+    // The table kubectl prints, and `-o name`, from pages of two.
+    let (ok, out, err) = kubectl(&kc, &["get", "configmaps", "--chunk-size=2", "-v=6"], None).await;
+    assert!(ok, "{err}");
+    // kubectl's request log shows it followed the tokens: three pages.
+    assert_eq!(err.matches("limit=2").count(), 3, "{err}");
+    assert_eq!(err.matches("continue=").count(), 2, "{err}");
+    let rows: Vec<&str> = out
+        .lines()
+        .skip(1)
+        .filter_map(|l| l.split_whitespace().next())
+        .collect();
+    assert_eq!(rows, ["cm0", "cm1", "cm2", "cm3", "cm4"], "{out}");
+    let (ok, out, err) = kubectl(&kc, &["get", "configmaps", "--chunk-size=2", "-o", "name"], None).await;
+    assert!(ok, "{err}");
+    assert_eq!(out.lines().count(), 5, "{out}");
+}
