@@ -5,7 +5,8 @@
 //! among real ones ([`crate::Sim::job_ran_as_process`] tells which way a Job went).
 //!
 //! For such a pod the simulator
-//! - builds the container's environment: the image's own variables, then the container's `env`
+//! - builds the container's environment: the image's own variables, then the container's
+//!   `envFrom` (every key of a Secret or ConfigMap, after the entry's prefix), then its `env`
 //!   (literal values, `secretKeyRef`, `configMapKeyRef` and `fieldRef` resolved from the store),
 //!   `HOSTNAME`, and `KUBERNETES_SERVICE_HOST`/`PORT` naming the simulator's HTTPS port;
 //! - materialises each volume in the pod's folder under the working root: Secret and ConfigMap
@@ -31,7 +32,7 @@
 //! The setup needs root (mounts in a private mount namespace): [`namespaces_unavailable`] says
 //! why a machine cannot run it.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -280,8 +281,49 @@ pub(crate) fn container_env(
         env.retain(|(n, _)| *n != k);
         env.push((k, v));
     };
-    if container.get("envFrom").is_some_and(|e| !e.is_null()) {
-        return Err("envFrom is not supported by the process kubelet".into());
+    // `envFrom` first, in order (a later source wins a name), then `env` over all of it.
+    for (i, e) in container
+        .get("envFrom")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let (r, resource, kind, secret) = match (e.get("secretRef"), e.get("configMapRef")) {
+            (Some(r), None) if !r.is_null() => (r, "/secrets", "Secret", true),
+            (None, Some(r)) if !r.is_null() => (r, "/configmaps", "ConfigMap", false),
+            _ => return Err(format!("envFrom[{i}]: exactly one of secretRef and configMapRef")),
+        };
+        let obj_name = str_at(r, "/name");
+        let optional = r.get("optional").and_then(Value::as_bool) == Some(true);
+        let Some(obj) = store.object(resource, ns, obj_name) else {
+            if optional {
+                continue;
+            }
+            return Err(format!("envFrom[{i}]: {kind} {ns}/{obj_name} not found"));
+        };
+        let prefix = e.get("prefix").and_then(Value::as_str).unwrap_or_default();
+        let sections: &[&str] = if secret {
+            &["/data", "/stringData"]
+        } else {
+            &["/data", "/binaryData"]
+        };
+        let keys: BTreeSet<&str> = sections
+            .iter()
+            .filter_map(|s| obj.pointer(s).and_then(Value::as_object))
+            .flat_map(|m| m.keys().map(String::as_str))
+            .collect();
+        for key in keys {
+            let name = format!("{prefix}{key}");
+            // The kubelet skips names that are not valid env names.
+            if name.is_empty() || name.contains('=') {
+                continue;
+            }
+            let data = key_data(&obj, key, secret).map_err(|e| format!("envFrom[{i}]: {kind} {obj_name}: {e}"))?;
+            if let Some(d) = data {
+                setenv(&mut env, name, String::from_utf8_lossy(&d).into_owned());
+            }
+        }
     }
     for (i, e) in container
         .get("env")

@@ -41,7 +41,8 @@ async fn sim(root: &Path, image: ProcessImage) -> Sim {
         .unwrap()
 }
 
-/// A Job running `script` in `sh -c`, with a Secret volume, an emptyDir and env references.
+/// A Job running `script` in `sh -c`, with a Secret volume, an emptyDir, env references and
+/// `envFrom` sources (optional ones, one of them absent).
 fn job(name: &str, script: &str, deadline: i64, grace: i64) -> Value {
     json!({
         "apiVersion": "batch/v1", "kind": "Job",
@@ -50,6 +51,11 @@ fn job(name: &str, script: &str, deadline: i64, grace: i64) -> Value {
             "restartPolicy": "Never", "serviceAccountName": "worker",
             "terminationGracePeriodSeconds": grace,
             "containers": [{"name": "main", "image": IMAGE, "args": ["-c", script],
+                "envFrom": [
+                    {"prefix": "S_", "secretRef": {"name": "creds", "optional": true}},
+                    {"configMapRef": {"name": "settings", "optional": true}},
+                    {"secretRef": {"name": "absent", "optional": true}},
+                ],
                 "env": [
                     {"name": "LITERAL", "value": "plain"},
                     {"name": "OVERRIDDEN", "value": "by-container"},
@@ -85,7 +91,7 @@ fn seed(sim: &Sim) {
     .unwrap();
     sim.put(
         json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"name": "settings", "namespace": "default"},
-        "data": {"region": "eu-west-1"}}),
+        "data": {"region": "eu-west-1", "OVERRIDDEN": "by-configmap"}}),
     )
     .unwrap();
     sim.put(
@@ -158,6 +164,7 @@ async fn a_process_pod_gets_its_env_volumes_token_and_reports_its_exit_and_termi
     // The container reads what the kubelet gave it and answers through the API with its token.
     let script = r#"
         echo "env $LITERAL $OVERRIDDEN $FROM_IMAGE $FROM_SECRET $FROM_CONFIGMAP $POD_NAME host=$(hostname)"
+        echo "envFrom $S_password $region"
         echo "inputs $(cat /captf/inputs/inputs.json) mode $(stat -c %a /captf/inputs/inputs.json)"
         touch /captf/inputs/x 2>/dev/null && echo "inputs writable" || echo "inputs read-only"
         echo scratch > /work/s && echo "work $(cat /work/s)"
@@ -179,6 +186,7 @@ async fn a_process_pod_gets_its_env_volumes_token_and_reports_its_exit_and_termi
     let https = sim.https().unwrap().addr;
     for want in [
         format!("env plain by-container image hunter2 eu-west-1 {name} host={name}"),
+        "envFrom hunter2 eu-west-1".to_string(),
         "inputs {\"a\":1} mode 440".to_string(),
         "inputs read-only".to_string(),
         "work scratch".to_string(),

@@ -598,6 +598,9 @@ async fn start_job(
 ) -> Result<Option<String>, Error> {
     let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
+    // Read before any lease is taken, like the inputs: a failed read leaves nothing to undo.
+    let env_from_secret_names =
+        gather::env_from_secret_names(&ctx.client, &id.namespace, object.terraform_spec().jobs.as_ref()).await?;
     let now = ctx.clock.now();
     let active = snap.status.active_job.as_deref();
     let owner = owner_reference(id.kind, &id.name, &id.uid);
@@ -672,6 +675,7 @@ async fn start_job(
         sensitive_variables: &sensitive,
         pod_defaults: &ctx.config.runner_pod,
         module_credentials: spec.module.credentials.as_ref().map(|c| c.secret_ref.name.as_str()),
+        env_from_secret_names: &env_from_secret_names,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {

@@ -59,7 +59,9 @@ use kube::runtime::{WatchStreamExt, reflector::store::Writer};
 use serde_json::Value;
 
 use captf_shared::inputs::Inputs;
-use captf_shared::types::{CaptfObject, CliConfigRef, TerraformCluster, TerraformMachine, TerraformMachinePool};
+use captf_shared::types::{
+    CaptfObject, CliConfigRef, JobsSpec, TerraformCluster, TerraformMachine, TerraformMachinePool,
+};
 use captf_shared::{Kind, keys, names};
 
 use super::errors::{ApiAction, Error};
@@ -690,6 +692,31 @@ pub async fn secret(client: &kube::Client, ns: &str, name: &str) -> Result<Optio
         .get_opt(name)
         .await
         .map_err(|e| Error::api(ApiAction::GetSecret, format!("{ns}/{name}"), e))
+}
+
+/// The env names a Job's `envFrom` entries bring from Secrets: each Secret's keys after the
+/// entry's prefix. A Secret that does not exist brings none (its pod cannot start unless the
+/// entry is optional). Read when the Job is made, so the runner can mask their values.
+pub async fn env_from_secret_names(
+    client: &kube::Client,
+    ns: &str,
+    jobs: Option<&JobsSpec>,
+) -> Result<Vec<String>, Error> {
+    let mut names = Vec::new();
+    for entry in jobs.and_then(|j| j.env_from.as_deref()).unwrap_or_default() {
+        let Some(r) = &entry.secret_ref else { continue };
+        let Some(s) = secret(client, ns, &r.name).await? else {
+            continue;
+        };
+        let prefix = entry.prefix.as_deref().unwrap_or_default();
+        let keys = s
+            .data
+            .iter()
+            .flat_map(|d| d.keys())
+            .chain(s.string_data.iter().flat_map(|d| d.keys()));
+        names.extend(keys.map(|k| format!("{prefix}{k}")));
+    }
+    Ok(names)
 }
 
 /// A Lease by name, `None` when it does not exist.

@@ -1,6 +1,6 @@
 //! The PURE builder of a runner Job from a `Start` decision (docs/api.md, docs/rules.md, docs/runner.md).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
@@ -57,6 +57,45 @@ pub struct JobParams<'a> {
     pub pod_defaults: &'a RunnerPodDefaults,
     /// `spec.module.credentials.secretRef.name`: mounted for the runner's `init`.
     pub module_credentials: Option<&'a str>,
+    /// The env names `spec.jobs.envFrom` brings from Secrets (each entry's prefix and its
+    /// Secret's keys, read when the Job is made), so the runner masks their values too.
+    pub env_from_secret_names: &'a [String],
+}
+
+/// Whether an `envFrom` entry with this prefix could bring a name of the runner's own
+/// (`CAPTF_...`): with no prefix, or one that `CAPTF_` starts with (`CAP`), a key could complete
+/// it. A prefix such as `TF_VAR_` cannot, and then the runner's optional variables are left
+/// alone, so values the runner image sets for them still apply.
+pub fn may_name_runner_variables(prefix: Option<&str>) -> bool {
+    let prefix = prefix.unwrap_or_default();
+    env::PREFIX.starts_with(prefix) || prefix.starts_with(env::PREFIX)
+}
+
+/// The env names whose values come from Secrets, for the runner to mask in what it logs and
+/// reports: `spec.jobs.env` entries with `valueFrom.secretKeyRef`, and the names `envFrom`
+/// brings from Secrets unless `env` sets that name itself (`env` wins over `envFrom`). Never the
+/// runner's own `CAPTF_` names, which the controller sets. Sorted, each once.
+pub fn sensitive_env(jobs: Option<&JobsSpec>, env_from_secret_names: &[String]) -> Vec<String> {
+    let env = jobs.and_then(|j| j.env.as_deref()).unwrap_or_default();
+    let from_secret = |v: &EnvVar| v.value_from.as_ref().is_some_and(|f| f.secret_key_ref.is_some());
+    let set_by_env: BTreeSet<&str> = env
+        .iter()
+        .filter(|v| !from_secret(v))
+        .map(|v| v.name.as_str())
+        .collect();
+    let names: BTreeSet<&str> = env
+        .iter()
+        .filter(|v| from_secret(v))
+        .map(|v| v.name.as_str())
+        .chain(
+            env_from_secret_names
+                .iter()
+                .map(String::as_str)
+                .filter(|n| !set_by_env.contains(n)),
+        )
+        .filter(|n| !n.is_empty() && !n.starts_with(env::PREFIX))
+        .collect();
+    names.into_iter().map(String::from).collect()
 }
 
 /// What every runner pod gets unless its spec says otherwise (`--runner-requests`,
@@ -212,15 +251,7 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     if !p.sensitive_variables.is_empty() {
         e.push(var(env::SENSITIVE_VARIABLES, p.sensitive_variables.join(",")));
     }
-    let from_secrets: Vec<&str> = p
-        .jobs
-        .and_then(|j| j.env.as_deref())
-        .unwrap_or_default()
-        .iter()
-        .filter(|v| v.value_from.as_ref().is_some_and(|f| f.secret_key_ref.is_some()))
-        .map(|v| v.name.as_str())
-        .filter(|n| !n.starts_with(env::PREFIX))
-        .collect();
+    let from_secrets = sensitive_env(p.jobs, p.env_from_secret_names);
     if !from_secrets.is_empty() {
         e.push(var(env::SENSITIVE_ENV, from_secrets.join(",")));
     }
@@ -232,7 +263,10 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     {
         e.push(var(env::APPROVED_PLAN, h.clone()));
     }
-    if p.jobs.and_then(|j| j.env_from.as_ref()).is_some_and(|f| !f.is_empty()) {
+    if p.jobs
+        .and_then(|j| j.env_from.as_ref())
+        .is_some_and(|f| f.iter().any(|e| may_name_runner_variables(e.prefix.as_deref())))
+    {
         // `envFrom` brings names nobody checked (a ConfigMap's keys): set every variable the
         // runner reads, empty meaning unset, so none of them can come from there (`env` wins
         // over `envFrom`).
@@ -543,6 +577,7 @@ mod tests {
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &[],
             module_credentials: None,
+            env_from_secret_names: &[],
             pod_defaults: &RunnerPodDefaults::default(),
         })
     }
@@ -568,6 +603,7 @@ mod tests {
             runner_service_account: None,
             sensitive_variables: &[],
             module_credentials: creds,
+            env_from_secret_names: &[],
             pod_defaults: &d,
         };
         let pod = build_job(&params(Some("git-ssh"))).spec.unwrap().template.spec.unwrap();
@@ -655,6 +691,7 @@ mod tests {
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &[],
             module_credentials: None,
+            env_from_secret_names: &[],
             pod_defaults: &d,
         });
         let pod = job.spec.unwrap().template.spec.unwrap();
@@ -727,6 +764,7 @@ mod tests {
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &sensitive,
             module_credentials: None,
+            env_from_secret_names: &[],
             pod_defaults: &RunnerPodDefaults::default(),
         });
         let e = env_of(&job);
@@ -735,6 +773,41 @@ mod tests {
         let plain = env_of(&build(Op::Apply, None));
         assert!(!plain.contains_key("CAPTF_SENSITIVE_VARIABLES"));
         assert!(!plain.contains_key("CAPTF_SENSITIVE_ENV"));
+        // The names envFrom brings from Secrets are masked too, unless env sets the name itself
+        // (env wins); never a CAPTF_ name.
+        let from = [
+            "AWS_SECRET_ACCESS_KEY".to_string(),
+            "PLAIN".into(),
+            "CAPTF_OP".into(),
+            "AWS_ACCESS_KEY_ID".into(),
+            "TOKEN".into(),
+        ];
+        assert_eq!(
+            sensitive_env(Some(&jobs), &from),
+            ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "TOKEN"]
+        );
+        let job = build_job(&JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: &s,
+            effective: &eff,
+            jobs: Some(&jobs),
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
+            sensitive_variables: &sensitive,
+            module_credentials: None,
+            env_from_secret_names: &from,
+            pod_defaults: &RunnerPodDefaults::default(),
+        });
+        assert_eq!(
+            env_of(&job)["CAPTF_SENSITIVE_ENV"],
+            "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY,TOKEN"
+        );
     }
 
     fn env_of(job: &Job) -> BTreeMap<String, String> {
@@ -1066,6 +1139,39 @@ mod tests {
         let plain = build(Op::Drift, None);
         assert!(!env_of(&plain).contains_key("CAPTF_APPROVED_PLAN"));
         assert_eq!(pod_of(&plain).containers[0].env_from, None);
+        // A prefix no key can turn into a CAPTF_ name leaves the runner's variables alone, so
+        // the image's own values of them (CAPTF_TF_BINARY) still apply.
+        let prefixed = JobsSpec {
+            env_from: Some(vec![EnvFromSource {
+                prefix: Some("TF_VAR_".into()),
+                config_map_ref: Some(ConfigMapEnvSource {
+                    name: "aws-settings".into(),
+                    optional: None,
+                }),
+                ..Default::default()
+            }]),
+            ..Default::default()
+        };
+        let e = env_of(&build(Op::Drift, Some(prefixed)));
+        assert!(!e.contains_key("CAPTF_TF_BINARY") && !e.contains_key("CAPTF_APPROVED_PLAN"));
+    }
+
+    #[test]
+    fn an_env_from_prefix_may_name_runner_variables_unless_it_rules_captf_out() {
+        for (prefix, may) in [
+            (None, true),
+            (Some(""), true),
+            (Some("C"), true),
+            (Some("CAPTF"), true),
+            (Some("CAPTF_"), true),
+            (Some("CAPTF_X_"), true),
+            (Some("TF_VAR_"), false),
+            (Some("AWS_"), false),
+            (Some("CAPTG"), false),
+            (Some("captf_"), false),
+        ] {
+            assert_eq!(may_name_runner_variables(prefix), may, "{prefix:?}");
+        }
     }
 
     #[test]
@@ -1104,6 +1210,7 @@ mod tests {
                 sensitive_variables: &[],
                 pod_defaults: d,
                 module_credentials: None,
+                env_from_secret_names: &[],
             })
         };
         let job = build_with(Some(&jobs), &platform);

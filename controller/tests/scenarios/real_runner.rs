@@ -15,6 +15,7 @@ use std::time::Duration;
 use anyhow::{Context, Result, bail};
 use serde_json::{Value, json};
 
+use captf_controller::runtime::RunArgs;
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op};
 use captf_sim::Sim;
@@ -77,6 +78,11 @@ struct Real {
 
 impl Real {
     async fn start() -> Result<Real> {
+        Real::start_with(&args()).await
+    }
+
+    /// The same, with the controller run with these arguments.
+    async fn start_with(a: &RunArgs) -> Result<Real> {
         let dir = tempfile::tempdir()?;
         let base = dir.path().to_path_buf();
         let RunnerImage { image, world } = runner_image(&base)?;
@@ -86,7 +92,7 @@ impl Real {
         let builder = Sim::builder()
             .process_image(args().runner_image, image)
             .process_root(base.join("kubelet"));
-        let env = Env::with(builder).await?;
+        let env = Env::with_args(builder, a).await?;
         let modules = ModuleServer::start(vec![("thing.tar.gz".into(), tar_gz(&base.join("module"), MODULE)?)]).await?;
         Ok(Real {
             env,
@@ -200,6 +206,43 @@ async fn real_runner_create_applies_with_real_terraform_and_the_cluster_is_ready
     for want in ["get /secrets", "update coordination.k8s.io/leases"] {
         assert!(rights.contains(want), "{want} not among {rights:?}");
     }
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_values_env_from_brings_from_a_secret_are_masked_in_the_runners_log() -> Result<()> {
+    require_namespaces!();
+    let mut a = args();
+    a.allow_env_from_secrets = true;
+    let real = Real::start_with(&a).await?;
+    let env = &real.env;
+    // The variable `content` comes from a Secret through envFrom (TF_VAR_content), so Terraform
+    // prints it in the plan; the runner must mask it as it masks a secretKeyRef's value.
+    const SECRET: &str = "s3cr3t-from-env-from";
+    env.sim.put(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "tf-env", "namespace": NS}, "stringData": {"content": SECRET}}))?;
+    let mut spec = real.spec(json!({"name": "a"}));
+    spec["jobs"] = json!({"envFrom": [{"prefix": "TF_VAR_", "secretRef": {"name": "tf-env"}}]});
+    let job = env.create_cluster("prod-eu", spec).await?;
+    let name = job_name(&job).to_string();
+    real.booked(&name, "succeeded").await?;
+    // Terraform got the value: the thing holds it.
+    assert_eq!(real.content("a").as_deref(), Some(SECRET));
+    let pod = env.sim.pods_of_job(NS, &name)?;
+    let pod_name = pod[0].metadata.name.clone().unwrap_or_default();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = env.api()?;
+    let log = pods.logs(&pod_name, &Default::default()).await?;
+    assert!(log.contains("+ content") && log.contains("***"), "{log}");
+    assert!(!log.contains(SECRET), "{log}");
+    // The controller named it to the runner.
+    let vars = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .map(|p| p.containers[0].env.clone().unwrap_or_default())
+        .unwrap_or_default();
+    let sensitive = vars.iter().find(|v| v.name == "CAPTF_SENSITIVE_ENV");
+    assert_eq!(sensitive.and_then(|v| v.value.as_deref()), Some("TF_VAR_content"));
     Ok(())
 }
 

@@ -95,6 +95,11 @@ impl Env {
     }
 
     pub(crate) async fn with(builder: captf_sim::SimBuilder) -> Result<Env> {
+        Env::with_args(builder, &args()).await
+    }
+
+    /// An Env whose controller runs with these arguments.
+    pub(crate) async fn with_args(builder: captf_sim::SimBuilder, a: &RunArgs) -> Result<Env> {
         if std::env::var_os("RUST_LOG").is_some() {
             runtime::init_logging(LogFormat::Text);
         }
@@ -102,13 +107,18 @@ impl Env {
         sim.create_namespace(NS);
         sim.load_rbac(CHART_RBAC)?;
         let mut env = Env { sim, handle: None };
-        env.start_controller().await?;
+        env.start_controller_with(a).await?;
         Ok(env)
     }
 
     pub(crate) async fn start_controller(&mut self) -> Result<()> {
+        self.start_controller_with(&args()).await
+    }
+
+    /// Start a controller with these arguments.
+    pub(crate) async fn start_controller_with(&mut self, a: &RunArgs) -> Result<()> {
         let clock = Arc::new(WatchClock::new(self.sim.clock_watch()));
-        let handle = runtime::start(self.controller_client()?, &args(), clock).await?;
+        let handle = runtime::start(self.controller_client()?, a, clock).await?;
         self.handle = Some(handle);
         Ok(())
     }
