@@ -749,24 +749,27 @@ mod tests {
         let eff = defaults::effective(&spec);
         let s = start(Op::Apply);
         let sensitive = vec!["password".to_string(), "token".to_string()];
-        let job = build_job(&JobParams {
-            kind: Kind::TerraformCluster,
-            namespace: "default",
-            name: "prod-eu",
-            uid: "uid-1",
-            seq: 7,
-            start: &s,
-            effective: &eff,
-            jobs: Some(&jobs),
-            inputs_hash: "0123456789abcdef0123456789abcdef",
-            cluster_name: Some("prod-eu"),
-            runner_image: "ghcr.io/captf/runner:1",
-            runner_service_account: Some("captf-runner"),
-            sensitive_variables: &sensitive,
-            module_credentials: None,
-            env_from_secret_names: &[],
-            pod_defaults: &RunnerPodDefaults::default(),
-        });
+        let build_with = |env_from_secret_names: &[String]| {
+            build_job(&JobParams {
+                kind: Kind::TerraformCluster,
+                namespace: "default",
+                name: "prod-eu",
+                uid: "uid-1",
+                seq: 7,
+                start: &s,
+                effective: &eff,
+                jobs: Some(&jobs),
+                inputs_hash: "0123456789abcdef0123456789abcdef",
+                cluster_name: Some("prod-eu"),
+                runner_image: "ghcr.io/captf/runner:1",
+                runner_service_account: Some("captf-runner"),
+                sensitive_variables: &sensitive,
+                module_credentials: None,
+                env_from_secret_names,
+                pod_defaults: &RunnerPodDefaults::default(),
+            })
+        };
+        let job = build_with(&[]);
         let e = env_of(&job);
         assert_eq!(e["CAPTF_SENSITIVE_VARIABLES"], "password,token");
         assert_eq!(e["CAPTF_SENSITIVE_ENV"], "TOKEN");
@@ -786,24 +789,7 @@ mod tests {
             sensitive_env(Some(&jobs), &from),
             ["AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY", "TOKEN"]
         );
-        let job = build_job(&JobParams {
-            kind: Kind::TerraformCluster,
-            namespace: "default",
-            name: "prod-eu",
-            uid: "uid-1",
-            seq: 7,
-            start: &s,
-            effective: &eff,
-            jobs: Some(&jobs),
-            inputs_hash: "0123456789abcdef0123456789abcdef",
-            cluster_name: Some("prod-eu"),
-            runner_image: "ghcr.io/captf/runner:1",
-            runner_service_account: Some("captf-runner"),
-            sensitive_variables: &sensitive,
-            module_credentials: None,
-            env_from_secret_names: &from,
-            pod_defaults: &RunnerPodDefaults::default(),
-        });
+        let job = build_with(&from);
         assert_eq!(
             env_of(&job)["CAPTF_SENSITIVE_ENV"],
             "AWS_ACCESS_KEY_ID,AWS_SECRET_ACCESS_KEY,TOKEN"
