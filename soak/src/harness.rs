@@ -873,12 +873,16 @@ impl Soak {
             if self.cfg.progress && self.sim.now() >= next_progress {
                 next_progress = at(self.sim.now(), Duration::from_secs(3600));
                 let h = lock(&self.history);
+                let fault = |name: &str| self.report.faults.get(name).copied().unwrap_or(0);
                 eprintln!(
-                    "soak: {:.1}h simulated, {} Jobs, {} changes, leader {}",
+                    "soak: {:.1}h simulated (wall clock {}), {} Jobs, {} changes, leader {}, {} watch drops, {} expiries",
                     self.sim.now().duration_since(start).as_secs_f64() / 3600.0,
+                    Timestamp::now().strftime("%H:%M:%S"),
                     h.jobs.len(),
                     h.changes,
-                    h.leader().unwrap_or("-")
+                    h.leader().unwrap_or("-"),
+                    fault("watches dropped"),
+                    fault("watches expired (410 Gone)")
                 );
             }
         }

@@ -42,7 +42,8 @@ struct Cli {
     /// Keep the controllers' and the webhook's logs in this folder.
     #[arg(long)]
     logs: Option<PathBuf>,
-    /// Print a line per simulated hour.
+    /// Print a line per simulated hour: the wall clock (to find it in the `--logs`), Jobs,
+    /// changes, the leader, and the watch drops and expiries so far.
     #[arg(long)]
     progress: bool,
 }
