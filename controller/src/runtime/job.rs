@@ -555,6 +555,28 @@ mod tests {
         }
     }
 
+    /// The parameters every test Job starts from; a test overrides what it is about.
+    fn params<'a>(s: &'a Start, eff: &'a Effective, d: &'a RunnerPodDefaults) -> JobParams<'a> {
+        JobParams {
+            kind: Kind::TerraformCluster,
+            namespace: "default",
+            name: "prod-eu",
+            uid: "uid-1",
+            seq: 7,
+            start: s,
+            effective: eff,
+            jobs: None,
+            inputs_hash: "0123456789abcdef0123456789abcdef",
+            cluster_name: Some("prod-eu"),
+            runner_image: "ghcr.io/captf/runner:1",
+            runner_service_account: Some("captf-runner"),
+            sensitive_variables: &[],
+            module_credentials: None,
+            env_from_secret_names: &[],
+            pod_defaults: d,
+        }
+    }
+
     fn build(op: Op, jobs: Option<JobsSpec>) -> Job {
         let spec = TerraformSpec {
             jobs: jobs.clone(),
@@ -563,22 +585,8 @@ mod tests {
         let eff = defaults::effective(&spec);
         let s = start(op);
         build_job(&JobParams {
-            kind: Kind::TerraformCluster,
-            namespace: "default",
-            name: "prod-eu",
-            uid: "uid-1",
-            seq: 7,
-            start: &s,
-            effective: &eff,
             jobs: jobs.as_ref(),
-            inputs_hash: "0123456789abcdef0123456789abcdef",
-            cluster_name: Some("prod-eu"),
-            runner_image: "ghcr.io/captf/runner:1",
-            runner_service_account: Some("captf-runner"),
-            sensitive_variables: &[],
-            module_credentials: None,
-            env_from_secret_names: &[],
-            pod_defaults: &RunnerPodDefaults::default(),
+            ..params(&s, &eff, &RunnerPodDefaults::default())
         })
     }
 
@@ -588,25 +596,17 @@ mod tests {
         let eff = defaults::effective(&spec);
         let s = start(Op::Apply);
         let d = RunnerPodDefaults::default();
-        let params = |creds| JobParams {
-            kind: Kind::TerraformCluster,
-            namespace: "default",
-            name: "prod-eu",
-            uid: "uid-1",
-            seq: 7,
-            start: &s,
-            effective: &eff,
-            jobs: None,
-            inputs_hash: "0123456789abcdef0123456789abcdef",
-            cluster_name: Some("prod-eu"),
-            runner_image: "ghcr.io/captf/runner:1",
+        let with_creds = |creds| JobParams {
             runner_service_account: None,
-            sensitive_variables: &[],
             module_credentials: creds,
-            env_from_secret_names: &[],
-            pod_defaults: &d,
+            ..params(&s, &eff, &d)
         };
-        let pod = build_job(&params(Some("git-ssh"))).spec.unwrap().template.spec.unwrap();
+        let pod = build_job(&with_creds(Some("git-ssh")))
+            .spec
+            .unwrap()
+            .template
+            .spec
+            .unwrap();
         let vol = pod
             .volumes
             .iter()
@@ -636,7 +636,7 @@ mod tests {
             env.iter().all(|e| e.value_from.is_none()),
             "the Secret reaches the runner as files only"
         );
-        let plain = build_job(&params(None)).spec.unwrap().template.spec.unwrap();
+        let plain = build_job(&with_creds(None)).spec.unwrap().template.spec.unwrap();
         assert!(
             plain
                 .volumes
@@ -676,24 +676,7 @@ mod tests {
         let eff = defaults::effective(&spec);
         let s = start(Op::Apply);
         let d = platform();
-        let job = build_job(&JobParams {
-            kind: Kind::TerraformCluster,
-            namespace: "default",
-            name: "prod-eu",
-            uid: "uid-1",
-            seq: 7,
-            start: &s,
-            effective: &eff,
-            jobs: None,
-            inputs_hash: "0123456789abcdef0123456789abcdef",
-            cluster_name: Some("prod-eu"),
-            runner_image: "ghcr.io/captf/runner:1",
-            runner_service_account: Some("captf-runner"),
-            sensitive_variables: &[],
-            module_credentials: None,
-            env_from_secret_names: &[],
-            pod_defaults: &d,
-        });
+        let job = build_job(&params(&s, &eff, &d));
         let pod = job.spec.unwrap().template.spec.unwrap();
         let limits: BTreeMap<_, _> = pod
             .volumes
@@ -751,22 +734,10 @@ mod tests {
         let sensitive = vec!["password".to_string(), "token".to_string()];
         let build_with = |env_from_secret_names: &[String]| {
             build_job(&JobParams {
-                kind: Kind::TerraformCluster,
-                namespace: "default",
-                name: "prod-eu",
-                uid: "uid-1",
-                seq: 7,
-                start: &s,
-                effective: &eff,
                 jobs: Some(&jobs),
-                inputs_hash: "0123456789abcdef0123456789abcdef",
-                cluster_name: Some("prod-eu"),
-                runner_image: "ghcr.io/captf/runner:1",
-                runner_service_account: Some("captf-runner"),
                 sensitive_variables: &sensitive,
-                module_credentials: None,
                 env_from_secret_names,
-                pod_defaults: &RunnerPodDefaults::default(),
+                ..params(&s, &eff, &RunnerPodDefaults::default())
             })
         };
         let job = build_with(&[]);
@@ -1181,22 +1152,8 @@ mod tests {
         let s = start(Op::Apply);
         let build_with = |jobs: Option<&JobsSpec>, d: &RunnerPodDefaults| {
             build_job(&JobParams {
-                kind: Kind::TerraformCluster,
-                namespace: "default",
-                name: "prod-eu",
-                uid: "uid-1",
-                seq: 7,
-                start: &s,
-                effective: &eff,
                 jobs,
-                inputs_hash: "0123456789abcdef0123456789abcdef",
-                cluster_name: Some("prod-eu"),
-                runner_image: "ghcr.io/captf/runner:1",
-                runner_service_account: Some("captf-runner"),
-                sensitive_variables: &[],
-                pod_defaults: d,
-                module_credentials: None,
-                env_from_secret_names: &[],
+                ..params(&s, &eff, d)
             })
         };
         let job = build_with(Some(&jobs), &platform);
