@@ -32,7 +32,7 @@
 //! The setup needs root (mounts in a private mount namespace): [`namespaces_unavailable`] says
 //! why a machine cannot run it.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::io::Read;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -256,6 +256,15 @@ fn all_keys(obj: &Value, secret: bool) -> Vec<String> {
     keys
 }
 
+/// Where a Secret (`true`) or a ConfigMap lives in the store, and its kind for messages.
+fn source(secret: bool) -> (&'static str, &'static str) {
+    if secret {
+        ("/secrets", "Secret")
+    } else {
+        ("/configmaps", "ConfigMap")
+    }
+}
+
 /// What the store holds that a pod's container needs, read under the simulator's lock.
 pub(crate) trait Store {
     fn object(&self, resource: &str, ns: &str, name: &str) -> Option<Value>;
@@ -289,11 +298,12 @@ pub(crate) fn container_env(
         .flatten()
         .enumerate()
     {
-        let (r, resource, kind, secret) = match (e.get("secretRef"), e.get("configMapRef")) {
-            (Some(r), None) if !r.is_null() => (r, "/secrets", "Secret", true),
-            (None, Some(r)) if !r.is_null() => (r, "/configmaps", "ConfigMap", false),
+        let (r, secret) = match (e.get("secretRef"), e.get("configMapRef")) {
+            (Some(r), None) if !r.is_null() => (r, true),
+            (None, Some(r)) if !r.is_null() => (r, false),
             _ => return Err(format!("envFrom[{i}]: exactly one of secretRef and configMapRef")),
         };
+        let (resource, kind) = source(secret);
         let obj_name = str_at(r, "/name");
         let optional = r.get("optional").and_then(Value::as_bool) == Some(true);
         let Some(obj) = store.object(resource, ns, obj_name) else {
@@ -303,23 +313,13 @@ pub(crate) fn container_env(
             return Err(format!("envFrom[{i}]: {kind} {ns}/{obj_name} not found"));
         };
         let prefix = e.get("prefix").and_then(Value::as_str).unwrap_or_default();
-        let sections: &[&str] = if secret {
-            &["/data", "/stringData"]
-        } else {
-            &["/data", "/binaryData"]
-        };
-        let keys: BTreeSet<&str> = sections
-            .iter()
-            .filter_map(|s| obj.pointer(s).and_then(Value::as_object))
-            .flat_map(|m| m.keys().map(String::as_str))
-            .collect();
-        for key in keys {
+        for key in all_keys(&obj, secret) {
             let name = format!("{prefix}{key}");
             // The kubelet skips names that are not valid env names.
             if name.is_empty() || name.contains('=') {
                 continue;
             }
-            let data = key_data(&obj, key, secret).map_err(|e| format!("envFrom[{i}]: {kind} {obj_name}: {e}"))?;
+            let data = key_data(&obj, &key, secret).map_err(|e| format!("envFrom[{i}]: {kind} {obj_name}: {e}"))?;
             if let Some(d) = data {
                 setenv(&mut env, name, String::from_utf8_lossy(&d).into_owned());
             }
@@ -344,11 +344,7 @@ pub(crate) fn container_env(
         };
         let value = if let Some(r) = from.get("secretKeyRef").or_else(|| from.get("configMapKeyRef")) {
             let secret = from.get("secretKeyRef").is_some();
-            let (resource, kind) = if secret {
-                ("/secrets", "Secret")
-            } else {
-                ("/configmaps", "ConfigMap")
-            };
+            let (resource, kind) = source(secret);
             let obj_name = str_at(r, "/name");
             let key = str_at(r, "/key");
             let optional = r.get("optional").and_then(Value::as_bool) == Some(true);
@@ -492,10 +488,10 @@ fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path, fs_group: O
     } else {
         str_at(src, "/name")
     };
-    let kind = if secret { "Secret" } else { "ConfigMap" };
+    let (resource, kind) = source(secret);
     let optional = src.get("optional").and_then(Value::as_bool) == Some(true);
     let default_mode = src.get("defaultMode").and_then(Value::as_u64).unwrap_or(0o644) as u32;
-    let Some(obj) = store.object(if secret { "/secrets" } else { "/configmaps" }, ns, obj_name) else {
+    let Some(obj) = store.object(resource, ns, obj_name) else {
         if optional {
             return Ok(());
         }
