@@ -407,13 +407,7 @@ async fn handle_inner(
                         let n = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
                         let _ = w.delete(&t.def, &ns, n, &opts);
                     }
-                    let page = crate::paging::Page {
-                        items,
-                        rv: w.resource_version(),
-                        next: None,
-                        remaining: 0,
-                    };
-                    Ok(json_response(200, &list_body(&t.def, page)))
+                    Ok(json_response(200, &list_body(&t.def, w.resource_version(), items)))
                 }
             }
         }
@@ -500,11 +494,9 @@ fn selectors(query: &HashMap<String, String>) -> Result<(LabelSelector, FieldSel
     ))
 }
 
-fn list_body(def: &ResourceDef, page: crate::paging::Page) -> Value {
-    let mut body = json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
-           "metadata": {"resourceVersion": page.rv.to_string()}, "items": page.items});
-    page_metadata(&mut body, page.next, page.remaining);
-    body
+fn list_body(def: &ResourceDef, rv: u64, items: Vec<Value>) -> Value {
+    json!({"kind": format!("{}List", def.kind), "apiVersion": def.api_version(),
+           "metadata": {"resourceVersion": rv.to_string()}, "items": items})
 }
 
 /// A page's `continue` and `remainingItemCount`, when more pages follow.
@@ -549,12 +541,13 @@ fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>, table: bo
         };
         (page, w.now())
     };
-    if table {
-        let mut body = crate::table::table(&t.def, &page.items, now, page.rv);
-        page_metadata(&mut body, page.next, page.remaining);
-        return Ok(json_response(200, &body));
-    }
-    Ok(json_response(200, &list_body(&t.def, page)))
+    let mut body = if table {
+        crate::table::table(&t.def, &page.items, now, page.rv)
+    } else {
+        list_body(&t.def, page.rv, page.items)
+    };
+    page_metadata(&mut body, page.next, page.remaining);
+    Ok(json_response(200, &body))
 }
 
 fn line(v: &Value) -> Bytes {
