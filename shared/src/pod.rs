@@ -92,6 +92,37 @@ pub fn cli_config_problem(
     }
 }
 
+/// The volume sources a runner pod may use: the ones Pod Security's `restricted` profile allows
+/// (its "Volume Types" rule). CAPTF's own volumes need nothing else (a Secret, two emptyDirs and
+/// a ConfigMap). Everything else reaches the node or storage the namespace does not own:
+/// `hostPath` the node's files, `gitRepo` runs git on the node as root (CVE-2024-10220 on
+/// unpatched kubelets), `flexVolume` runs a node binary, `nfs`, `iscsi` and the in-tree cloud
+/// disks attach storage by address, whoever owns it.
+pub const ALLOWED_VOLUME_SOURCES: [&str; 8] = [
+    "configMap",
+    "csi",
+    "downwardAPI",
+    "emptyDir",
+    "ephemeral",
+    "persistentVolumeClaim",
+    "projected",
+    "secret",
+];
+
+/// The sources a volume sets that [`ALLOWED_VOLUME_SOURCES`] does not list: each JSON field
+/// name with its value, sorted by name. Read from the volume's JSON, so a source added to the
+/// Kubernetes API later is refused until it is listed here.
+pub fn disallowed_volume_sources(volume: &k8s_openapi::api::core::v1::Volume) -> Vec<(String, serde_json::Value)> {
+    match serde_json::to_value(volume) {
+        Ok(serde_json::Value::Object(fields)) => fields
+            .into_iter()
+            .filter(|(k, v)| k != "name" && !v.is_null() && !ALLOWED_VOLUME_SOURCES.contains(&k.as_str()))
+            .collect(),
+        // A Volume always serializes to an object; refuse anything else outright.
+        _ => vec![("<unreadable volume>".to_string(), serde_json::Value::Null)],
+    }
+}
+
 /// Label and annotation keys with this prefix are the controller's.
 pub const RESERVED_KEY_PREFIX: &str = "captf.io/";
 
@@ -103,6 +134,22 @@ pub fn is_reserved_label(key: &str) -> bool {
 /// Whether a pod annotation key is the controller's (`captf.io/…`).
 pub fn is_reserved_annotation(key: &str) -> bool {
     key.starts_with(RESERVED_KEY_PREFIX)
+}
+
+/// Pod annotation key prefixes that set a container's security profile: AppArmor's beta
+/// annotations (`unconfined` would lift the runner's profile) and the removed seccomp ones
+/// (still read by older kubelets). No spec may set them; the runner's profiles are CAPTF's.
+pub const SECURITY_ANNOTATION_PREFIXES: [&str; 3] = [
+    "container.apparmor.security.beta.kubernetes.io/",
+    "seccomp.security.alpha.kubernetes.io/",
+    "container.seccomp.security.alpha.kubernetes.io/",
+];
+
+/// Whether a pod annotation key sets a security profile ([`SECURITY_ANNOTATION_PREFIXES`]).
+pub fn is_security_annotation(key: &str) -> bool {
+    SECURITY_ANNOTATION_PREFIXES
+        .iter()
+        .any(|p| key.starts_with(p) || key == p.trim_end_matches('/'))
 }
 
 /// The reserved mount root `path` collides with: equal to it, above it or below it (after
@@ -178,6 +225,38 @@ mod tests {
     }
 
     #[test]
+    fn only_the_restricted_profiles_volume_sources_are_allowed() {
+        use k8s_openapi::api::core::v1::{
+            EmptyDirVolumeSource, GitRepoVolumeSource, HostPathVolumeSource, NFSVolumeSource, Volume,
+        };
+        let empty = Volume {
+            name: "cache".into(),
+            empty_dir: Some(EmptyDirVolumeSource::default()),
+            ..Volume::default()
+        };
+        assert!(disallowed_volume_sources(&empty).is_empty());
+        let both = Volume {
+            name: "x".into(),
+            git_repo: Some(GitRepoVolumeSource {
+                repository: "https://example.com/r.git".into(),
+                ..GitRepoVolumeSource::default()
+            }),
+            nfs: Some(NFSVolumeSource {
+                server: "10.0.0.1".into(),
+                path: "/".into(),
+                read_only: None,
+            }),
+            host_path: Some(HostPathVolumeSource {
+                path: "/".into(),
+                type_: None,
+            }),
+            ..Volume::default()
+        };
+        let names: Vec<String> = disallowed_volume_sources(&both).into_iter().map(|(k, _)| k).collect();
+        assert_eq!(names, ["gitRepo", "hostPath", "nfs"]);
+    }
+
+    #[test]
     fn reserved_labels_are_the_captf_ones_and_the_cluster_label() {
         assert!(is_reserved_label("captf.io/op"));
         assert!(is_reserved_label("cluster.x-k8s.io/cluster-name"));
@@ -185,5 +264,10 @@ mod tests {
         assert!(!is_reserved_label("azure.workload.identity/use"));
         assert!(is_reserved_annotation("captf.io/reason"));
         assert!(!is_reserved_annotation("cluster.x-k8s.io/cluster-name"));
+        assert!(is_security_annotation(
+            "container.apparmor.security.beta.kubernetes.io/runner"
+        ));
+        assert!(is_security_annotation("seccomp.security.alpha.kubernetes.io/pod"));
+        assert!(!is_security_annotation("eks.amazonaws.com/role-arn"));
     }
 }

@@ -9,6 +9,7 @@ use k8s_openapi::api::core::v1::{
     ConfigMapEnvSource, ConfigMapVolumeSource, EmptyDirVolumeSource, EnvFromSource, HostPathVolumeSource,
     LocalObjectReference, SecretEnvSource, Volume, VolumeMount,
 };
+use serde_json::{Value, json};
 
 fn with_jobs(jobs: JobsSpec) -> CaptfObject {
     CaptfObject::Cluster(TerraformCluster::new(
@@ -125,6 +126,24 @@ fn pod_annotations_may_not_set_the_controllers_keys() {
     assert!(msg.contains("is the controller's"), "{msg}");
 }
 
+/// An AppArmor (or legacy seccomp) annotation would lift the runner container's profile.
+#[test]
+fn pod_annotations_may_not_set_a_containers_security_profile() {
+    for key in [
+        "container.apparmor.security.beta.kubernetes.io/runner",
+        "seccomp.security.alpha.kubernetes.io/pod",
+    ] {
+        let msg = rejected_at(
+            JobsSpec {
+                pod_annotations: map(&[(key, "unconfined")]),
+                ..Default::default()
+            },
+            &format!("spec.jobs.podAnnotations[{key}]"),
+        );
+        assert!(msg.contains("security profile"), "{msg}");
+    }
+}
+
 #[test]
 fn pod_label_keys_and_values_must_be_valid() {
     rejected_at(
@@ -161,6 +180,73 @@ fn host_path_volumes_are_refused() {
         "spec.jobs.volumes[0].hostPath",
     );
     assert!(msg.contains("node's filesystem"), "{msg}");
+}
+
+/// A runner pod may use only the volume sources Pod Security's `restricted` profile allows: the
+/// node-reaching and storage-by-address sources a tenant could use to leave its namespace are
+/// refused, each at its own field.
+#[test]
+fn volume_sources_outside_the_restricted_profile_are_refused_each_at_its_field() {
+    let cases: Vec<(&str, Value)> = vec![
+        (
+            "gitRepo",
+            json!({"repository": "https://example.com/evil.git", "directory": "."}),
+        ),
+        ("flexVolume", json!({"driver": "example.com/exec"})),
+        ("nfs", json!({"server": "10.0.0.1", "path": "/exports"})),
+        (
+            "iscsi",
+            json!({"targetPortal": "10.0.0.2:3260", "iqn": "iqn.2001-04.com.example:storage", "lun": 0}),
+        ),
+        ("hostPath", json!({"path": "/var/run/docker.sock"})),
+        ("cephfs", json!({"monitors": ["10.0.0.3:6789"]})),
+        ("awsElasticBlockStore", json!({"volumeID": "vol-1"})),
+    ];
+    for (source, value) in cases {
+        let volume: Volume = serde_json::from_value(json!({"name": "x", source: value})).unwrap();
+        let msg = rejected_at(
+            JobsSpec {
+                volumes: Some(vec![volume]),
+                ..Default::default()
+            },
+            &format!("spec.jobs.volumes[0].{source}"),
+        );
+        assert!(msg.contains("restricted profile allows (configMap, csi"), "{msg}");
+    }
+}
+
+#[test]
+fn every_volume_source_the_restricted_profile_allows_is_accepted() {
+    let allowed: Vec<(&str, Value)> = vec![
+        ("configMap", json!({"name": "ca"})),
+        ("csi", json!({"driver": "secrets-store.csi.k8s.io", "readOnly": true})),
+        (
+            "downwardAPI",
+            json!({"items": [{"path": "labels", "fieldRef": {"fieldPath": "metadata.labels"}}]}),
+        ),
+        ("emptyDir", json!({})),
+        (
+            "ephemeral",
+            json!({"volumeClaimTemplate": {"spec": {"accessModes": ["ReadWriteOnce"], "resources": {"requests": {"storage": "1Gi"}}}}}),
+        ),
+        ("persistentVolumeClaim", json!({"claimName": "cache"})),
+        (
+            "projected",
+            json!({"sources": [{"serviceAccountToken": {"path": "token", "audience": "sts.amazonaws.com"}}]}),
+        ),
+        ("secret", json!({"secretName": "ca-bundle"})),
+    ];
+    assert_eq!(allowed.len(), captf_shared::pod::ALLOWED_VOLUME_SOURCES.len());
+    let volumes: Vec<Volume> = allowed
+        .into_iter()
+        .enumerate()
+        .map(|(i, (source, value))| serde_json::from_value(json!({"name": format!("v{i}"), source: value})).unwrap())
+        .collect();
+    let f = fields(JobsSpec {
+        volumes: Some(volumes),
+        ..Default::default()
+    });
+    assert!(f.is_empty(), "{f:?}");
 }
 
 #[test]

@@ -323,7 +323,7 @@ fn pod_annotations(p: &JobParams<'_>) -> Option<BTreeMap<String, String>> {
         .and_then(|j| j.pod_annotations.clone())
         .unwrap_or_default()
         .into_iter()
-        .filter(|(k, _)| !own::is_reserved_annotation(k))
+        .filter(|(k, _)| !own::is_reserved_annotation(k) && !own::is_security_annotation(k))
         .collect();
     (!a.is_empty()).then_some(a)
 }
@@ -378,8 +378,8 @@ fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
     m
 }
 
-/// CAPTF's volumes, then `spec.jobs.volumes` (without `hostPath` ones or CAPTF's names, which
-/// the webhook refuses).
+/// CAPTF's volumes, then `spec.jobs.volumes` (without sources outside the restricted profile's
+/// volume types or CAPTF's names, which the webhook and the controller's own validation refuse).
 fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
     let mut v = vec![
         Volume {
@@ -445,7 +445,9 @@ fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
             .and_then(|j| j.volumes.clone())
             .unwrap_or_default()
             .into_iter()
-            .filter(|v| v.host_path.is_none() && !own::RESERVED_VOLUME_NAMES.contains(&v.name.as_str())),
+            .filter(|v| {
+                own::disallowed_volume_sources(v).is_empty() && !own::RESERVED_VOLUME_NAMES.contains(&v.name.as_str())
+            }),
     );
     v
 }

@@ -38,6 +38,15 @@ pub(super) fn check_pod_fields(report: &mut Report, path: &FieldPath, jobs: &Job
         let at = path.child("podAnnotations").key(key);
         if pod::is_reserved_annotation(key) {
             report.violation(&at, "is the controller's: keys under captf.io/ may not be set", key);
+        } else if pod::is_security_annotation(key) {
+            report.violation(
+                &at,
+                format!(
+                    "sets the runner's security profile, which is CAPTF's: keys under {} may not be set",
+                    pod::SECURITY_ANNOTATION_PREFIXES.join(", ")
+                ),
+                key,
+            );
         } else if !is_qualified_name(key) {
             report.violation(&at, QUALIFIED_NAME, key);
         }
@@ -132,12 +141,8 @@ fn check_volumes(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
         } else if !names.insert(v.name.as_str()) {
             report.violation(&at.child("name"), "must be unique among volumes", &v.name);
         }
-        if v.host_path.is_some() {
-            report.violation(
-                &at.child("hostPath"),
-                "is not allowed: a runner pod must not reach into its node's filesystem",
-                &v.host_path,
-            );
+        for (source, value) in pod::disallowed_volume_sources(v) {
+            report.violation(&at.child(&source), disallowed_volume_rule(&source), &value);
         }
     }
     let mounts = jobs.volume_mounts.as_deref().unwrap_or_default();
@@ -176,6 +181,22 @@ fn check_volumes(report: &mut Report, path: &FieldPath, jobs: &JobsSpec) {
             report.violation(&mount_path, "must be unique among volumeMounts", &m.mount_path);
         }
     }
+}
+
+/// Why a volume source is refused, naming the ones that are allowed.
+fn disallowed_volume_rule(source: &str) -> String {
+    let why = match source {
+        "hostPath" => "a runner pod must not reach into its node's filesystem",
+        "gitRepo" => {
+            "the kubelet runs git for it on the node (CVE-2024-10220); clone in an init step or use the module source"
+        }
+        "flexVolume" => "it runs a driver binary on the node",
+        _ => "it attaches storage or node resources outside the namespace's control",
+    };
+    format!(
+        "is not allowed: {why}; runner pods may use only the volume types Pod Security's restricted profile allows ({})",
+        pod::ALLOWED_VOLUME_SOURCES.join(", ")
+    )
 }
 
 fn reserved_volume_rule() -> String {
