@@ -83,6 +83,10 @@ pub struct ServeArgs {
     /// Connections open at once; past it new connections are closed right after accept.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
+    /// Connections open at once from one source address; past it new ones from it are closed
+    /// right after accept.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTIONS_PER_PEER", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
+    pub max_connections_per_peer: usize,
     /// HTTP/2 streams (concurrent requests) a client may open on one connection.
     #[arg(long, env = "CAPTF_WEBHOOK_HTTP2_MAX_STREAMS", default_value_t = crate::conn::DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams: u32,
@@ -92,9 +96,28 @@ pub struct ServeArgs {
     /// Review requests in flight at once; past it requests get 429.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_IN_FLIGHT_REQUESTS", default_value_t = crate::budget::DEFAULT_MAX_IN_FLIGHT_REQUESTS)]
     pub max_in_flight_requests: usize,
-    /// Request body bytes held at once (bytes, or Ki/Mi); past it requests get 429.
+    /// Request body bytes held at once (bytes, or Ki/Mi), counted as they arrive; past it
+    /// requests get 429.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_IN_FLIGHT_BYTES", default_value = "28Mi", value_parser = parse_bytes)]
     pub max_in_flight_bytes: usize,
+    /// Review requests in flight at once from one source address; past it its requests get 429.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_PEER_IN_FLIGHT_REQUESTS", default_value_t = crate::budget::DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS)]
+    pub max_peer_in_flight_requests: usize,
+    /// Request body bytes held at once by one source address (bytes, or Ki/Mi); past it its
+    /// requests get 429.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_PEER_IN_FLIGHT_BYTES", default_value = "14Mi", value_parser = parse_bytes)]
+    pub max_peer_in_flight_bytes: usize,
+    /// Bytes per second a request body must average once its grace has passed (bytes, or
+    /// Ki/Mi; 0: no minimum); slower bodies get 408 and their connection is closed.
+    #[arg(long, env = "CAPTF_WEBHOOK_MIN_BODY_RATE", default_value = "64Ki", value_parser = parse_bytes)]
+    pub min_body_rate: usize,
+    /// How long a request body may lag behind the minimum rate before it applies.
+    #[arg(long, env = "CAPTF_WEBHOOK_MIN_BODY_RATE_GRACE", default_value = "2s", value_parser = parse_duration)]
+    pub min_body_rate_grace: Duration,
+    /// PEM CA bundle: when set, every client (the API server) must present a certificate that
+    /// chains to it, and the handshake fails for any other. Read once at start.
+    #[arg(long, env = "CAPTF_WEBHOOK_CLIENT_CA_FILE")]
+    pub client_ca_file: Option<PathBuf>,
     /// Reviews with bodies over 64 KiB answered at once (on the blocking pool).
     #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEWS", default_value_t = crate::routes::DEFAULT_LARGE_REVIEWS, value_parser = parse_at_least_one)]
     pub large_reviews: usize,
@@ -211,6 +234,8 @@ impl ServeArgs {
         config.max_connection_age = self.max_connection_age;
         config.max_requests_per_connection = self.max_requests_per_connection;
         config.max_connections = self.max_connections;
+        config.max_connections_per_peer = self.max_connections_per_peer;
+        config.client_ca_file = self.client_ca_file.clone();
         config.http2_max_streams = self.http2_max_streams;
         config.limits = crate::routes::Limits {
             max_body_bytes: self.max_body_bytes,
@@ -219,6 +244,12 @@ impl ServeArgs {
             large_review_wait: self.large_review_wait,
             max_in_flight_requests: self.max_in_flight_requests,
             max_in_flight_bytes: self.max_in_flight_bytes,
+            max_peer_in_flight_requests: self.max_peer_in_flight_requests,
+            max_peer_in_flight_bytes: self.max_peer_in_flight_bytes,
+            min_body_rate: crate::rate::MinRate {
+                bytes_per_sec: u64::try_from(self.min_body_rate).unwrap_or(u64::MAX),
+                grace: self.min_body_rate_grace,
+            },
         };
         config.policy = self.policy.to_policy();
         Ok(config)
@@ -264,6 +295,8 @@ mod tests {
         assert_eq!(config.limits, crate::routes::Limits::default());
         assert_eq!(config.limits.max_body_bytes, 7 * 1024 * 1024);
         assert_eq!(config.max_connections, defaults.max_connections);
+        assert_eq!(config.max_connections_per_peer, defaults.max_connections_per_peer);
+        assert_eq!(config.client_ca_file, None);
         assert_eq!(config.max_connection_age, defaults.max_connection_age);
         assert_eq!(config.max_requests_per_connection, defaults.max_requests_per_connection);
         assert_eq!(config.http2_max_streams, defaults.http2_max_streams);

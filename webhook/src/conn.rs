@@ -12,8 +12,14 @@
 //! Once asked to close, it gets a short grace to finish, then it is dropped. The decision is the
 //! pure [`check`] over times measured from the connection's start; [`Activity`] is what the
 //! service updates and the connection's task reads.
+//!
+//! [`PeerConnections`] counts the connections open from each source address: past its bound a new
+//! one is closed right after accept, so one pod cannot take the whole connection cap.
 
+use std::collections::HashMap;
+use std::net::IpAddr;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use tokio::sync::Notify;
@@ -27,6 +33,73 @@ pub const DEFAULT_MAX_CONNECTION_AGE: Duration = Duration::from_secs(600);
 pub const DEFAULT_MAX_REQUESTS_PER_CONNECTION: u64 = 1000;
 /// Default: HTTP/2 streams a client may have open on one connection.
 pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 32;
+/// Default: connections open at once from one source address (an eighth of the cap: the API
+/// server, which keeps a few connections per replica, has room to spare, and one pod holds at
+/// most this much).
+pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 32;
+
+/// Connections open per source address, bounded.
+#[derive(Debug)]
+pub struct PeerConnections {
+    max: usize,
+    open: Mutex<HashMap<IpAddr, usize>>,
+}
+
+impl PeerConnections {
+    pub fn new(max: usize) -> Arc<Self> {
+        Arc::new(PeerConnections {
+            max,
+            open: Mutex::new(HashMap::new()),
+        })
+    }
+
+    /// A slot for one more connection from `peer`, or `None` when it has `max` open.
+    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<PeerSlot> {
+        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = open.entry(peer).or_insert(0);
+        if *n >= self.max {
+            if *n == 0 {
+                open.remove(&peer);
+            }
+            return None;
+        }
+        *n += 1;
+        Some(PeerSlot {
+            peers: self.clone(),
+            peer,
+        })
+    }
+
+    /// Connections open from `peer` now.
+    pub fn open_from(&self, peer: IpAddr) -> usize {
+        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
+        open.get(&peer).copied().unwrap_or(0)
+    }
+
+    /// Addresses with a connection open now.
+    pub fn peers(&self) -> usize {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner).len()
+    }
+}
+
+/// One connection's place in [`PeerConnections`]; dropping it frees the place.
+#[derive(Debug)]
+pub struct PeerSlot {
+    peers: Arc<PeerConnections>,
+    peer: IpAddr,
+}
+
+impl Drop for PeerSlot {
+    fn drop(&mut self) {
+        let mut open = self.peers.open.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = open.get_mut(&self.peer) {
+            *n = n.saturating_sub(1);
+            if *n == 0 {
+                open.remove(&self.peer);
+            }
+        }
+    }
+}
 
 /// The per-connection knobs.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -189,6 +262,33 @@ mod tests {
             started,
             last_end: Duration::from_secs(last_end),
         }
+    }
+
+    #[test]
+    fn a_peer_past_its_connection_bound_is_refused_and_others_are_not() {
+        let peers = PeerConnections::new(2);
+        let a: IpAddr = [10, 0, 0, 1].into();
+        let b: IpAddr = [10, 0, 0, 2].into();
+        let first = peers.open(a).unwrap();
+        let _second = peers.open(a).unwrap();
+        assert!(peers.open(a).is_none());
+        assert!(peers.open(b).is_some());
+        drop(first);
+        assert_eq!(peers.open_from(a), 1);
+        assert!(peers.open(a).is_some());
+    }
+
+    #[test]
+    fn closed_connections_leave_no_address_behind() {
+        let peers = PeerConnections::new(1);
+        for last in 0..=255u8 {
+            drop(peers.open([10, 0, 1, last].into()));
+        }
+        assert!(peers.open([10, 0, 0, 9].into()).is_some_and(|_| peers.peers() == 1));
+        assert_eq!(peers.peers(), 0);
+        let none = PeerConnections::new(0);
+        assert!(none.open([10, 0, 0, 1].into()).is_none());
+        assert_eq!(none.peers(), 0);
     }
 
     #[test]

@@ -5,8 +5,9 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
-//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count |
-//! | [`budget`] | requests and body bytes in flight across connections (429 past them) |
+//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address |
+//! | [`budget`] | requests and body bytes in flight, in all and per source address (429 past them) |
+//! | [`rate`] | the minimum rate a request body must arrive at (408 below it) |
 //! | [`fuzzing`] | the fuzz entry point, also replayed over the committed corpus by `cargo test` |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
 //! | [`metrics`] | prometheus-client metrics and the plain `/metrics` router |
@@ -22,6 +23,7 @@ pub mod devcerts;
 pub mod fuzzing;
 pub mod metrics;
 pub mod patch;
+pub mod rate;
 pub mod routes;
 pub mod server;
 pub mod tls;

@@ -2,6 +2,7 @@
 //! result, and a latency histogram by route. Every label is a bounded enum.
 
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
 use axum::Router;
@@ -164,11 +165,27 @@ impl Metrics {
     }
 }
 
-/// The plain-HTTP metrics router: `GET /metrics`.
-pub fn metrics_router(metrics: Arc<Metrics>) -> Router {
+/// The plain-HTTP metrics router: `GET /metrics`, and `/healthz` and `/readyz` as on the TLS port
+/// (for the kubelet's probes when the TLS port requires client certificates, which the kubelet
+/// does not present). `ready` is the TLS port's readiness flag.
+pub fn metrics_router(metrics: Arc<Metrics>, ready: Arc<AtomicBool>) -> Router {
     Router::new()
         .route(METRICS_PATH, get(serve_metrics))
         .with_state(metrics)
+        .route(crate::HEALTHZ_PATH, get(|| async { "ok\n" }))
+        .route(
+            crate::READYZ_PATH,
+            get(move || {
+                let ready = ready.load(Ordering::Relaxed);
+                async move {
+                    if ready {
+                        (StatusCode::OK, "ok\n")
+                    } else {
+                        (StatusCode::SERVICE_UNAVAILABLE, "shutting down\n")
+                    }
+                }
+            }),
+        )
 }
 
 async fn serve_metrics(State(metrics): State<Arc<Metrics>>) -> Response {

@@ -2,8 +2,9 @@
 //!
 //! Every bad input gets its status code and a one-line reason: wrong method 405, wrong content
 //! type 415, body over the limit 413 (after reading and discarding a bounded amount of the rest,
-//! so the client is still listening for it), a body that does not arrive in time 408, a body that
-//! is not an AdmissionReview 400, past the in-flight budget 429, no slot for a large review in
+//! so the client is still listening for it), a body that does not arrive in time or arrives slower
+//! than the minimum rate ([`crate::rate`]) 408, a body that is not an AdmissionReview 400, past
+//! the in-flight budget (in all or for the client's address) 429, no slot for a large review in
 //! time 503. Nothing here panics on any input (a property test checks it).
 //!
 //! A review whose body is over [`Limits::inline_body_bytes`] is answered on the blocking pool, at
@@ -25,8 +26,12 @@ use axum::routing::{get, post};
 use http_body_util::BodyExt;
 
 use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
-use crate::budget::{Admission, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS, Refused};
+use crate::budget::{
+    Admission, Bounds, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS,
+    DEFAULT_MAX_PEER_IN_FLIGHT_BYTES, DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS, Refused,
+};
 use crate::metrics::{Metrics, RequestLabels};
+use crate::rate::MinRate;
 use crate::{DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
 use captf_shared::policy::TenantPolicy;
 
@@ -55,7 +60,30 @@ pub struct Limits {
     pub max_in_flight_requests: usize,
     /// Body bytes held by requests in flight at once; more get 429.
     pub max_in_flight_bytes: usize,
+    /// Review requests in flight at once from one source address; more get 429.
+    pub max_peer_in_flight_requests: usize,
+    /// Body bytes held at once by requests from one source address; more get 429.
+    pub max_peer_in_flight_bytes: usize,
+    /// The rate a body must arrive at after its grace; slower ones get 408.
+    pub min_body_rate: MinRate,
 }
+
+impl Limits {
+    /// The budget's bounds.
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            requests: self.max_in_flight_requests,
+            bytes: self.max_in_flight_bytes,
+            peer_requests: self.max_peer_in_flight_requests,
+            peer_bytes: self.max_peer_in_flight_bytes,
+        }
+    }
+}
+
+/// The source address of the connection a request came on, put in the request's extensions by
+/// the server (absent when a test drives the router directly: all such requests share one peer).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Peer(pub std::net::IpAddr);
 
 impl Default for Limits {
     fn default() -> Self {
@@ -66,6 +94,9 @@ impl Default for Limits {
             large_review_wait: DEFAULT_LARGE_REVIEW_WAIT,
             max_in_flight_requests: DEFAULT_MAX_IN_FLIGHT_REQUESTS,
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
+            max_peer_in_flight_requests: DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS,
+            max_peer_in_flight_bytes: DEFAULT_MAX_PEER_IN_FLIGHT_BYTES,
+            min_body_rate: MinRate::default(),
         }
     }
 }
@@ -93,7 +124,7 @@ impl AppState {
             ready: Arc::new(AtomicBool::new(true)),
             body_timeout: DEFAULT_BODY_TIMEOUT,
             limits: Limits::default(),
-            budget: Budget::new(DEFAULT_MAX_IN_FLIGHT_REQUESTS, DEFAULT_MAX_IN_FLIGHT_BYTES),
+            budget: Budget::new(Limits::default().bounds()),
             large_slots: Arc::new(Semaphore::new(DEFAULT_LARGE_REVIEWS)),
             policy: Arc::new(TenantPolicy::unrestricted()),
         }
@@ -111,7 +142,7 @@ impl AppState {
 
     pub fn with_limits(mut self, limits: Limits) -> Self {
         self.limits = limits;
-        self.budget = Budget::new(limits.max_in_flight_requests, limits.max_in_flight_bytes);
+        self.budget = Budget::new(limits.bounds());
         self.large_slots = Arc::new(Semaphore::new(limits.large_reviews));
         self
     }
@@ -134,6 +165,8 @@ pub enum RejectError {
     Internal(String),
     #[error("request body did not arrive within {0:?}")]
     BodyTimeout(Duration),
+    #[error("request body arrived slower than {bytes_per_sec} bytes/s after a grace of {grace:?}")]
+    TooSlow { bytes_per_sec: u64, grace: Duration },
     #[error("failed to read the request body: {0}")]
     BodyRead(String),
     #[error(transparent)]
@@ -149,7 +182,7 @@ impl RejectError {
             RejectError::Budget(_) => StatusCode::TOO_MANY_REQUESTS,
             RejectError::Busy(..) => StatusCode::SERVICE_UNAVAILABLE,
             RejectError::Internal(_) => StatusCode::INTERNAL_SERVER_ERROR,
-            RejectError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
+            RejectError::BodyTimeout(_) | RejectError::TooSlow { .. } => StatusCode::REQUEST_TIMEOUT,
             RejectError::BodyRead(_) | RejectError::Review(_) => StatusCode::BAD_REQUEST,
         }
     }
@@ -168,7 +201,7 @@ impl IntoResponse for RejectError {
             resp.headers_mut()
                 .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
         }
-        if status == StatusCode::PAYLOAD_TOO_LARGE {
+        if matches!(status, StatusCode::PAYLOAD_TOO_LARGE | StatusCode::REQUEST_TIMEOUT) {
             // The rest of the body was not read: this connection carries no further request.
             resp.headers_mut()
                 .insert(header::CONNECTION, HeaderValue::from_static("close"));
@@ -261,13 +294,13 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
 
 async fn answer(route: Route, state: &AppState, req: Request) -> Result<admission::Reviewed, RejectError> {
     check_content_type(req.headers())?;
+    let peer = req.extensions().get::<Peer>().map(|p| p.0);
     let (parts, mut body) = req.into_parts();
-    let mut admission = match state.budget.admit() {
+    let mut admission = match state.budget.admit(peer) {
         Ok(a) => a,
         Err(refused) => {
             // Read and drop (at most a body's worth) so the client reads the 429.
-            let deadline = tokio::time::Instant::now() + state.body_timeout;
-            discard(&mut body, state.limits.max_body_bytes, deadline).await;
+            discard(&mut body, state, BodyClock::start(state)).await;
             return Err(refused.into());
         }
     };
@@ -332,10 +365,53 @@ async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<adm
     Ok(answer?)
 }
 
-/// Read the body within the body timeout, reserving its bytes in the budget. A body over the
-/// limit gets 413 after at most another limit's worth of it is read and thrown away (or none, when
-/// the client waits for `100 Continue`), so a client that streams it still reads the answer
-/// instead of a reset connection.
+/// When a body must be in: the body timeout, and the minimum rate over what has arrived.
+#[derive(Clone, Copy, Debug)]
+struct BodyClock {
+    start: tokio::time::Instant,
+    timeout: tokio::time::Instant,
+    rate: MinRate,
+}
+
+/// Why a body stopped being waited for.
+enum Late {
+    Timeout,
+    TooSlow,
+}
+
+impl BodyClock {
+    fn start(state: &AppState) -> Self {
+        let start = tokio::time::Instant::now();
+        BodyClock {
+            start,
+            timeout: start + state.body_timeout,
+            rate: state.limits.min_body_rate,
+        }
+    }
+
+    /// Wait for the next frame, with `received` bytes in so far.
+    async fn frame(
+        &self,
+        body: &mut Body,
+        received: usize,
+    ) -> Result<Option<Result<hyper::body::Frame<Bytes>, axum::Error>>, Late> {
+        let slow = self
+            .rate
+            .deadline(received)
+            .map(|d| self.start + d)
+            .filter(|at| *at < self.timeout);
+        let (until, late) = match slow {
+            Some(at) => (at, Late::TooSlow),
+            None => (self.timeout, Late::Timeout),
+        };
+        tokio::time::timeout_at(until, body.frame()).await.map_err(|_| late)
+    }
+}
+
+/// Read the body within the body timeout and at the minimum rate, reserving its bytes in the
+/// budget as they arrive. A body over the limit gets 413 after at most another limit's worth of it
+/// is read and thrown away (or none, when the client waits for `100 Continue`), so a client that
+/// streams it still reads the answer instead of a reset connection.
 async fn read_body(
     headers: &HeaderMap,
     mut body: Body,
@@ -343,7 +419,7 @@ async fn read_body(
     admission: &mut Admission,
 ) -> Result<Bytes, RejectError> {
     let max = state.limits.max_body_bytes;
-    let deadline = tokio::time::Instant::now() + state.body_timeout;
+    let clock = BodyClock::start(state);
     let declared = headers
         .get(header::CONTENT_LENGTH)
         .and_then(|v| v.to_str().ok())
@@ -353,21 +429,25 @@ async fn read_body(
             .get(header::EXPECT)
             .is_some_and(|v| v.as_bytes().eq_ignore_ascii_case(b"100-continue"));
         if !expects_continue {
-            discard(&mut body, max, deadline).await;
+            discard(&mut body, state, clock).await;
         }
         return Err(RejectError::TooLarge(max));
     }
-    if let Some(n) = declared {
-        // Fits in usize: it is at most `max`.
-        if let Err(refused) = admission.reserve(n as usize) {
-            discard(&mut body, max, deadline).await;
-            return Err(refused.into());
-        }
-    }
-    let mut buf: Vec<u8> = Vec::with_capacity(declared.map_or(0, |n| n as usize));
+    // The declared length is only a hint for the first allocation (at most an inline body's
+    // worth): what is held, and reserved, is what has arrived.
+    let hint = declared.map_or(0, |n| {
+        usize::try_from(n).unwrap_or(max).min(state.limits.inline_body_bytes)
+    });
+    let mut buf: Vec<u8> = Vec::with_capacity(hint);
     loop {
-        let frame = match tokio::time::timeout_at(deadline, body.frame()).await {
-            Err(_) => return Err(RejectError::BodyTimeout(state.body_timeout)),
+        let frame = match clock.frame(&mut body, buf.len()).await {
+            Err(Late::Timeout) => return Err(RejectError::BodyTimeout(state.body_timeout)),
+            Err(Late::TooSlow) => {
+                return Err(RejectError::TooSlow {
+                    bytes_per_sec: clock.rate.bytes_per_sec,
+                    grace: clock.rate.grace,
+                });
+            }
             Ok(None) => break,
             Ok(Some(Err(e))) => return Err(RejectError::BodyRead(e.to_string())),
             Ok(Some(Ok(frame))) => frame,
@@ -376,28 +456,28 @@ async fn read_body(
             continue;
         };
         if buf.len() + data.len() > max {
-            discard(&mut body, max, deadline).await;
+            discard(&mut body, state, clock).await;
             return Err(RejectError::TooLarge(max));
         }
-        if declared.is_none() {
-            admission.reserve(data.len())?;
-        } else if buf.len() + data.len() > admission.bytes() {
-            // More than declared: hyper refuses that, but count it anyway.
-            admission.reserve(buf.len() + data.len() - admission.bytes())?;
+        if let Err(refused) = admission.reserve(data.len()) {
+            discard(&mut body, state, clock).await;
+            return Err(refused.into());
         }
         buf.extend_from_slice(&data);
     }
     Ok(Bytes::from(buf))
 }
 
-/// Read and drop up to `max` bytes of the rest of a body, until `deadline` at the latest.
-async fn discard(body: &mut Body, max: usize, deadline: tokio::time::Instant) {
-    let mut left = max;
-    while left > 0 {
-        match tokio::time::timeout_at(deadline, body.frame()).await {
+/// Read and drop up to a body's worth of the rest of a body, while it keeps to the body timeout
+/// and the minimum rate.
+async fn discard(body: &mut Body, state: &AppState, clock: BodyClock) {
+    let max = state.limits.max_body_bytes;
+    let mut seen = 0usize;
+    while seen < max {
+        match clock.frame(body, seen).await {
             Ok(Some(Ok(frame))) => {
                 if let Ok(data) = frame.into_data() {
-                    left = left.saturating_sub(data.len());
+                    seen = seen.saturating_add(data.len());
                 }
             }
             _ => return,

@@ -20,11 +20,11 @@ use tower::ServiceExt as _;
 
 use crate::conn::{
     Activity, ConnLimits, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_REQUESTS_PER_CONNECTION, Verdict, check,
+    DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_REQUESTS_PER_CONNECTION, PeerConnections, Verdict, check,
 };
 use crate::metrics::{Metrics, metrics_router};
-use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, router};
-use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, server_config};
+use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, Peer, router};
+use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, client_verifier, server_config};
 use captf_shared::policy::TenantPolicy;
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
@@ -34,6 +34,9 @@ pub struct Config {
     /// `None`: no metrics server.
     pub metrics_addr: Option<SocketAddr>,
     pub cert_files: CertFiles,
+    /// PEM CA bundle that client certificates must chain to; `None`: no client certificate asked
+    /// for. Read once at start.
+    pub client_ca_file: Option<std::path::PathBuf>,
     /// How often the certificate files are re-read.
     pub reload_interval: Duration,
     /// A client must complete the TLS handshake within this.
@@ -55,6 +58,9 @@ pub struct Config {
     pub limits: Limits,
     /// Connections open at once; past it new ones are closed right after accept.
     pub max_connections: usize,
+    /// Connections open at once from one source address; past it new ones from that address are
+    /// closed right after accept.
+    pub max_connections_per_peer: usize,
     /// A connection is closed (gracefully) after this long.
     pub max_connection_age: Duration,
     /// A connection is closed (gracefully) after this many requests.
@@ -73,6 +79,7 @@ impl Config {
             addr,
             metrics_addr: None,
             cert_files,
+            client_ca_file: None,
             reload_interval: DEFAULT_RELOAD_INTERVAL,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
@@ -82,6 +89,7 @@ impl Config {
             shutdown_grace: Duration::from_secs(20),
             limits: Limits::default(),
             max_connections: DEFAULT_MAX_CONNECTIONS,
+            max_connections_per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
             max_connection_age: DEFAULT_MAX_CONNECTION_AGE,
             max_requests_per_connection: DEFAULT_MAX_REQUESTS_PER_CONNECTION,
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
@@ -132,7 +140,17 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
     let metrics = Arc::new(Metrics::new());
     let (reloader, resolver) = CertReloader::load(config.cert_files.clone())?;
     let reloader = reloader.with_metrics(metrics.clone());
-    let acceptor = TlsAcceptor::from(Arc::new(server_config(resolver)?));
+    let clients = match &config.client_ca_file {
+        Some(path) => {
+            let pem = std::fs::read(path).map_err(|source| TlsError::Read {
+                path: path.clone(),
+                source,
+            })?;
+            Some(client_verifier(&pem)?)
+        }
+        None => None,
+    };
+    let acceptor = TlsAcceptor::from(Arc::new(server_config(resolver, clients)?));
     let (listener, local_addr) = bind_addr(config.addr).await?;
     let (metrics_listener, metrics_addr) = match config.metrics_addr {
         Some(addr) => {
@@ -201,7 +219,7 @@ impl Bound {
         let reload_task = tokio::spawn(reloader.run(config.reload_interval));
         let (metrics_stop, metrics_stopped) = tokio::sync::watch::channel(false);
         let metrics_task = metrics_listener.map(|l| {
-            let app = metrics_router(state.metrics.clone());
+            let app = metrics_router(state.metrics.clone(), state.ready.clone());
             let mut stopped = metrics_stopped.clone();
             tokio::spawn(async move {
                 axum::serve(l, app)
@@ -233,6 +251,7 @@ impl Bound {
             close_grace: config.close_grace,
         };
         let slots = Arc::new(Semaphore::new(config.max_connections));
+        let peers = PeerConnections::new(config.max_connections_per_peer);
         let (stop_tx, stop_rx) = watch::channel(false);
 
         tokio::pin!(shutdown);
@@ -270,6 +289,12 @@ impl Bound {
                 drop(tcp);
                 continue;
             };
+            let Some(peer_slot) = peers.open(peer.ip()) else {
+                state.metrics.connection_refused();
+                tracing::debug!(%peer, "connection refused: {} connections open from this address", config.max_connections_per_peer);
+                drop(tcp);
+                continue;
+            };
             let _ = tcp.set_nodelay(true);
             let acceptor = acceptor.clone();
             let builder = builder.clone();
@@ -295,6 +320,7 @@ impl Bound {
                     serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), peer).await;
                 }
                 metrics.connection(false);
+                drop(peer_slot);
                 drop(slot);
             });
         }
@@ -336,7 +362,8 @@ async fn serve_connection<IO>(
     let activity = Arc::new(Activity::new(tokio::time::Instant::now()));
     let service = hyper::service::service_fn({
         let activity = activity.clone();
-        move |req: hyper::Request<hyper::body::Incoming>| {
+        move |mut req: hyper::Request<hyper::body::Incoming>| {
+            req.extensions_mut().insert(Peer(peer.ip()));
             let guard = activity.begin();
             let app = app.clone();
             async move {

@@ -13,7 +13,8 @@ use std::time::Duration;
 
 use arc_swap::ArcSwap;
 use rustls::crypto::CryptoProvider;
-use rustls::server::{ClientHello, ResolvesServerCert};
+use rustls::server::danger::ClientCertVerifier;
+use rustls::server::{ClientHello, ResolvesServerCert, WebPkiClientVerifier};
 use rustls::sign::CertifiedKey;
 use rustls_pki_types::pem::PemObject;
 use rustls_pki_types::{CertificateDer, PrivateKeyDer};
@@ -41,6 +42,12 @@ pub enum TlsError {
     Pair(#[source] rustls::Error),
     #[error("failed to build the TLS configuration: {0}")]
     Config(#[source] rustls::Error),
+    #[error("failed to parse the client CA bundle: {0}")]
+    ParseClientCa(#[source] rustls_pki_types::pem::Error),
+    #[error("the client CA bundle holds no usable CA certificate")]
+    EmptyClientCa,
+    #[error("failed to build the client certificate verifier: {0}")]
+    ClientVerifier(String),
 }
 
 /// The crypto provider used everywhere in this crate (ring).
@@ -108,13 +115,36 @@ impl ResolvesServerCert for ReloadingResolver {
     }
 }
 
-/// The server configuration: TLS 1.3 and 1.2, no client auth, ALPN h2 and http/1.1.
-pub fn server_config(resolver: Arc<ReloadingResolver>) -> Result<rustls::ServerConfig, TlsError> {
-    let mut config = rustls::ServerConfig::builder_with_provider(provider())
+/// A verifier that requires every client to present a certificate chaining to one of the CAs in
+/// `ca_pem` (PEM, one or more certificates).
+pub fn client_verifier(ca_pem: &[u8]) -> Result<Arc<dyn ClientCertVerifier>, TlsError> {
+    let mut roots = rustls::RootCertStore::empty();
+    for cert in CertificateDer::pem_slice_iter(ca_pem) {
+        let cert = cert.map_err(TlsError::ParseClientCa)?;
+        roots.add(cert).map_err(|e| TlsError::ClientVerifier(e.to_string()))?;
+    }
+    if roots.is_empty() {
+        return Err(TlsError::EmptyClientCa);
+    }
+    WebPkiClientVerifier::builder_with_provider(Arc::new(roots), provider())
+        .build()
+        .map_err(|e| TlsError::ClientVerifier(e.to_string()))
+}
+
+/// The server configuration: TLS 1.3 and 1.2, ALPN h2 and http/1.1; client certificates required
+/// when a verifier is given (see [`client_verifier`]), else none asked for.
+pub fn server_config(
+    resolver: Arc<ReloadingResolver>,
+    clients: Option<Arc<dyn ClientCertVerifier>>,
+) -> Result<rustls::ServerConfig, TlsError> {
+    let builder = rustls::ServerConfig::builder_with_provider(provider())
         .with_protocol_versions(&[&rustls::version::TLS13, &rustls::version::TLS12])
-        .map_err(TlsError::Config)?
-        .with_no_client_auth()
-        .with_cert_resolver(resolver);
+        .map_err(TlsError::Config)?;
+    let builder = match clients {
+        Some(verifier) => builder.with_client_cert_verifier(verifier),
+        None => builder.with_no_client_auth(),
+    };
+    let mut config = builder.with_cert_resolver(resolver);
     config.alpn_protocols = vec![b"h2".to_vec(), b"http/1.1".to_vec()];
     Ok(config)
 }

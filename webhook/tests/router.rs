@@ -727,6 +727,141 @@ async fn bodies_past_the_in_flight_byte_bound_get_429_with_a_reason() {
     assert_eq!(st.budget.in_flight(), (0, 0));
 }
 
+fn post_declaring(path: &str, declared: usize, body: Body) -> Request<Body> {
+    let mut req = post(path, body);
+    req.headers_mut()
+        .insert(header::CONTENT_LENGTH, declared.to_string().parse().unwrap());
+    req
+}
+
+#[tokio::test]
+async fn a_declared_length_holds_no_budget_until_its_bytes_arrive() {
+    let st = state();
+    let (mut tx, body) = pending_body();
+    let held = tokio::spawn({
+        let st = st.clone();
+        async move { send(&st, post_declaring(VALIDATE_PATH, 7 * 1024 * 1024, body)).await }
+    });
+    tx.send_data(axum::body::Bytes::from_static(b"{\"kind\""))
+        .await
+        .unwrap();
+    // The channel holds one frame: once a second is taken, the first has been read and counted.
+    tx.send_data(axum::body::Bytes::from_static(b":")).await.unwrap();
+    while st.budget.in_flight().1 < 7 {
+        tokio::task::yield_now().await;
+    }
+    let (requests, bytes) = st.budget.in_flight();
+    assert_eq!(requests, 1);
+    assert!(
+        bytes <= 8,
+        "a 7 MiB declaration holds only what arrived, not {bytes} bytes"
+    );
+    // Meanwhile the rest of the budget still fits other bodies (from two addresses: one holds
+    // at most half).
+    let half = st.limits.max_in_flight_bytes / 2;
+    let mut a = st.budget.admit(Some([10, 0, 0, 1].into())).unwrap();
+    let mut b = st.budget.admit(Some([10, 0, 0, 2].into())).unwrap();
+    a.reserve(half).unwrap();
+    b.reserve(half - 8).unwrap();
+    drop((a, b));
+    drop(tx);
+    assert_eq!(held.await.unwrap().0, StatusCode::BAD_REQUEST);
+    assert_eq!(st.budget.in_flight(), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_slower_than_the_minimum_rate_gets_408_once_its_grace_has_passed() {
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        min_body_rate: captf_webhook::rate::MinRate {
+            bytes_per_sec: 100,
+            grace: std::time::Duration::from_secs(1),
+        },
+        ..limits()
+    });
+    let (mut tx, body) = pending_body();
+    let started = tokio::time::Instant::now();
+    let feeder = tokio::spawn(async move {
+        // Ten bytes a second, a tenth of the rate.
+        loop {
+            if tx.send_data(axum::body::Bytes::from_static(b" ")).await.is_err() {
+                break;
+            }
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    let (status, body, headers) = send(&st, post_declaring(VALIDATE_PATH, 7 * 1024 * 1024, body)).await;
+    let took = started.elapsed();
+    assert_eq!(status, StatusCode::REQUEST_TIMEOUT);
+    assert_eq!(headers[header::CONNECTION], "close");
+    let text = String::from_utf8(body).unwrap();
+    assert!(text.contains("slower than 100 bytes/s"), "{text}");
+    // Cut off after the grace and the bytes' worth of time, well before the 10 s body timeout.
+    assert!(
+        took > std::time::Duration::from_secs(1) && took < std::time::Duration::from_secs(2),
+        "{took:?}"
+    );
+    feeder.abort();
+    assert_eq!(st.budget.in_flight(), (0, 0));
+}
+
+#[tokio::test(start_paused = true)]
+async fn a_body_at_the_minimum_rate_is_read_whole() {
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        min_body_rate: captf_webhook::rate::MinRate {
+            bytes_per_sec: 1000,
+            grace: std::time::Duration::from_millis(500),
+        },
+        ..limits()
+    });
+    let review = serde_json::to_vec(&fixture("cluster-create-accepted")).unwrap();
+    let (mut tx, body) = pending_body();
+    let len = review.len();
+    let feeder = tokio::spawn(async move {
+        // 200 bytes every 100 ms: twice the rate, over more than the grace.
+        for chunk in review.chunks(200) {
+            tx.send_data(axum::body::Bytes::copy_from_slice(chunk)).await.unwrap();
+            tokio::time::sleep(std::time::Duration::from_millis(100)).await;
+        }
+    });
+    let (status, body, _) = send(&st, post_declaring(VALIDATE_PATH, len, body)).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    assert!(len > 1000, "the body spans more than the grace");
+    feeder.await.unwrap();
+}
+
+#[tokio::test]
+async fn one_address_past_its_share_gets_429_while_another_is_answered() {
+    use captf_webhook::routes::Peer;
+    let st = state().with_limits(captf_webhook::routes::Limits {
+        max_peer_in_flight_requests: 1,
+        ..limits()
+    });
+    let attacker = Peer([10, 0, 0, 66].into());
+    let api_server = Peer([10, 0, 0, 1].into());
+    let (tx, body) = pending_body();
+    let mut req = post(VALIDATE_PATH, body);
+    req.extensions_mut().insert(attacker);
+    let held = tokio::spawn({
+        let st = st.clone();
+        async move { send(&st, req).await }
+    });
+    while st.budget.in_flight().0 == 0 {
+        tokio::task::yield_now().await;
+    }
+    let valid = serde_json::to_vec(&fixture("cluster-create-accepted")).unwrap();
+    let mut again = post(VALIDATE_PATH, valid.clone());
+    again.extensions_mut().insert(attacker);
+    let (status, text) = again.await_with(&st).await;
+    assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
+    assert!(text.contains("from this address (at most 1)"), "{text}");
+    let mut other = post(VALIDATE_PATH, valid);
+    other.extensions_mut().insert(api_server);
+    assert_eq!(other.await_with(&st).await.0, StatusCode::OK);
+    drop(tx);
+    held.await.unwrap();
+    assert_eq!(st.budget.in_flight(), (0, 0));
+}
+
 trait AwaitWith {
     async fn await_with(self, st: &captf_webhook::AppState) -> (StatusCode, String);
 }

@@ -830,3 +830,122 @@ async fn a_client_waiting_for_100_continue_gets_413_before_sending_the_body() {
     assert!(!text.contains("100 Continue"), "{text}");
     server.shutdown().await;
 }
+
+// ---- client certificates: only the API server gets in ----
+
+/// A CA and a client certificate it signed (clientAuth), as PEM: (ca, cert, key).
+fn client_ca_and_cert(cn: &str) -> (String, String, String) {
+    let mut ca_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    ca_params.is_ca = IsCa::Ca(BasicConstraints::Unconstrained);
+    ca_params
+        .distinguished_name
+        .push(rcgen::DnType::CommonName, format!("{cn} CA"));
+    let ca_key = KeyPair::generate().unwrap();
+    let ca = ca_params.self_signed(&ca_key).unwrap();
+    let issuer = Issuer::new(ca_params, ca_key);
+    let mut leaf_params = CertificateParams::new(Vec::<String>::new()).unwrap();
+    leaf_params.distinguished_name.push(rcgen::DnType::CommonName, cn);
+    leaf_params.extended_key_usages = vec![rcgen::ExtendedKeyUsagePurpose::ClientAuth];
+    let leaf_key = KeyPair::generate().unwrap();
+    let leaf = leaf_params.signed_by(&leaf_key, &issuer).unwrap();
+    (ca.pem(), leaf.pem(), leaf_key.serialize_pem())
+}
+
+fn client_config_with_cert(ca_pem: &str, cert_pem: &str, key_pem: &str) -> Arc<rustls::ClientConfig> {
+    use rustls::pki_types::PrivateKeyDer;
+    use rustls::pki_types::pem::PemObject;
+    let mut roots = rustls::RootCertStore::empty();
+    roots.add(leaf_der(ca_pem)).unwrap();
+    let chain = CertificateDer::pem_slice_iter(cert_pem.as_bytes())
+        .collect::<Result<Vec<_>, _>>()
+        .unwrap();
+    let key = PrivateKeyDer::from_pem_slice(key_pem.as_bytes()).unwrap();
+    let mut c = rustls::ClientConfig::builder_with_provider(captf_webhook::tls::provider())
+        .with_protocol_versions(BOTH)
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_client_auth_cert(chain, key)
+        .unwrap();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// Whether a review over a fresh connection with `config` is answered (the handshake and a
+/// request both succeed).
+async fn answered_with(addr: SocketAddr, config: Arc<rustls::ClientConfig>) -> bool {
+    let tcp = TcpStream::connect(addr).await.unwrap();
+    let Ok(tls) = TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+    else {
+        return false;
+    };
+    let Ok((mut sender, conn)) = hyper::client::conn::http1::handshake(TokioIo::new(tls)).await else {
+        return false;
+    };
+    tokio::spawn(conn);
+    let body = serde_json::to_vec(&common::fixture("cluster-create-accepted")).unwrap();
+    let req = hyper::Request::post(VALIDATE_PATH)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    // TLS 1.3 reports a refused client certificate after the handshake, on the first read.
+    matches!(sender.send_request(req).await, Ok(resp) if resp.status() == 200)
+}
+
+#[tokio::test]
+async fn with_a_client_ca_only_clients_holding_a_certificate_it_signed_are_served() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let (api_ca, api_cert, api_key) = client_ca_and_cert("kube-apiserver");
+    let (_, other_cert, other_key) = client_ca_and_cert("some pod");
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, &api_ca).unwrap();
+    let mut config = test_config(volume.files());
+    config.client_ca_file = Some(ca_file);
+    let server = start(config).await;
+
+    assert!(answered_with(server.addr, client_config_with_cert(&a.ca_pem, &api_cert, &api_key)).await);
+    assert!(
+        !answered_with(server.addr, client_config(&[&a.ca_pem], BOTH)).await,
+        "a client without a certificate is refused"
+    );
+    assert!(
+        !answered_with(server.addr, client_config_with_cert(&a.ca_pem, &other_cert, &other_key)).await,
+        "a client whose certificate another CA signed is refused"
+    );
+    // The kubelet presents no certificate: its probes go to the plain metrics port.
+    for path in [captf_webhook::HEALTHZ_PATH, captf_webhook::READYZ_PATH] {
+        let mut tcp = TcpStream::connect(server.metrics_addr).await.unwrap();
+        tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+            .await
+            .unwrap();
+        let text = String::from_utf8(read_until_closed(&mut tcp, Duration::from_secs(3)).await).unwrap();
+        assert!(text.starts_with("HTTP/1.1 200"), "{path}: {text}");
+    }
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn without_a_client_ca_a_client_without_a_certificate_is_served() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let server = start(test_config(volume.files())).await;
+    assert!(answered_with(server.addr, client_config(&[&a.ca_pem], BOTH)).await);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn a_client_ca_file_without_a_certificate_fails_startup_with_a_reason() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let dir = tempfile::tempdir().unwrap();
+    let ca_file = dir.path().join("client-ca.crt");
+    std::fs::write(&ca_file, "not a certificate\n").unwrap();
+    let mut config = test_config(volume.files());
+    config.client_ca_file = Some(ca_file);
+    let err = captf_webhook::bind(config).await.unwrap_err().to_string();
+    assert!(err.contains("client CA bundle holds no usable CA certificate"), "{err}");
+}

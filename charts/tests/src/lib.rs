@@ -48,6 +48,19 @@ pub mod features {
     ];
     /// The controller watches one namespace.
     pub const ONE_NAMESPACE: &[&str] = &["--set", "controller.watchNamespace=tenant-a"];
+    /// Only the API server reaches the webhook: a NetworkPolicy and client certificates.
+    pub const WEBHOOK_LOCKDOWN: &[&str] = &[
+        "--set",
+        "webhook.networkPolicy.enabled=true",
+        "--set",
+        "webhook.networkPolicy.apiServerPeers[0].ipBlock.cidr=10.0.0.0/24",
+        "--set",
+        "webhook.networkPolicy.metricsPeers[0].namespaceSelector.matchLabels.name=monitoring",
+        "--set",
+        "webhook.clientAuth.enabled=true",
+        "--set",
+        "webhook.clientAuth.caSecret=apiserver-webhook-client-ca",
+    ];
 }
 
 #[derive(Debug, thiserror::Error)]

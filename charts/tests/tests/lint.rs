@@ -1,9 +1,9 @@
 //! `helm lint --strict` with the defaults and with every optional feature on.
 
-use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE};
+use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, WEBHOOK_LOCKDOWN};
 use captf_chart_tests::{chart_dir, run_ok};
 
-const FEATURES: &[&[&str]] = &[&[], MONITORING, OWN_CERTIFICATE, ONE_NAMESPACE];
+const FEATURES: &[&[&str]] = &[&[], MONITORING, OWN_CERTIFICATE, ONE_NAMESPACE, WEBHOOK_LOCKDOWN];
 
 #[test]
 fn helm_lint_strict_passes_with_defaults_and_every_optional_feature() {

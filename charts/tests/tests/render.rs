@@ -3,7 +3,9 @@
 
 #![allow(clippy::unwrap_used)]
 
-use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR};
+use captf_chart_tests::features::{
+    MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, WEBHOOK_LOCKDOWN,
+};
 use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, Rendered, helm_template, kubernetes_validate};
 
 /// Each optional feature, on its own, plus all of them at once.
@@ -13,6 +15,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
     ("prometheus-rule", PROMETHEUS_RULE),
     ("own-certificate", OWN_CERTIFICATE),
     ("one-namespace", ONE_NAMESPACE),
+    ("webhook-lockdown", WEBHOOK_LOCKDOWN),
     ("no-leader-election", &["--set", "controller.leaderElect=false"]),
     (
         "digests-and-pull-secrets",

@@ -3,8 +3,8 @@
 
 #![allow(clippy::unwrap_used)]
 
-use captf_chart_tests::features::OWN_CERTIFICATE;
-use captf_chart_tests::{NAMESPACE, Rendered, helm_template, strings};
+use captf_chart_tests::features::{OWN_CERTIFICATE, WEBHOOK_LOCKDOWN};
+use captf_chart_tests::{NAMESPACE, Rendered, helm_template, helm_template_error, strings};
 use serde_json::Value;
 
 const KINDS: [&str; 6] = [
@@ -239,6 +239,7 @@ fn the_webhook_limit_values_default_to_the_binarys_own_defaults() {
         .unwrap();
     assert_eq!(chart.limits, binary.limits);
     assert_eq!(chart.max_connections, binary.max_connections);
+    assert_eq!(chart.max_connections_per_peer, binary.max_connections_per_peer);
     assert_eq!(chart.header_read_timeout, binary.header_read_timeout);
     assert_eq!(chart.body_timeout, binary.body_timeout);
     assert_eq!(chart.idle_timeout, binary.idle_timeout);
@@ -275,6 +276,16 @@ fn each_webhook_limit_value_reaches_its_flag() {
         "webhook.limits.maxRequestsPerConnection=7",
         "--set",
         "webhook.limits.http2MaxStreams=8",
+        "--set",
+        "webhook.limits.maxPeerInFlightRequests=9",
+        "--set",
+        "webhook.limits.maxPeerInFlightBytes=3Mi",
+        "--set",
+        "webhook.limits.minBodyRate=16Ki",
+        "--set",
+        "webhook.limits.minBodyRateGrace=3s",
+        "--set",
+        "webhook.limits.maxConnectionsPerPeer=11",
     ]);
     assert_eq!(c.limits.max_body_bytes, 3 * 1024 * 1024);
     // Large numbers are written as integers, not in exponent form.
@@ -289,6 +300,11 @@ fn each_webhook_limit_value_reaches_its_flag() {
     assert_eq!(c.max_connection_age, Duration::from_secs(3600));
     assert_eq!(c.max_requests_per_connection, 7);
     assert_eq!(c.http2_max_streams, 8);
+    assert_eq!(c.limits.max_peer_in_flight_requests, 9);
+    assert_eq!(c.limits.max_peer_in_flight_bytes, 3 * 1024 * 1024);
+    assert_eq!(c.limits.min_body_rate.bytes_per_sec, 16 * 1024);
+    assert_eq!(c.limits.min_body_rate.grace, Duration::from_secs(3));
+    assert_eq!(c.max_connections_per_peer, 11);
 }
 
 #[test]
@@ -297,4 +313,89 @@ fn the_webhook_hands_freed_memory_back_at_once() {
     let d = r.get("Deployment", "captf-webhook").unwrap();
     let env = &d["spec"]["template"]["spec"]["containers"][0]["env"];
     assert_eq!(named(env, "MIMALLOC_PURGE_DELAY")["value"], "0", "{env}");
+}
+
+#[test]
+fn by_default_there_is_no_network_policy_and_no_client_certificate_is_asked_for() {
+    let r = helm_template(&[]).unwrap();
+    assert!(r.of_kind("NetworkPolicy").is_empty());
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(!args.iter().any(|a| a.starts_with("--client-ca-file")), "{args:?}");
+}
+
+#[test]
+fn the_network_policy_admits_only_the_api_server_peers_to_the_webhook_port_and_scrapers_to_metrics() {
+    let r = helm_template(WEBHOOK_LOCKDOWN).unwrap();
+    let np = r.get("NetworkPolicy", "captf-webhook").unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    // It selects exactly the webhook pods.
+    let selector = np["spec"]["podSelector"]["matchLabels"].as_object().unwrap();
+    for (k, v) in selector {
+        assert_eq!(&pod_labels(deploy)[k], v, "selector {k}");
+    }
+    assert_eq!(selector, deploy["spec"]["selector"]["matchLabels"].as_object().unwrap());
+    assert_eq!(strings(&np["spec"]["policyTypes"]), ["Ingress"]);
+    let rules = np["spec"]["ingress"].as_array().unwrap();
+    assert_eq!(rules.len(), 2, "{rules:?}");
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert_eq!(
+        rules[0]["ports"][0]["port"].as_u64().unwrap(),
+        port_of(arg(&args, "--addr"))
+    );
+    assert_eq!(
+        rules[0]["from"],
+        serde_json::json!([{"ipBlock": {"cidr": "10.0.0.0/24"}}])
+    );
+    assert_eq!(
+        rules[1]["ports"][0]["port"].as_u64().unwrap(),
+        port_of(arg(&args, "--metrics-addr"))
+    );
+    assert_eq!(
+        rules[1]["from"],
+        serde_json::json!([{"namespaceSelector": {"matchLabels": {"name": "monitoring"}}}])
+    );
+    // Every rule names its peers: a rule without `from` would admit everyone.
+    assert!(rules.iter().all(|r| !r["from"].as_array().unwrap().is_empty()));
+}
+
+#[test]
+fn a_network_policy_without_api_server_peers_refuses_to_render() {
+    let err = helm_template_error(&["--set", "webhook.networkPolicy.enabled=true"])
+        .unwrap()
+        .expect("rendering fails");
+    assert!(err.contains("apiServerPeers must select the API server"), "{err}");
+}
+
+#[test]
+fn client_auth_mounts_the_ca_secret_hands_it_to_the_binary_and_probes_the_plain_port() {
+    let r = helm_template(WEBHOOK_LOCKDOWN).unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    let pod = &deploy["spec"]["template"]["spec"];
+    let c = &pod["containers"][0];
+    let args = strings(&c["args"]);
+    let mount = named(&c["volumeMounts"], "client-ca");
+    assert_eq!(mount["readOnly"], true);
+    let dir = mount["mountPath"].as_str().unwrap();
+    assert_eq!(arg(&args, "--client-ca-file"), format!("{dir}/ca.crt"));
+    let volume = named(&pod["volumes"], "client-ca");
+    assert_eq!(volume["secret"]["secretName"], "apiserver-webhook-client-ca");
+    assert_eq!(volume["secret"]["items"][0]["key"], "ca.crt");
+    // The binary takes the rendered arguments.
+    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
+    let cli = <captf_webhook::cli::Cli as clap::Parser>::try_parse_from(argv).unwrap();
+    let config = cli.serve.to_config().unwrap();
+    assert_eq!(
+        config.client_ca_file.unwrap().to_str(),
+        Some(format!("{dir}/ca.crt").as_str())
+    );
+    // The kubelet presents no client certificate: the probes use the plain metrics port.
+    for probe in ["readinessProbe", "livenessProbe"] {
+        assert_eq!(c[probe]["httpGet"]["port"], "metrics", "{probe}");
+        assert_eq!(c[probe]["httpGet"]["scheme"], "HTTP", "{probe}");
+    }
+    let err = helm_template_error(&["--set", "webhook.clientAuth.enabled=true"])
+        .unwrap()
+        .expect("rendering fails without the Secret");
+    assert!(err.contains("webhook.clientAuth.caSecret is required"), "{err}");
 }

@@ -1,0 +1,310 @@
+//! Slow and greedy clients against the real server on loopback: a loop of small valid reviews
+//! from the API server's address keeps passing while attackers, from other source addresses,
+//! hold slow connections that declare the largest body and dribble it, or open many connections
+//! from one address. Every 127.0.0.0/8 address is local on Linux, so each "peer" binds its own.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::{IpAddr, SocketAddr};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::time::Duration;
+
+use axum::body::Bytes;
+use captf_webhook::devcerts::{self, DevCerts};
+use captf_webhook::tls::CertFiles;
+use captf_webhook::{Config, VALIDATE_PATH};
+use http_body_util::{BodyExt, Full};
+use hyper_util::rt::TokioIo;
+use rustls::pki_types::pem::PemObject;
+use rustls::pki_types::{CertificateDer, ServerName};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpSocket, TcpStream};
+use tokio_rustls::TlsConnector;
+use tokio_rustls::client::TlsStream;
+
+/// The API server's address in these tests.
+const API_SERVER: [u8; 4] = [127, 0, 0, 2];
+
+struct Server {
+    addr: SocketAddr,
+    stop: tokio::sync::oneshot::Sender<()>,
+    task: tokio::task::JoinHandle<Result<(), captf_webhook::ServeError>>,
+    _dir: tempfile::TempDir,
+}
+
+fn certs() -> DevCerts {
+    devcerts::generate(
+        "slow clients CA",
+        &["localhost".into()],
+        &["127.0.0.1".parse().unwrap()],
+    )
+    .unwrap()
+}
+
+fn files(certs: &DevCerts) -> (tempfile::TempDir, CertFiles) {
+    let dir = tempfile::tempdir().unwrap();
+    let cert = dir.path().join("tls.crt");
+    let key = dir.path().join("tls.key");
+    std::fs::write(&cert, &certs.cert_pem).unwrap();
+    std::fs::write(&key, &certs.key_pem).unwrap();
+    (dir, CertFiles { cert, key })
+}
+
+/// The binary's defaults, on an ephemeral port.
+fn default_config(files: CertFiles) -> Config {
+    let mut c = Config::new("127.0.0.1:0".parse().unwrap(), files);
+    c.shutdown_delay = Duration::ZERO;
+    c.shutdown_grace = Duration::from_secs(2);
+    c
+}
+
+async fn start(config: Config, dir: tempfile::TempDir) -> Server {
+    let bound = captf_webhook::bind(config).await.unwrap();
+    let addr = bound.local_addr();
+    let (stop, stopped) = tokio::sync::oneshot::channel::<()>();
+    let task = tokio::spawn(bound.run(async move {
+        let _ = stopped.await;
+    }));
+    Server {
+        addr,
+        stop,
+        task,
+        _dir: dir,
+    }
+}
+
+impl Server {
+    async fn shutdown(self) {
+        let _ = self.stop.send(());
+        let _ = tokio::time::timeout(Duration::from_secs(10), self.task).await;
+    }
+}
+
+fn client_config(ca_pem: &str) -> Arc<rustls::ClientConfig> {
+    let mut roots = rustls::RootCertStore::empty();
+    roots
+        .add(
+            CertificateDer::pem_slice_iter(ca_pem.as_bytes())
+                .next()
+                .unwrap()
+                .unwrap(),
+        )
+        .unwrap();
+    let mut c = rustls::ClientConfig::builder_with_provider(captf_webhook::tls::provider())
+        .with_protocol_versions(&[&rustls::version::TLS13])
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    c.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Arc::new(c)
+}
+
+/// A TCP connection from `from` (any 127/8 address) to the server.
+async fn tcp_from(from: [u8; 4], to: SocketAddr) -> std::io::Result<TcpStream> {
+    let socket = TcpSocket::new_v4()?;
+    socket.bind(SocketAddr::new(IpAddr::from(from), 0))?;
+    socket.connect(to).await
+}
+
+async fn tls_from(
+    from: [u8; 4],
+    to: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+) -> std::io::Result<TlsStream<TcpStream>> {
+    let tcp = tcp_from(from, to).await?;
+    TlsConnector::from(config)
+        .connect(ServerName::try_from("localhost").unwrap(), tcp)
+        .await
+}
+
+/// One small valid review on a fresh connection from the API server's address: `Ok` when it was
+/// answered 200 and allowed, else what went wrong.
+async fn one_review(to: SocketAddr, config: Arc<rustls::ClientConfig>) -> Result<(), String> {
+    let tls = tls_from(API_SERVER, to, config)
+        .await
+        .map_err(|e| format!("connect: {e}"))?;
+    let (mut sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(tls))
+        .await
+        .map_err(|e| format!("handshake: {e}"))?;
+    tokio::spawn(conn);
+    let body = serde_json::to_vec(&common::fixture("cluster-create-accepted")).unwrap();
+    let req = hyper::Request::post(VALIDATE_PATH)
+        .header("host", "localhost")
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .unwrap();
+    let resp = sender.send_request(req).await.map_err(|e| format!("send: {e}"))?;
+    let status = resp.status().as_u16();
+    let body = resp
+        .into_body()
+        .collect()
+        .await
+        .map_err(|e| format!("body: {e}"))?
+        .to_bytes();
+    if status != 200 {
+        return Err(format!("{status}: {}", String::from_utf8_lossy(&body).trim()));
+    }
+    let v: serde_json::Value = serde_json::from_slice(&body).map_err(|e| format!("json: {e}"))?;
+    if v["response"]["allowed"] != true {
+        return Err(format!("not allowed: {v}"));
+    }
+    Ok(())
+}
+
+/// Reviews one after another until `stop`; (answered, failures with their reasons).
+async fn review_loop(to: SocketAddr, config: Arc<rustls::ClientConfig>, stop: Arc<AtomicBool>) -> (usize, Vec<String>) {
+    let mut ok = 0;
+    let mut failures = vec![];
+    while !stop.load(Ordering::Relaxed) {
+        match tokio::time::timeout(Duration::from_secs(5), one_review(to, config.clone())).await {
+            Ok(Ok(())) => ok += 1,
+            Ok(Err(e)) => failures.push(e),
+            Err(_) => failures.push("no answer within 5s".into()),
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    (ok, failures)
+}
+
+/// Open a connection from `from`, declare the largest body, then send one byte every `every`
+/// until the server closes it; again and again until `stop`. Counts the connections that the
+/// server accepted and then closed.
+async fn slow_body_attacker(
+    from: [u8; 4],
+    to: SocketAddr,
+    config: Arc<rustls::ClientConfig>,
+    every: Duration,
+    stop: Arc<AtomicBool>,
+    closed: Arc<AtomicUsize>,
+) {
+    let head = format!(
+        "POST {VALIDATE_PATH} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        7 * 1024 * 1024
+    );
+    while !stop.load(Ordering::Relaxed) {
+        let Ok(tls) = tls_from(from, to, config.clone()).await else {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+            continue;
+        };
+        let (mut rd, mut wr) = tokio::io::split(tls);
+        if wr.write_all(head.as_bytes()).await.is_err() {
+            continue;
+        }
+        let reader = tokio::spawn(async move {
+            let mut buf = [0u8; 1024];
+            while let Ok(n) = rd.read(&mut buf).await {
+                if n == 0 {
+                    break;
+                }
+            }
+        });
+        while !stop.load(Ordering::Relaxed) && !reader.is_finished() {
+            if wr.write_all(b" ").await.is_err() || wr.flush().await.is_err() {
+                break;
+            }
+            tokio::time::sleep(every).await;
+        }
+        if reader.is_finished() {
+            closed.fetch_add(1, Ordering::Relaxed);
+        }
+        reader.abort();
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_reviews_keep_passing_while_slow_clients_declare_the_largest_body_and_dribble_it() {
+    let certs = certs();
+    let (dir, files) = files(&certs);
+    let server = start(default_config(files), dir).await;
+    let config = client_config(&certs.ca_pem);
+
+    // The API server gets through before the attack.
+    one_review(server.addr, config.clone()).await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let closed = Arc::new(AtomicUsize::new(0));
+    // Four attackers, as many as the body budget holds at the largest body, plus two more, each
+    // from its own address.
+    let mut attackers = vec![];
+    for i in 0..6u8 {
+        attackers.push(tokio::spawn(slow_body_attacker(
+            [127, 0, 1, 10 + i],
+            server.addr,
+            config.clone(),
+            Duration::from_millis(200),
+            stop.clone(),
+            closed.clone(),
+        )));
+    }
+    // Let every attacker hold its request before the first valid review of the attack.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loop_stop = Arc::new(AtomicBool::new(false));
+    let valid = tokio::spawn(review_loop(server.addr, config.clone(), loop_stop.clone()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    loop_stop.store(true, Ordering::Relaxed);
+    let (ok, failures) = valid.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.await.unwrap();
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} valid reviews failed: {:?}",
+        failures.len(),
+        ok + failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(ok >= 10, "only {ok} valid reviews were answered in 4s");
+    // The slow bodies were cut off (the minimum rate), not held for the body timeout.
+    assert!(
+        closed.load(Ordering::Relaxed) >= 6,
+        "the server closed only {} slow connections",
+        closed.load(Ordering::Relaxed)
+    );
+    server.shutdown().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn valid_reviews_keep_passing_while_one_peer_opens_many_slow_connections() {
+    let certs = certs();
+    let (dir, files) = files(&certs);
+    let server = start(default_config(files), dir).await;
+    let config = client_config(&certs.ca_pem);
+    one_review(server.addr, config.clone()).await.unwrap();
+
+    let stop = Arc::new(AtomicBool::new(false));
+    let closed = Arc::new(AtomicUsize::new(0));
+    // More connections from one address than the server holds requests in flight.
+    let mut attackers = vec![];
+    for _ in 0..100 {
+        attackers.push(tokio::spawn(slow_body_attacker(
+            [127, 0, 2, 10],
+            server.addr,
+            config.clone(),
+            Duration::from_millis(200),
+            stop.clone(),
+            closed.clone(),
+        )));
+    }
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let loop_stop = Arc::new(AtomicBool::new(false));
+    let valid = tokio::spawn(review_loop(server.addr, config.clone(), loop_stop.clone()));
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    loop_stop.store(true, Ordering::Relaxed);
+    let (ok, failures) = valid.await.unwrap();
+    stop.store(true, Ordering::Relaxed);
+    for a in attackers {
+        a.await.unwrap();
+    }
+    assert!(
+        failures.is_empty(),
+        "{} of {} valid reviews failed: {:?}",
+        failures.len(),
+        ok + failures.len(),
+        &failures[..failures.len().min(5)]
+    );
+    assert!(ok >= 10, "only {ok} valid reviews were answered in 4s");
+    server.shutdown().await;
+}
