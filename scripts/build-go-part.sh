@@ -63,4 +63,6 @@ if [ ! -x "$out" ]; then
   # Older builds of the same name are dead weight once the pin moved.
   find "$tools/go" -maxdepth 1 -name "$name-*" ! -name "$name-$key" -exec rm -rf {} +
 fi
-ln -sfn "$out" "$tools/bin/$name"
+# Relative, so the link holds wherever .tools/ is reached from (a worktree's .tools may be a
+# symlink to another checkout's).
+ln -sfn "../go/$name-$key/$name" "$tools/bin/$name"
