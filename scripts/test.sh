@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, from a fresh machine: installs the tools the tests need (helm,
-# kubectl, kubernetes-validate) into .tools/, then checks formatting and lints, and runs
+# kubectl, kubernetes-validate, Terraform; etcd, kube-apiserver and kube-controller-manager
+# built from their Go modules) into .tools/, then checks formatting and lints, and runs
 # every test of the workspace.
 set -euo pipefail
 cd "$(dirname "$0")/.."
