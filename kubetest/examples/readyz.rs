@@ -3,7 +3,7 @@
 //! kube-controller-manager's service-account controller had made `default/default`, counted
 //! from the start call. A measurement, not a test: nothing here asserts a time.
 //!
-//!   cargo run --release -p captf-kubetest --example readyz -- --runs 3
+//!   cargo run -p captf-kubetest --example readyz -- --runs 3
 
 use std::time::{Duration, Instant};
 

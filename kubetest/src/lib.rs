@@ -34,7 +34,7 @@ pub use pki::Pki;
 pub use process::Component;
 pub use tools::{LocateToolsError, Tools, tools_or_skip};
 
-/// How long a start may take, from the call to every component ready, unless told otherwise:
+/// How long a start may take, from the call to every component ready (all attempts), unless told otherwise:
 /// short enough that a start that fails by timing out still reports within 60 s.
 pub const DEFAULT_READY_TIMEOUT: Duration = Duration::from_secs(50);
 /// How often readiness is probed.
@@ -198,9 +198,24 @@ impl ControlPlane {
     /// Starts etcd, kube-apiserver and kube-controller-manager and waits for each to be ready.
     /// On any failure every process already started is killed and the error names the
     /// component and carries the last lines of its log.
+    ///
+    /// The ports are found free a moment before the components bind them, so another process
+    /// may take one in between: a component that exits because a port the harness chose is in
+    /// use is started again on fresh ports (up to [`START_ATTEMPTS`] times, within the same
+    /// timeout).
     pub async fn start(opts: Options) -> Result<ControlPlane, StartError> {
         let began = Instant::now();
         let deadline = began + opts.ready_timeout;
+        let mut attempt = 1;
+        loop {
+            match ControlPlane::start_once(&opts, began, deadline).await {
+                Err(e) if attempt < START_ATTEMPTS && lost_a_chosen_port(&e, &opts) => attempt += 1,
+                other => return other,
+            }
+        }
+    }
+
+    async fn start_once(opts: &Options, began: Instant, deadline: Instant) -> Result<ControlPlane, StartError> {
         let mut builder = tempfile::Builder::new();
         builder.prefix("captf-kubetest-");
         let parent = opts.work_parent.clone().unwrap_or_else(std::env::temp_dir);
@@ -208,7 +223,7 @@ impl ControlPlane {
             path: parent.clone(),
             source,
         })?;
-        let layout = layout(dir.path(), &opts)?;
+        let layout = layout(dir.path(), opts)?;
         let pki = Pki::generate()?;
         write_files(&layout, &pki)?;
 
@@ -356,6 +371,23 @@ impl ControlPlane {
     ) -> Result<kube::Client, MintKubeconfigError> {
         let path = self.service_account_kubeconfig(namespace, name).await?;
         Ok(client_from_kubeconfig(&path).await?)
+    }
+}
+
+/// How many times a start is tried when a port the harness chose was taken before it was bound.
+pub const START_ATTEMPTS: u32 = 3;
+
+/// Whether `err` is a component exiting because a port was in use that the harness chose (not
+/// one the caller fixed in `opts`): then starting again on fresh ports is worth it.
+pub fn lost_a_chosen_port(err: &StartError, opts: &Options) -> bool {
+    match err {
+        StartError::Exited {
+            component, log_tail, ..
+        } => {
+            log_tail.contains("address already in use")
+                && !(*component == "kube-apiserver" && opts.apiserver_port.is_some())
+        }
+        _ => false,
     }
 }
 
@@ -542,5 +574,60 @@ async fn default_service_account(client: kube::Client) -> Result<(), String> {
         Ok(Some(_)) => Ok(()),
         Ok(None) => Err("no ServiceAccount default/default yet".to_string()),
         Err(e) => Err(e.to_string()),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn options(apiserver_port: Option<u16>) -> Options {
+        let mut o = Options::new(Tools {
+            etcd: "etcd".into(),
+            kube_apiserver: "kube-apiserver".into(),
+            kube_controller_manager: "kube-controller-manager".into(),
+        });
+        o.apiserver_port = apiserver_port;
+        o
+    }
+
+    fn exited(component: &'static str, log_tail: &str) -> StartError {
+        StartError::Exited {
+            component,
+            status: "exit status: 1".into(),
+            log_tail: log_tail.into(),
+        }
+    }
+
+    const IN_USE: &str = "listen tcp 127.0.0.1:40000: bind: address already in use";
+
+    #[test]
+    fn a_port_the_harness_chose_that_got_taken_is_retried_but_one_the_caller_fixed_is_not() {
+        assert!(lost_a_chosen_port(&exited("etcd", IN_USE), &options(None)));
+        assert!(lost_a_chosen_port(&exited("etcd", IN_USE), &options(Some(6443))));
+        assert!(lost_a_chosen_port(&exited("kube-apiserver", IN_USE), &options(None)));
+        assert!(lost_a_chosen_port(
+            &exited("kube-controller-manager", IN_USE),
+            &options(Some(6443))
+        ));
+        assert!(!lost_a_chosen_port(
+            &exited("kube-apiserver", IN_USE),
+            &options(Some(6443))
+        ));
+    }
+
+    #[test]
+    fn a_start_that_failed_for_another_reason_is_not_retried() {
+        assert!(!lost_a_chosen_port(
+            &exited("etcd", "cannot access data directory"),
+            &options(None)
+        ));
+        let not_ready = StartError::NotReady {
+            component: "kube-apiserver",
+            waited: Duration::from_secs(50),
+            last_probe: "address already in use".into(),
+            log_tail: IN_USE.into(),
+        };
+        assert!(!lost_a_chosen_port(&not_ready, &options(None)));
     }
 }
