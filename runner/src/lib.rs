@@ -3,6 +3,7 @@
 //!
 //! | module | what it holds |
 //! | --- | --- |
+//! | [`backend_check`] | one state backend: a module's own `backend` or `cloud` block refused |
 //! | [`config`] | the `CAPTF_*` environment, parsed and checked |
 //! | [`credentials`] | the module credentials Secret, copied private and handed to `init` only |
 //! | [`workdir`] | inputs, `backend.tf`, `terraform.tfvars.json` (0600) |
@@ -16,6 +17,7 @@
 //! | [`secret`] | the outputs Secret, written with server-side apply |
 //! | [`state_proxy`] | the backend's way to the API server, its Secret listing narrowed by name |
 
+pub mod backend_check;
 pub mod config;
 pub mod credentials;
 pub mod fuzzing;

@@ -15,7 +15,7 @@ use crate::state_proxy;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
 use crate::workdir::{self, PLAN_FILE};
-use crate::{credentials, redact};
+use crate::{backend_check, credentials, redact};
 
 /// The command lines of every step, built in one place so tests can state them exactly.
 #[derive(Clone, Debug)]
@@ -46,8 +46,10 @@ impl Commands {
         v
     }
 
+    /// `-backend=false`: the module is only fetched here; no backend is configured or reached
+    /// before the runner has checked the module for a backend of its own and written its own.
     pub fn init_from_module(&self, source: &str) -> Vec<String> {
-        let mut v = strings(&["init", "-input=false", "-no-color"]);
+        let mut v = strings(&["init", "-input=false", "-no-color", "-backend=false"]);
         v.push(format!("-from-module={source}"));
         v
     }
@@ -372,13 +374,20 @@ async fn run_in<S: OutputsStore>(
         store,
         init_env,
     };
-    steps
-        .ok(
+    let fetched = steps
+        .exec(
             Phase::Init,
             steps.cmd.init_from_module(&inputs.module.source),
             Stdout::Stream,
         )
         .await?;
+    // One state backend: a module's own backend or cloud block is refused, naming the file,
+    // whether or not the first init got past it (Terraform 1.0 fails on a cloud block, and a
+    // backend it cannot reach fails init too): the module is copied before either happens.
+    backend_check::check_dir(&dir, None).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    if fetched.code() != Some(0) {
+        return Err(steps.command_failed(Phase::Init, "init", &fetched));
+    }
     // Lives until the run ends (dropping it stops it): every Terraform step reaches its state
     // through it.
     let proxy = state_proxy::start(state_proxy::Narrowing {
@@ -534,6 +543,7 @@ mod tests {
                 "init",
                 "-input=false",
                 "-no-color",
+                "-backend=false",
                 "-from-module=git::https://example.com/m.git?ref=v1"
             ]
         );

@@ -1,13 +1,17 @@
-//! The runner with the real Terraform (the pinned 1.0.3 from `scripts/setup-tools.sh`), its real
-//! kubernetes backend (client-go inside Terraform) and the test provider, against the
-//! simulator's HTTPS port through in-cluster configuration, as in a pod.
+//! The runner with each real binary of the matrix (`captf_testprovider::harness::MATRIX`:
+//! Terraform 1.0.3 and every pinned OpenTofu, from `scripts/setup-tools.sh`), its real
+//! kubernetes backend (client-go inside the binary) and the test provider, against the
+//! simulator's HTTPS port through in-cluster configuration, as in a pod. Every test is written
+//! once, taking the binary, and runs once per binary in the modules `terraform_1_0`,
+//! `tofu_1_10` and `tofu_1_12` at the end of this file.
 //!
 //! Each run happens the way a kubelet runs a container: in new mount, UTS and PID namespaces
 //! (`unshare`), with the runner as PID 1, the pod's name as hostname, and the service-account
 //! files (`token`, `ca.crt`, `namespace`) bind-mounted at the fixed in-cluster path over a
 //! private tmpfs, so the machine's own `/var/run/secrets` is never touched. Killing the
 //! namespace's first process kills every process in it, as a container's death does. Where
-//! namespaces can't be made (no root), each test says so and skips.
+//! namespaces can't be made (no root), each test says so and skips, except under `CI`, where
+//! that fails it. A missing binary always fails the test, naming it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -22,7 +26,7 @@ use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 use captf_shared::runner_identity::{runner_identity, state_objects};
 use captf_shared::{keys, names};
 use captf_sim::Sim;
-use captf_testprovider::harness::{Sandbox, THING_MODULE};
+use captf_testprovider::harness::{Binary, Sandbox, THING_MODULE};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
 use nix::sys::signal::{Signal, kill};
 use nix::unistd::Pid;
@@ -63,10 +67,16 @@ fn provision(sim: &Sim, suffix: &str) {
     }
 }
 
+/// Outside CI, a machine that can't make the namespaces skips these tests and says why; under
+/// `CI` they must run, so there it is a failure.
 macro_rules! require_namespaces {
     () => {
         if let Some(why) = namespaces_unavailable() {
-            eprintln!("SKIPPED: {why}; the real-Terraform runner tests need root for a private mount namespace");
+            assert!(
+                std::env::var_os("CI").is_none(),
+                "{why}; the real-binary runner tests need root for a private mount namespace, and CI is set"
+            );
+            eprintln!("SKIPPED: {why}; the real-binary runner tests need root for a private mount namespace");
             return;
         }
     };
@@ -200,9 +210,9 @@ impl Running {
 }
 
 impl Env {
-    async fn new() -> Env {
+    async fn new(bin: Binary) -> Env {
         let sim = Sim::builder().https().start().await.unwrap();
-        let sb = Sandbox::new().unwrap();
+        let sb = Sandbox::with(bin).unwrap();
         let module = sb.module("thing", THING_MODULE).unwrap();
         Env {
             sim,
@@ -216,8 +226,8 @@ impl Env {
     /// The runner runs as its object's own ServiceAccount, with the Role, RoleBinding and
     /// pre-created state objects the controller makes for it (`captf_shared::runner_identity`),
     /// authorized by the simulator as a real API server would.
-    async fn under_own_identity() -> Env {
-        let mut env = Env::new().await;
+    async fn under_own_identity(bin: Binary) -> Env {
+        let mut env = Env::new(bin).await;
         provision(&env.sim, SUFFIX);
         env.token = env.sim.token_for(NS, &names::runner_service_account_name(SUFFIX));
         env
@@ -400,10 +410,9 @@ impl Workstation {
     }
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apply_creates_the_state_secret_and_takes_and_releases_the_lease() {
+async fn apply_creates_the_state_secret_and_takes_and_releases_the_lease(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     let mut changes = env.sim.changes();
     let ran = env.apply(a("one")).await;
     assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
@@ -440,10 +449,9 @@ fn base64_decode(s: &str) -> Vec<u8> {
     base64::engine::general_purpose::STANDARD.decode(s).unwrap()
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn refresh_reads_the_world_into_the_state_and_reports_the_outputs() {
+async fn refresh_reads_the_world_into_the_state_and_reports_the_outputs(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     assert_eq!(
         env.apply(a("one")).await.outcome(),
         (Some(0), RunResult::Succeeded, Phase::Apply)
@@ -454,10 +462,9 @@ async fn refresh_reads_the_world_into_the_state_and_reports_the_outputs() {
     assert_eq!(env.lock_holder(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn drift_is_found_from_a_real_world_change_and_none_when_nothing_changed() {
+async fn drift_is_found_from_a_real_world_change_and_none_when_nothing_changed(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     let ran = env.run("drift", a("one"), &[]).await;
     assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Drift));
@@ -478,10 +485,9 @@ async fn drift_is_found_from_a_real_world_change_and_none_when_nothing_changed()
     assert_eq!(env.thing("a").unwrap().content, "one");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn destroy_removes_what_the_apply_made() {
+async fn destroy_removes_what_the_apply_made(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     let ran = env.run("destroy", a("one"), &[]).await;
     assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Destroy));
@@ -489,10 +495,9 @@ async fn destroy_removes_what_the_apply_made() {
     assert_eq!(env.lock_holder(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_replace_is_blocked_with_the_plan_hash_and_the_approved_hash_applies() {
+async fn a_replace_is_blocked_with_the_plan_hash_and_the_approved_hash_applies(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     let b = json!({"name": "b", "content": "one"});
     let blocked = env.apply(b.clone()).await;
@@ -514,10 +519,9 @@ async fn a_replace_is_blocked_with_the_plan_hash_and_the_approved_hash_applies()
     assert!(env.thing("a").is_none() && env.thing("b").is_some());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_different_plan_after_approval_is_plan_changed() {
+async fn a_different_plan_after_approval_is_plan_changed(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     let blocked = env.apply(json!({"name": "b", "content": "one"})).await;
     let hash = blocked.result.plan_hash.unwrap();
@@ -534,10 +538,9 @@ async fn a_different_plan_after_approval_is_plan_changed() {
     assert!(env.thing("a").is_some() && env.thing("c").is_none());
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it_and_applies() {
+async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it_and_applies(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     let held = env.die_mid_apply().await;
     let info = env.lock_info();
     assert_eq!(info["ID"], held.as_str(), "the Lease holder is Terraform's lock ID");
@@ -557,7 +560,7 @@ async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it
         "{info}"
     );
     assert_eq!(info["Operation"], "OperationTypeApply");
-    assert_eq!(info["Version"], "1.0.3");
+    assert_eq!(info["Version"], bin.version().unwrap().as_str());
 
     let ran = env.run("apply", a("one"), &[("CAPTF_FORCE_UNLOCK_ID", &held)]).await;
     assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, Phase::Apply));
@@ -576,10 +579,9 @@ async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it
     assert_eq!(env.lock_holder(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_op() {
+async fn a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_op(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     let held = env.die_mid_apply().await;
 
     let wrong = "11111111-2222-3333-4444-555555555555";
@@ -602,10 +604,9 @@ async fn a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_o
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_foreign_lock_fails_the_op_after_the_lock_timeout_naming_its_holder_and_is_never_unlocked() {
+async fn a_foreign_lock_fails_the_op_after_the_lock_timeout_naming_its_holder_and_is_never_unlocked(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     let gate = env.sb.path().join("workstation-done");
     let mut ws = Workstation::hold_lock(&env, &gate).await;
     let holder = env.lock_holder().expect("the workstation holds the lock");
@@ -635,10 +636,9 @@ async fn a_foreign_lock_fails_the_op_after_the_lock_timeout_naming_its_holder_an
     assert_eq!(env.lock_holder(), None);
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() {
+async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::new().await;
+    let mut env = Env::new(bin).await;
     let gate = env.sb.path().join("gate");
     let mut running = env.start_held_apply(&gate).await;
     assert!(env.lock_holder().is_some(), "the apply holds the lock");
@@ -654,10 +654,9 @@ async fn sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock() 
     assert_eq!(env.lock_holder(), None, "Terraform released its lock on the way out");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_its_own_identity_every_step_works_and_these_are_the_calls_the_backend_makes() {
+async fn under_its_own_identity_every_step_works_and_these_are_the_calls_the_backend_makes(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::under_own_identity().await;
+    let mut env = Env::under_own_identity(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     assert_eq!(
         env.run("drift", a("one"), &[]).await.result.result,
@@ -702,10 +701,9 @@ async fn under_its_own_identity_every_step_works_and_these_are_the_calls_the_bac
 
 /// Another object's runner, with the same rights over its own things, in the same namespace:
 /// everything of the first object is out of its reach, whatever module code does with its token.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
+async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::under_own_identity().await;
+    let mut env = Env::under_own_identity(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     env.sim
         .put(json!({"apiVersion": "v1", "kind": "Secret",
@@ -769,10 +767,9 @@ async fn a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs() {
 /// where the controller makes the object's identity and free lock again and leaves the moved
 /// Secret alone. There the next apply plans against the moved state: nothing to create, and a
 /// destroy removes what the first cluster's apply made.
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made() {
+async fn a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made(bin: Binary) {
     require_namespaces!();
-    let mut env = Env::under_own_identity().await;
+    let mut env = Env::under_own_identity(bin).await;
     assert_eq!(env.apply(a("one")).await.result.result, RunResult::Succeeded);
     let mut moved = env.get("/secrets", STATE_SECRET).unwrap();
     assert_eq!(
@@ -809,4 +806,115 @@ async fn a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_wh
         env.thing("a").is_none(),
         "the destroy in the target removed what the source made"
     );
+}
+
+/// One state backend: a module's own `backend` block (in `main.tf`) or `cloud` block (in another
+/// file) is refused in `init`, naming the file and line, before any backend is configured: no
+/// state Secret is written and nothing is made. Terraform 1.0 does not even know the `cloud`
+/// block; the refusal is the same.
+async fn a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_the_file(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    let state_before = env.get("/secrets", STATE_SECRET);
+    env.module = env
+        .sb
+        .module(
+            "own-backend",
+            &format!(
+                "{THING_MODULE}\nterraform {{\n  backend \"local\" {{\n    path = \"elsewhere.tfstate\"\n  }}\n}}\n"
+            ),
+        )
+        .unwrap();
+    let backend_line = THING_MODULE.lines().count() + 3;
+    let ran = env.apply(a("one")).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(1), RunResult::Failed, Phase::Init),
+        "{}",
+        ran.result.message
+    );
+    assert!(
+        ran.result.message.starts_with(&format!(
+            "the module declares its own backend \"local\" block in main.tf line {backend_line}; CAPTF keeps every state in the kubernetes backend"
+        )),
+        "{}",
+        ran.result.message
+    );
+
+    env.module = env.sb.module("own-cloud", THING_MODULE).unwrap();
+    std::fs::write(
+        env.module.join("cloud.tf"),
+        "terraform {\n  cloud {\n    organization = \"example\"\n    workspaces {\n      name = \"w\"\n    }\n  }\n}\n",
+    )
+    .unwrap();
+    let ran = env.apply(a("one")).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(1), RunResult::Failed, Phase::Init),
+        "{}",
+        ran.result.message
+    );
+    assert!(
+        ran.result
+            .message
+            .starts_with("the module declares its own cloud block in cloud.tf line 2; "),
+        "{}",
+        ran.result.message
+    );
+    assert_eq!(env.thing("a"), None, "nothing was made");
+    assert_eq!(env.get("/secrets", STATE_SECRET), state_before, "no state was written");
+    assert_eq!(env.lock_holder(), None);
+}
+
+/// One module of tests per binary of the matrix: `terraform_1_0::…`, `tofu_1_10::…`,
+/// `tofu_1_12::…`, each running every test above with that binary.
+macro_rules! on_binary {
+    ($module:ident, $bin:expr; $($test:ident),* $(,)?) => {
+        mod $module {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() {
+                    super::$test($bin).await
+                }
+            )*
+        }
+    };
+}
+
+macro_rules! matrix {
+    ($($module:ident => $bin:expr),* $(,)? ; $tests:tt) => {
+        /// The binaries the modules below run, in order.
+        const TESTED: &[Binary] = &[$($bin),*];
+        $( matrix!(@one $module, $bin, $tests); )*
+    };
+    (@one $module:ident, $bin:expr, [$($test:ident),* $(,)?]) => {
+        on_binary!($module, $bin; $($test),*);
+    };
+}
+
+matrix!(
+    terraform_1_0 => captf_testprovider::harness::Binary::Terraform,
+    tofu_1_10 => captf_testprovider::harness::Binary::Tofu("1.10"),
+    tofu_1_12 => captf_testprovider::harness::Binary::Tofu("1.12");
+    [
+        apply_creates_the_state_secret_and_takes_and_releases_the_lease,
+        refresh_reads_the_world_into_the_state_and_reports_the_outputs,
+        drift_is_found_from_a_real_world_change_and_none_when_nothing_changed,
+        destroy_removes_what_the_apply_made,
+        a_replace_is_blocked_with_the_plan_hash_and_the_approved_hash_applies,
+        a_different_plan_after_approval_is_plan_changed,
+        kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it_and_applies,
+        a_wrong_force_unlock_id_is_tolerated_and_the_held_lock_then_fails_the_op,
+        a_foreign_lock_fails_the_op_after_the_lock_timeout_naming_its_holder_and_is_never_unlocked,
+        sigterm_mid_apply_interrupts_terraform_once_and_it_releases_its_lock,
+        under_its_own_identity_every_step_works_and_these_are_the_calls_the_backend_makes,
+        a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs,
+        a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made,
+        a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_the_file,
+    ]
+);
+
+#[test]
+fn the_matrix_runs_every_pinned_binary() {
+    assert_eq!(TESTED, &captf_testprovider::harness::MATRIX[..]);
 }

@@ -45,6 +45,7 @@ pub mod https;
 pub mod kubelet;
 pub mod paging;
 pub mod process;
+pub mod protobuf;
 pub mod rbac;
 pub mod resources;
 pub mod runner;

@@ -440,7 +440,9 @@ fn parse_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
         .get(header::CONTENT_TYPE)
         .and_then(|v| v.to_str().ok())
         .unwrap_or("");
-    let v: Value = if ct.contains("yaml") {
+    let v: Value = if ct.starts_with(crate::protobuf::MEDIA_TYPE) {
+        crate::protobuf::decode(body).map_err(|e| ApiError::bad_request(e.to_string()))?
+    } else if ct.contains("yaml") {
         serde_yaml_ng::from_slice(body).map_err(|e| ApiError::bad_request(format!("failed to parse YAML body: {e}")))?
     } else {
         serde_json::from_slice(body).map_err(|e| ApiError::bad_request(format!("failed to parse JSON body: {e}")))?

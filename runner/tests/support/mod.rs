@@ -18,7 +18,7 @@ pub const OTHER_LOCK_ID: &str = "11111111-2222-3333-4444-555555555555";
 pub const SOURCE: &str = "git::https://example.com/modules/cluster.git?ref=v1.2.0";
 
 pub const INIT_FROM_MODULE: &str =
-    "init -input=false -no-color -from-module=git::https://example.com/modules/cluster.git?ref=v1.2.0";
+    "init -input=false -no-color -backend=false -from-module=git::https://example.com/modules/cluster.git?ref=v1.2.0";
 pub const INIT: &str = "init -input=false -no-color";
 pub const FLAGS: &str = "-lock-timeout=300s -input=false -no-color";
 
