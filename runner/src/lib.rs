@@ -76,10 +76,10 @@ enum Store {
 }
 
 impl OutputsStore for Store {
-    async fn store(&self, document: &[u8]) -> Result<(), OutputsError> {
+    async fn store(&self, document: &[u8], public: &[u8]) -> Result<(), OutputsError> {
         match self {
-            Store::File(f) => f.store(document).await,
-            Store::Secret(s) => s.store(document).await,
+            Store::File(f) => f.store(document, public).await,
+            Store::Secret(s) => s.store(document, public).await,
         }
     }
 

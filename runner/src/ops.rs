@@ -163,10 +163,13 @@ impl<S: OutputsStore> Steps<'_, S> {
     /// Read the outputs, store the full document, put the public ones in the result.
     async fn outputs(&self, phase: Phase, result: &mut RunnerResult) -> Result<(), RunnerResult> {
         let f = self.ok(phase, self.cmd.output(), Stdout::Capture).await?;
-        let outs = outputs::parse(&f.stdout).map_err(|e| failed(phase, e.to_string()))?;
+        let mut outs = outputs::parse(&f.stdout).map_err(|e| failed(phase, e.to_string()))?;
+        // Masked before anything is stored: the public copy in the store is what reaches the
+        // object's status when the outputs do not fit the result.
+        outs.mask_public(self.log().secrets());
         if !outs.is_empty() {
             self.store
-                .store(&outs.document)
+                .store(&outs.document, &outs.public_document())
                 .await
                 .map_err(|e| failed(phase, e.to_string()))?;
             self.log().note(&format!(
@@ -309,7 +312,7 @@ async fn pipeline<S: OutputsStore>(
         r.message = redact::redact(&r.message, &secrets);
         if let Some(outputs) = r.outputs.as_mut() {
             for v in outputs.values_mut() {
-                redact_json(v, &secrets);
+                redact::redact_json(v, &secrets);
             }
         }
         r
@@ -318,16 +321,6 @@ async fn pipeline<S: OutputsStore>(
         .await
         .map(mask)
         .map_err(mask)
-}
-
-/// Mask the secrets in every string of a JSON value.
-fn redact_json(v: &mut serde_json::Value, secrets: &[String]) {
-    match v {
-        serde_json::Value::String(s) => *s = redact::redact(s, secrets),
-        serde_json::Value::Array(a) => a.iter_mut().for_each(|x| redact_json(x, secrets)),
-        serde_json::Value::Object(m) => m.values_mut().for_each(|x| redact_json(x, secrets)),
-        _ => {}
-    }
 }
 
 async fn run_steps<S: OutputsStore>(
@@ -444,7 +437,7 @@ mod tests {
     struct InterruptingStore(watch::Sender<bool>);
 
     impl OutputsStore for InterruptingStore {
-        async fn store(&self, _document: &[u8]) -> Result<(), OutputsError> {
+        async fn store(&self, _document: &[u8], _public: &[u8]) -> Result<(), OutputsError> {
             self.0.send_replace(true);
             Ok(())
         }

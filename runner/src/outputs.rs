@@ -4,7 +4,10 @@
 //! values in clear, so its stdout is captured and never logged. Non-sensitive values go into the
 //! result when they fit; the whole document (sensitive ones included, with their `sensitive`
 //! flags, so a reader can tell them apart) goes to the outputs store: the Secret
-//! `captf-outputs-<suffix>` under the key [`OUTPUTS_KEY`], or a file in tests.
+//! `captf-outputs-<suffix>` under the key [`OUTPUTS_KEY`], or a file in tests. Beside it the store
+//! keeps the non-sensitive outputs masked as the result is masked (every value from a Secret, in
+//! each form: [`captf_shared::mask`]) under [`PUBLIC_OUTPUTS_KEY`]: that copy, never the raw
+//! document, is what the controller puts in `status.outputs` when they did not fit the result.
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -12,11 +15,9 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
+pub use captf_shared::protocol::{OUTPUTS_KEY, PUBLIC_OUTPUTS_KEY};
 use captf_shared::protocol::{RunnerResult, TERMINATION_MESSAGE_LIMIT};
 use serde_json::Value;
-
-/// The data key of the outputs Secret that holds the `output -json` document.
-pub const OUTPUTS_KEY: &str = "outputs.json";
 
 #[derive(Debug, thiserror::Error)]
 pub enum OutputsError {
@@ -64,6 +65,19 @@ impl Outputs {
     pub fn is_empty(&self) -> bool {
         self.public.is_empty() && self.sensitive.is_empty()
     }
+
+    /// Mask `secrets` (see [`captf_shared::mask::mask_list`]) in every string of the public
+    /// outputs.
+    pub fn mask_public(&mut self, secrets: &[String]) {
+        for v in self.public.values_mut() {
+            captf_shared::mask::redact_json(v, secrets);
+        }
+    }
+
+    /// The public outputs as the JSON object stored under [`PUBLIC_OUTPUTS_KEY`].
+    pub fn public_document(&self) -> Vec<u8> {
+        serde_json::to_vec(&self.public).unwrap_or_else(|_| b"{}".to_vec())
+    }
 }
 
 /// Put the non-sensitive outputs into the result when the whole result still fits the
@@ -87,20 +101,33 @@ pub fn attach(result: &mut RunnerResult, outputs: &Outputs) {
 
 /// Where the full outputs document goes.
 pub trait OutputsStore {
-    /// Store the `output -json` document (sensitive values included).
-    fn store(&self, document: &[u8]) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
+    /// Store the `output -json` document (sensitive values included) and the masked public
+    /// outputs ([`Outputs::public_document`]).
+    fn store(
+        &self,
+        document: &[u8],
+        public: &[u8],
+    ) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
     /// What it writes to, for messages (`Secret default/captf-outputs-x-tc`).
     fn describe(&self) -> String;
 }
 
-/// Writes the document to a file with mode 0600 (tests and local runs).
+/// Writes the document to a file with mode 0600, and the public outputs beside it (tests and
+/// local runs).
 #[derive(Clone, Debug)]
 pub struct FileStore {
     pub path: PathBuf,
 }
 
-impl OutputsStore for FileStore {
-    async fn store(&self, document: &[u8]) -> Result<(), OutputsError> {
+impl FileStore {
+    /// Where the masked public outputs go: `<path>.public`.
+    pub fn public_path(&self) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(".public");
+        PathBuf::from(p)
+    }
+
+    fn write(&self, path: &std::path::Path, bytes: &[u8]) -> Result<(), OutputsError> {
         let err = |e: std::io::Error| OutputsError::Write {
             target: self.describe(),
             why: e.to_string(),
@@ -110,11 +137,17 @@ impl OutputsStore for FileStore {
             .create(true)
             .truncate(true)
             .mode(0o600)
-            .open(&self.path)
+            .open(path)
             .map_err(err)?;
-        fs::set_permissions(&self.path, fs::Permissions::from_mode(0o600)).map_err(err)?;
-        f.write_all(document).map_err(err)?;
-        Ok(())
+        fs::set_permissions(path, fs::Permissions::from_mode(0o600)).map_err(err)?;
+        f.write_all(bytes).map_err(err)
+    }
+}
+
+impl OutputsStore for FileStore {
+    async fn store(&self, document: &[u8], public: &[u8]) -> Result<(), OutputsError> {
+        self.write(&self.path, document)?;
+        self.write(&self.public_path(), public)
     }
 
     fn describe(&self) -> String {
@@ -172,9 +205,14 @@ mod tests {
         let s = FileStore {
             path: d.path().join("outputs.json"),
         };
-        s.store(b"{\"a\":1}").await.unwrap();
+        s.store(b"{\"a\":1}", b"{}").await.unwrap();
         assert_eq!(fs::read(&s.path).unwrap(), b"{\"a\":1}");
         assert_eq!(fs::metadata(&s.path).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(fs::read(s.public_path()).unwrap(), b"{}");
+        assert_eq!(
+            fs::metadata(s.public_path()).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
     }
 
     proptest! {

@@ -13,7 +13,7 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
-use crate::outputs::{OUTPUTS_KEY, OutputsError, OutputsStore};
+use crate::outputs::{OUTPUTS_KEY, OutputsError, OutputsStore, PUBLIC_OUTPUTS_KEY};
 
 /// The field manager of the runner's server-side apply.
 pub const FIELD_MANAGER: &str = "captf-runner";
@@ -47,7 +47,7 @@ impl SecretStore {
     }
 
     /// The Secret as applied: only the fields the runner owns.
-    pub fn desired(&self, document: &[u8]) -> Secret {
+    pub fn desired(&self, document: &[u8], public: &[u8]) -> Secret {
         Secret {
             metadata: ObjectMeta {
                 name: Some(self.name.clone()),
@@ -55,10 +55,10 @@ impl SecretStore {
                 ..ObjectMeta::default()
             },
             type_: Some("Opaque".to_string()),
-            data: Some(BTreeMap::from([(
-                OUTPUTS_KEY.to_string(),
-                ByteString(document.to_vec()),
-            )])),
+            data: Some(BTreeMap::from([
+                (OUTPUTS_KEY.to_string(), ByteString(document.to_vec())),
+                (PUBLIC_OUTPUTS_KEY.to_string(), ByteString(public.to_vec())),
+            ])),
             ..Secret::default()
         }
     }
@@ -72,7 +72,7 @@ impl SecretStore {
 }
 
 impl OutputsStore for SecretStore {
-    async fn store(&self, document: &[u8]) -> Result<(), OutputsError> {
+    async fn store(&self, document: &[u8], public: &[u8]) -> Result<(), OutputsError> {
         let config = match &self.config {
             Some(c) => c.clone(),
             None => kube::Config::infer().await.map_err(|e| self.error(e))?,
@@ -80,7 +80,7 @@ impl OutputsStore for SecretStore {
         let client = Client::try_from(config).map_err(|e| self.error(e))?;
         let api: Api<Secret> = Api::namespaced(client, &self.namespace);
         let params = PatchParams::apply(FIELD_MANAGER).force();
-        api.patch(&self.name, &params, &Patch::Apply(&self.desired(document)))
+        api.patch(&self.name, &params, &Patch::Apply(&self.desired(document, public)))
             .await
             .map_err(|e| self.error(e))?;
         Ok(())
@@ -156,11 +156,11 @@ mod tests {
     #[tokio::test]
     async fn outputs_are_server_side_applied_to_the_outputs_secret() {
         let store = store_for("http://127.0.0.1:1");
-        let reply = serde_json::to_string(&store.desired(b"{}")).unwrap();
+        let reply = serde_json::to_string(&store.desired(b"{}", b"{}")).unwrap();
         let (url, server) = one_request_server("200 OK", reply).await;
         let store = store_for(&url);
         let doc = br#"{"token":{"sensitive":true,"type":"string","value":"s3cr3t"}}"#;
-        store.store(doc).await.unwrap();
+        store.store(doc, br#"{"endpoint":"10.0.0.1"}"#).await.unwrap();
         let seen = server.await.unwrap();
         let request_line = seen.head.lines().next().unwrap();
         assert!(
@@ -178,7 +178,9 @@ mod tests {
         );
         let body: Secret = serde_json::from_slice(&seen.body).unwrap();
         assert_eq!(body.metadata.name.as_deref(), Some("captf-outputs-prod-eu-tc"));
-        assert_eq!(body.data.unwrap()[OUTPUTS_KEY].0, doc.to_vec());
+        let data = body.data.unwrap();
+        assert_eq!(data[OUTPUTS_KEY].0, doc.to_vec());
+        assert_eq!(data[PUBLIC_OUTPUTS_KEY].0, br#"{"endpoint":"10.0.0.1"}"#.to_vec());
         // On the wire the value is base64, as Secret data is.
         assert!(!String::from_utf8_lossy(&seen.body).contains("s3cr3t"));
     }
@@ -189,7 +191,7 @@ mod tests {
             "message": "secrets \"captf-outputs-prod-eu-tc\" is forbidden: User \"system:serviceaccount:team-a:captf-runner\" cannot patch resource \"secrets\"",
             "reason": "Forbidden", "code": 403});
         let (url, server) = one_request_server("403 Forbidden", status.to_string()).await;
-        let err = store_for(&url).store(b"{}").await.unwrap_err().to_string();
+        let err = store_for(&url).store(b"{}", b"{}").await.unwrap_err().to_string();
         server.await.unwrap();
         assert!(
             err.starts_with("failed to write outputs to Secret team-a/captf-outputs-prod-eu-tc: "),

@@ -62,6 +62,11 @@ impl Log {
         (log, buf)
     }
 
+    /// The values this log masks.
+    pub fn secrets(&self) -> &[String] {
+        &self.secrets
+    }
+
     /// The same log, masking these values from now on.
     pub fn with_secrets(&self, secrets: Vec<String>) -> Log {
         Log {

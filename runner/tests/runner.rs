@@ -634,3 +634,74 @@ fn a_module_credentials_secret_gone_from_the_mount_fails_init_naming_the_field()
     );
     assert!(r.argv.is_empty(), "nothing ran: {:?}", r.argv);
 }
+
+/// An SSH key as a Secret holds it: several lines.
+const SSH_KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----
+b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW
+QyNTUxOQAAACDkY2FwdGYtdGVzdC1rZXktbm90LWEtcmVhbC1vbmUtYXQtYWxsAAAAmLk
+-----END OPENSSH PRIVATE KEY-----
+";
+
+#[test]
+fn every_line_of_a_multi_line_secret_is_masked_in_the_log_and_the_termination_message() {
+    // Terraform quotes the value in an error box: each line of it after a "│ " prefix, so the
+    // value never appears whole.
+    let boxed: String = SSH_KEY.lines().map(|l| format!("│   {l}\n")).collect();
+    let message = format!("│ Error: Invalid SSH key\n│\n{boxed}│\n");
+    let mut c = Case::new("apply");
+    c.set("FAKE_FAIL_ON", "plan")
+        .set("FAKE_FAIL_MESSAGE", &message)
+        .set("CAPTF_SENSITIVE_ENV", "TF_VAR_ssh_key")
+        .set("TF_VAR_ssh_key", SSH_KEY);
+    let r = c.run();
+    assert_eq!(r.result.result, RunResult::Failed, "{}", r.termination_log);
+    assert!(r.result.message.contains("Invalid SSH key"), "{}", r.result.message);
+    for line in SSH_KEY.lines() {
+        for (what, text) in [
+            ("termination message", &r.termination_log),
+            ("stdout", &r.stdout),
+            ("stderr", &r.stderr),
+        ] {
+            assert!(!text.contains(line), "{line} in the {what}:\n{text}");
+        }
+    }
+    assert!(r.result.message.contains("***"), "{}", r.result.message);
+}
+
+#[test]
+fn outputs_too_large_for_the_result_leave_a_masked_public_copy_beside_the_raw_document() {
+    use base64::Engine as _;
+    let mut c = Case::new("apply");
+    let url = format!("postgres://app:{SECRET_VAR}@db.internal:5432/app");
+    c.outputs(&json!({
+        "db_url": {"sensitive": false, "type": "string", "value": url},
+        "motd": {"sensitive": false, "type": "string", "value": format!("key:\n{SSH_KEY}")},
+        "encoded": {"sensitive": false, "type": "string",
+            "value": base64::engine::general_purpose::STANDARD.encode(format!("app:{SECRET_VAR}"))},
+        "big": {"sensitive": false, "type": "string", "value": "x".repeat(6000)},
+    }))
+    .set("CAPTF_SENSITIVE_VARIABLES", "password")
+    .set("CAPTF_SENSITIVE_ENV", "TF_VAR_ssh_key")
+    .set("TF_VAR_ssh_key", SSH_KEY);
+    let r = c.run();
+    assert_eq!(r.code, Some(0), "{}{}", r.stdout, r.stderr);
+    assert!(r.result.outputs_in_secret);
+    assert_no_secrets(&r);
+    // The raw document keeps what Terraform printed; the public copy is masked.
+    let raw = fs::read_to_string(c.path("outputs.json")).unwrap();
+    assert!(raw.contains(SECRET_VAR));
+    let public: Value = serde_json::from_str(&fs::read_to_string(c.path("outputs.json.public")).unwrap()).unwrap();
+    assert_eq!(public["db_url"], json!("postgres://app:***@db.internal:5432/app"));
+    let text = public.to_string();
+    assert!(!text.contains(SECRET_VAR), "{text}");
+    for line in SSH_KEY.lines() {
+        assert!(!text.contains(line), "{line} in {text}");
+    }
+    assert!(
+        !public["encoded"]
+            .as_str()
+            .unwrap()
+            .contains(&base64::engine::general_purpose::STANDARD.encode(format!("app:{SECRET_VAR}"))[4..20])
+    );
+    assert_eq!(public["big"], json!("x".repeat(6000)));
+}

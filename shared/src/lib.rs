@@ -18,6 +18,7 @@
 //! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads) |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`protocol`] | the runner's result JSON and exit codes |
+//! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset) in text |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
 pub mod conditions;
@@ -28,6 +29,7 @@ pub mod fuzzing;
 pub mod inputs;
 pub mod keys;
 pub mod kind;
+pub mod mask;
 pub mod module_credentials;
 pub mod names;
 pub mod pod;

@@ -181,10 +181,19 @@ pub struct RunnerResult {
     /// Non-sensitive outputs, when they fit.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub outputs: Option<BTreeMap<String, serde_json::Value>>,
-    /// True when the outputs did not fit and are in the Secret `captf-outputs-<suffix>`.
+    /// True when the outputs did not fit and are in the Secret `captf-outputs-<suffix>` (the
+    /// masked copy under [`PUBLIC_OUTPUTS_KEY`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outputs_in_secret: bool,
 }
+
+/// The data key of the outputs Secret that holds the `output -json` document as Terraform printed
+/// it (sensitive values included, with their `sensitive` flags).
+pub const OUTPUTS_KEY: &str = "outputs.json";
+/// The data key of the outputs Secret that holds the non-sensitive outputs (name → value) masked
+/// as the runner masks its result: what may reach `status.outputs` when they did not fit the
+/// result.
+pub const PUBLIC_OUTPUTS_KEY: &str = "public-outputs.json";
 
 #[derive(Debug, thiserror::Error)]
 #[error("termination message is not a runner result: {0}")]

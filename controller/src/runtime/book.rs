@@ -82,30 +82,87 @@ pub fn failure_domains_from_output(value: &Value) -> Option<Vec<NamedFailureDoma
     Some(domains.into_values().take(MAX_FAILURE_DOMAINS).collect())
 }
 
-/// The data key of the runner's outputs Secret `captf-outputs-<suffix>` (runner/src/outputs.rs).
-pub const OUTPUTS_SECRET_KEY: &str = "outputs.json";
+/// The data keys of the runner's outputs Secret `captf-outputs-<suffix>` (runner/src/outputs.rs):
+/// the raw `output -json` document, and the public outputs the runner masked.
+pub use captf_shared::protocol::{OUTPUTS_KEY as OUTPUTS_SECRET_KEY, PUBLIC_OUTPUTS_KEY};
 /// `status.outputs` holds at most this much JSON (docs/api.md).
 pub const MAX_STATUS_OUTPUTS_BYTES: usize = 64 * 1024;
 
-/// The non-sensitive outputs of a `tofu output -json` document (`{"name": {"sensitive",
-/// "value"}}`; an output without a `sensitive` flag counts as sensitive), by name, as many as
-/// fit in [`MAX_STATUS_OUTPUTS_BYTES`] (PURE).
-pub fn outputs_from_doc(doc: &Value) -> BTreeMap<String, Value> {
+/// As many of `outputs` as fit in [`MAX_STATUS_OUTPUTS_BYTES`], in name order (PURE).
+fn fitting(outputs: impl IntoIterator<Item = (String, Value)>) -> BTreeMap<String, Value> {
     let mut out = BTreeMap::new();
     let mut size = 2usize;
-    for (name, entry) in doc.as_object().into_iter().flatten() {
-        if entry.get("sensitive").and_then(Value::as_bool).unwrap_or(true) {
-            continue;
-        }
-        let Some(value) = entry.get("value") else { continue };
+    for (name, value) in outputs {
         let len = name.len() + value.to_string().len() + 4;
         if size + len > MAX_STATUS_OUTPUTS_BYTES {
             continue;
         }
         size += len;
-        out.insert(name.clone(), value.clone());
+        out.insert(name, value);
     }
     out
+}
+
+/// The non-sensitive outputs of a `tofu output -json` document (`{"name": {"sensitive",
+/// "value"}}`; an output without a `sensitive` flag counts as sensitive), by name, as many as
+/// fit in [`MAX_STATUS_OUTPUTS_BYTES`], with every value of a sensitive output masked in them in
+/// each form it may take ([`captf_shared::mask`]): a public output built from a sensitive one
+/// (`postgres://app:<password>@host`) never carries it into the status (PURE).
+pub fn outputs_from_doc(doc: &Value) -> BTreeMap<String, Value> {
+    let secrets = sensitive_values(doc);
+    let entries = doc.as_object().into_iter().flatten();
+    fitting(entries.filter(|(_, e)| !is_sensitive(e)).filter_map(|(name, e)| {
+        let mut value = e.get("value")?.clone();
+        captf_shared::mask::redact_json(&mut value, &secrets);
+        Some((name.clone(), value))
+    }))
+}
+
+/// The public outputs the controller puts in the status from the outputs Secret's data (PURE):
+/// the runner's masked copy ([`PUBLIC_OUTPUTS_KEY`], masked like its result: every value from a
+/// Secret) when there is one; else, from a runner that wrote none, the raw document read with
+/// [`outputs_from_doc`] (sensitive outputs' values masked). `None` when neither parses.
+pub fn status_outputs(data: &BTreeMap<String, k8s_openapi::ByteString>) -> Option<BTreeMap<String, Value>> {
+    if let Some(public) = data.get(PUBLIC_OUTPUTS_KEY)
+        && let Ok(map) = serde_json::from_slice::<BTreeMap<String, Value>>(&public.0)
+    {
+        // The raw document's sensitive values are masked in it too, for a runner that knew
+        // fewer secrets than the document holds.
+        let masked = data
+            .get(OUTPUTS_SECRET_KEY)
+            .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok())
+            .map(|doc| {
+                let secrets = sensitive_values(&doc);
+                map.iter()
+                    .map(|(k, v)| {
+                        let mut v = v.clone();
+                        captf_shared::mask::redact_json(&mut v, &secrets);
+                        (k.clone(), v)
+                    })
+                    .collect::<Vec<_>>()
+            })
+            .unwrap_or_else(|| map.clone().into_iter().collect());
+        return Some(fitting(masked));
+    }
+    let doc = serde_json::from_slice::<Value>(&data.get(OUTPUTS_SECRET_KEY)?.0).ok()?;
+    Some(outputs_from_doc(&doc))
+}
+
+/// Whether an `output -json` entry is sensitive (no flag: it is).
+fn is_sensitive(entry: &Value) -> bool {
+    entry.get("sensitive").and_then(Value::as_bool).unwrap_or(true)
+}
+
+/// Every form of every value of the document's sensitive outputs (PURE).
+fn sensitive_values(doc: &Value) -> Vec<String> {
+    captf_shared::mask::mask_list(
+        doc.as_object()
+            .into_iter()
+            .flatten()
+            .filter(|(_, e)| is_sensitive(e))
+            .filter_map(|(_, e)| e.get("value"))
+            .flat_map(captf_shared::mask::value_strings),
+    )
 }
 
 /// What booking one Job changes in the status (PURE). `applied` is the inputs hash of a
@@ -371,10 +428,7 @@ async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome
     {
         let name = names::outputs_secret_name(&id.suffix);
         let secret = super::gather::secret(&ctx.client, &id.namespace, &name).await?;
-        let doc = secret
-            .and_then(|s| s.data?.get(OUTPUTS_SECRET_KEY).cloned())
-            .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
-        result.outputs = doc.as_ref().map(outputs_from_doc);
+        result.outputs = secret.and_then(|s| s.data).as_ref().and_then(status_outputs);
     }
     Ok(())
 }
@@ -638,6 +692,54 @@ mod tests {
         });
         let o = outputs_from_doc(&doc);
         assert_eq!(o, BTreeMap::from([("host".to_string(), json!("10.0.0.1"))]));
+    }
+
+    #[test]
+    fn a_public_output_built_from_a_sensitive_one_reaches_the_status_masked() {
+        let doc = json!({
+            "db_password": {"sensitive": true, "type": "string", "value": "Tr0ub4dor&3-horse"},
+            "db_url": {"sensitive": false, "type": "string",
+                "value": "postgres://app:Tr0ub4dor&3-horse@db.internal:5432/app"},
+            "key": {"sensitive": true, "type": "string", "value": "-----BEGIN KEY-----\nAAAAB3NzaC1yc2EAAAADAQAB\n-----END KEY-----\n"},
+            "banner": {"sensitive": false, "type": ["list", "string"], "value": ["  AAAAB3NzaC1yc2EAAAADAQAB", "ok"]},
+        });
+        let o = outputs_from_doc(&doc);
+        assert_eq!(o["db_url"], json!("postgres://app:***@db.internal:5432/app"));
+        assert_eq!(o["banner"], json!(["  ***", "ok"]));
+        assert!(!o.contains_key("db_password") && !o.contains_key("key"));
+    }
+
+    #[test]
+    fn the_runners_masked_copy_is_what_reaches_the_status_and_the_raw_document_only_without_it() {
+        use k8s_openapi::ByteString;
+        let raw = json!({
+            "password": {"sensitive": true, "type": "string", "value": "hunter2-hunter2"},
+            "url": {"sensitive": false, "type": "string", "value": "https://u:from-a-secret-var@h/"},
+            "echo": {"sensitive": false, "type": "string", "value": "pw=hunter2-hunter2"},
+        });
+        // The runner masked the value it knew from a Secret; the raw document still holds it.
+        let public = json!({"url": "https://u:***@h/", "echo": "pw=hunter2-hunter2"});
+        let data = BTreeMap::from([
+            (OUTPUTS_SECRET_KEY.to_string(), ByteString(raw.to_string().into_bytes())),
+            (
+                PUBLIC_OUTPUTS_KEY.to_string(),
+                ByteString(public.to_string().into_bytes()),
+            ),
+        ]);
+        let o = status_outputs(&data).unwrap();
+        assert_eq!(o["url"], json!("https://u:***@h/"));
+        assert_eq!(
+            o["echo"],
+            json!("pw=***"),
+            "sensitive outputs are masked in the copy too"
+        );
+        // An older runner wrote no copy: the raw document, sensitive outputs' values masked
+        // (the values from Secrets are the runner's to know: only its copy masks those).
+        let old = BTreeMap::from([(OUTPUTS_SECRET_KEY.to_string(), ByteString(raw.to_string().into_bytes()))]);
+        let o = status_outputs(&old).unwrap();
+        assert_eq!(o["echo"], json!("pw=***"));
+        assert_eq!(o["url"], json!("https://u:from-a-secret-var@h/"));
+        assert_eq!(status_outputs(&BTreeMap::new()), None);
     }
 
     #[test]
