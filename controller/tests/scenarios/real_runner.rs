@@ -59,6 +59,46 @@ output "control_plane_endpoint" {
 }
 "#;
 
+/// A module that renders a Secret's multi-line value (an SSH key) into a thing's content, so
+/// Terraform prints it in the plan as a heredoc, one line at a time, and builds a public output
+/// from a Secret's password; `padding` makes the outputs too large for the runner's result, so
+/// the controller reads them back from the outputs Secret.
+const SECRETS_MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "ssh_key" {
+  type = string
+}
+
+variable "password" {
+  type = string
+}
+
+resource "captftest_thing" "main" {
+  name    = var.name
+  content = var.ssh_key
+}
+
+output "control_plane_endpoint" {
+  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
+}
+
+output "db_url" {
+  value = "postgres://app:${var.password}@db.internal:5432/app"
+}
+
+output "padding" {
+  value = join("", [for i in range(600) : "padding-"])
+}
+"#;
+
 macro_rules! require_namespaces {
     () => {
         if let Some(why) = captf_sim::process::namespaces_unavailable() {
@@ -93,7 +133,14 @@ impl Real {
             .process_image(args().runner_image, image)
             .process_root(base.join("kubelet"));
         let env = Env::with_args(builder, a).await?;
-        let modules = ModuleServer::start(vec![("thing.tar.gz".into(), tar_gz(&base.join("module"), MODULE)?)]).await?;
+        let modules = ModuleServer::start(vec![
+            ("thing.tar.gz".into(), tar_gz(&base.join("module"), MODULE)?),
+            (
+                "secrets.tar.gz".into(),
+                tar_gz(&base.join("secrets-module"), SECRETS_MODULE)?,
+            ),
+        ])
+        .await?;
         Ok(Real {
             env,
             modules,
@@ -701,5 +748,72 @@ async fn real_runner_a_lock_left_on_a_state_never_written_is_released_before_ini
     real.booked(job_name(&j2), "succeeded").await?;
     assert!(env.lease_holder("lock-tfstate-default-prod-eu-tc")?.is_null());
     assert_eq!(real.content("a").as_deref(), Some("one"));
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_runner_a_multi_line_key_and_a_password_in_a_url_reach_no_log_termination_message_status_or_event()
+-> Result<()> {
+    require_namespaces!();
+    let mut a = args();
+    a.allow_env_from_secrets = true;
+    let real = Real::start_with(&a).await?;
+    let env = &real.env;
+    const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\n\
+        b3BlbnNzaC1rZXktdjEAAAAABG5vbmUAAAAEbm9uZQAAAAAAAAABAAAAMwAAAAtzc2gtZW\n\
+        QyNTUxOQAAACDkY2FwdGYtdGVzdC1rZXktbm90LWEtcmVhbC1vbmUtYXQtYWxsAAAAmLk\n\
+        -----END OPENSSH PRIVATE KEY-----\n";
+    const PASSWORD: &str = "Tr0ub4dor-and-3-horses";
+    env.sim.put(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "tf-secrets", "namespace": NS},
+        "stringData": {"ssh_key": KEY, "password": PASSWORD}}))?;
+    let mut spec = json!({"module": {"source": real.modules.url("secrets.tar.gz")}, "variables": {"name": "a"}});
+    spec["jobs"] = json!({"envFrom": [{"prefix": "TF_VAR_", "secretRef": {"name": "tf-secrets"}}]});
+    let job = env.create_cluster("prod-eu", spec).await?;
+    let name = job_name(&job).to_string();
+    real.booked(&name, "succeeded").await?;
+    // Terraform got both: the thing holds the key.
+    assert_eq!(real.content("a").as_deref(), Some(KEY));
+    let c = real
+        .until("status.outputs", |e| {
+            let c = e.cluster("prod-eu");
+            c.pointer("/status/outputs/db_url").is_some().then_some(c)
+        })
+        .await?;
+    assert_eq!(
+        c.pointer("/status/outputs/db_url"),
+        Some(&json!("postgres://app:***@db.internal:5432/app")),
+        "read back from the outputs Secret, masked"
+    );
+    let pod = env.sim.pods_of_job(NS, &name)?;
+    let pod_name = pod[0].metadata.name.clone().unwrap_or_default();
+    let pods: kube::Api<k8s_openapi::api::core::v1::Pod> = env.api()?;
+    let log = pods.logs(&pod_name, &Default::default()).await?;
+    assert!(log.contains("+ content") && log.contains("***"), "{log}");
+    let termination = env
+        .sim
+        .get("/pods", NS, &pod_name)
+        .and_then(|p| {
+            p.pointer("/status/containerStatuses/0/state/terminated/message")
+                .cloned()
+        })
+        .context("the termination message")?;
+    assert!(
+        termination.as_str().is_some_and(|t| t.contains("outputsInSecret")),
+        "{termination}"
+    );
+    let events = serde_json::to_string(&env.sim.events(NS))?;
+    let status = c["status"].to_string();
+    let needles: Vec<&str> = KEY.lines().map(str::trim).chain([PASSWORD]).collect();
+    for (what, text) in [
+        ("the pod log", log.as_str()),
+        ("the termination message", termination.as_str().unwrap_or_default()),
+        ("the status", status.as_str()),
+        ("the events", events.as_str()),
+    ] {
+        for needle in &needles {
+            assert!(!text.contains(needle), "{needle:?} in {what}:\n{text}");
+        }
+    }
     Ok(())
 }
