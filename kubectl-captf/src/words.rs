@@ -17,6 +17,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::PolicyViolation => {
             "the spec chooses a runner image, service account or Secret read the controller's tenant policy does not allow"
         }
+        Reason::ForbiddenReference => {
+            "the spec names a Secret that is CAPTF's own (another object's state, inputs or outputs), which no spec may read"
+        }
         Reason::RunnerConfigUnavailable => {
             "the ConfigMap holding the runner's Terraform CLI configuration, or its key, is missing from the namespace"
         }
@@ -238,6 +241,11 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
             "{}: {}",
             reason_words(w.reason),
             s.policy_violation.as_deref().unwrap_or("?")
+        ),
+        Decision::Wait(w) if w.reason == Reason::ForbiddenReference => format!(
+            "{}: {}",
+            reason_words(w.reason),
+            s.forbidden_reference.as_deref().unwrap_or("?")
         ),
         Decision::Wait(w) if w.reason == Reason::RunnerConfigUnavailable => format!(
             "{}: {}",

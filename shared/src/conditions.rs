@@ -28,6 +28,9 @@ pub mod reason {
     /// What the runner pods mount from the object's namespace is missing (the Terraform CLI
     /// configuration's ConfigMap or its key; no Job starts).
     pub const RUNNER_CONFIG_UNAVAILABLE: &str = "RunnerConfigUnavailable";
+    /// The spec names a Secret that is CAPTF's own (another object's state, inputs or outputs),
+    /// by its name or by what it carries (no Job starts).
+    pub const FORBIDDEN_REFERENCE: &str = "ForbiddenReference";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     pub const PROVISIONED: &str = "Provisioned";

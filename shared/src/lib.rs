@@ -16,6 +16,7 @@
 //! | [`module_credentials`] | the module credentials Secret: its keys and when it is usable |
 //! | [`pod`] | the runner pod's own volumes, mount paths, labels and annotations |
 //! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads) |
+//! | [`references`] | the Secrets a spec names, and the rule that none is CAPTF's own |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset) in text |
@@ -35,6 +36,7 @@ pub mod names;
 pub mod pod;
 pub mod policy;
 pub mod protocol;
+pub mod references;
 pub mod runner_identity;
 pub mod types;
 pub mod validation;

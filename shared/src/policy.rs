@@ -8,11 +8,16 @@
 //! - `spec.jobs.serviceAccountName`: which rights that code has;
 //! - `spec.jobs.env[].valueFrom.secretKeyRef`, `spec.jobs.envFrom[].secretRef`,
 //!   `spec.jobs.volumes[].secret` and `spec.jobs.volumes[].projected.sources[].secret`: which
-//!   Secrets of the namespace it reads (one switch, `env_from_secrets`, for all of them).
+//!   Secrets of the namespace it reads (one switch, `env_from_secrets`, for all of them);
+//! - `spec.variablesFrom[].secretRef`: which Secrets the controller copies into the object's
+//!   inputs for it (`variables_from_secrets`).
+//!
+//! Whatever the policy, no reference may name a Secret that is CAPTF's own
+//! ([`crate::references`]).
 
 use std::fmt;
 
-use crate::types::{CaptfObject, TerraformSpec};
+use crate::types::{CaptfObject, JobsSpec, TerraformSpec};
 
 /// The platform team's limits on what a spec may choose.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -25,6 +30,17 @@ pub struct TenantPolicy {
     /// Whether the runner pod may read Secrets the spec names: `spec.jobs.env[].valueFrom.secretKeyRef`,
     /// `spec.jobs.envFrom[].secretRef`, `spec.jobs.volumes[].secret` and projected Secret sources.
     pub env_from_secrets: bool,
+    /// Whether `spec.variablesFrom[].secretRef` may name Secrets (the controller reads them and
+    /// writes their values into the object's inputs, which the runner reads).
+    pub variables_from_secrets: bool,
+    /// Names `spec.jobs.priorityClassName` may be; `*` allows any. Empty: it may not be set.
+    /// Whatever this says, `system-` classes (`system-node-critical`, `system-cluster-critical`)
+    /// are refused: they let a runner preempt or outlast the node's own critical pods.
+    pub priority_classes: Vec<String>,
+    /// Whether runner pods may be placed on control-plane nodes: tolerations of the
+    /// control-plane taints or of every taint (an empty key with `Exists`), and node selectors or
+    /// node affinity choosing control-plane nodes.
+    pub control_plane_placement: bool,
 }
 
 impl TenantPolicy {
@@ -35,16 +51,23 @@ impl TenantPolicy {
             runner_image_prefixes: vec!["*".into()],
             runner_service_accounts: vec!["*".into()],
             env_from_secrets: true,
+            variables_from_secrets: true,
+            priority_classes: vec!["*".into()],
+            control_plane_placement: true,
         }
     }
 
     /// Only the given runner image and runner ServiceAccount (which the controller uses when the
-    /// spec leaves them unset) may be named; env may read Secrets.
+    /// spec leaves them unset) may be named; env and `variablesFrom` may read Secrets; any
+    /// priority class but the `system-` ones; no control-plane placement.
     pub fn only_defaults(runner_image: &str, runner_service_account: &str) -> Self {
         TenantPolicy {
             runner_image_prefixes: vec![runner_image.to_string()],
             runner_service_accounts: vec![runner_service_account.to_string()],
             env_from_secrets: true,
+            variables_from_secrets: true,
+            priority_classes: vec!["*".into()],
+            control_plane_placement: false,
         }
     }
 
@@ -52,6 +75,19 @@ impl TenantPolicy {
     /// or `spec.template.spec` for a template).
     pub fn check_spec(&self, spec: &TerraformSpec, prefix: &str) -> Vec<Violation> {
         let mut out = vec![];
+        if !self.variables_from_secrets {
+            for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
+                if let Some(r) = &entry.secret_ref {
+                    out.push(Violation {
+                        field: format!("{prefix}.variablesFrom[{i}].secretRef"),
+                        message: format!(
+                            "reads Secret {:?} into the inputs, and the policy allows no variables from Secrets (a configMapRef may be used)",
+                            r.name
+                        ),
+                    });
+                }
+            }
+        }
         let Some(jobs) = &spec.jobs else { return out };
         if let Some(image) = &jobs.image
             && !image_allowed(&self.runner_image_prefixes, image)
@@ -94,6 +130,7 @@ impl TenantPolicy {
                 ),
             });
         }
+        self.check_placement(jobs, prefix, &mut out);
         if !self.env_from_secrets {
             for (i, e) in jobs.env.iter().flatten().enumerate() {
                 if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
@@ -149,6 +186,90 @@ impl TenantPolicy {
         out
     }
 
+    /// Where the runner pods may run and what they may preempt: `priorityClassName`,
+    /// `tolerations`, `nodeSelector` and node affinity.
+    fn check_placement(&self, jobs: &JobsSpec, prefix: &str, out: &mut Vec<Violation>) {
+        if let Some(pc) = &jobs.priority_class_name {
+            let field = format!("{prefix}.jobs.priorityClassName");
+            if pc.starts_with(SYSTEM_PRIORITY_CLASS_PREFIX) {
+                out.push(Violation {
+                    field,
+                    message: format!(
+                        "priority class {pc:?} is reserved: {SYSTEM_PRIORITY_CLASS_PREFIX}* classes are for the cluster's critical pods, which a runner could preempt"
+                    ),
+                });
+            } else if !self.priority_classes.iter().any(|a| a == "*" || a == pc) {
+                out.push(Violation {
+                    field,
+                    message: format!(
+                        "priority class {pc:?} is outside the runner priority class policy ({})",
+                        describe(&self.priority_classes, "no priority class may be set")
+                    ),
+                });
+            }
+        }
+        if self.control_plane_placement {
+            return;
+        }
+        const WHY: &str = "and the policy allows no runner pods on control-plane nodes";
+        for (i, t) in jobs.tolerations.iter().flatten().enumerate() {
+            let key = t.key.as_deref().unwrap_or_default();
+            let field = format!("{prefix}.jobs.tolerations[{i}]");
+            if key.is_empty() && t.operator.as_deref() == Some("Exists") {
+                out.push(Violation {
+                    field,
+                    message: format!(
+                        "an empty key with operator Exists tolerates every taint, the control plane's included, {WHY}"
+                    ),
+                });
+            } else if CONTROL_PLANE_NODE_KEYS.contains(&key) {
+                out.push(Violation {
+                    field,
+                    message: format!("tolerates the control-plane taint {key:?}, {WHY}"),
+                });
+            }
+        }
+        for key in jobs.node_selector.iter().flatten().map(|(k, _)| k) {
+            if CONTROL_PLANE_NODE_KEYS.contains(&key.as_str()) {
+                out.push(Violation {
+                    field: format!("{prefix}.jobs.nodeSelector[{key}]"),
+                    message: format!("selects control-plane nodes, {WHY}"),
+                });
+            }
+        }
+        let node_affinity = jobs.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let required = node_affinity
+            .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
+            .map(|r| r.node_selector_terms.iter().collect::<Vec<_>>())
+            .unwrap_or_default();
+        let preferred = node_affinity
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
+            .map(|p| p.iter().map(|t| &t.preference).collect::<Vec<_>>())
+            .unwrap_or_default();
+        let terms = required
+            .into_iter()
+            .map(|t| ("requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", t))
+            .chain(
+                preferred
+                    .into_iter()
+                    .map(|t| ("preferredDuringSchedulingIgnoredDuringExecution.preference", t)),
+            );
+        let mut counters = std::collections::BTreeMap::new();
+        for (path, term) in terms {
+            let n = counters.entry(path).or_insert(0usize);
+            let at = *n;
+            *n += 1;
+            for (j, e) in term.match_expressions.iter().flatten().enumerate() {
+                if CONTROL_PLANE_NODE_KEYS.contains(&e.key.as_str()) && matches!(e.operator.as_str(), "In" | "Exists") {
+                    out.push(Violation {
+                        field: format!("{prefix}.jobs.affinity.nodeAffinity.{path}[{at}].matchExpressions[{j}]"),
+                        message: format!("selects control-plane nodes ({} {}), {WHY}", e.key, e.operator),
+                    });
+                }
+            }
+        }
+    }
+
     /// [`TenantPolicy::check_spec`] of an object's Terraform spec.
     pub fn check(&self, object: &CaptfObject) -> Vec<Violation> {
         self.check_spec(object.terraform_spec(), object.spec_path())
@@ -158,6 +279,16 @@ impl TenantPolicy {
 /// The prefix of each object's own runner ServiceAccount (`captf-runner-<suffix>`), which no
 /// spec may name.
 pub const OWN_RUNNER_ACCOUNT_PREFIX: &str = "captf-runner-";
+
+/// Priority classes with this prefix are the cluster's own (`system-node-critical`,
+/// `system-cluster-critical`); no spec may name one.
+pub const SYSTEM_PRIORITY_CLASS_PREFIX: &str = "system-";
+
+/// The node label and taint keys of control-plane nodes (kubeadm's, and the older `master`).
+pub const CONTROL_PLANE_NODE_KEYS: [&str; 2] = [
+    "node-role.kubernetes.io/control-plane",
+    "node-role.kubernetes.io/master",
+];
 
 /// One way a spec leaves the policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -431,11 +562,134 @@ mod tests {
     }
 
     #[test]
+    fn variables_from_a_secret_is_refused_when_the_policy_forbids_it_and_a_config_map_never() {
+        use crate::types::{VariablesFrom, VariablesRef};
+        let s = TerraformSpec {
+            variables_from: Some(vec![
+                VariablesFrom {
+                    config_map_ref: Some(VariablesRef {
+                        name: "settings".into(),
+                        key: None,
+                    }),
+                    secret_ref: None,
+                },
+                VariablesFrom {
+                    secret_ref: Some(VariablesRef {
+                        name: "other-teams-secret".into(),
+                        key: None,
+                    }),
+                    config_map_ref: None,
+                },
+            ]),
+            ..TerraformSpec::default()
+        };
+        let p = TenantPolicy {
+            variables_from_secrets: false,
+            ..policy()
+        };
+        let v = p.check_spec(&s, "spec.template.spec");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.template.spec.variablesFrom[1].secretRef");
+        assert!(v[0].message.contains("other-teams-secret"), "{}", v[0]);
+        assert!(policy().check_spec(&s, "spec").is_empty(), "allowed by default");
+        let env_only = TenantPolicy {
+            env_from_secrets: false,
+            ..policy()
+        };
+        assert!(
+            env_only.check_spec(&s, "spec").is_empty(),
+            "the env switch does not cover variablesFrom: each has its own"
+        );
+    }
+
+    fn jobs(json: serde_json::Value) -> TerraformSpec {
+        spec(serde_json::from_value(json).unwrap())
+    }
+
+    #[test]
+    fn system_priority_classes_are_refused_whatever_the_policy_and_others_by_the_list() {
+        let critical = jobs(serde_json::json!({"priorityClassName": "system-node-critical"}));
+        for p in [policy(), TenantPolicy::unrestricted()] {
+            let v = p.check_spec(&critical, "spec");
+            assert_eq!(v.len(), 1, "{v:?}");
+            assert_eq!(v[0].field, "spec.jobs.priorityClassName");
+            assert!(v[0].message.contains("reserved"), "{}", v[0]);
+        }
+        let batch = jobs(serde_json::json!({"priorityClassName": "batch-low"}));
+        assert!(
+            policy().check_spec(&batch, "spec").is_empty(),
+            "any other class by default"
+        );
+        let listed = TenantPolicy {
+            priority_classes: vec!["infra-high".into()],
+            ..policy()
+        };
+        let v = listed.check_spec(&batch, "spec");
+        assert!(v[0].message.contains("allowed: infra-high"), "{}", v[0]);
+        let none = TenantPolicy {
+            priority_classes: vec![],
+            ..policy()
+        };
+        assert!(
+            none.check_spec(&batch, "spec")[0]
+                .message
+                .contains("no priority class may be set")
+        );
+    }
+
+    #[test]
+    fn tolerating_every_taint_or_choosing_control_plane_nodes_is_refused_unless_the_policy_allows_it() {
+        let s = jobs(serde_json::json!({
+            "tolerations": [
+                {"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"},
+                {"operator": "Exists"},
+                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+                {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+            ],
+            "nodeSelector": {"kubernetes.io/os": "linux", "node-role.kubernetes.io/control-plane": ""},
+            "affinity": {"nodeAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
+                        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
+                    ]},
+                ]},
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "preference": {"matchExpressions": [
+                        {"key": "node-role.kubernetes.io/master", "operator": "In", "values": [""]},
+                    ]}},
+                ],
+            }},
+        }));
+        let fields: Vec<String> = policy().check_spec(&s, "spec").into_iter().map(|v| v.field).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.jobs.tolerations[1]",
+                "spec.jobs.tolerations[2]",
+                "spec.jobs.tolerations[3]",
+                "spec.jobs.nodeSelector[node-role.kubernetes.io/control-plane]",
+                "spec.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1]",
+                "spec.jobs.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution.preference[0].matchExpressions[0]",
+            ],
+            "a dedicated-node toleration, an OS selector and steering away from the control plane are fine"
+        );
+        let allowed = TenantPolicy {
+            control_plane_placement: true,
+            ..policy()
+        };
+        assert!(allowed.check_spec(&s, "spec").is_empty());
+    }
+
+    #[test]
     fn the_message_joins_every_violation_with_its_field() {
         let p = TenantPolicy {
             runner_image_prefixes: vec![],
             runner_service_accounts: vec![],
             env_from_secrets: false,
+            variables_from_secrets: false,
+            priority_classes: vec![],
+            control_plane_placement: false,
         };
         let mut s = secret_env();
         if let Some(j) = s.jobs.as_mut() {

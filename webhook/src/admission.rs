@@ -10,6 +10,7 @@ use std::borrow::Cow;
 use base64::Engine as _;
 use captf_shared::defaults::apply_defaults;
 use captf_shared::policy::{self, TenantPolicy, Violation};
+use captf_shared::references::{self, ForbiddenReference};
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
@@ -784,8 +785,13 @@ fn validate(
         None => validate_create(&new),
     };
     let violations = policy.check(&new);
+    // The webhook reads no Secrets: it refuses CAPTF's Secrets by name; the controller checks
+    // what the named Secrets carry before every Job.
+    let forbidden = references::forbidden_references(new.terraform_spec(), new.spec_path(), |_| None);
     let mut d = if !report.is_valid() {
         deny(&report)
+    } else if !forbidden.is_empty() {
+        deny_forbidden(&forbidden)
     } else if !violations.is_empty() {
         deny_by_policy(&violations)
     } else {
@@ -984,6 +990,19 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
 /// (bounded like every other denial).
 fn deny_by_policy(violations: &[Violation]) -> Decision {
     let message = format!("outside the tenant policy: {}", policy::message(violations));
+    let message = captf_shared::validation::cut_to_bytes(&message, MAX_MESSAGE_BYTES);
+    Decision {
+        allowed: false,
+        status: Status::failure(&message, "Forbidden").with_code(403),
+        warnings: Vec::new(),
+        patch: None,
+        result: ResultLabel::Denied,
+    }
+}
+
+/// A spec that names CAPTF's own Secrets: 403, naming each field and Secret (bounded).
+fn deny_forbidden(forbidden: &[ForbiddenReference]) -> Decision {
+    let message = format!("names CAPTF's own Secrets: {}", references::message(forbidden));
     let message = captf_shared::validation::cut_to_bytes(&message, MAX_MESSAGE_BYTES);
     Decision {
         allowed: false,

@@ -149,6 +149,23 @@ pub struct PolicyArgs {
     /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
     #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub allow_env_from_secrets: bool,
+    /// Whether spec.variablesFrom may name Secrets (secretRef), which the controller copies into
+    /// the object's inputs.
+    #[arg(long, env = "CAPTF_ALLOW_VARIABLES_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_variables_from_secrets: bool,
+    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). `system-` classes are
+    /// refused whatever this says.
+    #[arg(
+        long,
+        env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub allowed_runner_priority_classes: Vec<String>,
+    /// Whether runner pods may be placed on control-plane nodes (tolerations of the control-plane
+    /// taints or of every taint, control-plane node selectors and node affinity).
+    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CONTROL_PLANE_PLACEMENT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_runner_control_plane_placement: bool,
 }
 
 impl PolicyArgs {
@@ -167,6 +184,14 @@ impl PolicyArgs {
                 .cloned()
                 .collect(),
             env_from_secrets: self.allow_env_from_secrets,
+            variables_from_secrets: self.allow_variables_from_secrets,
+            priority_classes: self
+                .allowed_runner_priority_classes
+                .iter()
+                .filter(|p| !p.is_empty())
+                .cloned()
+                .collect(),
+            control_plane_placement: self.allow_runner_control_plane_placement,
         }
     }
 }

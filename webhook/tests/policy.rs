@@ -161,3 +161,54 @@ fn the_policy_flags_default_to_nothing_but_the_defaults() {
     assert!(p.runner_service_accounts.is_empty(), "no service account may be set");
     assert!(!p.env_from_secrets);
 }
+
+/// The attack at the webhook: a spec naming another object's state, inputs or outputs Secret,
+/// in any field that reads a Secret for the runner, is refused naming each field, even by a
+/// policy that allows everything.
+#[tokio::test]
+async fn another_objects_state_inputs_and_outputs_secrets_are_refused_whatever_the_policy() {
+    let mut review = create_with_jobs(json!({
+        "envFrom": [{"secretRef": {"name": "captf-inputs-victim-tc"}}],
+        "volumes": [{"name": "loot", "secret": {"secretName": "tfstate-default-victim-tc"}}],
+        "volumeMounts": [{"name": "loot", "mountPath": "/loot"}],
+    }));
+    review["request"]["object"]["spec"]["variablesFrom"] = json!([{"secretRef": {"name": "captf-outputs-victim-tc"}}]);
+    let resp = validate(TenantPolicy::unrestricted(), &review).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    assert_eq!(resp["response"]["status"]["code"], 403);
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.starts_with("names CAPTF's own Secrets: "), "{msg}");
+    for (field, secret) in [
+        ("spec.variablesFrom[0].secretRef", "captf-outputs-victim-tc"),
+        ("spec.jobs.envFrom[0].secretRef", "captf-inputs-victim-tc"),
+        ("spec.jobs.volumes[0].secret", "tfstate-default-victim-tc"),
+    ] {
+        assert!(
+            msg.contains(&format!("{field}: Secret {secret:?} is CAPTF's own")),
+            "{field}: {msg}"
+        );
+    }
+}
+
+/// `variablesFrom` Secrets have their own switch: refused when it is off (the env switch does
+/// not cover them), allowed when it is on; a ConfigMap is never a Secret read.
+#[tokio::test]
+async fn variables_from_a_secret_is_refused_when_the_policy_forbids_it() {
+    let mut review = fixture("cluster-create-accepted");
+    review["request"]["object"]["spec"]["variablesFrom"] = json!([
+        {"configMapRef": {"name": "settings"}},
+        {"secretRef": {"name": "other-teams-secret"}},
+    ]);
+    let off = TenantPolicy {
+        variables_from_secrets: false,
+        ..policy()
+    };
+    let resp = validate(off, &review).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.variablesFrom[1].secretRef"), "{msg}");
+    assert!(!msg.contains("variablesFrom[0]"), "{msg}");
+    // policy() forbids env from Secrets but leaves variablesFrom on.
+    let resp = validate(policy(), &review).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+}

@@ -110,6 +110,9 @@ name, each object's own, is dropped by both binaries). */}}
 - --allowed-runner-image-prefixes={{ join "," (prepend .Values.runner.policy.allowedImagePrefixes (include "captf.image" .Values.runner.image)) }}
 - --allowed-runner-service-accounts={{ join "," (prepend .Values.runner.policy.allowedServiceAccounts .Values.runner.serviceAccount.name) }}
 - --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
+- --allow-variables-from-secrets={{ .Values.runner.policy.allowVariablesFromSecrets }}
+- --allowed-runner-priority-classes={{ join "," .Values.runner.policy.allowedPriorityClasses }}
+- --allow-runner-control-plane-placement={{ .Values.runner.policy.allowControlPlanePlacement }}
 {{- end }}
 
 {{/* "name=value,..." of a map (sorted by name): resource quantities, annotations. */}}

@@ -98,6 +98,12 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
         "runner.policy.allowedServiceAccounts={deployer}",
         "--set",
         "runner.policy.allowEnvFromSecrets=false",
+        "--set",
+        "runner.policy.allowVariablesFromSecrets=false",
+        "--set",
+        "runner.policy.allowedPriorityClasses={batch-low}",
+        "--set",
+        "runner.policy.allowControlPlanePlacement=true",
     ];
     let run = parse_controller(&args_of(&extra, "captf-controller"));
     let args = args_of(&extra, "captf-webhook");
@@ -112,6 +118,9 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
     );
     assert_eq!(from_controller.runner_service_accounts, ["deployer"]);
     assert!(!from_controller.env_from_secrets);
+    assert!(!from_controller.variables_from_secrets);
+    assert_eq!(from_controller.priority_classes, ["batch-low"]);
+    assert!(from_controller.control_plane_placement);
 }
 
 #[test]
@@ -122,6 +131,12 @@ fn by_default_only_the_charts_runner_image_may_be_named_and_no_service_account()
     assert_eq!(p.runner_image_prefixes, ["ghcr.io/captf/runner:0.1.0"]);
     assert_eq!(p.runner_service_accounts, Vec::<String>::new());
     assert!(p.env_from_secrets);
+    assert!(p.variables_from_secrets, "variablesFrom may read Secrets by default");
+    assert_eq!(p.priority_classes, ["*"]);
+    assert!(
+        !p.control_plane_placement,
+        "no runner on control-plane nodes by default"
+    );
 }
 
 #[test]

@@ -234,6 +234,11 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     if s.policy_violation.is_some() {
         return wait(Reason::PolicyViolation, None);
     }
+    // No Job, a destroy included, may read another object's state, inputs or outputs. A Secret
+    // can gain or lose CAPTF's marks without a watch event here: look again now and then.
+    if s.forbidden_reference.is_some() {
+        return wait(Reason::ForbiddenReference, Some(HOLD_REQUEUE));
+    }
     // A pod that mounts a missing ConfigMap never starts: no Job, a destroy included, until it
     // is there. ConfigMaps are not watched, so look again now and then.
     if s.runner_config_unavailable.is_some() {
@@ -671,6 +676,20 @@ mod tests {
         s.deletion_timestamp = Some(ts(1));
         let w = as_wait(decide(&s, ts(2)));
         assert_eq!((w.reason, w.requeue_after), (Reason::PolicyViolation, None));
+    }
+
+    #[test]
+    fn a_forbidden_reference_starts_no_job_not_even_a_destroy_and_is_looked_at_again() {
+        let mut s = snap(3, vec![], 0);
+        s.forbidden_reference =
+            Some("spec.variablesFrom[0].secretRef: Secret \"captf-outputs-x-tc\" is CAPTF's own".into());
+        let w = as_wait(decide(&s, ts(1)));
+        assert_eq!(
+            (w.reason, w.requeue_after),
+            (Reason::ForbiddenReference, Some(HOLD_REQUEUE))
+        );
+        s.deletion_timestamp = Some(ts(1));
+        assert_eq!(as_wait(decide(&s, ts(2))).reason, Reason::ForbiddenReference);
     }
 
     #[test]

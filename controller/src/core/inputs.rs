@@ -10,7 +10,7 @@ use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
 use captf_shared::types::{TerraformSpec, Variables};
 use captf_shared::validation::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, spec_has_too_many_values};
-use captf_shared::{keys, module_credentials};
+use captf_shared::{keys, module_credentials, references};
 
 /// The variable CAPTF adds with the Cluster API cluster's name.
 pub const CLUSTER_NAME_VAR: &str = "cluster_name";
@@ -129,6 +129,8 @@ pub enum ResolveError {
     NoBootstrapData { var: &'static str },
     #[error("{field}: Secret {name} {why}")]
     ModuleCredentials { field: String, name: String, why: String },
+    #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
+    Forbidden { field: String, name: String, why: String },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
     SpecTooLarge { max: usize },
     #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
@@ -183,6 +185,13 @@ where
                 });
             }
         };
+        if source == SourceKind::Secret
+            && let Some(p) = references::reserved_secret_prefix(&r.name)
+        {
+            // Never read, whatever the lookup would return: it may be another object's state,
+            // inputs or outputs.
+            return Err(forbidden(&field, &r.name, p));
+        }
         let data = fetch(&mut lookup, source, &r.name, &field)?;
         let too_large = || ResolveError::InputsTooLarge {
             field: field.clone(),
@@ -220,6 +229,9 @@ where
         }
     }
     if let Some(c) = &spec.module.credentials {
+        if let Some(p) = references::reserved_secret_prefix(&c.secret_ref.name) {
+            return Err(forbidden("spec.module.credentials.secretRef", &c.secret_ref.name, p));
+        }
         check_module_credentials(&c.secret_ref.name, &mut lookup)?;
     }
     let cluster = cluster_name(kind, meta).ok_or(ResolveError::NoClusterName {
@@ -239,6 +251,14 @@ where
         },
         variables,
     })
+}
+
+fn forbidden(field: &str, name: &str, prefix: &str) -> ResolveError {
+    ResolveError::Forbidden {
+        field: field.to_string(),
+        name: name.to_string(),
+        why: format!("names starting with {prefix:?} are CAPTF's and the state backend's"),
+    }
 }
 
 /// A referenced Secret's or ConfigMap's data, or why there is none: it cannot be read here
@@ -407,6 +427,39 @@ mod tests {
             serde_json::to_value(&inputs.variables).unwrap(),
             json!({"region": "eu-west-1", "n": 5, "size": "l", "cluster_name": "prod-eu"})
         );
+    }
+
+    #[test]
+    fn another_objects_outputs_or_state_secret_is_never_read_into_the_inputs() {
+        for (name, credentials) in [
+            ("captf-outputs-victim-tc", false),
+            ("tfstate-default-victim-tc", false),
+            ("captf-inputs-victim-tc", true),
+        ] {
+            let mut s = spec();
+            if credentials {
+                s.module.credentials = Some(captf_shared::types::ModuleCredentials {
+                    secret_ref: captf_shared::types::SecretName { name: name.into() },
+                });
+            } else {
+                s.variables_from = Some(vec![VariablesFrom {
+                    secret_ref: Some(VariablesRef {
+                        name: name.into(),
+                        key: None,
+                    }),
+                    config_map_ref: None,
+                }]);
+            }
+            let looked_up = std::cell::Cell::new(false);
+            let e = resolve_inputs(Kind::TerraformCluster, &meta("thief", None), &s, None, |_, _| {
+                looked_up.set(true);
+                Ok(Some([("kubeconfig".to_string(), "secret".to_string())].into()))
+            })
+            .unwrap_err();
+            assert!(matches!(e, ResolveError::Forbidden { .. }), "{e:?}");
+            assert!(e.to_string().contains(&format!("Secret {name} is CAPTF's own")), "{e}");
+            assert!(!looked_up.get(), "{name} was read");
+        }
     }
 
     #[test]

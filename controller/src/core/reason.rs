@@ -22,6 +22,7 @@ macro_rules! reasons {
 reasons!(
     InvalidSpec,
     PolicyViolation,
+    ForbiddenReference,
     RunnerConfigUnavailable,
     Paused,
     JobActive,

@@ -109,6 +109,10 @@ pub struct Snapshot {
     /// The tenant policy's message when the spec chooses what it does not allow (set by the
     /// caller, which holds the policy; see `captf_shared::policy`).
     pub policy_violation: Option<String>,
+    /// The spec's references to CAPTF's own Secrets, by name or by what the Secret carries,
+    /// naming each field and Secret (set by the caller, which reads the Secrets; see
+    /// `captf_shared::references`).
+    pub forbidden_reference: Option<String>,
     /// Why the runner pods cannot get what they mount from the object's namespace (the Terraform
     /// CLI configuration's ConfigMap or key is missing), naming the field; set by the caller,
     /// which reads the ConfigMap (see `captf_shared::pod::cli_config_problem`).
@@ -157,6 +161,7 @@ impl Snapshot {
             spec,
             invalid: (!report.is_valid()).then(|| report.message()),
             policy_violation: None,
+            forbidden_reference: None,
             runner_config_unavailable: None,
             status,
             durable,

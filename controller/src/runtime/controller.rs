@@ -394,6 +394,8 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     if !violations.is_empty() {
         snap.policy_violation = Some(policy::message(&violations));
     }
+    // References to CAPTF's own Secrets, by name and by what the named Secrets carry now.
+    snap.forbidden_reference = gather::forbidden_references(&ctx.client, object, id).await?;
     snap.runner_config_unavailable = gather::runner_config_problem(
         &ctx.client,
         object,

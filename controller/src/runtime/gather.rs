@@ -69,6 +69,7 @@ use crate::core::inputs::{self as core_inputs, ResolveError, SourceData, SourceK
 use crate::core::lock::{self, HolderPod, LockLease, LockState};
 use crate::core::outcome;
 use crate::core::snapshot::{self, Holds};
+use captf_shared::references;
 
 /// An object's metadata (what the kinds' stores keep).
 pub type Meta<K> = PartialObjectMeta<K>;
@@ -860,6 +861,29 @@ pub async fn runner_config_problem(
     ))
 }
 
+/// The spec's references to CAPTF's own Secrets (`captf_shared::references`), as one message:
+/// by name, and by what each named Secret carries, read live (a Secret can be created or
+/// relabelled after admission). `None`: there are none.
+pub async fn forbidden_references(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+) -> Result<Option<String>, Error> {
+    let spec = object.terraform_spec();
+    let mut marks: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for r in references::secret_references(spec, object.spec_path()) {
+        if references::reserved_secret_prefix(&r.name).is_some() || marks.contains_key(&r.name) {
+            continue;
+        }
+        let s = secret(client, &id.namespace, &r.name).await?;
+        let mark = s.and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()));
+        marks.insert(r.name, mark);
+    }
+    let forbidden =
+        references::forbidden_references(spec, object.spec_path(), |name| marks.get(name).cloned().flatten());
+    Ok((!forbidden.is_empty()).then(|| references::message(&forbidden)))
+}
+
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
 pub async fn resolve_inputs(
     client: &kube::Client,
@@ -868,9 +892,25 @@ pub async fn resolve_inputs(
 ) -> Result<Result<Inputs, ResolveError>, Error> {
     let spec = object.terraform_spec();
     let mut fetched: BTreeMap<(SourceKind, String), SourceData> = BTreeMap::new();
-    for entry in spec.variables_from.iter().flatten() {
-        if let Some(r) = &entry.secret_ref {
+    for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
+        // CAPTF's own Secrets are refused by name without being read (`core_inputs`).
+        if let Some(r) = entry
+            .secret_ref
+            .as_ref()
+            .filter(|r| references::reserved_secret_prefix(&r.name).is_none())
+        {
             let s = secret(client, &id.namespace, &r.name).await?;
+            // A Secret of CAPTF's never reaches the inputs, whatever its name.
+            if let Some(why) = s
+                .as_ref()
+                .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
+            {
+                return Ok(Err(ResolveError::Forbidden {
+                    field: format!("spec.variablesFrom[{i}].secretRef"),
+                    name: r.name.clone(),
+                    why,
+                }));
+            }
             fetched.insert((SourceKind::Secret, r.name.clone()), s.as_ref().map(secret_data));
         }
         if let Some(r) = &entry.config_map_ref {
@@ -884,7 +924,12 @@ pub async fn resolve_inputs(
             );
         }
     }
-    if let Some(c) = &spec.module.credentials {
+    if let Some(c) = spec
+        .module
+        .credentials
+        .as_ref()
+        .filter(|c| references::reserved_secret_prefix(&c.secret_ref.name).is_none())
+    {
         let s = secret(client, &id.namespace, &c.secret_ref.name).await?;
         fetched.insert(
             (SourceKind::Secret, c.secret_ref.name.clone()),

@@ -229,6 +229,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         source,
     })?;
     snap.policy_violation = policy_violation(&object);
+    snap.forbidden_reference = gather::forbidden_references(client, &object, &id).await?;
     snap.runner_config_unavailable = runner_config_unavailable(&object);
     Ok(LiveRead {
         object,

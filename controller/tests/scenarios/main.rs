@@ -11,4 +11,5 @@ mod holds;
 mod lifecycle;
 mod moving;
 mod real_runner;
+mod references;
 mod scale;

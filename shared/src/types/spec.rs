@@ -160,10 +160,13 @@ pub struct JobsSpec {
     /// the controller's and refused.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_labels: Option<BTreeMap<String, String>>,
-    /// Annotations of the runner pods. Keys under `captf.io/` are the controller's and refused.
+    /// Annotations of the runner pods. Keys under `captf.io/` are the controller's and refused,
+    /// and so are those that set a container's security profile (AppArmor, seccomp).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pod_annotations: Option<BTreeMap<String, String>>,
-    /// Extra volumes of the runner pods. No `hostPath`; names must not be CAPTF's own (`inputs`,
+    /// Extra volumes of the runner pods. Only the sources Pod Security's `restricted` profile
+    /// allows (configMap, csi, downwardAPI, emptyDir, ephemeral, persistentVolumeClaim,
+    /// projected, secret); names must not be CAPTF's own (`inputs`,
     /// `work`, `tmp`, `terraform-cli-config`); a `secret` volume (or a projected
     /// Secret) is a Secret read the tenant policy may forbid. At most 32.
     #[serde(default, skip_serializing_if = "Option::is_none")]
