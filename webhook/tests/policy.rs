@@ -212,3 +212,45 @@ async fn variables_from_a_secret_is_refused_when_the_policy_forbids_it() {
     let resp = validate(policy(), &review).await;
     assert_eq!(resp["response"]["allowed"], true, "{resp}");
 }
+
+/// Pod fields that would leave the namespace's reach or the policy: a `gitRepo` volume (the
+/// kubelet runs git on the node), a `system-` priority class and a toleration of every taint are
+/// refused naming each field, the first two whatever the policy.
+#[tokio::test]
+async fn git_repo_volumes_system_priority_classes_and_tolerating_every_taint_are_refused() {
+    let jobs = json!({
+        "volumes": [{"name": "src", "gitRepo": {"repository": "https://example.com/evil.git"}}],
+        "volumeMounts": [{"name": "src", "mountPath": "/src"}],
+        "priorityClassName": "system-node-critical",
+        "tolerations": [{"operator": "Exists"}],
+        "nodeSelector": {"node-role.kubernetes.io/control-plane": ""},
+    });
+    let resp = validate(TenantPolicy::unrestricted(), &create_with_jobs(jobs.clone())).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.volumes[0].gitRepo: is not allowed"), "{msg}");
+    let mut no_git = jobs.clone();
+    no_git.as_object_mut().unwrap().remove("volumes");
+    no_git.as_object_mut().unwrap().remove("volumeMounts");
+    let resp = validate(TenantPolicy::unrestricted(), &create_with_jobs(no_git.clone())).await;
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.jobs.priorityClassName: priority class \"system-node-critical\" is reserved"),
+        "{msg}"
+    );
+    assert!(
+        !msg.contains("tolerations"),
+        "the unrestricted policy allows control-plane placement: {msg}"
+    );
+    let resp = validate(policy(), &create_with_jobs(no_git)).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(
+        msg.contains("spec.jobs.tolerations[0]: an empty key with operator Exists"),
+        "{msg}"
+    );
+    assert!(
+        msg.contains("spec.jobs.nodeSelector[node-role.kubernetes.io/control-plane]"),
+        "{msg}"
+    );
+}

@@ -103,3 +103,25 @@ async fn a_secret_volume_of_another_objects_state_or_a_secret_with_captfs_marks_
     env.no_denials()?;
     Ok(())
 }
+
+/// Placement at the controller (the webhook can be bypassed): a runner that would preempt the
+/// node's critical pods or run on the control plane gets `Ready=False/PolicyViolation` naming
+/// each field, and no Job.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_system_priority_class_or_control_plane_placement_gets_policy_violation_and_no_job() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.sim.put(cluster_json(
+        "squatter",
+        json!({"jobs": {
+            "priorityClassName": "system-node-critical",
+            "tolerations": [{"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"}],
+        }}),
+    ))?;
+    let c = env.until_reason("squatter", "Ready", "PolicyViolation").await?;
+    let (_, _, message) = condition(&c, "Ready").unwrap();
+    assert!(message.contains("spec.jobs.priorityClassName"), "{message}");
+    assert!(message.contains("spec.jobs.tolerations[0]"), "{message}");
+    env.until_idle().await?;
+    assert!(env.job_names(Kind::TerraformCluster, "squatter").is_empty());
+    Ok(())
+}
