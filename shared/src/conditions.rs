@@ -31,6 +31,8 @@ pub mod reason {
     /// The spec names a Secret that is CAPTF's own (another object's state, inputs or outputs),
     /// by its name or by what it carries (no Job starts).
     pub const FORBIDDEN_REFERENCE: &str = "ForbiddenReference";
+    /// Something under the object's names belongs to another object (no Job starts).
+    pub const NAME_CONFLICT: &str = "NameConflict";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     pub const PROVISIONED: &str = "Provisioned";

@@ -36,6 +36,10 @@ pub const ANNOTATION_DELETED_BY: &str = "captf.io/deleted-by";
 /// The approved plan hash carried by an apply Job.
 pub const ANNOTATION_APPROVED_PLAN: &str = "captf.io/approved-plan";
 
+/// The UID of the object a state Secret or lock Lease belongs to (they have no owner: they
+/// outlive the object); also recorded on the inputs Secret (`crate::binding`).
+pub const ANNOTATION_OWNER_UID: &str = "captf.io/owner-uid";
+
 // Cluster lease annotations.
 /// The member Jobs (machine pools', machines') that joined the cluster lease, as a JSON object
 /// `{"<job>": "<its run lease>"}`.

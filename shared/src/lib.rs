@@ -11,6 +11,7 @@
 //! | [`duration`] | Go-style duration strings (`30m`, `1h30m`) |
 //! | [`defaults`] | `apply_defaults` and the effective (defaulted) spec |
 //! | [`validation`] | `validate_create` / `validate_update` |
+//! | [`binding`] | what CAPTF makes for an object is bound to its UID (owner or annotation) |
 //! | [`names`] | suffixes, Secret/Lease/Job names, the own-runner pattern |
 //! | [`inputs`] | canonical JSON and the inputs hash |
 //! | [`module_credentials`] | the module credentials Secret: its keys and when it is usable |
@@ -22,6 +23,7 @@
 //! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset) in text |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
+pub mod binding;
 pub mod conditions;
 pub mod crd;
 pub mod defaults;

@@ -28,7 +28,7 @@ use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use k8s_openapi::api::rbac::v1::{PolicyRule, Role, RoleBinding, RoleRef, Subject};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use crate::names;
+use crate::{keys, names};
 
 /// The labels Terraform's kubernetes backend puts on the state Secret it creates; the
 /// controller's pre-created Secret carries the same, so the backend's workspace listing (by
@@ -122,7 +122,9 @@ pub fn runner_identity(
 /// The state objects the controller creates before an object's first Job, when absent: the
 /// state Secret (empty: the backend reads it as "no state yet"), the lock Lease (no holder: the
 /// lock is free) and the outputs Secret (empty). `extra_labels` go on the two Secrets (the
-/// clusterctl move label, so the state travels with the object).
+/// clusterctl move label, so the state travels with the object). With an `owner`, the outputs
+/// Secret is owned by it and the state Secret and lock Lease, which must outlive it, carry its
+/// UID in `captf.io/owner-uid` (`crate::binding`).
 #[derive(Clone, Debug, PartialEq)]
 pub struct StateObjects {
     pub state_secret: Secret,
@@ -134,28 +136,44 @@ pub fn state_objects(
     namespace: &str,
     suffix: &str,
     extra_labels: &BTreeMap<String, String>,
-    outputs_owner: Option<&OwnerReference>,
+    owner: Option<&OwnerReference>,
 ) -> StateObjects {
     let mut state_labels = state_secret_labels(suffix);
     state_labels.extend(extra_labels.clone());
-    let secret = |name: String, labels: BTreeMap<String, String>, owner: Option<&OwnerReference>| Secret {
-        metadata: meta(&name, namespace, &labels, owner),
+    let bound = |mut m: ObjectMeta| {
+        if let Some(o) = owner {
+            m.annotations = Some(BTreeMap::from([(keys::ANNOTATION_OWNER_UID.to_string(), o.uid.clone())]));
+        }
+        m
+    };
+    let secret = |metadata: ObjectMeta| Secret {
+        metadata,
         type_: Some("Opaque".into()),
         ..Secret::default()
     };
     StateObjects {
         // Never owned: garbage collection must not delete state.
-        state_secret: secret(names::state_secret_name(suffix), state_labels, None),
+        state_secret: secret(bound(meta(
+            &names::state_secret_name(suffix),
+            namespace,
+            &state_labels,
+            None,
+        ))),
         lock_lease: Lease {
-            metadata: meta(
+            metadata: bound(meta(
                 &names::lock_lease_name(suffix),
                 namespace,
                 &BTreeMap::from([("app.kubernetes.io/managed-by".to_string(), "terraform".to_string())]),
                 None,
-            ),
+            )),
             spec: None,
         },
-        outputs_secret: secret(names::outputs_secret_name(suffix), extra_labels.clone(), outputs_owner),
+        outputs_secret: secret(meta(
+            &names::outputs_secret_name(suffix),
+            namespace,
+            extra_labels,
+            owner,
+        )),
     }
 }
 
@@ -228,5 +246,22 @@ mod tests {
             Some("lock-tfstate-default-prod-eu-tc")
         );
         assert_eq!(s.outputs_secret.metadata.owner_references.as_ref().unwrap()[0].uid, "u");
+    }
+
+    #[test]
+    fn the_state_secret_and_lock_lease_carry_the_owners_uid_in_an_annotation() {
+        let owner = OwnerReference {
+            name: "x".into(),
+            uid: "u".into(),
+            ..OwnerReference::default()
+        };
+        let s = state_objects("team-a", "prod-eu-tc", &BTreeMap::new(), Some(&owner));
+        for m in [&s.state_secret.metadata, &s.lock_lease.metadata] {
+            assert_eq!(m.annotations.as_ref().unwrap()[keys::ANNOTATION_OWNER_UID], "u");
+            assert_eq!(m.owner_references, None);
+        }
+        assert_eq!(s.outputs_secret.metadata.annotations, None);
+        let unowned = state_objects("team-a", "prod-eu-tc", &BTreeMap::new(), None);
+        assert_eq!(unowned.state_secret.metadata.annotations, None);
     }
 }
