@@ -152,7 +152,7 @@ fn a_stale_lock_of_this_objects_failed_runner_rides_on_the_next_job() {
     assert_eq!(d["forceUnlockId"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
     assert_eq!(d["stateLock"]["stale"], true);
     assert_eq!(d["stateLock"]["checked"], true);
-    assert_eq!(d["stateLock"]["holder"], "tc-prod-eu-225654-apply-3-x2k9q");
+    assert_eq!(d["stateLock"]["holder"], "tc-prod-eu-225654031b7f-apply-3-x2k9q");
     assert!(summary.contains("force-unlock 0c1e3a9d"), "{summary}");
 }
 
@@ -198,7 +198,7 @@ fn an_apply_job_that_disappeared_while_it_ran_makes_an_apply_due() {
         (d["action"].as_str(), d["reason"].as_str()),
         (Some("start"), Some("InterruptedApply"))
     );
-    assert_eq!(d["interruptedApply"], "tc-prod-eu-225654-apply-9");
+    assert_eq!(d["interruptedApply"], "tc-prod-eu-225654031b7f-apply-9");
     assert!(
         d["activeJob"]["message"]
             .as_str()

@@ -275,7 +275,7 @@ impl Env {
         let https = self.sim.https().unwrap();
         https.write_service_account_files(&sa, NS, &self.token).unwrap();
         let termination_log = run.join("termination-log");
-        let pod = format!("tc-prod-eu-225654-{op}-{}-x2k9q", self.runs);
+        let pod = format!("tc-prod-eu-225654031b7f-{op}-{}-x2k9q", self.runs);
         let p = |s: &Path| s.display().to_string();
         let mut cmd = Command::new("unshare");
         cmd.args([
@@ -548,7 +548,7 @@ async fn kill_9_mid_apply_leaves_the_lock_held_and_the_next_run_force_unlocks_it
         info["Who"]
             .as_str()
             .unwrap()
-            .ends_with("@tc-prod-eu-225654-apply-1-x2k9q"),
+            .ends_with("@tc-prod-eu-225654031b7f-apply-1-x2k9q"),
         "Who names the pod: {info}"
     );
 

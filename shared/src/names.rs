@@ -16,7 +16,13 @@ pub const POD_SUFFIX_LEN: usize = 5;
 
 const SUFFIX_MAX: usize = 40;
 const SUFFIX_NAME_CUT: usize = 26;
-const TOKEN_NAME_CUT: usize = 30;
+/// Hex characters of the hash in a hashed suffix.
+const SUFFIX_HASH_HEX: usize = 8;
+/// Hex characters of the object id: 48 bits, so two objects sharing one is not a brute-force
+/// exercise.
+pub const OBJECT_ID_HEX: usize = 12;
+/// `<k>-` (3 + 1), `-<op>-<seq>` (1 + 7 + 1 + 7) and the token `<cut>-<12 hex>` make 57.
+const TOKEN_NAME_CUT: usize = MAX_JOB_NAME_LEN - 4 - 16 - 1 - OBJECT_ID_HEX;
 
 /// The first `n` lowercase hex characters of sha256(`input`).
 pub fn hex_sha256(input: &str, n: usize) -> String {
@@ -35,21 +41,36 @@ fn object_key(kind: Kind, namespace: &str, name: &str) -> String {
     format!("{}/{namespace}/{name}", kind.as_str())
 }
 
-/// The 6-hex object id (`captf.io/object` label).
+/// The 12-hex object id (`captf.io/object` label, the end of the Job token).
 pub fn object_id(kind: Kind, namespace: &str, name: &str) -> String {
-    hex_sha256(&object_key(kind, namespace, name), 6)
+    hex_sha256(&object_key(kind, namespace, name), OBJECT_ID_HEX)
 }
 
-/// The suffix of the object's state, lock and CAPTF Secrets and Leases.
+/// Does `name` end the way a hashed suffix's name part does: `-` and 8 lowercase hex?
+pub fn looks_hashed(name: &str) -> bool {
+    let b = name.as_bytes();
+    b.len() > SUFFIX_HASH_HEX
+        && b[b.len() - SUFFIX_HASH_HEX - 1] == b'-'
+        && b[b.len() - SUFFIX_HASH_HEX..]
+            .iter()
+            .all(|c| c.is_ascii_digit() || (b'a'..=b'f').contains(c))
+}
+
+/// The suffix of the object's state, lock and CAPTF Secrets and Leases: `<name>-<k>`, or
+/// `<name cut to 26>-<8 hex>-<k>` when that is longer than 40 characters or the name itself ends
+/// in `-<8 hex>`. The second rule makes the scheme injective: a plain suffix never ends in
+/// `-<8 hex>-<k>` and a hashed one always does, so a short name can never take a long name's
+/// suffix; two hashed suffixes are equal only when 32 bits of SHA-256 collide, which the
+/// owner-UID binding of every object made for the suffix catches (docs/trust.md).
 pub fn suffix(kind: Kind, namespace: &str, name: &str) -> String {
     let plain = format!("{name}-{}", kind.short());
-    if plain.len() <= SUFFIX_MAX {
+    if plain.len() <= SUFFIX_MAX && !looks_hashed(name) {
         return plain;
     }
     format!(
         "{}-{}-{}",
         cut(name, SUFFIX_NAME_CUT),
-        hex_sha256(&object_key(kind, namespace, name), 8),
+        hex_sha256(&object_key(kind, namespace, name), SUFFIX_HASH_HEX),
         kind.short()
     )
 }
@@ -82,7 +103,7 @@ pub fn cluster_lease_name(namespace: &str, cluster_name: &str) -> String {
     )
 }
 
-/// `<name cut to 30, dots made dashes>-<6 hex>`: the same for every Job of the object.
+/// `<name cut to 24, dots made dashes>-<12 hex>`: the same for every Job of the object.
 pub fn object_token(kind: Kind, namespace: &str, name: &str) -> String {
     let label_safe = name.replace('.', "-");
     format!(
@@ -193,9 +214,35 @@ mod tests {
     }
 
     #[test]
+    fn a_short_name_shaped_like_a_long_names_hashed_form_never_gets_its_suffix() {
+        let victim = "production-eu-west-1-primary-cluster-a";
+        let attacker = "production-eu-west-1-prima-fcdd74ef";
+        let v = suffix(Kind::TerraformCluster, "default", victim);
+        assert_eq!(v, "production-eu-west-1-prima-fcdd74ef-tc");
+        let a = suffix(Kind::TerraformCluster, "default", attacker);
+        assert_ne!(a, v);
+        let attacker_hash = hex_sha256(&format!("TerraformCluster/default/{attacker}"), 8);
+        assert_eq!(a, format!("production-eu-west-1-prima-{attacker_hash}-tc"));
+    }
+
+    #[test]
+    fn a_name_ending_in_dash_and_8_hex_takes_the_hashed_form_however_short() {
+        assert!(looks_hashed("a-0123abcd"));
+        assert!(!looks_hashed("a-0123abcg"));
+        assert!(!looks_hashed("a-0123ABCD"));
+        assert!(!looks_hashed("a0123abcd"));
+        assert!(!looks_hashed("-0123abc"));
+        assert!(!looks_hashed("0123abcd"));
+        let s = suffix(Kind::TerraformMachine, "ns", "a-0123abcd");
+        assert_eq!(s, format!("a-0123abcd-{}-tm", hex_sha256("TerraformMachine/ns/a-0123abcd", 8)));
+        // A name that only contains such a part keeps its plain suffix.
+        assert_eq!(suffix(Kind::TerraformMachine, "ns", "a-0123abcd-x"), "a-0123abcd-x-tm");
+    }
+
+    #[test]
     fn job_name_example_of_the_design() {
         let token = object_token(Kind::TerraformCluster, "default", "prod-eu");
-        let id = hex_sha256("TerraformCluster/default/prod-eu", 6);
+        let id = hex_sha256("TerraformCluster/default/prod-eu", 12);
         assert_eq!(token, format!("prod-eu-{id}"));
         assert_eq!(
             job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 7),
@@ -274,6 +321,36 @@ mod tests {
             let j = job_name(kind, &ns, &name, op, seq);
             prop_assert!(j.len() <= MAX_JOB_NAME_LEN, "{} is {} long", j, j.len());
             prop_assert!(is_dns1123_label(&j), "{} is not a DNS-1123 label", j);
+        }
+
+        /// Two objects of one namespace never share a suffix: random pairs, and the attack
+        /// pair (a name equal to another's hashed suffix without its kind).
+        #[test]
+        fn two_names_never_share_a_suffix(
+            kind in kind_strategy(), other_kind in kind_strategy(), ns in "[a-z0-9]{1,20}",
+            name in name_strategy(), other in name_strategy(), mimic in any::<bool>(),
+        ) {
+            let s = suffix(kind, &ns, &name);
+            let other = if mimic {
+                s.strip_suffix(&format!("-{}", kind.short())).unwrap_or(&s).to_string()
+            } else {
+                other
+            };
+            prop_assume!((kind, name.as_str()) != (other_kind, other.as_str()));
+            prop_assert_ne!(&s, &suffix(other_kind, &ns, &other), "{:?} and {:?}", (kind, &name), (other_kind, &other));
+        }
+
+        /// The law behind injectivity: a suffix ends in `-<8 hex>-<k>` exactly when it is the
+        /// hashed form, and a plain suffix is the whole name.
+        #[test]
+        fn a_suffix_looks_hashed_exactly_when_it_is_hashed(kind in kind_strategy(), ns in "[a-z0-9]{1,20}", name in name_strategy()) {
+            let s = suffix(kind, &ns, &name);
+            let part = s.strip_suffix(&format!("-{}", kind.short())).unwrap_or_default();
+            let plain = format!("{name}-{}", kind.short()).len() <= 40 && !looks_hashed(&name);
+            prop_assert_eq!(looks_hashed(part), !plain, "{}", s);
+            if plain {
+                prop_assert_eq!(part, name.as_str());
+            }
         }
 
         #[test]

@@ -772,7 +772,7 @@ mod tests {
     fn a_member_waits_for_the_cluster_lease() {
         let mut s = snap(3, vec![], 0);
         s.kind = Kind::TerraformMachinePool;
-        s.holds.cluster_lease_holder = Some("tc-prod-eu-225654-apply-7".into());
+        s.holds.cluster_lease_holder = Some("tc-prod-eu-225654031b7f-apply-7".into());
         let w = as_wait(decide(&s, ts(10_000)));
         assert_eq!((w.reason, w.op), (Reason::ClusterBusy, Some(Op::Drift)));
     }

@@ -29,9 +29,9 @@ mod tests {
     #[test]
     fn an_object_blocks_move_while_a_job_runs_or_its_lock_is_held() {
         assert!(!blocks_move(None, None), "idle and unlocked: free to move");
-        assert!(blocks_move(Some("tc-prod-eu-225654-apply-3"), None));
+        assert!(blocks_move(Some("tc-prod-eu-225654031b7f-apply-3"), None));
         assert!(
-            blocks_move(None, Some("tc-prod-eu-225654-apply-2-x2k9q")),
+            blocks_move(None, Some("tc-prod-eu-225654031b7f-apply-2-x2k9q")),
             "a dead runner's lock"
         );
         assert!(blocks_move(None, Some("alice@laptop")), "a workstation's lock");

@@ -42,7 +42,7 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
 
-    const S: &str = "tfstate-default-tc-prod-eu-225654";
+    const S: &str = "tfstate-default-tc-prod-eu-225654031b7f";
 
     #[test]
     fn no_state_secret_yet_is_readable() {

@@ -124,7 +124,7 @@ mod tests {
             name: "prod-eu".into(),
             uid: "u1".into(),
             suffix: "prod-eu-tc".into(),
-            object_id: "225654".into(),
+            object_id: "225654031b7f".into(),
             cluster_name: Some("prod-eu".into()),
         };
         let inputs = Inputs {

@@ -783,10 +783,10 @@ mod tests {
     fn job_is_named_labelled_annotated_and_owned_as_design_section_3_says() {
         let job = build(Op::Apply, None);
         let m = &job.metadata;
-        assert_eq!(m.name.as_deref(), Some("tc-prod-eu-225654-apply-7"));
+        assert_eq!(m.name.as_deref(), Some("tc-prod-eu-225654031b7f-apply-7"));
         let l = m.labels.as_ref().unwrap();
         assert_eq!(l["captf.io/kind"], "TerraformCluster");
-        assert_eq!(l["captf.io/object"], "225654");
+        assert_eq!(l["captf.io/object"], "225654031b7f");
         assert_eq!(l["captf.io/op"], "apply");
         assert_eq!(l["captf.io/attempt"], "2");
         assert_eq!(l["captf.io/inputs-hash"], "0123456789abcdef");

@@ -437,13 +437,13 @@ mod tests {
         let l = new_lease(
             "default",
             "captf-run-prod-eu-tc",
-            "tc-prod-eu-225654-apply-7",
+            "tc-prod-eu-225654031b7f-apply-7",
             None,
             Timestamp::UNIX_EPOCH,
         );
         assert_eq!(
             l.spec.and_then(|s| s.holder_identity).as_deref(),
-            Some("tc-prod-eu-225654-apply-7")
+            Some("tc-prod-eu-225654031b7f-apply-7")
         );
     }
 }

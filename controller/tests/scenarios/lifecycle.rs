@@ -19,7 +19,7 @@ use super::support::*;
 async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
     let env = Env::with_realistic_runners().await?;
     let job = env.create_cluster("prod-eu", json!({})).await?;
-    assert_eq!(job.metadata.name.as_deref(), Some("tc-prod-eu-225654-apply-1"));
+    assert_eq!(job.metadata.name.as_deref(), Some("tc-prod-eu-225654031b7f-apply-1"));
     let health = env.handle.as_ref().unwrap().health_addr;
     env.until("ready after the first sync", |e| {
         e.handle
@@ -39,9 +39,9 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
     );
     assert_eq!(
         env.lease_holder("captf-run-prod-eu-tc")?,
-        json!("tc-prod-eu-225654-apply-1")
+        json!("tc-prod-eu-225654031b7f-apply-1")
     );
-    env.until_field("prod-eu", "/status/activeJob", json!("tc-prod-eu-225654-apply-1"))
+    env.until_field("prod-eu", "/status/activeJob", json!("tc-prod-eu-225654031b7f-apply-1"))
         .await?;
     assert_eq!(env.events("JobStarted").len(), 1);
 
