@@ -20,6 +20,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::ForbiddenReference => {
             "the spec names a Secret that is CAPTF's own (another object's state, inputs or outputs), which no spec may read"
         }
+        Reason::NameConflict => {
+            "an object under this object's names (its runner account, Secrets, Leases or a Job) belongs to another object and is never adopted"
+        }
         Reason::RunnerConfigUnavailable => {
             "the ConfigMap holding the runner's Terraform CLI configuration, or its key, is missing from the namespace"
         }
@@ -246,6 +249,11 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
             "{}: {}",
             reason_words(w.reason),
             s.forbidden_reference.as_deref().unwrap_or("?")
+        ),
+        Decision::Wait(w) if w.reason == Reason::NameConflict => format!(
+            "{}: {}",
+            reason_words(w.reason),
+            s.name_conflict.as_deref().unwrap_or("?")
         ),
         Decision::Wait(w) if w.reason == Reason::RunnerConfigUnavailable => format!(
             "{}: {}",

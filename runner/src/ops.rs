@@ -386,6 +386,8 @@ async fn run_in<S: OutputsStore>(
     let proxy = state_proxy::start(state_proxy::Narrowing {
         namespace: cfg.namespace.clone(),
         state_secret: names::state_secret_name(&cfg.state_suffix),
+        lock_lease: names::lock_lease_name(&cfg.state_suffix),
+        owner_uid: cfg.owner_uid.clone(),
     })
     .await
     .map_err(|e| failed(Phase::Init, format!("could not start the state proxy: {e}")))?;
@@ -474,6 +476,7 @@ mod tests {
             sensitive_env: Default::default(),
             keep_work_dir: false,
             module_credentials_dir: None,
+            owner_uid: None,
         }
     }
 

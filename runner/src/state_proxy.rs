@@ -10,6 +10,12 @@
 //! server's RBAC still decides every request, and the answer to the narrowed listing is what
 //! the backend would have found anyway (its own state Secret, the only one with its labels).
 //!
+//! It also checks whose state it hands the backend: the controller binds the state Secret and
+//! the lock Lease to their object by the annotation `captf.io/owner-uid` (`captf_shared::binding`).
+//! A read of either that is bound to another object than the run's (`CAPTF_OWNER_UID`) is
+//! answered with 409 Conflict instead, so Terraform never plans, applies or destroys against
+//! another object's state, nor takes or breaks its lock.
+//!
 //! The client is built on the first request, so a run that never reaches the backend (a fake
 //! binary in tests, a local run) needs no cluster.
 
@@ -29,11 +35,15 @@ use tokio::sync::OnceCell;
 /// and JSON make about 1.4 MB; anything beyond this is refused, not buffered.
 pub const MAX_BODY_BYTES: usize = 8 * 1024 * 1024;
 
-/// What the proxy narrows: the Secret listings of `namespace` to the Secret `state_secret`.
+/// What the proxy narrows: the Secret listings of `namespace` to the Secret `state_secret`;
+/// and whose state it passes: with an `owner_uid`, reads of the state Secret and of the lock
+/// Lease `lock_lease` bound to another object are refused.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Narrowing {
     pub namespace: String,
     pub state_secret: String,
+    pub lock_lease: String,
+    pub owner_uid: Option<String>,
 }
 
 /// Why a request is refused before it reaches the API server.
@@ -67,6 +77,46 @@ impl Narrowing {
             }
             Some(q) => Ok(format!("{path}?{q}&{selector}")),
         }
+    }
+}
+
+impl Narrowing {
+    /// Why the answer `body` to a successful `GET` of `path` (no query) must not reach the
+    /// backend: the state Secret or lock Lease it holds (alone, or in a listing) is bound to
+    /// another object. `None`: pass it (PURE).
+    pub fn foreign_state(&self, method: &str, path: &str, body: &[u8]) -> Option<String> {
+        let own = self.owner_uid.as_deref()?;
+        let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
+        let secrets = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+        let state = format!("{secrets}/{}", self.state_secret);
+        let lock = format!(
+            "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{}",
+            self.namespace, self.lock_lease
+        );
+        if method != "GET" || ![secrets.as_str(), state.as_str(), lock.as_str()].contains(&path) {
+            return None;
+        }
+        let doc: serde_json::Value = serde_json::from_slice(body).ok()?;
+        let items: Vec<&serde_json::Value> = match doc.get("items").and_then(|i| i.as_array()) {
+            Some(items) => items.iter().collect(),
+            None => vec![&doc],
+        };
+        items.into_iter().find_map(|o| {
+            let m = o.get("metadata")?;
+            let bound = m
+                .get("annotations")?
+                .get(captf_shared::keys::ANNOTATION_OWNER_UID)?
+                .as_str()?;
+            (bound != own).then(|| {
+                format!(
+                    "{} {}/{} is bound to another object ({} {bound}), not to this run's ({own})",
+                    o.get("kind").and_then(|k| k.as_str()).unwrap_or("object"),
+                    self.namespace,
+                    m.get("name").and_then(|n| n.as_str()).unwrap_or("?"),
+                    captf_shared::keys::ANNOTATION_OWNER_UID,
+                )
+            })
+        })
     }
 }
 
@@ -158,6 +208,7 @@ fn text(status: StatusCode, message: String) -> Response<ProxyBody> {
 
 async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody> {
     let path_and_query = req.uri().path_and_query().map(|p| p.as_str()).unwrap_or("/");
+    let (method, path) = (req.method().as_str().to_string(), req.uri().path().to_string());
     let target = match shared.narrowing.narrow(req.method().as_str(), path_and_query) {
         Ok(t) => t,
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
@@ -196,7 +247,15 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody>
         parts.headers.remove(h);
     }
     match Limited::new(body, MAX_BODY_BYTES).collect().await {
-        Ok(b) => Response::from_parts(parts, Full::new(b.to_bytes())),
+        Ok(b) => {
+            let b = b.to_bytes();
+            if parts.status.is_success()
+                && let Some(why) = shared.narrowing.foreign_state(&method, &path, &b)
+            {
+                return text(StatusCode::CONFLICT, why);
+            }
+            Response::from_parts(parts, Full::new(b))
+        }
         Err(e) => text(StatusCode::BAD_GATEWAY, format!("answer refused: {e}")),
     }
 }
@@ -211,7 +270,44 @@ mod tests {
         Narrowing {
             namespace: "team-a".into(),
             state_secret: "tfstate-default-prod-eu-tc".into(),
+            lock_lease: "lock-tfstate-default-prod-eu-tc".into(),
+            owner_uid: Some("uid-victim".into()),
         }
+    }
+
+    fn bound(kind: &str, name: &str, uid: Option<&str>) -> serde_json::Value {
+        let mut o = serde_json::json!({"kind": kind, "metadata": {"name": name, "annotations": {}}});
+        if let Some(u) = uid {
+            o["metadata"]["annotations"]["captf.io/owner-uid"] = u.into();
+        }
+        o
+    }
+
+    #[test]
+    fn a_state_secret_or_lock_bound_to_another_object_is_refused() {
+        let secret = "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc";
+        let lease = "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc";
+        let theirs = bound("Secret", "tfstate-default-prod-eu-tc", Some("uid-attacker")).to_string();
+        let why = n().foreign_state("GET", secret, theirs.as_bytes()).unwrap();
+        assert!(why.contains("uid-attacker") && why.contains("uid-victim"), "{why}");
+        let lock = bound("Lease", "lock-tfstate-default-prod-eu-tc", Some("uid-attacker")).to_string();
+        assert!(n().foreign_state("GET", lease, lock.as_bytes()).is_some());
+        let listing = serde_json::json!({"kind": "SecretList", "items": [bound("Secret", "tfstate-default-prod-eu-tc", Some("uid-attacker"))]});
+        assert!(n().foreign_state("GET", "/api/v1/namespaces/team-a/secrets", listing.to_string().as_bytes()).is_some());
+    }
+
+    #[test]
+    fn the_runs_own_state_an_unbound_one_and_a_run_by_hand_pass() {
+        let secret = "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc";
+        for uid in [Some("uid-victim"), None] {
+            let body = bound("Secret", "tfstate-default-prod-eu-tc", uid).to_string();
+            assert_eq!(n().foreign_state("GET", secret, body.as_bytes()), None);
+        }
+        let theirs = bound("Secret", "tfstate-default-prod-eu-tc", Some("uid-attacker")).to_string();
+        let by_hand = Narrowing { owner_uid: None, ..n() };
+        assert_eq!(by_hand.foreign_state("GET", secret, theirs.as_bytes()), None);
+        // Only the run's own state objects are judged.
+        assert_eq!(n().foreign_state("GET", "/api/v1/namespaces/team-a/secrets/other", theirs.as_bytes()), None);
     }
 
     #[test]

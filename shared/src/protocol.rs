@@ -21,6 +21,9 @@ pub mod env {
     pub const TF_BINARY: &str = "CAPTF_TF_BINARY";
     pub const WORK_DIR: &str = "CAPTF_WORK_DIR";
     pub const TERMINATION_LOG: &str = "CAPTF_TERMINATION_LOG";
+    /// The UID of the object the Job runs for: the runner refuses a state Secret or lock Lease
+    /// bound to another (`crate::binding`).
+    pub const OWNER_UID: &str = "CAPTF_OWNER_UID";
     /// Names (comma-separated) of the variables in the inputs whose values are sensitive: every
     /// variable that did not come from `spec.variables` as written (from a Secret through
     /// `variablesFrom`, or a ConfigMap, which is treated the same).

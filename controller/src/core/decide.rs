@@ -239,6 +239,12 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     if s.forbidden_reference.is_some() {
         return wait(Reason::ForbiddenReference, Some(HOLD_REQUEUE));
     }
+    // Something under the object's names is another object's: no Job may use it, a destroy
+    // least of all (it would destroy the other object's infrastructure). Looked at again now
+    // and then: removing the conflicting object sends no event of the object's own.
+    if s.name_conflict.is_some() {
+        return wait(Reason::NameConflict, Some(HOLD_REQUEUE));
+    }
     // A pod that mounts a missing ConfigMap never starts: no Job, a destroy included, until it
     // is there. ConfigMaps are not watched, so look again now and then.
     if s.runner_config_unavailable.is_some() {
@@ -666,6 +672,16 @@ mod tests {
             (w.reason, w.requeue_after),
             (Reason::InputsUnresolved, Some(HOLD_REQUEUE))
         );
+    }
+
+    #[test]
+    fn a_name_conflict_starts_no_job_not_even_a_destroy() {
+        let mut s = snap(3, vec![], 0);
+        s.name_conflict = Some("Secret default/tfstate-default-x-tc is bound to another object".into());
+        let w = as_wait(decide(&s, ts(1)));
+        assert_eq!((w.reason, w.requeue_after), (Reason::NameConflict, Some(HOLD_REQUEUE)));
+        s.deletion_timestamp = Some(ts(1));
+        assert_eq!(as_wait(decide(&s, ts(2))).reason, Reason::NameConflict);
     }
 
     #[test]

@@ -23,6 +23,7 @@ reasons!(
     InvalidSpec,
     PolicyViolation,
     ForbiddenReference,
+    NameConflict,
     RunnerConfigUnavailable,
     Paused,
     JobActive,

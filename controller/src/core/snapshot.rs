@@ -117,6 +117,9 @@ pub struct Snapshot {
     /// CLI configuration's ConfigMap or key is missing), naming the field; set by the caller,
     /// which reads the ConfigMap (see `captf_shared::pod::cli_config_problem`).
     pub runner_config_unavailable: Option<String>,
+    /// Something under the object's names belongs to another object (`captf_shared::binding`),
+    /// naming it; set by the caller, which reads those objects.
+    pub name_conflict: Option<String>,
     /// `spec.paused`, the Cluster API pause annotation or the paused Cluster.
     pub paused: bool,
     pub status: TerraformStatus,
@@ -163,6 +166,7 @@ impl Snapshot {
             policy_violation: None,
             forbidden_reference: None,
             runner_config_unavailable: None,
+            name_conflict: None,
             status,
             durable,
             inputs_hash,

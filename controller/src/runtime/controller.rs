@@ -21,6 +21,7 @@ use tokio::sync::watch;
 use captf_shared::conditions::{self, reason as reasons};
 use captf_shared::inputs::Inputs;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformStatus};
+use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::{Kind, Op, keys, names};
 
 use super::book;
@@ -29,7 +30,7 @@ use super::deletion;
 use super::errors::{self, ApiAction, Error};
 use super::events::{Emission, Events};
 use super::gather::{self, Caches, FeedStreams, Feeds, Ident, Meta};
-use super::identity;
+use super::identity::{self, Claims};
 use super::inputs;
 use super::interrupted::{self, Checked};
 use super::job::{JobParams, build_job, owner_reference, runner_account};
@@ -298,12 +299,21 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     };
     let new = if acted.as_planned {
         plan.status.clone()
+    } else if let Some(conflict) = &acted.name_conflict {
+        let mut held = plan.clone();
+        held.booked.name_conflict = Some(conflict.clone());
+        plan::status_with(&held, &acted.decision, acted.active_job.as_deref(), now)
     } else {
         plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
     };
     write_status(ctx, &id, &read.original, &new).await?;
     let block = moving::blocks_move(acted.active_job.as_deref(), read.snap.lock.holder());
     deletion::set_block_move(&ctx.client, &id, &object, block).await?;
+    if let Some(msg) = name_conflict_transition(&read.original, &new) {
+        tracing::warn!("holding {}: {msg}", id.what());
+        ctx.event(&id, true, reasons::NAME_CONFLICT, "CheckNames", &msg, None)
+            .await;
+    }
     if let Some(msg) = state_locked_transition(&read.original, &new) {
         ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
             .await;
@@ -339,6 +349,21 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     };
     let mut records = records_of(id, &jobs, &pods);
     let inputs_secret = gather::secret(&ctx.client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
+    // An inputs Secret of another object is neither this object's record nor its inputs.
+    let foreign_inputs = inputs_secret
+        .as_ref()
+        .filter(|s| !binding::owned_by(&s.metadata, &id.uid))
+        .map(|s| {
+            let why = match binding::verdict(Some(&s.metadata), Binding::Owner, &id.uid, &History::default()) {
+                Verdict::Foreign(why) => why,
+                _ => "is not owned by this object".to_string(),
+            };
+            binding::conflict_message(
+                &format!("Secret {}/{}", id.namespace, names::inputs_secret_name(&id.suffix)),
+                &why,
+            )
+        });
+    let inputs_secret = inputs_secret.filter(|_| foreign_inputs.is_none());
     let snapshot_error = |source| Error::Snapshot {
         kind,
         name: id.name.clone(),
@@ -396,6 +421,12 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     }
     // References to CAPTF's own Secrets, by name and by what the named Secrets carry now.
     snap.forbidden_reference = gather::forbidden_references(&ctx.client, object, id).await?;
+    // A hold for a name conflict is lifted only by reading the names again.
+    snap.name_conflict = match foreign_inputs {
+        Some(m) => Some(m),
+        None if held_for_name_conflict(&original) => name_conflict(ctx, id, object, inputs_secret.as_ref()).await?,
+        None => None,
+    };
     snap.runner_config_unavailable = gather::runner_config_problem(
         &ctx.client,
         object,
@@ -411,6 +442,53 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
         original,
         snap,
     }))
+}
+
+/// The last status says `Ready=False/NameConflict`.
+fn held_for_name_conflict(status: &TerraformStatus) -> bool {
+    status
+        .conditions
+        .as_deref()
+        .and_then(|cs| conditions::find(cs, conditions::READY))
+        .is_some_and(|c| c.status == "False" && c.reason == reasons::NAME_CONFLICT)
+}
+
+/// Whether the object's pods run as its own runner identity.
+fn own_identity(ctx: &Ctx, object: &CaptfObject, id: &Ident) -> bool {
+    runner_account(
+        object.terraform_spec().jobs.as_ref(),
+        ctx.config.runner_service_account.as_deref(),
+        &id.suffix,
+    )
+    .own
+}
+
+/// The conflict under the object's names, if any (`identity::check`).
+async fn name_conflict(
+    ctx: &Ctx,
+    id: &Ident,
+    object: &CaptfObject,
+    inputs_secret: Option<&Secret>,
+) -> Result<Option<String>, Error> {
+    Ok(
+        match identity::check(&ctx.client, id, inputs_secret, own_identity(ctx, object, id)).await? {
+            Claims::Conflict(m) => Some(m),
+            Claims::Bound { .. } => None,
+        },
+    )
+}
+
+/// The NameConflict message when the object just became held for one (or its message changed).
+fn name_conflict_transition(old: &TerraformStatus, new: &TerraformStatus) -> Option<String> {
+    let ready = |s: &TerraformStatus| {
+        s.conditions
+            .as_deref()
+            .and_then(|cs| conditions::find(cs, conditions::READY))
+            .filter(|c| c.status == "False" && c.reason == reasons::NAME_CONFLICT)
+            .map(|c| c.message.clone())
+    };
+    let now = ready(new)?;
+    (ready(old).as_deref() != Some(now.as_str())).then_some(now)
 }
 
 /// The object's Jobs as records, newest first, each with its pod (PURE). A Job that is not the
@@ -469,6 +547,8 @@ struct Acted {
     active_job: Option<String>,
     /// The plan's status applies unchanged.
     as_planned: bool,
+    /// The Job did not start: something under the object's names is another object's.
+    name_conflict: Option<String>,
 }
 
 /// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
@@ -488,6 +568,7 @@ async fn act(
         decision: plan.decision.clone(),
         active_job: booked_active.clone(),
         as_planned: true,
+        name_conflict: None,
     };
     match &plan.decision {
         Decision::Wait(w) => {
@@ -542,13 +623,26 @@ async fn act(
                     )
                     .await?;
                     match started {
-                        Some(name) => {
+                        Started::Job(name) => {
                             acted.active_job = Some(name);
                             acted.action = ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE)));
                         }
-                        None => {
+                        Started::Later => {
                             acted.action = Action::requeue(RACE_REQUEUE);
                             acted.as_planned = false;
+                        }
+                        Started::Conflict(message) => {
+                            let hold = crate::core::decide::HOLD_REQUEUE;
+                            acted.decision = Decision::Wait(Wait {
+                                reason: Reason::NameConflict,
+                                op: Some(start.op),
+                                requeue_after: Some(hold),
+                                not_before: None,
+                                attempt: Some(start.attempt),
+                            });
+                            acted.action = ctx.look_again(id, Wake::At(wake::after(now, hold)));
+                            acted.as_planned = false;
+                            acted.name_conflict = Some(message);
                         }
                     }
                 }
@@ -584,9 +678,18 @@ async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &Terraf
         .map_err(|e| Error::api(ApiAction::PatchStatus, id.what(), e))
 }
 
-/// docs/rules.md: write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
-/// create the Job, emit `JobStarted` (and `ForceUnlocked`). `None` when a lease is held or the
-/// Job already exists (requeue, no failure).
+/// What starting a Job came to.
+enum Started {
+    Job(String),
+    /// A lease is held or the Job already exists: requeue, no failure.
+    Later,
+    /// Something under the object's names is another object's (the message names it).
+    Conflict(String),
+}
+
+/// docs/rules.md: check what is under the object's names (nothing of another object is used),
+/// write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
+/// create the Job, emit `JobStarted` (and `ForceUnlocked`).
 #[allow(clippy::too_many_arguments)]
 async fn start_job(
     ctx: &Ctx,
@@ -597,8 +700,16 @@ async fn start_job(
     inputs_doc: &Inputs,
     existing_secret: Option<&Secret>,
     seq: u32,
-) -> Result<Option<String>, Error> {
+) -> Result<Started, Error> {
     let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
+    let own = own_identity(ctx, object, id);
+    match identity::check(&ctx.client, id, existing_secret, own).await? {
+        Claims::Conflict(m) => return Ok(Started::Conflict(m)),
+        Claims::Bound {
+            state_secret,
+            lock_lease,
+        } => identity::stamp(&ctx.client, id, state_secret, lock_lease).await?,
+    }
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
     // Read before any lease is taken, like the inputs: a failed read leaves nothing to undo.
     let env_from_secret_names =
@@ -619,7 +730,7 @@ async fn start_job(
     .await?
     {
         tracing::info!("not starting {job_name}: {why}");
-        return Ok(None);
+        return Ok(Started::Later);
     }
     // The cluster lease: a TerraformCluster's Job takes it, a member's Job joins it; either is
     // refused while the other side runs (an apply or destroy of the cluster waits for members).
@@ -645,17 +756,11 @@ async fn start_job(
         if let Take::Held(why) = took {
             tracing::info!("not starting {job_name}: {why}");
             leases::release(&ctx.client, &id.namespace, &run_lease, &job_name).await?;
-            return Ok(None);
+            return Ok(Started::Later);
         }
     }
     let spec = object.terraform_spec();
-    if runner_account(
-        spec.jobs.as_ref(),
-        ctx.config.runner_service_account.as_deref(),
-        &id.suffix,
-    )
-    .own
-    {
+    if own {
         identity::ensure_identity(&ctx.client, id, &ctx.config.runner_account_annotations).await?;
     }
     identity::ensure_state_objects(&ctx.client, id).await?;
@@ -682,7 +787,24 @@ async fn start_job(
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
     match api.create(&PostParams::default(), &job).await {
         Ok(_) => {}
-        Err(e) if errors::is_conflict(&e) => return Ok(None),
+        Err(e) if errors::is_conflict(&e) => {
+            // Ours (a pass before this one created it): its watch event follows. Another
+            // object's, under this object's next name: never booked, and no Job of ours can
+            // take that name.
+            let existing = gather::job(&ctx.client, &id.namespace, &job_name).await?;
+            if let Some(j) = existing.filter(|j| !binding::owned_by(&j.metadata, &id.uid)) {
+                leases::release(&ctx.client, &id.namespace, &run_lease, &job_name).await?;
+                let why = match binding::verdict(Some(&j.metadata), Binding::Owner, &id.uid, &History::default()) {
+                    Verdict::Foreign(why) => why,
+                    _ => "is not owned by this object".to_string(),
+                };
+                return Ok(Started::Conflict(binding::conflict_message(
+                    &format!("Job {}/{job_name}", id.namespace),
+                    &why,
+                )));
+            }
+            return Ok(Started::Later);
+        }
         Err(e) => {
             return Err(Error::api(
                 ApiAction::CreateJob,
@@ -717,7 +839,7 @@ async fn start_job(
         )
         .await;
     }
-    Ok(Some(job_name))
+    Ok(Started::Job(job_name))
 }
 
 /// A controller for one kind: its objects from the kind's store, triggered by them, by its Jobs

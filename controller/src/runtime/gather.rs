@@ -62,7 +62,7 @@ use captf_shared::inputs::Inputs;
 use captf_shared::types::{
     CaptfObject, CliConfigRef, JobsSpec, TerraformCluster, TerraformMachine, TerraformMachinePool,
 };
-use captf_shared::{Kind, keys, names};
+use captf_shared::{Kind, binding, keys, names};
 
 use super::errors::{ApiAction, Error};
 use crate::core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
@@ -446,7 +446,9 @@ impl Caches {
         self.synced.0.iter().all(|f| f.load(Ordering::SeqCst))
     }
 
-    /// The cached Jobs of one object (only names this object can produce).
+    /// The cached Jobs of one object: only names this object can produce, and only under its
+    /// controller owner reference (a Job with its labels and name owned by another UID is not
+    /// its own).
     pub fn jobs_of(&self, id: &Ident) -> Vec<Job> {
         let store = &self.jobs[slot(id.kind)];
         self.idx.jobs_by_object[slot(id.kind)]
@@ -455,6 +457,7 @@ impl Caches {
             .filter(|n| names::parse_job_name(id.kind, &id.namespace, &id.name, n).is_some())
             .filter_map(|n| store.get(&ObjectRef::new(&n).within(&id.namespace)))
             .filter(|j| label(&j.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str()))
+            .filter(|j| binding::owned_by(&j.metadata, &id.uid))
             .map(|j| (*j).clone())
             .collect()
     }
@@ -617,7 +620,7 @@ pub async fn jobs_and_pods(
             }
         }
     }
-    let mut pods = caches.pods_of(id);
+    let mut pods = own_pods(&jobs, caches.pods_of(id));
     // A finished Job whose pod the store shows unfinished: that pod read live. One the store
     // does not show while the Job is not booked: the object's pods listed live.
     let (mut stale, mut missing) = (Vec::new(), false);
@@ -642,7 +645,7 @@ pub async fn jobs_and_pods(
     }
     if missing {
         tracing::debug!(object = %id.what(), "a finished, unbooked Job has no pod in the store: reading pods live");
-        pods = live_pods(client, id).await?;
+        pods = own_pods(&jobs, live_pods(client, id).await?);
     } else if !stale.is_empty() {
         tracing::debug!(object = %id.what(), pods = ?stale, "a finished Job's pod is not settled in the store: reading it live");
         let api: Api<Pod> = Api::namespaced(client.clone(), &id.namespace);
@@ -652,13 +655,23 @@ pub async fn jobs_and_pods(
                 .await
                 .map_err(|e| Error::api(ApiAction::GetPod, format!("{}/{name}", id.namespace), e))?;
             pods.retain(|p| p.metadata.name.as_deref() != Some(name.as_str()));
-            pods.extend(live);
+            pods.extend(own_pods(&jobs, live.into_iter().collect()));
         }
     }
     Ok(Some((jobs, pods)))
 }
 
-/// The object's Jobs and pods listed live (label-selected).
+/// The pods of `jobs` among `pods` (PURE): a pod counts only under the controller owner
+/// reference of one of the object's own Jobs, whatever its labels say.
+pub fn own_pods(jobs: &[Job], pods: Vec<Pod>) -> Vec<Pod> {
+    let uids: Vec<&str> = jobs.iter().filter_map(|j| j.metadata.uid.as_deref()).collect();
+    pods.into_iter()
+        .filter(|p| uids.iter().any(|u| binding::owned_by(&p.metadata, u)))
+        .collect()
+}
+
+/// The object's Jobs and pods listed live (label-selected, then only those owned by the object
+/// and by its Jobs).
 pub async fn live_jobs_and_pods(client: &kube::Client, id: &Ident) -> Result<(Vec<Job>, Vec<Pod>), Error> {
     let lp = ListParams::default().labels(&id.selector());
     let jobs: Api<Job> = Api::namespaced(client.clone(), &id.namespace);
@@ -673,9 +686,11 @@ pub async fn live_jobs_and_pods(client: &kube::Client, id: &Ident) -> Result<(Ve
                 .name
                 .as_deref()
                 .is_some_and(|n| names::parse_job_name(id.kind, &id.namespace, &id.name, n).is_some())
+                && binding::owned_by(&j.metadata, &id.uid)
         })
-        .collect();
-    Ok((jobs, live_pods(client, id).await?))
+        .collect::<Vec<Job>>();
+    let pods = own_pods(&jobs, live_pods(client, id).await?);
+    Ok((jobs, pods))
 }
 
 async fn live_pods(client: &kube::Client, id: &Ident) -> Result<Vec<Pod>, Error> {
@@ -996,7 +1011,7 @@ mod tests {
             kind,
             namespace: ns.into(),
             name: name.into(),
-            uid: "u".into(),
+            uid: format!("uid-of-{ns}-{name}"),
             suffix: names::suffix(kind, ns, name),
             object_id: names::object_id(kind, ns, name),
             cluster_name: cluster.map(String::from),
@@ -1022,8 +1037,11 @@ mod tests {
         if let Some(c) = &id.cluster_name {
             labels.push((keys::LABEL_CLUSTER_NAME, c.as_str()));
         }
+        let mut metadata = meta(&id.namespace, &name, &labels);
+        metadata.uid = Some(format!("job-uid-of-{name}"));
+        metadata.owner_references = Some(vec![crate::runtime::job::owner_reference(id.kind, &id.name, &id.uid)]);
         Job {
-            metadata: meta(&id.namespace, &name, &labels),
+            metadata,
             spec: Some(JobSpec::default()),
             status: Some(JobStatus {
                 conditions: finished.then(|| {
@@ -1094,6 +1112,62 @@ mod tests {
                 names::job_name(me.kind, "default", "prod-eu", Op::Drift, 2),
             ]
         );
+    }
+
+    /// A pod of `job`, owned by it.
+    fn pod_of(job: &Job, name: &str) -> Pod {
+        let mut metadata = meta("default", name, &[]);
+        metadata.owner_references = Some(vec![k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference {
+            api_version: "batch/v1".into(),
+            kind: "Job".into(),
+            name: job.metadata.name.clone().unwrap(),
+            uid: job.metadata.uid.clone().unwrap(),
+            controller: Some(true),
+            block_owner_deletion: Some(true),
+        }]);
+        Pod {
+            metadata,
+            ..Pod::default()
+        }
+    }
+
+    #[test]
+    fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_not_its_own() {
+        let (caches, mut feeds) = caches();
+        let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
+        let mut planted = job_of(&me, Op::Apply, 7, true);
+        planted.metadata.owner_references =
+            Some(vec![crate::runtime::job::owner_reference(me.kind, "attacker", "uid-of-the-attacker")]);
+        let mut unowned = job_of(&me, Op::Apply, 8, true);
+        unowned.metadata.owner_references = None;
+        let ix = job_indexes(&feeds, Kind::TerraformCluster);
+        fill(
+            &mut feeds.jobs[0],
+            &[&ix[0], &ix[1]],
+            vec![job_of(&me, Op::Apply, 1, true), planted, unowned],
+        );
+        let names: Vec<String> = caches
+            .jobs_of(&me)
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect();
+        assert_eq!(names, vec![names::job_name(me.kind, "default", "prod-eu", Op::Apply, 1)]);
+    }
+
+    #[test]
+    fn a_pod_counts_only_under_one_of_the_objects_own_jobs() {
+        let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
+        let mine = job_of(&me, Op::Apply, 1, true);
+        let mut theirs = job_of(&me, Op::Apply, 2, true);
+        theirs.metadata.uid = Some("uid-of-a-planted-job".into());
+        let mut orphan = pod_of(&mine, "orphan");
+        orphan.metadata.owner_references = None;
+        let pods = vec![pod_of(&mine, "mine"), pod_of(&theirs, "theirs"), orphan];
+        let kept: Vec<String> = own_pods(std::slice::from_ref(&mine), pods)
+            .into_iter()
+            .filter_map(|p| p.metadata.name)
+            .collect();
+        assert_eq!(kept, vec!["mine".to_string()]);
     }
 
     #[test]

@@ -5,19 +5,24 @@
 //! which are set again so a Role from an older version (or edited by hand) grants exactly what
 //! this version's runner needs. The state Secret, lock Lease and outputs Secret are never
 //! overwritten: they may hold state, a lock or outputs.
+//!
+//! Before any of it, [`check`] reads what is under the object's names and holds the object
+//! (`NameConflict`) when any of it is bound to another object (`captf_shared::binding`): nothing
+//! of another object is ever adopted, written to or handed to a runner.
 
 use std::collections::BTreeMap;
 
 use k8s_openapi::api::coordination::v1::Lease;
-use k8s_openapi::api::core::v1::Secret;
-use k8s_openapi::api::rbac::v1::RoleBinding;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::Api;
 use kube::api::{Patch, PatchParams, PostParams};
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
-use captf_shared::keys;
+use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::runner_identity::{runner_identity, state_objects};
+use captf_shared::{keys, names};
 
 use super::errors::{self, ApiAction, Error};
 use super::gather::Ident;
@@ -110,5 +115,137 @@ pub async fn ensure_state_objects(client: &kube::Client, id: &Ident) -> Result<(
     create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.state_secret).await?;
     create_absent::<Lease>(client, id, ApiAction::WriteLease, &s.lock_lease).await?;
     create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.outputs_secret).await?;
+    Ok(())
+}
+
+/// What is under the object's names, as read before a Job starts.
+#[derive(Debug)]
+pub enum Claims {
+    /// Absent or the object's own; the state objects that still need its UID stamped.
+    Bound {
+        state_secret: Option<Box<Secret>>,
+        lock_lease: Option<Box<Lease>>,
+    },
+    /// Bound to another object: the `NameConflict` message naming it.
+    Conflict(String),
+}
+
+async fn get_opt<K>(client: &kube::Client, ns: &str, name: &str, action: ApiAction) -> Result<Option<K>, Error>
+where
+    K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
+        + Clone
+        + DeserializeOwned
+        + std::fmt::Debug,
+{
+    Api::<K>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(action, format!("{} {ns}/{name}", K::kind(&())), e))
+}
+
+/// The first conflict among `found` (kind, name, metadata, binding), or the verdicts (PURE).
+pub fn first_conflict<'a>(
+    ns: &str,
+    found: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a kube::core::ObjectMeta>, Binding)>,
+    uid: &str,
+    history: &History,
+) -> Result<Vec<Verdict>, String> {
+    let mut out = Vec::new();
+    for (kind, name, meta, b) in found {
+        match binding::verdict(meta, b, uid, history) {
+            Verdict::Foreign(why) => return Err(binding::conflict_message(&format!("{kind} {ns}/{name}"), &why)),
+            v => out.push(v),
+        }
+    }
+    Ok(out)
+}
+
+/// Read what is under the object's names (its inputs Secret as this pass read it) and judge it:
+/// the inputs and outputs Secrets, the run lease and, when its pods run as it, the runner
+/// ServiceAccount, Role and RoleBinding must be owned by the object; the state Secret and lock
+/// Lease must carry its UID (or be stamped: see `captf_shared::binding::verdict`).
+pub async fn check(
+    client: &kube::Client,
+    id: &Ident,
+    inputs_secret: Option<&Secret>,
+    own_identity: bool,
+) -> Result<Claims, Error> {
+    let ns = id.namespace.as_str();
+    let history = History::of_inputs(inputs_secret.map(|s| &s.metadata), &id.uid);
+    let (inputs, outputs, state, lock, run) = (
+        names::inputs_secret_name(&id.suffix),
+        names::outputs_secret_name(&id.suffix),
+        names::state_secret_name(&id.suffix),
+        names::lock_lease_name(&id.suffix),
+        names::run_lease_name(&id.suffix),
+    );
+    let outputs_secret: Option<Secret> = get_opt(client, ns, &outputs, ApiAction::GetSecret).await?;
+    let state_secret: Option<Secret> = get_opt(client, ns, &state, ApiAction::GetSecret).await?;
+    let lock_lease: Option<Lease> = get_opt(client, ns, &lock, ApiAction::GetLease).await?;
+    let run_lease: Option<Lease> = get_opt(client, ns, &run, ApiAction::GetLease).await?;
+    let account = names::runner_service_account_name(&id.suffix);
+    let (sa, role, rb) = if own_identity {
+        (
+            get_opt::<ServiceAccount>(client, ns, &account, ApiAction::GetObject).await?,
+            get_opt::<Role>(client, ns, &account, ApiAction::GetObject).await?,
+            get_opt::<RoleBinding>(client, ns, &account, ApiAction::GetObject).await?,
+        )
+    } else {
+        (None, None, None)
+    };
+    let found = [
+        ("Secret", inputs.as_str(), inputs_secret.map(|s| &s.metadata), Binding::Owner),
+        ("Secret", outputs.as_str(), outputs_secret.as_ref().map(|s| &s.metadata), Binding::Owner),
+        ("Secret", state.as_str(), state_secret.as_ref().map(|s| &s.metadata), Binding::Annotation),
+        ("Lease", lock.as_str(), lock_lease.as_ref().map(|l| &l.metadata), Binding::Annotation),
+        ("Lease", run.as_str(), run_lease.as_ref().map(|l| &l.metadata), Binding::Owner),
+        ("ServiceAccount", account.as_str(), sa.as_ref().map(|o| &o.metadata), Binding::Owner),
+        ("Role", account.as_str(), role.as_ref().map(|o| &o.metadata), Binding::Owner),
+        ("RoleBinding", account.as_str(), rb.as_ref().map(|o| &o.metadata), Binding::Owner),
+    ];
+    Ok(match first_conflict(ns, found, &id.uid, &history) {
+        Err(message) => Claims::Conflict(message),
+        Ok(v) => Claims::Bound {
+            state_secret: state_secret.filter(|_| v[2] == Verdict::Stamp).map(Box::new),
+            lock_lease: lock_lease.filter(|_| v[3] == Verdict::Stamp).map(Box::new),
+        },
+    })
+}
+
+/// Stamp the object's UID on the state Secret and lock Lease [`check`] found unstamped (made by
+/// an older CAPTF or the backend for this object, or moved with it). Each write carries the
+/// read resourceVersion, so an object replaced meanwhile is not stamped (the write fails).
+pub async fn stamp(
+    client: &kube::Client,
+    id: &Ident,
+    state_secret: Option<Box<Secret>>,
+    lock_lease: Option<Box<Lease>>,
+) -> Result<(), Error> {
+    let ns = id.namespace.as_str();
+    if let Some(s) = state_secret {
+        let name = s.metadata.name.clone().unwrap_or_default();
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": s.metadata.resource_version,
+            "annotations": {keys::ANNOTATION_OWNER_UID: id.uid},
+        }});
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::api(ApiAction::WriteSecret, format!("{ns}/{name}"), e))?;
+        tracing::info!("bound the state Secret {ns}/{name} to {} (uid {})", id.what(), id.uid);
+    }
+    if let Some(mut l) = lock_lease {
+        let name = l.metadata.name.clone().unwrap_or_default();
+        l.metadata
+            .annotations
+            .get_or_insert_with(BTreeMap::new)
+            .insert(keys::ANNOTATION_OWNER_UID.to_string(), id.uid.clone());
+        l.metadata.managed_fields = None;
+        Api::<Lease>::namespaced(client.clone(), ns)
+            .replace(&name, &PostParams::default(), &*l)
+            .await
+            .map_err(|e| Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e))?;
+        tracing::info!("bound the lock Lease {ns}/{name} to {} (uid {})", id.what(), id.uid);
+    }
     Ok(())
 }

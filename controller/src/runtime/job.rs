@@ -244,6 +244,7 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
         var(env::GUARD, p.effective.guard.as_str()),
         var(env::INPUTS_DIR, INPUTS_DIR),
         var(env::WORK_DIR, WORK_DIR),
+        var(env::OWNER_UID, p.uid),
     ];
     if let Some(id) = &p.start.force_unlock_id {
         e.push(var(env::FORCE_UNLOCK_ID, id.clone()));
@@ -840,6 +841,7 @@ mod tests {
         assert_eq!(e["CAPTF_APPROVED_PLAN"], "abc");
         assert_eq!(e["CAPTF_GUARD"], "Block");
         assert_eq!(e["CAPTF_INPUTS_DIR"], INPUTS_DIR);
+        assert_eq!(e["CAPTF_OWNER_UID"], "uid-1");
         assert_eq!(e["TF_LOG"], "INFO");
         let drift = env_of(&build(Op::Drift, None));
         assert!(!drift.contains_key("CAPTF_APPROVED_PLAN"));

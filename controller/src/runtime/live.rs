@@ -144,6 +144,14 @@ fn policy_violation(object: &CaptfObject) -> Option<String> {
     (ready.status == "False" && ready.reason == conditions::reason::POLICY_VIOLATION).then(|| ready.message.clone())
 }
 
+/// What is under the object's names is read before a Job starts: the verdict the controller last
+/// wrote, `Ready=False/NameConflict`, stands for it.
+fn name_conflict(object: &CaptfObject) -> Option<String> {
+    let cs = object_status(object)?.conditions.as_deref()?;
+    let ready = conditions::find(cs, conditions::READY)?;
+    (ready.status == "False" && ready.reason == conditions::reason::NAME_CONFLICT).then(|| ready.message.clone())
+}
+
 /// The platform's default Terraform CLI configuration is the controller's (its flags): the
 /// verdict it last wrote, `Ready=False/RunnerConfigUnavailable`, stands for it.
 fn runner_config_unavailable(object: &CaptfObject) -> Option<String> {
@@ -231,6 +239,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
     snap.policy_violation = policy_violation(&object);
     snap.forbidden_reference = gather::forbidden_references(client, &object, &id).await?;
     snap.runner_config_unavailable = runner_config_unavailable(&object);
+    snap.name_conflict = name_conflict(&object);
     Ok(LiveRead {
         object,
         id,

@@ -324,6 +324,8 @@ fn ready(
         (Status::False, reasons::POLICY_VIOLATION.to_string(), v.clone())
     } else if let Some(v) = &s.forbidden_reference {
         (Status::False, reasons::FORBIDDEN_REFERENCE.to_string(), v.clone())
+    } else if let Some(v) = &s.name_conflict {
+        (Status::False, reasons::NAME_CONFLICT.to_string(), v.clone())
     } else if let Some(v) = &s.runner_config_unavailable {
         (Status::False, reasons::RUNNER_CONFIG_UNAVAILABLE.to_string(), v.clone())
     } else if s.paused {

@@ -10,6 +10,7 @@ mod errors;
 mod holds;
 mod lifecycle;
 mod moving;
+mod names;
 mod real_runner;
 mod references;
 mod scale;

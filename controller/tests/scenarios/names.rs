@@ -1,0 +1,236 @@
+//! Names that cannot collide and what is made under them bound to the object's UID
+//! (docs/api.md "Names", docs/trust.md): a tenant who picks a name shaped like another object's
+//! hashed suffix, or creates objects under another object's names before it, gets nothing of
+//! it; a Job with another object's name and labels is never booked as its own.
+
+use anyhow::Result;
+use serde_json::{Value, json};
+
+use captf_shared::types::TerraformCluster;
+use captf_shared::{Kind, Op, names};
+
+use super::support::*;
+
+const VICTIM: &str = "production-eu-west-1-primary-cluster-a";
+/// The victim's hashed suffix without its kind: what the old scheme gave as a plain suffix.
+const ATTACKER: &str = "production-eu-west-1-prima-fcdd74ef";
+const K: Kind = Kind::TerraformCluster;
+
+fn suffix(name: &str) -> String {
+    names::suffix(K, NS, name)
+}
+
+fn pod_of(job: &k8s_openapi::api::batch::v1::Job) -> &k8s_openapi::api::core::v1::PodSpec {
+    job.spec.as_ref().unwrap().template.spec.as_ref().unwrap()
+}
+
+fn env_var<'a>(job: &'a k8s_openapi::api::batch::v1::Job, name: &str) -> Option<&'a str> {
+    pod_of(job).containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .as_deref()
+}
+
+/// The attack pair of one namespace: the attacker's runner never runs as the victim's account
+/// nor on its state or inputs, and deleting the attacker destroys only the attacker's state.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_name_shaped_like_another_objects_hashed_suffix_never_gets_its_identity_or_state() -> Result<()> {
+    assert_eq!(suffix(VICTIM), format!("{ATTACKER}-tc"), "the attack pair of the old scheme");
+    let env = Env::with_realistic_runners().await?;
+    let v1 = env.create_applied_cluster(VICTIM).await?;
+    env.until_ready(VICTIM).await?;
+    let victim_inputs = env.sim.get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM))).unwrap();
+    let victim_state = env.sim.get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM))).unwrap();
+
+    let a1 = env
+        .create_cluster(ATTACKER, json!({"variables": {"region": "us-east-1"}}))
+        .await?;
+    assert_ne!(suffix(ATTACKER), suffix(VICTIM));
+    let victims_account = names::runner_service_account_name(&suffix(VICTIM));
+    assert_eq!(pod_of(&v1).service_account_name.as_deref(), Some(victims_account.as_str()));
+    assert_eq!(
+        pod_of(&a1).service_account_name.as_deref(),
+        Some(names::runner_service_account_name(&suffix(ATTACKER)).as_str())
+    );
+    assert_eq!(env_var(&a1, "CAPTF_STATE_SUFFIX"), Some(suffix(ATTACKER).as_str()));
+    env.run_until_booked(&a1, "succeeded").await?;
+
+    // Deleting the attacker runs its destroy on its own state.
+    env.delete::<TerraformCluster>(ATTACKER).await?;
+    let d = env.job(K, ATTACKER, Op::Destroy, 2).await?;
+    assert_eq!(env_var(&d, "CAPTF_STATE_SUFFIX"), Some(suffix(ATTACKER).as_str()));
+    assert_ne!(
+        pod_of(&d).service_account_name.as_deref(),
+        Some(victims_account.as_str())
+    );
+    env.run_until_booked(&d, "succeeded").await?;
+
+    // The victim's inputs, record and state are untouched; it is still Ready.
+    let inputs_now = env.sim.get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM))).unwrap();
+    assert_eq!(inputs_now["data"], victim_inputs["data"]);
+    assert_eq!(inputs_now["metadata"]["annotations"], victim_inputs["metadata"]["annotations"]);
+    let state_now = env.sim.get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM))).unwrap();
+    assert_eq!(state_now["metadata"]["resourceVersion"], victim_state["metadata"]["resourceVersion"]);
+    env.until_ready(VICTIM).await?;
+    assert_eq!(env.job_names(K, VICTIM), vec![names::job_name(K, NS, VICTIM, Op::Apply, 1)]);
+    env.no_denials()?;
+    Ok(())
+}
+
+/// What an attacker plants under a victim's names before the victim exists.
+fn planted(resource_kind: &str, api_version: &str, name: &str, metadata_extra: Value) -> Value {
+    let mut o = json!({
+        "apiVersion": api_version, "kind": resource_kind,
+        "metadata": {"name": name, "namespace": NS},
+    });
+    if let (Some(m), Some(extra)) = (o["metadata"].as_object_mut(), metadata_extra.as_object()) {
+        for (k, v) in extra {
+            m.insert(k.clone(), v.clone());
+        }
+    }
+    o
+}
+
+/// Delete what was planted, as its planter would.
+async fn remove(env: &Env, resource: &str, name: &str) -> Result<()> {
+    use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+    use kube::Api;
+    let client = env.sim.client()?;
+    let dp = Default::default();
+    match resource {
+        "/serviceaccounts" => drop(Api::<ServiceAccount>::namespaced(client, NS).delete(name, &dp).await?),
+        "/secrets" => drop(Api::<Secret>::namespaced(client, NS).delete(name, &dp).await?),
+        other => anyhow::bail!("no delete for {other}"),
+    }
+    Ok(())
+}
+
+/// Plant `object`, create the victim, and wait for `Ready=False/NameConflict` naming it (and its
+/// event), with no Job; then remove it and see the victim's first Job start.
+async fn held_until_removed(object: Value, resource: &str) -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let name = object["metadata"]["name"].as_str().unwrap().to_string();
+    env.sim.put(object)?;
+    env.sim.put(cluster_json(VICTIM, json!({})))?;
+    let c = env.until_reason(VICTIM, "Ready", "NameConflict").await?;
+    let (status, _, message) = condition(&c, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains(&format!("{NS}/{name}")), "names the conflicting object: {message}");
+    env.until("a NameConflict event", |e| {
+        e.events("NameConflict")
+            .into_iter()
+            .find(|ev| ev["note"].as_str().is_some_and(|n| n.contains(&name)))
+    })
+    .await?;
+    assert!(env.job_names(K, VICTIM).is_empty(), "no Job starts");
+    // Never adopted: the planted object is as it was (no owner of the victim's, no stamp).
+    let still = env.sim.get(resource, NS, &name).unwrap();
+    let victim_uid = env.cluster(VICTIM)["metadata"]["uid"].clone();
+    assert_ne!(still.pointer("/metadata/ownerReferences/0/uid"), Some(&victim_uid));
+    assert_ne!(still.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&victim_uid));
+
+    remove(&env, resource, &name).await?;
+    env.advance(30);
+    let j = env.job(K, VICTIM, Op::Apply, 1).await?;
+    env.run_until_booked(&j, "succeeded").await?;
+    env.until_ready(VICTIM).await?;
+    env.no_denials()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_account_planted_under_the_victims_name_holds_the_victim_with_name_conflict() -> Result<()> {
+    let account = names::runner_service_account_name(&suffix(VICTIM));
+    held_until_removed(planted("ServiceAccount", "v1", &account, json!({})), "/serviceaccounts").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_secret_planted_under_the_victims_name_holds_the_victim_with_name_conflict() -> Result<()> {
+    let state = names::state_secret_name(&suffix(VICTIM));
+    let theirs = json!({"annotations": {"captf.io/owner-uid": "uid-of-the-attacker"}});
+    held_until_removed(planted("Secret", "v1", &state, theirs), "/secrets").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unbound_state_secret_older_than_the_objects_first_job_is_not_adopted() -> Result<()> {
+    let state = names::state_secret_name(&suffix(VICTIM));
+    held_until_removed(planted("Secret", "v1", &state, json!({})), "/secrets").await
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_inputs_secret_owned_by_another_object_holds_the_victim_with_name_conflict() -> Result<()> {
+    let inputs = names::inputs_secret_name(&suffix(VICTIM));
+    let owner = json!({"ownerReferences": [{"apiVersion": "v1", "kind": "ConfigMap", "name": "x",
+        "uid": "uid-of-the-attacker", "controller": true}]});
+    held_until_removed(planted("Secret", "v1", &inputs, owner), "/secrets").await
+}
+
+/// A state Secret and lock Lease an older CAPTF made (no owner-UID annotation) for an object
+/// that ran before keep serving it: they are bound to it, not renamed, not refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_an_older_version_made_for_the_object_is_kept_and_bound_to_it() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.create_applied_cluster("prod-eu").await?;
+    let uid = env.cluster("prod-eu")["metadata"]["uid"].clone();
+    let state_name = names::state_secret_name("prod-eu-tc");
+    let lock_name = names::lock_lease_name("prod-eu-tc");
+    for (resource, name) in [("/secrets", &state_name), ("coordination.k8s.io/leases", &lock_name)] {
+        let mut o = env.sim.get(resource, NS, name).unwrap();
+        assert_eq!(o.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&uid), "{o}");
+        o["metadata"]["annotations"] = json!({});
+        env.sim.put(o)?;
+    }
+    let state_data = env.sim.get("/secrets", NS, &state_name).unwrap()["data"].clone();
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
+        .await?;
+    let j2 = env.job(K, "prod-eu", Op::Apply, 2).await?;
+    for (resource, name) in [("/secrets", &state_name), ("coordination.k8s.io/leases", &lock_name)] {
+        let o = env.sim.get(resource, NS, name).unwrap();
+        assert_eq!(o.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&uid), "{o}");
+    }
+    assert_eq!(env.sim.get("/secrets", NS, &state_name).unwrap()["data"], state_data);
+    env.run_until_booked(&j2, "succeeded").await?;
+    env.until_ready("prod-eu").await?;
+    env.no_denials()?;
+    Ok(())
+}
+
+/// A Job under the victim's next name, with its labels, owned by another UID (what a 24-bit
+/// token collision or a tenant who may create Jobs gives): never booked as the victim's, never
+/// pruned, and the victim is held naming it rather than waiting for it forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_booked_as_its_own() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.create_applied_cluster("prod-eu").await?;
+    let mine = names::job_name(K, NS, "prod-eu", Op::Apply, 1);
+    let planted_name = names::job_name(K, NS, "prod-eu", Op::Apply, 2);
+    let mut planted = env.sim.get("batch/jobs", NS, &mine).unwrap();
+    for k in ["uid", "resourceVersion", "creationTimestamp", "annotations", "managedFields"] {
+        planted["metadata"].as_object_mut().unwrap().remove(k);
+    }
+    planted.as_object_mut().unwrap().remove("status");
+    planted["metadata"]["name"] = json!(planted_name);
+    planted["metadata"]["ownerReferences"] = json!([{
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "name": "attacker", "uid": "uid-of-the-attacker", "controller": true}]);
+    env.sim.put(planted)?;
+    env.advance(30);
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
+        .await?;
+    let c = env.until_reason("prod-eu", "Ready", "NameConflict").await?;
+    let (_, _, message) = condition(&c, "Ready").unwrap();
+    assert!(message.contains(&format!("Job {NS}/{planted_name}")), "{message}");
+    env.until_idle().await?;
+    let live = env.sim.get("batch/jobs", NS, &planted_name).expect("never pruned");
+    assert_eq!(
+        live.pointer("/metadata/annotations/captf.io~1outcome"),
+        None,
+        "never booked: {live}"
+    );
+    assert_eq!(c.pointer("/status/activeJob"), None, "{c}");
+    assert_eq!(c.pointer("/status/lastJobSeq"), Some(&json!(1)), "{c}");
+    Ok(())
+}
