@@ -293,7 +293,14 @@ mod tests {
         let lock = bound("Lease", "lock-tfstate-default-prod-eu-tc", Some("uid-attacker")).to_string();
         assert!(n().foreign_state("GET", lease, lock.as_bytes()).is_some());
         let listing = serde_json::json!({"kind": "SecretList", "items": [bound("Secret", "tfstate-default-prod-eu-tc", Some("uid-attacker"))]});
-        assert!(n().foreign_state("GET", "/api/v1/namespaces/team-a/secrets", listing.to_string().as_bytes()).is_some());
+        assert!(
+            n().foreign_state(
+                "GET",
+                "/api/v1/namespaces/team-a/secrets",
+                listing.to_string().as_bytes()
+            )
+            .is_some()
+        );
     }
 
     #[test]
@@ -307,7 +314,10 @@ mod tests {
         let by_hand = Narrowing { owner_uid: None, ..n() };
         assert_eq!(by_hand.foreign_state("GET", secret, theirs.as_bytes()), None);
         // Only the run's own state objects are judged.
-        assert_eq!(n().foreign_state("GET", "/api/v1/namespaces/team-a/secrets/other", theirs.as_bytes()), None);
+        assert_eq!(
+            n().foreign_state("GET", "/api/v1/namespaces/team-a/secrets/other", theirs.as_bytes()),
+            None
+        );
     }
 
     #[test]

@@ -103,7 +103,10 @@ pub fn verdict(found: Option<&ObjectMeta>, binding: Binding, uid: &str, history:
             Some(u) if !uid.is_empty() && u == uid => Verdict::Ours,
             // Moved: the object's own inputs Secret records the UID it had.
             Some(u) if history.own_inputs && history.recorded_uid.as_deref() == Some(u) => Verdict::Stamp,
-            Some(u) => Verdict::Foreign(format!("is bound to another object ({} {u})", keys::ANNOTATION_OWNER_UID)),
+            Some(u) => Verdict::Foreign(format!(
+                "is bound to another object ({} {u})",
+                keys::ANNOTATION_OWNER_UID
+            )),
             None if history.own_inputs => Verdict::Stamp,
             None => Verdict::Foreign(format!(
                 "existed before this object's first Job and has no {} annotation",
@@ -138,7 +141,10 @@ mod tests {
 
     fn annotated(uid: &str) -> ObjectMeta {
         ObjectMeta {
-            annotations: Some(BTreeMap::from([(keys::ANNOTATION_OWNER_UID.to_string(), uid.to_string())])),
+            annotations: Some(BTreeMap::from([(
+                keys::ANNOTATION_OWNER_UID.to_string(),
+                uid.to_string(),
+            )])),
             ..ObjectMeta::default()
         }
     }
@@ -146,10 +152,21 @@ mod tests {
     #[test]
     fn an_owned_kind_is_ours_only_under_our_controller_reference() {
         let h = History::default();
-        assert_eq!(verdict(Some(&owned("u1", true)), Binding::Owner, "u1", &h), Verdict::Ours);
-        assert!(matches!(verdict(Some(&owned("u2", true)), Binding::Owner, "u1", &h), Verdict::Foreign(m) if m.contains("u2")));
-        assert!(matches!(verdict(Some(&owned("u1", false)), Binding::Owner, "u1", &h), Verdict::Foreign(_)));
-        assert!(matches!(verdict(Some(&ObjectMeta::default()), Binding::Owner, "u1", &h), Verdict::Foreign(_)));
+        assert_eq!(
+            verdict(Some(&owned("u1", true)), Binding::Owner, "u1", &h),
+            Verdict::Ours
+        );
+        assert!(
+            matches!(verdict(Some(&owned("u2", true)), Binding::Owner, "u1", &h), Verdict::Foreign(m) if m.contains("u2"))
+        );
+        assert!(matches!(
+            verdict(Some(&owned("u1", false)), Binding::Owner, "u1", &h),
+            Verdict::Foreign(_)
+        ));
+        assert!(matches!(
+            verdict(Some(&ObjectMeta::default()), Binding::Owner, "u1", &h),
+            Verdict::Foreign(_)
+        ));
         assert_eq!(verdict(None, Binding::Owner, "u1", &h), Verdict::Absent);
     }
 
@@ -161,11 +178,19 @@ mod tests {
             recorded_uid: None,
         };
         let bare = ObjectMeta::default();
-        assert!(matches!(verdict(Some(&bare), Binding::Annotation, "u1", &fresh), Verdict::Foreign(_)));
+        assert!(matches!(
+            verdict(Some(&bare), Binding::Annotation, "u1", &fresh),
+            Verdict::Foreign(_)
+        ));
         assert_eq!(verdict(Some(&bare), Binding::Annotation, "u1", &ran), Verdict::Stamp);
-        assert_eq!(verdict(Some(&annotated("u1")), Binding::Annotation, "u1", &fresh), Verdict::Ours);
+        assert_eq!(
+            verdict(Some(&annotated("u1")), Binding::Annotation, "u1", &fresh),
+            Verdict::Ours
+        );
         // Bound to another object: foreign whatever our history.
-        assert!(matches!(verdict(Some(&annotated("u2")), Binding::Annotation, "u1", &ran), Verdict::Foreign(m) if m.contains("u2")));
+        assert!(
+            matches!(verdict(Some(&annotated("u2")), Binding::Annotation, "u1", &ran), Verdict::Foreign(m) if m.contains("u2"))
+        );
     }
 
     #[test]
@@ -175,12 +200,21 @@ mod tests {
             ..owned("new", true)
         };
         let h = History::of_inputs(Some(&inputs), "new");
-        assert_eq!(verdict(Some(&annotated("old")), Binding::Annotation, "new", &h), Verdict::Stamp);
-        assert!(matches!(verdict(Some(&annotated("other")), Binding::Annotation, "new", &h), Verdict::Foreign(_)));
+        assert_eq!(
+            verdict(Some(&annotated("old")), Binding::Annotation, "new", &h),
+            Verdict::Stamp
+        );
+        assert!(matches!(
+            verdict(Some(&annotated("other")), Binding::Annotation, "new", &h),
+            Verdict::Foreign(_)
+        ));
         // An inputs Secret that is not ours is no history at all.
         let theirs = History::of_inputs(Some(&inputs), "thief");
         assert_eq!(theirs, History::default());
-        assert!(matches!(verdict(Some(&annotated("old")), Binding::Annotation, "thief", &theirs), Verdict::Foreign(_)));
+        assert!(matches!(
+            verdict(Some(&annotated("old")), Binding::Annotation, "thief", &theirs),
+            Verdict::Foreign(_)
+        ));
     }
 
     proptest! {

@@ -234,7 +234,10 @@ mod tests {
         assert!(!looks_hashed("-0123abc"));
         assert!(!looks_hashed("0123abcd"));
         let s = suffix(Kind::TerraformMachine, "ns", "a-0123abcd");
-        assert_eq!(s, format!("a-0123abcd-{}-tm", hex_sha256("TerraformMachine/ns/a-0123abcd", 8)));
+        assert_eq!(
+            s,
+            format!("a-0123abcd-{}-tm", hex_sha256("TerraformMachine/ns/a-0123abcd", 8))
+        );
         // A name that only contains such a part keeps its plain suffix.
         assert_eq!(suffix(Kind::TerraformMachine, "ns", "a-0123abcd-x"), "a-0123abcd-x-tm");
     }

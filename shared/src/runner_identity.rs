@@ -142,7 +142,10 @@ pub fn state_objects(
     state_labels.extend(extra_labels.clone());
     let bound = |mut m: ObjectMeta| {
         if let Some(o) = owner {
-            m.annotations = Some(BTreeMap::from([(keys::ANNOTATION_OWNER_UID.to_string(), o.uid.clone())]));
+            m.annotations = Some(BTreeMap::from([(
+                keys::ANNOTATION_OWNER_UID.to_string(),
+                o.uid.clone(),
+            )]));
         }
         m
     };

@@ -108,11 +108,16 @@ impl Env {
 #[tokio::test]
 async fn a_job_gets_one_pod_named_job_dash_5_chars_with_that_hostname_owned_by_the_job() {
     let e = env().await;
-    let pod = e.start(&job("tc-prod-eu-225654031b7f-apply-7", Op::Apply, 3600, &[])).await;
+    let pod = e
+        .start(&job("tc-prod-eu-225654031b7f-apply-7", Op::Apply, 3600, &[]))
+        .await;
     let name = pod.metadata.name.clone().unwrap();
     let pattern = captf_shared::names::RunnerPattern::new(Kind::TerraformCluster, "default", "prod-eu");
     assert!(pattern.matches(&name), "{name} does not match {}", pattern.as_str());
-    assert!(name.starts_with("tc-prod-eu-225654031b7f-apply-7-") && name.len() == "tc-prod-eu-225654031b7f-apply-7-".len() + 5);
+    assert!(
+        name.starts_with("tc-prod-eu-225654031b7f-apply-7-")
+            && name.len() == "tc-prod-eu-225654031b7f-apply-7-".len() + 5
+    );
     assert_eq!(pod.spec.as_ref().unwrap().hostname.as_deref(), Some(name.as_str()));
     let owner = &pod.metadata.owner_references.as_ref().unwrap()[0];
     assert_eq!((owner.kind.as_str(), owner.controller), ("Job", Some(true)));
@@ -309,7 +314,9 @@ async fn a_runner_that_dies_holding_the_lock_leaves_a_lease_naming_its_pod() {
         JobMatch::any(),
         RunnerScript::die_holding_lock_id("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55"),
     );
-    let pod = e.start(&job("tc-prod-eu-225654031b7f-apply-7", Op::Apply, 3600, &[])).await;
+    let pod = e
+        .start(&job("tc-prod-eu-225654031b7f-apply-7", Op::Apply, 3600, &[]))
+        .await;
     e.sim.advance(Duration::from_secs(30));
     let lease = e.lock().await;
     assert_eq!(

@@ -85,7 +85,12 @@ fn the_past_deadline_alert_selects_captf_job_names_and_no_others() {
             assert!(re(&name), "{name} not matched by {pattern}");
         }
     }
-    for other in ["coredns", "backup-nightly-29000", "tc-apply", "tc-prod-eu-225654031b7f-apply"] {
+    for other in [
+        "coredns",
+        "backup-nightly-29000",
+        "tc-apply",
+        "tc-prod-eu-225654031b7f-apply",
+    ] {
         assert!(!re(other), "{other} matched by {pattern}");
     }
 }

@@ -18,10 +18,10 @@ use kube::runtime::reflector::store::Writer;
 use kube::runtime::{WatchStreamExt, watcher};
 use tokio::sync::watch;
 
+use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::conditions::{self, reason as reasons};
 use captf_shared::inputs::Inputs;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformStatus};
-use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::{Kind, Op, keys, names};
 
 use super::book;

@@ -1136,8 +1136,11 @@ mod tests {
         let (caches, mut feeds) = caches();
         let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
         let mut planted = job_of(&me, Op::Apply, 7, true);
-        planted.metadata.owner_references =
-            Some(vec![crate::runtime::job::owner_reference(me.kind, "attacker", "uid-of-the-attacker")]);
+        planted.metadata.owner_references = Some(vec![crate::runtime::job::owner_reference(
+            me.kind,
+            "attacker",
+            "uid-of-the-attacker",
+        )]);
         let mut unowned = job_of(&me, Op::Apply, 8, true);
         unowned.metadata.owner_references = None;
         let ix = job_indexes(&feeds, Kind::TerraformCluster);
@@ -1151,7 +1154,10 @@ mod tests {
             .into_iter()
             .filter_map(|j| j.metadata.name)
             .collect();
-        assert_eq!(names, vec![names::job_name(me.kind, "default", "prod-eu", Op::Apply, 1)]);
+        assert_eq!(
+            names,
+            vec![names::job_name(me.kind, "default", "prod-eu", Op::Apply, 1)]
+        );
     }
 
     #[test]

@@ -194,14 +194,54 @@ pub async fn check(
         (None, None, None)
     };
     let found = [
-        ("Secret", inputs.as_str(), inputs_secret.map(|s| &s.metadata), Binding::Owner),
-        ("Secret", outputs.as_str(), outputs_secret.as_ref().map(|s| &s.metadata), Binding::Owner),
-        ("Secret", state.as_str(), state_secret.as_ref().map(|s| &s.metadata), Binding::Annotation),
-        ("Lease", lock.as_str(), lock_lease.as_ref().map(|l| &l.metadata), Binding::Annotation),
-        ("Lease", run.as_str(), run_lease.as_ref().map(|l| &l.metadata), Binding::Owner),
-        ("ServiceAccount", account.as_str(), sa.as_ref().map(|o| &o.metadata), Binding::Owner),
-        ("Role", account.as_str(), role.as_ref().map(|o| &o.metadata), Binding::Owner),
-        ("RoleBinding", account.as_str(), rb.as_ref().map(|o| &o.metadata), Binding::Owner),
+        (
+            "Secret",
+            inputs.as_str(),
+            inputs_secret.map(|s| &s.metadata),
+            Binding::Owner,
+        ),
+        (
+            "Secret",
+            outputs.as_str(),
+            outputs_secret.as_ref().map(|s| &s.metadata),
+            Binding::Owner,
+        ),
+        (
+            "Secret",
+            state.as_str(),
+            state_secret.as_ref().map(|s| &s.metadata),
+            Binding::Annotation,
+        ),
+        (
+            "Lease",
+            lock.as_str(),
+            lock_lease.as_ref().map(|l| &l.metadata),
+            Binding::Annotation,
+        ),
+        (
+            "Lease",
+            run.as_str(),
+            run_lease.as_ref().map(|l| &l.metadata),
+            Binding::Owner,
+        ),
+        (
+            "ServiceAccount",
+            account.as_str(),
+            sa.as_ref().map(|o| &o.metadata),
+            Binding::Owner,
+        ),
+        (
+            "Role",
+            account.as_str(),
+            role.as_ref().map(|o| &o.metadata),
+            Binding::Owner,
+        ),
+        (
+            "RoleBinding",
+            account.as_str(),
+            rb.as_ref().map(|o| &o.metadata),
+            Binding::Owner,
+        ),
     ];
     Ok(match first_conflict(ns, found, &id.uid, &history) {
         Err(message) => Claims::Conflict(message),

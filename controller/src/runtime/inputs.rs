@@ -26,7 +26,10 @@ pub fn inputs_secret(id: &Ident, inputs: &Inputs) -> Secret {
             name: Some(names::inputs_secret_name(&id.suffix)),
             namespace: Some(id.namespace.clone()),
             labels: Some(labels),
-            annotations: Some(BTreeMap::from([(keys::ANNOTATION_OWNER_UID.to_string(), id.uid.clone())])),
+            annotations: Some(BTreeMap::from([(
+                keys::ANNOTATION_OWNER_UID.to_string(),
+                id.uid.clone(),
+            )])),
             owner_references: Some(vec![owner_reference(id.kind, &id.name, &id.uid)]),
             ..Default::default()
         },
@@ -93,7 +96,10 @@ pub async fn annotate(
         tracing::warn!(
             "not writing the durable record of {} to {what}: it is not owned by the object (owners {:?})",
             id.what(),
-            s.metadata.owner_references.as_ref().map(|o| o.iter().map(|o| o.uid.clone()).collect::<Vec<_>>())
+            s.metadata
+                .owner_references
+                .as_ref()
+                .map(|o| o.iter().map(|o| o.uid.clone()).collect::<Vec<_>>())
         );
         return Ok(());
     }
@@ -116,10 +122,11 @@ pub async fn annotate(
         Err(e) if errors::is_not_found(&e) => {
             let mut s = inputs_secret(id, &Inputs::default());
             s.data = None;
-            s.metadata
-                .annotations
-                .get_or_insert_with(BTreeMap::new)
-                .extend(annotations.iter().filter_map(|(k, v)| Some(((*k).to_string(), v.clone()?))));
+            s.metadata.annotations.get_or_insert_with(BTreeMap::new).extend(
+                annotations
+                    .iter()
+                    .filter_map(|(k, v)| Some(((*k).to_string(), v.clone()?))),
+            );
             api.create(&PostParams::default(), &s)
                 .await
                 .map(|_| ())

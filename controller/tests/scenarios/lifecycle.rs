@@ -219,9 +219,20 @@ async fn workstation_lock_reports_state_locked_and_is_never_unlocked() -> Result
     let k = Kind::TerraformCluster;
     env.sim
         .hold_lock(NS, "ws-tc", "11111111-2222-3333-4444-555555555555", "alice@laptop");
-    let j1 = env
-        .create_cluster("ws", json!({"jobs": {"lockTimeoutSeconds": 60}}))
-        .await?;
+    env.sim
+        .put(cluster_json("ws", json!({"jobs": {"lockTimeoutSeconds": 60}})))?;
+    // A lock Lease older than the object's first Job is not taken for its own until a person
+    // binds it to the object.
+    let c = env.until_reason("ws", "Ready", "NameConflict").await?;
+    assert!(
+        condition(&c, "Ready")
+            .unwrap()
+            .2
+            .contains("Lease default/lock-tfstate-default-ws-tc")
+    );
+    bind_to_object(&env, "coordination.k8s.io/leases", "lock-tfstate-default-ws-tc", "ws")?;
+    env.advance(30);
+    let j1 = env.job(k, "ws", Op::Apply, 1).await?;
     assert!(annotations(&j1).get("captf.io/force-unlock").is_none());
     let c = env.until_reason("ws", "StateReadable", "StateLocked").await?;
     let (status, _, message) = condition(&c, "StateReadable").unwrap();
@@ -738,12 +749,14 @@ async fn outputs_too_large_for_the_result_are_read_from_the_outputs_secret() -> 
         "control_plane_endpoint": {"sensitive": false, "value": {"host": "api.big", "port": 443}},
         "admin_token": {"sensitive": true, "value": "do-not-copy"},
     });
-    env.sim.put(secret_json(
-        "captf-outputs-big-tc",
-        "outputs.json",
-        &serde_json::to_vec(&doc)?,
-    )?)?;
     let j1 = env.create_cluster("big", json!({})).await?;
+    // What the runner does: the document into the outputs Secret the controller made (and owns).
+    let mut outputs = env
+        .sim
+        .get("/secrets", NS, "captf-outputs-big-tc")
+        .expect("made before the Job");
+    outputs["data"] = secret_json("x", "outputs.json", &serde_json::to_vec(&doc)?)?["data"].clone();
+    env.sim.put(outputs)?;
     env.run_until_booked(&j1, "succeeded").await?;
     let c = env
         .until_cluster("big", "endpoint from the outputs Secret", |c| {

@@ -38,19 +38,32 @@ fn env_var<'a>(job: &'a k8s_openapi::api::batch::v1::Job, name: &str) -> Option<
 /// nor on its state or inputs, and deleting the attacker destroys only the attacker's state.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_name_shaped_like_another_objects_hashed_suffix_never_gets_its_identity_or_state() -> Result<()> {
-    assert_eq!(suffix(VICTIM), format!("{ATTACKER}-tc"), "the attack pair of the old scheme");
+    assert_eq!(
+        suffix(VICTIM),
+        format!("{ATTACKER}-tc"),
+        "the attack pair of the old scheme"
+    );
     let env = Env::with_realistic_runners().await?;
     let v1 = env.create_applied_cluster(VICTIM).await?;
     env.until_ready(VICTIM).await?;
-    let victim_inputs = env.sim.get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM))).unwrap();
-    let victim_state = env.sim.get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM))).unwrap();
+    let victim_inputs = env
+        .sim
+        .get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM)))
+        .unwrap();
+    let victim_state = env
+        .sim
+        .get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM)))
+        .unwrap();
 
     let a1 = env
         .create_cluster(ATTACKER, json!({"variables": {"region": "us-east-1"}}))
         .await?;
     assert_ne!(suffix(ATTACKER), suffix(VICTIM));
     let victims_account = names::runner_service_account_name(&suffix(VICTIM));
-    assert_eq!(pod_of(&v1).service_account_name.as_deref(), Some(victims_account.as_str()));
+    assert_eq!(
+        pod_of(&v1).service_account_name.as_deref(),
+        Some(victims_account.as_str())
+    );
     assert_eq!(
         pod_of(&a1).service_account_name.as_deref(),
         Some(names::runner_service_account_name(&suffix(ATTACKER)).as_str())
@@ -69,13 +82,28 @@ async fn a_name_shaped_like_another_objects_hashed_suffix_never_gets_its_identit
     env.run_until_booked(&d, "succeeded").await?;
 
     // The victim's inputs, record and state are untouched; it is still Ready.
-    let inputs_now = env.sim.get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM))).unwrap();
+    let inputs_now = env
+        .sim
+        .get("/secrets", NS, &names::inputs_secret_name(&suffix(VICTIM)))
+        .unwrap();
     assert_eq!(inputs_now["data"], victim_inputs["data"]);
-    assert_eq!(inputs_now["metadata"]["annotations"], victim_inputs["metadata"]["annotations"]);
-    let state_now = env.sim.get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM))).unwrap();
-    assert_eq!(state_now["metadata"]["resourceVersion"], victim_state["metadata"]["resourceVersion"]);
+    assert_eq!(
+        inputs_now["metadata"]["annotations"],
+        victim_inputs["metadata"]["annotations"]
+    );
+    let state_now = env
+        .sim
+        .get("/secrets", NS, &names::state_secret_name(&suffix(VICTIM)))
+        .unwrap();
+    assert_eq!(
+        state_now["metadata"]["resourceVersion"],
+        victim_state["metadata"]["resourceVersion"]
+    );
     env.until_ready(VICTIM).await?;
-    assert_eq!(env.job_names(K, VICTIM), vec![names::job_name(K, NS, VICTIM, Op::Apply, 1)]);
+    assert_eq!(
+        env.job_names(K, VICTIM),
+        vec![names::job_name(K, NS, VICTIM, Op::Apply, 1)]
+    );
     env.no_denials()?;
     Ok(())
 }
@@ -118,7 +146,10 @@ async fn held_until_removed(object: Value, resource: &str) -> Result<()> {
     let c = env.until_reason(VICTIM, "Ready", "NameConflict").await?;
     let (status, _, message) = condition(&c, "Ready").unwrap();
     assert_eq!(status, "False");
-    assert!(message.contains(&format!("{NS}/{name}")), "names the conflicting object: {message}");
+    assert!(
+        message.contains(&format!("{NS}/{name}")),
+        "names the conflicting object: {message}"
+    );
     env.until("a NameConflict event", |e| {
         e.events("NameConflict")
             .into_iter()
@@ -130,7 +161,10 @@ async fn held_until_removed(object: Value, resource: &str) -> Result<()> {
     let still = env.sim.get(resource, NS, &name).unwrap();
     let victim_uid = env.cluster(VICTIM)["metadata"]["uid"].clone();
     assert_ne!(still.pointer("/metadata/ownerReferences/0/uid"), Some(&victim_uid));
-    assert_ne!(still.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&victim_uid));
+    assert_ne!(
+        still.pointer("/metadata/annotations/captf.io~1owner-uid"),
+        Some(&victim_uid)
+    );
 
     remove(&env, resource, &name).await?;
     env.advance(30);
@@ -179,7 +213,11 @@ async fn state_an_older_version_made_for_the_object_is_kept_and_bound_to_it() ->
     let lock_name = names::lock_lease_name("prod-eu-tc");
     for (resource, name) in [("/secrets", &state_name), ("coordination.k8s.io/leases", &lock_name)] {
         let mut o = env.sim.get(resource, NS, name).unwrap();
-        assert_eq!(o.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&uid), "{o}");
+        assert_eq!(
+            o.pointer("/metadata/annotations/captf.io~1owner-uid"),
+            Some(&uid),
+            "{o}"
+        );
         o["metadata"]["annotations"] = json!({});
         env.sim.put(o)?;
     }
@@ -189,7 +227,11 @@ async fn state_an_older_version_made_for_the_object_is_kept_and_bound_to_it() ->
     let j2 = env.job(K, "prod-eu", Op::Apply, 2).await?;
     for (resource, name) in [("/secrets", &state_name), ("coordination.k8s.io/leases", &lock_name)] {
         let o = env.sim.get(resource, NS, name).unwrap();
-        assert_eq!(o.pointer("/metadata/annotations/captf.io~1owner-uid"), Some(&uid), "{o}");
+        assert_eq!(
+            o.pointer("/metadata/annotations/captf.io~1owner-uid"),
+            Some(&uid),
+            "{o}"
+        );
     }
     assert_eq!(env.sim.get("/secrets", NS, &state_name).unwrap()["data"], state_data);
     env.run_until_booked(&j2, "succeeded").await?;
@@ -208,7 +250,13 @@ async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_bo
     let mine = names::job_name(K, NS, "prod-eu", Op::Apply, 1);
     let planted_name = names::job_name(K, NS, "prod-eu", Op::Apply, 2);
     let mut planted = env.sim.get("batch/jobs", NS, &mine).unwrap();
-    for k in ["uid", "resourceVersion", "creationTimestamp", "annotations", "managedFields"] {
+    for k in [
+        "uid",
+        "resourceVersion",
+        "creationTimestamp",
+        "annotations",
+        "managedFields",
+    ] {
         planted["metadata"].as_object_mut().unwrap().remove(k);
     }
     planted.as_object_mut().unwrap().remove("status");

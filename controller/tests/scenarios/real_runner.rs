@@ -585,7 +585,19 @@ async fn real_runner_a_workstation_holding_the_lock_is_reported_as_state_locked_
     let who = info["Who"].as_str().unwrap_or_default().to_string();
     let mut spec = real.spec(json!({"name": "a", "content": "one"}));
     spec["jobs"] = json!({"lockTimeoutSeconds": 2});
-    let j1 = env.create_cluster("prod-eu", spec).await?;
+    env.sim.put(cluster_json("prod-eu", spec))?;
+    // The workstation's backend made the state Secret and lock Lease before the object existed:
+    // held until a person binds them to it.
+    env.until_reason("prod-eu", "Ready", "NameConflict").await?;
+    bind_to_object(env, "/secrets", "tfstate-default-prod-eu-tc", "prod-eu")?;
+    bind_to_object(
+        env,
+        "coordination.k8s.io/leases",
+        "lock-tfstate-default-prod-eu-tc",
+        "prod-eu",
+    )?;
+    env.advance(30);
+    let j1 = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 1).await?;
     assert!(annotations(&j1).get("captf.io/force-unlock").is_none());
     // The runner waits its lock timeout (real time, 2s) and fails; the controller names the holder.
     real.booked(job_name(&j1), "failed").await?;

@@ -451,6 +451,19 @@ pub(crate) fn secret_json(name: &str, key: &str, data: &[u8]) -> Result<Value> {
     Ok(serde_json::to_value(s)?)
 }
 
+/// Bind an object made outside CAPTF to the TerraformCluster `object`, as a person does for a
+/// state Secret or lock Lease that is that object's (docs/api.md "Bound to the object").
+pub(crate) fn bind_to_object(env: &Env, resource: &str, name: &str, object: &str) -> Result<()> {
+    let uid = env.cluster(object)["metadata"]["uid"].clone();
+    let mut o = env
+        .sim
+        .get(resource, NS, name)
+        .ok_or_else(|| anyhow::anyhow!("no {resource} {name}"))?;
+    o["metadata"]["annotations"]["captf.io/owner-uid"] = uid;
+    env.sim.put(o)?;
+    Ok(())
+}
+
 /// `status.consecutiveFailures.apply` of an object, 0 when the status does not have it yet.
 pub(crate) fn apply_failures(obj: &Value) -> Value {
     obj.pointer("/status/consecutiveFailures/apply")
