@@ -866,6 +866,64 @@ async fn a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_
     assert_eq!(env.lock_holder(), None);
 }
 
+/// Bind one of the object's state objects to `uid`, as the controller does
+/// (`captf.io/owner-uid`).
+fn bind(env: &Env, resource: &str, name: &str, uid: &str) {
+    let mut o = env.get(resource, name).unwrap();
+    o["metadata"]["annotations"]["captf.io/owner-uid"] = json!(uid);
+    env.sim.put(o).unwrap();
+}
+
+/// A run for one object never plans, applies or locks on a state Secret or lock Lease bound to
+/// another object: the state proxy answers 409 naming the binding, the run fails in init, and
+/// neither the world nor the state changes. The object's own binding runs.
+async fn a_state_secret_or_lock_bound_to_another_object_is_refused_and_nothing_is_applied(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::under_own_identity(bin).await;
+    bind(&env, "/secrets", STATE_SECRET, "uid-of-the-owner");
+    bind(&env, "coordination.k8s.io/leases", LOCK_LEASE, "uid-of-the-owner");
+    let state_before = env.get("/secrets", STATE_SECRET).unwrap();
+    let ran = env
+        .run("apply", a("one"), &[("CAPTF_OWNER_UID", "uid-of-the-intruder")])
+        .await;
+    assert_ne!(ran.code, Some(0), "{}", ran.output);
+    assert_eq!(ran.result.result, RunResult::Failed, "{}", ran.output);
+    assert!(
+        ran.termination_log.contains("is bound to another object"),
+        "{}",
+        ran.termination_log
+    );
+    assert!(env.thing("a").is_none(), "nothing applied on another object's state");
+    let state_after = env.get("/secrets", STATE_SECRET).unwrap();
+    assert_eq!(
+        state_after["metadata"]["resourceVersion"],
+        state_before["metadata"]["resourceVersion"]
+    );
+    assert_eq!(env.lock_holder(), None, "another object's lock is never taken");
+
+    let ran = env
+        .run("apply", a("one"), &[("CAPTF_OWNER_UID", "uid-of-the-owner")])
+        .await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.output
+    );
+    assert_eq!(env.thing("a").unwrap().content, "one");
+    // The backend's writes keep the binding.
+    let state = env.get("/secrets", STATE_SECRET).unwrap();
+    assert_eq!(
+        state["metadata"]["annotations"]["captf.io/owner-uid"],
+        "uid-of-the-owner"
+    );
+    let lease = env.get("coordination.k8s.io/leases", LOCK_LEASE).unwrap();
+    assert_eq!(
+        lease["metadata"]["annotations"]["captf.io/owner-uid"],
+        "uid-of-the-owner"
+    );
+}
+
 /// One module of tests per binary of the matrix: `terraform_1_0::…`, `tofu_1_10::…`,
 /// `tofu_1_12::…`, each running every test above with that binary.
 macro_rules! on_binary {
@@ -911,6 +969,7 @@ matrix!(
         a_runner_gets_403_on_another_objects_state_lock_outputs_and_inputs,
         a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made,
         a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_the_file,
+        a_state_secret_or_lock_bound_to_another_object_is_refused_and_nothing_is_applied,
     ]
 );
 
