@@ -138,6 +138,20 @@ impl<S: OutputsStore> Steps<'_, S> {
         }
     }
 
+    /// The JSON document of a captured command; what the binary printed before it (OpenTofu's
+    /// CLI configuration warnings) goes to the log, where a person can see it.
+    fn json<'f>(&self, f: &'f Finished) -> &'f [u8] {
+        let (before, doc) = crate::tf::json_document(&f.stdout);
+        if !before.iter().all(u8::is_ascii_whitespace) {
+            self.log()
+                .note(&format!("{} printed this before its JSON output:", self.tf.program()));
+            for line in before.split(|b| *b == b'\n').filter(|l| !l.is_empty()) {
+                self.log().line(line);
+            }
+        }
+        doc
+    }
+
     fn command_failed(&self, phase: Phase, verb: &str, f: &Finished) -> RunnerResult {
         let status = crate::tf::describe_status(&f.status);
         let words = f.last_words();
@@ -163,7 +177,7 @@ impl<S: OutputsStore> Steps<'_, S> {
     /// Read the outputs, store the full document, put the public ones in the result.
     async fn outputs(&self, phase: Phase, result: &mut RunnerResult) -> Result<(), RunnerResult> {
         let f = self.ok(phase, self.cmd.output(), Stdout::Capture).await?;
-        let mut outs = outputs::parse(&f.stdout).map_err(|e| failed(phase, e.to_string()))?;
+        let mut outs = outputs::parse(self.json(&f)).map_err(|e| failed(phase, e.to_string()))?;
         // Masked before anything is stored: the public copy in the store is what reaches the
         // object's status when the outputs do not fit the result.
         outs.mask_public(self.log().secrets());
@@ -186,7 +200,7 @@ impl<S: OutputsStore> Steps<'_, S> {
     async fn apply(&self) -> Result<RunnerResult, RunnerResult> {
         self.ok(Phase::Plan, self.cmd.plan_to_file(), Stdout::Stream).await?;
         let show = self.ok(Phase::Plan, self.cmd.show_plan(), Stdout::Capture).await?;
-        let facts = guard::plan_facts_from_text(&show.stdout).map_err(|e| failed(Phase::Plan, e.to_string()))?;
+        let facts = guard::plan_facts_from_text(self.json(&show)).map_err(|e| failed(Phase::Plan, e.to_string()))?;
         let approved = self.cfg.approved_plan.as_deref();
         let what = guard::describe(&facts.summary);
         self.log().note(&format!("plan {}: {what}", facts.hash));

@@ -193,6 +193,21 @@ impl Finished {
     }
 }
 
+/// The JSON document of a captured stdout, and what came before it. OpenTofu 1.12 prints problems of
+/// its CLI configuration (a `TF_CLI_CONFIG_FILE` that names a missing file) as a warning on
+/// stdout, ahead of the JSON of `show -json` and `output -json`; Terraform 1.0 prints nothing
+/// there. The document starts at the first line that opens an object; without one, everything
+/// is the document (and fails to parse, naming the parse error).
+pub fn json_document(stdout: &[u8]) -> (&[u8], &[u8]) {
+    if stdout.first() == Some(&b'{') {
+        return (&[], stdout);
+    }
+    match stdout.windows(2).position(|w| w == b"\n{") {
+        Some(p) => stdout.split_at(p + 1),
+        None => (&[], stdout),
+    }
+}
+
 pub fn signal_name(n: i32) -> String {
     Signal::try_from(n)
         .map(|s| s.as_str().to_string())
@@ -444,6 +459,16 @@ mod tests {
 
     fn text(buf: &Arc<Mutex<Vec<u8>>>) -> String {
         String::from_utf8_lossy(&buf.lock().unwrap()).into_owned()
+    }
+
+    #[test]
+    fn json_after_a_cli_configuration_warning_is_found_and_the_warning_kept_apart() {
+        let out = b"\nWarning: Unable to open CLI configuration file\n\nThe CLI configuration file at \"/x\" does not exist.\n{\"a\":{\"value\":1}}\n";
+        let (before, doc) = json_document(out);
+        assert!(String::from_utf8_lossy(before).contains("Unable to open CLI configuration file"));
+        assert_eq!(doc, b"{\"a\":{\"value\":1}}\n");
+        assert_eq!(json_document(b"{\"b\":2}"), (&b""[..], &b"{\"b\":2}"[..]));
+        assert_eq!(json_document(b"no json here"), (&b""[..], &b"no json here"[..]));
     }
 
     #[tokio::test]

@@ -924,6 +924,38 @@ async fn a_state_secret_or_lock_bound_to_another_object_is_refused_and_nothing_i
     );
 }
 
+/// A `TF_CLI_CONFIG_FILE` that names a missing file: OpenTofu 1.12 then warns on stdout, ahead of
+/// the JSON of `show -json` and `output -json`; the runner still reads the plan and the outputs.
+/// The provider comes from the implicit plugin folder `$HOME/.terraform.d/plugins` instead.
+async fn a_missing_cli_configuration_file_still_applies_and_reads_the_outputs(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    let home = env.sb.path().join("home");
+    std::fs::create_dir_all(home.join(".terraform.d")).unwrap();
+    std::os::unix::fs::symlink(env.sb.path().join("mirror"), home.join(".terraform.d/plugins")).unwrap();
+    let missing = env.sb.path().join("no-such-terraform.rc");
+    let home = home.display().to_string();
+    let missing = missing.display().to_string();
+    let ran = env
+        .run("apply", a("one"), &[("HOME", &home), ("TF_CLI_CONFIG_FILE", &missing)])
+        .await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.result.message
+    );
+    assert_eq!(ran.result.outputs.unwrap()["endpoint"], "thing-a.example:6443");
+    // OpenTofu 1.12 puts the warning on stdout (1.10 on stderr, Terraform 1.0 says nothing): the
+    // runner found the JSON after it and logged what came before.
+    assert_eq!(
+        ran.output.contains("printed this before its JSON output:"),
+        bin == Binary::Tofu("1.12"),
+        "{}",
+        ran.output
+    );
+}
+
 /// One module of tests per binary of the matrix: `terraform_1_0::…`, `tofu_1_10::…`,
 /// `tofu_1_12::…`, each running every test above with that binary.
 macro_rules! on_binary {
@@ -970,6 +1002,7 @@ matrix!(
         a_state_moved_to_another_cluster_plans_no_creates_there_and_destroys_what_was_made,
         a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_the_file,
         a_state_secret_or_lock_bound_to_another_object_is_refused_and_nothing_is_applied,
+        a_missing_cli_configuration_file_still_applies_and_reads_the_outputs,
     ]
 );
 

@@ -12,7 +12,7 @@ fn reported_version(bin: Binary) -> String {
     let out = Command::new(bin.path().unwrap())
         .args(["version", "-json"])
         .env("CHECKPOINT_DISABLE", "1")
-        // OpenTofu prints problems of the CLI configuration (a missing file) on stdout, before the
+        // OpenTofu 1.12 prints problems of the CLI configuration (a missing file) on stdout, before the
         // JSON; this is about the version only.
         .env_remove("TF_CLI_CONFIG_FILE")
         .output()
