@@ -11,6 +11,8 @@
 #   - etcd, kube-apiserver and kube-controller-manager, built from their Go modules through the
 #     wrapper modules under realparts/ (scripts/build-go-part.sh; needs Go and the module proxy;
 #     skipped with CAPTF_NO_CONTROL_PLANE=1);
+#   - Cluster API's CRDs, from the module pinned in realparts/cluster-api/go.mod, into
+#     .tools/capi/crds (for the tests that check the templates and clusterctl files);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH;
 #   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
@@ -130,15 +132,30 @@ if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
 fi
 # ---- end of the real control plane ----
 
+# ---- Cluster API's CRDs (realparts/cluster-api) ----
+# The tests that check CAPTF's templates and clusterctl files against Cluster API's own CRDs read
+# them from the module pinned in realparts/cluster-api/go.mod (verified against its go.sum), copied
+# to .tools/capi/crds. A download only: building Cluster API's binaries is separate.
+capi_json="$(cd "$root/realparts/cluster-api" && go mod download -json sigs.k8s.io/cluster-api)" || {
+  echo "setup-tools: could not download the sigs.k8s.io/cluster-api pin of realparts/cluster-api/go.mod: $capi_json" >&2
+  exit 1
+}
+capi_dir="$(printf '%s' "$capi_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+mkdir -p "$tools/capi/crds"
+for crd in "$capi_dir"/core/config/crd/bases/*.yaml "$capi_dir"/cmd/clusterctl/config/crd/bases/*.yaml; do
+  install -m 0644 "$crd" "$tools/capi/crds/"
+done
+# ---- end of Cluster API's CRDs ----
+
 # sshd (Debian openssh-server) for the module credentials tests' git server on loopback. Only
-# where it can be installed without asking (root with apt-get); elsewhere those tests skip and
-# say why.
+# where it can be installed without asking (root with apt-get); elsewhere those tests skip and say
+# why, and under CI they fail.
 if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
   echo "setup-tools: installing openssh-server (apt-get) for the git-over-SSH tests" >&2
   export DEBIAN_FRONTEND=noninteractive
   apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1 ||
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1; } ||
-    echo "setup-tools: could not install openssh-server; the git-over-SSH tests will skip" >&2
+    echo "setup-tools: could not install openssh-server; the git-over-SSH tests will skip, or fail under CI" >&2
 fi
 
 "$tools/bin/helm" version --short >&2

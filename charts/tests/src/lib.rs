@@ -131,6 +131,24 @@ pub fn tool(name: &str) -> Result<PathBuf, ToolError> {
         })
 }
 
+/// One of Cluster API's own CRDs, parsed: `$CAPTF_CAPI_CRDS/<file>`, else
+/// `<workspace>/.tools/capi/crds/<file>`, where `scripts/setup-tools.sh` copies them from the
+/// Cluster API module pinned in `realparts/cluster-api/go.mod`.
+pub fn capi_crd(file: &str) -> Result<Value, String> {
+    let dir = std::env::var_os("CAPTF_CAPI_CRDS")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".tools/capi/crds"));
+    let path = dir.join(file);
+    let text = std::fs::read_to_string(&path).map_err(|e| {
+        format!(
+            "cannot read Cluster API's CRD {}: {e} (scripts/setup-tools.sh copies them there; \
+             CAPTF_CAPI_CRDS names another folder)",
+            path.display()
+        )
+    })?;
+    serde_yaml_ng::from_str(&text).map_err(|e| format!("{} is not YAML: {e}", path.display()))
+}
+
 /// Run a tool and return its output whatever its exit status.
 pub fn run<I, S>(name: &str, args: I) -> Result<Output, ToolError>
 where

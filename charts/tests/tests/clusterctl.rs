@@ -276,16 +276,6 @@ fn metadata_maps_the_charts_release_series_to_the_v1beta2_contract() {
     assert_eq!(series.contract, "v1beta2");
 }
 
-/// The real clusterctl CRDs, when present: `$CAPTF_CAPI_CRDS`, else `../shared/capi/crds` beside
-/// the workspace. They are not part of the repository.
-fn capi_crd(file: &str) -> Option<Value> {
-    let dir = std::env::var_os("CAPTF_CAPI_CRDS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| workspace_root().join("../shared/capi/crds"));
-    let text = std::fs::read_to_string(dir.join(file)).ok()?;
-    serde_yaml_ng::from_str(&text).ok()
-}
-
 /// Every field of `value` is declared in `schema` with the right type (the subset of OpenAPI v3
 /// clusterctl's Metadata CRD uses: object properties, arrays, strings, integers).
 fn check_schema(path: &str, value: &Value, schema: &Value, errors: &mut Vec<String>) {
@@ -322,13 +312,8 @@ fn check_schema(path: &str, value: &Value, schema: &Value, errors: &mut Vec<Stri
 
 #[test]
 fn metadata_matches_the_real_clusterctl_metadata_crd_schema() {
-    let Some(crd) = capi_crd("clusterctl.cluster.x-k8s.io_metadata.yaml") else {
-        eprintln!(
-            "SKIPPED: the Cluster API CRDs are not here (set CAPTF_CAPI_CRDS to the folder holding \
-             clusterctl.cluster.x-k8s.io_metadata.yaml); the strict Metadata type above still checks the shape"
-        );
-        return;
-    };
+    let crd =
+        captf_chart_tests::capi_crd("clusterctl.cluster.x-k8s.io_metadata.yaml").unwrap_or_else(|e| panic!("{e}"));
     let text = std::fs::read_to_string(workspace_root().join(METADATA_FILE)).unwrap();
     let metadata: Value = serde_yaml_ng::from_str(&text).unwrap();
     let version = crd["spec"]["versions"]

@@ -271,16 +271,6 @@ fn is_cluster_api(doc: &Value) -> bool {
         .is_some_and(|a| a.starts_with("cluster.x-k8s.io/"))
 }
 
-/// The real Cluster API CRD of a file, when present: `$CAPTF_CAPI_CRDS`, else
-/// `../shared/capi/crds` beside the workspace (not part of the repository).
-fn capi_crd(file: &str) -> Option<Value> {
-    let dir = std::env::var_os("CAPTF_CAPI_CRDS")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| captf_chart_tests::workspace_root().join("../shared/capi/crds"));
-    let text = std::fs::read_to_string(dir.join(file)).ok()?;
-    serde_yaml_ng::from_str(&text).ok()
-}
-
 #[test]
 fn the_clusterclass_example_uses_the_three_template_kinds_defined_beside_it() {
     let docs: Vec<Value> = example_documents()
@@ -320,13 +310,7 @@ fn the_clusterclass_example_uses_the_three_template_kinds_defined_beside_it() {
 
 #[test]
 fn the_clusterclass_example_fits_the_real_v1beta2_clusterclass_crd() {
-    let Some(crd) = capi_crd("cluster.x-k8s.io_clusterclasses.yaml") else {
-        eprintln!(
-            "SKIPPED: the Cluster API CRDs are not here (set CAPTF_CAPI_CRDS to the folder holding \
-             cluster.x-k8s.io_clusterclasses.yaml)"
-        );
-        return;
-    };
+    let crd = captf_chart_tests::capi_crd("cluster.x-k8s.io_clusterclasses.yaml").unwrap_or_else(|e| panic!("{e}"));
     let version = crd["spec"]["versions"]
         .as_array()
         .unwrap()
