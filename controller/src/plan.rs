@@ -2,7 +2,8 @@
 //! does with what it read (docs/architecture.md, "The path of one object"). The controller
 //! executes a [`Plan`] against the API; `captf-controller explain` prints the same [`Plan`]
 //! computed from files. Neither assembles booking, pruning, the decision or the status itself,
-//! so the two cannot drift apart (a property test in `tests/plan_agreement.rs` holds them to it).
+//! so the two cannot drift apart (the property test `explain_plans_exactly_what_a_controller_pass_does`
+//! below holds them to it).
 //!
 //! The order is the controller's: book (and replay) finished Jobs into the status and the
 //! durable record, then decide on the history as read, then prune what the rules no longer

@@ -161,6 +161,7 @@ struct Fixture {
 
 fn fixture() -> Option<Fixture> {
     if let Some(why) = missing_tools() {
+        assert!(std::env::var_os("CI").is_none(), "{why}, and CI is set");
         eprintln!("SKIPPED: {why}");
         return None;
     }
@@ -227,6 +228,11 @@ fn real_terraform_init_from_module_fetches_git_over_ssh_with_the_mounted_key() {
         .map(|b| PathBuf::from(b).join("terraform"))
         .unwrap_or_else(|_| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin/terraform"));
     if !terraform.exists() {
+        assert!(
+            std::env::var_os("CI").is_none(),
+            "no Terraform at {}, and CI is set (scripts/setup-tools.sh installs it)",
+            terraform.display()
+        );
         eprintln!(
             "SKIPPED: no Terraform at {} (scripts/setup-tools.sh installs it)",
             terraform.display()

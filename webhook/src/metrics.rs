@@ -53,6 +53,8 @@ pub struct ReloadLabels {
 pub enum ReloadResult {
     Reloaded,
     Rejected,
+    /// The files could not be read (a key missing mid-rotation): counted once per such spell.
+    Unreadable,
 }
 
 impl prometheus_client::encoding::EncodeLabelValue for ReloadResult {
@@ -62,6 +64,7 @@ impl prometheus_client::encoding::EncodeLabelValue for ReloadResult {
             match self {
                 ReloadResult::Reloaded => "reloaded",
                 ReloadResult::Rejected => "rejected",
+                ReloadResult::Unreadable => "unreadable",
             },
         )
     }
@@ -97,7 +100,7 @@ impl Metrics {
         );
         sub.register(
             "certificate_reloads",
-            "Serving certificate changes seen on disk, by whether the new pair was taken",
+            "Serving certificate changes seen on disk, by whether the new pair was taken (or the files could not be read)",
             cert_reloads.clone(),
         );
         let connections_open = Gauge::default();

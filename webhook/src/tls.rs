@@ -241,6 +241,9 @@ impl CertReloader {
                     if !unreadable_logged {
                         tracing::warn!("serving certificate unreadable, keeping the old one: {e}");
                         unreadable_logged = true;
+                        if let Some(m) = &self.metrics {
+                            m.cert_reload(ReloadResult::Unreadable);
+                        }
                     }
                 }
             }

@@ -274,7 +274,12 @@ async fn a_key_missing_mid_rotation_keeps_the_old_pair() {
     let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
     let server = start(test_config(volume.files())).await;
     std::fs::remove_file(volume.dir.path().join("tls.key")).unwrap();
-    tokio::time::sleep(Duration::from_millis(200)).await;
+    // The reloader has seen the missing key (and kept the old pair) before the client connects.
+    wait_for_metric(
+        &server.metrics,
+        r#"captf_webhook_certificate_reloads_total{result="unreadable"} 1"#,
+    )
+    .await;
     let mut c = connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
     assert_eq!(c.leaf, leaf_der(&a.cert_pem));
     assert!(c.review_allowed().await);
