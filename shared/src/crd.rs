@@ -50,14 +50,49 @@ mod tests {
     fn crds_carry_the_cluster_api_contract_labels_and_a_status_subresource() {
         for crd in crds() {
             let labels = crd.metadata.labels.clone().unwrap_or_default();
-            assert_eq!(
-                labels.get("cluster.x-k8s.io/v1beta1").map(String::as_str),
-                Some("v1alpha1")
-            );
+            for (k, v) in crate::keys::CAPI_CONTRACT_LABELS {
+                assert_eq!(labels.get(k).map(String::as_str), Some(v), "{k}");
+            }
             assert_eq!(
                 labels.get("cluster.x-k8s.io/v1beta2").map(String::as_str),
                 Some("v1alpha1")
             );
+        }
+    }
+
+    #[test]
+    fn crds_claim_only_the_v1beta2_contract_whose_failure_domains_shape_they_have() {
+        for crd in crds() {
+            let labels = crd.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(labels.get("cluster.x-k8s.io/v1beta1"), None, "{:?}", crd.metadata.name);
+        }
+        // The v1beta2 shape: a list of {name, controlPlane, attributes}, not v1beta1's map.
+        let cluster = crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "TerraformCluster")
+            .unwrap();
+        let fd = &schema(&cluster)["openAPIV3Schema"]["properties"]["status"]["properties"]["failureDomains"];
+        assert_eq!(fd["type"], "array", "{fd}");
+    }
+
+    #[test]
+    fn crds_carry_the_clusterctl_label_so_a_move_finds_a_helm_installed_captf() {
+        // clusterctl move discovers the kinds to move from the CRDs labelled
+        // `clusterctl.cluster.x-k8s.io`; only `clusterctl init` would add it otherwise.
+        for crd in crds() {
+            let labels = crd.metadata.labels.clone().unwrap_or_default();
+            assert_eq!(
+                labels.get("clusterctl.cluster.x-k8s.io").map(String::as_str),
+                Some(""),
+                "{:?}",
+                crd.metadata.name
+            );
+        }
+    }
+
+    #[test]
+    fn crds_have_a_status_subresource_and_printer_columns() {
+        for crd in crds() {
             assert_eq!(crd.spec.group, "infrastructure.cluster.x-k8s.io");
             assert_eq!(crd.spec.scope, "Namespaced");
             let v = &crd.spec.versions[0];

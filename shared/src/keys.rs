@@ -20,6 +20,11 @@ pub const LABEL_INPUTS_HASH: &str = "captf.io/inputs-hash";
 pub const LABEL_CLUSTER_NAME: &str = "cluster.x-k8s.io/cluster-name";
 /// clusterctl move waits while an object it moves carries this annotation (any value).
 pub const ANNOTATION_BLOCK_MOVE: &str = "clusterctl.cluster.x-k8s.io/block-move";
+/// Cluster API's topology controller marks the copy of a template it sends in a dry-run
+/// server-side apply, to learn whether a ClusterClass change would alter it, with this annotation.
+/// Such a request must pass template immutability (nothing is stored), or a ClusterClass change
+/// never rolls out.
+pub const ANNOTATION_TOPOLOGY_DRY_RUN: &str = "topology.cluster.x-k8s.io/dry-run";
 /// clusterctl move takes objects with this label (any value) along with the Cluster's own.
 pub const LABEL_CLUSTERCTL_MOVE: &str = "clusterctl.cluster.x-k8s.io/move";
 /// Cluster API: objects with this label are managed by someone else and left alone.
@@ -39,6 +44,9 @@ pub const ANNOTATION_APPROVED_PLAN: &str = "captf.io/approved-plan";
 /// The UID of the object a state Secret or lock Lease belongs to (they have no owner: they
 /// outlive the object); also recorded on the inputs Secret (`crate::binding`).
 pub const ANNOTATION_OWNER_UID: &str = "captf.io/owner-uid";
+/// On a state Secret and lock Lease whose object was destroyed and went (the UID it had): the
+/// state holds nothing, so a new object of the same name may take them over and bind them.
+pub const ANNOTATION_RELEASED_BY: &str = "captf.io/released-by";
 
 // Cluster lease annotations.
 /// The member Jobs (machine pools', machines') that joined the cluster lease, as a JSON object
@@ -63,8 +71,10 @@ pub const INPUTS_DATA_KEY: &str = "inputs.json";
 /// Terraform's lock info annotation on the lock Lease.
 pub const ANNOTATION_TF_LOCK_INFO: &str = "app.terraform.io/lock-info";
 
-/// The Cluster API contract labels on the CRDs.
+/// The labels on the CRDs that Cluster API and clusterctl read: the contract CAPTF implements
+/// (v1beta2 only: `failureDomains` has its list shape, not v1beta1's map), and clusterctl's own
+/// label, without which `clusterctl move` does not find the kinds of a CAPTF installed by Helm.
 pub const CAPI_CONTRACT_LABELS: [(&str, &str); 2] = [
-    ("cluster.x-k8s.io/v1beta1", "v1alpha1"),
     ("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    ("clusterctl.cluster.x-k8s.io", ""),
 ];

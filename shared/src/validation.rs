@@ -17,6 +17,7 @@ use std::time::Duration;
 use serde::Serialize;
 
 use crate::defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS;
+use crate::keys;
 use crate::types::{CaptfObject, DestructiveGuard, JobsSpec, Remediation, TerraformSpec, VariablesFrom, VariablesRef};
 
 pub use formats::{
@@ -239,13 +240,22 @@ pub fn validate_create(obj: &CaptfObject) -> Report {
 /// metadata (removing the finalizer, approving a plan) must never be refused because of a spec
 /// the object already had. The controller still re-checks such a spec and reports `InvalidSpec`.
 pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
+    validate_update_request(old, new, false)
+}
+
+/// [`validate_update`] for an update request that may be a dry run (`request.dryRun`): Cluster
+/// API's topology dry run of a template ([`is_topology_dry_run`]) is not held to template
+/// immutability; every other rule applies as to a real update.
+pub fn validate_update_request(old: &CaptfObject, new: &CaptfObject, dry_run: bool) -> Report {
     let mut report = if old.terraform_spec() == new.terraform_spec() && old.spec_path() == new.spec_path() {
         Report::default()
     } else {
         validate_create(new)
     };
     let spec = FieldPath::new("spec");
-    report.merge(template_spec_is_immutable(old, new));
+    if !is_topology_dry_run(new, dry_run) {
+        report.merge(template_spec_is_immutable(old, new));
+    }
     match (old, new) {
         (CaptfObject::Cluster(o), CaptfObject::Cluster(n)) => {
             if let Some(was) = o.spec.control_plane_endpoint.as_ref().filter(|e| !e.host.is_empty())
@@ -278,6 +288,20 @@ pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
 /// template (by a ClusterClass, a MachineDeployment or a MachinePool) are rolled out by pointing
 /// at a new template, never by editing one in place.
 pub const TEMPLATE_IMMUTABLE: &str = "is immutable: a template cannot be changed in place; create a new template and point the ClusterClass, MachineDeployment or MachinePool at it";
+
+/// Whether an update is Cluster API's topology dry run: a dry-run request (nothing is stored)
+/// whose object carries [`keys::ANNOTATION_TOPOLOGY_DRY_RUN`]. The topology controller sends one
+/// with the changed template to see whether a ClusterClass change alters it, and rolls out by
+/// creating a new template when it does; refusing it would stop every such rollout. The
+/// annotation alone (on a stored update) is not enough.
+pub fn is_topology_dry_run(new: &CaptfObject, dry_run: bool) -> bool {
+    dry_run
+        && new
+            .metadata()
+            .annotations
+            .as_ref()
+            .is_some_and(|a| a.contains_key(keys::ANNOTATION_TOPOLOGY_DRY_RUN))
+}
 
 /// Templates (`TerraformMachineTemplate`, `TerraformClusterTemplate`,
 /// `TerraformMachinePoolTemplate`) are immutable: any change of `spec` is a violation at `spec`;

@@ -9,10 +9,11 @@ use std::borrow::Cow;
 
 use base64::Engine as _;
 use captf_shared::defaults::apply_defaults;
+use captf_shared::keys;
 use captf_shared::policy::{self, TenantPolicy, Violation};
 use captf_shared::references::{self, ForbiddenReference};
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
-use captf_shared::validation::{Report, parse_object, validate_create, validate_update};
+use captf_shared::validation::{Report, parse_object, validate_create, validate_update_request};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -261,6 +262,35 @@ struct NameOnly<'a> {
     name: Option<Str<'a>>,
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
+    /// Only whether Cluster API's topology dry-run annotation is there; the rest is skipped.
+    #[serde(default)]
+    annotations: Option<TopologyDryRunMark>,
+}
+
+/// Whether an annotations map holds [`keys::ANNOTATION_TOPOLOGY_DRY_RUN`]: keys are read one by
+/// one and values skipped, so no annotation is kept.
+#[derive(Default)]
+struct TopologyDryRunMark(bool);
+
+impl<'de> Deserialize<'de> for TopologyDryRunMark {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> serde::de::Visitor<'de> for V {
+            type Value = TopologyDryRunMark;
+            fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str("a map of annotations")
+            }
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopologyDryRunMark, A::Error> {
+                let mut marked = false;
+                while let Some(key) = map.next_key::<Str<'de>>()? {
+                    marked |= key.0 == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
+                    map.next_value::<IgnoredAny>()?;
+                }
+                Ok(TopologyDryRunMark(marked))
+            }
+        }
+        d.deserialize_map(V)
+    }
 }
 
 /// A review in one pass, borrowing from the body: the fast path. It accepts no body kube's
@@ -518,6 +548,8 @@ struct View<'a> {
     namespace: &'a str,
     object: Option<Obj<'a>>,
     old_object: Option<Obj<'a>>,
+    /// `request.dryRun`: nothing the request writes is stored.
+    dry_run: bool,
     policy: &'a TenantPolicy,
 }
 
@@ -552,6 +584,7 @@ pub fn review_with(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<R
                 namespace: r.namespace.as_ref().map_or("", |n| &n.0),
                 object: r.object.map(Obj::Parts),
                 old_object: r.old_object.map(Obj::Parts),
+                dry_run: r.dry_run,
                 policy,
             };
             answer(route, view)
@@ -595,6 +628,7 @@ fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Rev
         namespace: r.namespace.as_deref().unwrap_or_default(),
         object: read(&r.object),
         old_object: read(&r.old_object),
+        dry_run: r.dry_run,
         policy,
     };
     answer(route, view)
@@ -647,7 +681,8 @@ fn operation_label(op: &Operation) -> OperationLabel {
 }
 
 fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
-    // `request.dryRun` needs nothing: answering has no side effects either way.
+    // Answering has no side effects either way; `request.dryRun` only lets Cluster API's
+    // topology dry run of a template through template immutability (validate_update_request).
     let Some(kind) = served_kind(view) else {
         let mut d = Decision::allowed(ResultLabel::Unhandled);
         d.warnings.push(format!(
@@ -677,7 +712,7 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     };
     let mut decision = match route {
         Route::Mutate => mutate(view.body, kind, object),
-        Route::Validate => validate(view.body, kind, object, old_object, view.policy),
+        Route::Validate => validate(view.body, kind, object, old_object, view.dry_run, view.policy),
     };
     decision.warnings = bounded_warnings(std::mem::take(&mut decision.warnings), 0);
     Ok(decision)
@@ -761,6 +796,7 @@ fn validate(
     kind: &str,
     object: &Obj<'_>,
     old_object: Option<&Obj<'_>>,
+    dry_run: bool,
     policy: &TenantPolicy,
 ) -> Decision {
     let new = match parse_obj(body, kind, object, Which::Object) {
@@ -774,7 +810,7 @@ fn validate(
         // from an object stored before a rule was tightened.
         Some(old) => match parse_obj(body, kind, old, Which::OldObject) {
             Ok(old) if same_spec(&old, &new) => return Decision::allowed(ResultLabel::Allowed),
-            Ok(old) => validate_update(&old, &new),
+            Ok(old) => validate_update_request(&old, &new, dry_run),
             Err(_) => {
                 extra_warnings.push(format!(
                     "the stored {kind} does not parse, so immutable fields were not compared"
@@ -806,6 +842,9 @@ fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: &NameOnly<'_>) -> 
     let m = obj.meta_mut();
     m.name = meta.name.as_ref().map(|n| n.0.to_string());
     m.namespace = meta.namespace.as_ref().map(|n| n.0.to_string());
+    if meta.annotations.as_ref().is_some_and(|a| a.0) {
+        m.annotations = Some([(keys::ANNOTATION_TOPOLOGY_DRY_RUN.to_string(), String::new())].into());
+    }
     obj
 }
 
@@ -1167,6 +1206,55 @@ mod tests {
         }
         let escaped = r#"{"groups": ["a\u0041\n"], "username": "\u00e9"}"#;
         assert!(serde_json::from_str::<CheckedUserInfo>(escaped).is_ok());
+    }
+
+    /// The answer to the changed-template update fixture, as a dry run or not, with Cluster API's
+    /// topology dry-run annotation or not, and with the spec's `jobs` replaced when given.
+    fn changed_template_review(dry_run: bool, annotated: bool, jobs: Option<Value>) -> Reviewed {
+        let mut review = fixture("machinetemplate-update-rejected");
+        review["request"]["dryRun"] = Value::Bool(dry_run);
+        if annotated {
+            review["request"]["object"]["metadata"]["annotations"][keys::ANNOTATION_TOPOLOGY_DRY_RUN] =
+                Value::String(String::new());
+        }
+        // A change that breaks no other rule: the old template's jobs, a new variable value.
+        let spec = &mut review["request"]["object"]["spec"]["template"]["spec"];
+        spec["jobs"] = jobs.unwrap_or(serde_json::json!({"activeDeadlineSeconds": 3600, "lockTimeoutSeconds": 300}));
+        spec["variables"]["size"] = Value::String("large".into());
+        super::review(Route::Validate, &serde_json::to_vec(&review).unwrap()).unwrap()
+    }
+
+    #[test]
+    fn a_topology_dry_run_of_a_changed_template_passes_template_immutability() {
+        let stored = changed_template_review(false, false, None);
+        assert_eq!(stored.result, ResultLabel::Denied);
+        assert!(
+            stored.message.as_deref().unwrap_or_default().contains("is immutable"),
+            "{:?}",
+            stored.message
+        );
+        // What Cluster API's topology controller sends: a dry run of the annotated template.
+        let dry = changed_template_review(true, true, None);
+        assert_eq!(dry.result, ResultLabel::Allowed, "{:?}", dry.message);
+        // Either half alone is a real change of a template, refused.
+        assert_eq!(changed_template_review(true, false, None).result, ResultLabel::Denied);
+        assert_eq!(changed_template_review(false, true, None).result, ResultLabel::Denied);
+    }
+
+    #[test]
+    fn a_topology_dry_run_of_a_template_is_still_held_to_every_other_rule() {
+        let bad = serde_json::json!({"failedJobsHistoryLimit": -1});
+        let answer = changed_template_review(true, true, Some(bad));
+        assert_eq!(answer.result, ResultLabel::Denied);
+        assert!(
+            answer
+                .message
+                .as_deref()
+                .unwrap_or_default()
+                .contains("failedJobsHistoryLimit"),
+            "{:?}",
+            answer.message
+        );
     }
 
     #[test]

@@ -187,24 +187,16 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
             if let Some(outputs) = result.and_then(|r| r.outputs.clone()) {
                 st.outputs = Some(outputs);
             }
-            if let Some(addrs) = st.outputs.as_ref().and_then(|o| o.get(OUTPUT_ADDRESSES)).cloned()
-                && let Ok(addrs) = serde_json::from_value::<Vec<MachineAddress>>(addrs)
-            {
-                st.addresses = Some(addrs);
-            }
-            if let Some(domains) = st
-                .outputs
-                .as_ref()
-                .and_then(|o| o.get(OUTPUT_FAILURE_DOMAINS))
-                .and_then(failure_domains_from_output)
-            {
-                st.failure_domains = Some(domains);
-            }
+            publish_outputs_to_cluster_api(st);
         }
+        // A refresh reads the outputs of the state as it is: after a move (which copies no
+        // status) it is what rebuilds the Cluster API fields, so new Machines get failure
+        // domains again without an apply.
         (Op::Refresh, Outcome::Succeeded) => {
             if let Some(outputs) = result.and_then(|r| r.outputs.clone()) {
                 st.outputs = Some(outputs);
             }
+            publish_outputs_to_cluster_api(st);
         }
         (Op::Drift, Outcome::Succeeded) => st.last_drift_check_time = Some(Time(when)),
         (Op::Apply, Outcome::Blocked | Outcome::PlanChanged) => {
@@ -219,6 +211,25 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
             });
         }
         _ => {}
+    }
+}
+
+/// The status fields Cluster API reads that come from the outputs (PURE): a machine's
+/// `addresses` and a cluster's `failureDomains`, from the `addresses` and `failure_domains`
+/// outputs. An output that is absent or has the wrong shape leaves its field as it was.
+pub fn publish_outputs_to_cluster_api(st: &mut TerraformStatus) {
+    if let Some(addrs) = st.outputs.as_ref().and_then(|o| o.get(OUTPUT_ADDRESSES)).cloned()
+        && let Ok(addrs) = serde_json::from_value::<Vec<MachineAddress>>(addrs)
+    {
+        st.addresses = Some(addrs);
+    }
+    if let Some(domains) = st
+        .outputs
+        .as_ref()
+        .and_then(|o| o.get(OUTPUT_FAILURE_DOMAINS))
+        .and_then(failure_domains_from_output)
+    {
+        st.failure_domains = Some(domains);
     }
 }
 
@@ -800,6 +811,37 @@ mod tests {
         let domains = st.failure_domains.unwrap();
         assert_eq!(domains.len(), 1);
         assert!(domains[0].control_plane);
+    }
+
+    #[test]
+    fn a_successful_refresh_rebuilds_the_cluster_api_fields_a_move_left_empty() {
+        // What a move leaves in the target: no status. The refresh's outputs come back, and with
+        // them the failure domains and the addresses.
+        let outputs: BTreeMap<String, Value> = [
+            (
+                OUTPUT_FAILURE_DOMAINS.to_string(),
+                json!({"eu-west-1a": {"controlPlane": true}}),
+            ),
+            (
+                OUTPUT_ADDRESSES.to_string(),
+                json!([{"type": "InternalIP", "address": "10.0.0.7"}]),
+            ),
+        ]
+        .into();
+        let mut result = RunnerResult::new(RunResult::Succeeded, Phase::Refresh, "");
+        result.outputs = Some(outputs);
+        let r = rec(Op::Refresh, 1, Some(result));
+        let mut st = TerraformStatus::default();
+        apply_to_status(&mut st, &r, Outcome::Succeeded, Timestamp::UNIX_EPOCH);
+        let domains = st.failure_domains.expect("failure domains from the refresh");
+        assert_eq!(domains[0].name, "eu-west-1a");
+        assert!(domains[0].control_plane);
+        let addrs = st.addresses.expect("addresses from the refresh");
+        assert_eq!(addrs[0].address, "10.0.0.7");
+        // A failed refresh touches none of them.
+        let mut failed = TerraformStatus::default();
+        apply_to_status(&mut failed, &r, Outcome::Failed, Timestamp::UNIX_EPOCH);
+        assert_eq!((failed.failure_domains, failed.addresses), (None, None));
     }
 
     #[test]

@@ -307,7 +307,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
     };
     write_status(ctx, &id, &read.original, &new).await?;
-    let block = moving::blocks_move(acted.active_job.as_deref(), read.snap.lock.holder());
+    let block = moving::blocks_move(read.snap.paused, acted.active_job.as_deref(), read.snap.lock.holder());
     deletion::set_block_move(&ctx.client, &id, &object, block).await?;
     if let Some(msg) = name_conflict_transition(&read.original, &new) {
         tracing::warn!("holding {}: {msg}", id.what());
@@ -583,6 +583,7 @@ async fn act(
             acted.action = ctx.look_again(id, wake::wake(w, now));
         }
         Decision::Finalize => {
+            identity::release(&ctx.client, id).await?;
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
                 tracing::info!("removed the finalizer of {}", id.what());

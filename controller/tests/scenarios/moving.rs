@@ -50,13 +50,19 @@ fn has_block_move(o: &Value) -> bool {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_object_blocks_move_while_its_job_runs_or_its_lock_is_held() -> Result<()> {
+async fn an_object_blocks_move_unless_it_is_paused_idle_and_unlocked() -> Result<()> {
     let env = Env::with_realistic_runners().await?;
     let job = env.create_cluster("prod-eu", json!({})).await?;
     env.until_cluster("prod-eu", "block-move while the apply runs", has_block_move)
         .await?;
     env.run_until_booked(&job, "succeeded").await?;
-    env.until_cluster("prod-eu", "no block-move once idle", |o| !has_block_move(o))
+    env.until_ready("prod-eu").await?;
+    // Idle but not paused: a Job could start at any moment (a drift check, a change), and
+    // clusterctl notes the blocking objects before it pauses, so the annotation stays.
+    assert!(has_block_move(&env.cluster("prod-eu")), "unpaused: still blocks move");
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"paused": true}}))
+        .await?;
+    env.until_cluster("prod-eu", "no block-move once paused and idle", |o| !has_block_move(o))
         .await?;
 
     // A workstation takes the state lock: the Lease does not move, so neither may the object.
@@ -69,6 +75,45 @@ async fn an_object_blocks_move_while_its_job_runs_or_its_lock_is_held() -> Resul
     env.merge_patch::<TerraformCluster>("prod-eu", json!({"metadata": {"labels": {"wake": "2"}}}))
         .await?;
     env.until_cluster("prod-eu", "no block-move once the lock is free", |o| !has_block_move(o))
+        .await?;
+    // Unpaused again: blocks move again.
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"paused": false}}))
+        .await?;
+    env.until_cluster("prod-eu", "block-move once unpaused", has_block_move)
+        .await?;
+    env.no_denials()?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_started_after_clusterctl_built_its_graph_is_waited_for() -> Result<()> {
+    // clusterctl notes the objects carrying block-move, then pauses the Cluster, then waits for
+    // those only. An idle, unpaused object is noted; a Job that starts before the pause lands
+    // keeps the annotation until it is booked.
+    let k = Kind::TerraformCluster;
+    let env = Env::with_realistic_runners().await?;
+    env.sim.put(capi_cluster_crd())?;
+    env.sim.put(capi_cluster("prod", false))?;
+    let j1 = env.create(k, prod_eu()).await?;
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("prod-eu").await?;
+    // clusterctl builds its graph: the idle object is noted as blocking.
+    assert!(has_block_move(&env.cluster("prod-eu")), "noted in the graph");
+    // A change starts an apply before the pause lands.
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"region": "eu-west-2"}}}))
+        .await?;
+    let j2 = env.job(k, "prod-eu", Op::Apply, 2).await?;
+    env.sim.put(capi_cluster("prod", true))?;
+    // clusterctl waits on the noted object: the annotation stays while apply 2 runs.
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"metadata": {"labels": {"wake": "1"}}}))
+        .await?;
+    env.until_idle().await?;
+    assert!(
+        has_block_move(&env.cluster("prod-eu")),
+        "apply 2 runs: still blocks move"
+    );
+    env.run_until_booked(&j2, "succeeded").await?;
+    env.until_cluster("prod-eu", "free to move once apply 2 is booked", |o| !has_block_move(o))
         .await?;
     env.no_denials()?;
     Ok(())

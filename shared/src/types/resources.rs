@@ -36,7 +36,7 @@ pub const CEL_PROVIDER_ID_IMMUTABLE: &str = "!has(oldSelf.spec.providerID) || ol
     status = "TerraformStatus",
     shortname = "tfc",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
@@ -76,7 +76,7 @@ pub struct ApiEndpoint {
     status = "TerraformStatus",
     shortname = "tfmp",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
@@ -108,7 +108,7 @@ pub struct TerraformMachinePoolSpec {
     status = "TerraformStatus",
     shortname = "tfm",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
@@ -140,7 +140,7 @@ pub struct TerraformMachineSpec {
     derive = "PartialEq",
     shortname = "tfmt",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -181,7 +181,7 @@ pub struct TemplateMetadata {
     derive = "PartialEq",
     shortname = "tfct",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
@@ -211,7 +211,7 @@ pub struct TerraformClusterTemplateResource {
     derive = "PartialEq",
     shortname = "tfmpt",
     category = "cluster-api",
-    label("cluster.x-k8s.io/v1beta1", "v1alpha1"),
+    label("clusterctl.cluster.x-k8s.io", ""),
     label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
