@@ -88,6 +88,13 @@ pub fn annotation(m: &ObjectMeta) -> Option<&str> {
         .map(String::as_str)
 }
 
+/// Whether `m` was released by the object it was bound to, after its destroy succeeded.
+fn released(m: &ObjectMeta) -> bool {
+    m.annotations
+        .as_ref()
+        .is_some_and(|a| a.contains_key(keys::ANNOTATION_RELEASED_BY))
+}
+
 /// The verdict on `found` (its metadata; `None`: absent) under the object `uid`'s names (PURE).
 pub fn verdict(found: Option<&ObjectMeta>, binding: Binding, uid: &str, history: &History) -> Verdict {
     let Some(m) = found else {
@@ -108,6 +115,8 @@ pub fn verdict(found: Option<&ObjectMeta>, binding: Binding, uid: &str, history:
                 keys::ANNOTATION_OWNER_UID
             )),
             None if history.own_inputs => Verdict::Stamp,
+            // Released by a destroyed object of the same name: nothing is left in it to take.
+            None if released(m) => Verdict::Stamp,
             None => Verdict::Foreign(format!(
                 "existed before this object's first Job and has no {} annotation",
                 keys::ANNOTATION_OWNER_UID
@@ -168,6 +177,38 @@ mod tests {
             Verdict::Foreign(_)
         ));
         assert_eq!(verdict(None, Binding::Owner, "u1", &h), Verdict::Absent);
+    }
+
+    #[test]
+    fn a_state_object_released_by_a_destroyed_object_is_taken_over_by_the_next_of_its_name() {
+        let fresh = History::default();
+        let released = ObjectMeta {
+            annotations: Some(BTreeMap::from([(
+                keys::ANNOTATION_RELEASED_BY.to_string(),
+                "u0".to_string(),
+            )])),
+            ..ObjectMeta::default()
+        };
+        assert_eq!(
+            verdict(Some(&released), Binding::Annotation, "u1", &fresh),
+            Verdict::Stamp
+        );
+        // Still bound (the release is the removal of the binding): foreign.
+        let mut bound = annotated("u0");
+        bound
+            .annotations
+            .as_mut()
+            .unwrap()
+            .extend(released.annotations.clone().unwrap());
+        assert!(matches!(
+            verdict(Some(&bound), Binding::Annotation, "u1", &fresh),
+            Verdict::Foreign(_)
+        ));
+        // Owned kinds are never released.
+        assert!(matches!(
+            verdict(Some(&released), Binding::Owner, "u1", &fresh),
+            Verdict::Foreign(_)
+        ));
     }
 
     #[test]

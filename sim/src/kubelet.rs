@@ -115,6 +115,10 @@ struct PodEnd {
 
 const DEADLINE: (&str, &str) = ("DeadlineExceeded", "Job was active longer than specified deadline");
 const BACKOFF: (&str, &str) = ("BackoffLimitExceeded", "Job has reached the specified backoff limit");
+/// What a scripted runner's successful apply leaves in an empty state Secret, as Terraform's
+/// kubernetes backend would: a gzip-compressed state (version 4, no resources), base64 as in a
+/// Secret's `data`.
+const SCRIPTED_STATE_B64: &str = "H4sIAAAAAAACAw3HPQqAMAwG0Lt8cxwEp1xFHEqJEugfSetSend925t4xVxrAR8EF9OQwDshaZHwCBgxtH5vrhmEOnob3cFzEUy8Dovy97zWB9OC0QFKAAAA";
 
 /// The string at a JSON pointer, or `""` when it is absent or not a string.
 fn str_at<'a>(v: &'a Value, pointer: &str) -> &'a str {
@@ -567,7 +571,35 @@ impl World {
                 }
             }
         };
+        if end.exit_code == 0 && r.op == Some(Op::Apply) {
+            self.write_state_if_empty(&r);
+        }
         self.end(&r, end);
+    }
+
+    /// After a successful apply, Terraform has written the state: a scripted runner puts a small
+    /// one in the object's state Secret when it holds none (a state a test put there is kept).
+    /// The Secret is never created here: the controller makes it before the first Job.
+    fn write_state_if_empty(&mut self, r: &Runner) {
+        let Some(suffix) = r.env.get(env::STATE_SUFFIX).cloned() else {
+            return;
+        };
+        let name = names::state_secret_name(&suffix);
+        let Some(mut secret) = self.try_get("/secrets", &r.ns, &name).cloned() else {
+            return;
+        };
+        let has_state = secret
+            .pointer("/data/tfstate")
+            .and_then(Value::as_str)
+            .is_some_and(|s| !s.is_empty());
+        if has_state {
+            return;
+        }
+        set(child(&mut secret, "data"), "tfstate", json!(SCRIPTED_STATE_B64));
+        if let Some(m) = secret.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        let _ = self.put("/secrets", secret);
     }
 
     /// SIGTERM: the Job controller marks a deadline kill (`FailureTarget`), an eviction marks

@@ -10,6 +10,7 @@ use k8s_openapi::jiff::Timestamp;
 use captf_shared::conditions;
 use captf_shared::defaults::{self, Effective};
 use captf_shared::keys;
+use captf_shared::names;
 use captf_shared::types::{CaptfObject, TerraformStatus};
 use captf_shared::validation;
 use captf_shared::{Kind, Op};
@@ -76,8 +77,12 @@ impl InputsHash {
 /// Facts from outside the object that hold a Job back (docs/rules.md).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Holds {
-    /// The state cannot be read (`StateUnreadable`): holds a deletion.
+    /// The state cannot be read (`StateUnreadable`): holds a deletion. [`Snapshot::new`] also
+    /// sets it when the state is empty although inputs were applied
+    /// ([`super::state::missing_after_apply`]).
     pub state_unreadable: Option<String>,
+    /// The state Secret holds no state (read on deletion, with `state_unreadable`).
+    pub state_empty: bool,
     /// A TerraformCluster's member machine pools and machines that still exist: hold its deletion.
     pub members: Vec<String>,
     /// A member's or machine's Job may not start: the cluster lease is held by this live Job.
@@ -139,7 +144,7 @@ impl Snapshot {
         durable: DurableRecord,
         inputs_hash: InputsHash,
         lock: LockState,
-        holds: Holds,
+        mut holds: Holds,
     ) -> Result<Snapshot, SnapshotError> {
         let meta = object.metadata();
         let name = meta.name.clone().ok_or(SnapshotError::MissingMeta("name"))?;
@@ -153,6 +158,15 @@ impl Snapshot {
         let report = validation::validate_create(object);
         let status = object_status(object).cloned().unwrap_or_default();
         record::sort_newest_first(&mut jobs);
+        if holds.state_unreadable.is_none() {
+            // The durable record moves with the object (the status does not): either says so.
+            let applied = durable
+                .applied_inputs_hash
+                .as_deref()
+                .or(status.applied_inputs_hash.as_deref());
+            let secret = names::state_secret_name(&names::suffix(kind, &namespace, &name));
+            holds.state_unreadable = super::state::missing_after_apply(&secret, holds.state_empty, applied);
+        }
         Ok(Snapshot {
             kind,
             namespace,

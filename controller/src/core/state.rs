@@ -37,6 +37,30 @@ pub fn unreadable(secret: &str, read: StateRead<'_>) -> Option<String> {
     }
 }
 
+/// Whether a read found no state at all: no Secret, or no (or an empty) `tfstate` value.
+pub fn empty(read: StateRead<'_>) -> bool {
+    matches!(
+        read,
+        StateRead::Missing | StateRead::Data(None) | StateRead::Data(Some([]))
+    )
+}
+
+/// Why a deletion is held when the state is empty although inputs were applied (the durable
+/// record on the inputs Secret says so), or `None`. A destroy then plans nothing, succeeds, and
+/// the finalizer goes while the infrastructure stays, without a word: what happens when an object
+/// moved without its state Secret (`clusterctl move` takes only Secrets with its move label) or
+/// the Secret was deleted. Nothing is destroyed until a person restores the state or gives up.
+pub fn missing_after_apply(secret: &str, state_empty: bool, applied_inputs_hash: Option<&str>) -> Option<String> {
+    let applied = applied_inputs_hash.filter(|h| !h.is_empty())?;
+    state_empty.then(|| {
+        format!(
+            "the state Secret {secret} holds no state although inputs {} were applied, so a destroy would delete nothing and leave the infrastructure behind; \
+             restore the state into {secret} (after a move, copy it from the source cluster), or remove the finalizer captf.io/destroy to let the object go without a destroy",
+            applied.get(..12).unwrap_or(applied)
+        )
+    })
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -70,6 +94,30 @@ mod tests {
     fn a_state_secret_the_controller_may_not_read_is_unreadable() {
         let why = unreadable(S, StateRead::Forbidden).expect("unreadable");
         assert!(why.contains("not allowed"), "{why}");
+    }
+
+    #[test]
+    fn an_empty_state_after_an_apply_holds_the_deletion_and_says_how_to_go_on() {
+        let why = missing_after_apply(S, true, Some("3f9a0c1d2e4b5a6978")).expect("held");
+        assert!(
+            why.contains(S) && why.contains("3f9a0c1d2e4b") && why.contains("restore"),
+            "{why}"
+        );
+        assert!(!why.contains("3f9a0c1d2e4b5a6978"), "the hash is cut: {why}");
+        // Nothing was ever applied: an empty state is the truth, and the destroy may run.
+        assert_eq!(missing_after_apply(S, true, None), None);
+        assert_eq!(missing_after_apply(S, true, Some("")), None);
+        // A state that is there is destroyed against as usual.
+        assert_eq!(missing_after_apply(S, false, Some("3f9a0c1d2e4b5a6978")), None);
+    }
+
+    #[test]
+    fn a_state_is_empty_when_there_is_no_secret_no_key_or_no_bytes() {
+        assert!(empty(StateRead::Missing));
+        assert!(empty(StateRead::Data(None)));
+        assert!(empty(StateRead::Data(Some(b""))));
+        assert!(!empty(StateRead::Data(Some(&[0x1f, 0x8b]))));
+        assert!(!empty(StateRead::Forbidden), "unknown is not empty");
     }
 
     proptest! {

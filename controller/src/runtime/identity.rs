@@ -289,3 +289,44 @@ pub async fn stamp(
     }
     Ok(())
 }
+
+/// Release the object's state Secret and lock Lease after its destroy succeeded, just before
+/// its finalizer goes: the UID binding is replaced by `captf.io/released-by`, so a new object of
+/// the same name (a GitOps tool re-creating it) takes them over instead of being held with
+/// `NameConflict` forever. What is absent, or bound to another object, is left alone. A state
+/// whose finalizer a person removed by hand is never released: it may still hold resources.
+pub async fn release(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+    let ns = id.namespace.as_str();
+    let (state, lock) = (names::state_secret_name(&id.suffix), names::lock_lease_name(&id.suffix));
+    let ours = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
+        m.annotations
+            .as_ref()
+            .and_then(|a| a.get(keys::ANNOTATION_OWNER_UID))
+            .is_some_and(|u| *u == id.uid)
+    };
+    if let Some(s) = get_opt::<Secret>(client, ns, &state, ApiAction::GetSecret).await?
+        && ours(&s.metadata)
+    {
+        let patch = serde_json::json!({"metadata": {
+            "resourceVersion": s.metadata.resource_version,
+            "annotations": {keys::ANNOTATION_OWNER_UID: null, keys::ANNOTATION_RELEASED_BY: id.uid},
+        }});
+        Api::<Secret>::namespaced(client.clone(), ns)
+            .patch(&state, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| Error::api(ApiAction::WriteSecret, format!("{ns}/{state}"), e))?;
+    }
+    if let Some(mut l) = get_opt::<Lease>(client, ns, &lock, ApiAction::GetLease).await?
+        && ours(&l.metadata)
+    {
+        let a = l.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.remove(keys::ANNOTATION_OWNER_UID);
+        a.insert(keys::ANNOTATION_RELEASED_BY.to_string(), id.uid.clone());
+        l.metadata.managed_fields = None;
+        Api::<Lease>::namespaced(client.clone(), ns)
+            .replace(&lock, &PostParams::default(), &l)
+            .await
+            .map_err(|e| Error::api(ApiAction::WriteLease, format!("{ns}/{lock}"), e))?;
+    }
+    Ok(())
+}

@@ -23,7 +23,9 @@ pub async fn live_holds(
     holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
     if object.metadata().deletion_timestamp.is_some() {
         // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
-        holds.state_unreadable = super::state::unreadable(client, id).await?;
+        let facts = super::state::read(client, id).await?;
+        holds.state_unreadable = facts.unreadable;
+        holds.state_empty = facts.empty;
     }
     Ok(())
 }

@@ -76,6 +76,48 @@ async fn an_unreadable_state_holds_the_deletion_until_it_reads_again() -> Result
     Ok(())
 }
 
+/// A state that is gone although inputs were applied (an object moved without its state Secret,
+/// or the Secret emptied by hand) holds the deletion: a destroy against it would delete nothing
+/// and let the finalizer go, leaving the infrastructure behind.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_empty_state_after_an_apply_holds_the_deletion_until_the_state_is_restored() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    env.create_applied_cluster("lost").await?;
+    let state = names::state_secret_name(&names::suffix(k, NS, "lost"));
+    let applied = env
+        .sim
+        .get("/secrets", NS, &state)
+        .and_then(|s| s.pointer("/data/tfstate").and_then(|v| v.as_str()).map(String::from))
+        .expect("the apply wrote a state");
+    env.sim.put(secret_json(&state, "tfstate", b"")?)?;
+    env.delete::<TerraformCluster>("lost").await?;
+    let msg = env
+        .until("DeletionHeld", |e| {
+            let (st, reason, msg) = condition(&e.cluster("lost"), "Ready")?;
+            (st == "False" && reason == "DeletionHeld").then_some(msg)
+        })
+        .await?;
+    assert!(msg.contains(&state) && msg.contains("holds no state"), "{msg}");
+    env.until_idle().await?;
+    assert_eq!(
+        env.job_names(k, "lost").len(),
+        1,
+        "no destroy Job against the empty state"
+    );
+
+    // The state is put back: the destroy runs against it and the finalizer goes.
+    let mut restored = secret_json(&state, "tfstate", b"")?;
+    restored["data"]["tfstate"] = json!(applied);
+    env.sim.put(restored)?;
+    env.advance(30);
+    env.job(k, "lost", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("object gone", |e| e.object(TC, "lost").is_none().then_some(()))
+        .await?;
+    Ok(())
+}
+
 /// A TerraformMachine's first apply waits until its Cluster API Cluster says its infrastructure
 /// is provisioned (read with the pause, every 30 s while held).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

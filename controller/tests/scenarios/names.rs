@@ -286,3 +286,35 @@ async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_bo
     assert_eq!(c.pointer("/status/lastJobSeq"), Some(&json!(1)), "{c}");
     Ok(())
 }
+
+/// Deleted after a successful destroy and created again under the same name (as a GitOps tool
+/// does): the new object takes over the state its predecessor released and becomes Ready; a
+/// state bound to a live other object is still never taken (the tests above).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_created_again_after_its_destroy_takes_over_the_released_state() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.create_applied_cluster("again").await?;
+    env.until_ready("again").await?;
+    env.delete::<TerraformCluster>("again").await?;
+    env.job(K, "again", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("the first object gone", |e| {
+        e.object(TC, "again").is_none().then_some(())
+    })
+    .await?;
+    let state = names::state_secret_name(&suffix("again"));
+    let released = env.sim.get("/secrets", NS, &state).unwrap();
+    assert!(
+        released["metadata"]["annotations"]["captf.io/released-by"].is_string()
+            && released["metadata"]["annotations"]["captf.io/owner-uid"].is_null(),
+        "{released}"
+    );
+
+    env.create_applied_cluster("again").await?;
+    let c = env.until_ready("again").await?;
+    let uid = c["metadata"]["uid"].as_str().unwrap().to_string();
+    let bound = env.sim.get("/secrets", NS, &state).unwrap();
+    assert_eq!(bound["metadata"]["annotations"]["captf.io/owner-uid"], uid.as_str());
+    env.no_denials()?;
+    Ok(())
+}
