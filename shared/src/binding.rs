@@ -88,11 +88,12 @@ pub fn annotation(m: &ObjectMeta) -> Option<&str> {
         .map(String::as_str)
 }
 
-/// Whether `m` was released by the object it was bound to, after its destroy succeeded.
-fn released(m: &ObjectMeta) -> bool {
+/// The UID of the object that released `m` when its finalizer went, if one did.
+fn released_by(m: &ObjectMeta) -> Option<&str> {
     m.annotations
-        .as_ref()
-        .is_some_and(|a| a.contains_key(keys::ANNOTATION_RELEASED_BY))
+        .as_ref()?
+        .get(keys::ANNOTATION_RELEASED_BY)
+        .map(String::as_str)
 }
 
 /// The verdict on `found` (its metadata; `None`: absent) under the object `uid`'s names (PURE).
@@ -115,8 +116,14 @@ pub fn verdict(found: Option<&ObjectMeta>, binding: Binding, uid: &str, history:
                 keys::ANNOTATION_OWNER_UID
             )),
             None if history.own_inputs => Verdict::Stamp,
-            // Released by a destroyed object of the same name: nothing is left in it to take.
-            None if released(m) => Verdict::Stamp,
+            // Released by the object itself (a late pass of an object on its way out): it is
+            // its successor's now, never taken back.
+            None if released_by(m) == Some(uid) => Verdict::Foreign(format!(
+                "was released by this object ({} {uid}) for a successor of its name",
+                keys::ANNOTATION_RELEASED_BY
+            )),
+            // Released by a finalized object of the same name: its successor takes it over.
+            None if released_by(m).is_some() => Verdict::Stamp,
             None => Verdict::Foreign(format!(
                 "existed before this object's first Job and has no {} annotation",
                 keys::ANNOTATION_OWNER_UID
@@ -193,6 +200,11 @@ mod tests {
             verdict(Some(&released), Binding::Annotation, "u1", &fresh),
             Verdict::Stamp
         );
+        // A late pass of the object that released it never takes it back.
+        assert!(matches!(
+            verdict(Some(&released), Binding::Annotation, "u0", &fresh),
+            Verdict::Foreign(_)
+        ));
         // Still bound (the release is the removal of the binding): foreign.
         let mut bound = annotated("u0");
         bound

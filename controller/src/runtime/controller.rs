@@ -583,6 +583,8 @@ async fn act(
             acted.action = ctx.look_again(id, wake::wake(w, now));
         }
         Decision::Finalize => {
+            // A destroyed object's state holds nothing; an orphaned one describes what it kept,
+            // for the next object of its name to take over (docs/trust.md).
             identity::release(&ctx.client, id).await?;
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);

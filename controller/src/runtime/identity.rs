@@ -290,8 +290,8 @@ pub async fn stamp(
     Ok(())
 }
 
-/// Release the object's state Secret and lock Lease after its destroy succeeded, just before
-/// its finalizer goes: the UID binding is replaced by `captf.io/released-by`, so a new object of
+/// Release the object's state Secret and lock Lease just before its finalizer goes (its destroy
+/// succeeded, or `deletionPolicy: Orphan` kept the infrastructure for a successor to adopt): the UID binding is replaced by `captf.io/released-by`, so a new object of
 /// the same name (a GitOps tool re-creating it) takes them over instead of being held with
 /// `NameConflict` forever. What is absent, or bound to another object, is left alone. A state
 /// whose finalizer a person removed by hand is never released: it may still hold resources.
