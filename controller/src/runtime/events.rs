@@ -42,7 +42,9 @@ pub fn build(id: &Ident, e: &Emission<'_>, instance: &str, now: Timestamp) -> Ev
     };
     Event {
         metadata: ObjectMeta {
-            generate_name: Some(format!("{}.", id.name)),
+            // `<name>-`: kube-apiserver refuses a generateName ending in a dot (not a DNS
+            // subdomain once the random suffix is masked).
+            generate_name: Some(format!("{}-", id.name)),
             namespace: Some(id.namespace.clone()),
             ..Default::default()
         },
@@ -159,7 +161,7 @@ mod tests {
         assert_eq!(ev.regarding.and_then(|r| r.uid).as_deref(), Some("u-1"));
         assert_eq!(ev.related.and_then(|r| r.name).as_deref(), Some("x"));
         assert_eq!(ev.reporting_instance.as_deref(), Some("pod-1"));
-        assert_eq!(ev.metadata.generate_name.as_deref(), Some("c1."));
+        assert_eq!(ev.metadata.generate_name.as_deref(), Some("c1-"));
     }
 
     #[test]
