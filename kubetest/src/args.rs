@@ -19,8 +19,11 @@ pub const CONTROLLERS: [&str; 7] = [
 ];
 
 /// The admission plugins the API server runs, beyond which it would run by default: the
-/// webhook plugins are named so that a change of upstream defaults cannot drop them.
-pub const ADMISSION_PLUGINS: [&str; 9] = [
+/// webhook plugins are named so that a change of upstream defaults cannot drop them, and
+/// OwnerReferencesPermissionEnforcement (off by default, on in many hardened and managed
+/// clusters) so that an owner reference with `blockOwnerDeletion` needs the right to update the
+/// owner's finalizers, as it does there.
+pub const ADMISSION_PLUGINS: [&str; 10] = [
     "NamespaceLifecycle",
     "ServiceAccount",
     "NodeRestriction",
@@ -30,6 +33,7 @@ pub const ADMISSION_PLUGINS: [&str; 9] = [
     "MutatingAdmissionWebhook",
     "ValidatingAdmissionWebhook",
     "ValidatingAdmissionPolicy",
+    "OwnerReferencesPermissionEnforcement",
 ];
 
 /// The issuer written into service-account tokens (and the default audience).

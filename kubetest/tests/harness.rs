@@ -6,16 +6,16 @@
 mod common;
 
 use std::path::Path;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use k8s_openapi::api::authentication::v1::SelfSubjectReview;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::{Namespace, Pod, ServiceAccount};
+use k8s_openapi::api::core::v1::{Pod, ServiceAccount};
 use kube::api::{Api, DeleteParams, ListParams, PostParams};
 use serde_json::json;
 
-use common::{TEST_READY_TIMEOUT, processes_mentioning};
+use common::{TEST_READY_TIMEOUT, namespace, processes_mentioning};
 
 /// Upper bound on any one wait for a controller; a test that reaches it fails.
 const PATIENCE: Duration = Duration::from_secs(90);
@@ -39,27 +39,12 @@ fn pinned_kubernetes_version() -> String {
         .to_string()
 }
 
-async fn wait_for<T, F, Fut>(what: &str, mut probe: F) -> T
+async fn wait_for<T, F, Fut>(what: &str, probe: F) -> T
 where
     F: FnMut() -> Fut,
     Fut: std::future::Future<Output = Option<T>>,
 {
-    let deadline = Instant::now() + PATIENCE;
-    loop {
-        if let Some(v) = probe().await {
-            return v;
-        }
-        assert!(Instant::now() < deadline, "{what}: not within {PATIENCE:?}");
-        tokio::time::sleep(Duration::from_millis(200)).await;
-    }
-}
-
-async fn namespace(client: &kube::Client, name: &str) {
-    let ns: Namespace = serde_json::from_value(json!({ "metadata": { "name": name } })).unwrap();
-    Api::<Namespace>::all(client.clone())
-        .create(&PostParams::default(), &ns)
-        .await
-        .unwrap();
+    common::wait_within(what, PATIENCE, probe).await
 }
 
 #[tokio::test]

@@ -29,13 +29,15 @@ fn components() -> Vec<Value> {
 }
 
 /// Cluster-scoped kinds in the components file; everything else is namespaced.
-const CLUSTER_SCOPED: [&str; 6] = [
+const CLUSTER_SCOPED: [&str; 8] = [
     "Namespace",
     "CustomResourceDefinition",
     "ClusterRole",
     "ClusterRoleBinding",
     "MutatingWebhookConfiguration",
     "ValidatingWebhookConfiguration",
+    "ValidatingAdmissionPolicy",
+    "ValidatingAdmissionPolicyBinding",
 ];
 
 #[test]

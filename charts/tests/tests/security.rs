@@ -94,3 +94,51 @@ fn the_webhook_spreads_its_two_replicas_over_nodes_by_default() {
         d["spec"]["selector"]["matchLabels"]
     );
 }
+
+fn admission_policies(r: &captf_chart_tests::Rendered) -> Vec<&Value> {
+    r.docs
+        .iter()
+        .filter(|d| {
+            d["kind"]
+                .as_str()
+                .is_some_and(|k| k.starts_with("ValidatingAdmissionPolicy"))
+        })
+        .collect()
+}
+
+/// The policy that holds the controller's account to CAPTF's names is on by default where the
+/// API server has ValidatingAdmissionPolicy v1 (1.30), off before, and can be turned off; the
+/// runner accounts the values name are the ones its Job rule lets through. What it refuses is
+/// shown on the real API server (kubetest/tests/controller_rights.rs).
+#[test]
+fn the_controllers_admission_policy_is_rendered_from_kubernetes_1_30_unless_turned_off() {
+    let r = helm_template(&[]).unwrap();
+    let docs = admission_policies(&r);
+    assert_eq!(docs.len(), 2, "the policy and its binding");
+    let (policy, binding) = (docs[0], docs[1]);
+    assert_eq!(policy["kind"], "ValidatingAdmissionPolicy");
+    assert_eq!(binding["spec"]["policyName"], policy["metadata"]["name"]);
+    assert_eq!(strings(&binding["spec"]["validationActions"]), ["Deny"]);
+    assert_eq!(policy["spec"]["failurePolicy"], "Fail");
+    let matched = policy["spec"]["matchConditions"][0]["expression"].as_str().unwrap();
+    assert!(matched.contains("':captf-controller'"), "{matched}");
+
+    assert!(admission_policies(&helm_template(&["--kube-version", "1.29.0"]).unwrap()).is_empty());
+    let off = helm_template(&["--set", "controller.admissionPolicy.enabled=false"]).unwrap();
+    assert!(admission_policies(&off).is_empty());
+
+    let shared = helm_template(&[
+        "--set",
+        "runner.serviceAccount.name=shared-runner",
+        "--set",
+        "runner.policy.allowedServiceAccounts={terraform}",
+    ])
+    .unwrap();
+    let text = serde_json::to_string(admission_policies(&shared)[0]).unwrap();
+    for account in ["shared-runner", "terraform"] {
+        assert!(
+            text.contains(&format!("variables.pod.serviceAccountName == \\\"{account}\\\"")),
+            "{account} not let through: {text}"
+        );
+    }
+}

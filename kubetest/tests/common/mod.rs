@@ -2,7 +2,10 @@
 #![allow(dead_code, clippy::unwrap_used)]
 
 use std::path::Path;
-use std::time::Duration;
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::Namespace;
+use kube::api::{Api, PostParams};
 
 /// The start timeout the tests give a control plane that should come up: wider than the
 /// default, because the tests share two cores with everything else the suite runs.
@@ -31,4 +34,29 @@ pub fn processes_mentioning(dir: &Path) -> Vec<(u32, String)> {
         }
     }
     found
+}
+
+/// Polls `probe` every 200 ms until it returns Some; fails the test after `patience`.
+pub async fn wait_within<T, F, Fut>(what: &str, patience: Duration, mut probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    let deadline = Instant::now() + patience;
+    loop {
+        if let Some(v) = probe().await {
+            return v;
+        }
+        assert!(Instant::now() < deadline, "{what}: not within {patience:?}");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+}
+
+/// Creates the Namespace `name` as `client`.
+pub async fn namespace(client: &kube::Client, name: &str) {
+    let ns: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
+    Api::<Namespace>::all(client.clone())
+        .create(&PostParams::default(), &ns)
+        .await
+        .unwrap();
 }

@@ -1,0 +1,504 @@
+//! The controller's rights on the real API server: the chart's RBAC and admission policy as
+//! `helm template` renders them, kube-apiserver's authorizer, its ValidatingAdmissionPolicy and
+//! OwnerReferencesPermissionEnforcement admission. The shipped controller binary, run under its
+//! own account, makes an object's runner identity, state objects and first Job with no call
+//! refused; the same account is refused everything else the policy names. The simulator
+//! evaluates neither CEL nor owner-reference permissions, so these run on the real server only.
+//! Without the binaries these tests fail under `CI` and skip elsewhere.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use captf_chart_tests::{NAMESPACE, capi_crd, helm_template};
+use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Pod, Secret};
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use serde_json::{Value, json};
+
+use common::{TEST_READY_TIMEOUT, namespace};
+
+/// Upper bound on any one wait; a test that reaches it fails.
+const PATIENCE: Duration = Duration::from_secs(90);
+/// The chart's controller account (release `captf`).
+const CONTROLLER: &str = "captf-controller";
+const OBJECT: &str = "rights";
+
+async fn start() -> Option<ControlPlane> {
+    let tools = tools_or_skip()?;
+    let mut opts = Options::new(tools);
+    opts.ready_timeout = TEST_READY_TIMEOUT;
+    Some(ControlPlane::start(opts).await.unwrap())
+}
+
+async fn wait_for<T, F, Fut>(what: &str, probe: F) -> T
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Option<T>>,
+{
+    common::wait_within(what, PATIENCE, probe).await
+}
+
+/// The API resource of a document the tests create, by its apiVersion and kind.
+fn resource_of(doc: &Value) -> (ApiResource, bool) {
+    let api_version = doc["apiVersion"].as_str().unwrap();
+    let kind = doc["kind"].as_str().unwrap();
+    let (plural, namespaced) = match kind {
+        "ServiceAccount" => ("serviceaccounts", true),
+        "Secret" => ("secrets", true),
+        "Lease" => ("leases", true),
+        "Job" => ("jobs", true),
+        "ClusterRole" => ("clusterroles", false),
+        "ClusterRoleBinding" => ("clusterrolebindings", false),
+        "Role" => ("roles", true),
+        "RoleBinding" => ("rolebindings", true),
+        "ValidatingAdmissionPolicy" => ("validatingadmissionpolicies", false),
+        "ValidatingAdmissionPolicyBinding" => ("validatingadmissionpolicybindings", false),
+        "CustomResourceDefinition" => ("customresourcedefinitions", false),
+        "TerraformCluster" => ("terraformclusters", true),
+        other => panic!("no resource known for {other}"),
+    };
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    let resource = ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    };
+    (resource, namespaced)
+}
+
+async fn create(client: &kube::Client, doc: &Value) -> Result<(), kube::Error> {
+    let (resource, namespaced) = resource_of(doc);
+    let object: DynamicObject = serde_json::from_value(doc.clone()).unwrap();
+    let api: Api<DynamicObject> = if namespaced {
+        let ns = doc["metadata"]["namespace"].as_str().unwrap_or("default");
+        Api::namespaced_with(client.clone(), ns, &resource)
+    } else {
+        Api::all_with(client.clone(), &resource)
+    };
+    api.create(&PostParams::default(), &object).await.map(drop)
+}
+
+/// The chart's six CRDs and the Cluster API CRDs the controller watches, Established.
+async fn crds(client: &kube::Client) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
+    let mut docs: Vec<Value> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
+        .map(|p| serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+        .collect();
+    for file in [
+        "cluster.x-k8s.io_clusters.yaml",
+        "cluster.x-k8s.io_machines.yaml",
+        "cluster.x-k8s.io_machinepools.yaml",
+    ] {
+        docs.push(capi_crd(file).unwrap());
+    }
+    for doc in &docs {
+        create(client, doc).await.unwrap();
+    }
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    for doc in &docs {
+        let name = doc["metadata"]["name"].as_str().unwrap().to_string();
+        wait_for(&format!("{name} Established"), || {
+            let (api, name) = (api.clone(), name.clone());
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+/// The chart's RBAC for the controller and its admission policy, as `helm template` renders them
+/// with default values, created by the admin; returns the controller's client once the policy is
+/// enforced (the API server loads a new policy shortly after it is stored, not at once).
+async fn install_controller_rights(cp: &ControlPlane, admin: &kube::Client) -> kube::Client {
+    namespace(admin, NAMESPACE).await;
+    let rendered = helm_template(&[]).unwrap();
+    let wanted = [
+        "ServiceAccount",
+        "ClusterRole",
+        "ClusterRoleBinding",
+        "ValidatingAdmissionPolicy",
+        "ValidatingAdmissionPolicyBinding",
+    ];
+    let docs: Vec<&Value> = rendered
+        .docs
+        .iter()
+        .filter(|d| wanted.contains(&d["kind"].as_str().unwrap_or_default()))
+        .filter(|d| {
+            d["metadata"]["name"]
+                .as_str()
+                .unwrap_or_default()
+                .starts_with(CONTROLLER)
+        })
+        .collect();
+    let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
+    for kind in wanted {
+        assert!(
+            kinds.contains(&kind),
+            "the chart renders no {kind} for the controller: {kinds:?}"
+        );
+    }
+    for doc in docs {
+        create(admin, doc).await.unwrap();
+    }
+    let client = cp.service_account_client(NAMESPACE, CONTROLLER).await.unwrap();
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
+    let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), "default");
+    let probe: Secret = serde_json::from_value(json!({ "metadata": { "name": "not-captfs" } })).unwrap();
+    wait_for("the admission policy enforced", || {
+        let (secrets, admin_secrets, probe) = (secrets.clone(), admin_secrets.clone(), probe.clone());
+        async move {
+            match secrets.create(&PostParams::default(), &probe).await {
+                Err(kube::Error::Api(s)) if s.code == 403 && s.message.contains("ValidatingAdmissionPolicy") => {
+                    Some(())
+                }
+                // Not yet loaded (or RBAC not yet cached): remove what got through and ask again.
+                Ok(_) => {
+                    admin_secrets.delete("not-captfs", &Default::default()).await.unwrap();
+                    None
+                }
+                Err(_) => None,
+            }
+        }
+    })
+    .await;
+    client
+}
+
+fn terraform_cluster() -> Value {
+    json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": { "name": OBJECT, "namespace": "default" },
+        "spec": {
+            "module": { "source": "git::https://example.com/modules/cluster.git" },
+            "drift": { "interval": "0" },
+        },
+    })
+}
+
+/// The workspace's `captf-controller` binary, built by `cargo test --workspace`.
+fn controller_binary() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("captf-controller");
+    assert!(
+        path.is_file(),
+        "captf-controller not found at {}: build it with `cargo build -p captf-controller` (cargo test --workspace does)",
+        path.display()
+    );
+    path
+}
+
+fn refusal(result: Result<(), kube::Error>, what: &str) -> String {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{what}: {s:?}");
+            s.message
+        }
+        Ok(()) => panic!("{what}: the API server accepted it"),
+        Err(e) => panic!("{what}: {e}"),
+    }
+}
+
+/// The controller, as the chart runs it and under the chart's account only, takes a new
+/// TerraformCluster to its first Job: the runner's ServiceAccount, Role and RoleBinding, the
+/// inputs, outputs and state Secrets, the Leases and the Job itself, each owned by the object
+/// with `blockOwnerDeletion` (OwnerReferencesPermissionEnforcement is on), pass RBAC and the
+/// admission policy; the Job controller then makes its pod as the runner's own account.
+#[tokio::test]
+async fn the_controller_under_the_charts_rbac_and_admission_policy_starts_a_first_job_on_the_real_api_server() {
+    let Some(cp) = start().await else { return };
+    let admin = cp.admin_client().await.unwrap();
+    crds(&admin).await;
+    install_controller_rights(&cp, &admin).await;
+
+    // OwnerReferencesPermissionEnforcement is on: an account that may create Secrets but not
+    // update the owner's finalizers cannot own one with blockOwnerDeletion to the object.
+    create(&admin, &terraform_cluster()).await.unwrap();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), "default", &resource_of(&terraform_cluster()).0);
+    let uid = clusters.get(OBJECT).await.unwrap().metadata.uid.unwrap();
+    refuses_block_owner_deletion_without_the_finalizers_right(&cp, &admin, &uid).await;
+
+    let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
+    let log_path = cp.work_dir().join("captf-controller.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut controller = tokio::process::Command::new(controller_binary())
+        .args([
+            "run",
+            "--namespace=default",
+            "--runner-image=ghcr.io/captf/runner:0.1.0",
+            "--metrics-addr=127.0.0.1:0",
+            "--health-addr=127.0.0.1:0",
+            "--log-format=text",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let clusters_ = clusters.clone();
+    let active = wait_for("status.activeJob of the TerraformCluster", || {
+        let clusters = clusters_.clone();
+        async move {
+            let c = clusters.get(OBJECT).await.ok()?;
+            c.data["status"]["activeJob"].as_str().map(str::to_string)
+        }
+    })
+    .await;
+    let jobs: Api<Job> = Api::namespaced(admin.clone(), "default");
+    let job = jobs.get(&active).await.unwrap();
+    let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(
+        (owner.uid.as_str(), owner.block_owner_deletion),
+        (uid.as_str(), Some(true))
+    );
+    let account = job
+        .spec
+        .as_ref()
+        .and_then(|s| s.template.spec.as_ref())
+        .and_then(|p| p.service_account_name.clone())
+        .unwrap();
+    assert!(account.starts_with("captf-runner-"), "{account}");
+    let roles: Api<Role> = Api::namespaced(admin.clone(), "default");
+    let bindings: Api<RoleBinding> = Api::namespaced(admin.clone(), "default");
+    assert!(roles.get(&account).await.is_ok() && bindings.get(&account).await.is_ok());
+
+    // The Job controller (kube-controller-manager) makes the pod, as the runner's account.
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    let selector = format!("job-name={active}");
+    let pod = wait_for("the Job's pod", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            pods.list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    assert_eq!(
+        pod.spec.unwrap().service_account_name.as_deref(),
+        Some(account.as_str())
+    );
+
+    assert!(
+        controller.try_wait().unwrap().is_none(),
+        "the controller exited: {}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    controller.kill().await.unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        !text.contains("forbidden") && !text.contains("Forbidden"),
+        "the controller was refused a call:\n{text}"
+    );
+    // Its Events are accepted too (kube-apiserver validates their generated names).
+    assert!(!text.contains("failed to publish event"), "{text}");
+}
+
+async fn refuses_block_owner_deletion_without_the_finalizers_right(cp: &ControlPlane, admin: &kube::Client, uid: &str) {
+    for doc in [
+        json!({ "apiVersion": "v1", "kind": "ServiceAccount", "metadata": { "name": "tenant", "namespace": "default" } }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": "tenant", "namespace": "default" },
+            "rules": [{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"] }],
+        }),
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+            "metadata": { "name": "tenant", "namespace": "default" },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "tenant" },
+            "subjects": [{ "kind": "ServiceAccount", "name": "tenant", "namespace": "default" }],
+        }),
+    ] {
+        create(admin, &doc).await.unwrap();
+    }
+    let tenant = cp.service_account_client("default", "tenant").await.unwrap();
+    let owned = |block: bool| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret",
+            "metadata": {
+                "name": format!("owned-{block}"), "namespace": "default",
+                "ownerReferences": [{
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                    "name": OBJECT, "uid": uid, "controller": true, "blockOwnerDeletion": block,
+                }],
+            },
+        })
+    };
+    let secrets: Api<Secret> = Api::namespaced(tenant, "default");
+    let create_owned = |block: bool| {
+        let secrets = secrets.clone();
+        let doc = owned(block);
+        async move {
+            let s: Secret = serde_json::from_value(doc).unwrap();
+            secrets.create(&PostParams::default(), &s).await.map(drop)
+        }
+    };
+    // Without blockOwnerDeletion the tenant may (once its binding is cached).
+    wait_for("the tenant's Role in force", || {
+        let f = create_owned(false);
+        async move { f.await.ok() }
+    })
+    .await;
+    let message = refusal(
+        create_owned(true).await,
+        "blockOwnerDeletion without the finalizers right",
+    );
+    assert!(message.contains("cannot set blockOwnerDeletion"), "{message}");
+}
+
+/// Whatever RBAC lets the controller's account do, the admission policy refuses it anything but
+/// CAPTF's own names and shapes: another Secret or Lease, a runner Role that grants more than
+/// the runner's rules, a binding to another account, a Job not owned by a CAPTF object or
+/// running as the controller or with host access.
+#[tokio::test]
+async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on_the_real_api_server() {
+    let Some(cp) = start().await else { return };
+    let admin = cp.admin_client().await.unwrap();
+    crds(&admin).await;
+    let controller = install_controller_rights(&cp, &admin).await;
+    create(&admin, &terraform_cluster()).await.unwrap();
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), "default", &resource_of(&terraform_cluster()).0);
+    let uid = clusters.get(OBJECT).await.unwrap().metadata.uid.unwrap();
+
+    let suffix = "rights-tc";
+    let owner = json!([{
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "name": OBJECT, "uid": uid, "controller": true, "blockOwnerDeletion": true,
+    }]);
+    let runner_role = |name: &str, rules: Value| {
+        json!({
+            "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "Role",
+            "metadata": { "name": name, "namespace": "default" }, "rules": rules,
+        })
+    };
+    let own_rules = json!([
+        { "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "update", "patch"],
+          "resourceNames": [format!("tfstate-default-{suffix}"), format!("captf-outputs-{suffix}")] },
+        { "apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "update"],
+          "resourceNames": [format!("lock-tfstate-default-{suffix}")] },
+    ]);
+    let job = |account: &str, host_network: bool, owner: Value| {
+        json!({
+            "apiVersion": "batch/v1", "kind": "Job",
+            "metadata": { "name": format!("probe-{account}-{host_network}"), "namespace": "default", "ownerReferences": owner },
+            "spec": { "template": { "spec": {
+                "serviceAccountName": account, "hostNetwork": host_network, "restartPolicy": "Never",
+                "containers": [{ "name": "runner", "image": "ghcr.io/captf/runner:0.1.0" }],
+            } } },
+        })
+    };
+    // (what, document, a part of the policy's message)
+    // What the controller makes passes: the runner Role with the runner's rules.
+    create(
+        &controller,
+        &runner_role(&format!("captf-runner-{suffix}"), own_rules.clone()),
+    )
+    .await
+    .unwrap();
+    let other = "captf-runner-other-tc";
+    let refused = [
+        (
+            "a Secret outside CAPTF's names",
+            json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "db-password", "namespace": "default" } }),
+            "writes only captf-inputs-*, captf-outputs-* and tfstate-default-* Secrets, not db-password",
+        ),
+        (
+            "another component's Lease",
+            json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": { "name": "kube-scheduler", "namespace": "kube-system" } }),
+            "Leases and its leader Lease, not kube-system/kube-scheduler",
+        ),
+        (
+            "a Role outside the runner names",
+            runner_role("admin", own_rules.clone()),
+            "writes only captf-runner-* ServiceAccounts, Roles and RoleBindings, not admin",
+        ),
+        (
+            "a runner Role granting every Secret",
+            runner_role(
+                other,
+                json!([{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get", "list", "update", "patch"] }]),
+            ),
+            "a runner Role may grant only",
+        ),
+        (
+            "a runner Role naming another object's state",
+            runner_role(
+                other,
+                json!([{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["get"], "resourceNames": ["tfstate-default-victim-tc"] }]),
+            ),
+            "a runner Role may grant only",
+        ),
+        (
+            "a runner Role that may create",
+            runner_role(
+                other,
+                json!([{ "apiGroups": [""], "resources": ["secrets"], "verbs": ["create"], "resourceNames": ["tfstate-default-other-tc"] }]),
+            ),
+            "a runner Role may grant only",
+        ),
+        (
+            "a runner RoleBinding to another account",
+            json!({
+                "apiVersion": "rbac.authorization.k8s.io/v1", "kind": "RoleBinding",
+                "metadata": { "name": format!("captf-runner-{suffix}"), "namespace": "default" },
+                "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": format!("captf-runner-{suffix}") },
+                "subjects": [{ "kind": "ServiceAccount", "name": "default", "namespace": "default" }],
+            }),
+            "must bind the Role captf-runner-rights-tc to the ServiceAccount captf-runner-rights-tc",
+        ),
+        (
+            "a Job no CAPTF object owns",
+            job(&format!("captf-runner-{suffix}"), false, json!([])),
+            "must be controlled by a TerraformCluster",
+        ),
+        (
+            "a Job running as the controller",
+            job(CONTROLLER, false, owner.clone()),
+            "must run as a runner account",
+        ),
+        (
+            "a Job on the host's network",
+            job(&format!("captf-runner-{suffix}"), true, owner.clone()),
+            "may not use the host's network",
+        ),
+    ];
+    for (what, doc, message) in refused {
+        let got = refusal(create(&controller, &doc).await, what);
+        assert!(
+            got.contains("ValidatingAdmissionPolicy") && got.contains(message),
+            "{what}: {got}"
+        );
+    }
+
+    // And a runner Job of the object.
+    create(&controller, &job(&format!("captf-runner-{suffix}"), false, owner))
+        .await
+        .unwrap();
+}
