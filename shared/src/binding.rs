@@ -80,20 +80,18 @@ pub fn owned_by(m: &ObjectMeta, uid: &str) -> bool {
     !uid.is_empty() && controller_uid(m) == Some(uid)
 }
 
+fn annotation_value<'a>(m: &'a ObjectMeta, key: &str) -> Option<&'a str> {
+    m.annotations.as_ref()?.get(key).map(String::as_str)
+}
+
 /// The `captf.io/owner-uid` annotation.
 pub fn annotation(m: &ObjectMeta) -> Option<&str> {
-    m.annotations
-        .as_ref()?
-        .get(keys::ANNOTATION_OWNER_UID)
-        .map(String::as_str)
+    annotation_value(m, keys::ANNOTATION_OWNER_UID)
 }
 
 /// The UID of the object that released `m` when its finalizer went, if one did.
 fn released_by(m: &ObjectMeta) -> Option<&str> {
-    m.annotations
-        .as_ref()?
-        .get(keys::ANNOTATION_RELEASED_BY)
-        .map(String::as_str)
+    annotation_value(m, keys::ANNOTATION_RELEASED_BY)
 }
 
 /// The verdict on `found` (its metadata; `None`: absent) under the object `uid`'s names (PURE).

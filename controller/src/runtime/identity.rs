@@ -299,10 +299,7 @@ pub async fn release(client: &kube::Client, id: &Ident) -> Result<(), Error> {
     let ns = id.namespace.as_str();
     let (state, lock) = (names::state_secret_name(&id.suffix), names::lock_lease_name(&id.suffix));
     let ours = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
-        m.annotations
-            .as_ref()
-            .and_then(|a| a.get(keys::ANNOTATION_OWNER_UID))
-            .is_some_and(|u| *u == id.uid)
+        binding::annotation(m) == Some(id.uid.as_str())
     };
     if let Some(s) = get_opt::<Secret>(client, ns, &state, ApiAction::GetSecret).await?
         && ours(&s.metadata)
