@@ -5,15 +5,15 @@
 # lifecycle and prints a timeline and a summary. Arguments go to captf-demo (e.g. --serve,
 # --scripted).
 #
-# The runner pods run the real captf-runner with real Terraform where the machine allows it
-# (root, for the private namespaces a pod gets): this script installs Terraform 1.0.3 (and the
-# protoc the test provider's build needs) with scripts/setup-tools.sh and builds captf-runner
+# The runner pods run the real captf-runner with real OpenTofu where the machine allows it
+# (root, for the private namespaces a pod gets): this script installs OpenTofu (built from its Go
+# module), Terraform 1.0.3 and the protoc the test provider's build needs with scripts/setup-tools.sh and builds captf-runner
 # and the test provider. If either fails, the demo still runs, with scripted runners, and says why.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet -p captf-webhook -p captf-controller -p captf-demo
 
-echo "demo.sh: checking the tools for real Terraform (scripts/setup-tools.sh)" >&2
+echo "demo.sh: checking the tools for real OpenTofu (scripts/setup-tools.sh)" >&2
 tools_log="$(mktemp)"
 # The demo needs no real control plane: leave its build out.
 if bin="$(CAPTF_NO_CONTROL_PLANE=1 bash scripts/setup-tools.sh 2>"$tools_log")"; then

@@ -33,7 +33,7 @@
 use captf_controller::core::Reason;
 use captf_controller::core::decide::Start;
 use captf_controller::runtime::job::{JobParams, RunnerPodDefaults, build_job};
-use captf_shared::types::{JobsSpec, TerraformSpec};
+use captf_shared::types::{JobsSpec, StateEncryption, TerraformSpec};
 use captf_shared::{Kind, Op, defaults};
 use serde_json::{Value, json};
 
@@ -228,6 +228,15 @@ fn start(op: Op) -> Start {
 
 /// The runner pod (metadata and spec, as JSON) CAPTF builds for `op` and `jobs`.
 fn runner_pod(op: Op, jobs: Option<JobsSpec>, module_credentials: Option<&str>) -> (Value, Value) {
+    runner_pod_with(op, jobs, module_credentials, None)
+}
+
+fn runner_pod_with(
+    op: Op,
+    jobs: Option<JobsSpec>,
+    module_credentials: Option<&str>,
+    state_encryption: Option<&StateEncryption>,
+) -> (Value, Value) {
     let spec = TerraformSpec {
         jobs: jobs.clone(),
         ..TerraformSpec::default()
@@ -251,6 +260,7 @@ fn runner_pod(op: Op, jobs: Option<JobsSpec>, module_credentials: Option<&str>) 
         sensitive_variables: &[],
         pod_defaults: &d,
         module_credentials,
+        state_encryption,
         env_from_secret_names: &[],
     });
     let template = serde_json::to_value(job).unwrap()["spec"]["template"].clone();
@@ -265,6 +275,14 @@ fn every_runner_pod_passes_the_restricted_profile() {
             let v = restricted_violations(&meta, &spec);
             assert!(v.is_empty(), "{op:?} with credentials {credentials:?}: {v:?}");
         }
+        let encryption: StateEncryption = serde_json::from_value(json!({
+            "passphraseSecretRef": {"name": "state-key"},
+            "previousPassphraseSecretRef": {"name": "old-key", "key": "k"},
+        }))
+        .unwrap();
+        let (meta, spec) = runner_pod_with(op, None, None, Some(&encryption));
+        let v = restricted_violations(&meta, &spec);
+        assert!(v.is_empty(), "{op:?} with state encryption: {v:?}");
     }
 }
 

@@ -1,10 +1,11 @@
 //! `captf-demo`: CAPTF's main job on the embedded simulator. Starts captf-sim, the real
 //! captf-webhook and captf-controller binaries (found next to this executable), plays the
 //! lifecycle the README lists, with a readable timeline and a summary table, and can keep serving.
-//! Runner pods run the real captf-runner with real Terraform where the machine allows it (root,
-//! and captf-runner, terraform-provider-captftest next to this executable, Terraform from
-//! `scripts/setup-tools.sh`); the steps that show what a real process can't do on cue are
-//! scripted, and so is everything else when real Terraform is not available or `--scripted` says so.
+//! Runner pods run the real captf-runner with real OpenTofu (the runner image's default binary)
+//! where the machine allows it (root, and captf-runner, terraform-provider-captftest next to this
+//! executable, OpenTofu from `scripts/setup-tools.sh`); the steps that show what a real process
+//! can't do on cue are scripted, and so is everything else when a real binary is not available or
+//! `--scripted` says so.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -16,7 +17,6 @@ use captf_demo::lifecycle::Demo;
 use captf_demo::real::RealTerraform;
 use captf_demo::setup::Runners;
 use captf_demo::{setup, summary};
-use captf_testprovider::harness::TERRAFORM_VERSION;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -79,19 +79,19 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     let mut stack = setup::start(None, &say, scripted_because).await?;
     // One line, even with --quiet: it says what the summary's "runners" column means.
     match &stack.runners {
-        Runners::Real { .. } => println!(
-            "   runners: real captf-runner with Terraform {TERRAFORM_VERSION} and the test provider, as processes \
+        Runners::Real { binary, .. } => println!(
+            "   runners: real captf-runner with {binary} and the test provider, as processes \
              of the simulator's kubelet (the failures shown on cue stay scripted)"
         ),
         Runners::Scripted { why } if cli.scripted || cli.serve => {
             println!("   runners: scripted ({why})")
         }
         Runners::Scripted { why } => {
-            println!("   runners: real Terraform is not available here, every step plays with scripted runners: {why}")
+            println!("   runners: real OpenTofu is not available here, every step plays with scripted runners: {why}")
         }
     }
     let real = match &stack.runners {
-        Runners::Real { world } => Some(
+        Runners::Real { world, .. } => Some(
             RealTerraform::start(&stack.work.path().join("modules"), world.clone())
                 .await
                 .map_err(setup::SetupError::Modules)?,
@@ -110,7 +110,11 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
         let rows = demo.run_script().await;
         println!("\n== summary (simulated time {})", stack.sim.now().strftime("%H:%M:%S"));
         println!("{}", summary::render(&rows, 60));
-        println!("{}", summary::runners_line(&rows));
+        let binary = match &stack.runners {
+            Runners::Real { binary, .. } => binary.as_str(),
+            Runners::Scripted { .. } => "a real binary",
+        };
+        println!("{}", summary::runners_line(&rows, binary));
         let denied = stack.sim.denied();
         match rows.iter().find(|r| !r.ok) {
             None if !denied.is_empty() => {

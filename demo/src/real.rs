@@ -1,6 +1,6 @@
-//! Real Terraform for the runner pods: where the machine allows it, the simulator's process
-//! kubelet runs the runner image ([`RUNNER_IMAGE`]) as the real `captf-runner` with the pinned
-//! Terraform and the test provider (`captf_testprovider::runner_image`), and the modules the
+//! Real OpenTofu for the runner pods: where the machine allows it, the simulator's process
+//! kubelet runs the runner image ([`RUNNER_IMAGE`]) as the real `captf-runner` with the
+//! OpenTofu the real image ships and the test provider (`captf_testprovider::runner_image`), and the modules the
 //! demo's objects name are served from 127.0.0.1. The test provider keeps its "things" as files
 //! in a world folder the demo reads (to show what Terraform did) and edits (to make real drift).
 //!

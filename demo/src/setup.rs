@@ -52,9 +52,10 @@ pub enum SetupError {
 /// How the runner pods run.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum Runners {
-    /// The real `captf-runner` with real Terraform (the simulator's process kubelet), except
-    /// for the Jobs a step scripts; the test provider's world folder.
-    Real { world: PathBuf },
+    /// The real `captf-runner` with a real binary (the simulator's process kubelet), except for
+    /// the Jobs a step scripts; the test provider's world folder, and which binary the image
+    /// runs (`OpenTofu 1.12.6`).
+    Real { world: PathBuf, binary: String },
     /// Every runner is scripted, and why.
     Scripted { why: String },
 }
@@ -161,10 +162,14 @@ pub async fn start(
         Some(why) => Runners::Scripted { why: why.to_string() },
         None => match crate::real::runner_image_here(&work.path().join("runner")) {
             Ok(image) => {
+                let binary = image.describe();
                 builder = builder
                     .process_image(crate::real::RUNNER_IMAGE, image.image)
                     .process_root(work.path().join("kubelet"));
-                Runners::Real { world: image.world }
+                Runners::Real {
+                    world: image.world,
+                    binary,
+                }
             }
             Err(why) => Runners::Scripted { why },
         },

@@ -8,7 +8,7 @@ pub struct Row {
     pub expected: String,
     pub observed: String,
     pub ok: bool,
-    /// The step's Jobs whose runner was the real `captf-runner` with real Terraform.
+    /// The step's Jobs whose runner was the real `captf-runner` with a real binary.
     pub real_jobs: usize,
     /// The step's Jobs whose runner was scripted.
     pub scripted_jobs: usize,
@@ -26,11 +26,12 @@ impl Row {
     }
 }
 
-/// The line under the table: how many Jobs ran real Terraform, how many were scripted.
-pub fn runners_line(rows: &[Row]) -> String {
+/// The line under the table: how many Jobs ran the real runner with `binary` (`OpenTofu
+/// 1.12.6`), how many were scripted.
+pub fn runners_line(rows: &[Row], binary: &str) -> String {
     let real: usize = rows.iter().map(|r| r.real_jobs).sum();
     let scripted: usize = rows.iter().map(|r| r.scripted_jobs).sum();
-    format!("runners: {real} Job(s) ran the real captf-runner with real Terraform, {scripted} were scripted")
+    format!("runners: {real} Job(s) ran the real captf-runner with {binary}, {scripted} were scripted")
 }
 
 /// A plain-text table; the widths follow the content (the expected and observed columns wrap at
@@ -141,8 +142,8 @@ mod tests {
             "{t}"
         );
         assert_eq!(
-            runners_line(&rows),
-            "runners: 5 Job(s) ran the real captf-runner with real Terraform, 3 were scripted"
+            runners_line(&rows, "OpenTofu 1.12.6"),
+            "runners: 5 Job(s) ran the real captf-runner with OpenTofu 1.12.6, 3 were scripted"
         );
     }
 

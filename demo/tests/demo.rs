@@ -104,10 +104,15 @@ fn readme_main_command_plays_every_step_and_exits_zero() {
     assert_eq!(rows[0].runners, "no Job", "admission starts no Job");
     match captf_sim::process::namespaces_unavailable() {
         None => {
-            // Real Terraform ran wherever a step can be real; the failures on cue are scripted.
+            // Real OpenTofu (the runner image's binary) ran wherever a step can be real; the
+            // failures on cue are scripted.
             assert!(
-                stdout.contains("runners: real captf-runner with Terraform 1.0.3"),
+                stdout.contains("runners: real captf-runner with OpenTofu 1.12.6"),
                 "{stdout}"
+            );
+            assert!(
+                stdout.contains("Job(s) ran the real captf-runner with OpenTofu 1.12.6,"),
+                "the summary says which binary the real Jobs ran: {stdout}"
             );
             for (i, scripted_too) in [(1, true), (2, true), (3, false), (4, true), (5, false)] {
                 let row = &rows[i];
@@ -135,7 +140,7 @@ fn readme_main_command_plays_every_step_and_exits_zero() {
         Some(why) => {
             // No real runners here: the demo said so once and scripted every Job.
             assert!(
-                stdout.contains("runners: real Terraform is not available here"),
+                stdout.contains("runners: real OpenTofu is not available here"),
                 "{why}: {stdout}"
             );
             assert!(rows.iter().all(|r| real(r) == 0), "{stdout}");
@@ -154,7 +159,7 @@ fn forced_scripted_mode_plays_every_step_with_scripted_runners() {
     }
     assert!(rows[1..].iter().all(|r| scripted(r) > 0));
     assert!(!stdout.contains("[real runner]"), "{stdout}");
-    assert!(stdout.contains("runners: 0 Job(s) ran the real captf-runner with real Terraform"));
+    assert!(stdout.contains("runners: 0 Job(s) ran the real captf-runner with a real binary"));
     // The scripted cluster module's endpoint.
     assert!(stdout.contains(" 10.0.0.1:6443 "), "{stdout}");
 }

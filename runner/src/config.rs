@@ -70,6 +70,8 @@ pub struct Config {
     pub keep_work_dir: bool,
     /// Where the module credentials Secret is mounted (`CAPTF_MODULE_CREDENTIALS_DIR`).
     pub module_credentials_dir: Option<PathBuf>,
+    /// Where the state encryption passphrases are mounted (`CAPTF_STATE_ENCRYPTION_DIR`).
+    pub state_encryption_dir: Option<PathBuf>,
     /// The UID of the object the run is for (`CAPTF_OWNER_UID`): a state Secret or lock Lease
     /// bound to another object is refused. None (a run by hand): no check.
     pub owner_uid: Option<String>,
@@ -197,6 +199,7 @@ impl Config {
             sensitive_env,
             keep_work_dir: non_empty(lookup(KEEP_WORK_DIR)).is_some_and(|v| v == "true"),
             module_credentials_dir: non_empty(lookup(env::MODULE_CREDENTIALS_DIR)).map(PathBuf::from),
+            state_encryption_dir: non_empty(lookup(env::STATE_ENCRYPTION_DIR)).map(PathBuf::from),
             owner_uid: non_empty(lookup(env::OWNER_UID)),
         })
     }

@@ -6,6 +6,8 @@
 //! | [`backend_check`] | one state backend: a module's own `backend` or `cloud` block refused |
 //! | [`config`] | the `CAPTF_*` environment, parsed and checked |
 //! | [`credentials`] | the module credentials Secret, copied private and handed to `init` only |
+//! | [`encryption`] | `spec.stateEncryption`: the mounted passphrases as OpenTofu's `TF_ENCRYPTION` |
+//! | [`program`] | which program `CAPTF_TF_BINARY` runs, asked with `version` before anything else |
 //! | [`workdir`] | inputs, `backend.tf`, `terraform.tfvars.json` (0600) |
 //! | [`tf`] | the child process: streaming, tails, SIGTERM → exactly one SIGINT |
 //! | [`unlock`] | force-unlock of a handed-over stale lock, tolerated failures |
@@ -20,10 +22,12 @@
 pub mod backend_check;
 pub mod config;
 pub mod credentials;
+pub mod encryption;
 pub mod fuzzing;
 pub mod guard;
 pub mod ops;
 pub mod outputs;
+pub mod program;
 pub mod redact;
 pub mod result;
 pub mod secret;

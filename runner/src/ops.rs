@@ -15,7 +15,7 @@ use crate::state_proxy;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
 use crate::workdir::{self, PLAN_FILE};
-use crate::{backend_check, credentials, redact};
+use crate::{backend_check, credentials, encryption, program, redact};
 
 /// The command lines of every step, built in one place so tests can state them exactly.
 #[derive(Clone, Debug)]
@@ -91,6 +91,8 @@ struct Steps<'a, S> {
     store: &'a S,
     /// For the `init` commands only: what fetching the module needs (module credentials).
     init_env: &'a [(String, String)],
+    /// For every command: the state encryption configuration (`TF_ENCRYPTION`), if any.
+    env: &'a [(String, String)],
 }
 
 impl<S: OutputsStore> Steps<'_, S> {
@@ -100,12 +102,14 @@ impl<S: OutputsStore> Steps<'_, S> {
 
     /// Run a command; a start failure, an interruption or a death by signal ends the run.
     async fn exec(&self, phase: Phase, args: Vec<String>, stdout: Stdout) -> Result<Finished, RunnerResult> {
-        let env = if args.first().is_some_and(|a| a == "init") {
-            self.init_env
-        } else {
-            &[]
-        };
-        let finished = self.tf.run_with_env(&args, stdout, env).await.map_err(|e| match e {
+        // The module fetch (`init -backend=false`) reads no state, so it gets no encryption:
+        // each OpenTofu process that has it derives the key anew (PBKDF2, about a second here).
+        let fetch_only = args.iter().any(|a| a == "-backend=false");
+        let mut env = if fetch_only { vec![] } else { self.env.to_vec() };
+        if args.first().is_some_and(|a| a == "init") {
+            env.extend_from_slice(self.init_env);
+        }
+        let finished = self.tf.run_with_env(&args, stdout, &env).await.map_err(|e| match e {
             TfError::Interrupted { .. } | TfError::InterruptedBeforeStart { .. } => {
                 RunnerResult::new(RunResult::Interrupted, phase, e.to_string())
             }
@@ -316,6 +320,29 @@ async fn pipeline<S: OutputsStore>(
     if let Some(c) = &credentials {
         values.extend(c.secrets.iter().cloned());
     }
+    // The state encryption passphrases, read (and masked) before anything runs: OpenTofu never
+    // runs without the encryption the inputs ask for.
+    let passphrases = encryption::read(inputs.state_encryption.as_ref(), cfg.state_encryption_dir.as_deref())
+        .map_err(|e| failed(Phase::Init, e.to_string()))?;
+    if let Some(p) = &passphrases {
+        values.extend(p.secrets());
+    }
+    let tf_env = match &passphrases {
+        Some(p) => {
+            let secret = names::state_secret_name(&cfg.state_suffix);
+            let (stored, why) = encryption::stored(&cfg.namespace, &secret).await;
+            if let Some(why) = why {
+                log.note(&format!(
+                    "could not tell whether the state is encrypted ({why}); reading it with the passphrases only"
+                ));
+            }
+            if stored == encryption::Stored::Plaintext && p.mode == captf_shared::types::EncryptionMode::Encrypt {
+                log.note("the state is plaintext: this run reads it as such and writes it encrypted");
+            }
+            p.env(stored)
+        }
+        None => vec![],
+    };
     let init_env = credentials.as_ref().map(|c| c.env.clone()).unwrap_or_default();
     let mut secrets = redact::source_secrets(&inputs.module.source);
     secrets.extend(redact::mask_list(values));
@@ -331,10 +358,25 @@ async fn pipeline<S: OutputsStore>(
         }
         r
     };
-    run_steps(cfg, &inputs, interrupt, log, store, &init_env)
+    let env = Env {
+        init: &init_env,
+        all: &tf_env,
+        encrypting: passphrases.is_some(),
+    };
+    run_steps(cfg, &inputs, interrupt, log, store, &env)
         .await
         .map(mask)
         .map_err(mask)
+}
+
+/// What the binary's environment gets beyond the process's own.
+struct Env<'a> {
+    /// For the `init` commands (module credentials).
+    init: &'a [(String, String)],
+    /// For every command (`TF_ENCRYPTION`).
+    all: &'a [(String, String)],
+    /// Whether the run encrypts the state (so the binary must be OpenTofu).
+    encrypting: bool,
 }
 
 async fn run_steps<S: OutputsStore>(
@@ -343,10 +385,10 @@ async fn run_steps<S: OutputsStore>(
     interrupt: Interrupt,
     log: Log,
     store: &S,
-    init_env: &[(String, String)],
+    env: &Env<'_>,
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = workdir::prepare(cfg.work_dir.as_deref()).map_err(|e| failed(Phase::Init, e.to_string()))?;
-    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store, init_env).await;
+    let result = run_in(cfg, inputs, &dir, interrupt, log.clone(), store, env).await;
     // The work directory holds the variables (secrets included), providers and plans: nothing of
     // it outlives the run (a given directory, an emptyDir mount, is emptied; a fresh one removed).
     if !cfg.keep_work_dir
@@ -364,9 +406,28 @@ async fn run_in<S: OutputsStore>(
     interrupt: Interrupt,
     log: Log,
     store: &S,
-    init_env: &[(String, String)],
+    env: &Env<'_>,
 ) -> Result<RunnerResult, RunnerResult> {
     let dir = dir.to_path_buf();
+    if *interrupt.borrow() {
+        return Err(RunnerResult::new(
+            RunResult::Interrupted,
+            Phase::Init,
+            "termination requested before the first step",
+        ));
+    }
+    // Which program the binary is, before it touches anything: a missing binary, another program
+    // under its name, or one that cannot encrypt a state the spec wants encrypted stops here.
+    let found = program::probe(&cfg.tf_binary, &dir)
+        .await
+        .map_err(|e| failed(Phase::Init, e))?;
+    if let Some(why) = program::mismatch(&cfg.tf_binary, &found) {
+        return Err(failed(Phase::Init, why));
+    }
+    if env.encrypting {
+        encryption::check_program(&found).map_err(|e| failed(Phase::Init, e.to_string()))?;
+    }
+    log.note(&format!("{} runs {found}", cfg.tf_binary));
     log.note(&format!(
         "{} of state {} in namespace {} (work dir {})",
         cfg.op,
@@ -379,7 +440,8 @@ async fn run_in<S: OutputsStore>(
         tf: Tf::new(&cfg.tf_binary, &dir, interrupt, log),
         cmd: Commands::new(&cfg.lock_timeout),
         store,
-        init_env,
+        init_env: env.init,
+        env: env.all,
     };
     let fetched = steps
         .exec(
@@ -490,6 +552,7 @@ mod tests {
             sensitive_env: Default::default(),
             keep_work_dir: false,
             module_credentials_dir: None,
+            state_encryption_dir: None,
             owner_uid: None,
         }
     }

@@ -90,6 +90,8 @@ struct Env {
     runs: usize,
     /// The pod's service-account token: the simulator's admin, or a ServiceAccount's.
     token: String,
+    /// `stateEncryption` of the inputs, and the passphrases mounted for the runner.
+    encryption: Option<(Value, Vec<(&'static str, String)>)>,
 }
 
 /// One finished runner: exit code, parsed result, and everything it printed.
@@ -220,6 +222,7 @@ impl Env {
             module,
             runs: 0,
             token: captf_sim::auth::ADMIN_TOKEN.to_string(),
+            encryption: None,
         }
     }
 
@@ -267,11 +270,18 @@ impl Env {
         let inputs = run.join("inputs");
         let sa = run.join("serviceaccount");
         std::fs::create_dir_all(&inputs).unwrap();
-        std::fs::write(
-            inputs.join("inputs.json"),
-            json!({"module": {"source": self.module.display().to_string()}, "variables": vars}).to_string(),
-        )
-        .unwrap();
+        let mut doc = json!({"module": {"source": self.module.display().to_string()}, "variables": vars});
+        let mut encryption_env = vec![];
+        if let Some((inputs, files)) = &self.encryption {
+            doc["stateEncryption"] = inputs.clone();
+            let mount = run.join("state-encryption");
+            std::fs::create_dir_all(&mount).unwrap();
+            for (file, value) in files {
+                std::fs::write(mount.join(file), value).unwrap();
+            }
+            encryption_env.push(("CAPTF_STATE_ENCRYPTION_DIR", mount.display().to_string()));
+        }
+        std::fs::write(inputs.join("inputs.json"), doc.to_string()).unwrap();
         let https = self.sim.https().unwrap();
         https.write_service_account_files(&sa, NS, &self.token).unwrap();
         let termination_log = run.join("termination-log");
@@ -312,6 +322,7 @@ impl Env {
         .env("CAPTF_TF_BINARY", p(&self.sb.terraform))
         .env("CAPTF_WORK_DIR", p(&run.join("work")))
         .env("CAPTF_TERMINATION_LOG", p(&termination_log))
+        .envs(encryption_env)
         .envs(extra.iter().copied())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -956,6 +967,226 @@ async fn a_missing_cli_configuration_file_still_applies_and_reads_the_outputs(bi
     );
 }
 
+/// What the state Secret's `tfstate` holds, decompressed (the first part of a large state).
+fn state_text(env: &Env) -> String {
+    use std::io::Read;
+    let state = env.get("/secrets", STATE_SECRET).expect("the state Secret");
+    let gz = base64_decode(state["data"]["tfstate"].as_str().unwrap_or_default());
+    let mut text = String::new();
+    flate2::read::GzDecoder::new(&gz[..]).read_to_string(&mut text).unwrap();
+    text
+}
+
+/// With a quote, a backslash and an HCL template sequence, which must reach OpenTofu as written.
+const PASSPHRASE_1: &str = r#"first "passphrase" \ ${var.x} %{if} 0c2f9a7e"#;
+const PASSPHRASE_2: &str = "second passphrase, 5d41e8b3";
+/// A value the apply writes into the state (the thing's content), so its absence shows.
+const KNOWN: &str = "a-known-attribute-value-3f1c";
+
+/// The Secret key each passphrase is kept in, as the inputs name them.
+fn secret_key_of(passphrase: &str) -> &'static str {
+    if passphrase == PASSPHRASE_2 {
+        "state-key-2/passphrase"
+    } else {
+        "state-key/passphrase"
+    }
+}
+
+/// Encrypt (or `mode`) with `current`, and `previous` during a rotation, each from its own
+/// Secret key (a rotation moves to a new Secret, as docs/state-encryption.md has it).
+fn encrypt_with(env: &mut Env, mode: &str, current: &str, previous: Option<&str>) {
+    let mut inputs = json!({"mode": mode, "passphrase": secret_key_of(current)});
+    let mut files = vec![("passphrase", current.to_string())];
+    if let Some(p) = previous {
+        inputs["previousPassphrase"] = json!(secret_key_of(p));
+        files.push(("previous-passphrase", p.to_string()));
+    }
+    env.encryption = Some((inputs, files));
+}
+
+fn is_encrypted(text: &str) -> bool {
+    text.contains("\"encrypted_data\"") && !text.contains(KNOWN)
+}
+
+async fn an_encrypted_state_holds_no_plaintext_and_every_step_still_works(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_1, None);
+    if !bin.is_tofu() {
+        let ran = env.apply(a(KNOWN)).await;
+        assert_eq!(ran.outcome(), (Some(1), RunResult::Failed, Phase::Init));
+        assert!(
+            ran.result
+                .message
+                .starts_with("spec.stateEncryption needs OpenTofu 1.7 or later, but CAPTF_TF_BINARY runs Terraform"),
+            "{}",
+            ran.result.message
+        );
+        assert!(env.get("/secrets", STATE_SECRET).is_none(), "no state was written");
+        assert!(env.thing("a").is_none(), "nothing was applied");
+        return;
+    }
+    let started = std::time::Instant::now();
+    let ran = env.apply(a(KNOWN)).await;
+    let encrypted_apply = started.elapsed();
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.output
+    );
+    assert_eq!(env.thing("a").unwrap().content, KNOWN);
+    let text = state_text(&env);
+    assert!(is_encrypted(&text), "the state Secret holds plaintext:\n{text}");
+    assert!(!text.contains("s3cr3t-a"), "nor the sensitive output");
+    assert!(
+        !ran.output.contains(PASSPHRASE_1) && !ran.termination_log.contains(PASSPHRASE_1),
+        "{}",
+        ran.output
+    );
+    assert_eq!(ran.result.outputs.clone().unwrap()["endpoint"], "thing-a.example:6443");
+    for (op, phase) in [("refresh", Phase::Refresh), ("drift", Phase::Drift)] {
+        let ran = env.run(op, a(KNOWN), &[]).await;
+        assert_eq!(ran.outcome(), (Some(0), RunResult::Succeeded, phase), "{}", ran.output);
+    }
+    assert!(is_encrypted(&state_text(&env)), "still encrypted after a refresh");
+    // The cost: the same apply again on a plaintext state of its own.
+    let mut plain = Env::new(bin).await;
+    let started = std::time::Instant::now();
+    assert_eq!(plain.apply(a(KNOWN)).await.result.result, RunResult::Succeeded);
+    let plain_apply = started.elapsed();
+    assert!(state_text(&plain).contains(KNOWN));
+    eprintln!("FIGURE {bin}: first apply {encrypted_apply:?} encrypted, {plain_apply:?} plaintext");
+    let ran = env.run("destroy", a(KNOWN), &[]).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Destroy),
+        "{}",
+        ran.output
+    );
+    assert!(env.thing("a").is_none());
+}
+
+async fn a_wrong_or_missing_passphrase_fails_the_step_and_leaves_the_state_untouched(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_1, None);
+    assert_eq!(env.apply(a(KNOWN)).await.result.result, RunResult::Succeeded);
+    let before = env.get("/secrets", STATE_SECRET).unwrap()["data"].clone();
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_2, None);
+    let ran = env.apply(a("changed")).await;
+    assert_eq!(ran.result.result, RunResult::Failed, "{}", ran.output);
+    assert_eq!(
+        ran.result.phase,
+        Phase::Init,
+        "init reads the state: {}",
+        ran.result.message
+    );
+    assert!(
+        ran.result.message.to_lowercase().contains("decrypt"),
+        "{}",
+        ran.result.message
+    );
+    assert!(!ran.output.contains(PASSPHRASE_2), "{}", ran.output);
+    assert_eq!(
+        env.get("/secrets", STATE_SECRET).unwrap()["data"],
+        before,
+        "the state is untouched"
+    );
+    assert_eq!(env.thing("a").unwrap().content, KNOWN, "nothing was applied");
+    assert_eq!(env.lock_holder(), None);
+    // A passphrase missing from the mount fails init before any command.
+    env.encryption.as_mut().unwrap().1.clear();
+    let ran = env.apply(a("changed")).await;
+    assert_eq!(ran.outcome(), (Some(1), RunResult::Failed, Phase::Init));
+    assert!(
+        ran.result
+            .message
+            .contains("(Secret key state-key-2/passphrase) is not mounted"),
+        "{}",
+        ran.result.message
+    );
+    assert_eq!(env.get("/secrets", STATE_SECRET).unwrap()["data"], before);
+}
+
+async fn turning_encryption_on_migrates_a_plaintext_state_and_decrypt_turns_it_back(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    assert_eq!(env.apply(a(KNOWN)).await.result.result, RunResult::Succeeded);
+    assert!(state_text(&env).contains(KNOWN), "plaintext before");
+    // Turned on: the same inputs otherwise, so the plan has no changes, and still the state is
+    // written encrypted.
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_1, None);
+    let ran = env.apply(a(KNOWN)).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.output
+    );
+    assert!(ran.output.contains("the state is plaintext"), "{}", ran.output);
+    assert!(is_encrypted(&state_text(&env)), "migrated:\n{}", state_text(&env));
+    // The next run reads it encrypted, with no plaintext fallback any more.
+    let ran = env.run("drift", a(KNOWN), &[]).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Drift),
+        "{}",
+        ran.output
+    );
+    assert!(!ran.output.contains("Unencrypted method"), "{}", ran.output);
+    // Decrypt: written back in plaintext, readable with no encryption at all.
+    encrypt_with(&mut env, "Decrypt", PASSPHRASE_1, None);
+    let ran = env.apply(a(KNOWN)).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.output
+    );
+    assert!(
+        state_text(&env).contains(KNOWN),
+        "plaintext again:\n{}",
+        state_text(&env)
+    );
+    env.encryption = None;
+    let ran = env.run("drift", a(KNOWN), &[]).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Drift),
+        "{}",
+        ran.output
+    );
+}
+
+async fn a_passphrase_rotation_reads_with_the_previous_and_writes_with_the_new(bin: Binary) {
+    require_namespaces!();
+    let mut env = Env::new(bin).await;
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_1, None);
+    assert_eq!(env.apply(a(KNOWN)).await.result.result, RunResult::Succeeded);
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_2, Some(PASSPHRASE_1));
+    let ran = env.apply(a(KNOWN)).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        ran.output
+    );
+    // Now only the new passphrase reads it, and the old one no longer does.
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_2, None);
+    let ran = env.run("drift", a(KNOWN), &[]).await;
+    assert_eq!(
+        ran.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Drift),
+        "{}",
+        ran.output
+    );
+    encrypt_with(&mut env, "Encrypt", PASSPHRASE_1, None);
+    let ran = env.run("drift", a(KNOWN), &[]).await;
+    assert_eq!(ran.result.result, RunResult::Failed, "{}", ran.output);
+    assert!(is_encrypted(&state_text(&env)));
+}
+
 /// One module of tests per binary of the matrix: `terraform_1_0::…`, `tofu_1_10::…`,
 /// `tofu_1_12::…`, each running every test above with that binary.
 macro_rules! on_binary {
@@ -1003,10 +1234,37 @@ matrix!(
         a_module_with_its_own_backend_or_cloud_block_is_refused_in_init_naming_the_file,
         a_state_secret_or_lock_bound_to_another_object_is_refused_and_nothing_is_applied,
         a_missing_cli_configuration_file_still_applies_and_reads_the_outputs,
+        an_encrypted_state_holds_no_plaintext_and_every_step_still_works,
+    ]
+);
+
+/// State encryption is OpenTofu's alone (Terraform's refusal is tested above): these run on
+/// every pinned OpenTofu.
+macro_rules! on_every_tofu {
+    ($($module:ident => $minor:literal),* $(,)? ; $tests:tt) => {
+        /// The OpenTofu minors the encryption modules run.
+        const TESTED_TOFU: &[&str] = &[$($minor),*];
+        $( on_every_tofu!(@one $module, $minor, $tests); )*
+    };
+    (@one $module:ident, $minor:literal, [$($test:ident),* $(,)?]) => {
+        on_binary!($module, captf_testprovider::harness::Binary::Tofu($minor); $($test),*);
+    };
+}
+
+on_every_tofu!(
+    tofu_1_10_encryption => "1.10",
+    tofu_1_12_encryption => "1.12";
+    [
+        a_wrong_or_missing_passphrase_fails_the_step_and_leaves_the_state_untouched,
+        turning_encryption_on_migrates_a_plaintext_state_and_decrypt_turns_it_back,
+        a_passphrase_rotation_reads_with_the_previous_and_writes_with_the_new,
     ]
 );
 
 #[test]
 fn the_matrix_runs_every_pinned_binary() {
     assert_eq!(TESTED, &captf_testprovider::harness::MATRIX[..]);
+    let tofu: Vec<Binary> = TESTED_TOFU.iter().map(|m| Binary::Tofu(m)).collect();
+    let pinned: Vec<Binary> = TESTED.iter().copied().filter(|b| b.is_tofu()).collect();
+    assert_eq!(tofu, pinned, "the encryption tests run on every pinned OpenTofu");
 }

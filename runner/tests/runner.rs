@@ -370,10 +370,132 @@ fn a_missing_binary_is_a_failure_in_phase_init() {
     let r = Case::new("apply").set("CAPTF_TF_BINARY", "/nonexistent/bin/tofu").run();
     assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init));
     assert!(
-        r.result.message.starts_with("failed to start tofu init"),
+        r.result
+            .message
+            .starts_with("CAPTF_TF_BINARY is /nonexistent/bin/tofu, which is not found"),
         "{}",
         r.result.message
     );
+    assert!(r.argv.is_empty());
+}
+
+#[test]
+fn a_binary_that_is_another_program_than_its_name_promises_fails_init_naming_captf_tf_binary() {
+    for (version, what) in [
+        (
+            "hello from some other tool",
+            "a program that prints \"hello from some other tool\" for version",
+        ),
+        ("Terraform v1.0.3", "Terraform"),
+    ] {
+        let r = Case::new("apply").set("FAKE_VERSION", version).run();
+        assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init), "{}", r.stdout);
+        assert!(
+            r.result.message.starts_with("CAPTF_TF_BINARY is ")
+                && r.result.message.contains(&format!("which runs {what}, not OpenTofu")),
+            "{}",
+            r.result.message
+        );
+        assert!(r.argv.is_empty(), "nothing ran: {:?}", r.argv);
+    }
+}
+
+/// A passphrase as a Secret would hold it.
+const PASSPHRASE: &str = "pass-phrase-0f3a9c2e-never-shown";
+
+/// Inputs asking for state encryption, and its passphrase mounted, as the controller makes them.
+fn encrypted(case: &mut Case, previous: bool) {
+    let mode = "Encrypt";
+    let mut enc = json!({"mode": mode, "passphrase": "state-key/passphrase"});
+    let mount = case.path("state-encryption");
+    std::fs::create_dir_all(&mount).unwrap();
+    std::fs::write(mount.join("passphrase"), format!("{PASSPHRASE}\n")).unwrap();
+    if previous {
+        enc["previousPassphrase"] = json!("old-key/passphrase");
+        std::fs::write(mount.join("previous-passphrase"), "the-old-passphrase-also-never-shown").unwrap();
+    }
+    std::fs::write(
+        case.path("inputs/inputs.json"),
+        json!({"module": {"source": SOURCE}, "variables": {}, "stateEncryption": enc}).to_string(),
+    )
+    .unwrap();
+    case.set("CAPTF_STATE_ENCRYPTION_DIR", &mount.display().to_string());
+}
+
+#[test]
+fn state_encryption_reaches_every_state_command_as_tf_encryption_and_never_the_log_or_the_result() {
+    let mut case = Case::new("apply");
+    encrypted(&mut case, true);
+    let env_log = case.path("env-log");
+    case.set("FAKE_ENV_LOG", &env_log.display().to_string());
+    let r = case.run();
+    assert_eq!(
+        r.outcome(),
+        (Some(0), RunResult::Succeeded, Phase::Apply),
+        "{}",
+        r.stdout
+    );
+    let seen = std::fs::read_to_string(&env_log).unwrap();
+    let lines: Vec<&str> = seen.lines().collect();
+    assert!(lines.len() >= 4, "{seen}");
+    assert!(
+        !lines[0].contains("TF_ENCRYPTION"),
+        "the module fetch reads no state, so it derives no key: {seen}"
+    );
+    for line in &lines[1..] {
+        assert!(line.contains("TF_ENCRYPTION"), "every other command gets it: {seen}");
+    }
+    let mut leaky = Case::new("apply");
+    encrypted(&mut leaky, true);
+    leaky.set("FAKE_LEAK_ON", "plan");
+    let r = leaky.run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Plan), "{}", r.stdout);
+    let everything = format!("{}\n{}\n{}", r.stdout, r.stderr, r.termination_log);
+    assert!(
+        everything.contains("TF_ENCRYPTION="),
+        "what plan printed is there: {everything}"
+    );
+    for secret in [PASSPHRASE, "the-old-passphrase-also-never-shown"] {
+        assert!(!everything.contains(secret), "{secret} leaked:\n{everything}");
+    }
+}
+
+#[test]
+fn state_encryption_with_a_binary_that_is_not_opentofu_fails_init_before_anything_runs() {
+    let mut case = Case::new("apply");
+    encrypted(&mut case, false);
+    // A binary whose name promises nothing, so only the encryption rule refuses it.
+    let tf = case.path("tf");
+    std::os::unix::fs::symlink(fake_tofu(), &tf).unwrap();
+    case.set("CAPTF_TF_BINARY", &tf.display().to_string());
+    case.set("FAKE_VERSION", "Terraform v1.0.3");
+    let r = case.run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init), "{}", r.stdout);
+    assert!(
+        r.result
+            .message
+            .starts_with("spec.stateEncryption needs OpenTofu 1.7 or later, but CAPTF_TF_BINARY runs Terraform"),
+        "{}",
+        r.result.message
+    );
+    assert!(r.argv.is_empty(), "nothing ran: {:?}", r.argv);
+}
+
+#[test]
+fn a_state_encryption_passphrase_gone_from_the_mount_fails_init_naming_the_secret_key() {
+    let mut case = Case::new("apply");
+    encrypted(&mut case, false);
+    std::fs::remove_file(case.path("state-encryption/passphrase")).unwrap();
+    let r = case.run();
+    assert_eq!(r.outcome(), (Some(1), RunResult::Failed, Phase::Init), "{}", r.stdout);
+    assert!(
+        r.result
+            .message
+            .contains("passphraseSecretRef (Secret key state-key/passphrase) is not mounted"),
+        "{}",
+        r.result.message
+    );
+    assert!(r.argv.is_empty(), "nothing ran: {:?}", r.argv);
 }
 
 #[test]

@@ -6,7 +6,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::types::{
-    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, Remediation, TerraformSpec,
+    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, EncryptionMode, GuardSpec, JobsSpec, Remediation,
+    TerraformSpec,
 };
 
 /// The default Job deadline as a literal, so the CRD's CEL rule (`types::resources`) is built
@@ -53,6 +54,9 @@ pub fn apply_spec_defaults(spec: &mut TerraformSpec) {
         .get_or_insert(DestructiveGuard::Block);
     spec.deletion_policy.get_or_insert(DeletionPolicy::Destroy);
     spec.paused.get_or_insert(false);
+    if let Some(e) = spec.state_encryption.as_mut() {
+        e.mode.get_or_insert(EncryptionMode::Encrypt);
+    }
 }
 
 /// Fill in every default of an object (a template's `spec.template.spec` included).

@@ -13,6 +13,10 @@ use crate::types::Variables;
 pub struct Inputs {
     pub module: ModuleRef,
     pub variables: Variables,
+    /// `spec.stateEncryption`, when set (absent otherwise, so objects without it keep the hash
+    /// they had before the field existed).
+    #[serde(default, rename = "stateEncryption", skip_serializing_if = "Option::is_none")]
+    pub state_encryption: Option<crate::state_encryption::EncryptionInputs>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -22,7 +26,11 @@ pub struct ModuleRef {
 
 impl Inputs {
     pub fn to_value(&self) -> Value {
-        serde_json::json!({ "module": { "source": self.module.source }, "variables": self.variables })
+        let mut v = serde_json::json!({ "module": { "source": self.module.source }, "variables": self.variables });
+        if let (Some(e), Some(map)) = (&self.state_encryption, v.as_object_mut()) {
+            map.insert("stateEncryption".into(), serde_json::to_value(e).unwrap_or(Value::Null));
+        }
+        v
     }
 
     /// The canonical JSON text of these inputs.

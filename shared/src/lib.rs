@@ -19,6 +19,7 @@
 //! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads) |
 //! | [`references`] | the Secrets a spec names, and the rule that none is CAPTF's own |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
+//! | [`state_encryption`] | OpenTofu's client-side state encryption: passphrase files and rules |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset) in text |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
@@ -40,6 +41,7 @@ pub mod policy;
 pub mod protocol;
 pub mod references;
 pub mod runner_identity;
+pub mod state_encryption;
 pub mod types;
 pub mod validation;
 

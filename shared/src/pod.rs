@@ -26,14 +26,16 @@ pub const VOLUME_WORK: &str = "work";
 pub const VOLUME_TMP: &str = "tmp";
 pub const VOLUME_CLI_CONFIG: &str = "terraform-cli-config";
 pub const VOLUME_MODULE_CREDENTIALS: &str = crate::module_credentials::VOLUME;
+pub const VOLUME_STATE_ENCRYPTION: &str = crate::state_encryption::VOLUME;
 
 /// Every volume name of CAPTF's own; `spec.jobs.volumes` and `volumeMounts` may use none.
-pub const RESERVED_VOLUME_NAMES: [&str; 5] = [
+pub const RESERVED_VOLUME_NAMES: [&str; 6] = [
     VOLUME_INPUTS,
     VOLUME_WORK,
     VOLUME_TMP,
     VOLUME_CLI_CONFIG,
     VOLUME_MODULE_CREDENTIALS,
+    VOLUME_STATE_ENCRYPTION,
 ];
 
 /// Directories CAPTF mounts into (or under); a tenant mount may be none of them, nor above or

@@ -34,6 +34,9 @@ pub mod env {
     /// Where the module credentials Secret is mounted, when `spec.module.credentials` names one
     /// (see `module_credentials`).
     pub const MODULE_CREDENTIALS_DIR: &str = "CAPTF_MODULE_CREDENTIALS_DIR";
+    /// Where the state encryption passphrases are mounted, when `spec.stateEncryption` is set
+    /// (see `state_encryption`); the mode comes with the inputs.
+    pub const STATE_ENCRYPTION_DIR: &str = "CAPTF_STATE_ENCRYPTION_DIR";
     /// Runner-only: write the outputs document to this file instead of the outputs Secret (tests
     /// and local runs; the controller never sets it).
     pub const OUTPUTS_FILE: &str = "CAPTF_OUTPUTS_FILE";
@@ -44,7 +47,7 @@ pub mod env {
     /// The variables the runner reads that the controller may leave unset (the runner takes an
     /// empty value as unset). With `spec.jobs.envFrom` the controller sets each of them, empty
     /// when unset, so a ConfigMap or Secret cannot supply one. A new optional variable belongs here.
-    pub const OPTIONAL: [&str; 10] = [
+    pub const OPTIONAL: [&str; 11] = [
         LOCK_TIMEOUT,
         FORCE_UNLOCK_ID,
         APPROVED_PLAN,
@@ -55,6 +58,7 @@ pub mod env {
         OUTPUTS_FILE,
         KEEP_WORK_DIR,
         MODULE_CREDENTIALS_DIR,
+        STATE_ENCRYPTION_DIR,
     ];
 }
 

@@ -45,7 +45,8 @@ pub struct SecretReference {
 /// `jobs.env[].valueFrom.secretKeyRef`, `jobs.envFrom[].secretRef`, `jobs.volumes[].secret`,
 /// `jobs.volumes[].projected.sources[].secret` and `jobs.volumes[].csi.nodePublishSecretRef`.
 /// `jobs.imagePullSecrets` is left out: the kubelet reads those as registry credentials, and
-/// nothing of them reaches the pod.
+/// nothing of them reaches the pod. The state encryption passphrases come last:
+/// `stateEncryption.passphraseSecretRef` and `stateEncryption.previousPassphraseSecretRef`.
 pub fn secret_references(spec: &TerraformSpec, prefix: &str) -> Vec<SecretReference> {
     let mut out = vec![];
     let mut push = |field: String, name: &str| {
@@ -62,7 +63,22 @@ pub fn secret_references(spec: &TerraformSpec, prefix: &str) -> Vec<SecretRefere
             push(format!("{prefix}.variablesFrom[{i}].secretRef"), &r.name);
         }
     }
-    let Some(jobs) = &spec.jobs else { return out };
+    if let Some(jobs) = &spec.jobs {
+        job_secret_references(jobs, prefix, &mut push);
+    }
+    if let Some(e) = &spec.state_encryption {
+        push(
+            format!("{prefix}.stateEncryption.passphraseSecretRef"),
+            &e.passphrase_secret_ref.name,
+        );
+        if let Some(r) = &e.previous_passphrase_secret_ref {
+            push(format!("{prefix}.stateEncryption.previousPassphraseSecretRef"), &r.name);
+        }
+    }
+    out
+}
+
+fn job_secret_references(jobs: &crate::types::JobsSpec, prefix: &str, push: &mut impl FnMut(String, &str)) {
     for (i, e) in jobs.env.iter().flatten().enumerate() {
         if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
             push(format!("{prefix}.jobs.env[{i}].valueFrom.secretKeyRef"), &r.name);
@@ -97,7 +113,6 @@ pub fn secret_references(spec: &TerraformSpec, prefix: &str) -> Vec<SecretRefere
             push(format!("{prefix}.jobs.volumes[{i}].csi.nodePublishSecretRef"), &r.name);
         }
     }
-    out
 }
 
 /// The reserved prefix `name` starts with, if any ([`RESERVED_SECRET_PREFIXES`]).
@@ -235,6 +250,7 @@ mod tests {
                 ],
                 "imagePullSecrets": [{"name": "registry"}],
             },
+            "stateEncryption": {"passphraseSecretRef": {"name": "h"}, "previousPassphraseSecretRef": {"name": "i", "key": "old"}},
         }));
         let refs: Vec<(String, String)> = secret_references(&s, "spec")
             .into_iter()
@@ -248,6 +264,8 @@ mod tests {
             ("spec.jobs.volumes[0].secret", "e"),
             ("spec.jobs.volumes[1].projected.sources[1].secret", "f"),
             ("spec.jobs.volumes[2].csi.nodePublishSecretRef", "g"),
+            ("spec.stateEncryption.passphraseSecretRef", "h"),
+            ("spec.stateEncryption.previousPassphraseSecretRef", "i"),
         ];
         assert_eq!(
             refs,

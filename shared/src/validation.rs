@@ -18,7 +18,10 @@ use serde::Serialize;
 
 use crate::defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS;
 use crate::keys;
-use crate::types::{CaptfObject, DestructiveGuard, JobsSpec, Remediation, TerraformSpec, VariablesFrom, VariablesRef};
+use crate::types::{
+    CaptfObject, DestructiveGuard, EncryptionMode, JobsSpec, Remediation, SecretKeyRef, StateEncryption, TerraformSpec,
+    TfBinary, VariablesFrom, VariablesRef,
+};
 
 pub use formats::{
     VARIABLE_NAME_PATTERN, is_data_key, is_image_reference, is_local_path, is_module_address, is_registry_address,
@@ -256,6 +259,8 @@ pub fn validate_update_request(old: &CaptfObject, new: &CaptfObject, dry_run: bo
     if !is_topology_dry_run(new, dry_run) {
         report.merge(template_spec_is_immutable(old, new));
     }
+    report.merge(state_encryption_is_turned_off_only_after_a_decrypt(old, new));
+    report.merge(a_new_passphrase_names_the_previous_one(old, new));
     match (old, new) {
         (CaptfObject::Cluster(o), CaptfObject::Cluster(n)) => {
             if let Some(was) = o.spec.control_plane_endpoint.as_ref().filter(|e| !e.host.is_empty())
@@ -318,6 +323,115 @@ pub fn template_spec_is_immutable(old: &CaptfObject, new: &CaptfObject) -> Repor
     report
 }
 
+/// `stateEncryption` is OpenTofu's: Terraform has no client-side state encryption, so an object
+/// that asks for both is refused rather than stored in plaintext against its spec. Its Secret
+/// references must be Secret names and keys.
+fn state_encryption_needs_opentofu(report: &mut Report, root: &FieldPath, spec: &TerraformSpec, e: &StateEncryption) {
+    let field = root.child("stateEncryption");
+    if spec.jobs.as_ref().and_then(|j| j.binary) == Some(TfBinary::Terraform) {
+        report.violation(
+            &field,
+            format!(
+                "needs OpenTofu, but {} is terraform: Terraform has no client-side state encryption; use tofu (an OpenTofu runner image) or remove stateEncryption",
+                root.child("jobs").child("binary")
+            ),
+            &"terraform",
+        );
+    }
+    let refs = std::iter::once(("passphraseSecretRef", &e.passphrase_secret_ref)).chain(
+        e.previous_passphrase_secret_ref
+            .as_ref()
+            .map(|r| ("previousPassphraseSecretRef", r)),
+    );
+    for (name, r) in refs {
+        let at = field.child(name);
+        if !crate::names::is_dns1123_subdomain(&r.name) {
+            report.violation(
+                &at.child("name"),
+                "must be a Secret name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+                &r.name,
+            );
+        }
+        if let Some(key) = r.key.as_ref().filter(|k| !is_data_key(k)) {
+            report.violation(
+                &at.child("key"),
+                "must be a valid Secret data key (letters, digits, '-', '_' and '.', at most 253 characters, not . or ..)",
+                key,
+            );
+        }
+    }
+}
+
+/// Turning encryption off loses the way to read the state unless it was first written in
+/// plaintext: removing `stateEncryption` is refused until an apply with `mode: Decrypt` has
+/// succeeded (the object was Ready at that generation).
+pub fn state_encryption_is_turned_off_only_after_a_decrypt(old: &CaptfObject, new: &CaptfObject) -> Report {
+    let mut report = Report::default();
+    let Some(was) = &old.terraform_spec().state_encryption else {
+        return report;
+    };
+    if new.terraform_spec().state_encryption.is_some() || old.is_template() {
+        return report;
+    }
+    let field = FieldPath::new(new.spec_path()).child("stateEncryption");
+    if was.mode_or_default() == EncryptionMode::Encrypt {
+        report.violation(
+            &field,
+            "cannot be removed while the state is encrypted: nothing could read it without the passphrase; set stateEncryption.mode to Decrypt, wait until the object is Ready, then remove stateEncryption",
+            &Option::<StateEncryption>::None,
+        );
+        return report;
+    }
+    let generation = old.metadata().generation;
+    let decrypted = old
+        .terraform_status()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|cs| cs.iter().find(|c| c.type_ == crate::conditions::READY))
+        .is_some_and(|c| c.status == "True" && generation.is_some() && c.observed_generation == generation);
+    if !decrypted {
+        report.violation(
+            &field,
+            format!(
+                "cannot be removed yet: the state is written in plaintext only once the object is Ready with mode Decrypt (generation {}); wait for Ready, then remove stateEncryption",
+                generation.unwrap_or_default()
+            ),
+            &Option::<StateEncryption>::None,
+        );
+    }
+    report
+}
+
+/// A state encrypted with one passphrase is read only with it: pointing `passphraseSecretRef`
+/// elsewhere must keep the one before as `previousPassphraseSecretRef` for the apply that
+/// re-encrypts the state (docs/state-encryption.md, "Rotating the passphrase").
+pub fn a_new_passphrase_names_the_previous_one(old: &CaptfObject, new: &CaptfObject) -> Report {
+    let mut report = Report::default();
+    let (Some(was), Some(now)) = (
+        &old.terraform_spec().state_encryption,
+        &new.terraform_spec().state_encryption,
+    ) else {
+        return report;
+    };
+    let same = |a: &SecretKeyRef, b: &SecretKeyRef| a.name == b.name && a.key_or_default() == b.key_or_default();
+    if old.is_template() || same(&was.passphrase_secret_ref, &now.passphrase_secret_ref) {
+        return report;
+    }
+    let keeps = |r: &SecretKeyRef| now.previous_passphrase_secret_ref.as_ref().is_some_and(|p| same(p, r));
+    let readable = keeps(&was.passphrase_secret_ref) || was.previous_passphrase_secret_ref.as_ref().is_some_and(keeps);
+    if !readable {
+        report.violation(
+            &FieldPath::new(new.spec_path()).child("stateEncryption").child("previousPassphraseSecretRef"),
+            format!(
+                "must name the passphrase before ({}/{}) when passphraseSecretRef changes, so the state encrypted with it can still be read",
+                was.passphrase_secret_ref.name,
+                was.passphrase_secret_ref.key_or_default()
+            ),
+            &now.previous_passphrase_secret_ref,
+        );
+    }
+    report
+}
+
 /// Validate a Terraform spec whose fields live under `path_prefix` (`spec`, or
 /// `spec.template.spec` for a template). Reports every violation and the warnings.
 pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
@@ -355,6 +469,9 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     }
     if let Some(jobs) = &spec.jobs {
         check_jobs(&mut report, &root.child("jobs"), jobs);
+    }
+    if let Some(e) = &spec.state_encryption {
+        state_encryption_needs_opentofu(&mut report, &root, spec, e);
     }
     if let Some(interval) = spec.drift.as_ref().and_then(|d| d.interval.as_deref()) {
         check_drift_interval(&mut report, &root.child("drift").child("interval"), interval);

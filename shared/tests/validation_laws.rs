@@ -5,9 +5,10 @@ use std::collections::BTreeMap;
 
 use captf_shared::defaults::{apply_defaults, apply_spec_defaults, effective};
 use captf_shared::types::{
-    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
-    TerraformCluster, TerraformClusterSpec, TerraformMachine, TerraformMachineSpec, TerraformMachineTemplate,
-    TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec, VariablesFrom, VariablesRef,
+    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, EncryptionMode, GuardSpec, JobsSpec, ModuleSpec,
+    Remediation, SecretKeyRef, StateEncryption, TerraformCluster, TerraformClusterSpec, TerraformMachine,
+    TerraformMachineSpec, TerraformMachineTemplate, TerraformMachineTemplateResource, TerraformMachineTemplateSpec,
+    TerraformSpec, VariablesFrom, VariablesRef,
 };
 use captf_shared::validation::{
     count_json_values, count_serialized_values, parse_object, validate_create, validate_update,
@@ -36,6 +37,50 @@ fn any_json() -> impl Strategy<Value = Value> {
 
 fn any_ref() -> impl Strategy<Value = Option<VariablesRef>> {
     prop::option::of((".{0,20}", prop::option::of(".{0,20}")).prop_map(|(name, key)| VariablesRef { name, key }))
+}
+
+fn any_key_ref() -> impl Strategy<Value = SecretKeyRef> {
+    (".{0,20}", prop::option::of(".{0,20}")).prop_map(|(name, key)| SecretKeyRef { name, key })
+}
+
+fn any_encryption() -> impl Strategy<Value = StateEncryption> {
+    (
+        any_key_ref(),
+        prop::option::of(any_key_ref()),
+        prop::option::of(prop::sample::select(vec![
+            EncryptionMode::Encrypt,
+            EncryptionMode::Decrypt,
+        ])),
+    )
+        .prop_map(|(p, previous, mode)| StateEncryption {
+            passphrase_secret_ref: p,
+            previous_passphrase_secret_ref: previous,
+            mode,
+        })
+}
+
+fn valid_key_ref() -> impl Strategy<Value = SecretKeyRef> {
+    (
+        "[a-z0-9]([-a-z0-9]{0,20}[a-z0-9])?",
+        prop::option::of("[A-Za-z0-9_-]{1,20}"),
+    )
+        .prop_map(|(name, key)| SecretKeyRef { name, key })
+}
+
+fn valid_encryption() -> impl Strategy<Value = StateEncryption> {
+    (
+        valid_key_ref(),
+        prop::option::of(valid_key_ref()),
+        prop::option::of(prop::sample::select(vec![
+            EncryptionMode::Encrypt,
+            EncryptionMode::Decrypt,
+        ])),
+    )
+        .prop_map(|(p, previous, mode)| StateEncryption {
+            passphrase_secret_ref: p,
+            previous_passphrase_secret_ref: previous,
+            mode,
+        })
 }
 
 fn any_jobs() -> impl Strategy<Value = JobsSpec> {
@@ -98,9 +143,10 @@ fn any_spec() -> impl Strategy<Value = TerraformSpec> {
         prop::option::of(prop::option::of(destructive())),
         prop::option::of(deletion()),
         prop::option::of(any::<bool>()),
+        prop::option::of(any_encryption()),
     )
         .prop_map(
-            |(source, variables, from, jobs, drift, guard, deletion_policy, paused)| TerraformSpec {
+            |(source, variables, from, jobs, drift, guard, deletion_policy, paused, state_encryption)| TerraformSpec {
                 module: ModuleSpec {
                     source,
                     ..Default::default()
@@ -119,6 +165,7 @@ fn any_spec() -> impl Strategy<Value = TerraformSpec> {
                 guard: guard.map(|destructive| GuardSpec { destructive }),
                 deletion_policy,
                 paused,
+                state_encryption,
             },
         )
 }
@@ -210,20 +257,24 @@ fn valid_spec() -> impl Strategy<Value = TerraformSpec> {
         prop::option::of(prop::option::of(destructive())),
         prop::option::of(deletion()),
         prop::option::of(any::<bool>()),
+        prop::option::of(valid_encryption()),
     )
         .prop_map(
-            |(source, variables, variables_from, jobs, drift, guard, deletion_policy, paused)| TerraformSpec {
-                module: ModuleSpec {
-                    source: source.into(),
-                    ..Default::default()
-                },
-                variables,
-                variables_from,
-                jobs,
-                drift: drift.map(|(interval, remediation)| DriftSpec { interval, remediation }),
-                guard: guard.map(|destructive| GuardSpec { destructive }),
-                deletion_policy,
-                paused,
+            |(source, variables, variables_from, jobs, drift, guard, deletion_policy, paused, state_encryption)| {
+                TerraformSpec {
+                    module: ModuleSpec {
+                        source: source.into(),
+                        ..Default::default()
+                    },
+                    variables,
+                    variables_from,
+                    jobs,
+                    drift: drift.map(|(interval, remediation)| DriftSpec { interval, remediation }),
+                    guard: guard.map(|destructive| GuardSpec { destructive }),
+                    deletion_policy,
+                    paused,
+                    state_encryption,
+                }
             },
         )
 }

@@ -949,3 +949,109 @@ fn module_credentials_name_a_secret_by_a_dns1123_subdomain() {
         assert!(msg.contains("DNS-1123 subdomain"), "{msg}");
     }
 }
+
+fn with_encryption(e: serde_json::Value) -> TerraformSpec {
+    TerraformSpec {
+        state_encryption: Some(serde_json::from_value(e).unwrap()),
+        ..spec()
+    }
+}
+
+#[test]
+fn state_encryption_needs_opentofu_and_is_refused_with_the_terraform_binary() {
+    accepted(with_encryption(json!({"passphraseSecretRef": {"name": "state-key"}})));
+    for binary in [None, Some("tofu")] {
+        let mut s = with_encryption(json!({"passphraseSecretRef": {"name": "state-key"}}));
+        s.jobs = Some(serde_json::from_value(json!({"binary": binary})).unwrap());
+        accepted(s);
+    }
+    let mut s = with_encryption(json!({"passphraseSecretRef": {"name": "state-key"}}));
+    s.jobs = Some(serde_json::from_value(json!({"binary": "terraform"})).unwrap());
+    let why = rejected_at(s, "spec.stateEncryption");
+    assert!(
+        why.contains("needs OpenTofu") && why.contains("Terraform has no client-side state encryption"),
+        "{why}"
+    );
+}
+
+#[test]
+fn state_encryption_secret_references_are_secret_names_and_data_keys() {
+    rejected_at(
+        with_encryption(json!({"passphraseSecretRef": {"name": "Not_A_Name"}})),
+        "spec.stateEncryption.passphraseSecretRef.name",
+    );
+    rejected_at(
+        with_encryption(
+            json!({"passphraseSecretRef": {"name": "ok"}, "previousPassphraseSecretRef": {"name": "ok2", "key": ".."}}),
+        ),
+        "spec.stateEncryption.previousPassphraseSecretRef.key",
+    );
+}
+
+fn ready_at(obj: &mut CaptfObject, generation: i64, ready_generation: i64) {
+    let CaptfObject::Cluster(c) = obj else { unreachable!() };
+    c.metadata.generation = Some(generation);
+    c.status = Some(
+        serde_json::from_value(json!({"conditions": [{
+            "type": "Ready", "status": "True", "reason": "ApplySucceeded", "message": "",
+            "lastTransitionTime": "2026-12-01T00:00:00Z", "observedGeneration": ready_generation,
+        }]}))
+        .unwrap(),
+    );
+}
+
+#[test]
+fn state_encryption_is_removed_only_after_an_apply_with_mode_decrypt() {
+    let plain = cluster(spec());
+    // Encrypted: never removable, Ready or not.
+    let mut old = cluster(with_encryption(
+        json!({"passphraseSecretRef": {"name": "state-key"}, "mode": "Encrypt"}),
+    ));
+    ready_at(&mut old, 4, 4);
+    let r = validate_update(&old, &plain);
+    let v = r.violation_at("spec.stateEncryption").expect("refused");
+    assert!(v.to_string().contains("set stateEncryption.mode to Decrypt"), "{v}");
+    // Decrypt set but not applied yet (Ready at an older generation, or not Ready).
+    let mut old = cluster(with_encryption(
+        json!({"passphraseSecretRef": {"name": "state-key"}, "mode": "Decrypt"}),
+    ));
+    ready_at(&mut old, 5, 4);
+    let r = validate_update(&old, &plain);
+    let v = r.violation_at("spec.stateEncryption").expect("refused");
+    assert!(v.to_string().contains("Ready with mode Decrypt (generation 5)"), "{v}");
+    // Decrypt applied: Ready at the generation that set it.
+    ready_at(&mut old, 5, 5);
+    assert!(validate_update(&old, &plain).is_valid());
+    // Turning it on, and keeping it, are always fine.
+    assert!(validate_update(&plain, &old).is_valid());
+    assert!(validate_update(&old, &old.clone()).is_valid());
+}
+
+#[test]
+fn a_changed_passphrase_reference_must_name_the_one_before_as_previous() {
+    let old = cluster(with_encryption(json!({"passphraseSecretRef": {"name": "key-1"}})));
+    let bare = cluster(with_encryption(json!({"passphraseSecretRef": {"name": "key-2"}})));
+    let r = validate_update(&old, &bare);
+    let v = r
+        .violation_at("spec.stateEncryption.previousPassphraseSecretRef")
+        .expect("refused");
+    assert!(
+        v.to_string()
+            .contains("must name the passphrase before (key-1/passphrase)"),
+        "{v}"
+    );
+    let rotated = cluster(with_encryption(
+        json!({"passphraseSecretRef": {"name": "key-2"}, "previousPassphraseSecretRef": {"name": "key-1", "key": "passphrase"}}),
+    ));
+    assert!(validate_update(&old, &rotated).is_valid());
+    // While a rotation is under way, the state may still be under the one before that.
+    let mid = cluster(with_encryption(
+        json!({"passphraseSecretRef": {"name": "key-3"}, "previousPassphraseSecretRef": {"name": "key-1"}}),
+    ));
+    assert!(validate_update(&rotated, &mid).is_valid());
+    // Same reference (the key spelled out as its default): no rotation, nothing to name.
+    let same = cluster(with_encryption(
+        json!({"passphraseSecretRef": {"name": "key-1", "key": "passphrase"}}),
+    ));
+    assert!(validate_update(&old, &same).is_valid());
+}

@@ -334,6 +334,19 @@ mod tests {
         assert_eq!(required_version(other, OPENTOFU_MODULE), None);
     }
 
+    /// The runner image ships the OpenTofu the tests run by default, so what users pull is what
+    /// was tested.
+    #[test]
+    fn the_runner_images_dockerfile_pins_the_default_opentofu() {
+        let path = workspace_root().join("runner/Dockerfile");
+        let text = std::fs::read_to_string(&path).unwrap();
+        let pinned: Vec<&str> = text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("ARG TOFU_VERSION="))
+            .collect();
+        assert_eq!(pinned, [DEFAULT_TOFU.version().unwrap().as_str()], "{}", path.display());
+    }
+
     /// Every wrapper under `realparts/opentofu-*` is in [`MATRIX`] and the other way round, so a
     /// newly pinned OpenTofu cannot go untested and a test cannot name a binary nobody builds.
     #[test]

@@ -2,14 +2,15 @@
 //! real-runner scenarios and the demo share to run real Terraform in a runner pod.
 //!
 //! [`runner_image`] assembles a [`ProcessImage`] the way `runner/Dockerfile` builds the real
-//! one: the `captf-runner` binary as the entrypoint, the pinned Terraform
-//! ([`harness::terraform`]), the test provider in a filesystem mirror (no network), a
+//! one: the `captf-runner` binary as the entrypoint, the default OpenTofu
+//! ([`harness::DEFAULT_TOFU`], the one the real image ships; [`runner_image_with`] takes another
+//! binary, Terraform 1.0.3 included), the test provider in a filesystem mirror (no network), a
 //! `terraform.tfrc` naming that mirror, and the non-root user [`RUNNER_USER`]. A "world" folder
 //! for the test provider is shared with every runner at [`WORLD_INSIDE`]: the caller reads and
 //! edits it from outside ([`crate::world::World`]) to see what Terraform did or to make drift.
 //!
-//! [`ModuleServer`] serves `.tar.gz` archives ([`tar_gz`]) over HTTP on 127.0.0.1: Terraform
-//! 1.0.3 fetches `http://…/x.tar.gz` with `init -from-module` and unpacks it.
+//! [`ModuleServer`] serves `.tar.gz` archives ([`tar_gz`]) over HTTP on 127.0.0.1: OpenTofu and
+//! Terraform 1.0.3 fetch `http://…/x.tar.gz` with `init -from-module` and unpack it.
 
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -17,7 +18,7 @@ use std::sync::Arc;
 
 use captf_sim::ProcessImage;
 
-use crate::harness::{self, HarnessError, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION, io};
+use crate::harness::{self, Binary, HarnessError, PROVIDER_BINARY, PROVIDER_SOURCE, PROVIDER_VERSION, io};
 
 /// The runner image's user and group (as `runner/Dockerfile` sets them).
 pub const RUNNER_USER: (u32, u32) = (65532, 65532);
@@ -32,15 +33,38 @@ pub struct RunnerImage {
     pub image: ProcessImage,
     /// The world folder on this machine (seen at [`WORLD_INSIDE`] by every runner).
     pub world: PathBuf,
+    /// The binary the image runs, and its version (`OpenTofu 1.12.6`).
+    pub binary: Binary,
+    pub version: String,
 }
 
-/// The runner's image, with its `terraform.tfrc` and world folder made under `dir`. The runner
-/// binary and the provider come from the running program's target folder
-/// ([`harness::workspace_binary`]), Terraform from [`harness::terraform`]; each error says which
-/// one is missing and how to get it.
+impl RunnerImage {
+    /// `OpenTofu 1.12.6`, `Terraform 1.0.3`: what the image's real Jobs run.
+    pub fn describe(&self) -> String {
+        match self.binary {
+            Binary::Terraform => format!("Terraform {}", self.version),
+            Binary::Tofu(_) => format!("OpenTofu {}", self.version),
+        }
+    }
+}
+
+/// The runner's image with the default OpenTofu, as the real image ships it.
 pub fn runner_image(dir: &Path) -> Result<RunnerImage, HarnessError> {
+    runner_image_with(dir, harness::DEFAULT_TOFU)
+}
+
+/// The runner's image with `binary`, with its `terraform.tfrc` and world folder made under
+/// `dir`. The runner binary and the provider come from the running program's target folder
+/// ([`harness::workspace_binary`]), the binary from `.tools/bin` ([`Binary::path`]); each error
+/// says which one is missing and how to get it.
+pub fn runner_image_with(dir: &Path, binary: Binary) -> Result<RunnerImage, HarnessError> {
     let runner = harness::workspace_binary("captf-runner", "captf-runner")?;
-    let terraform = harness::terraform()?;
+    let program = binary.path()?;
+    let version = binary.version()?;
+    let inside = match binary {
+        Binary::Terraform => "/image/bin/terraform",
+        Binary::Tofu(_) => "/image/bin/tofu",
+    };
     let provider = harness::provider()?;
     let world = dir.join("world");
     std::fs::create_dir_all(&world).map_err(io(&world))?;
@@ -56,11 +80,11 @@ pub fn runner_image(dir: &Path) -> Result<RunnerImage, HarnessError> {
         format!("/image/mirror/{PROVIDER_SOURCE}/{PROVIDER_VERSION}/linux_amd64/{PROVIDER_BINARY}_v{PROVIDER_VERSION}");
     let image = ProcessImage::new(RUNNER_INSIDE)
         .file(RUNNER_INSIDE, runner)
-        .file("/image/bin/terraform", terraform)
+        .file(inside, program)
         .file(mirror_file, provider)
         .file("/image/terraform.tfrc", &tfrc)
         .file(WORLD_INSIDE, &world)
-        .env("CAPTF_TF_BINARY", "/image/bin/terraform")
+        .env("CAPTF_TF_BINARY", inside)
         .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
         .env("CHECKPOINT_DISABLE", "1")
         .env("TF_IN_AUTOMATION", "1")
@@ -69,7 +93,12 @@ pub fn runner_image(dir: &Path) -> Result<RunnerImage, HarnessError> {
         .env("HOME", "/tmp")
         .env("TMPDIR", "/tmp")
         .env(crate::world::WORLD_ENV, WORLD_INSIDE);
-    Ok(RunnerImage { image, world })
+    Ok(RunnerImage {
+        image,
+        world,
+        binary,
+        version,
+    })
 }
 
 /// `tar czf` of a folder holding `main.tf` (written into `dir`, which is created).

@@ -8,7 +8,8 @@ use serde_json::Value;
 
 use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
-use captf_shared::types::{TerraformSpec, Variables};
+use captf_shared::state_encryption::{self, EncryptionInputs};
+use captf_shared::types::{SecretKeyRef, TerraformSpec, Variables};
 use captf_shared::validation::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, spec_has_too_many_values};
 use captf_shared::{keys, module_credentials, references};
 
@@ -129,6 +130,8 @@ pub enum ResolveError {
     NoBootstrapData { var: &'static str },
     #[error("{field}: Secret {name} {why}")]
     ModuleCredentials { field: String, name: String, why: String },
+    #[error("{field}: Secret {name} {why}")]
+    StateEncryption { field: String, name: String, why: String },
     #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
     Forbidden { field: String, name: String, why: String },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
@@ -234,6 +237,20 @@ where
         }
         check_module_credentials(&c.secret_ref.name, &mut lookup)?;
     }
+    if let Some(e) = &spec.state_encryption {
+        check_passphrase(
+            "spec.stateEncryption.passphraseSecretRef",
+            &e.passphrase_secret_ref,
+            &mut lookup,
+        )?;
+        if let Some(previous) = &e.previous_passphrase_secret_ref {
+            check_passphrase(
+                "spec.stateEncryption.previousPassphraseSecretRef",
+                previous,
+                &mut lookup,
+            )?;
+        }
+    }
     let cluster = cluster_name(kind, meta).ok_or(ResolveError::NoClusterName {
         kind: kind.as_str(),
         label: keys::LABEL_CLUSTER_NAME,
@@ -250,6 +267,7 @@ where
             source: spec.module.source.clone(),
         },
         variables,
+        state_encryption: spec.state_encryption.as_ref().map(EncryptionInputs::of),
     })
 }
 
@@ -303,6 +321,34 @@ where
         })
 }
 
+/// A passphrase Secret must exist and hold a usable passphrase under its key before a Job mounts
+/// it: otherwise the pod would wait for a volume that never comes, or OpenTofu would fail far
+/// from the cause. Only its presence and length are looked at; the value is no input.
+fn check_passphrase<F>(field: &str, r: &SecretKeyRef, lookup: &mut F) -> Result<(), ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    if let Some(p) = references::reserved_secret_prefix(&r.name) {
+        return Err(forbidden(field, &r.name, p));
+    }
+    let data = fetch(lookup, SourceKind::Secret, &r.name, field)?;
+    let key = r.key_or_default();
+    let value = data.get(key).ok_or_else(|| ResolveError::MissingKey {
+        field: field.to_string(),
+        kind: SourceKind::Secret.as_str(),
+        name: r.name.clone(),
+        key: key.to_string(),
+    })?;
+    match state_encryption::passphrase_problem(value) {
+        Some(why) => Err(ResolveError::StateEncryption {
+            field: field.to_string(),
+            name: r.name.clone(),
+            why: format!("{why} (key {key})"),
+        }),
+        None => Ok(()),
+    }
+}
+
 /// The variables the runner must treat as sensitive: every one whose value is not what
 /// `spec.variables` says (so it came from `variablesFrom`: a Secret, or a ConfigMap, treated
 /// the same), except the two CAPTF sets itself. Sorted.
@@ -345,6 +391,7 @@ mod tests {
             ..TerraformSpec::default()
         };
         let inputs = Inputs {
+            state_encryption: None,
             module: ModuleRef::default(),
             variables: BTreeMap::from([
                 ("region".to_string(), serde_json::json!("eu")),
@@ -626,6 +673,70 @@ mod tests {
         assert_eq!(
             ok, plain,
             "the credentials change nothing in the inputs (nor their hash)"
+        );
+    }
+
+    #[test]
+    fn a_state_encryption_passphrase_must_exist_with_16_characters_and_only_its_reference_is_an_input() {
+        use captf_shared::types::{SecretKeyRef, StateEncryption};
+        let mut s = spec();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        s.state_encryption = Some(StateEncryption {
+            passphrase_secret_ref: SecretKeyRef {
+                name: "state-key".into(),
+                key: None,
+            },
+            previous_passphrase_secret_ref: None,
+            mode: None,
+        });
+        let with = |data: Option<&[(&str, &str)]>| {
+            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |kind, name| {
+                assert_eq!((kind, name), (SourceKind::Secret, "state-key"));
+                Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
+            })
+        };
+        assert_eq!(
+            with(None).unwrap_err().to_string(),
+            "spec.stateEncryption.passphraseSecretRef: Secret state-key does not exist (yet)"
+        );
+        let e = with(Some(&[("other", "x")])).unwrap_err().to_string();
+        assert!(
+            e.starts_with("spec.stateEncryption.passphraseSecretRef: Secret state-key has no key"),
+            "{e}"
+        );
+        let e = with(Some(&[("passphrase", "short-secret")])).unwrap_err().to_string();
+        assert_eq!(
+            e,
+            "spec.stateEncryption.passphraseSecretRef: Secret state-key holds a passphrase of 12 characters; OpenTofu needs at least 16 (key passphrase)"
+        );
+        assert!(!e.contains("short-secret"), "the value is never shown");
+        let a = with(Some(&[("passphrase", "a-long-enough-passphrase")])).unwrap();
+        let b = with(Some(&[("passphrase", "another-long-enough-passphrase")])).unwrap();
+        assert_eq!(a, b, "the passphrase's value is no input");
+        assert_ne!(
+            a.hash(),
+            plain.hash(),
+            "turning encryption on changes the inputs, so it is applied"
+        );
+        assert_eq!(
+            a.state_encryption.as_ref().map(|e| e.passphrase.as_str()),
+            Some("state-key/passphrase")
+        );
+        s.state_encryption.as_mut().unwrap().passphrase_secret_ref.name = "tfstate-default-x".into();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None))
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("is CAPTF's own"), "{e}");
+    }
+
+    #[test]
+    fn an_object_without_state_encryption_keeps_the_inputs_hash_it_had_before_the_field_existed() {
+        let s = spec();
+        let i = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        assert!(
+            !i.canonical_json().contains("stateEncryption"),
+            "{}",
+            i.canonical_json()
         );
     }
 }

@@ -785,6 +785,7 @@ async fn start_job(
         sensitive_variables: &sensitive,
         pod_defaults: &ctx.config.runner_pod,
         module_credentials: spec.module.credentials.as_ref().map(|c| c.secret_ref.name.as_str()),
+        state_encryption: spec.state_encryption.as_ref(),
         env_from_secret_names: &env_from_secret_names,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);

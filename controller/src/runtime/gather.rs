@@ -951,6 +951,16 @@ pub async fn resolve_inputs(
             s.as_ref().map(secret_data),
         );
     }
+    let mut passphrases: Vec<String> = vec![];
+    if let Some(e) = &spec.state_encryption {
+        passphrases.push(e.passphrase_secret_ref.name.clone());
+        passphrases.extend(e.previous_passphrase_secret_ref.as_ref().map(|r| r.name.clone()));
+    }
+    passphrases.retain(|name| references::reserved_secret_prefix(name).is_none());
+    for name in passphrases {
+        let s = secret(client, &id.namespace, &name).await?;
+        fetched.insert((SourceKind::Secret, name), s.as_ref().map(secret_data));
+    }
     let (owner, bootstrap) = owner_inputs(client, object, id).await;
     Ok(
         core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {

@@ -155,6 +155,7 @@ mod tests {
             cluster_name: Some("prod-eu".into()),
         };
         let inputs = Inputs {
+            state_encryption: None,
             module: ModuleRef {
                 source: "git::https://example.com/m.git".into(),
             },

@@ -5,8 +5,8 @@ use std::collections::{BTreeMap, BTreeSet};
 use k8s_openapi::api::batch::v1::{Job, JobSpec};
 use k8s_openapi::api::core::v1::{
     Capabilities, ConfigMapVolumeSource, Container, EmptyDirVolumeSource, EnvVar, KeyToPath, PodSecurityContext,
-    PodSpec, PodTemplateSpec, ResourceRequirements, SeccompProfile, SecretVolumeSource, SecurityContext, Volume,
-    VolumeMount,
+    PodSpec, PodTemplateSpec, ProjectedVolumeSource, ResourceRequirements, SeccompProfile, SecretProjection,
+    SecretVolumeSource, SecurityContext, Volume, VolumeMount, VolumeProjection,
 };
 use k8s_openapi::apimachinery::pkg::api::resource::Quantity;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
@@ -14,15 +14,15 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 use captf_shared::defaults::Effective;
 use captf_shared::names;
 use captf_shared::protocol::env;
-use captf_shared::types::{CliConfigRef, JobsSpec};
+use captf_shared::types::{CliConfigRef, JobsSpec, SecretKeyRef, StateEncryption};
 use captf_shared::{Kind, Op};
-use captf_shared::{keys, module_credentials};
+use captf_shared::{keys, module_credentials, state_encryption};
 
 use crate::core::Start;
 
 use captf_shared::pod::{
     self as own, CLI_CONFIG_DIR, CLI_CONFIG_FILE_NAME, TF_CLI_CONFIG_FILE, TMP_DIR, VOLUME_CLI_CONFIG, VOLUME_INPUTS,
-    VOLUME_MODULE_CREDENTIALS, VOLUME_TMP, VOLUME_WORK,
+    VOLUME_MODULE_CREDENTIALS, VOLUME_STATE_ENCRYPTION, VOLUME_TMP, VOLUME_WORK,
 };
 pub use captf_shared::pod::{INPUTS_DIR, WORK_DIR};
 
@@ -57,6 +57,8 @@ pub struct JobParams<'a> {
     pub pod_defaults: &'a RunnerPodDefaults,
     /// `spec.module.credentials.secretRef.name`: mounted for the runner's `init`.
     pub module_credentials: Option<&'a str>,
+    /// `spec.stateEncryption`: its passphrases are mounted for the runner.
+    pub state_encryption: Option<&'a StateEncryption>,
     /// The env names `spec.jobs.envFrom` brings from Secrets (each entry's prefix and its
     /// Secret's keys, read when the Job is made), so the runner masks their values too.
     pub env_from_secret_names: &'a [String],
@@ -259,6 +261,12 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
     if p.module_credentials.is_some() {
         e.push(var(env::MODULE_CREDENTIALS_DIR, module_credentials::MOUNT_PATH));
     }
+    if p.state_encryption.is_some() {
+        e.push(var(env::STATE_ENCRYPTION_DIR, state_encryption::MOUNT_PATH));
+    }
+    if let Some(b) = p.jobs.and_then(|j| j.binary) {
+        e.push(var(env::TF_BINARY, b.command()));
+    }
     if p.start.op == Op::Apply
         && let Some(h) = &p.start.approved_plan
     {
@@ -366,6 +374,14 @@ fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
             ..Default::default()
         });
     }
+    if p.state_encryption.is_some() {
+        m.push(VolumeMount {
+            name: VOLUME_STATE_ENCRYPTION.into(),
+            mount_path: state_encryption::MOUNT_PATH.into(),
+            read_only: Some(true),
+            ..Default::default()
+        });
+    }
     m.extend(
         p.jobs
             .and_then(|j| j.volume_mounts.clone())
@@ -377,6 +393,38 @@ fn volume_mounts(p: &JobParams<'_>) -> Vec<VolumeMount> {
             }),
     );
     m
+}
+
+/// The passphrases of `spec.stateEncryption` as one projected volume: each Secret key at its
+/// fixed file name (`state_encryption::PASSPHRASE_FILE`, `PREVIOUS_PASSPHRASE_FILE`), owner-only.
+/// Optional, as the module credentials are: the controller checked the Secrets before the Job, and
+/// if one is deleted since, the pod still starts and the runner refuses to run OpenTofu without
+/// the passphrase the inputs name, rather than the pod waiting for a volume until the deadline.
+fn passphrase_volume(e: &StateEncryption) -> Volume {
+    let source = |r: &SecretKeyRef, file: &str| VolumeProjection {
+        secret: Some(SecretProjection {
+            name: r.name.clone(),
+            items: Some(vec![KeyToPath {
+                key: r.key_or_default().to_string(),
+                path: file.to_string(),
+                mode: None,
+            }]),
+            optional: Some(true),
+        }),
+        ..Default::default()
+    };
+    let mut sources = vec![source(&e.passphrase_secret_ref, state_encryption::PASSPHRASE_FILE)];
+    if let Some(r) = &e.previous_passphrase_secret_ref {
+        sources.push(source(r, state_encryption::PREVIOUS_PASSPHRASE_FILE));
+    }
+    Volume {
+        name: VOLUME_STATE_ENCRYPTION.into(),
+        projected: Some(ProjectedVolumeSource {
+            default_mode: Some(0o400),
+            sources: Some(sources),
+        }),
+        ..Default::default()
+    }
 }
 
 /// CAPTF's volumes, then `spec.jobs.volumes` (without sources outside the restricted profile's
@@ -440,6 +488,9 @@ fn volumes(p: &JobParams<'_>, suffix: &str) -> Vec<Volume> {
             }),
             ..Default::default()
         });
+    }
+    if let Some(e) = p.state_encryption {
+        v.push(passphrase_volume(e));
     }
     v.extend(
         p.jobs
@@ -545,7 +596,7 @@ mod tests {
     use super::*;
     use crate::core::Reason;
     use captf_shared::defaults;
-    use captf_shared::types::TerraformSpec;
+    use captf_shared::types::{TerraformSpec, TfBinary};
 
     fn start(op: Op) -> Start {
         Start {
@@ -575,6 +626,7 @@ mod tests {
             runner_service_account: Some("captf-runner"),
             sensitive_variables: &[],
             module_credentials: None,
+            state_encryption: None,
             env_from_secret_names: &[],
             pod_defaults: d,
         }
@@ -602,6 +654,7 @@ mod tests {
         let with_creds = |creds| JobParams {
             runner_service_account: None,
             module_credentials: creds,
+            state_encryption: None,
             ..params(&s, &eff, &d)
         };
         let pod = build_job(&with_creds(Some("git-ssh")))
@@ -654,6 +707,85 @@ mod tests {
                 .flatten()
                 .all(|e| e.name != env::MODULE_CREDENTIALS_DIR)
         );
+    }
+
+    #[test]
+    fn state_encryption_passphrases_are_one_owner_only_projected_volume_at_fixed_file_names() {
+        let spec = TerraformSpec::default();
+        let eff = defaults::effective(&spec);
+        let s = start(Op::Apply);
+        let d = RunnerPodDefaults::default();
+        let enc: StateEncryption = serde_json::from_value(serde_json::json!({
+            "passphraseSecretRef": {"name": "state-key"},
+            "previousPassphraseSecretRef": {"name": "old-key", "key": "k"},
+        }))
+        .unwrap();
+        let job = build_job(&JobParams {
+            state_encryption: Some(&enc),
+            ..params(&s, &eff, &d)
+        });
+        let pod = job.spec.unwrap().template.spec.unwrap();
+        let vol = pod
+            .volumes
+            .iter()
+            .flatten()
+            .find(|v| v.name == VOLUME_STATE_ENCRYPTION)
+            .unwrap();
+        let projected = vol.projected.as_ref().unwrap();
+        assert_eq!(projected.default_mode, Some(0o400));
+        let items: Vec<(String, String, String)> = projected
+            .sources
+            .iter()
+            .flatten()
+            .map(|src| {
+                let sec = src.secret.as_ref().unwrap();
+                let item = &sec.items.as_ref().unwrap()[0];
+                (sec.name.clone(), item.key.clone(), item.path.clone())
+            })
+            .collect();
+        assert_eq!(
+            items,
+            [
+                ("state-key".into(), "passphrase".into(), "passphrase".into()),
+                ("old-key".into(), "k".into(), "previous-passphrase".into()),
+            ]
+        );
+        let c = &pod.containers[0];
+        let m = c
+            .volume_mounts
+            .iter()
+            .flatten()
+            .find(|m| m.name == VOLUME_STATE_ENCRYPTION)
+            .unwrap();
+        assert_eq!(
+            (m.mount_path.as_str(), m.read_only),
+            (state_encryption::MOUNT_PATH, Some(true))
+        );
+        let env = c.env.as_ref().unwrap();
+        assert!(
+            env.iter().any(
+                |e| e.name == env::STATE_ENCRYPTION_DIR && e.value.as_deref() == Some(state_encryption::MOUNT_PATH)
+            )
+        );
+        assert!(
+            env.iter().all(|e| e.value_from.is_none()),
+            "the passphrases reach the runner as files only"
+        );
+    }
+
+    #[test]
+    fn jobs_binary_sets_captf_tf_binary_and_unset_leaves_the_images_own() {
+        for (binary, want) in [(TfBinary::Tofu, "tofu"), (TfBinary::Terraform, "terraform")] {
+            let e = env_of(&build(
+                Op::Apply,
+                Some(JobsSpec {
+                    binary: Some(binary),
+                    ..Default::default()
+                }),
+            ));
+            assert_eq!(e["CAPTF_TF_BINARY"], want);
+        }
+        assert!(!env_of(&build(Op::Apply, None)).contains_key("CAPTF_TF_BINARY"));
     }
 
     fn q(s: &str) -> Quantity {

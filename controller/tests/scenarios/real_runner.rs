@@ -1,6 +1,6 @@
 //! The whole path on the real binaries: the controller's Job → the simulator's process kubelet
-//! (pod env, volumes, service account) → the real `captf-runner` → the real Terraform 1.0.3 with
-//! the test provider → the kubernetes backend's state Secret and lock Lease through the
+//! (pod env, volumes, service account) → the real `captf-runner` → the real OpenTofu the runner
+//! image ships (`harness::DEFAULT_TOFU`) with the test provider → the kubernetes backend's state Secret and lock Lease through the
 //! simulator's HTTPS port → the termination message → the controller's booking.
 //!
 //! Modules come from a local HTTP server serving `.tar.gz` archives, the provider from a
@@ -129,7 +129,7 @@ impl Real {
     async fn start_with(a: &RunArgs) -> Result<Real> {
         let dir = tempfile::tempdir()?;
         let base = dir.path().to_path_buf();
-        let RunnerImage { image, world } = runner_image(&base)?;
+        let RunnerImage { image, world, .. } = runner_image(&base)?;
         // Every change waits for the gate, which stays open unless a test closes it.
         let image = image.env(HOLD_ENV, format!("{WORLD_INSIDE}/{GATE}"));
         std::fs::write(world.join(GATE), "")?;

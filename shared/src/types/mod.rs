@@ -126,6 +126,16 @@ impl CaptfObject {
         }
     }
 
+    /// The status of a kind that runs Jobs (`None` for a template or an object without one).
+    pub fn terraform_status(&self) -> Option<&TerraformStatus> {
+        match self {
+            CaptfObject::Cluster(o) => o.status.as_ref(),
+            CaptfObject::MachinePool(o) => o.status.as_ref(),
+            CaptfObject::Machine(o) => o.status.as_ref(),
+            _ => None,
+        }
+    }
+
     pub fn terraform_spec_mut(&mut self) -> &mut TerraformSpec {
         match self {
             CaptfObject::Cluster(o) => &mut o.spec.terraform,

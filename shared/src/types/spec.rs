@@ -56,6 +56,82 @@ pub struct TerraformSpec {
     /// Stop starting Jobs while true.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub paused: Option<bool>,
+    /// Client-side encryption of the state (OpenTofu only): the state Secret then holds
+    /// ciphertext. Unset: the state is stored as the binary writes it.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub state_encryption: Option<StateEncryption>,
+}
+
+/// Client-side state encryption with OpenTofu (AES-GCM, its key derived with PBKDF2 from a
+/// passphrase). See docs/state-encryption.md for turning it on, rotating the passphrase and
+/// turning it off.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct StateEncryption {
+    /// The Secret key holding the passphrase (at least 16 characters). Mounted read-only into
+    /// the runner; it never reaches the log, the result, status or events.
+    pub passphrase_secret_ref: SecretKeyRef,
+    /// The passphrase before a rotation: a state still encrypted with it is read with it and
+    /// written with `passphraseSecretRef`. Remove it once an apply has run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_passphrase_secret_ref: Option<SecretKeyRef>,
+    /// `Encrypt` (default) writes the state encrypted; `Decrypt` reads it with the passphrase and
+    /// writes it in plaintext, the one way to turn encryption off.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub mode: Option<EncryptionMode>,
+}
+
+impl StateEncryption {
+    pub fn mode_or_default(&self) -> EncryptionMode {
+        self.mode.unwrap_or_default()
+    }
+}
+
+/// A key of a Secret in the object's namespace.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct SecretKeyRef {
+    /// The Secret's name (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub name: String,
+    /// The key. Default `passphrase`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(min = 1, max = MAX_DATA_KEY_LEN), regex(pattern = DATA_KEY_PATTERN))]
+    pub key: Option<String>,
+}
+
+impl SecretKeyRef {
+    /// The key, `passphrase` when unset.
+    pub fn key_or_default(&self) -> &str {
+        self.key.as_deref().unwrap_or(crate::state_encryption::DEFAULT_KEY)
+    }
+}
+
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
+pub enum EncryptionMode {
+    #[default]
+    Encrypt,
+    Decrypt,
+}
+
+/// The program a runner image runs.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum TfBinary {
+    /// OpenTofu (`tofu`).
+    Tofu,
+    /// Terraform (`terraform`).
+    Terraform,
+}
+
+impl TfBinary {
+    /// The command name, as `CAPTF_TF_BINARY` takes it.
+    pub fn command(self) -> &'static str {
+        match self {
+            TfBinary::Tofu => "tofu",
+            TfBinary::Terraform => "terraform",
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
@@ -136,6 +212,11 @@ pub struct JobsSpec {
     /// Runner image. Unset: the controller's `--runner-image`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub image: Option<String>,
+    /// The program the runner image runs: `tofu` or `terraform`, found on the image's `PATH`; the
+    /// runner fails `init` when the image's binary is another program. Unset: the image's own
+    /// choice (CAPTF's image: `tofu`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub binary: Option<TfBinary>,
     /// Service account of the runner pods (a DNS-1123 subdomain). Unset: the chart's runner account.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
