@@ -813,6 +813,17 @@ impl<'a> Demo<'a> {
             }
             None => self.say("create TerraformMachinePool/demo-workers from examples/terraformmachinepool.yaml"),
         }
+        // Owned by its TerraformCluster, as the example says: the label alone would not hold the
+        // cluster's deletion (docs/rules.md, "Deletion").
+        let uid = self
+            .sim
+            .get(TC, NS, CLUSTER)
+            .and_then(|c| c.pointer("/metadata/uid").and_then(Value::as_str).map(String::from))
+            .ok_or_else(|| unexpected("TerraformCluster demo has no uid"))?;
+        pool["metadata"]["ownerReferences"] = json!([{
+            "apiVersion": captf_shared::keys::API_VERSION, "kind": "TerraformCluster",
+            "name": CLUSTER, "uid": uid,
+        }]);
         self.create(k, pool)
             .await
             .map_err(api_err("create TerraformMachinePool/demo-workers"))?;

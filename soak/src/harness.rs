@@ -528,11 +528,29 @@ impl Soak {
                 "deletionPolicy": if orphan { "Orphan" } else { "Destroy" },
             },
         });
+        let mut owners = Vec::new();
         if member == Member::Machine
             && let Some(uid) = self.machine_uids.get(&group)
         {
-            obj["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1",
-                "kind": "Machine", "name": name, "uid": uid}]);
+            owners.push(json!({"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine", "name": name, "uid": uid}));
+        }
+        // A member holds its cluster's deletion only when it belongs to it: owned by it.
+        if member != Member::Cluster
+            && let Some(uid) = self
+                .sim
+                .get(
+                    &format!("{}/{}", keys::GROUP, resource(Kind::TerraformCluster).plural),
+                    NS,
+                    &cluster,
+                )
+                .and_then(|c| c.pointer("/metadata/uid").cloned())
+        {
+            owners.push(
+                json!({"apiVersion": keys::API_VERSION, "kind": "TerraformCluster", "name": cluster, "uid": uid}),
+            );
+        }
+        if !owners.is_empty() {
+            obj["metadata"]["ownerReferences"] = Value::Array(owners);
         }
         obj
     }
@@ -996,6 +1014,22 @@ impl Soak {
                 .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
                 .cloned();
             if ready.as_ref().and_then(|r| r["status"].as_str()) != Some("True") {
+                // Held for a name conflict: how the state Secret's binding came to be.
+                let trace = if ready.as_ref().and_then(|r| r["reason"].as_str()) == Some("NameConflict") {
+                    let state = names::state_secret_name(&names::suffix(kind, NS, &name));
+                    let h = lock(&self.history);
+                    let lines = h.bindings.get(&format!("{NS}/{state}"));
+                    format!(
+                        "; the state Secret's binding and the objects of its name:\n      {}",
+                        lines.map_or("nothing recorded".to_string(), |l| l
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join("\n      "))
+                    )
+                } else {
+                    String::new()
+                };
                 violations.push(Violation {
                     invariant: "every_live_object_converges_once_the_faults_stop",
                     at: now,
@@ -1005,7 +1039,7 @@ impl Soak {
                         ready.map_or("missing".to_string(), |r| r.to_string()),
                         o.pointer("/status/nextAction").unwrap_or(&Value::Null),
                         self.jobs_at_rest(kind, &name)
-                    ),
+                    ) + &trace,
                 });
             }
         }

@@ -158,6 +158,10 @@ pub struct History {
     /// Holder identities of the controller's leader Lease, in order of change, each with the
     /// resourceVersion it took over at.
     pub leaders: Vec<(u64, String)>,
+    /// Per state Secret name (`tfstate-…`): how its binding changed and when objects of its
+    /// name came and went (at most [`BINDING_TRACE`] lines each), for the report of an object
+    /// held with `NameConflict`.
+    pub bindings: HashMap<String, std::collections::VecDeque<String>>,
     /// Changes seen.
     pub changes: u64,
     pub first: Option<Timestamp>,
@@ -165,6 +169,9 @@ pub struct History {
 }
 
 const CAPTF_KINDS: [&str; 3] = ["TerraformCluster", "TerraformMachinePool", "TerraformMachine"];
+
+/// Lines kept per state Secret in [`History::bindings`].
+pub const BINDING_TRACE: usize = 40;
 
 fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
     v.pointer(p).and_then(Value::as_str)
@@ -202,6 +209,7 @@ impl History {
             "/pods" => self.pod(ev),
             "coordination.k8s.io/leases" => self.lease(ev),
             "/events" => self.event(ev),
+            "/secrets" => self.state_secret(now, ev),
             r if r.starts_with(keys::GROUP) => self.object(now, ev),
             _ => {}
         }
@@ -356,6 +364,37 @@ impl History {
         }
     }
 
+    fn trace(&mut self, state: String, line: String) {
+        let t = self.bindings.entry(state).or_default();
+        if t.len() == BINDING_TRACE {
+            t.pop_front();
+        }
+        t.push_back(line);
+    }
+
+    /// A state Secret's binding annotations, when they changed.
+    fn state_secret(&mut self, now: Timestamp, ev: &WatchEvent) {
+        let o = &ev.object;
+        let Some(name) = s(o, "/metadata/name").filter(|n| n.starts_with("tfstate-")) else {
+            return;
+        };
+        let binding = |v: &Value| {
+            (
+                annotation(v, keys::ANNOTATION_OWNER_UID).map(String::from),
+                annotation(v, keys::ANNOTATION_RELEASED_BY).map(String::from),
+            )
+        };
+        let new = binding(o);
+        if ev.kind != EventType::Deleted && ev.old.as_ref().map(binding) == Some(new.clone()) {
+            return;
+        }
+        let line = format!(
+            "{now} rv {}: Secret {name} {:?}: owner-uid {:?}, released-by {:?}",
+            ev.rv, ev.kind, new.0, new.1
+        );
+        self.trace(format!("{}/{name}", ev.ns), line);
+    }
+
     fn object(&mut self, now: Timestamp, ev: &WatchEvent) {
         let o = &ev.object;
         let kind = s(o, "/kind").unwrap_or_default();
@@ -363,6 +402,24 @@ impl History {
             return;
         }
         let Some(uid) = s(o, "/metadata/uid") else { return };
+        let deleting = o.pointer("/metadata/deletionTimestamp").is_some();
+        let was_deleting = ev
+            .old
+            .as_ref()
+            .is_some_and(|v| v.pointer("/metadata/deletionTimestamp").is_some());
+        let came = ev.kind == EventType::Added && !self.object_index.contains_key(uid);
+        if (came || ev.kind == EventType::Deleted || deleting != was_deleting)
+            && let (Ok(k), Some(name)) = (kind.parse::<captf_shared::Kind>(), s(o, "/metadata/name"))
+        {
+            let what = match (came, ev.kind == EventType::Deleted) {
+                (true, _) => "created",
+                (_, true) => "removed",
+                _ => "deletion requested",
+            };
+            let state = captf_shared::names::state_secret_name(&captf_shared::names::suffix(k, &ev.ns, name));
+            let line = format!("{now} rv {}: {kind} {name} (uid {uid}) {what}", ev.rv);
+            self.trace(format!("{}/{state}", ev.ns), line);
+        }
         let i = match self.object_index.get(uid) {
             Some(&i) => i,
             None => {

@@ -14,6 +14,7 @@
 //! | [`inputs`] | resolving the inputs and `cluster_name` (docs/api.md) |
 //! | [`state`] | whether the state can be read (a deletion hold, docs/rules.md) |
 //! | [`pause`] | Cluster API pause of the owning Cluster (docs/api.md) |
+//! | [`membership`] | which labelled pools and machines hold a cluster's deletion (docs/rules.md) |
 //! | [`moving`] | `clusterctl move`: block-move, no finalizer while paused (docs/api.md) |
 //! | [`snapshot`] | the view of an object `decide` takes |
 //! | [`reason`] | why a decision was made |
@@ -25,6 +26,7 @@ pub mod decide;
 pub mod inputs;
 pub mod interrupted;
 pub mod lock;
+pub mod membership;
 pub mod moving;
 pub mod outcome;
 pub mod pause;

@@ -402,7 +402,8 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
         Ok(i) => InputsHash::Known(i.hash()),
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
-    let mut holds = gather::holds(&ctx.client, &ctx.caches, id).await?;
+    let deleting = object.metadata().deletion_timestamp.is_some();
+    let mut holds = gather::holds(&ctx.client, &ctx.caches, id, deleting).await?;
     pause::live_holds(&ctx.client, object, id, &mut holds).await?;
     let (mut snap, stored_inputs_hash) = snapshot_of(
         object,

@@ -477,31 +477,23 @@ impl Caches {
             .collect()
     }
 
-    /// A TerraformCluster's member machine pools and machines (`<Kind>/<name>`), from the
-    /// kinds' stores.
-    fn members(&self, ns: &str, cluster: &str) -> Vec<String> {
+    /// The machine pools and machines labelled with a TerraformCluster's cluster name, from the
+    /// kinds' stores: the candidates for its members ([`verified_members`]).
+    fn labelled_members(&self, ns: &str, cluster: &str) -> Vec<(Kind, kube::core::ObjectMeta)> {
         let member = |m: &kube::core::ObjectMeta| label(&m.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster);
         let pools = self.idx.objects_by_cluster[slot(Kind::TerraformMachinePool)]
             .names(ns, cluster)
             .into_iter()
-            .filter(|n| {
-                self.pools
-                    .get(&ObjectRef::new(n).within(ns))
-                    .is_some_and(|o| member(&o.metadata))
-            })
-            .map(|n| format!("{}/{n}", Kind::TerraformMachinePool));
+            .filter_map(|n| self.pools.get(&ObjectRef::new(&n).within(ns)))
+            .filter(|o| member(&o.metadata))
+            .map(|o| (Kind::TerraformMachinePool, o.metadata.clone()));
         let machines = self.idx.objects_by_cluster[slot(Kind::TerraformMachine)]
             .names(ns, cluster)
             .into_iter()
-            .filter(|n| {
-                self.machines
-                    .get(&ObjectRef::new(n).within(ns))
-                    .is_some_and(|o| member(&o.metadata))
-            })
-            .map(|n| format!("{}/{n}", Kind::TerraformMachine));
-        let mut out: Vec<String> = pools.chain(machines).collect();
-        out.sort();
-        out
+            .filter_map(|n| self.machines.get(&ObjectRef::new(&n).within(ns)))
+            .filter(|o| member(&o.metadata))
+            .map(|o| (Kind::TerraformMachine, o.metadata.clone()));
+        pools.chain(machines).collect()
     }
 
     /// An active (not finished) Job of a member of the cluster, from the members' Jobs stores.
@@ -977,14 +969,17 @@ pub async fn resolve_inputs(
 /// caches; the cluster lease the cluster's own Jobs take is what serialises it against its
 /// members, see docs/rules.md); for a member, the cluster lease held by a live Job of its cluster (both
 /// read live).
-pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident) -> Result<Holds, Error> {
+pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident, deleting: bool) -> Result<Holds, Error> {
     let mut holds = Holds::default();
     let Some(cluster) = id.cluster_name.as_deref() else {
         return Ok(holds);
     };
     match id.kind {
         Kind::TerraformCluster => {
-            holds.members = caches.members(&id.namespace, cluster);
+            if deleting {
+                let candidates = caches.labelled_members(&id.namespace, cluster);
+                holds.members = verified_members(client, id, cluster, candidates).await?;
+            }
             holds.member_job_active = caches.member_job_active(&id.namespace, cluster);
         }
         Kind::TerraformMachinePool | Kind::TerraformMachine => {
@@ -992,6 +987,67 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident) -> Result
         }
     }
     Ok(holds)
+}
+
+/// The members that hold a TerraformCluster's deletion (`crate::core::membership`): of the
+/// `candidates` labelled with its cluster name, those owned by it or controlled by a Cluster API
+/// Machine or MachinePool of that cluster (read live), as `<Kind>/<name>`, sorted. Each
+/// unverified claim is logged.
+pub async fn verified_members(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    candidates: Vec<(Kind, kube::core::ObjectMeta)>,
+) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for (kind, meta) in candidates {
+        let name = meta.name.clone().unwrap_or_default();
+        let owner = match crate::core::membership::capi_controller(&meta) {
+            Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
+            None => None,
+        };
+        if crate::core::membership::belongs(&meta, &id.uid, cluster, owner.as_ref()) {
+            out.push(format!("{kind}/{name}"));
+        } else {
+            tracing::info!(
+                "{kind} {}/{name} is labelled with cluster {cluster} but neither owned by {} nor controlled by a Cluster API Machine or MachinePool of that cluster: it does not hold the deletion",
+                id.namespace,
+                id.what()
+            );
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The metadata of a member's Cluster API owner (`Machine` or `MachinePool`), read live; `None`
+/// when it does not exist or Cluster API is not served.
+async fn capi_owner_meta(
+    client: &kube::Client,
+    ns: &str,
+    r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> Result<Option<kube::core::ObjectMeta>, Error> {
+    let (group, version) = r.api_version.split_once('/').unwrap_or(("", r.api_version.as_str()));
+    let ar = ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: r.api_version.clone(),
+        kind: r.kind.clone(),
+        plural: format!("{}s", r.kind.to_ascii_lowercase()),
+    };
+    match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+        .get_metadata_opt(&r.name)
+        .await
+    {
+        Ok(m) => Ok(m.map(|m| m.metadata)),
+        // Cluster API's kinds not served: no such owner.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(Error::api(
+            ApiAction::GetObject,
+            format!("{} {ns}/{}", r.kind, r.name),
+            e,
+        )),
+    }
 }
 
 /// The live Job holding the cluster lease of `cluster`, if any (both read live).
@@ -1218,9 +1274,14 @@ mod tests {
             vec![job_of(&done, Op::Apply, 1, true)],
         );
         fill(&mut feeds.machines, &[], vec![]);
+        let labelled: Vec<(Kind, Option<String>)> = caches
+            .labelled_members("default", "prod-eu")
+            .into_iter()
+            .map(|(k, m)| (k, m.name))
+            .collect();
         assert_eq!(
-            caches.members("default", "prod-eu"),
-            vec!["TerraformMachinePool/workers".to_string()]
+            labelled,
+            vec![(Kind::TerraformMachinePool, Some("workers".to_string()))]
         );
         assert_eq!(
             caches.member_job_active("default", "prod-eu"),

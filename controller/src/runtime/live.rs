@@ -95,7 +95,7 @@ pub async fn list_objects(
 
 /// The holds of docs/rules.md, every one read live (the pass takes a cluster's members and
 /// their Jobs from its caches).
-pub async fn holds(client: &kube::Client, id: &Ident) -> Result<Holds, Error> {
+pub async fn holds(client: &kube::Client, id: &Ident, deleting: bool) -> Result<Holds, Error> {
     let mut holds = Holds::default();
     let Some(cluster) = id.cluster_name.as_deref() else {
         return Ok(holds);
@@ -103,10 +103,12 @@ pub async fn holds(client: &kube::Client, id: &Ident) -> Result<Holds, Error> {
     match id.kind {
         Kind::TerraformCluster => {
             let lp = ListParams::default().labels(&format!("{}={cluster}", keys::LABEL_CLUSTER_NAME));
-            let mut members = Vec::new();
+            let mut candidates = Vec::new();
             for kind in [Kind::TerraformMachinePool, Kind::TerraformMachine] {
-                for o in list_objects(client, kind, Some(&id.namespace), &lp).await? {
-                    members.extend(o.metadata().name.clone().map(|n| format!("{kind}/{n}")));
+                if deleting {
+                    for o in list_objects(client, kind, Some(&id.namespace), &lp).await? {
+                        candidates.push((kind, o.metadata().clone()));
+                    }
                 }
                 if holds.member_job_active.is_none() {
                     let lp = ListParams::default().labels(&format!(
@@ -126,8 +128,7 @@ pub async fn holds(client: &kube::Client, id: &Ident) -> Result<Holds, Error> {
                         .and_then(|j| j.metadata.name);
                 }
             }
-            members.sort();
-            holds.members = members;
+            holds.members = gather::verified_members(client, id, cluster, candidates).await?;
         }
         Kind::TerraformMachinePool | Kind::TerraformMachine => {
             holds.cluster_lease_holder = gather::cluster_lease_holder(client, &id.namespace, cluster).await?;
@@ -220,7 +221,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         Ok(i) => InputsHash::Known(i.hash()),
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
-    let mut holds = holds(client, &id).await?;
+    let mut holds = holds(client, &id, object.metadata().deletion_timestamp.is_some()).await?;
     pause::live_holds(client, &object, &id, &mut holds).await?;
     let (mut snap, stored_inputs_hash) = snapshot_of(
         &object,

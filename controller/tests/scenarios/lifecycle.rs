@@ -366,6 +366,7 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
     let mut pool = cluster_json("held-pool", json!({}));
     pool["kind"] = json!("TerraformMachinePool");
     pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "held"});
+    pool["metadata"]["ownerReferences"] = owned_by_cluster(&env, "held");
     let p1 = env.create(Kind::TerraformMachinePool, pool).await?;
     env.run_until_booked(&p1, "succeeded").await?;
     env.delete::<TerraformCluster>("held").await?;
@@ -393,6 +394,69 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
     Ok(())
 }
 
+/// A co-tenant's pool labelled with another team's cluster name, owned neither by that
+/// TerraformCluster nor by a Cluster API MachinePool of the cluster, does not hold the
+/// cluster's deletion: the label alone is a claim anyone in the namespace can make.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pool_that_only_carries_the_clusters_label_does_not_hold_its_deletion() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let k = Kind::TerraformCluster;
+    env.create_applied_cluster("victim").await?;
+    let mut pool = cluster_json("squatter", json!({}));
+    pool["kind"] = json!("TerraformMachinePool");
+    pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "victim"});
+    let p1 = env.create(Kind::TerraformMachinePool, pool).await?;
+    env.run_until_booked(&p1, "succeeded").await?;
+    env.delete::<TerraformCluster>("victim").await?;
+    let d = env.job(k, "victim", Op::Destroy, 2).await?;
+    assert_eq!(annotations(&d)["captf.io/reason"], "Deleting");
+    env.advance(30);
+    env.until("the cluster gone", |e| e.object(TC, "victim").is_none().then_some(()))
+        .await?;
+    assert!(env.object(TMP, "squatter").is_some(), "the squatter is left alone");
+    env.no_denials()?;
+    Ok(())
+}
+
+/// A TerraformMachine controlled by a Cluster API Machine of the cluster (as Cluster API makes
+/// it) holds its TerraformCluster's deletion; the cluster is destroyed once the machine is gone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_machine_of_a_cluster_api_machine_of_the_cluster_holds_its_deletion() -> Result<()> {
+    let dir = tempfile::tempdir()?;
+    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
+        let f = f?.path();
+        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
+    }
+    std::fs::write(dir.path().join("zz-machines.yaml"), capi_machine_crd().to_string())?;
+    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    let mut tc = cluster_json("c1", json!({}));
+    tc["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "c1"});
+    let j = env.create(Kind::TerraformCluster, tc).await?;
+    env.run_until_booked(&j, "succeeded").await?;
+    let m = env
+        .create(
+            Kind::TerraformMachine,
+            machine_with_terraform_machine(&env.sim, "m1", "c1")?,
+        )
+        .await?;
+    env.run_until_booked(&m, "succeeded").await?;
+    env.delete::<TerraformCluster>("c1").await?;
+    let c = env.until_reason("c1", "Ready", "DeletionHeld").await?;
+    assert!(condition(&c, "Ready").unwrap().2.contains("TerraformMachine/m1"), "{c}");
+    env.delete::<captf_shared::types::TerraformMachine>("m1").await?;
+    let md = env.job(Kind::TerraformMachine, "m1", Op::Destroy, 2).await?;
+    env.run_until_booked(&md, "succeeded").await?;
+    const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
+    env.until("the machine gone", |e| e.object(TM, "m1").is_none().then_some(()))
+        .await?;
+    env.advance(30);
+    env.job(Kind::TerraformCluster, "c1", Op::Destroy, 2).await?;
+    env.no_denials()?;
+    Ok(())
+}
+
 /// A cluster's start that claimed its run lease and the cluster lease and then died before its
 /// Job existed leaves a claim the pool would count as a cluster Job starting. Once the cluster
 /// decides to wait instead (here: deleted, it waits for its pool to go), it gives the claim up,
@@ -407,6 +471,7 @@ async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> 
     let mut pool = cluster_json("stale-pool", json!({}));
     pool["kind"] = json!("TerraformMachinePool");
     pool["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": "stale"});
+    pool["metadata"]["ownerReferences"] = owned_by_cluster(&env, "stale");
     let p1 = env.create(Kind::TerraformMachinePool, pool).await?;
     env.run_until_booked(&p1, "succeeded").await?;
     env.until_idle().await?;

@@ -514,15 +514,25 @@ pub(crate) fn capi_machine_crd() -> Value {
 /// Store a Cluster API `Machine` `name` of Cluster `cluster` (bootstrap data `<name>-bootstrap`)
 /// and return the TerraformMachine it owns, not yet stored.
 pub(crate) fn machine_with_terraform_machine(sim: &captf_sim::Sim, name: &str, cluster: &str) -> Result<Value> {
+    // As Cluster API makes them: the Machine labelled with its cluster, the infrastructure
+    // machine labelled too and controlled by the Machine.
     let machine = sim.put(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "metadata": {"name": name, "namespace": NS},
+        "metadata": {"name": name, "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": cluster}},
         "spec": {"clusterName": cluster, "bootstrap": {"dataSecretName": format!("{name}-bootstrap")}},
     }))?;
     let mut tm = cluster_json(name, json!({}));
     tm["kind"] = json!("TerraformMachine");
     tm["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": cluster});
     tm["metadata"]["ownerReferences"] = json!([{"apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Machine",
-        "name": name, "uid": machine["metadata"]["uid"]}]);
+        "name": name, "uid": machine["metadata"]["uid"], "controller": true, "blockOwnerDeletion": true}]);
     Ok(tm)
+}
+
+/// An ownerReference list naming the TerraformCluster `name` (by its uid): a member so owned
+/// holds the cluster's deletion.
+pub(crate) fn owned_by_cluster(env: &Env, name: &str) -> Value {
+    let uid = env.cluster(name)["metadata"]["uid"].clone();
+    json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "name": name, "uid": uid}])
 }

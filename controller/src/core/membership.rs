@@ -1,0 +1,140 @@
+//! Which machine pools and machines hold a TerraformCluster's deletion (docs/rules.md,
+//! "Deletion"; docs/trust.md).
+//!
+//! A TerraformCluster is not destroyed while its members exist: their infrastructure usually
+//! stands on the cluster's. Members are found by the label `cluster.x-k8s.io/cluster-name`, but
+//! a label is only a claim: anyone who may create a TerraformMachinePool in the namespace could
+//! label it with another team's cluster and hold that cluster's deletion for as long as they
+//! like. So a labelled object holds the deletion only when its membership is verified:
+//!
+//! - it has an owner reference to the TerraformCluster itself (its UID), which only someone who
+//!   can read that object can write and which the owner's deletion then cascades through; or
+//! - it is controlled by a Cluster API `Machine` or `MachinePool` that carries the same
+//!   cluster label (Cluster API sets and keeps that label from the owner's `spec.clusterName`;
+//!   this is how every object Cluster API makes from a template is tied to its cluster).
+//!
+//! Everything else is an unverified claim: it still gets a log line, but it never holds the
+//! deletion.
+
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
+
+use captf_shared::keys;
+
+/// The Cluster API API group of `Machine` and `MachinePool`.
+pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
+
+/// The member's controller owner reference when it is a Cluster API `Machine` or
+/// `MachinePool` (any version of the group) (PURE).
+pub fn capi_controller(member: &ObjectMeta) -> Option<&OwnerReference> {
+    member.owner_references.iter().flatten().find(|o| {
+        o.controller == Some(true)
+            && o.api_version.split('/').next() == Some(CAPI_GROUP)
+            && matches!(o.kind.as_str(), "Machine" | "MachinePool")
+    })
+}
+
+/// Whether `member`, labelled with the cluster `cluster_name`, belongs to the TerraformCluster
+/// of UID `cluster_uid`: owned by it, or controlled by a Cluster API owner (`capi_owner`, read
+/// live: `None` when it has none or it does not exist) of the same UID as its controller
+/// reference that carries the label `cluster_name` (PURE).
+pub fn belongs(member: &ObjectMeta, cluster_uid: &str, cluster_name: &str, capi_owner: Option<&ObjectMeta>) -> bool {
+    let labelled = |m: &ObjectMeta| {
+        m.labels
+            .as_ref()
+            .and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
+            .is_some_and(|c| c == cluster_name)
+    };
+    if !labelled(member) {
+        return false;
+    }
+    if !cluster_uid.is_empty() && member.owner_references.iter().flatten().any(|o| o.uid == cluster_uid) {
+        return true;
+    }
+    match (capi_controller(member), capi_owner) {
+        (Some(r), Some(owner)) => owner.uid.as_deref() == Some(r.uid.as_str()) && labelled(owner),
+        _ => false,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::BTreeMap;
+
+    fn labelled(cluster: &str) -> ObjectMeta {
+        ObjectMeta {
+            labels: Some(BTreeMap::from([(
+                keys::LABEL_CLUSTER_NAME.to_string(),
+                cluster.to_string(),
+            )])),
+            ..ObjectMeta::default()
+        }
+    }
+
+    fn owned(mut m: ObjectMeta, api_version: &str, kind: &str, uid: &str, controller: bool) -> ObjectMeta {
+        m.owner_references.get_or_insert_with(Vec::new).push(OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: "owner".into(),
+            uid: uid.into(),
+            controller: Some(controller),
+            ..OwnerReference::default()
+        });
+        m
+    }
+
+    fn capi(uid: &str, cluster: &str) -> ObjectMeta {
+        ObjectMeta {
+            uid: Some(uid.into()),
+            ..labelled(cluster)
+        }
+    }
+
+    #[test]
+    fn a_member_owned_by_its_terraform_cluster_holds_its_deletion() {
+        let m = owned(
+            labelled("prod"),
+            "infrastructure.cluster.x-k8s.io/v1beta2",
+            "TerraformCluster",
+            "tc-uid",
+            false,
+        );
+        assert!(belongs(&m, "tc-uid", "prod", None));
+        // Owned by another TerraformCluster: not this one's.
+        assert!(!belongs(&m, "other-uid", "prod", None));
+    }
+
+    #[test]
+    fn a_member_controlled_by_a_cluster_api_owner_of_the_cluster_holds_its_deletion() {
+        for (v, kind) in [
+            ("cluster.x-k8s.io/v1beta2", "MachinePool"),
+            ("cluster.x-k8s.io/v1beta1", "Machine"),
+        ] {
+            let m = owned(labelled("prod"), v, kind, "mp-uid", true);
+            assert!(belongs(&m, "tc-uid", "prod", Some(&capi("mp-uid", "prod"))), "{kind}");
+            // The owner belongs to another cluster, is another object, or is gone.
+            assert!(!belongs(&m, "tc-uid", "prod", Some(&capi("mp-uid", "staging"))));
+            assert!(!belongs(&m, "tc-uid", "prod", Some(&capi("another-uid", "prod"))));
+            assert!(!belongs(&m, "tc-uid", "prod", None));
+        }
+    }
+
+    #[test]
+    fn a_cluster_label_alone_never_holds_a_deletion() {
+        // A co-tenant's pool labelled with another team's cluster.
+        assert!(!belongs(&labelled("prod"), "tc-uid", "prod", None));
+        // Not a controller reference, or not Cluster API's kinds.
+        let not_controller = owned(labelled("prod"), "cluster.x-k8s.io/v1beta2", "MachinePool", "mp", false);
+        assert!(!belongs(&not_controller, "tc-uid", "prod", Some(&capi("mp", "prod"))));
+        let other_group = owned(labelled("prod"), "example.com/v1", "MachinePool", "mp", true);
+        assert!(!belongs(&other_group, "tc-uid", "prod", Some(&capi("mp", "prod"))));
+        let other_kind = owned(labelled("prod"), "cluster.x-k8s.io/v1beta2", "Cluster", "c", true);
+        assert!(!belongs(&other_kind, "tc-uid", "prod", Some(&capi("c", "prod"))));
+        // Owned by the cluster but labelled with another: not a member of this one at all.
+        let relabelled = owned(labelled("staging"), "x/v1", "TerraformCluster", "tc-uid", false);
+        assert!(!belongs(&relabelled, "tc-uid", "prod", None));
+        // An empty UID never matches.
+        let empty = owned(labelled("prod"), "x/v1", "TerraformCluster", "", false);
+        assert!(!belongs(&empty, "", "prod", None));
+    }
+}
