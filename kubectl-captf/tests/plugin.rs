@@ -28,11 +28,12 @@ const WAIT: Duration = Duration::from_secs(15);
 
 fn args() -> RunArgs {
     RunArgs {
-        namespace: None,
+        namespace: vec![],
         runner_image: "runner:test".into(),
         runner_service_account: "captf-runner".into(),
         runner_service_account_annotations: Default::default(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_auth: Default::default(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,
         leader_namespace: None,

@@ -320,6 +320,26 @@ impl ControlPlane {
         namespace: &str,
         name: &str,
     ) -> Result<PathBuf, MintKubeconfigError> {
+        let token = self.service_account_token(namespace, name).await?;
+        let user = format!("system:serviceaccount:{namespace}:{name}");
+        let text = kubeconfig::render(
+            &self.server_url(),
+            &self.pki.ca_pem,
+            &user,
+            &Credentials::Token(&token),
+            namespace,
+        )?;
+        let path = self.layout.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
+        std::fs::write(&path, text).map_err(|source| MintKubeconfigError::Write {
+            path: path.clone(),
+            source,
+        })?;
+        Ok(path)
+    }
+
+    /// A bearer token of the ServiceAccount `namespace/name` from its TokenRequest (one hour, the
+    /// API server's audience), as a pod's projected token is. The account must exist.
+    pub async fn service_account_token(&self, namespace: &str, name: &str) -> Result<String, MintKubeconfigError> {
         let admin = self.admin_client().await?;
         let api: Api<ServiceAccount> = Api::namespaced(admin, namespace);
         let request = TokenRequest {
@@ -338,28 +358,14 @@ impl ControlPlane {
                 name: name.to_string(),
                 source,
             })?;
-        let token = answer
+        answer
             .status
             .map(|s| s.token)
             .filter(|t| !t.is_empty())
             .ok_or_else(|| MintKubeconfigError::NoToken {
                 namespace: namespace.to_string(),
                 name: name.to_string(),
-            })?;
-        let user = format!("system:serviceaccount:{namespace}:{name}");
-        let text = kubeconfig::render(
-            &self.server_url(),
-            &self.pki.ca_pem,
-            &user,
-            &Credentials::Token(&token),
-            namespace,
-        )?;
-        let path = self.layout.dir.join(format!("sa-{namespace}-{name}.kubeconfig"));
-        std::fs::write(&path, text).map_err(|source| MintKubeconfigError::Write {
-            path: path.clone(),
-            source,
-        })?;
-        Ok(path)
+            })
     }
 
     /// A client authenticated as the ServiceAccount `namespace/name` (see

@@ -2,7 +2,9 @@
 //! `helm template` renders them, kube-apiserver's authorizer, its ValidatingAdmissionPolicy and
 //! OwnerReferencesPermissionEnforcement admission. The shipped controller binary, run under its
 //! own account, makes an object's runner identity, state objects and first Job with no call
-//! refused; the same account is refused everything else the policy names. The simulator
+//! refused; the same account is refused everything else the policy names. Bound to listed
+//! namespaces only (`controller.watchNamespaces`), it works there and its token is refused by the
+//! RBAC authorizer in a namespace it does not watch. The simulator
 //! evaluates neither CEL nor owner-reference permissions, so these run on the real server only.
 //! Without the binaries these tests fail under `CI` and skip elsewhere.
 #![allow(clippy::unwrap_used)]
@@ -14,6 +16,7 @@ use std::time::Duration;
 
 use captf_chart_tests::{NAMESPACE, capi_crd, helm_template};
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use k8s_openapi::api::authorization::v1::SubjectAccessReview;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -124,18 +127,39 @@ async fn crds(client: &kube::Client) {
 }
 
 /// The chart's RBAC for the controller and its admission policy, as `helm template` renders them
-/// with default values, created by the admin; returns the controller's client once the policy is
-/// enforced (the API server loads a new policy shortly after it is stored, not at once).
+/// with the controller bound in every namespace (`controller.watchAllNamespaces=true`), created
+/// by the admin; returns the controller's client once the policy is enforced.
 async fn install_controller_rights(cp: &ControlPlane, admin: &kube::Client) -> kube::Client {
+    install_controller_rights_with(
+        cp,
+        admin,
+        &["--set", "controller.watchAllNamespaces=true"],
+        &[
+            "ServiceAccount",
+            "ClusterRole",
+            "ClusterRoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
+        "default",
+    )
+    .await
+}
+
+/// The chart's RBAC for the controller and its admission policy, as `helm template` renders them
+/// with these values (every one of the `wanted` kinds, and only those), created by the admin;
+/// returns the controller's client once the policy is enforced in `probe_namespace`, one where
+/// the controller is bound (the API server loads a new policy shortly after it is stored, not at
+/// once).
+async fn install_controller_rights_with(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    values: &[&str],
+    wanted: &[&str],
+    probe_namespace: &str,
+) -> kube::Client {
     namespace(admin, NAMESPACE).await;
-    let rendered = helm_template(&[]).unwrap();
-    let wanted = [
-        "ServiceAccount",
-        "ClusterRole",
-        "ClusterRoleBinding",
-        "ValidatingAdmissionPolicy",
-        "ValidatingAdmissionPolicyBinding",
-    ];
+    let rendered = helm_template(values).unwrap();
     let docs: Vec<&Value> = rendered
         .docs
         .iter()
@@ -150,7 +174,7 @@ async fn install_controller_rights(cp: &ControlPlane, admin: &kube::Client) -> k
     let kinds: Vec<&str> = docs.iter().map(|d| d["kind"].as_str().unwrap()).collect();
     for kind in wanted {
         assert!(
-            kinds.contains(&kind),
+            kinds.contains(kind),
             "the chart renders no {kind} for the controller: {kinds:?}"
         );
     }
@@ -158,8 +182,8 @@ async fn install_controller_rights(cp: &ControlPlane, admin: &kube::Client) -> k
         create(admin, doc).await.unwrap();
     }
     let client = cp.service_account_client(NAMESPACE, CONTROLLER).await.unwrap();
-    let secrets: Api<Secret> = Api::namespaced(client.clone(), "default");
-    let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(client.clone(), probe_namespace);
+    let admin_secrets: Api<Secret> = Api::namespaced(admin.clone(), probe_namespace);
     let probe: Secret = serde_json::from_value(json!({ "metadata": { "name": "not-captfs" } })).unwrap();
     wait_for("the admission policy enforced", || {
         let (secrets, admin_secrets, probe) = (secrets.clone(), admin_secrets.clone(), probe.clone());
@@ -501,4 +525,251 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
     create(&controller, &job(&format!("captf-runner-{suffix}"), false, owner))
         .await
         .unwrap();
+}
+
+/// The values of the namespaced install: the controller is bound in two namespaces.
+const TWO_NAMESPACES: [&str; 2] = ["--set", "controller.watchNamespaces={ns-a,ns-b}"];
+
+/// What kube-apiserver's authorizer answers for the controller's account (a SubjectAccessReview
+/// the admin asks).
+async fn controller_may(admin: &kube::Client, verb: &str, resource: &str, group: &str, ns: &str) -> bool {
+    let review: SubjectAccessReview = serde_json::from_value(json!({
+        "spec": {
+            "user": format!("system:serviceaccount:{NAMESPACE}:{CONTROLLER}"),
+            "groups": ["system:serviceaccounts", format!("system:serviceaccounts:{NAMESPACE}"), "system:authenticated"],
+            "resourceAttributes": { "namespace": ns, "verb": verb, "group": group, "resource": resource },
+        },
+    }))
+    .unwrap();
+    let answer = Api::<SubjectAccessReview>::all(admin.clone())
+        .create(&PostParams::default(), &review)
+        .await
+        .unwrap();
+    answer.status.unwrap().allowed
+}
+
+/// A 403 from the RBAC authorizer itself (not the admission policy, which only sees writes RBAC
+/// let through): the message names the account, the verb, the resource and the namespace.
+fn refused_by_rbac<T: std::fmt::Debug>(result: Result<T, kube::Error>, verb: &str, resource: &str, ns: &str) {
+    match result {
+        Err(kube::Error::Api(s)) => {
+            assert_eq!(s.code, 403, "{verb} {resource} in {ns}: {s:?}");
+            let want = format!("cannot {verb} resource \"{resource}\"");
+            assert!(
+                s.message
+                    .contains(&format!("system:serviceaccount:{NAMESPACE}:{CONTROLLER}"))
+                    && s.message.contains(&want)
+                    && s.message.contains(&format!("in the namespace \"{ns}\""))
+                    && !s.message.contains("ValidatingAdmissionPolicy"),
+                "{verb} {resource} in {ns}: {}",
+                s.message
+            );
+        }
+        other => panic!("{verb} {resource} in {ns}: not refused: {other:?}"),
+    }
+}
+
+/// With `controller.watchNamespaces={ns-a,ns-b}` the chart binds the controller's ClusterRole in
+/// those two namespaces only. The shipped binary, run with the Deployment's own arguments under
+/// that RBAC (leader election through the chart's Role in the release namespace), takes an object
+/// in `ns-a` to its first Job and leaves one in `ns-c` alone; kube-apiserver's authorizer refuses
+/// the controller's token Secrets and Jobs in `ns-c`, which it does not watch.
+#[tokio::test]
+async fn a_controller_watching_listed_namespaces_starts_a_job_there_and_its_token_is_refused_secrets_and_jobs_elsewhere_on_the_real_api_server()
+ {
+    let Some(cp) = start().await else { return };
+    let admin = cp.admin_client().await.unwrap();
+    crds(&admin).await;
+    for ns in ["ns-a", "ns-b", "ns-c"] {
+        namespace(&admin, ns).await;
+    }
+    let rendered = helm_template(&TWO_NAMESPACES).unwrap();
+    assert!(
+        rendered
+            .of_kind("ClusterRoleBinding")
+            .iter()
+            .all(|b| b["roleRef"]["name"] != CONTROLLER),
+        "no cluster-wide binding of the controller's rules"
+    );
+    let deployment = rendered.get("Deployment", CONTROLLER).unwrap();
+    let chart_args = captf_chart_tests::strings(&deployment["spec"]["template"]["spec"]["containers"][0]["args"]);
+    let namespace_flag = chart_args
+        .iter()
+        .find(|a| a.starts_with("--namespace="))
+        .cloned()
+        .unwrap();
+    assert_eq!(namespace_flag, "--namespace=ns-a,ns-b");
+    assert!(chart_args.iter().any(|a| a == "--leader-elect"));
+    let controller = install_controller_rights_with(
+        &cp,
+        &admin,
+        &TWO_NAMESPACES,
+        &[
+            "ServiceAccount",
+            "ClusterRole",
+            "Role",
+            "RoleBinding",
+            "ValidatingAdmissionPolicy",
+            "ValidatingAdmissionPolicyBinding",
+        ],
+        "ns-a",
+    )
+    .await;
+
+    let in_ns = |ns: &str| {
+        let mut doc = terraform_cluster();
+        doc["metadata"]["namespace"] = json!(ns);
+        doc
+    };
+    for ns in ["ns-a", "ns-c"] {
+        create(&admin, &in_ns(ns)).await.unwrap();
+    }
+    let resource = resource_of(&terraform_cluster()).0;
+    let clusters_a: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "ns-a", &resource);
+    let clusters_c: Api<DynamicObject> = Api::namespaced_with(admin.clone(), "ns-c", &resource);
+    let uid = clusters_a.get(OBJECT).await.unwrap().metadata.uid.unwrap();
+
+    let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
+    let log_path = cp.work_dir().join("captf-controller-namespaces.log");
+    let log = std::fs::File::create(&log_path).unwrap();
+    let mut process = tokio::process::Command::new(controller_binary())
+        .args([
+            "run",
+            namespace_flag.as_str(),
+            "--leader-elect",
+            "--runner-image=ghcr.io/captf/runner:0.1.0",
+            "--metrics-addr=127.0.0.1:0",
+            "--health-addr=127.0.0.1:0",
+            "--log-format=text",
+        ])
+        .env("KUBECONFIG", &kubeconfig)
+        .env("POD_NAMESPACE", NAMESPACE)
+        .env("POD_NAME", "captf-controller-0")
+        .env("RUST_LOG", "info")
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+
+    let clusters = clusters_a.clone();
+    let active = wait_for("status.activeJob of the TerraformCluster in ns-a", || {
+        let clusters = clusters.clone();
+        async move {
+            let c = clusters.get(OBJECT).await.ok()?;
+            c.data["status"]["activeJob"].as_str().map(str::to_string)
+        }
+    })
+    .await;
+    let job = Api::<Job>::namespaced(admin.clone(), "ns-a")
+        .get(&active)
+        .await
+        .unwrap();
+    let owner = &job.metadata.owner_references.as_ref().unwrap()[0];
+    assert_eq!(owner.uid, uid);
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "ns-a");
+    let selector = format!("job-name={active}");
+    wait_for("the Job's pod in ns-a", || {
+        let (pods, selector) = (pods.clone(), selector.clone());
+        async move {
+            pods.list(&ListParams::default().labels(&selector))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .next()
+        }
+    })
+    .await;
+    // The leader Lease, in the release namespace through the chart's leader-election Role.
+    let leases: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        NAMESPACE,
+        &resource_of(&json!({"apiVersion": "coordination.k8s.io/v1", "kind": "Lease"})).0,
+    );
+    let holder = leases.get("captf-controller-leader").await.unwrap().data["spec"]["holderIdentity"].clone();
+    assert_eq!(holder, json!("captf-controller-0"));
+
+    // The object in ns-c: never looked at.
+    let ignored = clusters_c.get(OBJECT).await.unwrap();
+    assert!(
+        ignored.metadata.finalizers.as_ref().is_none_or(Vec::is_empty),
+        "{ignored:?}"
+    );
+    assert!(ignored.data.get("status").is_none_or(Value::is_null), "{ignored:?}");
+    assert!(
+        Api::<Job>::namespaced(admin.clone(), "ns-c")
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .is_empty()
+    );
+
+    // The authorizer: allowed where the chart binds the controller, refused in ns-c.
+    for (verb, resource, group) in [
+        ("get", "secrets", ""),
+        ("list", "secrets", ""),
+        ("create", "secrets", ""),
+        ("create", "jobs", "batch"),
+        ("list", "jobs", "batch"),
+    ] {
+        for ns in ["ns-a", "ns-b"] {
+            assert!(
+                controller_may(&admin, verb, resource, group, ns).await,
+                "{verb} {resource} in {ns}"
+            );
+        }
+        assert!(
+            !controller_may(&admin, verb, resource, group, "ns-c").await,
+            "{verb} {resource} in ns-c"
+        );
+    }
+    // And the controller's own token, directly: a Secret there to read, one under CAPTF's names
+    // (which the admission policy would let through) to write, a runner-shaped Job to start.
+    create(
+        &admin,
+        &json!({ "apiVersion": "v1", "kind": "Secret", "metadata": { "name": "cloud-credentials", "namespace": "ns-c" } }),
+    )
+    .await
+    .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(controller.clone(), "ns-c");
+    refused_by_rbac(secrets.get("cloud-credentials").await, "get", "secrets", "ns-c");
+    refused_by_rbac(secrets.list(&ListParams::default()).await, "list", "secrets", "ns-c");
+    let captf_secret: Secret =
+        serde_json::from_value(json!({ "metadata": { "name": "captf-inputs-rights-tc" } })).unwrap();
+    refused_by_rbac(
+        secrets.create(&PostParams::default(), &captf_secret).await,
+        "create",
+        "secrets",
+        "ns-c",
+    );
+    let jobs: Api<Job> = Api::namespaced(controller.clone(), "ns-c");
+    refused_by_rbac(jobs.list(&ListParams::default()).await, "list", "jobs", "ns-c");
+    let runner_job: Job = serde_json::from_value(json!({
+        "metadata": { "name": "probe" },
+        "spec": { "template": { "spec": {
+            "serviceAccountName": "captf-runner-rights-tc", "restartPolicy": "Never",
+            "containers": [{ "name": "runner", "image": "ghcr.io/captf/runner:0.1.0" }],
+        } } },
+    }))
+    .unwrap();
+    refused_by_rbac(
+        jobs.create(&PostParams::default(), &runner_job).await,
+        "create",
+        "jobs",
+        "ns-c",
+    );
+
+    assert!(
+        process.try_wait().unwrap().is_none(),
+        "the controller exited: {}",
+        std::fs::read_to_string(&log_path).unwrap_or_default()
+    );
+    process.kill().await.unwrap();
+    let text = std::fs::read_to_string(&log_path).unwrap();
+    assert!(
+        !text.contains("forbidden") && !text.contains("Forbidden"),
+        "the controller was refused a call (it should never call outside ns-a and ns-b):\n{text}"
+    );
 }

@@ -60,6 +60,30 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-controller" (include "captf.fullname" .) }}
 {{- end }}
 
+{{/*
+The namespaces the controller watches, as a JSON list (read it with fromJsonArray): those of
+controller.watchNamespaces, then the deprecated controller.watchNamespace, each once; the release
+namespace when both are empty; none (every namespace) with controller.watchAllNamespaces, which
+fails the render when namespaces are listed too.
+*/}}
+{{- define "captf.controller.watchNamespaces" -}}
+{{- $c := .Values.controller }}
+{{- $list := list }}
+{{- range (concat ($c.watchNamespaces | default list) (compact (list ($c.watchNamespace | default "")))) }}
+{{- if not (has . $list) }}
+{{- $list = append $list . }}
+{{- end }}
+{{- end }}
+{{- if $c.watchAllNamespaces }}
+{{- if $list }}
+{{- fail (printf "controller.watchAllNamespaces=true watches every namespace (a ClusterRoleBinding), but controller.watchNamespaces (or the deprecated controller.watchNamespace) also lists %s: set one or the other" (join ", " $list)) }}
+{{- end }}
+{{- else if not $list }}
+{{- $list = list .Release.Namespace }}
+{{- end }}
+{{- toJson $list }}
+{{- end }}
+
 {{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
 {{- define "captf.webhook.tlsSecret" -}}
 {{- if .Values.webhook.tls.certManager.enabled }}

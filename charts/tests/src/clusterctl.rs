@@ -3,7 +3,9 @@
 //! Regenerate with `cargo run -p captf-chart-tests --bin captf-components`; a test fails when the
 //! committed files are stale.
 //!
-//! The components file is `helm template --include-crds` with the chart's defaults, then:
+//! The components file is `helm template --include-crds` with the chart's defaults, except that
+//! the controller is bound in every namespace (`controller.watchAllNamespaces=true`: a
+//! ClusterRoleBinding, clusterctl's convention for providers), then:
 //! - one Namespace object (`captf-system`, clusterctl's default target namespace);
 //! - `cluster.x-k8s.io/provider: infrastructure-terraform` on every object, and
 //!   `app.kubernetes.io/managed-by: clusterctl` instead of Helm's labels;
@@ -66,7 +68,7 @@ pub const VARIABLES: [Variable; 7] = [
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
         default: "",
-        doc: "the one namespace the controller watches (--namespace); empty: all",
+        doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
     },
     Variable {
         name: "CAPTF_LOG_LEVEL",
@@ -160,7 +162,10 @@ pub fn generate() -> Result<Vec<(PathBuf, String)>, GenerateError> {
 
 /// The components file's text.
 pub fn components_yaml() -> Result<String, GenerateError> {
-    let rendered = helm_template_release(RELEASE, &["--include-crds"])?;
+    let rendered = helm_template_release(
+        RELEASE,
+        &["--include-crds", "--set", "controller.watchAllNamespaces=true"],
+    )?;
     let docs = components(&rendered)?;
     let mut out = String::from(
         "# Generated from charts/captf by `cargo run -p captf-chart-tests --bin captf-components`. Do not edit.\n",
@@ -180,7 +185,8 @@ pub fn components_yaml() -> Result<String, GenerateError> {
     Ok(out)
 }
 
-/// The components' documents, from the chart rendered with its defaults and `--include-crds`.
+/// The components' documents, from the chart rendered with `--include-crds` and the controller
+/// bound in every namespace.
 pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
     let namespace = json!({
         "apiVersion": "v1",

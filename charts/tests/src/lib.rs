@@ -46,8 +46,12 @@ pub mod features {
         "--set",
         "webhook.tls.caBundle=Q0E=",
     ];
-    /// The controller watches one namespace.
-    pub const ONE_NAMESPACE: &[&str] = &["--set", "controller.watchNamespace=tenant-a"];
+    /// The controller watches one namespace other than the release namespace.
+    pub const ONE_NAMESPACE: &[&str] = &["--set", "controller.watchNamespaces={tenant-a}"];
+    /// The controller watches two namespaces.
+    pub const TWO_NAMESPACES: &[&str] = &["--set", "controller.watchNamespaces={tenant-a,tenant-b}"];
+    /// The controller watches every namespace (a ClusterRoleBinding).
+    pub const ALL_NAMESPACES: &[&str] = &["--set", "controller.watchAllNamespaces=true"];
     /// Only the API server reaches the webhook: a NetworkPolicy and client certificates.
     pub const WEBHOOK_LOCKDOWN: &[&str] = &[
         "--set",
@@ -309,8 +313,14 @@ pub fn rbac_documents(r: &Rendered) -> Vec<Value> {
         .collect()
 }
 
-/// `charts/tests/rendered/rbac.yaml`: the chart's default RBAC, rendered, for tests that run
-/// without helm.
+/// The values `charts/tests/rendered/rbac.yaml` is rendered with: the controller watches the
+/// namespaces the simulator's users run it in (the scenario tests and the demo in `default`, the
+/// soak in `soak`, multi-namespace scenarios in `default` and `team-a`), each bound by a
+/// RoleBinding as the chart's default binds the release namespace; anywhere else it has no rights.
+pub const RENDERED_RBAC_VALUES: &[&str] = &["--set", "controller.watchNamespaces={default,soak,team-a}"];
+
+/// `charts/tests/rendered/rbac.yaml`: the chart's RBAC rendered with [`RENDERED_RBAC_VALUES`],
+/// for tests that run without helm.
 pub fn rendered_rbac_path() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("rendered/rbac.yaml")
 }

@@ -40,7 +40,7 @@ fn parse_controller(args: &[String]) -> captf_controller::runtime::RunArgs {
 fn controller_accepts_the_charts_arguments_with_leader_election_on() {
     let run = parse_controller(&args_of(&[], "captf-controller"));
     assert!(run.leader_elect);
-    assert_eq!(run.namespace, None, "all namespaces");
+    assert_eq!(run.watch_namespaces(), ["captf-system"], "the release namespace");
     assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
     assert_eq!(run.metrics_addr.port(), 8080);
     assert_eq!(run.health_addr.port(), 8081);
@@ -49,11 +49,11 @@ fn controller_accepts_the_charts_arguments_with_leader_election_on() {
 }
 
 #[test]
-fn controller_accepts_the_charts_arguments_for_one_namespace_without_leader_election() {
+fn controller_accepts_the_charts_arguments_for_listed_namespaces_without_leader_election() {
     let args = args_of(
         &[
             "--set",
-            "controller.watchNamespace=tenant-a",
+            "controller.watchNamespaces={tenant-a,tenant-b}",
             "--set",
             "controller.leaderElect=false",
             "--set",
@@ -63,8 +63,14 @@ fn controller_accepts_the_charts_arguments_for_one_namespace_without_leader_elec
     );
     let run = parse_controller(&args);
     assert!(!run.leader_elect);
-    assert_eq!(run.namespace.as_deref(), Some("tenant-a"));
+    assert_eq!(run.watch_namespaces(), ["tenant-a", "tenant-b"]);
     assert_eq!(run.log_format, captf_controller::runtime::LogFormat::Text);
+    // Every namespace: no flag, which the controller reads as all namespaces.
+    let run = parse_controller(&args_of(
+        &["--set", "controller.watchAllNamespaces=true"],
+        "captf-controller",
+    ));
+    assert!(run.watch_namespaces().is_empty(), "all namespaces");
 }
 
 #[test]

@@ -149,10 +149,9 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     // As clusterctl installs it (every variable at its default): all namespaces.
     let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new())).unwrap();
     let run = run_args(&manager(&installed));
-    assert_eq!(run.namespace.as_deref(), Some(""));
-    assert_eq!(
-        run.watch_namespace(),
-        None,
+    assert_eq!(run.namespace, [""]);
+    assert!(
+        run.watch_namespaces().is_empty(),
         "an empty --namespace watches all namespaces"
     );
     assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
@@ -164,8 +163,31 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     ]);
     let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
     let run = run_args(&manager(&installed));
-    assert_eq!(run.watch_namespace().as_deref(), Some("tenant-a"));
+    assert_eq!(run.watch_namespaces(), ["tenant-a"]);
     assert_eq!(run.runner_image, "registry.example/runner:1");
+    let values = BTreeMap::from([("CAPTF_WATCH_NAMESPACE", "tenant-a,tenant-b")]);
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+    assert_eq!(
+        run_args(&manager(&installed)).watch_namespaces(),
+        ["tenant-a", "tenant-b"]
+    );
+}
+
+/// clusterctl installs providers cluster-wide: the components bind the controller's ClusterRole
+/// with a ClusterRoleBinding, whatever the chart's default (the release namespace only) is.
+#[test]
+fn components_bind_the_controller_in_every_namespace_as_clusterctl_providers_are() {
+    let docs = components();
+    let of = |kind: &str| -> Vec<&Value> {
+        docs.iter()
+            .filter(|d| d["kind"] == kind && d["roleRef"]["name"] == "captf-controller")
+            .collect()
+    };
+    let crb = of("ClusterRoleBinding");
+    assert_eq!(crb.len(), 1);
+    assert_eq!(crb[0]["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(crb[0]["subjects"][0]["namespace"], TARGET_NAMESPACE);
+    assert!(of("RoleBinding").is_empty(), "no per-namespace bindings");
 }
 
 #[test]

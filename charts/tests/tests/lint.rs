@@ -1,9 +1,19 @@
 //! `helm lint --strict` with the defaults and with every optional feature on.
 
-use captf_chart_tests::features::{MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, WEBHOOK_LOCKDOWN};
+use captf_chart_tests::features::{
+    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, TWO_NAMESPACES, WEBHOOK_LOCKDOWN,
+};
 use captf_chart_tests::{chart_dir, run_ok};
 
-const FEATURES: &[&[&str]] = &[&[], MONITORING, OWN_CERTIFICATE, ONE_NAMESPACE, WEBHOOK_LOCKDOWN];
+const FEATURES: &[&[&str]] = &[
+    &[],
+    MONITORING,
+    OWN_CERTIFICATE,
+    ONE_NAMESPACE,
+    TWO_NAMESPACES,
+    ALL_NAMESPACES,
+    WEBHOOK_LOCKDOWN,
+];
 
 #[test]
 fn helm_lint_strict_passes_with_defaults_and_every_optional_feature() {

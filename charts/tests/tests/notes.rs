@@ -44,7 +44,7 @@ fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
         "rollout status deploy/captf-webhook\n",
         "rollout status deploy/captf-controller\n",
         "get certificate captf-webhook",
-        "kubectl apply -n default -f examples/terraformcluster-minimal.yaml",
+        "kubectl apply -n captf-system -f examples/terraformcluster-minimal.yaml",
         "kubectl describe terraformcluster",
         "kubectl logs job/",
         "captf.io/approve-plan=",
@@ -70,5 +70,31 @@ fn notes_say_which_account_runner_jobs_run_as() {
     assert!(
         shared.contains("run as the ServiceAccount \"platform-runner\": create it"),
         "{shared}"
+    );
+}
+
+#[test]
+fn notes_say_which_namespaces_the_controller_watches_and_how_to_widen_them() {
+    let default = render_notes(&[]);
+    assert!(
+        default.contains("The controller watches only these namespaces (a RoleBinding in each, no rights elsewhere):\n  captf-system\n"),
+        "{default}"
+    );
+    assert!(
+        default.contains("--set 'controller.watchNamespaces={captf-system,<another>}'")
+            && default.contains("controller.watchAllNamespaces=true"),
+        "{default}"
+    );
+    let listed = render_notes(&["--set", "controller.watchNamespaces={team-a,team-b}"]);
+    assert!(listed.contains("\n  team-a, team-b\n"), "{listed}");
+    assert!(listed.contains("kubectl apply -n team-a -f"), "{listed}");
+    let all = render_notes(&["--set", "controller.watchAllNamespaces=true"]);
+    assert!(all.contains("The controller watches EVERY namespace"), "{all}");
+    assert!(all.contains("kubectl apply -n default -f"), "{all}");
+    assert!(!default.contains("deprecated") && !all.contains("deprecated"));
+    let old = render_notes(&["--set", "controller.watchNamespace=team-a"]);
+    assert!(
+        old.contains("WARNING: controller.watchNamespace is deprecated") && old.contains("\n  team-a\n"),
+        "{old}"
     );
 }

@@ -8,19 +8,22 @@
 
 use std::collections::{BTreeMap, BTreeSet};
 
-use captf_chart_tests::features::ONE_NAMESPACE;
-use captf_chart_tests::{NAMESPACE, Rendered, helm_template, rbac_documents, rendered_rbac_path, strings};
+use captf_chart_tests::features::{ALL_NAMESPACES, ONE_NAMESPACE};
+use captf_chart_tests::{
+    NAMESPACE, RENDERED_RBAC_VALUES, Rendered, helm_template, rbac_documents, rendered_rbac_path, strings,
+};
 use serde_json::Value;
 
 type Grants = BTreeMap<(String, String), BTreeSet<String>>;
 
 #[test]
 fn rendered_rbac_fixture_is_what_helm_renders() {
-    let want = rbac_documents(&helm_template(&[]).unwrap());
+    let want = rbac_documents(&helm_template(RENDERED_RBAC_VALUES).unwrap());
     let path = rendered_rbac_path();
     if std::env::var_os("CAPTF_BLESS").is_some() {
-        let mut text = String::from(
-            "# Generated: the RBAC documents of `helm template captf charts/captf -n captf-system`.\n# The scenario tests and the demo run the controller under them in the simulator.\n# Regenerate: CAPTF_BLESS=1 cargo test -p captf-chart-tests --test rbac\n",
+        let mut text = format!(
+            "# Generated: the RBAC documents of `helm template captf charts/captf -n captf-system {}`.\n# The scenario tests, the demo and the soak run the controller under them in the simulator\n# (RoleBindings in the namespaces they use; no rights anywhere else).\n# Regenerate: CAPTF_BLESS=1 cargo test -p captf-chart-tests --test rbac\n",
+            RENDERED_RBAC_VALUES.join(" ")
         );
         for d in &want {
             text.push_str("---\n");
@@ -96,7 +99,7 @@ fn controller_grants(r: &Rendered) -> Grants {
 
 #[test]
 fn controller_rbac_for_one_namespace_is_the_same_rules_bound_there() {
-    let all = controller_grants(&helm_template(&[]).unwrap());
+    let all = controller_grants(&helm_template(ALL_NAMESPACES).unwrap());
     assert!(!all.is_empty());
     let r = helm_template(ONE_NAMESPACE).unwrap();
     let mut one = controller_grants(&r);
@@ -105,8 +108,10 @@ fn controller_rbac_for_one_namespace_is_the_same_rules_bound_there() {
     let mut all_but_leases = all.clone();
     all_but_leases.remove(&("coordination.k8s.io".to_string(), "leases".to_string()));
     assert_eq!(one, all_but_leases);
-    let r = helm_template(&["--set", "controller.watchNamespace=captf-system"]).unwrap();
+    let r = helm_template(&["--set", "controller.watchNamespaces={captf-system}"]).unwrap();
     assert_eq!(controller_grants(&r), all);
+    // The default watches the release namespace, the same way.
+    assert_eq!(controller_grants(&helm_template(&[]).unwrap()), all);
     assert!(
         r.get("Role", "captf-controller-leader-election").is_none(),
         "the binding there covers leases"

@@ -4,9 +4,12 @@
 #![allow(clippy::unwrap_used)]
 
 use captf_chart_tests::features::{
-    MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, WEBHOOK_LOCKDOWN,
+    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, TWO_NAMESPACES,
+    WEBHOOK_LOCKDOWN,
 };
-use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, Rendered, helm_template, kubernetes_validate};
+use captf_chart_tests::{
+    KINDS_WITHOUT_OFFLINE_SCHEMA, NAMESPACE, Rendered, helm_template, helm_template_error, kubernetes_validate,
+};
 
 /// Each optional feature, on its own, plus all of them at once.
 const SCENARIOS: &[(&str, &[&str])] = &[
@@ -15,6 +18,12 @@ const SCENARIOS: &[(&str, &[&str])] = &[
     ("prometheus-rule", PROMETHEUS_RULE),
     ("own-certificate", OWN_CERTIFICATE),
     ("one-namespace", ONE_NAMESPACE),
+    ("two-namespaces", TWO_NAMESPACES),
+    ("all-namespaces", ALL_NAMESPACES),
+    (
+        "deprecated-watch-namespace",
+        &["--set", "controller.watchNamespace=tenant-a"],
+    ),
     ("webhook-lockdown", WEBHOOK_LOCKDOWN),
     ("no-leader-election", &["--set", "controller.leaderElect=false"]),
     (
@@ -55,7 +64,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "--set",
             "metrics.prometheusRule.enabled=true",
             "--set",
-            "controller.watchNamespace=tenant-a",
+            "controller.watchNamespaces={tenant-a,tenant-b}",
             "--set",
             "runner.serviceAccount.name=platform-runner",
         ],
@@ -167,7 +176,7 @@ fn default_install_has_both_deployments_services_pdb_and_both_webhook_configurat
         "ServiceAccount/captf-system/captf-webhook",
         "ServiceAccount/captf-system/captf-controller",
         "ClusterRole/-/captf-controller",
-        "ClusterRoleBinding/-/captf-controller",
+        "RoleBinding/captf-system/captf-controller",
         "MutatingWebhookConfiguration/-/captf-webhook",
         "ValidatingWebhookConfiguration/-/captf-webhook",
     ] {
@@ -200,33 +209,132 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
         assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
     }
     assert!(
-        !args.iter().any(|a| a.starts_with("--namespace")),
-        "all namespaces by default: {args:?}"
+        args.iter().any(|a| a == "--namespace=captf-system"),
+        "the release namespace by default: {args:?}"
     );
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");
     assert_eq!(c["readinessProbe"]["httpGet"]["port"], "health");
 }
 
-#[test]
-fn watch_namespace_passes_the_flag_and_binds_the_role_in_that_namespace_only() {
-    let r = helm_template(ONE_NAMESPACE).unwrap();
+fn controller_args(r: &Rendered) -> Vec<String> {
     let d = r.get("Deployment", "captf-controller").unwrap();
-    let args = captf_chart_tests::strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]);
-    assert!(args.iter().any(|a| a == "--namespace=tenant-a"), "{args:?}");
-    assert!(r.of_kind("ClusterRoleBinding").is_empty(), "no cluster-wide binding");
-    let rb = r
-        .of_kind("RoleBinding")
+    captf_chart_tests::strings(&d["spec"]["template"]["spec"]["containers"][0]["args"])
+}
+
+/// The ClusterRoleBindings of the controller's own ClusterRole (its rules in every namespace).
+fn controller_cluster_role_bindings(r: &Rendered) -> Vec<&serde_json::Value> {
+    r.of_kind("ClusterRoleBinding")
         .into_iter()
-        .find(|b| b["metadata"]["name"] == "captf-controller")
-        .unwrap();
-    assert_eq!(rb["metadata"]["namespace"], "tenant-a");
-    assert_eq!(rb["roleRef"]["name"], "captf-controller");
-    let le = r.get("Role", "captf-controller-leader-election").unwrap();
-    assert_eq!(
-        le["metadata"]["namespace"], "captf-system",
-        "leader election in its own namespace"
+        .filter(|b| b["roleRef"]["name"] == "captf-controller")
+        .collect()
+}
+
+/// The namespaces where a RoleBinding binds the controller's ClusterRole.
+fn controller_role_bindings(r: &Rendered) -> Vec<String> {
+    r.of_kind("RoleBinding")
+        .into_iter()
+        .filter(|b| b["roleRef"]["kind"] == "ClusterRole" && b["roleRef"]["name"] == "captf-controller")
+        .inspect(|b| {
+            assert_eq!(
+                b["subjects"],
+                serde_json::json!([{"kind": "ServiceAccount", "name": "captf-controller", "namespace": NAMESPACE}])
+            );
+        })
+        .map(|b| b["metadata"]["namespace"].as_str().unwrap().to_string())
+        .collect()
+}
+
+#[test]
+fn by_default_the_controller_watches_only_the_release_namespace_through_a_role_binding_there() {
+    let r = helm_template(&[]).unwrap();
+    assert!(
+        controller_cluster_role_bindings(&r).is_empty(),
+        "no cluster-wide binding"
     );
+    assert_eq!(controller_role_bindings(&r), [NAMESPACE]);
+    let args = controller_args(&r);
+    let flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--namespace")).collect();
+    assert_eq!(flags, ["--namespace=captf-system"]);
+    assert!(
+        r.get("Role", "captf-controller-leader-election").is_none(),
+        "the binding in the release namespace covers the leader Lease"
+    );
+}
+
+#[test]
+fn a_namespace_list_renders_one_role_binding_per_namespace_and_passes_them_all_to_the_controller() {
+    let r = helm_template(TWO_NAMESPACES).unwrap();
+    assert!(
+        controller_cluster_role_bindings(&r).is_empty(),
+        "no cluster-wide binding"
+    );
+    assert_eq!(controller_role_bindings(&r), ["tenant-a", "tenant-b"]);
+    assert!(controller_args(&r).iter().any(|a| a == "--namespace=tenant-a,tenant-b"));
+    // The release namespace is not watched: leader election gets a Role of its own there.
+    let le = r.get("Role", "captf-controller-leader-election").unwrap();
+    assert_eq!(le["metadata"]["namespace"], NAMESPACE);
+    let rb = r.get("RoleBinding", "captf-controller-leader-election").unwrap();
+    assert_eq!(rb["metadata"]["namespace"], NAMESPACE);
+    assert_eq!(rb["roleRef"]["name"], "captf-controller-leader-election");
+    // Listing the release namespace too: its binding covers the Lease.
+    let r = helm_template(&["--set", "controller.watchNamespaces={tenant-a,captf-system}"]).unwrap();
+    assert_eq!(controller_role_bindings(&r), ["tenant-a", "captf-system"]);
+    assert!(r.get("Role", "captf-controller-leader-election").is_none());
+}
+
+#[test]
+fn the_deprecated_watch_namespace_is_a_one_element_list() {
+    let r = helm_template(&["--set", "controller.watchNamespace=tenant-a"]).unwrap();
+    assert_eq!(controller_role_bindings(&r), ["tenant-a"]);
+    assert!(controller_args(&r).iter().any(|a| a == "--namespace=tenant-a"));
+    assert!(controller_cluster_role_bindings(&r).is_empty());
+    // Together with the list: added to it, once.
+    let r = helm_template(&[
+        "--set",
+        "controller.watchNamespace=tenant-b",
+        "--set",
+        "controller.watchNamespaces={tenant-a,tenant-b}",
+    ])
+    .unwrap();
+    assert_eq!(controller_role_bindings(&r), ["tenant-a", "tenant-b"]);
+    assert!(controller_args(&r).iter().any(|a| a == "--namespace=tenant-a,tenant-b"));
+}
+
+#[test]
+fn watch_all_namespaces_renders_the_cluster_role_binding_and_no_namespace_flag() {
+    let r = helm_template(ALL_NAMESPACES).unwrap();
+    let crbs = controller_cluster_role_bindings(&r);
+    assert_eq!(crbs.len(), 1, "one cluster-wide binding of the controller's rules");
+    let crb = crbs[0];
+    assert_eq!(crb["metadata"]["name"], "captf-controller");
+    assert_eq!(crb["roleRef"]["kind"], "ClusterRole");
+    assert_eq!(crb["roleRef"]["name"], "captf-controller");
+    assert_eq!(crb["subjects"][0]["namespace"], NAMESPACE);
+    assert!(controller_role_bindings(&r).is_empty());
+    assert!(r.get("Role", "captf-controller-leader-election").is_none());
+    assert!(
+        !controller_args(&r).iter().any(|a| a.starts_with("--namespace")),
+        "all namespaces: {:?}",
+        controller_args(&r)
+    );
+}
+
+#[test]
+fn watch_all_namespaces_together_with_a_namespace_list_fails_the_render_with_a_message() {
+    for list in [
+        "controller.watchNamespaces={tenant-a}",
+        "controller.watchNamespace=tenant-a",
+    ] {
+        let err = helm_template_error(&["--set", "controller.watchAllNamespaces=true", "--set", list])
+            .unwrap()
+            .unwrap_or_else(|| panic!("watchAllNamespaces with {list} rendered"));
+        assert!(
+            err.contains("controller.watchAllNamespaces=true watches every namespace")
+                && err.contains("also lists tenant-a: set one or the other"),
+            "{list}: {err}"
+        );
+    }
 }
 
 #[test]

@@ -20,6 +20,7 @@
 //! | [`events`] | Events stamped with the controller's clock |
 //! | [`interrupted`] | an apply Job deleted while it ran: the live reads |
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
+//! | [`metrics_auth`] | who may read `/metrics` (`--metrics-auth`): TokenReview, SubjectAccessReview, a short cache |
 //! | [`leader`] | leader election |
 //! | [`errors`] | typed errors with a category |
 //! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
@@ -41,6 +42,7 @@ pub mod leader;
 pub mod leases;
 pub mod live;
 pub mod metrics;
+pub mod metrics_auth;
 pub mod owners;
 pub mod pause;
 pub mod retry;
@@ -60,9 +62,15 @@ pub use controller::{Config, Ctx, run_controllers};
 /// The flags of `captf-controller run` (each with an env var).
 #[derive(clap::Args, Clone, Debug)]
 pub struct RunArgs {
-    /// Watch one namespace (default, or empty as clusterctl passes it: all namespaces).
-    #[arg(long, visible_alias = "watch-namespace", env = "CAPTF_NAMESPACE")]
-    pub namespace: Option<String>,
+    /// The namespaces to watch: repeat the flag or separate them with commas (`--namespace a,b`).
+    /// None, or only empty values as clusterctl passes them (`--namespace=""`): all namespaces.
+    #[arg(
+        long,
+        visible_alias = "watch-namespace",
+        env = "CAPTF_NAMESPACE",
+        value_delimiter = ','
+    )]
+    pub namespace: Vec<String>,
     /// The runner image of Jobs whose spec.jobs.image is unset.
     #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION")))]
     pub runner_image: String,
@@ -80,13 +88,19 @@ pub struct RunArgs {
     /// Where /metrics is served.
     #[arg(long, env = "CAPTF_METRICS_ADDR", default_value = "0.0.0.0:8080")]
     pub metrics_addr: SocketAddr,
+    /// Who may read /metrics. `none`: anyone who reaches --metrics-addr (the metrics name every
+    /// object). `kubernetes`: a bearer token the API server authenticates (TokenReview) and
+    /// authorizes for get on the non-resource URL /metrics (SubjectAccessReview); else 401 or 403.
+    #[arg(long, env = "CAPTF_METRICS_AUTH", value_enum, default_value_t = metrics_auth::MetricsAuth::None)]
+    pub metrics_auth: metrics_auth::MetricsAuth,
     /// Where /healthz and /readyz are served.
     #[arg(long, env = "CAPTF_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
     /// Elect a leader through the Lease captf-controller-leader; only the leader writes.
     #[arg(long, env = "CAPTF_LEADER_ELECT", default_value_t = false)]
     pub leader_elect: bool,
-    /// The namespace of the leader Lease (default: POD_NAMESPACE, else --namespace, else default).
+    /// The namespace of the leader Lease (default: POD_NAMESPACE, else the first --namespace, else
+    /// default).
     #[arg(long, env = "CAPTF_LEADER_NAMESPACE")]
     pub leader_namespace: Option<String>,
     /// Leader lease duration in seconds (the leader renews every third of it).
@@ -95,7 +109,7 @@ pub struct RunArgs {
     /// Identity in leader election (default: POD_NAME, else captf-controller-<pid>).
     #[arg(long, env = "CAPTF_LEADER_IDENTITY", hide = true)]
     pub leader_identity: Option<String>,
-    /// Objects reconciled at the same time, per kind.
+    /// Objects reconciled at the same time, per kind (and per watched namespace).
     #[arg(long, env = "CAPTF_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
     /// Log format.
@@ -261,9 +275,16 @@ impl RunArgs {
 }
 
 impl RunArgs {
-    /// The one namespace to watch; `None` (all namespaces) when `--namespace` is unset or empty.
-    pub fn watch_namespace(&self) -> Option<String> {
-        self.namespace.clone().filter(|n| !n.is_empty())
+    /// The namespaces to watch, in the order given, each once; empty (all namespaces) when
+    /// `--namespace` is unset or names only empty values.
+    pub fn watch_namespaces(&self) -> Vec<String> {
+        let mut out: Vec<String> = vec![];
+        for n in self.namespace.iter().map(|n| n.trim()).filter(|n| !n.is_empty()) {
+            if !out.iter().any(|o| o == n) {
+                out.push(n.to_string());
+            }
+        }
+        out
     }
 }
 
@@ -339,12 +360,16 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     metrics.leader.set(i64::from(!args.leader_elect));
     let (terms_tx, terms) = watch::channel(0u64);
     let (stop, stop_rx) = watch::channel(false);
-    let metrics_addr = http::serve(
-        args.metrics_addr,
-        http::metrics_router(metrics.clone()),
-        stop_rx.clone(),
-    )
-    .await?;
+    let metrics_router = match args.metrics_auth {
+        metrics_auth::MetricsAuth::None => http::metrics_router(metrics.clone()),
+        metrics_auth::MetricsAuth::Kubernetes => metrics_auth::guard(
+            http::metrics_router(metrics.clone()),
+            Arc::new(metrics_auth::Authorizer::new(metrics_auth::KubeReviewer::new(
+                client.clone(),
+            ))),
+        ),
+    };
+    let metrics_addr = http::serve(args.metrics_addr, metrics_router, stop_rx.clone()).await?;
     let health_addr = http::serve(args.health_addr, http::health_router(ready.clone()), stop_rx.clone()).await?;
     let mut elector = None;
     if args.leader_elect {
@@ -352,7 +377,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             .leader_namespace
             .clone()
             .or_else(|| std::env::var("POD_NAMESPACE").ok())
-            .or_else(|| args.watch_namespace())
+            .or_else(|| args.watch_namespaces().into_iter().next())
             .unwrap_or_else(|| "default".into());
         let me = args
             .leader_identity
@@ -373,18 +398,39 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             stop_rx.clone(),
         )));
     }
-    let config = Config {
-        namespace: args.watch_namespace(),
-        runner_image: args.runner_image.clone(),
-        runner_service_account: Some(args.runner_service_account.clone()),
-        runner_account_annotations: args.runner_service_account_annotations.0.clone(),
-        concurrency: args.concurrency,
-        policy: args.policy(),
-        runner_pod: args.runner_pod(),
+    // One set of controllers per watched namespace (each with its own caches, watches and
+    // wakes), or one over all namespaces; they share the client, clock, metrics and leadership.
+    let namespaces: Vec<Option<String>> = match args.watch_namespaces() {
+        all if all.is_empty() => vec![None],
+        some => some.into_iter().map(Some).collect(),
     };
-    let (ctx, feeds) = Ctx::new(client, config, clock, metrics.clone(), leader, terms);
-    let in_flight = ctx.in_flight.clone();
-    let task = tokio::spawn(run_controllers(Arc::new(ctx), feeds, stop_rx, ready.clone()));
+    let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let mut runs = vec![];
+    let mut synced = vec![];
+    for namespace in namespaces {
+        let config = Config {
+            namespace,
+            runner_image: args.runner_image.clone(),
+            runner_service_account: Some(args.runner_service_account.clone()),
+            runner_account_annotations: args.runner_service_account_annotations.0.clone(),
+            concurrency: args.concurrency,
+            policy: args.policy(),
+            runner_pod: args.runner_pod(),
+        };
+        let (mut ctx, feeds) = Ctx::new(
+            client.clone(),
+            config,
+            clock.clone(),
+            metrics.clone(),
+            leader.clone(),
+            terms.clone(),
+        );
+        ctx.in_flight = in_flight.clone();
+        let ns_ready = Arc::new(AtomicBool::new(false));
+        synced.push(ns_ready.clone());
+        runs.push(run_controllers(Arc::new(ctx), feeds, stop_rx.clone(), ns_ready));
+    }
+    let task = tokio::spawn(run_all(runs, synced, ready.clone(), stop_rx));
     Ok(Handle {
         metrics_addr,
         health_addr,
@@ -397,6 +443,28 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     })
 }
 
+/// Run every namespace's controllers until they stop; `ready` turns true once every one of
+/// them has listed its stores once.
+async fn run_all(
+    runs: Vec<impl std::future::Future<Output = ()>>,
+    synced: Vec<Arc<AtomicBool>>,
+    ready: Arc<AtomicBool>,
+    mut stop: watch::Receiver<bool>,
+) {
+    let all_synced = async move {
+        tokio::select! {
+            () = async {
+                while !synced.iter().all(|s| s.load(std::sync::atomic::Ordering::SeqCst)) {
+                    tokio::time::sleep(Duration::from_millis(50)).await;
+                }
+                ready.store(true, std::sync::atomic::Ordering::SeqCst);
+            } => {}
+            _ = stop.wait_for(|s| *s) => {}
+        }
+    };
+    futures::join!(futures::future::join_all(runs), all_synced);
+}
+
 /// `captf-controller run`: the process (client from KUBECONFIG or in-cluster), until SIGTERM
 /// or Ctrl-C.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
@@ -407,7 +475,12 @@ pub async fn run(args: RunArgs) -> Result<(), RunError> {
         None => Arc::new(SystemClock),
     };
     let handle = start(client, &args, clock).await?;
-    tracing::info!(metrics = %handle.metrics_addr, health = %handle.health_addr, "captf-controller running");
+    tracing::info!(
+        metrics = %handle.metrics_addr,
+        metrics_auth = ?args.metrics_auth,
+        health = %handle.health_addr,
+        "captf-controller running"
+    );
     let mut term =
         tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()).map_err(RunError::Signal)?;
     tokio::select! {
@@ -447,5 +520,75 @@ mod quantity_tests {
         let e = parse_quantities("memory").unwrap_err();
         assert!(e.contains("\"memory\""), "{e}");
         assert!(parse_quantities("memory=1 Gi; rm").is_err());
+    }
+}
+
+#[cfg(test)]
+mod namespace_tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        run: RunArgs,
+    }
+
+    fn watched(flags: &[&str]) -> Vec<String> {
+        let argv = std::iter::once("captf-controller").chain(flags.iter().copied());
+        Cli::try_parse_from(argv).unwrap().run.watch_namespaces()
+    }
+
+    #[test]
+    fn namespace_flag_may_be_repeated_and_comma_separated() {
+        assert_eq!(watched(&["--namespace", "team-a"]), ["team-a"]);
+        assert_eq!(watched(&["--namespace=team-a,team-b"]), ["team-a", "team-b"]);
+        assert_eq!(
+            watched(&["--namespace", "team-a", "--watch-namespace", "team-b,team-c"]),
+            ["team-a", "team-b", "team-c"]
+        );
+        // Order kept, each once, blanks around names ignored.
+        assert_eq!(watched(&["--namespace= team-b , team-a,team-b"]), ["team-b", "team-a"]);
+    }
+
+    #[test]
+    fn namespace_flag_unset_or_empty_watches_all_namespaces() {
+        assert!(watched(&[]).is_empty());
+        // As clusterctl's components pass it with CAPTF_WATCH_NAMESPACE at its default.
+        assert!(watched(&["--namespace="]).is_empty());
+        assert!(watched(&["--namespace", ""]).is_empty());
+        assert!(watched(&["--namespace=,"]).is_empty());
+    }
+
+    /// clap reads `CAPTF_NAMESPACE` from the process's environment, which a test cannot set
+    /// without `unsafe`: this test runs its own binary again with the variable set.
+    #[test]
+    fn namespace_env_var_is_comma_separated_like_the_flag() {
+        const EXPECT: &str = "CAPTF_TEST_EXPECTED_NAMESPACES";
+        if let Ok(expect) = std::env::var(EXPECT) {
+            assert_eq!(watched(&[]).join(","), expect);
+            return;
+        }
+        let me = "runtime::namespace_tests::namespace_env_var_is_comma_separated_like_the_flag";
+        for (value, expect) in [
+            ("team-a", "team-a"),
+            ("team-a,team-b", "team-a,team-b"),
+            (" a , ,b,a", "a,b"),
+            ("", ""),
+        ] {
+            let out = std::process::Command::new(std::env::current_exe().unwrap())
+                .args([me, "--exact", "--test-threads=1"])
+                .env("CAPTF_NAMESPACE", value)
+                .env(EXPECT, expect)
+                .output()
+                .unwrap();
+            let stdout = String::from_utf8_lossy(&out.stdout);
+            assert!(
+                out.status.success() && stdout.contains("1 passed"),
+                "CAPTF_NAMESPACE={value:?}: {stdout}{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+        }
     }
 }

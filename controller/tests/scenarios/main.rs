@@ -11,6 +11,7 @@ mod holds;
 mod lifecycle;
 mod moving;
 mod names;
+mod namespaces;
 mod real_runner;
 mod references;
 mod scale;

@@ -33,12 +33,13 @@ pub(crate) const IRSA: &str = "eks.amazonaws.com/role-arn";
 
 pub(crate) fn args() -> RunArgs {
     RunArgs {
-        namespace: Some(NS.into()),
+        namespace: vec![NS.into()],
         runner_image: "runner:test".into(),
         runner_service_account: String::new(),
         runner_service_account_annotations: runtime::parse_annotations(&format!("{IRSA}=arn:aws:iam::1:role/tf"))
             .unwrap(),
         metrics_addr: "127.0.0.1:0".parse().unwrap(),
+        metrics_auth: Default::default(),
         health_addr: "127.0.0.1:0".parse().unwrap(),
         leader_elect: false,
         leader_namespace: None,
