@@ -624,3 +624,52 @@ fn completion_and_help_need_no_cluster() {
         "{help}"
     );
 }
+
+/// With `spec.stateEncryption` the state Secret holds ciphertext the controller and the plugin
+/// cannot read: `status` and `explain` never read the state's contents, so they answer as for
+/// any object, the passphrase appears in neither, and a deletion still destroys (an encrypted
+/// state is a state, not an empty one).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn status_and_explain_work_on_an_object_whose_state_is_encrypted() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    const PASSPHRASE: &str = "correct horse battery staple";
+    env.sim.put(json!({"apiVersion": "v1", "kind": "Secret",
+        "metadata": {"name": "state-key", "namespace": NS},
+        "data": {"passphrase": k8s_openapi::ByteString(PASSPHRASE.into())}}))?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": {"name": "sealed", "namespace": NS},
+        "spec": {"module": {"source": "git::https://example.com/net.git"},
+                 "drift": {"interval": "0"},
+                 "stateEncryption": {"passphraseSecretRef": {"name": "state-key"}}},
+    }))?;
+    env.finish_job("sealed", Op::Apply, 1, "succeeded").await?;
+    // What OpenTofu writes with encryption on: a JSON envelope around AES-GCM ciphertext.
+    let state = names::state_secret_name(&names::suffix(Kind::TerraformCluster, NS, "sealed"));
+    let mut secret = env.sim.get("/secrets", NS, &state).expect("the state Secret");
+    let envelope = json!({"meta": {"key_provider.pbkdf2.passphrase": "eyJzYWx0Ijoi"},
+        "encrypted_data": "q83vEjRWeJASNFZ4kKvN7w==", "encryption_version": "v0"});
+    // The kubernetes backend gzips the document, encrypted or not.
+    let mut gz = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    std::io::Write::write_all(&mut gz, envelope.to_string().as_bytes())?;
+    secret["data"] = json!({"tfstate": k8s_openapi::ByteString(gz.finish()?)});
+    env.sim.put(secret)?;
+
+    let status = env.captf(&["status", "-o", "wide"]).await?;
+    assert!(status.stdout.contains("sealed"), "{}", status.stdout);
+    let explain = env.captf(&["explain", "tfc/sealed"]).await?;
+    assert!(!explain.partial, "{}", explain.stderr);
+    for out in [&status.stdout, &status.stderr, &explain.stdout, &explain.stderr] {
+        assert!(!out.contains(PASSPHRASE), "the passphrase leaked: {out}");
+    }
+
+    let api: kube::Api<captf_shared::types::TerraformCluster> = kube::Api::namespaced(env.sim.client()?, NS);
+    api.delete("sealed", &Default::default()).await?;
+    if let Err(e) = env.until_job("sealed", Op::Destroy, 2).await {
+        bail!("{e}: {}", env.cluster("sealed")["status"]);
+    }
+    Ok(())
+}
