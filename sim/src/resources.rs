@@ -20,6 +20,8 @@ pub struct ResourceDef {
     pub categories: Vec<String>,
     /// Printer columns (`kubectl get`), as a CRD's `additionalPrinterColumns` declare them.
     pub columns: Vec<Column>,
+    /// Served from a CRD: no strategic merge patch, as in kube-apiserver.
+    pub custom: bool,
 }
 
 /// One printer column.
@@ -44,6 +46,7 @@ impl ResourceDef {
             short_names: vec![],
             categories: vec![],
             columns: vec![],
+            custom: false,
         }
     }
 
@@ -225,6 +228,7 @@ impl Registry {
                     priority: c.priority.unwrap_or(0),
                 })
                 .collect(),
+            custom: true,
         };
         self.defs.retain(|d| !(d.group == def.group && d.plural == def.plural));
         self.defs.push(def.clone());

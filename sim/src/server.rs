@@ -785,6 +785,14 @@ async fn patch(
             "PatchOptions.meta.k8s.io \"\" is invalid: fieldManager: Required value: is required for apply patch",
         ));
     }
+    if ct == "application/strategic-merge-patch+json" && t.def.custom {
+        // kube-apiserver has no strategic merge patch for custom resources.
+        return Err(ApiError::new(
+            415,
+            "UnsupportedMediaType",
+            "the body of the request was in an unknown format - accepted media types include: application/json-patch+json, application/merge-patch+json, application/apply-patch+yaml",
+        ));
+    }
     let patch_value: Value = match ct.as_str() {
         "application/apply-patch+yaml" => serde_yaml_ng::from_slice(body)
             .map_err(|e| ApiError::bad_request(format!("failed to parse apply patch: {e}")))?,

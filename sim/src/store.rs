@@ -613,6 +613,24 @@ impl World {
             }
             m.remove("managedFields");
         }
+        if meta(&old).get("deletionTimestamp").is_some() {
+            let before = finalizers(&old);
+            let added: Vec<String> = finalizers(&merged)
+                .into_iter()
+                .filter(|f| !before.contains(f))
+                .collect();
+            if !added.is_empty() {
+                let quoted: Vec<String> = added.iter().map(|f| format!("{f:?}")).collect();
+                return Err(ApiError::invalid(
+                    def,
+                    name,
+                    format!(
+                        "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{{{}}}",
+                        quoted.join(", ")
+                    ),
+                ));
+            }
+        }
         if spec_part(&merged) != spec_part(&old) {
             let g = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut merged).insert("generation".into(), json!(g + 1));

@@ -225,6 +225,81 @@ async fn finalizers_hold_a_delete_until_the_last_one_goes() {
     assert_eq!(api_err(api.get("prod").await.unwrap_err()).code, 404);
 }
 
+#[tokio::test]
+async fn no_new_finalizer_can_be_added_to_an_object_being_deleted() {
+    let sim = Sim::start().await.unwrap();
+    let api: Api<DynamicObject> = Api::default_namespaced_with(sim.client().unwrap(), &tc_resource());
+    let mut obj = tc("prod");
+    obj.metadata.finalizers = Some(vec!["captf.io/destroy".into()]);
+    api.create(&PostParams::default(), &obj).await.unwrap();
+    // Before the delete, a finalizer may be added.
+    api.patch(
+        "prod",
+        &PatchParams::default(),
+        &Patch::Merge(json!({"metadata": {"finalizers": ["captf.io/destroy", "example.com/a"]}})),
+    )
+    .await
+    .unwrap();
+    api.delete("prod", &DeleteParams::default()).await.unwrap();
+    let e = api_err(
+        api.patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["captf.io/destroy", "example.com/a", "example.com/b"]}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (422, "Invalid"));
+    assert!(
+        e.message.ends_with(
+            "metadata.finalizers: Forbidden: no new finalizers can be added if the object is being deleted, found new finalizers []string{\"example.com/b\"}"
+        ),
+        "{}",
+        e.message
+    );
+    // Removing one is still allowed.
+    let kept = api
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(json!({"metadata": {"finalizers": ["captf.io/destroy"]}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(kept.metadata.finalizers.unwrap(), ["captf.io/destroy"]);
+}
+
+#[tokio::test]
+async fn a_strategic_merge_patch_is_415_for_a_custom_resource_only() {
+    let sim = Sim::start().await.unwrap();
+    let client = sim.client().unwrap();
+    let tcs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &tc_resource());
+    tcs.create(&PostParams::default(), &tc("prod")).await.unwrap();
+    let e = api_err(
+        tcs.patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap_err(),
+    );
+    assert_eq!((e.code, e.reason.as_str()), (415, "UnsupportedMediaType"));
+    assert!(tcs.get("prod").await.unwrap().data["spec"].get("paused").is_none());
+    let cms: Api<ConfigMap> = Api::default_namespaced(client);
+    cms.create(&PostParams::default(), &cm("a")).await.unwrap();
+    let p = cms
+        .patch(
+            "a",
+            &PatchParams::default(),
+            &Patch::Strategic(json!({"data": {"x": "y"}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(p.data.unwrap()["x"], "y");
+}
+
 fn owned_secret(name: &str, owner: &DynamicObject) -> Secret {
     serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
