@@ -154,15 +154,7 @@ async fn a_machines_first_apply_waits_until_its_clusters_infrastructure_is_provi
 /// watch the held object would look again only after its 30 s requeue.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_watched_cluster_wakes_its_objects_when_it_is_unpaused() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
-        let f = f?.path();
-        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
-    }
-    std::fs::write(
-        dir.path().join("zz-clusters.yaml"),
-        serde_json::to_string(&capi_cluster_crd())?,
-    )?;
+    let dir = crd_dir_with(&[("zz-clusters.yaml", capi_cluster_crd())])?;
     let env = Env::with(captf_sim::Sim::builder().crd_dir(dir.path())).await?;
     env.sim.put(capi_cluster("prod", true))?;
     let mut tc = cluster_json("prod-infra", json!({}));

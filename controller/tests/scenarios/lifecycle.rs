@@ -422,12 +422,7 @@ async fn a_pool_that_only_carries_the_clusters_label_does_not_hold_its_deletion(
 /// it) holds its TerraformCluster's deletion; the cluster is destroyed once the machine is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_of_a_cluster_api_machine_of_the_cluster_holds_its_deletion() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
-        let f = f?.path();
-        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
-    }
-    std::fs::write(dir.path().join("zz-machines.yaml"), capi_machine_crd().to_string())?;
+    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
     let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
@@ -665,12 +660,7 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
-    let dir = tempfile::tempdir()?;
-    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
-        let f = f?.path();
-        std::fs::copy(&f, dir.path().join(f.file_name().unwrap()))?;
-    }
-    std::fs::write(dir.path().join("zz-machines.yaml"), capi_machine_crd().to_string())?;
+    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
     let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
     let k = Kind::TerraformMachine;
     let tm = machine_with_terraform_machine(&env.sim, "m1", "c1")?;

@@ -537,3 +537,20 @@ pub(crate) fn owned_by_cluster(env: &Env, name: &str) -> Value {
     json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
             "name": name, "uid": uid}])
 }
+
+/// A CRD folder for the simulator: its default CRDs and `extra` (file name, CRD) served too, such
+/// as Cluster API's kinds ([`capi_cluster_crd`], [`capi_machine_crd`]). Keep it alive while the
+/// simulator starts.
+pub(crate) fn crd_dir_with(extra: &[(&str, Value)]) -> Result<tempfile::TempDir> {
+    let dir = tempfile::tempdir()?;
+    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
+        let f = f?.path();
+        if let Some(name) = f.file_name() {
+            std::fs::copy(&f, dir.path().join(name))?;
+        }
+    }
+    for (name, crd) in extra {
+        std::fs::write(dir.path().join(name), crd.to_string())?;
+    }
+    Ok(dir)
+}
