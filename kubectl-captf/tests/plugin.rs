@@ -12,7 +12,7 @@ use serde_json::{Value, json};
 
 use captf_controller::explain::{ExplainInput, explain};
 use captf_controller::runtime::clock::WatchClock;
-use captf_controller::runtime::{self, Handle, LogFormat, RunArgs};
+use captf_controller::runtime::{self, Handle, RunArgs};
 use captf_shared::protocol::PlanSummary;
 use captf_shared::{Kind, Op, names};
 use captf_sim::{JobMatch, RunnerScript, Sim};
@@ -27,34 +27,17 @@ const T0: &str = "2026-01-01T00:00:00Z";
 const WAIT: Duration = Duration::from_secs(15);
 
 fn args() -> RunArgs {
-    RunArgs {
-        namespace: vec![],
-        runner_image: "runner:test".into(),
-        runner_service_account: "captf-runner".into(),
-        runner_service_account_annotations: Default::default(),
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_auth: Default::default(),
-        health_addr: "127.0.0.1:0".parse().unwrap(),
-        leader_elect: false,
-        leader_namespace: None,
-        leader_lease_seconds: 15,
-        leader_identity: None,
-        concurrency: 4,
-        log_format: LogFormat::Text,
-        sim_clock_url: None,
-        allowed_runner_image_prefixes: vec![],
-        allowed_runner_service_accounts: vec![],
-        allow_env_from_secrets: false,
-        allow_variables_from_secrets: true,
-        allowed_runner_priority_classes: vec!["*".into()],
-        allow_runner_control_plane_placement: false,
-        runner_requests: runtime::parse_quantities("cpu=100m").unwrap(),
-        runner_limits: runtime::parse_quantities("memory=2Gi").unwrap(),
-        runner_work_size_limit: "4Gi".into(),
-        runner_tmp_size_limit: "1Gi".into(),
-        runner_terraform_cli_config: String::new(),
-        runner_terraform_cli_config_key: "terraform.rc".into(),
-    }
+    RunArgs::from_flags([
+        "--runner-image=runner:test",
+        "--runner-service-account=captf-runner",
+        "--metrics-addr=127.0.0.1:0",
+        "--health-addr=127.0.0.1:0",
+        "--concurrency=4",
+        "--log-format=text",
+        "--allow-env-from-secrets=false",
+        "--runner-requests=cpu=100m",
+    ])
+    .expect("the plugin tests' controller flags parse")
 }
 
 struct Env {

@@ -14,26 +14,13 @@ fn args_of(extra: &[&str], deployment: &str) -> Vec<String> {
     strings(&c["args"])
 }
 
-/// `captf-controller run <flags>`, as in the controller's main.rs.
-#[derive(Parser, Debug)]
-struct ControllerCli {
-    #[command(subcommand)]
-    command: ControllerCommand,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum ControllerCommand {
-    Run(captf_controller::runtime::RunArgs),
-}
-
+/// `captf-controller run <flags>`, parsed as the binary parses it.
 fn parse_controller(args: &[String]) -> captf_controller::runtime::RunArgs {
-    let argv = std::iter::once("captf-controller".to_string()).chain(args.iter().cloned());
-    match ControllerCli::try_parse_from(argv) {
-        Ok(ControllerCli {
-            command: ControllerCommand::Run(run),
-        }) => run,
-        Err(e) => panic!("captf-controller rejects the chart's args {args:?}: {e}"),
-    }
+    let Some(("run", flags)) = args.split_first().map(|(first, rest)| (first.as_str(), rest)) else {
+        panic!("the chart's controller args do not start with `run`: {args:?}");
+    };
+    captf_controller::runtime::RunArgs::from_flags(flags)
+        .unwrap_or_else(|e| panic!("captf-controller rejects the chart's args {args:?}: {e}"))
 }
 
 #[test]

@@ -13,7 +13,6 @@ use captf_chart_tests::clusterctl::{
     self, COMPONENTS_FILE, METADATA_FILE, PROVIDER, PROVIDER_LABEL, TARGET_NAMESPACE, VARIABLES,
 };
 use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, kubernetes_validate, strings, workspace_root};
-use clap::Parser;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -107,18 +106,6 @@ fn components_install_every_crd_with_the_contract_labels() {
     }
 }
 
-/// `captf-controller run <flags>`, as in the controller's main.rs.
-#[derive(Parser, Debug)]
-struct ControllerCli {
-    #[command(subcommand)]
-    command: ControllerCommand,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum ControllerCommand {
-    Run(captf_controller::runtime::RunArgs),
-}
-
 fn manager(docs: &[Value]) -> Value {
     let managers: Vec<&Value> = docs
         .iter()
@@ -130,14 +117,14 @@ fn manager(docs: &[Value]) -> Value {
     managers[0].clone()
 }
 
+/// The manager's `captf-controller run <flags>`, parsed as the binary parses it.
 fn run_args(manager: &Value) -> captf_controller::runtime::RunArgs {
-    let argv = std::iter::once("captf-controller".to_string()).chain(strings(&manager["args"]));
-    match ControllerCli::try_parse_from(argv) {
-        Ok(ControllerCli {
-            command: ControllerCommand::Run(run),
-        }) => run,
-        Err(e) => panic!("captf-controller rejects the components' args: {e}"),
-    }
+    let args = strings(&manager["args"]);
+    let Some(("run", flags)) = args.split_first().map(|(first, rest)| (first.as_str(), rest)) else {
+        panic!("the manager's args do not start with `run`: {args:?}");
+    };
+    captf_controller::runtime::RunArgs::from_flags(flags)
+        .unwrap_or_else(|e| panic!("captf-controller rejects the components' args: {e}"))
 }
 
 #[test]

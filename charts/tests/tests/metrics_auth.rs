@@ -8,7 +8,6 @@
 
 use captf_chart_tests::features::{ALL_NAMESPACES, ONE_NAMESPACE, SERVICE_MONITOR, TWO_NAMESPACES};
 use captf_chart_tests::{Rendered, helm_template, helm_template_error, kubernetes_validate, strings};
-use clap::Parser;
 use serde_json::{Value, json};
 
 const AUTH: &str = "captf-metrics-auth";
@@ -19,27 +18,14 @@ fn controller_args(r: &Rendered) -> Vec<String> {
     strings(&d["spec"]["template"]["spec"]["containers"][0]["args"])
 }
 
-/// `captf-controller run <flags>`, as in the controller's main.rs.
-#[derive(Parser, Debug)]
-struct ControllerCli {
-    #[command(subcommand)]
-    command: ControllerCommand,
-}
-
-#[derive(clap::Subcommand, Debug)]
-enum ControllerCommand {
-    Run(captf_controller::runtime::RunArgs),
-}
-
 fn metrics_auth_of(r: &Rendered) -> captf_controller::runtime::metrics_auth::MetricsAuth {
     let args = controller_args(r);
-    let argv = std::iter::once("captf-controller".to_string()).chain(args.iter().cloned());
-    match ControllerCli::try_parse_from(argv) {
-        Ok(ControllerCli {
-            command: ControllerCommand::Run(run),
-        }) => run.metrics_auth,
-        Err(e) => panic!("captf-controller rejects the chart's args {args:?}: {e}"),
-    }
+    let Some(("run", flags)) = args.split_first().map(|(first, rest)| (first.as_str(), rest)) else {
+        panic!("the chart's controller args do not start with `run`: {args:?}");
+    };
+    captf_controller::runtime::RunArgs::from_flags(flags)
+        .unwrap_or_else(|e| panic!("captf-controller rejects the chart's args {args:?}: {e}"))
+        .metrics_auth
 }
 
 #[test]

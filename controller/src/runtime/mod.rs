@@ -275,6 +275,25 @@ impl RunArgs {
 }
 
 impl RunArgs {
+    /// The flags of `captf-controller run` (without the subcommand), parsed exactly as the binary
+    /// parses them: every flag not given takes its default or its `CAPTF_*` environment variable.
+    /// For programs that embed the runtime ([`start`]) and for checking the arguments a manifest
+    /// passes; the one place a `RunArgs` is built, so a new flag needs no change anywhere else.
+    pub fn from_flags<I, T>(flags: I) -> Result<RunArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString>,
+    {
+        #[derive(clap::Parser)]
+        #[command(name = "captf-controller run")]
+        struct Run {
+            #[command(flatten)]
+            run: RunArgs,
+        }
+        let argv = std::iter::once(std::ffi::OsString::from("run")).chain(flags.into_iter().map(Into::into));
+        <Run as clap::Parser>::try_parse_from(argv).map(|r| r.run)
+    }
+
     /// The namespaces to watch, in the order given, each once; empty (all namespaces) when
     /// `--namespace` is unset or names only empty values.
     pub fn watch_namespaces(&self) -> Vec<String> {

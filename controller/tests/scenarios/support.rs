@@ -32,35 +32,17 @@ pub(crate) const CONTROLLER_SA: (&str, &str) = ("captf-system", "captf-controlle
 pub(crate) const IRSA: &str = "eks.amazonaws.com/role-arn";
 
 pub(crate) fn args() -> RunArgs {
-    RunArgs {
-        namespace: vec![NS.into()],
-        runner_image: "runner:test".into(),
-        runner_service_account: String::new(),
-        runner_service_account_annotations: runtime::parse_annotations(&format!("{IRSA}=arn:aws:iam::1:role/tf"))
-            .unwrap(),
-        metrics_addr: "127.0.0.1:0".parse().unwrap(),
-        metrics_auth: Default::default(),
-        health_addr: "127.0.0.1:0".parse().unwrap(),
-        leader_elect: false,
-        leader_namespace: None,
-        leader_lease_seconds: 15,
-        leader_identity: None,
-        concurrency: 4,
-        log_format: LogFormat::Text,
-        sim_clock_url: None,
-        allowed_runner_image_prefixes: vec![],
-        allowed_runner_service_accounts: vec![],
-        allow_env_from_secrets: false,
-        allow_variables_from_secrets: true,
-        allowed_runner_priority_classes: vec!["*".into()],
-        allow_runner_control_plane_placement: false,
-        runner_requests: runtime::parse_quantities("cpu=100m,memory=256Mi").unwrap(),
-        runner_limits: runtime::parse_quantities("memory=2Gi").unwrap(),
-        runner_work_size_limit: "4Gi".into(),
-        runner_tmp_size_limit: "1Gi".into(),
-        runner_terraform_cli_config: String::new(),
-        runner_terraform_cli_config_key: "terraform.rc".into(),
-    }
+    RunArgs::from_flags([
+        format!("--namespace={NS}"),
+        "--runner-image=runner:test".into(),
+        format!("--runner-service-account-annotations={IRSA}=arn:aws:iam::1:role/tf"),
+        "--metrics-addr=127.0.0.1:0".into(),
+        "--health-addr=127.0.0.1:0".into(),
+        "--concurrency=4".into(),
+        "--log-format=text".into(),
+        "--allow-env-from-secrets=false".into(),
+    ])
+    .expect("the scenarios' controller flags parse")
 }
 
 /// A namespaced kind the scenarios reach through kube::Api (the Terraform kinds, Jobs, Secrets).
