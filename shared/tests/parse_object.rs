@@ -205,3 +205,71 @@ fn every_enum_of_the_table_names_its_values() {
         );
     }
 }
+
+/// The user report: a history limit of -1, a lock timeout not below the Job deadline and an
+/// unknown `deletionPolicy` got only the enum error. All three are one answer, by field path.
+#[test]
+fn every_violation_is_reported_in_one_answer_type_and_enum_errors_included() {
+    let spec = json!({
+        "module": {"source": "hashicorp/consul/aws"},
+        "jobs": {"failedJobsHistoryLimit": -1, "activeDeadlineSeconds": 3600, "lockTimeoutSeconds": 3600},
+        "deletionPolicy": "Sometimes",
+    });
+    assert_eq!(
+        errors("TerraformCluster", &object("TerraformCluster", spec.clone())),
+        [
+            "spec.deletionPolicy: must be one of Destroy, Orphan (got \"Sometimes\")",
+            "spec.jobs.failedJobsHistoryLimit: must be at least 0 (got -1)",
+            "spec.jobs.lockTimeoutSeconds: must be less than spec.jobs.activeDeadlineSeconds (3600) (got 3600)",
+        ]
+    );
+    // The same under a template's spec, next to a type error.
+    let mut spec = spec;
+    spec["paused"] = json!("yes");
+    assert_eq!(
+        errors(
+            "TerraformMachineTemplate",
+            &object("TerraformMachineTemplate", json!({"template": {"spec": spec}}))
+        ),
+        [
+            "spec.template.spec.deletionPolicy: must be one of Destroy, Orphan (got \"Sometimes\")",
+            "spec.template.spec.jobs.failedJobsHistoryLimit: must be at least 0 (got -1)",
+            "spec.template.spec.jobs.lockTimeoutSeconds: must be less than spec.template.spec.jobs.activeDeadlineSeconds (3600) (got 3600)",
+            "spec.template.spec.paused: must be true or false (got \"yes\")",
+        ]
+    );
+}
+
+/// A field with a type error gets its type error only: no rule is judged against the placeholder
+/// or default that stood in for it, neither at the field nor in a rule that names it.
+#[test]
+fn a_field_with_a_type_error_is_reported_once_and_no_rule_judges_what_stood_in_for_it() {
+    let spec = json!({
+        "module": {"source": 42},
+        "jobs": {"activeDeadlineSeconds": "1h", "lockTimeoutSeconds": 4000, "successfulJobsHistoryLimit": -2},
+        "variablesFrom": [{"configMapRef": {"name": 7}}, "not an entry"],
+        "drift": {"interval": "1s"},
+    });
+    assert_eq!(
+        errors("TerraformCluster", &object("TerraformCluster", spec)),
+        [
+            "spec.drift.interval: must be 0 (off) or between 1m and 168h (got \"1s\")",
+            "spec.jobs.activeDeadlineSeconds: must be a 64-bit integer (got \"1h\")",
+            "spec.jobs.successfulJobsHistoryLimit: must be at least 0 (got -2)",
+            "spec.module.source: must be a string (got 42)",
+            "spec.variablesFrom[0].configMapRef.name: must be a string (got 7)",
+            "spec.variablesFrom[1]: must be an object (got \"not an entry\")",
+        ]
+    );
+    // A missing required field stands in as a placeholder the same way.
+    assert_eq!(
+        errors(
+            "TerraformCluster",
+            &object("TerraformCluster", json!({"jobs": {"failedJobsHistoryLimit": -1}}))
+        ),
+        [
+            "spec.jobs.failedJobsHistoryLimit: must be at least 0 (got -1)",
+            "spec.module: is required (got null)",
+        ]
+    );
+}

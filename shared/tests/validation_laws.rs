@@ -318,6 +318,30 @@ fn every_kind(spec: TerraformSpec, provider_id: Option<String>) -> Vec<CaptfObje
     ]
 }
 
+/// Type and enum errors a spec can be given, each at a path below the spec.
+const TYPE_ERRORS: [(&[&str], &str); 8] = [
+    (&["deletionPolicy"], r#""Sometimes""#),
+    (&["paused"], r#""yes""#),
+    (&["drift", "remediation"], r#""Off""#),
+    (&["guard", "destructive"], r#""Never""#),
+    (&["jobs", "binary"], r#""bash""#),
+    (&["jobs", "activeDeadlineSeconds"], r#""1h""#),
+    (&["jobs", "failedJobsHistoryLimit"], "3.5"),
+    (&["module", "source"], "42"),
+];
+
+/// `value` with `bad` planted at `at` below its Terraform spec (`spec_path`), objects made on the way.
+fn plant(value: &mut Value, spec_path: &str, at: &[&str], bad: Value) {
+    let mut here = value;
+    for name in spec_path.split('.').chain(at.iter().copied()) {
+        if !here.is_object() {
+            *here = Value::Object(serde_json::Map::new());
+        }
+        here = here.as_object_mut().unwrap().entry(name).or_insert(Value::Null);
+    }
+    *here = bad;
+}
+
 proptest! {
     #![proptest_config(ProptestConfig::with_cases(256))]
 
@@ -412,6 +436,44 @@ proptest! {
                 prop_assert!(!report.violations.is_empty());
                 for v in &report.violations {
                     prop_assert!(!v.field.is_empty());
+                }
+            }
+        }
+    }
+    /// A type or enum error never hides another violation: every violation the spec had without
+    /// it is still in the answer, except those at (or below, or naming) the field now broken.
+    #[test]
+    fn adding_a_type_error_never_removes_the_other_violations(
+        spec in any_spec(),
+        pick in 0..TYPE_ERRORS.len(),
+    ) {
+        for obj in every_kind(spec.clone(), None) {
+            let kind = obj.kind_name();
+            let value = obj.to_value();
+            let Ok(parsed) = parse_object(kind, &value) else {
+                continue;
+            };
+            let before = validate_create(&parsed);
+            prop_assume!(before.omitted_violations == 0);
+            let (at, bad) = TYPE_ERRORS[pick];
+            let broken_field = format!("{}.{}", obj.spec_path(), at.join("."));
+            let mut broken = value.clone();
+            plant(&mut broken, obj.spec_path(), at, serde_json::from_str(bad).unwrap());
+            let answer = parse_object(kind, &broken).expect_err("a type error does not parse");
+            prop_assert!(
+                answer.violations.iter().any(|v| v.field == broken_field),
+                "the type error itself is reported at {}: {}", broken_field, answer.message()
+            );
+            for v in &before.violations {
+                let hidden_by_design = v.field == broken_field
+                    || v.field.starts_with(&format!("{broken_field}."))
+                    || v.field.starts_with(&format!("{broken_field}["))
+                    || v.rule.contains(&broken_field);
+                if !hidden_by_design {
+                    prop_assert!(
+                        answer.violations.contains(v),
+                        "{} is missing from the answer once {} is broken: {}", v, broken_field, answer.message()
+                    );
                 }
             }
         }
