@@ -11,7 +11,7 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Duration;
 
 use captf_chart_tests::{NAMESPACE, capi_crd, helm_template};
@@ -217,19 +217,6 @@ fn terraform_cluster() -> Value {
     })
 }
 
-/// The workspace's `captf-controller` binary, built by `cargo test --workspace`.
-fn controller_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let path = dir.join("captf-controller");
-    assert!(
-        path.is_file(),
-        "captf-controller not found at {}: build it with `cargo build -p captf-controller` (cargo test --workspace does)",
-        path.display()
-    );
-    path
-}
-
 fn refusal(result: Result<(), kube::Error>, what: &str) -> String {
     match result {
         Err(kube::Error::Api(s)) => {
@@ -264,7 +251,7 @@ async fn the_controller_under_the_charts_rbac_and_admission_policy_starts_a_firs
     let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
     let log_path = cp.work_dir().join("captf-controller.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut controller = tokio::process::Command::new(controller_binary())
+    let mut controller = tokio::process::Command::new(common::controller_binary())
         .args([
             "run",
             "--namespace=default",
@@ -632,7 +619,7 @@ async fn a_controller_watching_listed_namespaces_starts_a_job_there_and_its_toke
     let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
     let log_path = cp.work_dir().join("captf-controller-namespaces.log");
     let log = std::fs::File::create(&log_path).unwrap();
-    let mut process = tokio::process::Command::new(controller_binary())
+    let mut process = tokio::process::Command::new(common::controller_binary())
         .args([
             "run",
             namespace_flag.as_str(),

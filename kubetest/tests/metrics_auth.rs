@@ -8,7 +8,6 @@
 mod common;
 
 use std::net::{Ipv4Addr, SocketAddr, TcpListener};
-use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use captf_chart_tests::{NAMESPACE, RBAC_KINDS, helm_template};
@@ -37,19 +36,6 @@ where
     Fut: std::future::Future<Output = Option<T>>,
 {
     common::wait_within(what, PATIENCE, probe).await
-}
-
-/// The workspace's `captf-controller` binary.
-fn controller_binary() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let dir = exe.parent().and_then(Path::parent).unwrap();
-    let path = dir.join("captf-controller");
-    assert!(
-        path.is_file(),
-        "captf-controller not found at {}: build it with `cargo build -p captf-controller` (cargo test --workspace does)",
-        path.display()
-    );
-    path
 }
 
 /// Creates a rendered document as the admin.
@@ -236,7 +222,7 @@ async fn metrics_need_a_token_allowed_to_get_metrics_under_the_charts_rbac_on_th
     let log_path = cp.work_dir().join("captf-controller.log");
     let log = std::fs::File::create(&log_path).unwrap();
     let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let mut process = tokio::process::Command::new(controller_binary())
+    let mut process = tokio::process::Command::new(common::controller_binary())
         .args([
             "run",
             &format!("--namespace={NAMESPACE}"),

@@ -60,3 +60,17 @@ pub async fn namespace(client: &kube::Client, name: &str) {
         .await
         .unwrap();
 }
+
+/// The workspace's `captf-controller` binary, built by `cargo test --workspace`, beside this
+/// test's own executable.
+pub fn controller_binary() -> std::path::PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let dir = exe.parent().and_then(Path::parent).unwrap();
+    let path = dir.join("captf-controller");
+    assert!(
+        path.is_file(),
+        "captf-controller not found at {}: build it with `cargo build -p captf-controller` (cargo test --workspace does)",
+        path.display()
+    );
+    path
+}
