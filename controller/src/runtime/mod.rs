@@ -68,7 +68,8 @@ pub struct RunArgs {
         long,
         visible_alias = "watch-namespace",
         env = "CAPTF_NAMESPACE",
-        value_delimiter = ','
+        value_delimiter = ',',
+        value_parser = parse_namespace
     )]
     pub namespace: Vec<String>,
     /// The runner image of Jobs whose spec.jobs.image is unset.
@@ -202,6 +203,19 @@ pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
         out.insert(k.to_string(), v.trim().to_string());
     }
     Ok(Annotations(out))
+}
+
+/// One `--namespace` value: a namespace name (a DNS-1123 label), blanks around it ignored; empty
+/// is kept (clusterctl passes `--namespace=""` for all namespaces).
+pub fn parse_namespace(s: &str) -> Result<String, String> {
+    let n = s.trim();
+    if n.is_empty() || captf_shared::names::is_dns1123_label(n) {
+        Ok(n.to_string())
+    } else {
+        Err(format!(
+            "{n:?} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)"
+        ))
+    }
 }
 
 /// Parse `cpu=100m,memory=256Mi` (empty: none).
@@ -569,6 +583,25 @@ mod namespace_tests {
         );
         // Order kept, each once, blanks around names ignored.
         assert_eq!(watched(&["--namespace= team-b , team-a,team-b"]), ["team-b", "team-a"]);
+    }
+
+    #[test]
+    fn a_namespace_flag_that_is_not_a_namespace_name_is_refused_naming_it() {
+        for bad in ["Team-A", "team_a", "-team", "a/b", &"n".repeat(64)] {
+            let flag = format!("--namespace={bad}");
+            let argv = ["captf-controller", flag.as_str()];
+            let err = Cli::try_parse_from(argv)
+                .err()
+                .map(|e| e.to_string())
+                .unwrap_or_default();
+            assert!(
+                err.contains(&format!("{bad:?} is not a namespace name")),
+                "{bad}: {err}"
+            );
+        }
+        let argv = ["captf-controller", "--namespace=team-a,Bad"];
+        assert!(Cli::try_parse_from(argv).is_err(), "one bad name in a list is refused");
+        assert_eq!(watched(&["--namespace", &"n".repeat(63)]), ["n".repeat(63)]);
     }
 
     #[test]
