@@ -773,23 +773,29 @@ fn secret_data(s: &Secret) -> BTreeMap<String, String> {
     out
 }
 
+/// The API resource an owner reference to a Cluster API `Machine` or `MachinePool` names (its
+/// plural is the kind in lower case with an `s`); `None` when its apiVersion has no version.
+fn capi_owner_resource(owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference) -> Option<ApiResource> {
+    let (group, version) = owner.api_version.split_once('/')?;
+    Some(ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: owner.api_version.clone(),
+        kind: owner.kind.clone(),
+        plural: format!("{}s", owner.kind.to_ascii_lowercase()),
+    })
+}
+
 /// The Cluster API object of `kind` (`Machine`, `MachinePool`) that owns `object`, read live.
 /// `None` while there is none or it cannot be read.
-async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str, plural: &str) -> Option<Value> {
+async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str) -> Option<Value> {
     let owner = object
         .metadata()
         .owner_references
         .iter()
         .flatten()
         .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))?;
-    let (group, version) = owner.api_version.split_once('/')?;
-    let ar = ApiResource {
-        group: group.to_string(),
-        version: version.to_string(),
-        api_version: owner.api_version.clone(),
-        kind: kind.to_string(),
-        plural: plural.to_string(),
-    };
+    let ar = capi_owner_resource(owner)?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     match api.get_opt(&owner.name).await {
         Ok(Some(m)) => Some(m.data),
@@ -821,13 +827,13 @@ pub async fn owner_inputs(
     let mut machine_bootstrap = None;
     match id.kind {
         Kind::TerraformMachine => {
-            if let Some(m) = capi_owner(client, object, &id.namespace, "Machine", "machines").await {
+            if let Some(m) = capi_owner(client, object, &id.namespace, "Machine").await {
                 out.failure_domain = non_empty_str(&m, "/spec/failureDomain");
                 machine_bootstrap = non_empty_str(&m, "/spec/bootstrap/dataSecretName");
             }
         }
         Kind::TerraformMachinePool => {
-            if let Some(p) = capi_owner(client, object, &id.namespace, "MachinePool", "machinepools").await {
+            if let Some(p) = capi_owner(client, object, &id.namespace, "MachinePool").await {
                 out.replicas = p.pointer("/spec/replicas").and_then(Value::as_i64);
                 out.pool_bootstrap_data_secret = non_empty_str(&p, "/spec/template/spec/bootstrap/dataSecretName");
             }
@@ -1027,13 +1033,8 @@ async fn capi_owner_meta(
     ns: &str,
     r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
 ) -> Result<Option<kube::core::ObjectMeta>, Error> {
-    let (group, version) = r.api_version.split_once('/').unwrap_or(("", r.api_version.as_str()));
-    let ar = ApiResource {
-        group: group.to_string(),
-        version: version.to_string(),
-        api_version: r.api_version.clone(),
-        kind: r.kind.clone(),
-        plural: format!("{}s", r.kind.to_ascii_lowercase()),
+    let Some(ar) = capi_owner_resource(r) else {
+        return Ok(None);
     };
     match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
         .get_metadata_opt(&r.name)
