@@ -250,24 +250,18 @@ async fn the_controller_under_the_charts_rbac_and_admission_policy_starts_a_firs
 
     let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
     let log_path = cp.work_dir().join("captf-controller.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut controller = tokio::process::Command::new(common::controller_binary())
-        .args([
-            "run",
+    let mut controller = common::spawn_controller(
+        &kubeconfig,
+        &log_path,
+        &[
             "--namespace=default",
             "--runner-image=ghcr.io/captf/runner:0.1.0",
             "--metrics-addr=127.0.0.1:0",
             "--health-addr=127.0.0.1:0",
             "--log-format=text",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAMESPACE", NAMESPACE)
-        .env("RUST_LOG", "info")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+        &[("POD_NAMESPACE", NAMESPACE), ("RUST_LOG", "info")],
+    );
 
     let clusters_ = clusters.clone();
     let active = wait_for("status.activeJob of the TerraformCluster", || {
@@ -618,26 +612,23 @@ async fn a_controller_watching_listed_namespaces_starts_a_job_there_and_its_toke
 
     let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
     let log_path = cp.work_dir().join("captf-controller-namespaces.log");
-    let log = std::fs::File::create(&log_path).unwrap();
-    let mut process = tokio::process::Command::new(common::controller_binary())
-        .args([
-            "run",
+    let mut process = common::spawn_controller(
+        &kubeconfig,
+        &log_path,
+        &[
             namespace_flag.as_str(),
             "--leader-elect",
             "--runner-image=ghcr.io/captf/runner:0.1.0",
             "--metrics-addr=127.0.0.1:0",
             "--health-addr=127.0.0.1:0",
             "--log-format=text",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAMESPACE", NAMESPACE)
-        .env("POD_NAME", "captf-controller-0")
-        .env("RUST_LOG", "info")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        ],
+        &[
+            ("POD_NAMESPACE", NAMESPACE),
+            ("POD_NAME", "captf-controller-0"),
+            ("RUST_LOG", "info"),
+        ],
+    );
 
     let clusters = clusters_a.clone();
     let active = wait_for("status.activeJob of the TerraformCluster in ns-a", || {

@@ -220,26 +220,23 @@ async fn metrics_need_a_token_allowed_to_get_metrics_under_the_charts_rbac_on_th
     let reader_token = cp.service_account_token(READER.0, READER.1).await.unwrap();
     let stranger_token = cp.service_account_token(STRANGER.0, STRANGER.1).await.unwrap();
     let log_path = cp.work_dir().join("captf-controller.log");
-    let log = std::fs::File::create(&log_path).unwrap();
     let metrics = SocketAddr::from((Ipv4Addr::LOCALHOST, free_port()));
-    let mut process = tokio::process::Command::new(common::controller_binary())
-        .args([
-            "run",
+    let mut process = common::spawn_controller(
+        &kubeconfig,
+        &log_path,
+        &[
             &format!("--namespace={NAMESPACE}"),
             &format!("--metrics-addr={metrics}"),
             "--metrics-auth=kubernetes",
             "--health-addr=127.0.0.1:0",
             "--log-format=text",
-        ])
-        .env("KUBECONFIG", &kubeconfig)
-        .env("POD_NAMESPACE", NAMESPACE)
+        ],
         // Debug: every refusal is logged (with its reason, never the token).
-        .env("RUST_LOG", "info,captf_controller::runtime::metrics_auth=debug")
-        .stdout(log.try_clone().unwrap())
-        .stderr(log)
-        .kill_on_drop(true)
-        .spawn()
-        .unwrap();
+        &[
+            ("POD_NAMESPACE", NAMESPACE),
+            ("RUST_LOG", "info,captf_controller::runtime::metrics_auth=debug"),
+        ],
+    );
     let log_text = || std::fs::read_to_string(&log_path).unwrap_or_default();
 
     // No token: 401, before any review.

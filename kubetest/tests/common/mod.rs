@@ -74,3 +74,19 @@ pub fn controller_binary() -> std::path::PathBuf {
     );
     path
 }
+
+/// The workspace's controller started as `captf-controller run <flags>` under `kubeconfig`, with
+/// `env` set, stdout and stderr in the file `log`; killed when dropped.
+pub fn spawn_controller(kubeconfig: &Path, log: &Path, flags: &[&str], env: &[(&str, &str)]) -> tokio::process::Child {
+    let log = std::fs::File::create(log).unwrap();
+    tokio::process::Command::new(controller_binary())
+        .arg("run")
+        .args(flags)
+        .env("KUBECONFIG", kubeconfig)
+        .envs(env.iter().copied())
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
