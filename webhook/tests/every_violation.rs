@@ -6,27 +6,14 @@ mod common;
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
+use captf_webhook::AppState;
 use captf_webhook::admission::{MAX_LISTED_VIOLATIONS, MAX_MESSAGE_BYTES};
 use captf_webhook::metrics::Metrics;
-use captf_webhook::{AppState, VALIDATE_PATH, router};
 use common::fixture;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 async fn validate(review: &Value) -> Value {
-    let state = AppState::new(Arc::new(Metrics::new()));
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(VALIDATE_PATH)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(serde_json::to_vec(review).unwrap()))
-        .unwrap();
-    let resp = router(state).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+    common::validate_review(AppState::new(Arc::new(Metrics::new())), review).await
 }
 
 /// The denial's message, after checking it is a 422 Invalid.

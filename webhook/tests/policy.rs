@@ -6,16 +6,12 @@ mod common;
 
 use std::sync::Arc;
 
-use axum::body::Body;
-use axum::http::{Method, Request, StatusCode, header};
 use captf_shared::policy::TenantPolicy;
+use captf_webhook::AppState;
 use captf_webhook::metrics::Metrics;
-use captf_webhook::{AppState, VALIDATE_PATH, router};
 use clap::Parser;
 use common::fixture;
-use http_body_util::BodyExt;
 use serde_json::{Value, json};
-use tower::ServiceExt;
 
 fn policy() -> TenantPolicy {
     TenantPolicy {
@@ -25,16 +21,7 @@ fn policy() -> TenantPolicy {
 }
 
 async fn validate(policy: TenantPolicy, review: &Value) -> Value {
-    let state = AppState::new(Arc::new(Metrics::new())).with_policy(policy);
-    let req = Request::builder()
-        .method(Method::POST)
-        .uri(VALIDATE_PATH)
-        .header(header::CONTENT_TYPE, "application/json")
-        .body(Body::from(serde_json::to_vec(review).unwrap()))
-        .unwrap();
-    let resp = router(state).oneshot(req).await.unwrap();
-    assert_eq!(resp.status(), StatusCode::OK);
-    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+    common::validate_review(AppState::new(Arc::new(Metrics::new())).with_policy(policy), review).await
 }
 
 fn create_with_jobs(jobs: Value) -> Value {

@@ -36,3 +36,21 @@ pub fn response_patch(review: &Value) -> Option<json_patch::Patch> {
     let bytes = base64::engine::general_purpose::STANDARD.decode(b64).unwrap();
     Some(serde_json::from_slice(&bytes).unwrap())
 }
+
+/// POST `review` to /validate of a router over `state` (no TLS) and return the answering review;
+/// the HTTP status must be 200.
+pub async fn validate_review(state: captf_webhook::AppState, review: &Value) -> Value {
+    use axum::body::Body;
+    use axum::http::{Method, Request, StatusCode, header};
+    use http_body_util::BodyExt;
+    use tower::ServiceExt;
+    let req = Request::builder()
+        .method(Method::POST)
+        .uri(captf_webhook::VALIDATE_PATH)
+        .header(header::CONTENT_TYPE, "application/json")
+        .body(Body::from(serde_json::to_vec(review).unwrap()))
+        .unwrap();
+    let resp = captf_webhook::router(state).oneshot(req).await.unwrap();
+    assert_eq!(resp.status(), StatusCode::OK);
+    serde_json::from_slice(&resp.into_body().collect().await.unwrap().to_bytes()).unwrap()
+}
