@@ -43,10 +43,14 @@ fn any_key_ref() -> impl Strategy<Value = SecretKeyRef> {
     (".{0,20}", prop::option::of(".{0,20}")).prop_map(|(name, key)| SecretKeyRef { name, key })
 }
 
-fn any_encryption() -> impl Strategy<Value = StateEncryption> {
+/// A `StateEncryption` whose Secret references come from `key_ref`, with any mode.
+fn encryption_of<S>(key_ref: impl Fn() -> S) -> impl Strategy<Value = StateEncryption>
+where
+    S: Strategy<Value = SecretKeyRef>,
+{
     (
-        any_key_ref(),
-        prop::option::of(any_key_ref()),
+        key_ref(),
+        prop::option::of(key_ref()),
         prop::option::of(prop::sample::select(vec![
             EncryptionMode::Encrypt,
             EncryptionMode::Decrypt,
@@ -57,6 +61,10 @@ fn any_encryption() -> impl Strategy<Value = StateEncryption> {
             previous_passphrase_secret_ref: previous,
             mode,
         })
+}
+
+fn any_encryption() -> impl Strategy<Value = StateEncryption> {
+    encryption_of(any_key_ref)
 }
 
 fn valid_key_ref() -> impl Strategy<Value = SecretKeyRef> {
@@ -68,19 +76,7 @@ fn valid_key_ref() -> impl Strategy<Value = SecretKeyRef> {
 }
 
 fn valid_encryption() -> impl Strategy<Value = StateEncryption> {
-    (
-        valid_key_ref(),
-        prop::option::of(valid_key_ref()),
-        prop::option::of(prop::sample::select(vec![
-            EncryptionMode::Encrypt,
-            EncryptionMode::Decrypt,
-        ])),
-    )
-        .prop_map(|(p, previous, mode)| StateEncryption {
-            passphrase_secret_ref: p,
-            previous_passphrase_secret_ref: previous,
-            mode,
-        })
+    encryption_of(valid_key_ref)
 }
 
 fn any_jobs() -> impl Strategy<Value = JobsSpec> {
