@@ -8,10 +8,10 @@ use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, Conta
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, Time};
 use k8s_openapi::jiff::Timestamp;
 
-use captf_controller::core::lock::LockState;
-use captf_controller::core::record::JobRecord;
-use captf_controller::core::snapshot::{DurableRecord, Holds, InputsHash, Snapshot};
-use captf_controller::core::{classify, decide};
+use captf_core::lock::LockState;
+use captf_core::record::JobRecord;
+use captf_core::snapshot::{DurableRecord, Holds, InputsHash, Snapshot};
+use captf_core::{classify, decide};
 use captf_shared::names;
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 use captf_shared::types::{CaptfObject, ModuleSpec, TerraformCluster, TerraformClusterSpec, TerraformSpec};

@@ -2,7 +2,7 @@
 //! coverage-guided target under `fuzz/` and the corpus replay test (`tests/fuzz_corpus.rs`) both
 //! call it.
 
-use crate::explain::parse_items;
+use captf_core::explain::parse_items;
 
 /// Parse `data` as an explain input file (YAML or JSON). When there are several items, each has
 /// a path that names it in messages.

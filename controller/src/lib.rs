@@ -1,7 +1,6 @@
-//! `captf-controller`: the kube-rs controller (docs/rules.md, docs/operating.md).
+//! `captf-controller`: the kube-rs controller (docs/rules.md, docs/operating.md). The rules are
+//! `captf-core`'s; this crate reads the world, carries out what the core decides and serves the
+//! controller's endpoints.
 
-pub mod core;
-pub mod explain;
 pub mod fuzzing;
-pub mod plan;
 pub mod runtime;

@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use clap::{Args, Parser, Subcommand};
 
-use captf_controller::explain::{ExplainInput, explain};
+use captf_core::explain::{ExplainInput, explain};
 
 /// mimalloc rather than the system allocator: with glibc's malloc the resident memory of a
 /// long-running controller kept rising while its live heap stayed flat; the freed memory stayed

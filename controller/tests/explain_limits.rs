@@ -1,7 +1,7 @@
 //! `explain` reads big or hostile input files in time linear in their size, or refuses them.
 #![allow(clippy::unwrap_used)]
 
-use captf_controller::explain::{ExplainError, MAX_FLOW_DEPTH, flow_depth, parse_items};
+use captf_core::explain::{ExplainError, MAX_FLOW_DEPTH, flow_depth, parse_items};
 use serde_json::{Value, json};
 
 fn job(i: usize) -> Value {

@@ -30,9 +30,9 @@
 //! exemptions (`spec.os.name: windows` relaxes some restricted rules; CAPTF never sets it).
 #![allow(clippy::unwrap_used)]
 
-use captf_controller::core::Reason;
-use captf_controller::core::decide::Start;
-use captf_controller::runtime::job::{JobParams, RunnerPodDefaults, build_job};
+use captf_core::Reason;
+use captf_core::decide::Start;
+use captf_core::job::{JobParams, RunnerPodDefaults, build_job};
 use captf_shared::types::{JobsSpec, StateEncryption, TerraformSpec};
 use captf_shared::{Kind, Op, defaults};
 use serde_json::{Value, json};

@@ -2,8 +2,8 @@
 //!
 //! Every answer is the controller's own: an object is read live with
 //! [`captf_controller::runtime::live::read`] (the reads of a reconcile pass, without caches and
-//! without writing) and planned with [`captf_controller::explain::explain_snapshot`] (the
-//! [`captf_controller::plan::plan`] the controller executes). `approve` and `retry` write only
+//! without writing) and planned with [`captf_core::explain::explain_snapshot`] (the
+//! [`captf_core::plan::plan`] the controller executes). `approve` and `retry` write only
 //! what the controller honours, and only when its rules say it would act on it
 //! ([`rules`]).
 
@@ -21,13 +21,14 @@ use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
-use captf_controller::core::decide::Decision;
-use captf_controller::core::lock::LockState;
-use captf_controller::core::snapshot::pods_by_job;
-use captf_controller::explain::{Explanation, explain_snapshot};
-use captf_controller::runtime::gather::{self, Ident};
+use captf_controller::runtime::gather;
 use captf_controller::runtime::kinds::api_resource;
 use captf_controller::runtime::live::{self, LiveRead};
+use captf_core::decide::Decision;
+use captf_core::explain::{Explanation, explain_snapshot};
+use captf_core::ident::Ident;
+use captf_core::lock::LockState;
+use captf_core::snapshot::pods_by_job;
 use captf_shared::{Kind, keys, names};
 
 use cli::{Cli, Command, Output, SortKey};
@@ -387,7 +388,7 @@ async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: b
             name: t.name.clone(),
             namespace: ns.to_string(),
         })?;
-    let id = Ident::of(&object, t.kind).map_err(|e| from_runtime(e, Some(ns)))?;
+    let id = Ident::of(&object, t.kind).map_err(|e| from_runtime(e.into(), Some(ns)))?;
     let (jobs, pods) = gather::live_jobs_and_pods(&conn.client, &id)
         .await
         .map_err(|e| from_runtime(e, Some(ns)))?;
@@ -606,7 +607,7 @@ async fn status(
                 continue;
             }
             let meta = object.metadata().clone();
-            let ready = captf_controller::core::snapshot::object_status(&object).and_then(|s| s.ready);
+            let ready = captf_core::snapshot::object_status(&object).and_then(|s| s.ready);
             match live::read(&conn.client, object).await {
                 Ok(r) => rows.push(row(&explanation(&r, now), now)),
                 // One object that cannot be read does not hide the others.

@@ -4,10 +4,10 @@
 
 use k8s_openapi::jiff::Timestamp;
 
-use captf_controller::core::decide::{Decision, approved_plan};
-use captf_controller::core::lock::LockState;
-use captf_controller::core::{Reason, Snapshot};
-use captf_controller::plan::{self, Plan};
+use captf_core::decide::{Decision, approved_plan};
+use captf_core::lock::LockState;
+use captf_core::plan::{self, Plan};
+use captf_core::{Reason, Snapshot};
 use captf_shared::Op;
 use captf_shared::types::PendingPlan;
 
@@ -45,7 +45,7 @@ pub enum Refusal {
 pub fn approval(booked: &Snapshot, given: Option<&str>, now: Timestamp) -> Result<Approval, Refusal> {
     let what = format!("{} {}/{}", booked.kind, booked.namespace, booked.name);
     let Some(pending) = booked.status.pending_plan.clone().filter(|p| !p.hash.is_empty()) else {
-        let d = captf_controller::core::decide(booked, now);
+        let d = captf_core::decide(booked, now);
         return Err(Refusal::NoPendingPlan {
             what,
             next: words::next_sentence(&d, booked, now),
@@ -148,8 +148,8 @@ pub fn retry(snap: &Snapshot, stored_inputs_hash: Option<&str>, now: Timestamp) 
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use captf_controller::core::lock::LockState;
-    use captf_controller::core::snapshot::{DurableRecord, Holds, InputsHash};
+    use captf_core::lock::LockState;
+    use captf_core::snapshot::{DurableRecord, Holds, InputsHash};
     use captf_shared::types::{CaptfObject, ModuleSpec, TerraformCluster, TerraformClusterSpec, TerraformSpec};
 
     const HASH: &str = "aaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbccccccccccccccccdddddddddddddddd";
@@ -251,13 +251,13 @@ mod tests {
     fn retry_never_bypasses_a_wait_for_approval() {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());
-        s.jobs = vec![captf_controller::core::record::JobRecord {
+        s.jobs = vec![captf_core::record::JobRecord {
             name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
             op: Op::Apply,
             seq: 1,
             created: Some("2026-03-01T09:00:00Z".parse().unwrap()),
             finished: Some("2026-03-01T09:01:00Z".parse().unwrap()),
-            outcome: Some(captf_controller::core::Outcome::Blocked),
+            outcome: Some(captf_core::Outcome::Blocked),
             booked: true,
             accounted: true,
             drift_remediation: false,

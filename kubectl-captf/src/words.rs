@@ -4,10 +4,10 @@ use std::time::Duration;
 
 use k8s_openapi::jiff::Timestamp;
 
-use captf_controller::core::decide::Decision;
-use captf_controller::core::lock::LockState;
-use captf_controller::core::{Reason, Snapshot};
-use captf_controller::explain::{Explanation, human};
+use captf_core::decide::Decision;
+use captf_core::explain::{Explanation, human};
+use captf_core::lock::LockState;
+use captf_core::{Reason, Snapshot};
 use captf_shared::Op;
 
 /// Why, in a sentence, for each reason `decide` gives.
@@ -223,7 +223,7 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
         }
         Decision::Wait(w) if w.reason.as_str().ends_with("Backoff") => {
             let op = w.op.unwrap_or(Op::Apply);
-            let b = captf_controller::core::decide::backoff_of(s, op);
+            let b = captf_core::decide::backoff_of(s, op);
             format!(
                 "{op} failed {} in a row; the next attempt ({}) waits {} after the newest failure (no manual skip)",
                 plural(b.n, "time"),
@@ -232,7 +232,7 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
             )
         }
         Decision::Wait(w) if w.reason == Reason::InputsUnresolved => match &s.inputs_hash {
-            captf_controller::core::snapshot::InputsHash::Unresolved(why) => {
+            captf_core::snapshot::InputsHash::Unresolved(why) => {
                 format!("{}: {why}", reason_words(w.reason))
             }
             _ => reason_words(w.reason).to_string(),
@@ -345,7 +345,7 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use captf_controller::core::decide::Wait;
+    use captf_core::decide::Wait;
 
     fn now() -> Timestamp {
         "2026-03-01T10:00:00Z".parse().unwrap()

@@ -10,9 +10,9 @@ use anyhow::{Result, bail};
 use clap::Parser;
 use serde_json::{Value, json};
 
-use captf_controller::explain::{ExplainInput, explain};
 use captf_controller::runtime::clock::WatchClock;
 use captf_controller::runtime::{self, Handle, RunArgs};
+use captf_core::explain::{ExplainInput, explain};
 use captf_shared::protocol::PlanSummary;
 use captf_shared::{Kind, Op, names};
 use captf_sim::{JobMatch, RunnerScript, Sim};

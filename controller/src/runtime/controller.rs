@@ -1,8 +1,8 @@
 //! Three kube-rs `Controller`s (one per kind) sharing one [`Ctx`], and the reconcile pass:
 //! read → book finished Jobs → check the lock → `decide` → act → write status.
 
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use futures::StreamExt;
@@ -25,179 +25,34 @@ use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, Terra
 use captf_shared::{Kind, Op, keys, names};
 
 use super::book;
-use super::clock::SharedClock;
+use super::ctx::{Ctx, Running, SYNC_REQUEUE};
 use super::deletion;
 use super::errors::{self, ApiAction, Error};
-use super::events::{Emission, Events};
-use super::gather::{self, Caches, FeedStreams, Feeds, Ident, Meta};
+use super::gather::{self, FeedStreams, Feeds, Meta};
 use super::identity::{self, Claims};
 use super::inputs;
-use super::interrupted::{self, Checked};
-use super::job::{JobParams, build_job, owner_reference, runner_account};
+use super::interrupted;
 use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
-use super::metrics::Metrics;
 use super::owners::{self, OwnerApis};
 use super::pause;
-use super::retry::{ErrorBackoff, ObjectKey};
-use super::status;
-use crate::core::lock::LockState;
-use crate::core::moving;
-use crate::core::record::{self, JobRecord};
-use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot, SnapshotError, object_status};
-use crate::core::wake::{self, ACTIVE_REQUEUE, Schedule, Wake};
-use crate::core::{Decision, Reason, Start, Wait};
-use crate::plan::{self, Plan};
-use captf_shared::policy::{self, TenantPolicy};
-
-/// How the runtime is configured (from the flags).
-#[derive(Clone, Debug)]
-pub struct Config {
-    /// Watch one namespace, or all when `None`.
-    pub namespace: Option<String>,
-    pub runner_image: String,
-    /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
-    pub runner_service_account: Option<String>,
-    /// Annotations of every object's own runner ServiceAccount (workload identity).
-    pub runner_account_annotations: std::collections::BTreeMap<String, String>,
-    pub concurrency: u16,
-    /// What a spec may choose for its runner pods (checked before every Job).
-    pub policy: TenantPolicy,
-    /// Resources and emptyDir size limits of runner pods, unless the spec says otherwise.
-    pub runner_pod: crate::runtime::job::RunnerPodDefaults,
-}
-
-/// What every reconcile shares.
-pub struct Ctx {
-    pub client: kube::Client,
-    pub config: Config,
-    pub clock: SharedClock,
-    pub metrics: Arc<Metrics>,
-    pub events: Events,
-    /// True while this replica may write (leader election, or always without it).
-    pub leader: Arc<AtomicBool>,
-    /// Counts the terms this replica began as the leader.
-    pub terms: watch::Receiver<u64>,
-    /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
-    pub caches: Caches,
-    /// Consecutive failed passes per object, for the error policy's backoff.
-    pub errors: ErrorBackoff,
-    /// Reconcile passes running now (tests wait for 0 to know the controller is idle).
-    pub in_flight: Arc<AtomicUsize>,
-    /// Under a simulated clock: the objects to look at again when that clock reaches a time.
-    pub wakes: Mutex<Schedule<ObjectKey>>,
-}
-
-/// Counts a reconcile pass as running until dropped (also when its future is cancelled).
-struct Running(Arc<AtomicUsize>, prometheus_client::metrics::gauge::Gauge);
-
-impl Running {
-    fn start(n: &Arc<AtomicUsize>, gauge: &prometheus_client::metrics::gauge::Gauge) -> Running {
-        n.fetch_add(1, Ordering::SeqCst);
-        gauge.inc();
-        Running(n.clone(), gauge.clone())
-    }
-}
-
-impl Drop for Running {
-    fn drop(&mut self) {
-        self.0.fetch_sub(1, Ordering::SeqCst);
-        self.1.dec();
-    }
-}
-
-impl Ctx {
-    pub fn new(
-        client: kube::Client,
-        config: Config,
-        clock: SharedClock,
-        metrics: Arc<Metrics>,
-        leader: Arc<AtomicBool>,
-        terms: watch::Receiver<u64>,
-    ) -> (Ctx, Feeds) {
-        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
-        let (caches, feeds) = gather::caches();
-        let ctx = Ctx {
-            events: Events::new(client.clone(), instance),
-            client,
-            config,
-            clock,
-            metrics,
-            leader,
-            terms,
-            caches,
-            errors: ErrorBackoff::default(),
-            in_flight: Arc::default(),
-            wakes: Mutex::default(),
-        };
-        (ctx, feeds)
-    }
-
-    /// Publish an event about the object, related to one of its Jobs when it concerns a Job,
-    /// stamped with the controller's clock. Failures to publish are logged, never fatal.
-    pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str, job: Option<&str>) {
-        let e = Emission {
-            warning,
-            reason,
-            action,
-            note,
-            job,
-        };
-        self.events.publish(id, &e, self.clock.now()).await;
-    }
-
-    /// How the pass over `id` ends for its [`Wake`]. With the system clock a wake at a time is
-    /// a requeue. Under a simulated clock it waits for that clock (see [`Ctx::due`]), so an
-    /// object whose next look is hours away costs nothing until the clock gets there.
-    pub fn look_again(&self, id: &Ident, wake: Wake) -> Action {
-        let key = ObjectKey {
-            kind: id.kind,
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-        };
-        if !self.clock.simulated() {
-            return match wake {
-                Wake::At(t) => {
-                    Action::requeue(crate::core::decide::until(self.clock.now(), t).max(Duration::from_secs(1)))
-                }
-                Wake::OnChange => Action::await_change(),
-            };
-        }
-        let mut wakes = lock(&self.wakes);
-        match wake {
-            // Read the clock under the lock: a clock change either sees this entry or comes
-            // before this read, which then finds the wake due.
-            Wake::At(t) => {
-                if wakes.set(key, t, self.clock.now()) {
-                    Action::await_change()
-                } else {
-                    Action::requeue(SYNC_REQUEUE)
-                }
-            }
-            Wake::OnChange => {
-                wakes.clear(&key);
-                Action::await_change()
-            }
-        }
-    }
-
-    /// The objects of `kind` whose simulated wake the clock has reached, each once.
-    pub fn due(&self, kind: Kind) -> Vec<ObjectKey> {
-        let mut wakes = lock(&self.wakes);
-        let now = self.clock.now();
-        wakes.take_due(now, |k| k.kind == kind)
-    }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
+use super::retry::ObjectKey;
+use captf_core::assemble::{records_of, snapshot_of};
+use captf_core::ident::Ident;
+use captf_core::interrupted::Checked;
+use captf_core::job::{JobParams, build_job, owner_reference, runner_account};
+use captf_core::lock::LockState;
+use captf_core::moving;
+use captf_core::plan::{self, Plan};
+use captf_core::record::{self, JobRecord};
+use captf_core::snapshot::{InputsHash, Snapshot, object_status};
+use captf_core::status;
+use captf_core::wake::{self, ACTIVE_REQUEUE, Wake};
+use captf_core::{Decision, Reason, Start, Wait};
+use captf_shared::policy;
 
 /// Requeue after a lost race (409, lease held by somebody else).
 const RACE_REQUEUE: Duration = Duration::from_secs(2);
-/// Requeue while the stores have not listed once, or lag the live status (they usually catch up
-/// within milliseconds, and the Job's own watch event triggers the object before this).
-const SYNC_REQUEUE: Duration = Duration::from_millis(250);
 
 /// The reconcile of one object of kind `K`.
 pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result<Action, Error> {
@@ -276,7 +131,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     if !deleting && !deletion::has_finalizer(&object) {
         // The Cluster is read only when the finalizer is missing (a new or a moving object).
         let paused =
-            crate::core::pause::object_paused(&object) || pause::cluster_paused(&ctx.client, &object, &id).await;
+            captf_core::pause::object_paused(&object) || pause::cluster_paused(&ctx.client, &object, &id).await;
         if moving::may_add_finalizer(paused) && !deletion::ensure_finalizer(&ctx.client, &id, &object).await? {
             return Ok(Action::requeue(RACE_REQUEUE));
         }
@@ -347,7 +202,11 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     else {
         return Ok(Err(Action::requeue(SYNC_REQUEUE)));
     };
-    let mut records = records_of(id, &jobs, &pods);
+    let read = records_of(id, &jobs, &pods);
+    for e in &read.ignored {
+        tracing::warn!("ignoring a Job of {}: {e}", id.what());
+    }
+    let mut records = read.records;
     let inputs_secret = gather::secret(&ctx.client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
     // An inputs Secret of another object is neither this object's record nor its inputs.
     let foreign_inputs = inputs_secret
@@ -492,54 +351,6 @@ fn name_conflict_transition(old: &TerraformStatus, new: &TerraformStatus) -> Opt
     (ready(old).as_deref() != Some(now.as_str())).then_some(now)
 }
 
-/// The object's Jobs as records, newest first, each with its pod (PURE). A Job that is not the
-/// object's is logged and left out.
-pub fn records_of(id: &Ident, jobs: &[Job], pods: &[Pod]) -> Vec<JobRecord> {
-    let by_job = snapshot::pods_by_job(pods);
-    let mut records: Vec<JobRecord> = Vec::with_capacity(jobs.len());
-    for j in jobs {
-        let pod = j.metadata.name.as_deref().and_then(|n| by_job.get(n).copied());
-        match JobRecord::from_job(id.kind, &id.namespace, &id.name, j, pod) {
-            Ok(r) => records.push(r),
-            Err(e) => tracing::warn!("ignoring a Job of {}: {e}", id.what()),
-        }
-    }
-    record::sort_newest_first(&mut records);
-    records
-}
-
-/// The snapshot a pass plans from (PURE): the object with its status as read, less an active
-/// Job the vanished-Job check resolved (`checked`), the durable record of the inputs Secret
-/// (with an interrupted apply just recorded), and what else was read. Also the hash of the
-/// inputs the Secret holds.
-pub fn snapshot_of(
-    object: &CaptfObject,
-    records: Vec<JobRecord>,
-    inputs_secret: Option<&Secret>,
-    checked: &Checked,
-    inputs_hash: InputsHash,
-    lock: LockState,
-    holds: Holds,
-) -> Result<(Snapshot, Option<String>), SnapshotError> {
-    let mut durable = inputs_secret
-        .map(DurableRecord::from_secret)
-        .transpose()?
-        .unwrap_or_default();
-    let mut status = object_status(object).cloned().unwrap_or_default();
-    match checked {
-        Checked::Recorded(job) => {
-            durable.interrupted_apply = Some(job.clone());
-            status.active_job = None;
-        }
-        Checked::Forgot(_) => status.active_job = None,
-        Checked::Nothing | Checked::Stale => {}
-    }
-    let mut snap = Snapshot::new(object, records, durable, inputs_hash, lock, holds)?;
-    snap.status = status;
-    let stored = inputs_secret.and_then(inputs::stored_inputs).map(|i| i.hash());
-    Ok((snap, stored))
-}
-
 /// What acting on the decision came to.
 struct Acted {
     action: Action,
@@ -596,22 +407,21 @@ async fn act(
         }
         Decision::Start(start) => {
             // A destroy of an object whose inputs no longer resolve runs with the stored inputs.
-            let inputs = read
-                .resolved
-                .as_ref()
-                .ok()
-                .cloned()
-                .or_else(|| read.inputs_secret.as_ref().and_then(inputs::stored_inputs));
+            let inputs = read.resolved.as_ref().ok().cloned().or_else(|| {
+                read.inputs_secret
+                    .as_ref()
+                    .and_then(captf_core::inputs_secret::stored_inputs)
+            });
             match inputs {
                 None => {
                     acted.decision = Decision::Wait(Wait {
                         reason: Reason::InputsUnresolved,
                         op: Some(start.op),
-                        requeue_after: Some(crate::core::decide::HOLD_REQUEUE),
+                        requeue_after: Some(captf_core::decide::HOLD_REQUEUE),
                         not_before: None,
                         attempt: Some(start.attempt),
                     });
-                    acted.action = ctx.look_again(id, Wake::At(wake::after(now, crate::core::decide::HOLD_REQUEUE)));
+                    acted.action = ctx.look_again(id, Wake::At(wake::after(now, captf_core::decide::HOLD_REQUEUE)));
                     acted.as_planned = false;
                 }
                 Some(inputs) => {
@@ -636,7 +446,7 @@ async fn act(
                             acted.as_planned = false;
                         }
                         Started::Conflict(message) => {
-                            let hold = crate::core::decide::HOLD_REQUEUE;
+                            let hold = captf_core::decide::HOLD_REQUEUE;
                             acted.decision = Decision::Wait(Wait {
                                 reason: Reason::NameConflict,
                                 op: Some(start.op),
@@ -769,7 +579,7 @@ async fn start_job(
     }
     identity::ensure_state_objects(&ctx.client, id).await?;
     let hash = inputs_doc.hash();
-    let sensitive = crate::core::inputs::sensitive_variables(spec, inputs_doc);
+    let sensitive = captf_core::inputs::sensitive_variables(spec, inputs_doc);
     let job = build_job(&JobParams {
         kind: id.kind,
         namespace: &id.namespace,

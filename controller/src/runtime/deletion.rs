@@ -1,7 +1,7 @@
 //! Deletion (docs/rules.md): the finalizer `captf.io/destroy` is added to every object; on
 //! deletion `decide` starts a destroy (or holds, or finalizes for `Orphan`), and after a
 //! successful destroy the finalizer is removed (not added while the object is paused:
-//! `crate::core::moving`). Finalizer writes carry the read resourceVersion. Also the clusterctl
+//! `captf_core::moving`). Finalizer writes carry the read resourceVersion. Also the clusterctl
 //! block-move annotation, the other metadata the controller writes on the object.
 
 use kube::api::{Api, Patch, PatchParams};
@@ -12,8 +12,8 @@ use captf_shared::keys;
 use captf_shared::types::CaptfObject;
 
 use super::errors::{self, ApiAction, Error};
-use super::gather::Ident;
 use super::kinds::api_resource;
+use captf_core::ident::Ident;
 
 /// The finalizers after adding ours, or `None` when it is there (PURE).
 pub fn with_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
@@ -61,7 +61,7 @@ pub fn has_finalizer(object: &CaptfObject) -> bool {
 }
 
 /// Add (`block`) or remove the clusterctl block-move annotation when it differs from what the
-/// object carries (`crate::core::moving::blocks_move`).
+/// object carries (`captf_core::moving::blocks_move`).
 pub async fn set_block_move(client: &kube::Client, id: &Ident, object: &CaptfObject, block: bool) -> Result<(), Error> {
     let has = object
         .metadata()

@@ -94,7 +94,7 @@ pub enum Error {
         kind: Kind,
         name: String,
         #[source]
-        source: crate::core::snapshot::SnapshotError,
+        source: captf_core::snapshot::SnapshotError,
     },
     /// A value could not be serialized (a bug, reported rather than panicking).
     #[error("failed to serialize {what}: {source}")]
@@ -106,6 +106,15 @@ pub enum Error {
     /// The object has no namespace or name.
     #[error("{kind} has no metadata.{field}")]
     MissingMeta { kind: Kind, field: &'static str },
+}
+
+impl From<captf_core::ident::MissingMeta> for Error {
+    fn from(m: captf_core::ident::MissingMeta) -> Error {
+        Error::MissingMeta {
+            kind: m.kind,
+            field: m.field,
+        }
+    }
 }
 
 impl Error {

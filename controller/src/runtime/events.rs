@@ -14,7 +14,7 @@ use kube::api::{Api, PostParams};
 
 use captf_shared::keys;
 
-use super::gather::Ident;
+use captf_core::ident::Ident;
 
 /// The reporting controller of every CAPTF Event.
 pub const REPORTING_CONTROLLER: &str = "captf.io/controller";

@@ -65,10 +65,11 @@ use captf_shared::types::{
 use captf_shared::{Kind, binding, keys, names};
 
 use super::errors::{ApiAction, Error};
-use crate::core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
-use crate::core::lock::{self, HolderPod, LockLease, LockState};
-use crate::core::outcome;
-use crate::core::snapshot::{self, Holds};
+use captf_core::ident::Ident;
+use captf_core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
+use captf_core::lock::{self, HolderPod, LockLease, LockState};
+use captf_core::outcome;
+use captf_core::snapshot::{self, Holds};
 use captf_shared::references;
 
 /// An object's metadata (what the kinds' stores keep).
@@ -526,53 +527,6 @@ fn pod_settled(p: &Pod) -> bool {
     )
 }
 
-/// Who the object is.
-#[derive(Clone, Debug)]
-pub struct Ident {
-    pub kind: Kind,
-    pub namespace: String,
-    pub name: String,
-    pub uid: String,
-    pub suffix: String,
-    pub object_id: String,
-    pub cluster_name: Option<String>,
-}
-
-impl Ident {
-    pub fn of(object: &CaptfObject, kind: Kind) -> Result<Ident, Error> {
-        let meta = object.metadata();
-        let name = meta.name.clone().ok_or(Error::MissingMeta { kind, field: "name" })?;
-        let namespace = meta.namespace.clone().ok_or(Error::MissingMeta {
-            kind,
-            field: "namespace",
-        })?;
-        Ok(Ident {
-            suffix: names::suffix(kind, &namespace, &name),
-            object_id: names::object_id(kind, &namespace, &name),
-            cluster_name: core_inputs::cluster_name(kind, meta),
-            uid: meta.uid.clone().unwrap_or_default(),
-            kind,
-            namespace,
-            name,
-        })
-    }
-
-    /// `captf.io/kind=<Kind>,captf.io/object=<id>`: this object's Jobs and pods.
-    pub fn selector(&self) -> String {
-        format!(
-            "{}={},{}={}",
-            keys::LABEL_KIND,
-            self.kind.as_str(),
-            keys::LABEL_OBJECT,
-            self.object_id
-        )
-    }
-
-    pub fn what(&self) -> String {
-        format!("{} {}/{}", self.kind, self.namespace, self.name)
-    }
-}
-
 /// The object's Jobs (only names this object can produce) and their pods, from the caches
 /// (see the module doc). `None`: decide nothing now, requeue (the stores have not listed yet,
 /// or the Job the live status names is not in the store yet: its watch event follows).
@@ -995,7 +949,7 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident, deleting:
     Ok(holds)
 }
 
-/// The members that hold a TerraformCluster's deletion (`crate::core::membership`): of the
+/// The members that hold a TerraformCluster's deletion (`captf_core::membership`): of the
 /// `candidates` labelled with its cluster name, those owned by it or controlled by a Cluster API
 /// Machine or MachinePool of that cluster (read live), as `<Kind>/<name>`, sorted. Each
 /// unverified claim is logged.
@@ -1008,11 +962,11 @@ pub async fn verified_members(
     let mut out = Vec::new();
     for (kind, meta) in candidates {
         let name = meta.name.clone().unwrap_or_default();
-        let owner = match crate::core::membership::capi_controller(&meta) {
+        let owner = match captf_core::membership::capi_controller(&meta) {
             Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
             None => None,
         };
-        if crate::core::membership::belongs(&meta, &id.uid, cluster, owner.as_ref()) {
+        if captf_core::membership::belongs(&meta, &id.uid, cluster, owner.as_ref()) {
             out.push(format!("{kind}/{name}"));
         } else {
             tracing::info!(
@@ -1106,7 +1060,7 @@ mod tests {
         }
         let mut metadata = meta(&id.namespace, &name, &labels);
         metadata.uid = Some(format!("job-uid-of-{name}"));
-        metadata.owner_references = Some(vec![crate::runtime::job::owner_reference(id.kind, &id.name, &id.uid)]);
+        metadata.owner_references = Some(vec![captf_core::job::owner_reference(id.kind, &id.name, &id.uid)]);
         Job {
             metadata,
             spec: Some(JobSpec::default()),
@@ -1203,7 +1157,7 @@ mod tests {
         let (caches, mut feeds) = caches();
         let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
         let mut planted = job_of(&me, Op::Apply, 7, true);
-        planted.metadata.owner_references = Some(vec![crate::runtime::job::owner_reference(
+        planted.metadata.owner_references = Some(vec![captf_core::job::owner_reference(
             me.kind,
             "attacker",
             "uid-of-the-attacker",

@@ -25,8 +25,8 @@ use captf_shared::runner_identity::{runner_identity, state_objects};
 use captf_shared::{keys, names};
 
 use super::errors::{self, ApiAction, Error};
-use super::gather::Ident;
-use super::job::owner_reference;
+use captf_core::ident::Ident;
+use captf_core::job::owner_reference;
 
 /// Create `obj`; when an object of its name exists, apply `on_conflict` to it as a merge patch
 /// (None: leave it alone).

@@ -9,26 +9,13 @@ use kube::core::DynamicObject;
 
 use captf_shared::keys;
 
-use super::controller::Ctx;
+use super::ctx::Ctx;
 use super::errors::{ApiAction, Error};
-use super::gather::{self, Ident};
+use super::gather;
 use super::kinds::api_resource;
 use super::leases;
-use crate::core::interrupted::{ActiveJobCheck, ActiveJobReads, LiveJob, check_active_job};
-
-/// What the check did.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum Checked {
-    /// `status.activeJob` is empty or names a Job that exists.
-    Nothing,
-    /// Recorded `captf.io/interrupted-apply=<job>`; `activeJob` must be cleared.
-    Recorded(String),
-    /// The Job is gone and records nothing (not an apply, a TerraformMachine, or deleted by
-    /// CAPTF); `activeJob` must be cleared.
-    Forgot(String),
-    /// Our copy of the object is older than the live one: look again.
-    Stale,
-}
+use captf_core::ident::Ident;
+use captf_core::interrupted::{ActiveJobCheck, ActiveJobReads, Checked, LiveJob, check_active_job};
 
 /// Run the check for a `status.activeJob` that is not among the listed Jobs.
 pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[String]) -> Result<Checked, Error> {
@@ -67,7 +54,7 @@ pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[St
         ActiveJobCheck::RecordInterruptedApply { job } => {
             let ann = BTreeMap::from([(keys::ANNOTATION_INTERRUPTED_APPLY, Some(job.clone()))]);
             super::inputs::annotate(&ctx.client, id, &ann).await?;
-            tracing::warn!(job = %job, "{}", crate::core::interrupted::interrupted_apply_message(&job));
+            tracing::warn!(job = %job, "{}", captf_core::interrupted::interrupted_apply_message(&job));
             Checked::Recorded(job)
         }
         ActiveJobCheck::Forget { job } => Checked::Forgot(job),

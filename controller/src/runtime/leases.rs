@@ -20,7 +20,9 @@ use captf_shared::keys;
 
 use super::errors::{self, ApiAction, Error};
 use super::gather;
-use crate::core::outcome;
+use captf_core::ident::Ident;
+use captf_core::lease::{may_take, members, new_lease, set_members};
+use captf_core::outcome;
 
 /// What taking a lease came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -28,35 +30,6 @@ pub enum Take {
     Taken,
     /// Held by a live holder, or somebody else won the write (409).
     Held(String),
-}
-
-/// Whether the current holder of a lease may be replaced: nobody holds it, we already do, or
-/// its holder Job is not in flight (gone, or finished) and is not the object's
-/// `status.activeJob` (PURE).
-pub fn may_take(holder: Option<&str>, me: &str, holder_in_flight: bool, active_job: Option<&str>) -> bool {
-    match holder.filter(|h| !h.is_empty()) {
-        None => true,
-        Some(h) if h == me => true,
-        Some(h) => !holder_in_flight && active_job != Some(h),
-    }
-}
-
-/// A new Lease object (PURE).
-pub fn new_lease(ns: &str, name: &str, holder: &str, owner: Option<OwnerReference>, now: Timestamp) -> Lease {
-    Lease {
-        metadata: ObjectMeta {
-            name: Some(name.to_string()),
-            namespace: Some(ns.to_string()),
-            owner_references: owner.map(|o| vec![o]),
-            ..Default::default()
-        },
-        spec: Some(LeaseSpec {
-            holder_identity: Some(holder.to_string()),
-            acquire_time: Some(MicroTime(now)),
-            renew_time: Some(MicroTime(now)),
-            ..Default::default()
-        }),
-    }
 }
 
 /// Take `name` for the Job `me`.
@@ -97,28 +70,6 @@ pub async fn take(
     spec.acquire_time = Some(MicroTime(now));
     spec.renew_time = Some(MicroTime(now));
     write_claim(client, &lease, "changed while taking it").await
-}
-
-/// The member Jobs that joined a cluster lease, with their run leases (PURE). An annotation
-/// that doesn't parse counts as none: its Jobs are still seen by the member-Job listing.
-pub fn members(lease: &Lease) -> BTreeMap<String, String> {
-    lease
-        .metadata
-        .annotations
-        .as_ref()
-        .and_then(|a| a.get(keys::ANNOTATION_CLUSTER_MEMBERS))
-        .and_then(|v| serde_json::from_str(v).ok())
-        .unwrap_or_default()
-}
-
-/// Write the member list into the lease (PURE); none removes the annotation.
-pub fn set_members(lease: &mut Lease, members: &BTreeMap<String, String>) {
-    let a = lease.metadata.annotations.get_or_insert_with(Default::default);
-    if members.is_empty() {
-        a.remove(keys::ANNOTATION_CLUSTER_MEMBERS);
-    } else if let Ok(v) = serde_json::to_string(members) {
-        a.insert(keys::ANNOTATION_CLUSTER_MEMBERS.to_string(), v);
-    }
 }
 
 fn annotation<'a>(lease: &'a Lease, key: &str) -> Option<&'a str> {
@@ -320,7 +271,7 @@ pub async fn leave_cluster(client: &kube::Client, ns: &str, name: &str, me: &str
 
 /// Everything the Job `job` of `id` held, given up once it is booked or found gone: the run
 /// lease, and the cluster lease (a TerraformCluster's Job releases it, a member's Job leaves it).
-pub async fn release_job(client: &kube::Client, id: &gather::Ident, job: &str) -> Result<(), Error> {
+pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result<(), Error> {
     release(
         client,
         &id.namespace,
@@ -344,7 +295,7 @@ pub async fn release_job(client: &kube::Client, id: &gather::Ident, job: &str) -
 /// failed before the Job existed (an API error, or its leader died). While the run lease names
 /// that Job, the other side of the cluster lease counts it as starting and waits for it, and
 /// nothing else would ever give it up. Returns the Job whose claims were given up.
-pub async fn give_up_unstarted(client: &kube::Client, id: &gather::Ident) -> Result<Option<String>, Error> {
+pub async fn give_up_unstarted(client: &kube::Client, id: &Ident) -> Result<Option<String>, Error> {
     let run_lease = captf_shared::names::run_lease_name(&id.suffix);
     let holder = gather::lease(client, &id.namespace, &run_lease)
         .await?
@@ -383,67 +334,5 @@ pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) 
         Ok(_) => Ok(()),
         Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(()),
         Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-
-    #[test]
-    fn a_lease_whose_holder_job_is_gone_and_not_active_is_taken_over() {
-        assert!(may_take(None, "tc-a-apply-2", false, None));
-        assert!(may_take(Some(""), "tc-a-apply-2", false, None));
-        assert!(may_take(Some("tc-a-apply-2"), "tc-a-apply-2", true, None));
-        assert!(may_take(Some("tc-a-apply-1"), "tc-a-apply-2", false, None));
-        assert!(!may_take(Some("tc-a-apply-1"), "tc-a-apply-2", true, None));
-        assert!(!may_take(
-            Some("tc-a-apply-1"),
-            "tc-a-apply-2",
-            false,
-            Some("tc-a-apply-1")
-        ));
-    }
-
-    #[test]
-    fn the_member_list_of_a_cluster_lease_round_trips_and_a_bad_one_reads_as_none() {
-        let mut l = new_lease(
-            "default",
-            "captf-cluster-x",
-            "tc-a-apply-1",
-            None,
-            Timestamp::UNIX_EPOCH,
-        );
-        assert!(members(&l).is_empty());
-        let m = BTreeMap::from([("tmp-p-apply-1".to_string(), "captf-run-p".to_string())]);
-        set_members(&mut l, &m);
-        assert_eq!(members(&l), m);
-        set_members(&mut l, &BTreeMap::new());
-        assert!(
-            l.metadata
-                .annotations
-                .as_ref()
-                .is_some_and(|a| !a.contains_key(keys::ANNOTATION_CLUSTER_MEMBERS))
-        );
-        l.metadata
-            .annotations
-            .get_or_insert_with(Default::default)
-            .insert(keys::ANNOTATION_CLUSTER_MEMBERS.into(), "not json".into());
-        assert!(members(&l).is_empty());
-    }
-
-    #[test]
-    fn a_new_lease_names_the_job_as_holder() {
-        let l = new_lease(
-            "default",
-            "captf-run-prod-eu-tc",
-            "tc-prod-eu-225654031b7f-apply-7",
-            None,
-            Timestamp::UNIX_EPOCH,
-        );
-        assert_eq!(
-            l.spec.and_then(|s| s.holder_identity).as_deref(),
-            Some("tc-prod-eu-225654031b7f-apply-7")
-        );
     }
 }

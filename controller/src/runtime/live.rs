@@ -5,8 +5,8 @@
 //! owning Cluster's pause. The vanished-Job check is decided, not recorded, and outputs kept in
 //! the outputs Secret are not read (they change what booking stores, never the decision).
 //!
-//! The snapshot is built by the same [`super::controller::snapshot_of`] the pass uses, so
-//! [`crate::plan::plan`] of it is the controller's plan for the object at that time.
+//! The snapshot is built by the same [`captf_core::assemble::snapshot_of`] the pass uses, so
+//! [`captf_core::plan::plan`] of it is the controller's plan for the object at that time.
 
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -16,16 +16,17 @@ use captf_shared::conditions;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool};
 use captf_shared::{Kind, keys, names};
 
-use super::controller::{records_of, snapshot_of};
 use super::errors::{ApiAction, Error};
-use super::gather::{self, Ident};
-use super::interrupted::Checked;
+use super::gather;
 use super::kinds::CaptfKind;
 use super::pause;
-use crate::core::interrupted::{ActiveJobCheck, ActiveJobReads, LiveJob, check_active_job};
-use crate::core::lock::LockState;
-use crate::core::record::JobRecord;
-use crate::core::snapshot::{Holds, InputsHash, Snapshot, object_status};
+use captf_core::assemble::{records_of, snapshot_of};
+use captf_core::ident::Ident;
+use captf_core::interrupted::Checked;
+use captf_core::interrupted::{ActiveJobCheck, ActiveJobReads, LiveJob, check_active_job};
+use captf_core::lock::LockState;
+use captf_core::record::JobRecord;
+use captf_core::snapshot::{Holds, InputsHash, Snapshot, object_status};
 
 /// What one object's pass would read now.
 #[derive(Clone, Debug)]
@@ -124,7 +125,7 @@ pub async fn holds(client: &kube::Client, id: &Ident, deleting: bool) -> Result<
                     holds.member_job_active = jobs
                         .items
                         .into_iter()
-                        .find(|j| crate::core::outcome::terminal(j).is_none())
+                        .find(|j| captf_core::outcome::terminal(j).is_none())
                         .and_then(|j| j.metadata.name);
                 }
             }
@@ -168,7 +169,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         return Err(Error::Snapshot {
             kind: Kind::TerraformCluster,
             name: object.metadata().name.clone().unwrap_or_default(),
-            source: crate::core::snapshot::SnapshotError::NotAJobKind {
+            source: captf_core::snapshot::SnapshotError::NotAJobKind {
                 kind: object.kind_name(),
                 name: object.metadata().name.clone().unwrap_or_default(),
             },
@@ -176,7 +177,11 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
     };
     let id = Ident::of(&object, kind)?;
     let (jobs, pods) = gather::live_jobs_and_pods(client, &id).await?;
-    let records = records_of(&id, &jobs, &pods);
+    let read = records_of(&id, &jobs, &pods);
+    for e in &read.ignored {
+        tracing::warn!("ignoring a Job of {}: {e}", id.what());
+    }
+    let records = read.records;
     let inputs_secret = gather::secret(client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
     let status = object_status(&object).cloned().unwrap_or_default();
 

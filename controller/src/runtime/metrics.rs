@@ -11,7 +11,7 @@ use prometheus_client::registry::Registry;
 
 use captf_shared::{Kind, Op};
 
-use crate::core::Outcome;
+use captf_core::Outcome;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct KindOp {

@@ -28,6 +28,7 @@
 pub mod book;
 pub mod clock;
 pub mod controller;
+pub mod ctx;
 pub mod deletion;
 pub mod errors;
 pub mod events;
@@ -36,7 +37,6 @@ pub mod http;
 pub mod identity;
 pub mod inputs;
 pub mod interrupted;
-pub mod job;
 pub mod kinds;
 pub mod leader;
 pub mod leases;
@@ -47,7 +47,6 @@ pub mod owners;
 pub mod pause;
 pub mod retry;
 pub mod state;
-pub mod status;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -57,7 +56,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use clock::{SharedClock, SystemClock, WatchClock};
-pub use controller::{Config, Ctx, run_controllers};
+pub use controller::run_controllers;
+pub use ctx::{Config, Ctx};
 
 /// The flags of `captf-controller run` (each with an env var).
 #[derive(clap::Args, Clone, Debug)]
@@ -239,12 +239,12 @@ pub fn parse_quantities(s: &str) -> Result<Quantities, String> {
 
 impl RunArgs {
     /// The runner pods' defaults of the flags.
-    pub fn runner_pod(&self) -> crate::runtime::job::RunnerPodDefaults {
+    pub fn runner_pod(&self) -> captf_core::job::RunnerPodDefaults {
         let q = |s: &str| {
             let s = s.trim();
             (!s.is_empty()).then(|| k8s_openapi::apimachinery::pkg::api::resource::Quantity(s.to_string()))
         };
-        crate::runtime::job::RunnerPodDefaults {
+        captf_core::job::RunnerPodDefaults {
             requests: self.runner_requests.0.clone(),
             limits: self.runner_limits.0.clone(),
             work_size_limit: q(&self.runner_work_size_limit),

@@ -14,7 +14,7 @@ use kube::core::{ApiResource, GroupVersionKind};
 
 use captf_shared::{Kind, keys};
 
-use crate::core::pause::CAPI_GROUP;
+use captf_core::pause::CAPI_GROUP;
 
 /// A Cluster API kind the controller watches.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

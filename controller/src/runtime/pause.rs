@@ -1,13 +1,13 @@
 //! Cluster API pause (docs/api.md): the owning Cluster API `Cluster`, read live. The rule is
-//! pure, in [`crate::core::pause`].
+//! pure, in [`captf_core::pause`].
 
 use kube::api::Api;
 use kube::core::{ApiResource, DynamicObject, GroupVersionKind};
 
 use captf_shared::types::CaptfObject;
 
-use super::gather::Ident;
-use crate::core::pause;
+use captf_core::ident::Ident;
+use captf_core::pause;
 
 /// The holds read live on every pass, whoever reads (the reconcile pass, or a live read for a
 /// person): the Cluster's pause and infrastructure, and, for an object being deleted, whether its
@@ -16,7 +16,7 @@ pub async fn live_holds(
     client: &kube::Client,
     object: &CaptfObject,
     id: &Ident,
-    holds: &mut crate::core::snapshot::Holds,
+    holds: &mut captf_core::snapshot::Holds,
 ) -> Result<(), super::errors::Error> {
     let cluster = cluster_view(client, object, id).await;
     holds.cluster_paused = cluster.paused;

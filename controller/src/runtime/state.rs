@@ -1,5 +1,5 @@
 //! The state read of a deletion hold (docs/rules.md): the state Secret, read live. The rules
-//! are pure, in [`crate::core::state`].
+//! are pure, in [`captf_core::state`].
 
 use k8s_openapi::api::core::v1::Secret;
 use kube::api::Api;
@@ -7,13 +7,13 @@ use kube::api::Api;
 use captf_shared::names;
 
 use super::errors::{self, ApiAction, Error};
-use super::gather::Ident;
-use crate::core::state::{self, StateRead};
+use captf_core::ident::Ident;
+use captf_core::state::{self, StateRead};
 
 /// The data key of Terraform's kubernetes backend.
 pub const STATE_KEY: &str = "tfstate";
 
-/// What a live read of the object's state Secret found (see [`crate::core::state`]).
+/// What a live read of the object's state Secret found (see [`captf_core::state`]).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct StateFacts {
     /// Why the state cannot be read, or `None` when it can.

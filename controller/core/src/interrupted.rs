@@ -86,11 +86,25 @@ pub fn interrupted_apply_pending(
         .any(|r| r.op == Op::Apply && r.seq > seq && r.succeeded())
 }
 
+/// What the check of an active Job that vanished did (read and recorded by the controller).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Checked {
+    /// `status.activeJob` is empty or names a Job that exists.
+    Nothing,
+    /// Recorded `captf.io/interrupted-apply=<job>`; `activeJob` must be cleared.
+    Recorded(String),
+    /// The Job is gone and records nothing (not an apply, a TerraformMachine, or deleted by
+    /// CAPTF); `activeJob` must be cleared.
+    Forgot(String),
+    /// Our copy of the object is older than the live one: look again.
+    Stale,
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::outcome::Outcome;
-    use crate::core::record::tests::rec;
+    use crate::outcome::Outcome;
+    use crate::record::tests::rec;
 
     fn reads(kind: Kind, job: &str) -> ActiveJobReads<'_> {
         ActiveJobReads {

@@ -17,10 +17,10 @@ use captf_shared::Op;
 use captf_shared::keys;
 use captf_shared::types::TerraformStatus;
 
-use crate::core::record::{self, Accounting};
-use crate::core::snapshot::DurableRecord;
-use crate::core::{Decision, Outcome, Snapshot, decide, prune};
-use crate::runtime::{book, status};
+use crate::record::{self, Accounting};
+use crate::snapshot::DurableRecord;
+use crate::{Decision, Outcome, Snapshot, decide, prune};
+use crate::{book, status};
 
 /// One finished Job the pass books (or whose booking effects it replays).
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -190,12 +190,12 @@ mod agreement {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
-    use crate::core::lock::LockState;
-    use crate::core::snapshot::{Holds, InputsHash};
+    use crate::assemble::{records_of, snapshot_of};
     use crate::explain::{ExplainInput, explain};
-    use crate::runtime::controller::{records_of, snapshot_of};
-    use crate::runtime::gather::Ident;
-    use crate::runtime::interrupted::Checked;
+    use crate::ident::Ident;
+    use crate::interrupted::Checked;
+    use crate::lock::LockState;
+    use crate::snapshot::{Holds, InputsHash};
     use captf_shared::types::CaptfObject;
     use captf_shared::validation::parse_object;
     use captf_shared::{Kind, names};
@@ -368,7 +368,7 @@ mod agreement {
             .map(|j| serde_json::from_value(j.clone()).unwrap())
             .collect();
         let secret: Secret = serde_json::from_value(secret.clone()).unwrap();
-        let records = records_of(&id, &jobs, &[]);
+        let records = records_of(&id, &jobs, &[]).records;
         let (snap, stored) = snapshot_of(
             &object,
             records,

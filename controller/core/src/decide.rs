@@ -345,9 +345,9 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::core::lock::LockState;
-    use crate::core::record::tests::rec;
-    use crate::core::snapshot::{DurableRecord, Holds};
+    use crate::lock::LockState;
+    use crate::record::tests::rec;
+    use crate::snapshot::{DurableRecord, Holds};
     use captf_shared::protocol::{Phase, RunResult, RunnerResult};
     use captf_shared::types::{
         CaptfObject, DriftSpec, JobsSpec, ModuleSpec, PendingPlan, TerraformCluster, TerraformClusterSpec,
@@ -828,7 +828,7 @@ mod tests {
             who in "[a-z@-]{0,20}", own in any::<bool>(), gone in any::<bool>(),
             phase in prop::sample::select(vec!["Running", "Pending", "Succeeded", "Failed"]), terminating in any::<bool>(),
         ) {
-            use crate::core::lock::{HolderPod, LockLease, check_lock};
+            use crate::lock::{HolderPod, LockLease, check_lock};
             let pattern = captf_shared::names::RunnerPattern::new(Kind::TerraformCluster, "default", "prod-eu");
             let host = if own {
                 format!("{}-x2k9q", captf_shared::names::job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Apply, 3))

@@ -10,9 +10,9 @@ use captf_shared::protocol::{CONDITION_MESSAGE_LIMIT, bounded_message};
 use captf_shared::types::{Initialization, NextAction, TerraformStatus};
 use captf_shared::{Kind, Op};
 
-use crate::core::interrupted;
-use crate::core::snapshot::InputsHash;
-use crate::core::{Decision, Outcome, Reason, Snapshot};
+use crate::interrupted;
+use crate::snapshot::InputsHash;
+use crate::{Decision, Outcome, Reason, Snapshot};
 
 /// The RFC 7386 merge patch that turns `old` into `new`: changed keys, `null` for removed
 /// ones, recursing into objects (arrays are replaced whole) (PURE).
@@ -316,7 +316,7 @@ fn ready(
     current_inputs_hash: Option<&str>,
     interrupted_pending: bool,
 ) -> (Status, String, String) {
-    let applied = current_inputs_hash.is_some_and(|h| crate::core::decide::inputs_applied(s, h));
+    let applied = current_inputs_hash.is_some_and(|h| crate::decide::inputs_applied(s, h));
     let reason = decision.reason();
     if let Some(inv) = &s.invalid {
         (Status::False, reasons::INVALID_SPEC.to_string(), inv.clone())

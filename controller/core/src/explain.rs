@@ -23,13 +23,13 @@ use captf_shared::names::{self, RunnerPattern};
 use captf_shared::validation::parse_object;
 use captf_shared::{Kind, Op};
 
-use crate::core::decide::{self, Decision};
-use crate::core::inputs::{self, ResolveError};
-use crate::core::interrupted::{self, ActiveJobCheck, ActiveJobReads, LiveJob};
-use crate::core::lock::{self, HolderPod, LockState};
-use crate::core::record::{Accounting, JobRecord, RecordError};
-use crate::core::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot};
+use crate::decide::{self, Decision};
+use crate::inputs::{self, ResolveError};
+use crate::interrupted::{self, ActiveJobCheck, ActiveJobReads, LiveJob};
+use crate::lock::{self, HolderPod, LockState};
 use crate::plan::{self, Plan};
+use crate::record::{Accounting, JobRecord, RecordError};
+use crate::snapshot::{self, DurableRecord, Holds, InputsHash, Snapshot};
 
 /// Where each input comes from: a path or `-` for stdin.
 #[derive(Clone, Debug, Default)]
@@ -423,7 +423,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
             ));
         }
         durable = DurableRecord::from_secret(&secret).map_err(|e| field(file, it.path("metadata.annotations"), e))?;
-        stored_inputs_hash = crate::runtime::inputs::stored_inputs(&secret).map(|i| i.hash());
+        stored_inputs_hash = crate::inputs_secret::stored_inputs(&secret).map(|i| i.hash());
     }
 
     // The inputs hash.
@@ -637,11 +637,11 @@ fn summarize(s: &Snapshot, d: &Decision, now: Timestamp) -> String {
             } else if let Some(after) = w.requeue_after {
                 line.push_str(&format!(", next look in {}", human(after)));
             }
-            if let (crate::core::Reason::InputsUnresolved, InputsHash::Unresolved(why)) = (w.reason, &s.inputs_hash) {
+            if let (crate::Reason::InputsUnresolved, InputsHash::Unresolved(why)) = (w.reason, &s.inputs_hash) {
                 line.push_str(&format!(": {why}"));
             }
             if let Some(why) = &s.invalid
-                && w.reason == crate::core::Reason::InvalidSpec
+                && w.reason == crate::Reason::InvalidSpec
             {
                 line.push_str(&format!(": {why}"));
             }

@@ -61,7 +61,7 @@ pub fn remediation(
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::core::record::tests::rec;
+    use crate::record::tests::rec;
 
     fn remediating(seq: u32, outcome: Outcome) -> JobRecord {
         let mut r = rec(Op::Apply, seq, Some(outcome));

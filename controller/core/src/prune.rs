@@ -63,8 +63,8 @@ pub fn prune(history: &[JobRecord], successful_limit: u32, failed_limit: NonZero
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::core::backoff::backoff;
-    use crate::core::record::tests::rec;
+    use crate::backoff::backoff;
+    use crate::record::tests::rec;
     use proptest::prelude::*;
 
     fn lim(n: i32) -> NonZeroU32 {

@@ -406,7 +406,7 @@ pub(crate) mod tests {
     #[test]
     fn a_booked_outcome_wins_and_labels_must_agree_with_the_name() {
         let name = names::job_name(Kind::TerraformCluster, "default", "prod-eu", Op::Drift, 4);
-        let mut job = crate::core::outcome::tests::job_with(&[("Failed", Some("BackoffLimitExceeded"))], 50);
+        let mut job = crate::outcome::tests::job_with(&[("Failed", Some("BackoffLimitExceeded"))], 50);
         job.metadata = ObjectMeta {
             name: Some(name.clone()),
             annotations: Some([(keys::ANNOTATION_OUTCOME.to_string(), "interrupted".to_string())].into()),

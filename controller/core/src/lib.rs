@@ -1,6 +1,7 @@
-//! The pure decision core (docs/rules.md): plain data and a time in, plain data out. No API
-//! calls, no async. The reconciler reads the world, calls these, and carries out the result;
-//! `captf-controller explain` runs exactly the same code offline.
+//! `captf-core`: every rule of the controller, pure (docs/rules.md). Plain data and a time in,
+//! plain data out: no API calls, no async. The crate does not depend on `kube` or `tokio`, so
+//! the compiler keeps it that way. The controller reads the world, calls these and carries out
+//! the result; `captf-controller explain` and `kubectl captf` run exactly the same code.
 //!
 //! | module | rule |
 //! | --- | --- |
@@ -20,22 +21,40 @@
 //! | [`reason`] | why a decision was made |
 //! | [`decide`](mod@decide) | the ordered rules (docs/rules.md) |
 //! | [`wake`] | when a waiting object is looked at again (docs/architecture.md) |
+//! | [`ident`] | who an object is, and the names derived from it |
+//! | [`assemble`] | the snapshot built from what a reader read |
+//! | [`book`] | what booking a finished Job changes in the status and the durable record |
+//! | [`plan`] | one whole pass: book, decide, prune, the status to write (docs/architecture.md) |
+//! | [`status`] | the status and its conditions after a pass (docs/api.md) |
+//! | [`job`] | the runner Job a `Start` creates (docs/runner.md) |
+//! | [`inputs_secret`] | the durable inputs Secret |
+//! | [`lease`] | who may take CAPTF's run and cluster leases |
+//! | [`explain`](mod@explain) | a pass planned from files, and its rendering |
 
+pub mod assemble;
 pub mod backoff;
+pub mod book;
 pub mod decide;
+pub mod explain;
+pub mod ident;
 pub mod inputs;
+pub mod inputs_secret;
 pub mod interrupted;
+pub mod job;
+pub mod lease;
 pub mod lock;
 pub mod membership;
 pub mod moving;
 pub mod outcome;
 pub mod pause;
+pub mod plan;
 pub mod prune;
 pub mod reason;
 pub mod record;
 pub mod remediation;
 pub mod snapshot;
 pub mod state;
+pub mod status;
 pub mod wake;
 
 pub use decide::{Decision, Start, Wait, decide};

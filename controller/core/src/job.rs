@@ -18,7 +18,7 @@ use captf_shared::types::{CliConfigRef, JobsSpec, SecretKeyRef, StateEncryption}
 use captf_shared::{Kind, Op};
 use captf_shared::{keys, module_credentials, state_encryption};
 
-use crate::core::Start;
+use crate::Start;
 
 use captf_shared::pod::{
     self as own, CLI_CONFIG_DIR, CLI_CONFIG_FILE_NAME, TF_CLI_CONFIG_FILE, TMP_DIR, VOLUME_CLI_CONFIG, VOLUME_INPUTS,
@@ -594,7 +594,7 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::core::Reason;
+    use crate::Reason;
     use captf_shared::defaults;
     use captf_shared::types::{TerraformSpec, TfBinary};
 

@@ -120,7 +120,7 @@ pub fn backoff(history: &[JobRecord], op: Op, failed_limit: NonZeroU32, last_suc
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use crate::core::record::tests::rec;
+    use crate::record::tests::rec;
     use proptest::prelude::*;
 
     const M: u64 = 60;

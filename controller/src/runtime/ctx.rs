@@ -1,0 +1,167 @@
+//! What every reconcile pass shares: the configuration from the flags, the client, the clock,
+//! the caches, the metrics and the event publisher, and the schedule of simulated wakes.
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use kube::runtime::controller::Action;
+use tokio::sync::watch;
+
+use captf_core::ident::Ident;
+use captf_core::wake::{Schedule, Wake};
+use captf_shared::Kind;
+use captf_shared::policy::TenantPolicy;
+
+use super::clock::SharedClock;
+use super::events::{Emission, Events};
+use super::gather::{self, Caches, Feeds};
+use super::metrics::Metrics;
+use super::retry::{ErrorBackoff, ObjectKey};
+
+/// Requeue while the stores have not listed once, or lag the live status (they usually catch up
+/// within milliseconds, and the Job's own watch event triggers the object before this).
+pub const SYNC_REQUEUE: Duration = Duration::from_millis(250);
+
+/// How the runtime is configured (from the flags).
+#[derive(Clone, Debug)]
+pub struct Config {
+    /// Watch one namespace, or all when `None`.
+    pub namespace: Option<String>,
+    pub runner_image: String,
+    /// The runner pods' service account when `spec.jobs.serviceAccountName` is unset.
+    pub runner_service_account: Option<String>,
+    /// Annotations of every object's own runner ServiceAccount (workload identity).
+    pub runner_account_annotations: std::collections::BTreeMap<String, String>,
+    pub concurrency: u16,
+    /// What a spec may choose for its runner pods (checked before every Job).
+    pub policy: TenantPolicy,
+    /// Resources and emptyDir size limits of runner pods, unless the spec says otherwise.
+    pub runner_pod: captf_core::job::RunnerPodDefaults,
+}
+
+/// What every reconcile shares.
+pub struct Ctx {
+    pub client: kube::Client,
+    pub config: Config,
+    pub clock: SharedClock,
+    pub metrics: Arc<Metrics>,
+    pub events: Events,
+    /// True while this replica may write (leader election, or always without it).
+    pub leader: Arc<AtomicBool>,
+    /// Counts the terms this replica began as the leader.
+    pub terms: watch::Receiver<u64>,
+    /// The reflector stores of the kinds, their Jobs and pods (see `gather`).
+    pub caches: Caches,
+    /// Consecutive failed passes per object, for the error policy's backoff.
+    pub errors: ErrorBackoff,
+    /// Reconcile passes running now (tests wait for 0 to know the controller is idle).
+    pub in_flight: Arc<AtomicUsize>,
+    /// Under a simulated clock: the objects to look at again when that clock reaches a time.
+    pub wakes: Mutex<Schedule<ObjectKey>>,
+}
+
+/// Counts a reconcile pass as running until dropped (also when its future is cancelled).
+pub(super) struct Running(Arc<AtomicUsize>, prometheus_client::metrics::gauge::Gauge);
+
+impl Running {
+    pub(super) fn start(n: &Arc<AtomicUsize>, gauge: &prometheus_client::metrics::gauge::Gauge) -> Running {
+        n.fetch_add(1, Ordering::SeqCst);
+        gauge.inc();
+        Running(n.clone(), gauge.clone())
+    }
+}
+
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::SeqCst);
+        self.1.dec();
+    }
+}
+
+impl Ctx {
+    pub fn new(
+        client: kube::Client,
+        config: Config,
+        clock: SharedClock,
+        metrics: Arc<Metrics>,
+        leader: Arc<AtomicBool>,
+        terms: watch::Receiver<u64>,
+    ) -> (Ctx, Feeds) {
+        let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
+        let (caches, feeds) = gather::caches();
+        let ctx = Ctx {
+            events: Events::new(client.clone(), instance),
+            client,
+            config,
+            clock,
+            metrics,
+            leader,
+            terms,
+            caches,
+            errors: ErrorBackoff::default(),
+            in_flight: Arc::default(),
+            wakes: Mutex::default(),
+        };
+        (ctx, feeds)
+    }
+
+    /// Publish an event about the object, related to one of its Jobs when it concerns a Job,
+    /// stamped with the controller's clock. Failures to publish are logged, never fatal.
+    pub async fn event(&self, id: &Ident, warning: bool, reason: &str, action: &str, note: &str, job: Option<&str>) {
+        let e = Emission {
+            warning,
+            reason,
+            action,
+            note,
+            job,
+        };
+        self.events.publish(id, &e, self.clock.now()).await;
+    }
+
+    /// How the pass over `id` ends for its [`Wake`]. With the system clock a wake at a time is
+    /// a requeue. Under a simulated clock it waits for that clock (see [`Ctx::due`]), so an
+    /// object whose next look is hours away costs nothing until the clock gets there.
+    pub fn look_again(&self, id: &Ident, wake: Wake) -> Action {
+        let key = ObjectKey {
+            kind: id.kind,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        };
+        if !self.clock.simulated() {
+            return match wake {
+                Wake::At(t) => {
+                    Action::requeue(captf_core::decide::until(self.clock.now(), t).max(Duration::from_secs(1)))
+                }
+                Wake::OnChange => Action::await_change(),
+            };
+        }
+        let mut wakes = lock(&self.wakes);
+        match wake {
+            // Read the clock under the lock: a clock change either sees this entry or comes
+            // before this read, which then finds the wake due.
+            Wake::At(t) => {
+                if wakes.set(key, t, self.clock.now()) {
+                    Action::await_change()
+                } else {
+                    Action::requeue(SYNC_REQUEUE)
+                }
+            }
+            Wake::OnChange => {
+                wakes.clear(&key);
+                Action::await_change()
+            }
+        }
+    }
+
+    /// The objects of `kind` whose simulated wake the clock has reached, each once.
+    pub fn due(&self, kind: Kind) -> Vec<ObjectKey> {
+        let mut wakes = lock(&self.wakes);
+        let now = self.clock.now();
+        wakes.take_due(now, |k| k.kind == kind)
+    }
+}
+
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
