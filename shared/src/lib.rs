@@ -29,6 +29,7 @@ pub mod conditions;
 pub mod crd;
 pub mod defaults;
 pub mod duration;
+pub mod events;
 pub mod fuzzing;
 pub mod inputs;
 pub mod keys;

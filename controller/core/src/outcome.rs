@@ -7,6 +7,7 @@ use serde::{Deserialize, Serialize};
 use std::fmt;
 use std::str::FromStr;
 
+use captf_shared::events;
 use captf_shared::protocol::{RunResult, RunnerResult};
 
 /// The Job condition reason the Job controller sets when `activeDeadlineSeconds` is reached.
@@ -38,10 +39,10 @@ pub enum EventReason {
 impl EventReason {
     pub fn as_str(self) -> &'static str {
         match self {
-            EventReason::JobFailed => "JobFailed",
-            EventReason::JobDeadlineExceeded => "JobDeadlineExceeded",
-            EventReason::JobInterrupted => "JobInterrupted",
-            EventReason::DestructivePlanBlocked => "DestructivePlanBlocked",
+            EventReason::JobFailed => events::reason::JOB_FAILED,
+            EventReason::JobDeadlineExceeded => events::reason::JOB_DEADLINE_EXCEEDED,
+            EventReason::JobInterrupted => events::reason::JOB_INTERRUPTED,
+            EventReason::DestructivePlanBlocked => events::reason::DESTRUCTIVE_PLAN_BLOCKED,
         }
     }
 }

@@ -72,7 +72,7 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
             let e = Emission {
                 warning,
                 reason: reason.as_str(),
-                action: "Book",
+                action: captf_shared::events::action::BOOK,
                 note: &note,
                 job: Some(&a.job),
             };

@@ -22,7 +22,7 @@ use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::conditions::{self, reason as reasons};
 use captf_shared::inputs::Inputs;
 use captf_shared::types::{CaptfObject, TerraformCluster, TerraformMachine, TerraformMachinePool, TerraformStatus};
-use captf_shared::{Kind, Op, keys, names};
+use captf_shared::{Kind, Op, events, keys, names};
 
 use super::book;
 use super::ctx::{Ctx, Running, SYNC_REQUEUE};
@@ -166,12 +166,26 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     deletion::set_block_move(&ctx.client, &id, &object, block).await?;
     if let Some(msg) = name_conflict_transition(&read.original, &new) {
         tracing::warn!("holding {}: {msg}", id.what());
-        ctx.event(&id, true, reasons::NAME_CONFLICT, "CheckNames", &msg, None)
-            .await;
+        ctx.event(
+            &id,
+            true,
+            events::reason::NAME_CONFLICT,
+            events::action::CHECK_NAMES,
+            &msg,
+            None,
+        )
+        .await;
     }
     if let Some(msg) = state_locked_transition(&read.original, &new) {
-        ctx.event(&id, true, reasons::STATE_LOCKED, "CheckLock", &msg, None)
-            .await;
+        ctx.event(
+            &id,
+            true,
+            events::reason::STATE_LOCKED,
+            events::action::CHECK_LOCK,
+            &msg,
+            None,
+        )
+        .await;
     }
     Ok(acted.action)
 }
@@ -632,8 +646,8 @@ async fn start_job(
     ctx.event(
         id,
         false,
-        "JobStarted",
-        "StartJob",
+        events::reason::JOB_STARTED,
+        events::action::START_JOB,
         &format!(
             "started Job {job_name} ({} because {}, attempt {})",
             start.op, start.reason, start.attempt
@@ -647,8 +661,8 @@ async fn start_job(
         ctx.event(
             id,
             true,
-            "ForceUnlocked",
-            "StartJob",
+            events::reason::FORCE_UNLOCKED,
+            events::action::START_JOB,
             &format!("Job {job_name} force-unlocks the stale state lock {lock_id} held by {holder}"),
             Some(&job_name),
         )

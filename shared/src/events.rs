@@ -1,0 +1,31 @@
+//! The reasons and actions of the Events the controller publishes (docs/operating.md), one
+//! home each: the controller emits them, and `kubectl captf` and the tests look them up by these
+//! names.
+
+/// `Event.reason`: what happened.
+pub mod reason {
+    /// A Job started (note: op, why, attempt).
+    pub const JOB_STARTED: &str = "JobStarted";
+    /// A Job failed (Warning).
+    pub const JOB_FAILED: &str = "JobFailed";
+    /// A Job ran out of its `activeDeadlineSeconds` (Warning).
+    pub const JOB_DEADLINE_EXCEEDED: &str = "JobDeadlineExceeded";
+    /// A Job was interrupted (its pod evicted or deleted); not counted as a failure (Normal).
+    pub const JOB_INTERRUPTED: &str = "JobInterrupted";
+    /// A plan deletes or replaces resources and waits for a person (Warning).
+    pub const DESTRUCTIVE_PLAN_BLOCKED: &str = "DestructivePlanBlocked";
+    /// A Job force-unlocks a stale state lock left by a dead runner (Warning).
+    pub const FORCE_UNLOCKED: &str = "ForceUnlocked";
+    /// Something under the object's names belongs to another object (Warning).
+    pub const NAME_CONFLICT: &str = crate::conditions::reason::NAME_CONFLICT;
+    /// Somebody else holds the state lock (Warning).
+    pub const STATE_LOCKED: &str = crate::conditions::reason::STATE_LOCKED;
+}
+
+/// `Event.action`: what the controller was doing.
+pub mod action {
+    pub const BOOK: &str = "Book";
+    pub const START_JOB: &str = "StartJob";
+    pub const CHECK_NAMES: &str = "CheckNames";
+    pub const CHECK_LOCK: &str = "CheckLock";
+}
