@@ -9,6 +9,9 @@ pub const APPLY_JOB_SUCCEEDED: &str = "ApplyJobSucceeded";
 pub const DRIFT_DETECTED: &str = "DriftDetected";
 pub const STATE_READABLE: &str = "StateReadable";
 pub const PAUSED: &str = "Paused";
+/// Whether the controller's last pass over the object got through: `False` names the API call
+/// that failed (the pass is retried with a capped backoff).
+pub const RECONCILED: &str = "Reconciled";
 
 /// Condition reasons.
 pub mod reason {
@@ -36,6 +39,10 @@ pub mod reason {
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     pub const PROVISIONED: &str = "Provisioned";
+    /// `Reconciled=True`: the last pass read, decided and wrote everything it needed to.
+    pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
+    /// `Reconciled=False`: the last pass failed; the message says which call and why.
+    pub const RECONCILE_ERROR: &str = "ReconcileError";
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -109,6 +109,15 @@ pub fn compute(
     drift_condition(&mut cs, s, g, now);
     state_condition(&mut cs, s, lock_checked, g, now);
     paused_condition(&mut cs, s, g, now);
+    set(
+        &mut cs,
+        conditions::RECONCILED,
+        Status::True,
+        reasons::RECONCILE_SUCCEEDED,
+        "",
+        g,
+        now,
+    );
     let (ready_status, ready_reason, ready_message) =
         ready(s, decision, active_job, current_inputs_hash, interrupted_pending);
     set(
@@ -158,6 +167,34 @@ pub fn compute(
 }
 
 type Conditions = Vec<k8s_openapi::apimachinery::pkg::apis::meta::v1::Condition>;
+
+/// The status after a pass that failed: the status as read with `Reconciled=False`, naming the
+/// failure (`what`, e.g. the API call, and its message, bounded). Nothing else changes: a pass
+/// that failed part way cannot say what its writes came to, and the next pass computes the
+/// rest. Writing it again for the same failure changes nothing, so a failing API server gets
+/// no write from a repeated error ([`status_patch`] is `None`).
+pub fn failed_pass(
+    old: &TerraformStatus,
+    what: &str,
+    message: &str,
+    generation: Option<i64>,
+    now: Timestamp,
+) -> TerraformStatus {
+    let mut st = old.clone();
+    let mut cs = st.conditions.take().unwrap_or_default();
+    let text = bounded_message(&format!("{what}: {message}"), CONDITION_MESSAGE_LIMIT);
+    set(
+        &mut cs,
+        conditions::RECONCILED,
+        Status::False,
+        reasons::RECONCILE_ERROR,
+        &text,
+        generation,
+        now,
+    );
+    st.conditions = Some(cs);
+    st
+}
 
 /// `ApplyJobSucceeded`: the newest finished apply, or the interrupted-apply record.
 fn apply_job_condition(cs: &mut Conditions, s: &Snapshot, interrupted_pending: bool, g: Option<i64>, now: Timestamp) {
@@ -414,6 +451,61 @@ mod tests {
             serde_json::json!({"status": {"activeJob": null, "nextAction": {"reason": "InputsChanged", "notBefore": null}}})
         );
         assert_eq!(status_patch(&new, &new).ok().flatten(), None);
+    }
+
+    fn reconciled(st: &TerraformStatus) -> Option<(String, String, String, Timestamp)> {
+        let c = conditions::find(st.conditions.as_deref()?, conditions::RECONCILED)?;
+        Some((
+            c.status.clone(),
+            c.reason.clone(),
+            c.message.clone(),
+            c.last_transition_time.0,
+        ))
+    }
+
+    #[test]
+    fn a_failed_pass_says_so_in_reconciled_false_and_a_repeated_failure_writes_nothing() {
+        let t = |s: i64| Timestamp::from_second(1_800_000_000 + s).unwrap_or(Timestamp::UNIX_EPOCH);
+        let old = TerraformStatus {
+            active_job: Some("tc-x-apply-1".into()),
+            ..Default::default()
+        };
+        let failed = failed_pass(
+            &old,
+            "CreateJob",
+            "Internal error occurred: etcd timeout",
+            Some(3),
+            t(10),
+        );
+        assert_eq!(
+            reconciled(&failed),
+            Some((
+                "False".into(),
+                reasons::RECONCILE_ERROR.into(),
+                "CreateJob: Internal error occurred: etcd timeout".into(),
+                t(10)
+            ))
+        );
+        assert_eq!(failed.active_job, old.active_job, "nothing else changes");
+        // The same failure again, later: no patch at all.
+        let again = failed_pass(
+            &failed,
+            "CreateJob",
+            "Internal error occurred: etcd timeout",
+            Some(3),
+            t(70),
+        );
+        assert_eq!(status_patch(&failed, &again).ok().flatten(), None);
+        // A different failure changes the message, not the transition time.
+        let other = failed_pass(&failed, "PatchStatus", "the server is currently unable", Some(3), t(80));
+        let (_, _, message, since) = reconciled(&other).unwrap_or_else(|| panic!("no Reconciled"));
+        assert_eq!(
+            (message.as_str(), since),
+            ("PatchStatus: the server is currently unable", t(10))
+        );
+        // A message of any length is bounded.
+        let long = failed_pass(&old, "GetSecret", &"x".repeat(100_000), None, t(1));
+        assert!(reconciled(&long).is_some_and(|(_, _, m, _)| m.len() <= CONDITION_MESSAGE_LIMIT + 64));
     }
 
     #[test]

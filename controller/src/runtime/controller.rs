@@ -51,6 +51,26 @@ use captf_core::wake::{self, ACTIVE_REQUEUE, Wake};
 use captf_core::{Decision, Reason, Start, Wait};
 use captf_shared::policy;
 
+/// A pass that failed still says so on the object: `Reconciled=False` with the failure, on the
+/// status as read. The write is skipped when the condition already says the same (a repeated
+/// error writes nothing), and it happens once per failed pass, which the error policy's capped
+/// backoff paces; a failure to write it is only logged (the API server may be what failed).
+async fn report_failure(ctx: &Ctx, object: &CaptfObject, e: &Error) {
+    let Some(kind) = object.job_kind() else { return };
+    let Ok(id) = Ident::of(object, kind) else { return };
+    let old = object_status(object).cloned().unwrap_or_default();
+    let new = status::failed_pass(
+        &old,
+        e.category(),
+        &e.to_string(),
+        object.metadata().generation,
+        ctx.clock.now(),
+    );
+    if let Err(w) = write_status(ctx, &id, &old, &new).await {
+        tracing::debug!("could not report the failed pass of {}: {w}", id.what());
+    }
+}
+
 /// Requeue after a lost race (409, lease held by somebody else).
 const RACE_REQUEUE: Duration = Duration::from_secs(2);
 
@@ -70,7 +90,16 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         .await
         .map_err(|e| Error::api(ApiAction::GetObject, format!("{} {ns}/{name}", K::KIND), e));
     let out = match live {
-        Ok(Some(o)) => reconcile_object(&ctx, o.to_object()).await,
+        Ok(Some(o)) => {
+            let object = o.to_object();
+            let out = reconcile_object(&ctx, object.clone()).await;
+            if let Err(e) = &out
+                && !e.is_conflict()
+            {
+                report_failure(&ctx, &object, e).await;
+            }
+            out
+        }
         Ok(None) => Ok(Action::await_change()),
         Err(e) => Err(e),
     };

@@ -568,6 +568,29 @@ async fn injected_500s_and_dropped_watches_lose_nothing() -> Result<()> {
     Ok(())
 }
 
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_pass_is_reported_as_reconciled_false_and_the_next_good_pass_clears_it() -> Result<()> {
+    let env = Env::new().await?;
+    // Creating the Job fails twice: each of those passes fails at the same call.
+    env.sim.faults().inject(FaultRule::new(Verb::Create, "jobs", 500, 2));
+    env.sim.put(cluster_json("failing", json!({})))?;
+    let c = env.until_reason("failing", "Reconciled", "ReconcileError").await?;
+    let (status, _, message) = condition(&c, "Reconciled").unwrap_or_default();
+    assert_eq!(status, "False");
+    assert!(message.starts_with("CreateJob: "), "{message}");
+    assert!(message.contains("injected fault"), "{message}");
+    assert_eq!(
+        c.pointer("/status/nextAction/reason"),
+        None,
+        "a failed pass writes only what it knows"
+    );
+    // The faults run out: the Job is created and the condition says the pass got through.
+    let _ = env.job(Kind::TerraformCluster, "failing", Op::Apply, 1).await?;
+    let c = env.until_reason("failing", "Reconciled", "ReconcileSucceeded").await?;
+    assert_eq!(condition(&c, "Reconciled").map(|(s, _, _)| s), Some("True".into()));
+    Ok(())
+}
+
 fn drift_cluster(name: &str, extra: Value) -> Value {
     let mut c = cluster_json(name, extra);
     c["spec"]["drift"] = json!({"interval": "5m", "remediation": "Auto"});
