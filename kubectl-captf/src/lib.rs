@@ -132,7 +132,7 @@ async fn read(conn: &Conn, t: &Target) -> Result<LiveRead, PluginError> {
 
 /// The controller's plan of a live read, explained.
 pub fn explanation(r: &LiveRead, now: Timestamp) -> Explanation {
-    explain_snapshot(&r.snap, r.stored_inputs_hash.as_deref(), &r.active_check, 0, now)
+    explain_snapshot(&r.snap, &r.active_check, 0, now)
 }
 
 fn pretty(v: &Value) -> String {
@@ -341,7 +341,7 @@ async fn approve(
     // What the controller does with the approval: the same plan with the annotation set.
     let mut with = r.snap.clone();
     with.approve_plan = Some(p.hash.clone());
-    let after = explain_snapshot(&with, r.stored_inputs_hash.as_deref(), &r.active_check, 0, now);
+    let after = explain_snapshot(&with, &r.active_check, 0, now);
     let next = words::next_sentence(&after.decision, &after.plan.booked, now);
     if json {
         return Ok(Printed::out(pretty(&json!({
@@ -362,7 +362,7 @@ async fn approve(
 
 async fn retry(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
     let r = read(conn, t).await?;
-    let (verdict, _) = rules::retry(&r.snap, r.stored_inputs_hash.as_deref(), now);
+    let (verdict, _) = rules::retry(&r.snap, now);
     match verdict {
         rules::Retry::Request { words } => {
             let value = now.to_string();

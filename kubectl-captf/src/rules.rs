@@ -86,10 +86,10 @@ pub enum Retry {
 }
 
 /// The plan of the object with a refresh requested at `now`, and whether to request it.
-pub fn retry(snap: &Snapshot, stored_inputs_hash: Option<&str>, now: Timestamp) -> (Retry, Plan) {
+pub fn retry(snap: &Snapshot, now: Timestamp) -> (Retry, Plan) {
     let mut with = snap.clone();
     with.refresh_requested = Some(now);
-    let p = plan::plan(&with, stored_inputs_hash, now);
+    let p = plan::plan(&with, now);
     let s = &p.booked;
     let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
     let lock_note = match &s.lock {
@@ -242,7 +242,7 @@ mod tests {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());
         s.status.outputs = Some(Default::default());
-        let (r, p) = retry(&s, None, now());
+        let (r, p) = retry(&s, now());
         assert!(matches!(r, Retry::Request { .. }), "{r:?}");
         assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Refresh));
     }
@@ -268,7 +268,7 @@ mod tests {
             result: None,
         }];
         s.status.pending_plan = Some(pending("p1"));
-        let (r, _) = retry(&s, None, now());
+        let (r, _) = retry(&s, now());
         let Retry::Refuse { words } = r else { panic!("{r:?}") };
         assert!(words.contains("retry never bypasses an approval"), "{words}");
     }
@@ -283,7 +283,7 @@ mod tests {
             operation: "OperationTypeApply".into(),
             created: "2026-03-01T09:00:00Z".into(),
         };
-        let (r, _) = retry(&s, None, now());
+        let (r, _) = retry(&s, now());
         let Retry::Request { words } = r else { panic!("{r:?}") };
         assert!(words.contains("held by alice@laptop"), "{words}");
         assert!(words.contains("retry does not unlock it"), "{words}");

@@ -43,7 +43,7 @@ pub fn records_of(id: &Ident, jobs: &[Job], pods: &[Pod]) -> Records {
 /// The snapshot a pass plans from: the object with its status as read, less an active
 /// Job the vanished-Job check resolved (`checked`), the durable record of the inputs Secret
 /// (with an interrupted apply just recorded), and what else was read. Also the hash of the
-/// inputs the Secret holds.
+/// inputs the Secret holds (in [`Snapshot::stored_inputs_hash`]).
 pub fn snapshot_of(
     object: &CaptfObject,
     records: Vec<JobRecord>,
@@ -52,7 +52,7 @@ pub fn snapshot_of(
     inputs_hash: InputsHash,
     lock: LockState,
     holds: Holds,
-) -> Result<(Snapshot, Option<String>), SnapshotError> {
+) -> Result<Snapshot, SnapshotError> {
     let mut durable = inputs_secret
         .map(DurableRecord::from_secret)
         .transpose()?
@@ -68,6 +68,6 @@ pub fn snapshot_of(
     }
     let mut snap = Snapshot::new(object, records, durable, inputs_hash, lock, holds)?;
     snap.status = status;
-    let stored = inputs_secret.and_then(inputs_secret::stored_inputs).map(|i| i.hash());
-    Ok((snap, stored))
+    snap.stored_inputs_hash = inputs_secret.and_then(inputs_secret::stored_inputs).map(|i| i.hash());
+    Ok(snap)
 }

@@ -278,6 +278,20 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
         if !s.holds.members.is_empty() {
             return wait(Reason::MembersExist, Some(HOLD_REQUEUE));
         }
+        // A destroy runs with the spec's inputs, or with those the inputs Secret holds when the
+        // spec's no longer resolve; with neither there is nothing to run it with.
+        if matches!(s.inputs_hash, InputsHash::Unresolved(_)) && s.stored_inputs_hash.is_none() {
+            return match start(s, now, Op::Destroy, Reason::Deleting, false) {
+                Decision::Start(st) => Decision::Wait(Wait {
+                    reason: Reason::InputsUnresolved,
+                    op: Some(st.op),
+                    requeue_after: Some(HOLD_REQUEUE),
+                    not_before: None,
+                    attempt: Some(st.attempt),
+                }),
+                waiting => waiting,
+            };
+        }
         return start(s, now, Op::Destroy, Reason::Deleting, false);
     }
     let current = match &s.inputs_hash {
@@ -672,6 +686,25 @@ mod tests {
             (w.reason, w.requeue_after),
             (Reason::InputsUnresolved, Some(HOLD_REQUEUE))
         );
+    }
+
+    #[test]
+    fn a_destroy_runs_with_the_stored_inputs_and_waits_when_neither_the_spec_nor_the_secret_has_them() {
+        let mut s = snap(3, vec![], 10_000);
+        s.deletion_timestamp = Some(ts(20_000));
+        s.inputs_hash = InputsHash::Unresolved("spec.variablesFrom[0]: Secret default/vars not found".into());
+        s.stored_inputs_hash = Some("a".repeat(64));
+        let st = as_start(decide(&s, ts(20_001)));
+        assert_eq!((st.op, st.reason), (Op::Destroy, Reason::Deleting));
+        s.stored_inputs_hash = None;
+        let w = as_wait(decide(&s, ts(20_001)));
+        assert_eq!(
+            (w.reason, w.op, w.requeue_after, w.attempt),
+            (Reason::InputsUnresolved, Some(Op::Destroy), Some(HOLD_REQUEUE), Some(1))
+        );
+        // A destroy still backing off says so first.
+        s.jobs = vec![rec(Op::Destroy, 400, Some(Outcome::Failed))];
+        assert_eq!(as_wait(decide(&s, ts(25_000))).reason, Reason::DeletingBackoff);
     }
 
     #[test]

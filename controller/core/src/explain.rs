@@ -450,6 +450,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
 
     let mut snap = Snapshot::new(&object, records, durable, inputs_hash, lock_state, holds)
         .map_err(|e| field(&input.object, "(top level)", e))?;
+    snap.stored_inputs_hash = stored_inputs_hash;
 
     // docs/rules.md: status.activeJob names a Job that is not in the Jobs given.
     let mut active_check = ActiveJobCheck::Nothing;
@@ -475,26 +476,14 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
     }
 
-    Ok(explain_snapshot(
-        &snap,
-        stored_inputs_hash.as_deref(),
-        &active_check,
-        ignored,
-        now,
-    ))
+    Ok(explain_snapshot(&snap, &active_check, ignored, now))
 }
 
 /// Explain a snapshot built from files or from live reads (`runtime::live`): the pass planned
 /// exactly as the controller plans it (booking, the decision, pruning, the status), rendered.
 /// `ignored` counts the Jobs given that were not the object's.
-pub fn explain_snapshot(
-    snap: &Snapshot,
-    stored_inputs_hash: Option<&str>,
-    active_check: &ActiveJobCheck,
-    ignored: usize,
-    now: Timestamp,
-) -> Explanation {
-    let p = plan::plan(snap, stored_inputs_hash, now);
+pub fn explain_snapshot(snap: &Snapshot, active_check: &ActiveJobCheck, ignored: usize, now: Timestamp) -> Explanation {
+    let p = plan::plan(snap, now);
     let json = render(&p, ignored, active_check, now);
     let summary = summarize(&p.booked, &p.decision, now);
     Explanation {

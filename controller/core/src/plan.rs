@@ -73,10 +73,11 @@ impl Plan {
 }
 
 /// Plan one pass over `snap` (the object, its Jobs as read, the status and durable record as
-/// read, the lock and the holds) at `now`. `stored_inputs_hash` is the hash of the inputs now in
-/// the inputs Secret, which a successful apply records as applied when it ran with them.
-pub fn plan(snap: &Snapshot, stored_inputs_hash: Option<&str>, now: Timestamp) -> Plan {
-    let (booked, accounting, durable_changes) = book_pass(snap, stored_inputs_hash, now);
+/// read, the lock and the holds) at `now`. The hash of the inputs now in the inputs Secret
+/// ([`Snapshot::stored_inputs_hash`]) is what a successful apply records as applied when it ran
+/// with them.
+pub fn plan(snap: &Snapshot, now: Timestamp) -> Plan {
+    let (booked, accounting, durable_changes) = book_pass(snap, now);
     let lock_checked = booked.active_job().is_none();
     let decision = decide(&booked, now);
     let next_seq = booked
@@ -126,11 +127,7 @@ pub fn status_with(p: &Plan, decision: &Decision, active_job: Option<&str>, now:
 
 /// Booking, PURE: the effects of every finished Job to book or replay, oldest first, on the
 /// status and the durable record.
-fn book_pass(
-    snap: &Snapshot,
-    stored_inputs_hash: Option<&str>,
-    now: Timestamp,
-) -> (Snapshot, Vec<Accounted>, BTreeMap<&'static str, Option<String>>) {
+fn book_pass(snap: &Snapshot, now: Timestamp) -> (Snapshot, Vec<Accounted>, BTreeMap<&'static str, Option<String>>) {
     let mut s = snap.clone();
     let baseline = record::watermark_baseline(&s.jobs, record::status_watermark(&s.status));
     record::mark_accounted(&mut s.jobs, baseline);
@@ -148,7 +145,7 @@ fn book_pass(
             &s.name,
             rec,
             outcome,
-            stored_inputs_hash,
+            s.stored_inputs_hash.as_deref(),
             recorded_interrupted.as_deref(),
         ));
         accounting.push(Accounted {
@@ -369,7 +366,7 @@ mod agreement {
             .collect();
         let secret: Secret = serde_json::from_value(secret.clone()).unwrap();
         let records = records_of(&id, &jobs, &[]).records;
-        let (snap, stored) = snapshot_of(
+        let snap = snapshot_of(
             &object,
             records,
             Some(&secret),
@@ -379,7 +376,7 @@ mod agreement {
             Holds::default(),
         )
         .unwrap();
-        plan(&snap, stored.as_deref(), now)
+        plan(&snap, now)
     }
 
     /// What `explain` prints over the same objects, from files.

@@ -130,6 +130,9 @@ pub struct Snapshot {
     pub status: TerraformStatus,
     pub durable: DurableRecord,
     pub inputs_hash: InputsHash,
+    /// The hash of the inputs the inputs Secret holds (what a destroy runs with when the spec's
+    /// inputs no longer resolve, and what a successful apply records as applied).
+    pub stored_inputs_hash: Option<String>,
     /// The object's Jobs, newest first.
     pub jobs: Vec<JobRecord>,
     pub lock: LockState,
@@ -184,6 +187,7 @@ impl Snapshot {
             status,
             durable,
             inputs_hash,
+            stored_inputs_hash: None,
             jobs,
             lock,
             holds,

@@ -171,7 +171,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         Err(action) => return Ok(action),
     };
     let now = ctx.clock.now();
-    let plan = plan::plan(&read.snap, read.stored_inputs_hash.as_deref(), now);
+    let plan = plan::plan(&read.snap, now);
     tracing::debug!(object = %id.what(), decision = ?plan.decision, prune = ?plan.prune, "planned");
 
     if !book::execute(ctx, &id, &object, &read.jobs, &plan).await? {
@@ -223,8 +223,6 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
 struct Read {
     jobs: Vec<Job>,
     inputs_secret: Option<Secret>,
-    /// The hash of the inputs in the inputs Secret (what a successful apply ran with).
-    stored_inputs_hash: Option<String>,
     resolved: Result<Inputs, String>,
     /// The status as read, for the patch.
     original: TerraformStatus,
@@ -307,7 +305,7 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     let deleting = object.metadata().deletion_timestamp.is_some();
     let mut holds = gather::holds(&ctx.client, &ctx.caches, id, deleting).await?;
     pause::live_holds(&ctx.client, object, id, &mut holds).await?;
-    let (mut snap, stored_inputs_hash) = snapshot_of(
+    let mut snap = snapshot_of(
         object,
         records,
         inputs_secret.as_ref(),
@@ -340,7 +338,6 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     Ok(Ok(Read {
         jobs,
         inputs_secret,
-        stored_inputs_hash,
         resolved: resolved.map_err(|e| e.to_string()),
         original,
         snap,
@@ -449,7 +446,9 @@ async fn act(
             acted.action = Action::requeue(RACE_REQUEUE);
         }
         Decision::Start(start) => {
-            // A destroy of an object whose inputs no longer resolve runs with the stored inputs.
+            // A destroy of an object whose inputs no longer resolve runs with the stored inputs;
+            // `decide` waits when there are none, so this finds them unless the Secret changed
+            // between the read and now (a look again later, as `decide` would have said).
             let inputs = read.resolved.as_ref().ok().cloned().or_else(|| {
                 read.inputs_secret
                     .as_ref()

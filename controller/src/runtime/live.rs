@@ -40,8 +40,6 @@ pub struct LiveRead {
     /// What the check of an active Job that vanished decides (not recorded).
     pub active_check: ActiveJobCheck,
     pub snap: Snapshot,
-    /// The hash of the inputs the inputs Secret holds.
-    pub stored_inputs_hash: Option<String>,
 }
 
 async fn get_typed<K: CaptfKind>(client: &kube::Client, ns: &str, name: &str) -> Result<Option<CaptfObject>, Error> {
@@ -228,7 +226,7 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
     };
     let mut holds = holds(client, &id, object.metadata().deletion_timestamp.is_some()).await?;
     pause::live_holds(client, &object, &id, &mut holds).await?;
-    let (mut snap, stored_inputs_hash) = snapshot_of(
+    let mut snap = snapshot_of(
         &object,
         records,
         inputs_secret.as_ref(),
@@ -254,6 +252,5 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
         inputs_secret,
         active_check,
         snap,
-        stored_inputs_hash,
     })
 }
