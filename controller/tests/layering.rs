@@ -103,6 +103,13 @@ fn no_module_of_the_runtime_imports_one_that_imports_it_back() {
 }
 
 #[test]
+fn no_module_of_the_reader_imports_one_that_imports_it_back() {
+    let graph = imports(&root().join("read/src"), &["crate::"]);
+    assert!(graph.len() > 7, "the reader's modules were not found: {graph:?}");
+    assert_eq!(find_cycle(&graph), None);
+}
+
+#[test]
 fn the_cycle_finder_finds_a_loop_of_three() {
     let g: BTreeMap<String, BTreeSet<String>> = [("a", "b"), ("b", "c"), ("c", "a"), ("d", "a")]
         .into_iter()

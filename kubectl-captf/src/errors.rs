@@ -1,7 +1,7 @@
 //! Errors that say what to do: a 403 names the verb, the resource and the RBAC rule that would
 //! allow it; a 404 names the object and the namespace it was looked for in.
 
-use captf_controller::runtime::errors::{ApiAction, Error as RuntimeError};
+use captf_read::errors::{ApiAction, Error as RuntimeError};
 
 /// What went wrong, in words a person can act on.
 #[derive(Debug, thiserror::Error)]

@@ -1,7 +1,7 @@
 //! `kubectl captf`: CAPTF's objects for the person on call.
 //!
 //! Every answer is the controller's own: an object is read live with
-//! [`captf_controller::runtime::live::read`] (the reads of a reconcile pass, without caches and
+//! [`captf_read::live::read`] (the reads of a reconcile pass, without caches and
 //! without writing) and planned with [`captf_core::explain::explain_snapshot`] (the
 //! [`captf_core::plan::plan`] the controller executes). `approve` and `retry` write only
 //! what the controller honours, and only when its rules say it would act on it
@@ -21,14 +21,14 @@ use kube::api::{Api, DynamicObject, ListParams, LogParams, Patch, PatchParams};
 use kube::config::{KubeConfigOptions, Kubeconfig};
 use serde_json::{Value, json};
 
-use captf_controller::runtime::gather;
-use captf_controller::runtime::kinds::api_resource;
-use captf_controller::runtime::live::{self, LiveRead};
 use captf_core::decide::Decision;
 use captf_core::explain::{Explanation, explain_snapshot};
 use captf_core::ident::Ident;
 use captf_core::lock::LockState;
 use captf_core::snapshot::pods_by_job;
+use captf_read::api as gather;
+use captf_read::kinds::api_resource;
+use captf_read::live::{self, LiveRead};
 use captf_shared::{Kind, keys, names};
 
 use cli::{Cli, Command, Output, SortKey};
@@ -88,7 +88,7 @@ pub async fn connect(cli: &Cli) -> Result<Conn, PluginError> {
 pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
     let now = match cli.now {
         Some(now) => now,
-        None if cli.sim_clock => captf_controller::runtime::clock::read_sim_clock(&conn.client, "")
+        None if cli.sim_clock => captf_read::sim_clock::read_sim_clock(&conn.client, "")
             .await
             .map_err(|e| PluginError::Api(e.to_string()))?,
         None => Timestamp::now(),

@@ -40,6 +40,15 @@ pub fn records_of(id: &Ident, jobs: &[Job], pods: &[Pod]) -> Records {
     out
 }
 
+/// Whether a pass checks the state lock (docs/rules.md): only while no Job of the object is
+/// active, that is every Job read has finished and `active_job` (the status's, after the check
+/// of an active Job that vanished) names none that was not read. A Job that runs holds the lock
+/// itself, so a check then would see its own runner.
+pub fn lock_is_checked(records: &[JobRecord], active_job: Option<&str>) -> bool {
+    let unread_active = active_job.filter(|a| !a.is_empty() && !records.iter().any(|r| r.name == *a));
+    records.iter().all(JobRecord::is_finished) && unread_active.is_none()
+}
+
 /// The snapshot a pass plans from: the object with its status as read, less an active
 /// Job the vanished-Job check resolved (`checked`), the durable record of the inputs Secret
 /// (with an interrupted apply just recorded), and what else was read. Also the hash of the
@@ -70,4 +79,25 @@ pub fn snapshot_of(
     snap.status = status;
     snap.stored_inputs_hash = inputs_secret.and_then(inputs_secret::stored_inputs).map(|i| i.hash());
     Ok(snap)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::outcome::Outcome;
+    use crate::record::tests::rec;
+    use captf_shared::Op;
+
+    #[test]
+    fn the_lock_is_checked_only_while_no_job_of_the_object_is_active() {
+        let done = rec(Op::Apply, 1, Some(Outcome::Succeeded));
+        let running = rec(Op::Apply, 2, None);
+        assert!(lock_is_checked(&[], None));
+        assert!(lock_is_checked(&[], Some("")));
+        assert!(lock_is_checked(std::slice::from_ref(&done), None));
+        assert!(lock_is_checked(std::slice::from_ref(&done), Some(done.name.as_str())));
+        assert!(!lock_is_checked(&[done.clone(), running.clone()], None));
+        // The status names a Job that was not read: it may run, so no check.
+        assert!(!lock_is_checked(&[done], Some("tc-prod-eu-apply-9")));
+    }
 }

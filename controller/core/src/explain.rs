@@ -446,9 +446,8 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
         }
         _ => HolderPod::Unknown,
     };
-    let lock_state = lock::check_lock(lock_lease.as_ref(), &pattern, &holder);
 
-    let mut snap = Snapshot::new(&object, records, durable, inputs_hash, lock_state, holds)
+    let mut snap = Snapshot::new(&object, records, durable, inputs_hash, LockState::Free, holds)
         .map_err(|e| field(&input.object, "(top level)", e))?;
     snap.stored_inputs_hash = stored_inputs_hash;
 
@@ -474,6 +473,10 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
             ActiveJobCheck::Forget { .. } => snap.status.active_job = None,
             ActiveJobCheck::Nothing => {}
         }
+    }
+    // The lock is checked as every reader checks it: only while no Job is active.
+    if crate::assemble::lock_is_checked(&snap.jobs, snap.status.active_job.as_deref()) {
+        snap.lock = lock::check_lock(lock_lease.as_ref(), &pattern, &holder);
     }
 
     Ok(explain_snapshot(&snap, &active_check, ignored, now))

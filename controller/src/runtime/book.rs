@@ -3,6 +3,7 @@
 //! resourceVersion is the "once": events and metrics are emitted only by the write that set it.
 //! What booking changes is `captf_core::book`'s; this module makes the writes.
 
+use captf_read::api;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, DeleteParams, Patch, PatchParams, PropagationPolicy};
 use serde_json::{Value, json};
@@ -11,7 +12,6 @@ use captf_shared::types::{CaptfObject, TerraformStatus};
 use captf_shared::{Op, keys, names};
 
 use super::ctx::Ctx;
-use super::errors::{self, ApiAction, Error};
 use super::events::{self, Emission};
 use super::leases;
 use captf_core::Outcome;
@@ -20,6 +20,7 @@ use captf_core::ident::Ident;
 use captf_core::outcome::EventReason;
 use captf_core::plan::{Accounted, Plan};
 use captf_core::record::{self, Accounting, JobRecord};
+use captf_read::errors::{self, ApiAction, Error};
 
 /// Carry out the booking of a [`Plan`], oldest first: for a `Book`, the annotation write with the
 /// Job's resourceVersion is the "once" of the once-only metrics (`captf_jobs_finished_total`,
@@ -109,7 +110,7 @@ async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome
         && result.outputs.is_none()
     {
         let name = names::outputs_secret_name(&id.suffix);
-        let secret = super::gather::secret(&ctx.client, &id.namespace, &name).await?;
+        let secret = api::secret(&ctx.client, &id.namespace, &name).await?;
         result.outputs = secret.and_then(|s| s.data).as_ref().and_then(status_outputs);
     }
     Ok(())
@@ -150,8 +151,11 @@ async fn record_effects(
 
 /// Merge-patch the object itself (the Cluster API spec fields).
 pub async fn patch_object(ctx: &Ctx, id: &Ident, patch: &Value) -> Result<(), Error> {
-    let api: Api<kube::core::DynamicObject> =
-        Api::namespaced_with(ctx.client.clone(), &id.namespace, &super::kinds::api_resource(id.kind));
+    let api: Api<kube::core::DynamicObject> = Api::namespaced_with(
+        ctx.client.clone(),
+        &id.namespace,
+        &captf_read::kinds::api_resource(id.kind),
+    );
     api.patch(&id.name, &PatchParams::default(), &Patch::Merge(patch))
         .await
         .map(|_| ())

@@ -1,6 +1,7 @@
 //! Three kube-rs `Controller`s (one per kind) sharing one [`Ctx`], and the reconcile pass:
 //! read → book finished Jobs → check the lock → `decide` → act → write status.
 
+use captf_read::api;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
@@ -27,28 +28,27 @@ use captf_shared::{Kind, Op, events, keys, names};
 use super::book;
 use super::ctx::{Ctx, Running, SYNC_REQUEUE};
 use super::deletion;
-use super::errors::{self, ApiAction, Error};
 use super::gather::{self, FeedStreams, Feeds, Meta};
 use super::identity::{self, Claims};
 use super::inputs;
 use super::interrupted;
-use super::kinds::{CaptfKind, api_resource};
 use super::leases::{self, Take};
 use super::owners::{self, OwnerApis};
-use super::pause;
 use super::retry::ObjectKey;
-use captf_core::assemble::{records_of, snapshot_of};
 use captf_core::ident::Ident;
 use captf_core::interrupted::Checked;
 use captf_core::job::{JobParams, build_job, owner_reference, runner_account};
-use captf_core::lock::LockState;
 use captf_core::moving;
 use captf_core::plan::{self, Plan};
-use captf_core::record::{self, JobRecord};
-use captf_core::snapshot::{InputsHash, Snapshot, object_status};
+use captf_core::record::JobRecord;
+use captf_core::snapshot::{Holds, Snapshot, object_status};
 use captf_core::status;
 use captf_core::wake::{self, ACTIVE_REQUEUE, Wake};
 use captf_core::{Decision, Reason, Start, Wait};
+use captf_read::errors::{self, ApiAction, Error};
+use captf_read::kinds::{CaptfKind, api_resource};
+use captf_read::pause;
+use captf_read::source::{self, Pending, Read, Source, Verdicts};
 use captf_shared::policy;
 
 /// A pass that failed still says so on the object: `Reconciled=False` with the failure, on the
@@ -219,132 +219,85 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     Ok(acted.action)
 }
 
-/// What one pass read.
-struct Read {
-    jobs: Vec<Job>,
-    inputs_secret: Option<Secret>,
-    resolved: Result<Inputs, String>,
-    /// The status as read, for the patch.
-    original: TerraformStatus,
-    snap: Snapshot,
+/// The controller's source of a pass's reads (`captf_read::source`): the Jobs, pods and a
+/// cluster's members from the reflector stores, an active Job that vanished checked live and
+/// recorded, the outputs read for booking, and the verdicts of the controller's own flags.
+struct Cached<'a> {
+    ctx: &'a Ctx,
 }
 
-/// Read phase: the Jobs and pods, the inputs Secret and its durable record, the check of an
-/// apply Job that vanished, outputs kept in the outputs Secret, the lock (only while no Job is
-/// active), the inputs and the holds. `Err(action)` ends the pass early.
+impl Source for Cached<'_> {
+    fn client(&self) -> &kube::Client {
+        &self.ctx.client
+    }
+
+    async fn jobs_and_pods(&self, id: &Ident, status: &TerraformStatus) -> Result<Option<(Vec<Job>, Vec<Pod>)>, Error> {
+        let ctx = self.ctx;
+        gather::jobs_and_pods(
+            &ctx.client,
+            &ctx.caches,
+            id,
+            status.last_job_seq,
+            status.active_job.as_deref(),
+        )
+        .await
+    }
+
+    async fn check_active(&self, id: &Ident, active: Option<&str>, listed: &[String]) -> Result<Checked, Error> {
+        interrupted::check(self.ctx, id, active, listed).await
+    }
+
+    async fn read_outputs(&self, id: &Ident, records: &mut [JobRecord], baseline: u32) -> Result<(), Error> {
+        book::read_outputs(self.ctx, id, records, baseline).await
+    }
+
+    async fn member_holds(&self, id: &Ident, deleting: bool) -> Result<Holds, Error> {
+        gather::holds(&self.ctx.client, &self.ctx.caches, id, deleting).await
+    }
+
+    async fn verdicts(
+        &self,
+        object: &CaptfObject,
+        id: &Ident,
+        inputs_secret: Option<&Secret>,
+        foreign_inputs: Option<String>,
+    ) -> Result<Verdicts, Error> {
+        let ctx = self.ctx;
+        // The tenant policy again, for a spec that reached the API past the webhook: no Job starts.
+        let violations = ctx.config.policy.check(object);
+        let policy_violation = (!violations.is_empty()).then(|| policy::message(&violations));
+        // A hold for a name conflict is lifted only by reading the names again.
+        let original = object_status(object).cloned().unwrap_or_default();
+        let name_conflict = match foreign_inputs {
+            Some(m) => Some(m),
+            None if held_for_name_conflict(&original) => name_conflict(ctx, id, object, inputs_secret).await?,
+            None => None,
+        };
+        let runner_config_unavailable = api::runner_config_problem(
+            &ctx.client,
+            object,
+            id,
+            ctx.config.runner_pod.terraform_cli_config.as_ref(),
+        )
+        .await?;
+        Ok(Verdicts {
+            policy_violation,
+            name_conflict,
+            runner_config_unavailable,
+        })
+    }
+}
+
+/// Read what one pass needs (`captf_read::source::read` over the caches). `Err`: how to look
+/// again when there is nothing to decide from yet.
 async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result<Read, Action>, Error> {
-    let kind = id.kind;
-    let live_status = object_status(object);
-    let (last_job_seq, live_active) = (
-        live_status.and_then(|s| s.last_job_seq),
-        live_status.and_then(|s| s.active_job.as_deref()),
-    );
-    let Some((jobs, pods)) = gather::jobs_and_pods(&ctx.client, &ctx.caches, id, last_job_seq, live_active).await?
-    else {
-        return Ok(Err(Action::requeue(SYNC_REQUEUE)));
-    };
-    let read = records_of(id, &jobs, &pods);
-    for e in &read.ignored {
-        tracing::warn!("ignoring a Job of {}: {e}", id.what());
-    }
-    let mut records = read.records;
-    let inputs_secret = gather::secret(&ctx.client, &id.namespace, &names::inputs_secret_name(&id.suffix)).await?;
-    // An inputs Secret of another object is neither this object's record nor its inputs.
-    let foreign_inputs = inputs_secret
-        .as_ref()
-        .filter(|s| !binding::owned_by(&s.metadata, &id.uid))
-        .map(|s| {
-            let why = match binding::verdict(Some(&s.metadata), Binding::Owner, &id.uid, &History::default()) {
-                Verdict::Foreign(why) => why,
-                _ => "is not owned by this object".to_string(),
-            };
-            binding::conflict_message(
-                &format!("Secret {}/{}", id.namespace, names::inputs_secret_name(&id.suffix)),
-                &why,
-            )
-        });
-    let inputs_secret = inputs_secret.filter(|_| foreign_inputs.is_none());
-    let snapshot_error = |source| Error::Snapshot {
-        kind,
-        name: id.name.clone(),
-        source,
-    };
-    let original = object_status(object).cloned().unwrap_or_default();
-
-    // An apply Job deleted while it ran (docs/rules.md).
-    let listed: Vec<String> = records.iter().map(|r| r.name.clone()).collect();
-    let checked = interrupted::check(ctx, id, original.active_job.as_deref(), &listed).await?;
-    if checked == Checked::Stale {
-        return Ok(Err(Action::requeue(RACE_REQUEUE)));
-    }
-    let mut status = original.clone();
-    if matches!(checked, Checked::Recorded(_) | Checked::Forgot(_)) {
-        status.active_job = None;
-    }
-
-    // Outputs that did not fit a result, for the Jobs this pass books.
-    let baseline = record::watermark_baseline(&records, record::status_watermark(&status));
-    book::read_outputs(ctx, id, &mut records, baseline).await?;
-
-    // The lock check, only when no Job is active (docs/rules.md).
-    let named_active = status
-        .active_job
-        .as_deref()
-        .filter(|a| !a.is_empty() && !listed.iter().any(|l| l == a));
-    let lock = if records.iter().all(JobRecord::is_finished) && named_active.is_none() {
-        gather::lock_state(&ctx.client, id).await?
-    } else {
-        LockState::Free
-    };
-
-    let resolved = gather::resolve_inputs(&ctx.client, object, id).await?;
-    let inputs_hash = match &resolved {
-        Ok(i) => InputsHash::Known(i.hash()),
-        Err(e) => InputsHash::Unresolved(e.to_string()),
-    };
-    let deleting = object.metadata().deletion_timestamp.is_some();
-    let mut holds = gather::holds(&ctx.client, &ctx.caches, id, deleting).await?;
-    pause::live_holds(&ctx.client, object, id, &mut holds).await?;
-    let mut snap = snapshot_of(
-        object,
-        records,
-        inputs_secret.as_ref(),
-        &checked,
-        inputs_hash,
-        lock,
-        holds,
-    )
-    .map_err(snapshot_error)?;
-    // The tenant policy again, for a spec that reached the API past the webhook: no Job starts.
-    let violations = ctx.config.policy.check(object);
-    if !violations.is_empty() {
-        snap.policy_violation = Some(policy::message(&violations));
-    }
-    // References to CAPTF's own Secrets, by name and by what the named Secrets carry now.
-    snap.forbidden_reference = gather::forbidden_references(&ctx.client, object, id).await?;
-    // A hold for a name conflict is lifted only by reading the names again.
-    snap.name_conflict = match foreign_inputs {
-        Some(m) => Some(m),
-        None if held_for_name_conflict(&original) => name_conflict(ctx, id, object, inputs_secret.as_ref()).await?,
-        None => None,
-    };
-    snap.runner_config_unavailable = gather::runner_config_problem(
-        &ctx.client,
-        object,
-        id,
-        ctx.config.runner_pod.terraform_cli_config.as_ref(),
-    )
-    .await?;
-    Ok(Ok(Read {
-        jobs,
-        inputs_secret,
-        resolved: resolved.map_err(|e| e.to_string()),
-        original,
-        snap,
-    }))
+    Ok(match source::read(&Cached { ctx }, object, id.clone()).await? {
+        Ok(read) => Ok(read),
+        Err(Pending::Sync) => Err(Action::requeue(SYNC_REQUEUE)),
+        Err(Pending::Stale) => Err(Action::requeue(RACE_REQUEUE)),
+    })
 }
 
-/// The last status says `Ready=False/NameConflict`.
 fn held_for_name_conflict(status: &TerraformStatus) -> bool {
     status
         .conditions
@@ -569,7 +522,7 @@ async fn start_job(
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
     // Read before any lease is taken, like the inputs: a failed read leaves nothing to undo.
     let env_from_secret_names =
-        gather::env_from_secret_names(&ctx.client, &id.namespace, object.terraform_spec().jobs.as_ref()).await?;
+        api::env_from_secret_names(&ctx.client, &id.namespace, object.terraform_spec().jobs.as_ref()).await?;
     let now = ctx.clock.now();
     let active = snap.status.active_job.as_deref();
     let owner = owner_reference(id.kind, &id.name, &id.uid);
@@ -648,7 +601,7 @@ async fn start_job(
             // Ours (a pass before this one created it): its watch event follows. Another
             // object's, under this object's next name: never booked, and no Job of ours can
             // take that name.
-            let existing = gather::job(&ctx.client, &id.namespace, &job_name).await?;
+            let existing = api::job(&ctx.client, &id.namespace, &job_name).await?;
             if let Some(j) = existing.filter(|j| !binding::owned_by(&j.metadata, &id.uid)) {
                 leases::release(&ctx.client, &id.namespace, &run_lease, &job_name).await?;
                 let why = match binding::verdict(Some(&j.metadata), Binding::Owner, &id.uid, &History::default()) {

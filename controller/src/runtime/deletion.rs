@@ -11,9 +11,9 @@ use serde_json::json;
 use captf_shared::keys;
 use captf_shared::types::CaptfObject;
 
-use super::errors::{self, ApiAction, Error};
-use super::kinds::api_resource;
 use captf_core::ident::Ident;
+use captf_read::errors::{self, ApiAction, Error};
+use captf_read::kinds::api_resource;
 
 /// The finalizers after adding ours, or `None` when it is there (PURE).
 pub fn with_finalizer(finalizers: &[String]) -> Option<Vec<String>> {

@@ -114,7 +114,7 @@ impl Events {
         let api: Api<Event> = Api::namespaced(self.client.clone(), &id.namespace);
         match api.create(&PostParams::default(), &ev).await {
             Ok(_) => Ok(()),
-            Err(err) if super::errors::is_already_exists(&err) => Ok(()),
+            Err(err) if captf_read::errors::is_already_exists(&err) => Ok(()),
             Err(err) => Err(err),
         }
     }

@@ -24,9 +24,9 @@ use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::runner_identity::{runner_identity, state_objects};
 use captf_shared::{keys, names};
 
-use super::errors::{self, ApiAction, Error};
 use captf_core::ident::Ident;
 use captf_core::job::owner_reference;
+use captf_read::errors::{self, ApiAction, Error};
 
 /// Create `obj`; when an object of its name exists, apply `on_conflict` to it as a merge patch
 /// (None: leave it alone).

@@ -9,9 +9,9 @@ use kube::api::{Api, Patch, PatchParams, PostParams};
 use captf_shared::inputs::Inputs;
 use captf_shared::{binding, names};
 
-use super::errors::{self, ApiAction, Error};
 use captf_core::ident::Ident;
 use captf_core::inputs_secret::inputs_secret;
+use captf_read::errors::{self, ApiAction, Error};
 
 /// Write the inputs Secret (create, or replace its data keeping its annotations).
 pub async fn write(client: &kube::Client, id: &Ident, inputs: &Inputs, existing: Option<&Secret>) -> Result<(), Error> {

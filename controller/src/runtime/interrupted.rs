@@ -2,6 +2,7 @@
 //! Job is NotFound, and the object's live `status.activeJob` still names it), then recorded on
 //! the durable inputs Secret. The rule itself is the core's `check_active_job`.
 
+use captf_read::api;
 use std::collections::BTreeMap;
 
 use kube::api::Api;
@@ -10,12 +11,11 @@ use kube::core::DynamicObject;
 use captf_shared::keys;
 
 use super::ctx::Ctx;
-use super::errors::{ApiAction, Error};
-use super::gather;
-use super::kinds::api_resource;
 use super::leases;
 use captf_core::ident::Ident;
 use captf_core::interrupted::{ActiveJobCheck, ActiveJobReads, Checked, LiveJob, check_active_job};
+use captf_read::errors::{ApiAction, Error};
+use captf_read::kinds::api_resource;
 
 /// Run the check for a `status.activeJob` that is not among the listed Jobs.
 pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[String]) -> Result<Checked, Error> {
@@ -25,7 +25,7 @@ pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[St
     if listed.iter().any(|n| n == job) {
         return Ok(Checked::Nothing);
     }
-    let live_job = match gather::job(&ctx.client, &id.namespace, job).await? {
+    let live_job = match api::job(&ctx.client, &id.namespace, job).await? {
         Some(_) => LiveJob::Found,
         None => LiveJob::NotFound,
     };

@@ -12,7 +12,7 @@ use k8s_openapi::jiff::{SignedDuration, Timestamp};
 use kube::api::{Api, PostParams};
 use tokio::sync::watch;
 
-use super::errors::{self, ApiAction, Error};
+use captf_read::errors::{self, ApiAction, Error};
 
 pub const LEASE_NAME: &str = "captf-controller-leader";
 /// Default lease duration; the holder renews every third of it.

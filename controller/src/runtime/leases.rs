@@ -9,6 +9,7 @@
 //! writes back. A holder or member counts while its Job runs, or, before the Job exists, while
 //! its object's run lease still names it (`captf.io/holder-run-lease` for the holder).
 
+use captf_read::api;
 use k8s_openapi::api::coordination::v1::{Lease, LeaseSpec};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta, OwnerReference};
 use k8s_openapi::jiff::Timestamp;
@@ -18,11 +19,10 @@ use std::collections::BTreeMap;
 
 use captf_shared::keys;
 
-use super::errors::{self, ApiAction, Error};
-use super::gather;
 use captf_core::ident::Ident;
 use captf_core::lease::{may_take, members, new_lease, set_members};
 use captf_core::outcome;
+use captf_read::errors::{self, ApiAction, Error};
 
 /// What taking a lease came to.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -42,7 +42,7 @@ pub async fn take(
     owner: Option<OwnerReference>,
     now: Timestamp,
 ) -> Result<Take, Error> {
-    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+    let Some(mut lease) = api::lease(client, ns, name).await? else {
         return create_claim(
             client,
             &new_lease(ns, name, me, owner, now),
@@ -88,7 +88,7 @@ enum Phase {
 }
 
 async fn phase(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&str>) -> Result<Phase, Error> {
-    if let Some(j) = gather::job(client, ns, job).await? {
+    if let Some(j) = api::job(client, ns, job).await? {
         return Ok(if outcome::terminal(&j).is_none() {
             Phase::Running
         } else {
@@ -96,9 +96,7 @@ async fn phase(client: &kube::Client, ns: &str, job: &str, run_lease: Option<&st
         });
     }
     let Some(rl) = run_lease else { return Ok(Phase::Over) };
-    let holder = gather::lease(client, ns, rl)
-        .await?
-        .and_then(|l| l.spec?.holder_identity);
+    let holder = api::lease(client, ns, rl).await?.and_then(|l| l.spec?.holder_identity);
     Ok(if holder.as_deref() == Some(job) {
         Phase::Starting
     } else {
@@ -145,7 +143,7 @@ pub async fn take_cluster(
     exclusive: bool,
     now: Timestamp,
 ) -> Result<Take, Error> {
-    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+    let Some(mut lease) = api::lease(client, ns, name).await? else {
         let mut l = new_lease(ns, name, me, None, now);
         l.metadata.annotations = Some(BTreeMap::from([(
             keys::ANNOTATION_HOLDER_RUN_LEASE.to_string(),
@@ -191,7 +189,7 @@ pub async fn join_cluster(
     me: &str,
     my_run_lease: &str,
 ) -> Result<Take, Error> {
-    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+    let Some(mut lease) = api::lease(client, ns, name).await? else {
         let mut l = Lease {
             metadata: ObjectMeta {
                 name: Some(name.to_string()),
@@ -254,7 +252,7 @@ fn lease_name(lease: &Lease) -> (&str, &str) {
 /// Lease is fine: a member whose Job finished no longer counts anyway.
 pub async fn leave_cluster(client: &kube::Client, ns: &str, name: &str, me: &str) -> Result<(), Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+    let Some(mut lease) = api::lease(client, ns, name).await? else {
         return Ok(());
     };
     let mut m = members(&lease);
@@ -297,14 +295,14 @@ pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result
 /// nothing else would ever give it up. Returns the Job whose claims were given up.
 pub async fn give_up_unstarted(client: &kube::Client, id: &Ident) -> Result<Option<String>, Error> {
     let run_lease = captf_shared::names::run_lease_name(&id.suffix);
-    let holder = gather::lease(client, &id.namespace, &run_lease)
+    let holder = api::lease(client, &id.namespace, &run_lease)
         .await?
         .and_then(|l| l.spec?.holder_identity)
         .filter(|h| !h.is_empty());
     let Some(job) = holder else {
         return Ok(None);
     };
-    if gather::job(client, &id.namespace, &job).await?.is_some() {
+    if api::job(client, &id.namespace, &job).await?.is_some() {
         return Ok(None);
     }
     release_job(client, id, &job).await?;
@@ -315,7 +313,7 @@ pub async fn give_up_unstarted(client: &kube::Client, id: &Ident) -> Result<Opti
 /// again (and a lease whose holder Job is gone is taken over anyway).
 pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<(), Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), ns);
-    let Some(mut lease) = gather::lease(client, ns, name).await? else {
+    let Some(mut lease) = api::lease(client, ns, name).await? else {
         return Ok(());
     };
     let current = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());

@@ -30,23 +30,18 @@ pub mod clock;
 pub mod controller;
 pub mod ctx;
 pub mod deletion;
-pub mod errors;
 pub mod events;
 pub mod gather;
 pub mod http;
 pub mod identity;
 pub mod inputs;
 pub mod interrupted;
-pub mod kinds;
 pub mod leader;
 pub mod leases;
-pub mod live;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod owners;
-pub mod pause;
 pub mod retry;
-pub mod state;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -332,7 +327,7 @@ pub enum RunError {
     #[error("failed to build a Kubernetes client (KUBECONFIG or in-cluster config): {0}")]
     Client(#[source] kube::Error),
     #[error(transparent)]
-    Clock(#[from] clock::ClockError),
+    Clock(#[from] captf_read::sim_clock::ClockError),
     #[error(transparent)]
     Bind(#[from] http::BindError),
     #[error("failed to wait for SIGTERM: {0}")]

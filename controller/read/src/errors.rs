@@ -106,6 +106,10 @@ pub enum Error {
     /// The object has no namespace or name.
     #[error("{kind} has no metadata.{field}")]
     MissingMeta { kind: Kind, field: &'static str },
+    /// A read found nothing to decide from yet (its Jobs not listed, or its copy of the object
+    /// older than the live one): reading again will.
+    #[error("{what}: nothing to decide from yet ({why}); read again")]
+    Pending { what: String, why: &'static str },
 }
 
 impl From<captf_core::ident::MissingMeta> for Error {
@@ -133,6 +137,7 @@ impl Error {
             Error::Snapshot { .. } => "Snapshot",
             Error::Serialize { .. } => "Serialize",
             Error::MissingMeta { .. } => "MissingMeta",
+            Error::Pending { .. } => "Pending",
         }
     }
 

@@ -6,7 +6,7 @@ use kube::api::Api;
 
 use captf_shared::names;
 
-use super::errors::{self, ApiAction, Error};
+use crate::errors::{self, ApiAction, Error};
 use captf_core::ident::Ident;
 use captf_core::state::{self, StateRead};
 

@@ -17,13 +17,13 @@ pub async fn live_holds(
     object: &CaptfObject,
     id: &Ident,
     holds: &mut captf_core::snapshot::Holds,
-) -> Result<(), super::errors::Error> {
+) -> Result<(), crate::errors::Error> {
     let cluster = cluster_view(client, object, id).await;
     holds.cluster_paused = cluster.paused;
     holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
     if object.metadata().deletion_timestamp.is_some() {
         // Only a deletion is held by an unreadable state (docs/rules.md); other ops find out themselves.
-        let facts = super::state::read(client, id).await?;
+        let facts = crate::state::read(client, id).await?;
         holds.state_unreadable = facts.unreadable;
         holds.state_empty = facts.empty;
     }

@@ -1,0 +1,411 @@
+//! The reads every reader of an object makes live from the API server: Secrets, ConfigMaps,
+//! Leases, Jobs, pods, the state lock and its holder pod, the inputs with what they reference,
+//! the Cluster API owners and the members of a cluster. The controller's pass and a person's
+//! live read ([`crate::live`]) both use them; the pass takes the object's Jobs and pods and a
+//! cluster's members from its caches instead (`runtime/gather.rs`).
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::coordination::v1::Lease;
+use k8s_openapi::api::core::v1::{ConfigMap, Pod, Secret};
+use kube::api::{Api, ListParams};
+use kube::core::{ApiResource, DynamicObject};
+use serde_json::Value;
+
+use captf_shared::inputs::Inputs;
+use captf_shared::types::{CaptfObject, CliConfigRef, JobsSpec};
+use captf_shared::{Kind, binding, names, references};
+
+use crate::errors::{ApiAction, Error};
+use captf_core::ident::Ident;
+use captf_core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
+use captf_core::lock::{self, HolderPod, LockLease, LockState};
+use captf_core::outcome;
+use captf_core::snapshot;
+
+/// The pods of `jobs` among `pods` (PURE): a pod counts only under the controller owner
+/// reference of one of the object's own Jobs, whatever its labels say.
+pub fn own_pods(jobs: &[Job], pods: Vec<Pod>) -> Vec<Pod> {
+    let uids: Vec<&str> = jobs.iter().filter_map(|j| j.metadata.uid.as_deref()).collect();
+    pods.into_iter()
+        .filter(|p| uids.iter().any(|u| binding::owned_by(&p.metadata, u)))
+        .collect()
+}
+
+/// The object's Jobs and pods listed live (label-selected, then only those owned by the object
+/// and by its Jobs).
+pub async fn live_jobs_and_pods(client: &kube::Client, id: &Ident) -> Result<(Vec<Job>, Vec<Pod>), Error> {
+    let lp = ListParams::default().labels(&id.selector());
+    let jobs: Api<Job> = Api::namespaced(client.clone(), &id.namespace);
+    let jobs = jobs
+        .list(&lp)
+        .await
+        .map_err(|e| Error::api(ApiAction::ListJobs, format!("of {}", id.what()), e))?
+        .items
+        .into_iter()
+        .filter(|j| {
+            j.metadata
+                .name
+                .as_deref()
+                .is_some_and(|n| names::parse_job_name(id.kind, &id.namespace, &id.name, n).is_some())
+                && binding::owned_by(&j.metadata, &id.uid)
+        })
+        .collect::<Vec<Job>>();
+    let pods = own_pods(&jobs, live_pods(client, id).await?);
+    Ok((jobs, pods))
+}
+
+pub async fn live_pods(client: &kube::Client, id: &Ident) -> Result<Vec<Pod>, Error> {
+    let lp = ListParams::default().labels(&id.selector());
+    Api::<Pod>::namespaced(client.clone(), &id.namespace)
+        .list(&lp)
+        .await
+        .map(|l| l.items)
+        .map_err(|e| Error::api(ApiAction::ListPods, format!("of {}", id.what()), e))
+}
+
+/// A Secret by name, `None` when it does not exist.
+pub async fn secret(client: &kube::Client, ns: &str, name: &str) -> Result<Option<Secret>, Error> {
+    Api::<Secret>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetSecret, format!("{ns}/{name}"), e))
+}
+
+/// The env names a Job's `envFrom` entries bring from Secrets: each Secret's keys after the
+/// entry's prefix. A Secret that does not exist brings none (its pod cannot start unless the
+/// entry is optional). Read when the Job is made, so the runner can mask their values.
+pub async fn env_from_secret_names(
+    client: &kube::Client,
+    ns: &str,
+    jobs: Option<&JobsSpec>,
+) -> Result<Vec<String>, Error> {
+    let mut names = Vec::new();
+    for entry in jobs.and_then(|j| j.env_from.as_deref()).unwrap_or_default() {
+        let Some(r) = &entry.secret_ref else { continue };
+        let Some(s) = secret(client, ns, &r.name).await? else {
+            continue;
+        };
+        let prefix = entry.prefix.as_deref().unwrap_or_default();
+        let keys = s
+            .data
+            .iter()
+            .flat_map(|d| d.keys())
+            .chain(s.string_data.iter().flat_map(|d| d.keys()));
+        names.extend(keys.map(|k| format!("{prefix}{k}")));
+    }
+    Ok(names)
+}
+
+/// A Lease by name, `None` when it does not exist.
+pub async fn lease(client: &kube::Client, ns: &str, name: &str) -> Result<Option<Lease>, Error> {
+    Api::<Lease>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{name}"), e))
+}
+
+/// A Job read live, `None` when it does not exist.
+pub async fn job(client: &kube::Client, ns: &str, name: &str) -> Result<Option<Job>, Error> {
+    Api::<Job>::namespaced(client.clone(), ns)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetJob, format!("{ns}/{name}"), e))
+}
+
+/// The state lock check (docs/rules.md): the lock Lease and, when its holder looks like one of this
+/// object's runner pods, that pod read live from the API server.
+pub async fn lock_state(client: &kube::Client, id: &Ident) -> Result<LockState, Error> {
+    let lease = lease(client, &id.namespace, &names::lock_lease_name(&id.suffix)).await?;
+    let lock_lease: Option<LockLease> = lease.as_ref().map(snapshot::lock_lease);
+    let pattern = names::RunnerPattern::new(id.kind, &id.namespace, &id.name);
+    let pod = match lock::holder_hostname(lock_lease.as_ref()) {
+        Some(host) if pattern.matches(&host) => {
+            let live = Api::<Pod>::namespaced(client.clone(), &id.namespace)
+                .get_opt(&host)
+                .await
+                .map_err(|e| Error::api(ApiAction::GetPod, format!("{}/{host}", id.namespace), e))?;
+            snapshot::holder_pod(live.as_ref())
+        }
+        _ => HolderPod::Unknown,
+    };
+    Ok(lock::check_lock(lock_lease.as_ref(), &pattern, &pod))
+}
+
+fn secret_data(s: &Secret) -> BTreeMap<String, String> {
+    let mut out: BTreeMap<String, String> = s
+        .data
+        .iter()
+        .flatten()
+        .map(|(k, v)| (k.clone(), String::from_utf8_lossy(&v.0).into_owned()))
+        .collect();
+    out.extend(s.string_data.clone().unwrap_or_default());
+    out
+}
+
+/// The API resource an owner reference to a Cluster API `Machine` or `MachinePool` names (its
+/// plural is the kind in lower case with an `s`); `None` when its apiVersion has no version.
+fn capi_owner_resource(owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference) -> Option<ApiResource> {
+    let (group, version) = owner.api_version.split_once('/')?;
+    Some(ApiResource {
+        group: group.to_string(),
+        version: version.to_string(),
+        api_version: owner.api_version.clone(),
+        kind: owner.kind.clone(),
+        plural: format!("{}s", owner.kind.to_ascii_lowercase()),
+    })
+}
+
+/// The Cluster API object of `kind` (`Machine`, `MachinePool`) that owns `object`, read live.
+/// `None` while there is none or it cannot be read.
+async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str) -> Option<Value> {
+    let owner = object
+        .metadata()
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))?;
+    let ar = capi_owner_resource(owner)?;
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
+    match api.get_opt(&owner.name).await {
+        Ok(Some(m)) => Some(m.data),
+        Ok(None) => None,
+        Err(e) => {
+            tracing::debug!(error = %e, "failed to read the Cluster API {kind} {}", owner.name);
+            None
+        }
+    }
+}
+
+fn non_empty_str(v: &Value, pointer: &str) -> Option<String> {
+    v.pointer(pointer)
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .map(str::to_string)
+}
+
+/// What the owning Machine or MachinePool gives the module (`failure_domain`, `replicas`, a pool's
+/// `bootstrap_data_secret`), from one read of the owner; empty when there is no owner. Also a
+/// TerraformMachine's own bootstrap data Secret name (its Machine's
+/// `spec.bootstrap.dataSecretName`), `None` while it is not set or cannot be read.
+pub async fn owner_inputs(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+) -> (core_inputs::OwnerInputs, Option<String>) {
+    let mut out = core_inputs::OwnerInputs::default();
+    let mut machine_bootstrap = None;
+    match id.kind {
+        Kind::TerraformMachine => {
+            if let Some(m) = capi_owner(client, object, &id.namespace, "Machine").await {
+                out.failure_domain = non_empty_str(&m, "/spec/failureDomain");
+                machine_bootstrap = non_empty_str(&m, "/spec/bootstrap/dataSecretName");
+            }
+        }
+        Kind::TerraformMachinePool => {
+            if let Some(p) = capi_owner(client, object, &id.namespace, "MachinePool").await {
+                out.replicas = p.pointer("/spec/replicas").and_then(Value::as_i64);
+                out.pool_bootstrap_data_secret = non_empty_str(&p, "/spec/template/spec/bootstrap/dataSecretName");
+            }
+        }
+        Kind::TerraformCluster => {}
+    }
+    (out, machine_bootstrap)
+}
+
+/// Why the runner pods of `object` cannot mount their Terraform CLI configuration (its
+/// ConfigMap, read live, or its key is missing), naming the field that chose it.
+pub async fn runner_config_problem(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+    platform: Option<&CliConfigRef>,
+) -> Result<Option<String>, Error> {
+    let spec = object.terraform_spec();
+    let Some(source) = captf_shared::pod::cli_config(spec.jobs.as_ref(), platform, object.spec_path()) else {
+        return Ok(None);
+    };
+    let name = &source.config.name;
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{name}", id.namespace), e))?;
+    let keys = cm.map(|c| {
+        c.data
+            .unwrap_or_default()
+            .into_keys()
+            .chain(c.binary_data.unwrap_or_default().into_keys())
+            .collect::<Vec<_>>()
+    });
+    Ok(captf_shared::pod::cli_config_problem(
+        &source,
+        &id.namespace,
+        keys.as_deref(),
+    ))
+}
+
+/// The spec's references to CAPTF's own Secrets (`captf_shared::references`), as one message:
+/// by name, and by what each named Secret carries, read live (a Secret can be created or
+/// relabelled after admission). `None`: there are none.
+pub async fn forbidden_references(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+) -> Result<Option<String>, Error> {
+    let spec = object.terraform_spec();
+    let mut marks: BTreeMap<String, Option<String>> = BTreeMap::new();
+    for r in references::secret_references(spec, object.spec_path()) {
+        if references::reserved_secret_prefix(&r.name).is_some() || marks.contains_key(&r.name) {
+            continue;
+        }
+        let s = secret(client, &id.namespace, &r.name).await?;
+        let mark = s.and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()));
+        marks.insert(r.name, mark);
+    }
+    let forbidden =
+        references::forbidden_references(spec, object.spec_path(), |name| marks.get(name).cloned().flatten());
+    Ok((!forbidden.is_empty()).then(|| references::message(&forbidden)))
+}
+
+/// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
+pub async fn resolve_inputs(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+) -> Result<Result<Inputs, ResolveError>, Error> {
+    let spec = object.terraform_spec();
+    let mut fetched: BTreeMap<(SourceKind, String), SourceData> = BTreeMap::new();
+    for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
+        // CAPTF's own Secrets are refused by name without being read (`core_inputs`).
+        if let Some(r) = entry
+            .secret_ref
+            .as_ref()
+            .filter(|r| references::reserved_secret_prefix(&r.name).is_none())
+        {
+            let s = secret(client, &id.namespace, &r.name).await?;
+            // A Secret of CAPTF's never reaches the inputs, whatever its name.
+            if let Some(why) = s
+                .as_ref()
+                .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
+            {
+                return Ok(Err(ResolveError::Forbidden {
+                    field: format!("spec.variablesFrom[{i}].secretRef"),
+                    name: r.name.clone(),
+                    why,
+                }));
+            }
+            fetched.insert((SourceKind::Secret, r.name.clone()), s.as_ref().map(secret_data));
+        }
+        if let Some(r) = &entry.config_map_ref {
+            let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
+                .get_opt(&r.name)
+                .await
+                .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{}", id.namespace, r.name), e))?;
+            fetched.insert(
+                (SourceKind::ConfigMap, r.name.clone()),
+                cm.map(|c| c.data.unwrap_or_default()),
+            );
+        }
+    }
+    if let Some(c) = spec
+        .module
+        .credentials
+        .as_ref()
+        .filter(|c| references::reserved_secret_prefix(&c.secret_ref.name).is_none())
+    {
+        let s = secret(client, &id.namespace, &c.secret_ref.name).await?;
+        fetched.insert(
+            (SourceKind::Secret, c.secret_ref.name.clone()),
+            s.as_ref().map(secret_data),
+        );
+    }
+    let mut passphrases: Vec<String> = vec![];
+    if let Some(e) = &spec.state_encryption {
+        passphrases.push(e.passphrase_secret_ref.name.clone());
+        passphrases.extend(e.previous_passphrase_secret_ref.as_ref().map(|r| r.name.clone()));
+    }
+    passphrases.retain(|name| references::reserved_secret_prefix(name).is_none());
+    for name in passphrases {
+        let s = secret(client, &id.namespace, &name).await?;
+        fetched.insert((SourceKind::Secret, name), s.as_ref().map(secret_data));
+    }
+    let (owner, bootstrap) = owner_inputs(client, object, id).await;
+    Ok(
+        core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
+            Ok(fetched.get(&(kind, name.to_string())).cloned().flatten())
+        })
+        .map(|mut inputs| {
+            core_inputs::add_owner_variables(id.kind, &mut inputs, &owner);
+            inputs
+        }),
+    )
+}
+
+/// The members that hold a TerraformCluster's deletion (`captf_core::membership`): of the
+/// `candidates` labelled with its cluster name, those owned by it or controlled by a Cluster API
+/// Machine or MachinePool of that cluster (read live), as `<Kind>/<name>`, sorted. Each
+/// unverified claim is logged.
+pub async fn verified_members(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    candidates: Vec<(Kind, kube::core::ObjectMeta)>,
+) -> Result<Vec<String>, Error> {
+    let mut out = Vec::new();
+    for (kind, meta) in candidates {
+        let name = meta.name.clone().unwrap_or_default();
+        let owner = match captf_core::membership::capi_controller(&meta) {
+            Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
+            None => None,
+        };
+        if captf_core::membership::belongs(&meta, &id.uid, cluster, owner.as_ref()) {
+            out.push(format!("{kind}/{name}"));
+        } else {
+            tracing::info!(
+                "{kind} {}/{name} is labelled with cluster {cluster} but neither owned by {} nor controlled by a Cluster API Machine or MachinePool of that cluster: it does not hold the deletion",
+                id.namespace,
+                id.what()
+            );
+        }
+    }
+    out.sort();
+    Ok(out)
+}
+
+/// The metadata of a member's Cluster API owner (`Machine` or `MachinePool`), read live; `None`
+/// when it does not exist or Cluster API is not served.
+async fn capi_owner_meta(
+    client: &kube::Client,
+    ns: &str,
+    r: &k8s_openapi::apimachinery::pkg::apis::meta::v1::OwnerReference,
+) -> Result<Option<kube::core::ObjectMeta>, Error> {
+    let Some(ar) = capi_owner_resource(r) else {
+        return Ok(None);
+    };
+    match Api::<DynamicObject>::namespaced_with(client.clone(), ns, &ar)
+        .get_metadata_opt(&r.name)
+        .await
+    {
+        Ok(m) => Ok(m.map(|m| m.metadata)),
+        // Cluster API's kinds not served: no such owner.
+        Err(kube::Error::Api(e)) if e.code == 404 => Ok(None),
+        Err(e) => Err(Error::api(
+            ApiAction::GetObject,
+            format!("{} {ns}/{}", r.kind, r.name),
+            e,
+        )),
+    }
+}
+
+/// The live Job holding the cluster lease of `cluster`, if any (both read live).
+pub async fn cluster_lease_holder(client: &kube::Client, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
+    let lease = lease(client, ns, &names::cluster_lease_name(ns, cluster)).await?;
+    if let Some(holder) = lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()) {
+        let live = job(client, ns, &holder).await?;
+        if live.as_ref().is_some_and(|j| outcome::terminal(j).is_none()) {
+            return Ok(Some(holder));
+        }
+    }
+    Ok(None)
+}
