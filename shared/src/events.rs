@@ -14,6 +14,19 @@ pub mod reason {
     pub const JOB_INTERRUPTED: &str = "JobInterrupted";
     /// A plan deletes or replaces resources and waits for a person (Warning).
     pub const DESTRUCTIVE_PLAN_BLOCKED: &str = "DestructivePlanBlocked";
+    /// An approved plan no longer matched what the Job planned: nothing applied, the new plan
+    /// waits for its own approval (Warning).
+    pub const PLAN_CHANGED: &str = "PlanChanged";
+    /// An apply succeeded (Normal).
+    pub const APPLIED: &str = "Applied";
+    /// A drift check found the infrastructure no longer matches the inputs (Warning).
+    pub const DRIFT_FOUND: &str = "DriftFound";
+    /// A drift-remediation apply succeeded (Normal).
+    pub const DRIFT_REMEDIATED: &str = "DriftRemediated";
+    /// A refresh succeeded (Normal).
+    pub const REFRESHED: &str = "Refreshed";
+    /// A destroy succeeded: the infrastructure is gone (Normal).
+    pub const DESTROYED: &str = "Destroyed";
     /// A Job force-unlocks a stale state lock left by a dead runner (Warning).
     pub const FORCE_UNLOCKED: &str = "ForceUnlocked";
     /// Something under the object's names belongs to another object (Warning).

@@ -324,6 +324,85 @@ pub fn attempt_of(job: &Job) -> u32 {
         .unwrap_or(1)
 }
 
+/// The Event booking a finished Job emits, once per Job.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct BookingEvent {
+    pub reason: &'static str,
+    pub warning: bool,
+    pub note: String,
+}
+
+/// ` (2 to add, 1 to change, 0 to destroy, 0 to replace)` of a plan, or nothing.
+fn plan_counts(rec: &JobRecord) -> String {
+    rec.result
+        .as_ref()
+        .and_then(|r| r.summary.as_ref())
+        .map(|s| {
+            format!(
+                " ({} to add, {} to change, {} to destroy, {} to replace)",
+                s.add, s.change, s.destroy, s.replace
+            )
+        })
+        .unwrap_or_default()
+}
+
+/// The Event of a booked Job (docs/operating.md): every outcome a person may want to know of,
+/// a success included; `None` for a drift check that found nothing (no transition).
+pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> {
+    use captf_shared::events::reason;
+    let job = &rec.name;
+    let (reason, warning, note) = match outcome {
+        Outcome::Failed | Outcome::Deadline | Outcome::Interrupted | Outcome::Blocked => {
+            let r = outcome.event_reason()?;
+            (r.as_str(), outcome != Outcome::Interrupted, event_note(rec, outcome))
+        }
+        Outcome::PlanChanged => (
+            reason::PLAN_CHANGED,
+            true,
+            format!(
+                "Job {job} applied nothing: its plan is not the approved plan {}; approve the new plan",
+                rec.approved_plan.as_deref().unwrap_or("")
+            ),
+        ),
+        Outcome::Succeeded => match rec.op {
+            Op::Apply if rec.drift_remediation => (
+                reason::DRIFT_REMEDIATED,
+                false,
+                format!("Job {job} remediated the drift{}", plan_counts(rec)),
+            ),
+            Op::Apply => {
+                let approved = rec
+                    .approved_plan
+                    .as_deref()
+                    .map(|h| format!(", the approved plan {h}"))
+                    .unwrap_or_default();
+                (
+                    reason::APPLIED,
+                    false,
+                    format!("Job {job} applied the inputs{}{approved}", plan_counts(rec)),
+                )
+            }
+            Op::Drift if rec.result.as_ref().and_then(|r| r.drift) == Some(true) => (
+                reason::DRIFT_FOUND,
+                true,
+                format!("Job {job} found drift{}", plan_counts(rec)),
+            ),
+            Op::Drift => return None,
+            Op::Refresh => (
+                reason::REFRESHED,
+                false,
+                format!("Job {job} refreshed the state and outputs"),
+            ),
+            Op::Destroy => (
+                reason::DESTROYED,
+                false,
+                format!("Job {job} destroyed the infrastructure"),
+            ),
+        },
+    };
+    Some(BookingEvent { reason, warning, note })
+}
+
 /// The event of an outcome, with a one-line note.
 pub fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
     let result = rec.result.as_ref();
@@ -393,6 +472,74 @@ mod tests {
             st.last_success_time.unwrap()["apply"].0,
             Timestamp::from_second(1_060).unwrap()
         );
+    }
+
+    #[test]
+    fn every_booked_transition_has_its_event_and_a_check_that_found_nothing_has_none() {
+        use captf_shared::events::reason;
+        let summary = PlanSummary {
+            add: 2,
+            change: 1,
+            destroy: 0,
+            replace: 0,
+        };
+        let ok = |op, drift: Option<bool>| {
+            let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, "");
+            r.summary = Some(summary);
+            r.drift = drift;
+            rec(op, 3, Some(r))
+        };
+        let of = |rec: &JobRecord, o| booking_event(rec, o).map(|e| (e.reason, e.warning));
+        assert_eq!(
+            of(&ok(Op::Apply, None), Outcome::Succeeded),
+            Some((reason::APPLIED, false))
+        );
+        let e = booking_event(&ok(Op::Apply, None), Outcome::Succeeded).unwrap();
+        assert!(
+            e.note
+                .ends_with("applied the inputs (2 to add, 1 to change, 0 to destroy, 0 to replace)"),
+            "{}",
+            e.note
+        );
+        let mut remedy = ok(Op::Apply, None);
+        remedy.drift_remediation = true;
+        assert_eq!(of(&remedy, Outcome::Succeeded), Some((reason::DRIFT_REMEDIATED, false)));
+        let mut approved = ok(Op::Apply, None);
+        approved.approved_plan = Some("h1".into());
+        let e = booking_event(&approved, Outcome::Succeeded).unwrap();
+        assert!(e.note.ends_with(", the approved plan h1"), "{}", e.note);
+        assert_eq!(
+            of(&ok(Op::Drift, Some(true)), Outcome::Succeeded),
+            Some((reason::DRIFT_FOUND, true))
+        );
+        assert_eq!(of(&ok(Op::Drift, Some(false)), Outcome::Succeeded), None);
+        assert_eq!(
+            of(&ok(Op::Refresh, None), Outcome::Succeeded),
+            Some((reason::REFRESHED, false))
+        );
+        assert_eq!(
+            of(&ok(Op::Destroy, None), Outcome::Succeeded),
+            Some((reason::DESTROYED, false))
+        );
+        let failed = rec(
+            Op::Apply,
+            4,
+            Some(RunnerResult::new(RunResult::Failed, Phase::Apply, "boom")),
+        );
+        assert_eq!(of(&failed, Outcome::Failed), Some((reason::JOB_FAILED, true)));
+        assert_eq!(
+            of(&failed, Outcome::Deadline),
+            Some((reason::JOB_DEADLINE_EXCEEDED, true))
+        );
+        assert_eq!(
+            of(&failed, Outcome::Interrupted),
+            Some((reason::JOB_INTERRUPTED, false))
+        );
+        assert_eq!(
+            of(&failed, Outcome::Blocked),
+            Some((reason::DESTRUCTIVE_PLAN_BLOCKED, true))
+        );
+        assert_eq!(of(&approved, Outcome::PlanChanged), Some((reason::PLAN_CHANGED, true)));
     }
 
     #[test]

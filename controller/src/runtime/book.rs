@@ -15,9 +15,8 @@ use super::ctx::Ctx;
 use super::events::{self, Emission};
 use super::leases;
 use captf_core::Outcome;
-use captf_core::book::{attempt_of, capi_spec_patch, event_note, status_outputs};
+use captf_core::book::{attempt_of, booking_event, capi_spec_patch, status_outputs};
 use captf_core::ident::Ident;
-use captf_core::outcome::EventReason;
 use captf_core::plan::{Accounted, Plan};
 use captf_core::record::{self, Accounting, JobRecord};
 use captf_read::errors::{self, ApiAction, Error};
@@ -65,14 +64,13 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
         // The outcome's Event, after the outcome is written (so it says what was booked) and
         // again on every replay, under a name of its own: a pass that died or failed before the
         // status took the booking in replays it, and an Event already made is AlreadyExists.
-        if let Some(reason) = a.outcome.event_reason() {
-            let warning = !matches!(reason, EventReason::JobInterrupted);
-            let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
-            let note = rec.map(|r| event_note(r, a.outcome)).unwrap_or_default();
+        let rec = plan.booked.jobs.iter().find(|r| r.name == a.job);
+        if let Some(ev) = rec.and_then(|r| booking_event(r, a.outcome)) {
             let name = events::booking_event_name(&a.job, job.metadata.uid.as_deref().unwrap_or_default());
+            let note = ev.note;
             let e = Emission {
-                warning,
-                reason: reason.as_str(),
+                warning: ev.warning,
+                reason: ev.reason,
                 action: captf_shared::events::action::BOOK,
                 note: &note,
                 job: Some(&a.job),

@@ -355,6 +355,9 @@ async fn deletion_runs_destroy_then_removes_the_finalizer() -> Result<()> {
     // Booking the destroy removes the finalizer; the object and its Jobs then go.
     env.until("object gone", |e| e.object(TC, "bye").is_none().then_some(()))
         .await?;
+    // One Event per booked Job, success included.
+    assert_eq!(env.events("Applied").len(), 1);
+    assert_eq!(env.events("Destroyed").len(), 1);
     Ok(())
 }
 
@@ -678,6 +681,9 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
     env.sim.advance_to(nb);
     let a6 = env.job(k, "remedy", Op::Apply, 6).await?;
     assert_eq!(annotations(&a6)["captf.io/drift-remediation"], "true");
+    assert_eq!(env.events("DriftFound").len(), 2, "one per check that found drift");
+    assert_eq!(env.events("Applied").len(), 1);
+    assert_eq!(env.events("DriftRemediated").len(), 0, "both remediations failed");
     Ok(())
 }
 
