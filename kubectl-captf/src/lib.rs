@@ -29,6 +29,7 @@ use captf_core::snapshot::pods_by_job;
 use captf_read::api as gather;
 use captf_read::kinds::api_resource;
 use captf_read::live::{self, LiveRead};
+use captf_shared::types::CaptfObject;
 use captf_shared::{Kind, keys, names};
 
 use cli::{Cli, Command, Output, SortKey};
@@ -145,7 +146,10 @@ async fn explain(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestam
     if json {
         return Ok(Printed::out(pretty(&e.json)));
     }
-    let mut text = words::explain_text(&e, typed, now);
+    let mut text = words::explain_text(&e, r.waited_on.as_ref(), typed, now);
+    if !observed(&r.object) {
+        text = format!("Note: {NOT_OBSERVED}; below is what a controller would do.\n{text}");
+    }
     if let Some(by) = r
         .object
         .metadata()
@@ -447,7 +451,12 @@ pub struct Row {
     pub kind: String,
     pub namespace: String,
     pub name: String,
-    pub ready: Option<bool>,
+    /// The `Ready` condition's status (`True`, `False`, `Unknown`), as `kubectl get` shows it.
+    pub ready: Option<String>,
+    /// `status.ready`: the infrastructure was provisioned once (Cluster API's contract field).
+    pub provisioned: Option<bool>,
+    /// Whether a controller has looked at the object (its finalizer or an observed generation).
+    pub observed: bool,
     pub next: String,
     pub reason: Option<String>,
     /// When the next step happens (`None`: on a change, or a person's action).
@@ -465,8 +474,29 @@ pub struct Row {
     pub pending_plan: Option<String>,
 }
 
-/// The row of one explained object (PURE).
-pub fn row(e: &Explanation, now: Timestamp) -> Row {
+/// The `Ready` condition's status of a status, as `kubectl get` prints it.
+pub fn ready_condition(s: &captf_shared::types::TerraformStatus) -> Option<String> {
+    let cs = s.conditions.as_deref()?;
+    captf_shared::conditions::find(cs, captf_shared::conditions::READY).map(|c| c.status.clone())
+}
+
+/// Whether a controller has looked at `object`: it carries CAPTF's finalizer, or its status an
+/// observed generation (PURE). An object no controller watches has neither.
+pub fn observed(object: &CaptfObject) -> bool {
+    let finalized = object
+        .metadata()
+        .finalizers
+        .as_ref()
+        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER));
+    finalized || captf_core::snapshot::object_status(object).is_some_and(|s| s.observed_generation.is_some())
+}
+
+/// What `status` and `explain` say of an object no controller has observed.
+pub const NOT_OBSERVED: &str =
+    "not observed: no controller has looked at this object (none runs, or none watches its namespace)";
+
+/// The row of one explained object (PURE). `observed`: see [`observed`].
+pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: Timestamp) -> Row {
     let s = &e.plan.booked;
     let counts = s.status.consecutive_failures.unwrap_or_default();
     let last = words::last_success(s).map(|(_, t)| t);
@@ -475,8 +505,14 @@ pub fn row(e: &Explanation, now: Timestamp) -> Row {
         kind: s.kind.to_string(),
         namespace: s.namespace.clone(),
         name: s.name.clone(),
-        ready: s.status.ready,
-        next: words::next_short(&e.decision),
+        ready: ready_condition(&s.status),
+        provisioned: s.status.ready,
+        observed,
+        next: if observed {
+            words::next_short(&e.decision)
+        } else {
+            "not observed".to_string()
+        },
         reason: e.decision.reason().map(|r| r.to_string()),
         when: match &e.decision {
             Decision::Wait(w) if w.not_before.is_none() && w.requeue_after.is_none() => None,
@@ -491,8 +527,9 @@ pub fn row(e: &Explanation, now: Timestamp) -> Row {
             .collect(),
         last_success: last.map(|t| t.to_string()),
         last_success_at: last,
-        foreign_lock_holder: match &s.lock {
-            LockState::Foreign { holder, .. } if s.active_job().is_none() => Some(holder.clone()),
+        foreign_lock_holder: match (&s.lock, waited_on) {
+            (LockState::Foreign { holder, .. }, _) if s.active_job().is_none() => Some(holder.clone()),
+            (_, Some(LockState::Foreign { holder, .. })) => Some(holder.clone()),
             _ => None,
         },
         active_job: s.active_job().map(str::to_string),
@@ -536,6 +573,7 @@ pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timesta
         "KIND",
         "NAME",
         "READY",
+        "PROVISIONED",
         "NEXT",
         "WHEN",
         "FAILURES",
@@ -564,7 +602,8 @@ pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timesta
             c.extend([
                 r.kind.clone(),
                 r.name.clone(),
-                r.ready.map_or("-".to_string(), |b| b.to_string()),
+                r.ready.clone().unwrap_or_else(|| "-".to_string()),
+                r.provisioned.map_or("-".to_string(), |b| b.to_string()),
                 r.next.clone(),
                 r.when_words.clone(),
                 failures,
@@ -607,14 +646,17 @@ async fn status(
                 continue;
             }
             let meta = object.metadata().clone();
-            let ready = captf_core::snapshot::object_status(&object).and_then(|s| s.ready);
+            let status = captf_core::snapshot::object_status(&object)
+                .cloned()
+                .unwrap_or_default();
+            let seen = observed(&object);
             match live::read(&conn.client, object).await {
-                Ok(r) => rows.push(row(&explanation(&r, now), now)),
+                Ok(r) => rows.push(row(&explanation(&r, now), seen, r.waited_on.as_ref(), now)),
                 // One object that cannot be read does not hide the others.
                 Err(e) => {
                     let (ns, name) = (meta.namespace.unwrap_or_default(), meta.name.unwrap_or_default());
                     unread.push(format!("{kind} {ns}/{name}: {}", from_runtime(e, Some(&ns))));
-                    rows.push(unread_row(kind, ns, name, ready));
+                    rows.push(unread_row(kind, ns, name, &status, seen));
                 }
             }
         }
@@ -651,12 +693,20 @@ async fn status(
 }
 
 /// The row of an object whose reads failed: only what its listing shows.
-fn unread_row(kind: Kind, namespace: String, name: String, ready: Option<bool>) -> Row {
+fn unread_row(
+    kind: Kind,
+    namespace: String,
+    name: String,
+    status: &captf_shared::types::TerraformStatus,
+    observed: bool,
+) -> Row {
     Row {
         kind: kind.to_string(),
         namespace,
         name,
-        ready,
+        ready: ready_condition(status),
+        provisioned: status.ready,
+        observed,
         next: "unknown (cannot read; see below)".to_string(),
         reason: None,
         when: None,
@@ -711,7 +761,9 @@ Terraform will perform the following actions:
             kind: "TerraformCluster".into(),
             namespace: "default".into(),
             name: name.into(),
-            ready: Some(true),
+            ready: Some("True".into()),
+            provisioned: Some(true),
+            observed: true,
             next: "wait (Idle)".into(),
             reason: None,
             when: when.map(String::from),
@@ -746,6 +798,40 @@ Terraform will perform the following actions:
         assert_eq!(names(SortKey::Next), ["c", "b", "a"], "soonest first, no time last");
         assert_eq!(names(SortKey::Failures), ["a", "c", "b"]);
         assert_eq!(names(SortKey::LastSuccess), ["a", "c", "b"], "never first, then oldest");
+    }
+
+    #[test]
+    fn status_shows_ready_as_kubectl_get_does_and_provisioned_under_its_own_name() {
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap_or_default();
+        let mut row = r("a", None, 0, None);
+        row.ready = Some("False".into());
+        row.provisioned = Some(true);
+        let t = status_table(&[row], false, false, now);
+        let lines: Vec<&str> = t.lines().collect();
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&header[2..4], ["READY", "PROVISIONED"], "{t}");
+        assert_eq!(&cells[2..4], ["False", "true"], "{t}");
+    }
+
+    #[test]
+    fn an_object_without_the_finalizer_or_an_observed_generation_was_never_observed() {
+        let mut c: captf_shared::types::TerraformCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "TerraformCluster",
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!observed(&CaptfObject::Cluster(c.clone())));
+        c.metadata.finalizers = Some(vec![keys::FINALIZER.to_string()]);
+        assert!(observed(&CaptfObject::Cluster(c.clone())));
+        c.metadata.finalizers = None;
+        c.status = Some(captf_shared::types::TerraformStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert!(observed(&CaptfObject::Cluster(c)));
     }
 
     #[test]

@@ -280,6 +280,7 @@ mod tests {
         s.status.outputs = Some(Default::default());
         s.lock = LockState::Foreign {
             holder: "alice@laptop".into(),
+            id: "lock-2".into(),
             operation: "OperationTypeApply".into(),
             created: "2026-03-01T09:00:00Z".into(),
         };

@@ -175,10 +175,22 @@ pub fn last_success(s: &Snapshot) -> Option<(Op, Timestamp)> {
         .max_by_key(|(_, t)| *t)
 }
 
-/// The lock line: who holds it and what that means.
-pub fn lock_words(s: &Snapshot) -> String {
+/// The lock line: who holds it and what that means. `waited_on`: a lock someone else holds
+/// while a Job of the object runs (read for a person; see `LiveRead::waited_on`).
+pub fn lock_words(s: &Snapshot, waited_on: Option<&LockState>) -> String {
     if let Some(job) = s.active_job() {
-        return format!("not checked while Job {job} runs (it holds the lock itself)");
+        return match waited_on {
+            Some(LockState::Foreign {
+                holder,
+                id,
+                operation,
+                created,
+            }) => format!(
+                "held by {holder} (lock ID {id}, operation {operation}, since {created}): Job {job} waits up to lockTimeoutSeconds for it and is never the one to unlock it. If that holder is gone, release the lock where it was taken: `tofu force-unlock {id}` (or `terraform force-unlock {id}`) in its working directory"
+            ),
+            Some(other) => format!("Job {job} waits for it: {}", other.why()),
+            None => format!("not checked while Job {job} runs (it holds the lock itself)"),
+        };
     }
     match &s.lock {
         LockState::Free => "free".to_string(),
@@ -194,7 +206,7 @@ pub fn lock_words(s: &Snapshot) -> String {
 }
 
 /// The explanation in words, most important first.
-pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> String {
+pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_target: &str, now: Timestamp) -> String {
     let s = &e.plan.booked;
     let d = &e.decision;
     let mut out = format!("{} {}/{}\n", s.kind, s.namespace, s.name);
@@ -265,7 +277,7 @@ pub fn explain_text(e: &Explanation, command_target: &str, now: Timestamp) -> St
         Decision::Finalize => "the destroy is done (or the deletion policy is Orphan)".to_string(),
     };
     line("Why:", why);
-    line("State lock:", lock_words(s));
+    line("State lock:", lock_words(s, waited_on));
     if let Some(job) = s.active_job() {
         line("Running:", format!("Job {job}"));
     }

@@ -400,7 +400,10 @@ async fn status_lists_every_object_with_its_next_step_and_a_foreign_lock_holder(
         .map(|r| r["name"].as_str().unwrap())
         .collect();
     assert_eq!(names, ["elsewhere", "calm", "locked"], "never succeeded first");
-    assert_eq!(all[0]["next"], "start apply (InputsChanged)");
+    // No controller watches team-b: the object is not observed, whatever a controller would do.
+    assert_eq!(all[0]["next"], "not observed");
+    assert_eq!(all[0]["observed"], false);
+    assert_eq!(all[1]["observed"], true);
     assert_eq!(all[0]["namespace"], "team-b");
 
     let wide = env.captf(&["status", "-A", "-o", "wide"]).await?.stdout;
@@ -409,6 +412,48 @@ async fn status_lists_every_object_with_its_next_step_and_a_foreign_lock_holder(
     // Another context's namespace.
     let other = env.captf(&["--context", "elsewhere", "status"]).await?.stdout;
     assert!(other.contains("elsewhere") && !other.contains("calm"), "{other}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_waiting_on_someone_elses_lock_shows_the_holder_the_lock_id_and_how_to_release_it() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.create_cluster("waiting", NS)?;
+    let job = names::job_name(Kind::TerraformCluster, NS, "waiting", Op::Apply, 1);
+    env.until_job("waiting", Op::Apply, 1).await?;
+    let suffix = names::suffix(Kind::TerraformCluster, NS, "waiting");
+    env.sim.hold_lock(NS, &suffix, "lock-7", "bob@desk");
+
+    let text = env.captf(&["explain", "tfc/waiting"]).await?.stdout;
+    assert!(
+        text.contains("held by bob@desk (lock ID lock-7, operation OperationTypeApply"),
+        "{text}"
+    );
+    assert!(
+        text.contains(&format!("Job {job} waits up to lockTimeoutSeconds")),
+        "{text}"
+    );
+    assert!(text.contains("`tofu force-unlock lock-7`"), "{text}");
+    let status = env.captf(&["status"]).await?.stdout;
+    let line = status.lines().find(|l| l.contains("waiting")).unwrap_or_default();
+    assert!(line.contains("bob@desk"), "{status}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_says_when_no_controller_has_observed_the_object() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.create_cluster("unseen", NS)?;
+    let text = env.captf(&["explain", "tfc/unseen"]).await?.stdout;
+    assert!(
+        text.starts_with("Note: not observed: no controller has looked at this object"),
+        "{text}"
+    );
+    let status = env.captf(&["status"]).await?.stdout;
+    assert!(
+        status.lines().nth(1).is_some_and(|l| l.contains("not observed")),
+        "{status}"
+    );
     Ok(())
 }
 

@@ -642,6 +642,7 @@ mod tests {
         );
         s.lock = LockState::Foreign {
             holder: "alice@laptop".into(),
+            id: "lock-2".into(),
             operation: "OperationTypeApply".into(),
             created: String::new(),
         };

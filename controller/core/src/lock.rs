@@ -60,9 +60,11 @@ pub enum LockState {
     OwnAlive { holder: String, why: String },
     /// Held by this object's own runner pod, which is gone or finished: hand `id` to the next Job.
     Stale { id: String, holder: String, why: String },
-    /// Held by something that is not this object's runner: reported, never unlocked.
+    /// Held by something that is not this object's runner: reported, never unlocked. `id` is
+    /// the lock ID its holder releases it with (`tofu force-unlock <id>`).
     Foreign {
         holder: String,
+        id: String,
         operation: String,
         created: String,
     },
@@ -98,10 +100,11 @@ impl LockState {
             }
             LockState::Foreign {
                 holder,
+                id,
                 operation,
                 created,
             } => format!(
-                "held by {holder} (operation {operation}, since {created}), which is not one of this object's runner pods: never unlocked"
+                "held by {holder} (lock ID {id}, operation {operation}, since {created}), which is not one of this object's runner pods: never unlocked"
             ),
         }
     }
@@ -111,10 +114,11 @@ impl LockState {
         match self {
             LockState::Foreign {
                 holder,
+                id,
                 operation,
                 created,
             } => Some(format!(
-                "state locked by {holder} (operation {operation}, since {created})"
+                "state locked by {holder} (lock ID {id}, operation {operation}, since {created})"
             )),
             _ => None,
         }
@@ -162,6 +166,11 @@ pub fn check_lock(lease: Option<&LockLease>, own: &RunnerPattern, pod: &HolderPo
         };
         return LockState::Foreign {
             holder,
+            id: if info.id.is_empty() {
+                holder_identity.to_string()
+            } else {
+                info.id.clone()
+            },
             operation: info.operation.clone(),
             created: info.created.clone(),
         };
@@ -280,12 +289,17 @@ mod tests {
             s,
             LockState::Foreign {
                 holder: "alice@alice-laptop".into(),
+                id: "lock-id-2".into(),
                 operation: "OperationTypeApply".into(),
                 created: "2024-06-01T10:20:30.123456789Z".into()
             }
         );
         assert_eq!(s.force_unlock_id(), None);
-        assert!(s.state_locked_message().unwrap().contains("alice@alice-laptop"));
+        let m = s.state_locked_message().unwrap();
+        assert!(
+            m.contains("alice@alice-laptop") && m.contains("lock ID lock-id-2"),
+            "{m}"
+        );
     }
 
     #[test]

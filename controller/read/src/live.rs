@@ -21,6 +21,7 @@ use crate::kinds::CaptfKind;
 use crate::source::{self, Pending, Source, Verdicts};
 use captf_core::ident::Ident;
 use captf_core::interrupted::{ActiveJobCheck, ActiveJobReads, Checked, LiveJob, check_active_job};
+use captf_core::lock::LockState;
 use captf_core::record::JobRecord;
 use captf_core::snapshot::{Holds, Snapshot, object_status};
 
@@ -36,6 +37,10 @@ pub struct LiveRead {
     /// What the check of an active Job that vanished decides (not recorded).
     pub active_check: ActiveJobCheck,
     pub snap: Snapshot,
+    /// While a Job of the object runs, a lock on its state held by someone else: the Job waits
+    /// for it (up to `lockTimeoutSeconds`). Read for a person only: the pass checks the lock
+    /// only while no Job is active, so the snapshot says nothing of it then.
+    pub waited_on: Option<LockState>,
 }
 
 async fn get_typed<K: CaptfKind>(client: &kube::Client, ns: &str, name: &str) -> Result<Option<CaptfObject>, Error> {
@@ -239,7 +244,15 @@ pub async fn read(client: &kube::Client, object: CaptfObject) -> Result<LiveRead
                 Pending::Stale => "its copy is older than the live object",
             },
         })?;
+    let waited_on = match read.snap.active_job() {
+        Some(_) => match gather::lock_state(client, &read.id).await? {
+            held @ (LockState::Foreign { .. } | LockState::Unparsable { .. }) => Some(held),
+            _ => None,
+        },
+        None => None,
+    };
     Ok(LiveRead {
+        waited_on,
         active_check: active_check_of(&read.checked),
         object,
         id: read.id,
