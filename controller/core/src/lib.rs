@@ -9,6 +9,7 @@
 //! | [`record`] | the booked record of one Job |
 //! | [`backoff`] | failure counting, delay, retry number (docs/rules.md) |
 //! | [`remediation`] | the drift-remediation cap (docs/rules.md) |
+//! | [`requests`] | when a person's approval or refresh request is used up (docs/api.md) |
 //! | [`lock`] | the stale-lock check (docs/rules.md) |
 //! | [`interrupted`] | an apply Job deleted while it ran (docs/rules.md) |
 //! | [`prune`] | which Jobs to delete (docs/rules.md) |
@@ -52,6 +53,7 @@ pub mod prune;
 pub mod reason;
 pub mod record;
 pub mod remediation;
+pub mod requests;
 pub mod snapshot;
 pub mod state;
 pub mod status;

@@ -54,6 +54,9 @@ pub struct Plan {
     pub prune: Vec<String>,
     /// The status to write, when a `Start` creates its Job (see [`status_with`] otherwise).
     pub status: TerraformStatus,
+    /// The request annotations a booked Job used up, to remove from the object
+    /// ([`crate::requests`]).
+    pub used_requests: Vec<&'static str>,
 }
 
 impl Plan {
@@ -108,7 +111,9 @@ pub fn plan(snap: &Snapshot, now: Timestamp) -> Plan {
         next_seq,
         prune,
         status: TerraformStatus::default(),
+        used_requests: Vec::new(),
     };
+    p.used_requests = crate::requests::used(&p.booked);
     let active = p.new_job().or_else(|| p.booked.active_job().map(str::to_string));
     p.status = status_with(&p, &p.decision, active.as_deref(), now);
     if p.decision.is_start() {

@@ -174,6 +174,8 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let plan = plan::plan(&read.snap, now);
     tracing::debug!(object = %id.what(), decision = ?plan.decision, prune = ?plan.prune, "planned");
 
+    // Before any write to the object in this pass, so the resourceVersion read still holds.
+    deletion::remove_used_requests(&ctx.client, &id, &object, &plan.used_requests).await?;
     if !book::execute(ctx, &id, &object, &read.jobs, &plan).await? {
         return Ok(Action::requeue(RACE_REQUEUE));
     }

@@ -81,6 +81,41 @@ pub async fn set_block_move(client: &kube::Client, id: &Ident, object: &CaptfObj
     }
 }
 
+/// The merge patch that removes the request annotations `keys` from `object`, with the
+/// resourceVersion read as a precondition; `None` when none of them is there.
+pub fn remove_requests_patch(object: &CaptfObject, keys: &[&str]) -> Option<serde_json::Value> {
+    let meta = object.metadata();
+    let annotations = meta.annotations.as_ref()?;
+    let gone: serde_json::Map<String, serde_json::Value> = keys
+        .iter()
+        .filter(|k| annotations.contains_key(**k))
+        .map(|k| (k.to_string(), serde_json::Value::Null))
+        .collect();
+    (!gone.is_empty()).then(|| json!({"metadata": {"resourceVersion": meta.resource_version, "annotations": gone}}))
+}
+
+/// Remove the request annotations a booked Job used up, only from the object as read: a
+/// conflict (the object changed since, perhaps by a new request) or an object gone leaves them,
+/// and the next pass looks again.
+pub async fn remove_used_requests(
+    client: &kube::Client,
+    id: &Ident,
+    object: &CaptfObject,
+    keys: &[&str],
+) -> Result<(), Error> {
+    let Some(patch) = remove_requests_patch(object, keys) else {
+        return Ok(());
+    };
+    match merge_patch(client, id, &patch).await {
+        Ok(()) => {
+            tracing::info!("removed the used request annotations {keys:?} of {}", id.what());
+            Ok(())
+        }
+        Err(e) if errors::is_not_found(&e) || errors::is_conflict(&e) => Ok(()),
+        Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
+    }
+}
+
 /// Add the finalizer if missing. False when the write lost a race (requeue).
 pub async fn ensure_finalizer(client: &kube::Client, id: &Ident, object: &CaptfObject) -> Result<bool, Error> {
     let current = object.metadata().finalizers.clone().unwrap_or_default();
@@ -102,6 +137,24 @@ pub async fn remove_finalizer(client: &kube::Client, id: &Ident, object: &CaptfO
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_used_request_is_removed_only_from_the_object_as_read() {
+        let object: captf_shared::types::TerraformCluster = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "TerraformCluster",
+            "metadata": {"name": "a", "namespace": "default", "resourceVersion": "42",
+                         "annotations": {"captf.io/approve-plan": "h1", "keep": "me"}},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        let object = CaptfObject::Cluster(object);
+        assert_eq!(
+            super::remove_requests_patch(&object, &[keys::ANNOTATION_APPROVE_PLAN, keys::ANNOTATION_REFRESH]),
+            Some(json!({"metadata": {"resourceVersion": "42", "annotations": {"captf.io/approve-plan": null}}}))
+        );
+        assert_eq!(super::remove_requests_patch(&object, &[keys::ANNOTATION_REFRESH]), None);
+    }
 
     #[test]
     fn the_finalizer_is_added_once_and_removed_alone() {

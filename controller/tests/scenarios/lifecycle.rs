@@ -326,6 +326,10 @@ async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_
     assert_eq!(annotations(&j2)["captf.io/approved-plan"], "hash-1");
     env.run_until_booked(&j2, "plan-changed").await?;
     env.until_next_action("guarded", "PlanChanged").await?;
+    // The approval did what it could: the controller removes it.
+    let approval = |c: &Value| c.pointer("/metadata/annotations/captf.io~1approve-plan").cloned();
+    env.until_cluster("guarded", "the used approval removed", |c| approval(c).is_none())
+        .await?;
     env.merge_patch::<TerraformCluster>("guarded", approve("hash-2"))
         .await?;
     let j3 = env.job(k, "guarded", Op::Apply, 3).await?;
@@ -333,6 +337,8 @@ async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_
     env.run_until_booked(&j3, "succeeded").await?;
     let c = env.until_ready("guarded").await?;
     assert!(c.pointer("/status/pendingPlan").is_none_or(Value::is_null));
+    env.until_cluster("guarded", "the used approval removed", |c| approval(c).is_none())
+        .await?;
     let c = env.cluster("guarded");
     assert_eq!(apply_failures(&c), json!(0));
     Ok(())
