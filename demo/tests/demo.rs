@@ -144,6 +144,10 @@ fn readme_main_command_plays_every_step_and_exits_zero() {
                 "{why}: {stdout}"
             );
             assert!(rows.iter().all(|r| real(r) == 0), "{stdout}");
+            // The real-runner half of this test did not run: said so, and under CI a failure.
+            captf_testsupport::cannot_run(format!(
+                "{why}; the demo's real runners need root for a private mount namespace, so only its scripted fallback was checked"
+            ));
         }
     }
 }

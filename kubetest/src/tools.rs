@@ -49,41 +49,31 @@ impl Tools {
     }
 }
 
-/// Whether the environment is a CI run: `CI` set to anything but empty, `0` or `false`.
-pub fn is_ci(ci: Option<&str>) -> bool {
-    ci.is_some_and(|v| !v.is_empty() && v != "0" && !v.eq_ignore_ascii_case("false"))
-}
-
-/// What a test does when the binaries are not found: under CI it fails (a test that cannot run
-/// must not pass); elsewhere it is skipped, and says why.
-#[derive(Debug, PartialEq, Eq)]
-pub enum Missing {
-    Fail(String),
-    Skip(String),
-}
+/// What a test does when the binaries are not found: the workspace's one rule for a test that
+/// cannot run ([`captf_testsupport::verdict`]): under CI it fails (a test that cannot run must
+/// not pass); elsewhere it is skipped, and says why.
+pub use captf_testsupport::Verdict as Missing;
 
 /// The decision for a lookup result under a `CI` value: `None` when the tools are there.
 pub fn missing_verdict(ci: Option<&str>, located: &Result<Tools, LocateToolsError>) -> Option<Missing> {
     let err = located.as_ref().err()?;
-    Some(if is_ci(ci) {
-        Missing::Fail(format!("the real control plane cannot run under CI: {err}"))
-    } else {
-        Missing::Skip(format!("SKIPPED: {err}"))
-    })
+    Some(captf_testsupport::verdict(
+        ci,
+        &format!("the real control plane cannot start: {err}"),
+    ))
 }
 
 /// For tests: the binaries, or `None` after printing why the test is skipped; under CI a
-/// missing binary panics, so the test fails instead of passing unrun.
+/// missing binary panics, so the test fails instead of passing unrun
+/// ([`captf_testsupport::cannot_run`]).
+#[track_caller]
 pub fn tools_or_skip() -> Option<Tools> {
-    let located = Tools::locate();
-    let ci = std::env::var("CI").ok();
-    match missing_verdict(ci.as_deref(), &located) {
-        None => located.ok(),
-        Some(Missing::Skip(why)) => {
-            eprintln!("{why}");
+    match Tools::locate() {
+        Ok(tools) => Some(tools),
+        Err(err) => {
+            captf_testsupport::cannot_run(format!("the real control plane cannot start: {err}"));
             None
         }
-        Some(Missing::Fail(why)) => panic!("{why}"),
     }
 }
 

@@ -11,7 +11,7 @@
 //! private tmpfs, so the machine's own `/var/run/secrets` is never touched. Killing the
 //! namespace's first process kills every process in it, as a container's death does. Where
 //! namespaces can't be made (no root), each test says so and skips, except under `CI`, where
-//! that fails it. A missing binary always fails the test, naming it.
+//! that fails it (`captf_testsupport::cannot_run`, the workspace's one rule). A missing binary always fails the test, naming it.
 
 #![allow(clippy::unwrap_used)]
 
@@ -68,15 +68,13 @@ fn provision(sim: &Sim, suffix: &str) {
 }
 
 /// Outside CI, a machine that can't make the namespaces skips these tests and says why; under
-/// `CI` they must run, so there it is a failure.
+/// `CI` they must run, so there it is a failure (`captf_testsupport::cannot_run`).
 macro_rules! require_namespaces {
     () => {
         if let Some(why) = namespaces_unavailable() {
-            assert!(
-                std::env::var_os("CI").is_none(),
-                "{why}; the real-binary runner tests need root for a private mount namespace, and CI is set"
-            );
-            eprintln!("SKIPPED: {why}; the real-binary runner tests need root for a private mount namespace");
+            captf_testsupport::cannot_run(format!(
+                "{why}; the real-binary runner tests need root for a private mount namespace"
+            ));
             return;
         }
     };
@@ -192,9 +190,16 @@ impl Running {
             .await
             .expect("runner did not finish")
             .unwrap();
-        // The output readers end when the pipes close; give them the bound to do so.
+        // The output readers end when the pipes close (every process of the namespace died with
+        // its PID 1); give them the bound to do so, and fail past it rather than read a partial
+        // output.
         let deadline = tokio::time::Instant::now() + Duration::from_secs(10);
-        while Arc::strong_count(&self.output) > 1 && tokio::time::Instant::now() < deadline {
+        while Arc::strong_count(&self.output) > 1 {
+            assert!(
+                tokio::time::Instant::now() < deadline,
+                "the runner's output pipes were still open 10 s after it exited ({status}):\n{}",
+                self.output()
+            );
             tokio::time::sleep(Duration::from_millis(10)).await;
         }
         let output = self.output();

@@ -654,7 +654,11 @@ async fn a_selector_watch_across_namespaces_sees_only_matching_objects() {
     }
     let mut names = vec![];
     while names.len() < 2 {
-        if let WatchEvent::Added(o) = s.next().await.unwrap().unwrap() {
+        let event = s
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the watch ended (5 s) having seen only {names:?} of two matching ConfigMaps"));
+        if let WatchEvent::Added(o) = event.unwrap() {
             names.push(o.metadata.name.unwrap());
         }
     }
@@ -704,7 +708,11 @@ async fn a_change_that_makes_an_object_stop_matching_a_selector_watch_is_deleted
         .unwrap();
     let mut kinds = vec![];
     while kinds.len() < 2 {
-        match s.next().await.unwrap().unwrap() {
+        let event = s
+            .next()
+            .await
+            .unwrap_or_else(|| panic!("the watch ended (5 s) having seen only {kinds:?}, not ADDED then DELETED"));
+        match event.unwrap() {
             WatchEvent::Added(_) => kinds.push("ADDED"),
             WatchEvent::Deleted(_) => kinds.push("DELETED"),
             WatchEvent::Modified(_) => kinds.push("MODIFIED"),

@@ -78,7 +78,12 @@ fn report<T>(diags: &mut Diagnostics, r: Result<T, WorldError>) -> Option<T> {
     }
 }
 
+/// The longest a change is held: far past any test's own patience, so a test that never opens
+/// the gate fails on its own wait first; a provider left behind still ends, saying why.
+const HOLD_PATIENCE: Duration = Duration::from_secs(600);
+
 /// With `CAPTFTEST_HOLD` set: write `<name>.busy`, wait for the hold file, remove the marker.
+/// Past [`HOLD_PATIENCE`] without the hold file, the change fails naming the file it waited for.
 async fn hold(diags: &mut Diagnostics, w: &World, name: &str) -> Option<()> {
     let Some(gate) = std::env::var_os(HOLD_ENV).filter(|g| !g.is_empty()).map(PathBuf::from) else {
         return Some(());
@@ -88,7 +93,15 @@ async fn hold(diags: &mut Diagnostics, w: &World, name: &str) -> Option<()> {
         diags.root_error_short(format!("failed to write {}: {e}", marker.display()));
         return None;
     }
+    let deadline = tokio::time::Instant::now() + HOLD_PATIENCE;
     while !tokio::fs::try_exists(&gate).await.unwrap_or(false) {
+        if tokio::time::Instant::now() > deadline {
+            diags.root_error_short(format!(
+                "{name} was held {HOLD_PATIENCE:?} and the hold file {} never appeared",
+                gate.display()
+            ));
+            return None;
+        }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     let _ = tokio::fs::remove_file(&marker).await;

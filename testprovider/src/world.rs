@@ -13,7 +13,8 @@ use serde::{Deserialize, Serialize};
 pub const WORLD_ENV: &str = "CAPTFTEST_WORLD";
 /// When set, every create, update and delete first writes `<world>/<name>.busy` and then waits
 /// until the file this variable names exists: a test can hold an apply in the middle of its
-/// change for as long as it needs (to kill or interrupt the runner there).
+/// change for as long as it needs (to kill or interrupt the runner there), up to 10 minutes,
+/// after which the change fails naming the file it waited for.
 pub const HOLD_ENV: &str = "CAPTFTEST_HOLD";
 
 /// One thing as the world holds it.

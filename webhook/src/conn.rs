@@ -116,13 +116,15 @@ pub struct ConnLimits {
     pub close_grace: Duration,
 }
 
-/// Why a connection is closed.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+/// Why a connection is closed (the `reason` of `captf_webhook_connections_closed_total`).
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
 pub enum CloseReason {
     NoRequest,
     Idle,
     MaxAge,
     MaxRequests,
+    /// The server is shutting down (never a [`check`] verdict).
+    Shutdown,
 }
 
 impl CloseReason {
@@ -132,6 +134,7 @@ impl CloseReason {
             CloseReason::Idle => "idle",
             CloseReason::MaxAge => "maximum age",
             CloseReason::MaxRequests => "maximum requests",
+            CloseReason::Shutdown => "server shutting down",
         }
     }
 }

@@ -19,6 +19,7 @@ use prometheus_client::registry::Registry;
 
 use crate::METRICS_PATH;
 use crate::admission::{KindLabel, OperationLabel, ResultLabel, Route};
+use crate::conn::CloseReason;
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct RequestLabels {
@@ -42,6 +43,27 @@ pub struct Metrics {
     cert_reloads: Family<ReloadLabels, Counter>,
     connections_open: Gauge,
     connections_refused: Counter,
+    connections_closed: Family<ClosedLabels, Counter>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ClosedLabels {
+    pub reason: CloseReason,
+}
+
+impl prometheus_client::encoding::EncodeLabelValue for CloseReason {
+    fn encode(&self, encoder: &mut prometheus_client::encoding::LabelValueEncoder) -> Result<(), std::fmt::Error> {
+        std::fmt::Write::write_str(
+            encoder,
+            match self {
+                CloseReason::NoRequest => "no_request",
+                CloseReason::Idle => "idle",
+                CloseReason::MaxAge => "max_age",
+                CloseReason::MaxRequests => "max_requests",
+                CloseReason::Shutdown => "shutdown",
+            },
+        )
+    }
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -115,6 +137,12 @@ impl Metrics {
             "Connections closed right after accept because the connection limit was reached",
             connections_refused.clone(),
         );
+        let connections_closed = Family::<ClosedLabels, Counter>::default();
+        sub.register(
+            "connections_closed",
+            "Served connections the server began to close gracefully, by reason",
+            connections_closed.clone(),
+        );
         Self {
             registry,
             requests,
@@ -122,6 +150,7 @@ impl Metrics {
             cert_reloads,
             connections_open,
             connections_refused,
+            connections_closed,
         }
     }
 
@@ -148,6 +177,11 @@ impl Metrics {
     /// A connection was refused at the connection limit.
     pub fn connection_refused(&self) {
         self.connections_refused.inc();
+    }
+
+    /// The server began to close a served connection gracefully, for this reason.
+    pub fn connection_closing(&self, reason: CloseReason) {
+        self.connections_closed.get_or_create(&ClosedLabels { reason }).inc();
     }
 
     /// Connections open now (tests).

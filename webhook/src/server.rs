@@ -19,7 +19,7 @@ use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::conn::{
-    Activity, ConnLimits, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
+    Activity, CloseReason, ConnLimits, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
     DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_REQUESTS_PER_CONNECTION, PeerConnections, Verdict, check,
 };
 use crate::metrics::{Metrics, metrics_router};
@@ -317,7 +317,7 @@ impl Bound {
                     }
                 };
                 if let Some(tls) = tls {
-                    serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), peer).await;
+                    serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), peer, &metrics).await;
                 }
                 metrics.connection(false);
                 drop(peer_slot);
@@ -348,7 +348,8 @@ impl Bound {
 }
 
 /// Serve one TLS connection under its [`ConnLimits`], until it ends, is closed by them (then
-/// within the close grace), or the server stops (then within the shutdown grace).
+/// within the close grace), or the server stops (then within the shutdown grace). A close is
+/// counted by its reason when it begins.
 async fn serve_connection<IO>(
     builder: &auto::Builder<TokioExecutor>,
     io: IO,
@@ -356,6 +357,7 @@ async fn serve_connection<IO>(
     limits: ConnLimits,
     (mut stop, shutdown_grace): (watch::Receiver<bool>, Duration),
     peer: SocketAddr,
+    metrics: &Metrics,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -377,10 +379,10 @@ async fn serve_connection<IO>(
     tokio::pin!(conn);
     let (reason, grace) = loop {
         if *stop.borrow() {
-            break ("server shutting down", shutdown_grace);
+            break (CloseReason::Shutdown, shutdown_grace);
         }
         let until = match check(&limits, activity.seen(tokio::time::Instant::now())) {
-            Verdict::Close(reason) => break (reason.as_str(), limits.close_grace),
+            Verdict::Close(reason) => break (reason, limits.close_grace),
             Verdict::KeepUntil(at) => activity.at(at),
         };
         tokio::select! {
@@ -395,7 +397,8 @@ async fn serve_connection<IO>(
             _ = stop.changed() => {}
         }
     };
-    tracing::debug!(%peer, "closing connection: {reason}");
+    tracing::debug!(%peer, "closing connection: {}", reason.as_str());
+    metrics.connection_closing(reason);
     conn.as_mut().graceful_shutdown();
     match tokio::time::timeout(grace, conn).await {
         Ok(Err(e)) => tracing::debug!(%peer, "connection ended: {e}"),

@@ -667,6 +667,15 @@ async fn an_update_of_an_object_near_etcds_limit_fits_the_body_limit() {
     assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
 }
 
+/// Yield to the request's task until `cond` holds, or fail after 5 s (wall time) naming `what`.
+async fn until(what: &str, cond: impl Fn() -> bool) {
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    while !cond() {
+        assert!(std::time::Instant::now() < deadline, "not within 5 s: {what}");
+        tokio::task::yield_now().await;
+    }
+}
+
 fn pending_body() -> (http_body_util::channel::Sender<axum::body::Bytes>, Body) {
     let (tx, body) = http_body_util::channel::Channel::<axum::body::Bytes, std::convert::Infallible>::new(1);
     (tx, Body::new(body))
@@ -683,9 +692,7 @@ async fn requests_past_the_in_flight_bound_get_429_with_a_reason() {
         let st = st.clone();
         async move { send(&st, post(VALIDATE_PATH, body)).await }
     });
-    while st.budget.in_flight().0 == 0 {
-        tokio::task::yield_now().await;
-    }
+    until("the held request counted in flight", || st.budget.in_flight().0 > 0).await;
     let (status, body, headers) = send(&st, post(VALIDATE_PATH, b"{}".to_vec())).await;
     assert_eq!(status, StatusCode::TOO_MANY_REQUESTS);
     assert_eq!(headers[header::RETRY_AFTER], "1");
@@ -747,9 +754,10 @@ async fn a_declared_length_holds_no_budget_until_its_bytes_arrive() {
         .unwrap();
     // The channel holds one frame: once a second is taken, the first has been read and counted.
     tx.send_data(axum::body::Bytes::from_static(b":")).await.unwrap();
-    while st.budget.in_flight().1 < 7 {
-        tokio::task::yield_now().await;
-    }
+    until("the first 7 body bytes counted in flight", || {
+        st.budget.in_flight().1 >= 7
+    })
+    .await;
     let (requests, bytes) = st.budget.in_flight();
     assert_eq!(requests, 1);
     assert!(
@@ -845,9 +853,7 @@ async fn one_address_past_its_share_gets_429_while_another_is_answered() {
         let st = st.clone();
         async move { send(&st, req).await }
     });
-    while st.budget.in_flight().0 == 0 {
-        tokio::task::yield_now().await;
-    }
+    until("the held request counted in flight", || st.budget.in_flight().0 > 0).await;
     let valid = serde_json::to_vec(&fixture("cluster-create-accepted")).unwrap();
     let mut again = post(VALIDATE_PATH, valid.clone());
     again.extensions_mut().insert(attacker);

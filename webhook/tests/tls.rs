@@ -198,11 +198,57 @@ async fn wait_for_leaf(addr: SocketAddr, config: Arc<rustls::ClientConfig>, want
     }
 }
 
+/// Wait until the metrics hold `line` as one whole line (so `… 1` is not met by `… 10`), or fail
+/// after 5 s naming it.
 async fn wait_for_metric(metrics: &captf_webhook::metrics::Metrics, line: &str) {
     let deadline = Instant::now() + Duration::from_secs(5);
-    while !metrics.encode().unwrap().contains(line) {
-        assert!(Instant::now() < deadline, "{line} never appeared");
+    loop {
+        let text = metrics.encode().unwrap();
+        if text.lines().any(|l| l == line) {
+            return;
+        }
+        assert!(Instant::now() < deadline, "{line} never appeared in 5 s:\n{text}");
         tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+/// `GET path` over plain HTTP (the metrics port), answered and closed: the whole response.
+async fn plain_get(addr: SocketAddr, path: &str) -> String {
+    let mut tcp = TcpStream::connect(addr)
+        .await
+        .unwrap_or_else(|e| panic!("GET {path}: connecting to {addr}: {e}"));
+    tcp.write_all(format!("GET {path} HTTP/1.1\r\nHost: localhost\r\nConnection: close\r\n\r\n").as_bytes())
+        .await
+        .unwrap_or_else(|e| panic!("GET {path} on {addr}: {e}"));
+    String::from_utf8_lossy(&read_until_closed(&mut tcp, Duration::from_secs(3)).await).into_owned()
+}
+
+/// Wait until the server's readiness (on the metrics port) fails, i.e. the shutdown signal has
+/// been taken, or fail after 5 s.
+async fn wait_until_unready(metrics_addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = plain_get(metrics_addr, captf_webhook::READYZ_PATH).await;
+        if got.starts_with("HTTP/1.1 503") {
+            return;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "/readyz never failed within 5 s of the shutdown signal: {got}"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+}
+
+/// Wait until the TLS port refuses connections (the listener is closed), or fail after 5 s.
+async fn wait_until_refused(addr: SocketAddr) {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    while TcpStream::connect(addr).await.is_ok() {
+        assert!(
+            Instant::now() < deadline,
+            "{addr} still accepted connections 5 s after the shutdown signal"
+        );
+        tokio::time::sleep(Duration::from_millis(10)).await;
     }
 }
 
@@ -391,6 +437,16 @@ async fn a_client_that_never_finishes_its_body_gets_408() {
     server.shutdown().await;
 }
 
+/// Read exactly `n` bytes, or fail after `within`.
+async fn read_exactly(stream: &mut (impl AsyncReadExt + Unpin), n: usize, within: Duration) -> Vec<u8> {
+    let mut buf = vec![0u8; n];
+    tokio::time::timeout(within, stream.read_exact(&mut buf))
+        .await
+        .unwrap_or_else(|_| panic!("fewer than {n} bytes within {within:?}"))
+        .unwrap();
+    buf
+}
+
 #[tokio::test]
 async fn shutdown_lets_the_request_in_flight_finish_then_refuses_connections() {
     let a = certs("CA A");
@@ -401,21 +457,39 @@ async fn shutdown_lets_the_request_in_flight_finish_then_refuses_connections() {
     let addr = server.addr;
     let body = serde_json::to_vec(&common::fixture("cluster-create-accepted")).unwrap();
     let mut tls = tls_connect(addr, client_config(&[&a.ca_pem], BOTH)).await;
+    // `Expect: 100-continue`: the server answers `100 Continue` once the handler asks for the
+    // body, which makes "the request is in flight" something the client sees.
     let head = format!(
-        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+        "POST /validate HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nExpect: 100-continue\r\nContent-Length: {}\r\n\r\n",
         body.len()
     );
     tls.write_all(head.as_bytes()).await.unwrap();
     tls.write_all(&body[..10]).await.unwrap();
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    const CONTINUE: &[u8] = b"HTTP/1.1 100 Continue\r\n\r\n";
+    let got = read_exactly(&mut tls, CONTINUE.len(), Duration::from_secs(5)).await;
+    assert_eq!(got, CONTINUE, "{}", String::from_utf8_lossy(&got));
 
+    // The shutdown has begun (the listener is closed) and the connection has taken it (its
+    // graceful close is counted) while the body is still incomplete.
+    let metrics = server.metrics.clone();
     let shutdown = tokio::spawn(server.shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    wait_until_refused(addr).await;
+    wait_for_metric(
+        &metrics,
+        r#"captf_webhook_connections_closed_total{reason="shutdown"} 1"#,
+    )
+    .await;
+    assert!(
+        !shutdown.is_finished(),
+        "the shutdown did not wait for the request in flight"
+    );
     tls.write_all(&body[10..]).await.unwrap();
     let got = read_until_closed(&mut tls, Duration::from_secs(5)).await;
     let text = String::from_utf8_lossy(&got);
     assert!(text.starts_with("HTTP/1.1 200"), "{text}");
     assert!(text.contains(r#""allowed":true"#), "{text}");
+    // Answered while draining: the connection is not kept alive.
+    assert!(text.to_ascii_lowercase().contains("connection: close"), "{text}");
     shutdown.await.unwrap();
     assert!(
         TcpStream::connect(addr).await.is_err(),
@@ -542,8 +616,10 @@ async fn after_the_signal_readyz_fails_but_connections_are_accepted_for_the_shut
     config.shutdown_delay = Duration::from_millis(600);
     let server = start(config).await;
     let (addr, client) = (server.addr, client_config(&[&a.ca_pem], BOTH));
+    let metrics_addr = server.metrics_addr;
     let shutdown = tokio::spawn(server.shutdown());
-    tokio::time::sleep(Duration::from_millis(100)).await;
+    // The signal has been taken (readiness fails) before the new connection below.
+    wait_until_unready(metrics_addr).await;
     let mut c = connect(addr, client.clone()).await;
     let req = hyper::Request::get(captf_webhook::READYZ_PATH)
         .header("host", "localhost")
@@ -761,7 +837,13 @@ async fn connections_past_the_cap_are_refused_until_one_closes() {
     assert!(third.is_err(), "a third connection was served");
     wait_for_metric(&server.metrics, "captf_webhook_connections_refused_total 1").await;
     drop(first);
+    let deadline = Instant::now() + Duration::from_secs(5);
     while server.metrics.connections_open() > 1 {
+        assert!(
+            Instant::now() < deadline,
+            "the server still counted {} connections open 5 s after the first closed",
+            server.metrics.connections_open()
+        );
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let mut fourth = connect(server.addr, client).await;

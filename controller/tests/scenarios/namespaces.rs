@@ -127,7 +127,21 @@ async fn readiness_waits_for_every_watched_namespace_and_one_it_cannot_list_bloc
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    tokio::time::sleep(Duration::from_millis(500)).await;
+    // Not ready after the controller has been refused each of its lists in {UNWATCHED} twice
+    // (its first try, and a retry after the watchers' backoff): waiting on those attempts rather
+    // than on a fixed time, so a controller that turned ready after a refused list is caught.
+    // The watchers' backoff makes that take seconds (about 9 s here), hence the longer bound.
+    let deadline = std::time::Instant::now() + 4 * WAIT;
+    loop {
+        let denied: Vec<String> = env.sim.denied().into_iter().filter(|d| d.contains(UNWATCHED)).collect();
+        if !denied.is_empty() && denied.iter().all(|d| denied.iter().filter(|x| *x == d).count() >= 2) {
+            break;
+        }
+        if std::time::Instant::now() > deadline {
+            bail!("the controller did not retry each of its refused lists in {UNWATCHED}: {denied:#?}");
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
     let h = env.handle.as_ref().unwrap();
     assert!(!h.ready.load(Ordering::SeqCst), "ready without {UNWATCHED}'s caches");
     let readyz = http_get(h.health_addr, "/readyz").await?;
