@@ -16,7 +16,7 @@
 //! | [`inputs`] | canonical JSON and the inputs hash |
 //! | [`module_credentials`] | the module credentials Secret: its keys and when it is usable |
 //! | [`pod`] | the runner pod's own volumes, mount paths, labels and annotations |
-//! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads) |
+//! | [`policy`] | what a tenant may choose for runner pods (image, service account, Secret reads), and (feature `cli`) its flags |
 //! | [`references`] | the Secrets a spec names, and the rule that none is CAPTF's own |
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`state_encryption`] | OpenTofu's client-side state encryption: passphrase files and rules |

@@ -1,5 +1,6 @@
 //! What a tenant may choose for the runner pods the controller creates: the platform team's
-//! policy (chart values → webhook and controller flags). The webhook rejects a spec outside it;
+//! policy (chart values → the webhook's and the controller's flags, one set of them declared
+//! once: `TenantPolicyArgs`, with the `cli` feature). The webhook rejects a spec outside it;
 //! the controller checks again before it creates a Job (`Ready=False/PolicyViolation`, no Job),
 //! because whoever may change the webhook configuration can bypass the webhook.
 //!
@@ -18,6 +19,11 @@
 use std::fmt;
 
 use crate::types::{CaptfObject, JobsSpec, TerraformSpec};
+
+#[cfg(feature = "cli")]
+mod args;
+#[cfg(feature = "cli")]
+pub use args::{DEFAULT_RUNNER_IMAGE, TenantPolicyArgs};
 
 /// The platform team's limits on what a spec may choose.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -44,8 +50,9 @@ pub struct TenantPolicy {
 }
 
 impl TenantPolicy {
-    /// No limits (what the webhook library does unless told otherwise; the binaries' flags
-    /// default to the restrictive [`TenantPolicy::only_defaults`]).
+    /// No limits (what the webhook library does unless told otherwise; the binaries' flags,
+    /// `TenantPolicyArgs`, default to the restrictive [`TenantPolicy::only_defaults`] of the
+    /// release's runner image and no service account).
     pub fn unrestricted() -> Self {
         TenantPolicy {
             runner_image_prefixes: vec!["*".into()],

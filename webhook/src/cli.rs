@@ -4,7 +4,7 @@ use std::net::{IpAddr, SocketAddr};
 use std::path::PathBuf;
 use std::time::Duration;
 
-use captf_shared::policy::TenantPolicy;
+use captf_shared::policy::TenantPolicyArgs;
 use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::server::Config;
@@ -130,70 +130,11 @@ pub struct ServeArgs {
     /// Time open connections get to finish on shutdown.
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    // What tenants may choose for runner pods: the controller's flags, declared once in
+    // captf-shared, so both read the same values the same way (`--runner-image` and
+    // `--runner-service-account` included: a spec may always name them).
     #[command(flatten)]
-    pub policy: PolicyArgs,
-}
-
-/// What tenants may choose for runner pods (the same flags as the controller's).
-#[derive(Debug, Args)]
-pub struct PolicyArgs {
-    /// Image prefixes spec.jobs.image may start with (comma-separated; `*`: any). Empty: it may
-    /// not be set.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
-    pub allowed_runner_image_prefixes: Vec<String>,
-    /// Names spec.jobs.serviceAccountName may be (comma-separated; `*`: any). Empty: it may not
-    /// be set.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
-    pub allowed_runner_service_accounts: Vec<String>,
-    /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
-    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
-    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub allow_env_from_secrets: bool,
-    /// Whether spec.variablesFrom may name Secrets (secretRef), which the controller copies into
-    /// the object's inputs.
-    #[arg(long, env = "CAPTF_ALLOW_VARIABLES_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub allow_variables_from_secrets: bool,
-    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). `system-` classes are
-    /// refused whatever this says.
-    #[arg(
-        long,
-        env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
-        value_delimiter = ',',
-        default_value = "*"
-    )]
-    pub allowed_runner_priority_classes: Vec<String>,
-    /// Whether runner pods may be placed on control-plane nodes (tolerations of the control-plane
-    /// taints or of every taint, control-plane node selectors and node affinity).
-    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CONTROL_PLANE_PLACEMENT", default_value_t = false, action = clap::ArgAction::Set)]
-    pub allow_runner_control_plane_placement: bool,
-}
-
-impl PolicyArgs {
-    pub fn to_policy(&self) -> TenantPolicy {
-        TenantPolicy {
-            runner_image_prefixes: self
-                .allowed_runner_image_prefixes
-                .iter()
-                .filter(|p| !p.is_empty())
-                .cloned()
-                .collect(),
-            runner_service_accounts: self
-                .allowed_runner_service_accounts
-                .iter()
-                .filter(|p| !p.is_empty())
-                .cloned()
-                .collect(),
-            env_from_secrets: self.allow_env_from_secrets,
-            variables_from_secrets: self.allow_variables_from_secrets,
-            priority_classes: self
-                .allowed_runner_priority_classes
-                .iter()
-                .filter(|p| !p.is_empty())
-                .cloned()
-                .collect(),
-            control_plane_placement: self.allow_runner_control_plane_placement,
-        }
-    }
+    pub policy: TenantPolicyArgs,
 }
 
 #[derive(Debug, Args)]

@@ -149,6 +149,40 @@ fn the_policy_flags_default_to_nothing_but_the_defaults() {
     assert!(!p.env_from_secrets);
 }
 
+/// The webhook reads the runner image and service account flags as the controller does (one
+/// flag struct, captf-shared's `TenantPolicyArgs`): a spec may name the controller's own runner
+/// image and account even when no allow list names them, and nothing else.
+#[tokio::test]
+async fn the_runner_image_and_service_account_flags_are_allowed_without_any_list() {
+    let cli = captf_webhook::cli::Cli::try_parse_from([
+        "captf-webhook",
+        "--tls-cert-file=c",
+        "--tls-key-file=k",
+        "--runner-image=registry.corp/runner:2",
+        "--runner-service-account=runners",
+    ])
+    .unwrap();
+    let p = cli.serve.to_config().unwrap().policy;
+    assert_eq!(p.runner_image_prefixes, ["registry.corp/runner:2"]);
+    assert_eq!(p.runner_service_accounts, ["runners"]);
+    let own = json!({"image": "registry.corp/runner:2", "serviceAccountName": "runners"});
+    let resp = validate(p.clone(), &create_with_jobs(own)).await;
+    assert_eq!(resp["response"]["allowed"], true, "{resp}");
+    let other = json!({"image": "registry.corp/runner:3", "serviceAccountName": "deployer"});
+    let resp = validate(p, &create_with_jobs(other)).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    assert!(msg.contains("spec.jobs.image"), "{msg}");
+    assert!(msg.contains("spec.jobs.serviceAccountName"), "{msg}");
+    // Without the flags, the release's runner image, as the controller's default.
+    let cli =
+        captf_webhook::cli::Cli::try_parse_from(["captf-webhook", "--tls-cert-file=c", "--tls-key-file=k"]).unwrap();
+    assert_eq!(
+        cli.serve.to_config().unwrap().policy.runner_image_prefixes,
+        [captf_shared::policy::DEFAULT_RUNNER_IMAGE]
+    );
+}
+
 /// The attack at the webhook: a spec naming another object's state, inputs or outputs Secret,
 /// in any field that reads a Secret for the runner, is refused naming each field, even by a
 /// policy that allows everything.

@@ -127,12 +127,14 @@ rules:
     scope: Namespaced
 {{- end }}
 
-{{/* The tenant policy flags the webhook and the controller share (runner.policy): the runner
-image and ServiceAccount the controller uses by default are always allowed (an empty account
-name, each object's own, is dropped by both binaries). */}}
+{{/* The tenant policy flags the webhook and the controller share (captf-shared's
+TenantPolicyArgs, the same in both binaries): the runner image and ServiceAccount the controller
+uses when a spec leaves them unset, which a spec may always name, and runner.policy. */}}
 {{- define "captf.runner.policyArgs" -}}
-- --allowed-runner-image-prefixes={{ join "," (prepend .Values.runner.policy.allowedImagePrefixes (include "captf.image" .Values.runner.image)) }}
-- --allowed-runner-service-accounts={{ join "," (prepend .Values.runner.policy.allowedServiceAccounts .Values.runner.serviceAccount.name) }}
+- --runner-image={{ include "captf.image" .Values.runner.image }}
+- --runner-service-account={{ .Values.runner.serviceAccount.name }}
+- --allowed-runner-image-prefixes={{ join "," .Values.runner.policy.allowedImagePrefixes }}
+- --allowed-runner-service-accounts={{ join "," .Values.runner.policy.allowedServiceAccounts }}
 - --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
 - --allow-variables-from-secrets={{ .Values.runner.policy.allowVariablesFromSecrets }}
 - --allowed-runner-priority-classes={{ join "," .Values.runner.policy.allowedPriorityClasses }}

@@ -63,7 +63,7 @@ pub const VARIABLES: [Variable; 7] = [
     Variable {
         name: "CAPTF_RUNNER_IMAGE",
         default: "ghcr.io/captf/runner:0.1.0",
-        doc: "the runner image of Jobs (--runner-image)",
+        doc: "the runner image of Jobs, which a spec may always name (--runner-image of the controller and the webhook)",
     },
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
@@ -78,7 +78,7 @@ pub const VARIABLES: [Variable; 7] = [
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
         default: "",
-        doc: "the runner pods' ServiceAccount (--runner-service-account); empty: each object's own",
+        doc: "the runner pods' ServiceAccount, which a spec may always name (--runner-service-account of the controller and the webhook); empty: each object's own",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
@@ -277,8 +277,9 @@ fn set_variables(container: &mut Value) {
     let Some(image) = image else { return };
     let is_manager = container["name"] == "manager";
     container["image"] = json!(image);
-    if is_manager && let Some(args) = container["args"].as_array_mut() {
-        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
+    // Both binaries take the runner image and service account (the webhook to allow them as the
+    // controller does): the same variables in both.
+    if let Some(args) = container["args"].as_array_mut() {
         for a in args.iter_mut() {
             if a.as_str().is_some_and(|s| s.starts_with("--runner-image=")) {
                 *a = json!(format!("--runner-image={}", variable("CAPTF_RUNNER_IMAGE")));
@@ -297,6 +298,9 @@ fn set_variables(container: &mut Value) {
                 ));
             }
         }
+    }
+    if is_manager && let Some(args) = container["args"].as_array_mut() {
+        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
         // After `run`: clusterctl installs watching all namespaces (`--namespace=""`).
         let at = usize::from(!args.is_empty());
         args.insert(at, json!(format!("--namespace={}", variable("CAPTF_WATCH_NAMESPACE"))));

@@ -28,7 +28,7 @@ fn controller_accepts_the_charts_arguments_with_leader_election_on() {
     let run = parse_controller(&args_of(&[], "captf-controller"));
     assert!(run.leader_elect);
     assert_eq!(run.watch_namespaces(), ["captf-system"], "the release namespace");
-    assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.policy.runner_image, "ghcr.io/captf/runner:0.1.0");
     assert_eq!(run.metrics_addr.port(), 8080);
     assert_eq!(run.health_addr.port(), 8081);
     assert_eq!(run.concurrency, 4);
@@ -82,9 +82,20 @@ fn webhook_accepts_the_charts_arguments() {
     serve.to_config().unwrap();
 }
 
+/// `captf-webhook <flags>`, parsed as the binary parses it.
+fn parse_webhook(args: &[String]) -> captf_webhook::cli::Cli {
+    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
+    captf_webhook::cli::Cli::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("captf-webhook rejects the args {args:?}: {e}"))
+}
+
 #[test]
 fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
     let extra = [
+        "--set",
+        "runner.image.repository=registry.corp/captf/runner",
+        "--set",
+        "runner.serviceAccount.name=runners",
         "--set",
         "runner.policy.allowedImagePrefixes={registry.corp/}",
         "--set",
@@ -99,17 +110,16 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
         "runner.policy.allowControlPlanePlacement=true",
     ];
     let run = parse_controller(&args_of(&extra, "captf-controller"));
-    let args = args_of(&extra, "captf-webhook");
-    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
-    let webhook = captf_webhook::cli::Cli::try_parse_from(argv).unwrap();
+    let webhook = parse_webhook(&args_of(&extra, "captf-webhook"));
+    assert_eq!(webhook.serve.policy, run.policy, "the same flags, the same values");
     let from_webhook = webhook.serve.to_config().unwrap().policy;
-    let from_controller = run.policy();
+    let from_controller = run.policy.to_policy();
     assert_eq!(from_webhook, from_controller);
     assert_eq!(
         from_controller.runner_image_prefixes,
-        ["ghcr.io/captf/runner:0.1.0", "registry.corp/"]
+        ["registry.corp/captf/runner:0.1.0", "registry.corp/"]
     );
-    assert_eq!(from_controller.runner_service_accounts, ["deployer"]);
+    assert_eq!(from_controller.runner_service_accounts, ["runners", "deployer"]);
     assert!(!from_controller.env_from_secrets);
     assert!(!from_controller.variables_from_secrets);
     assert_eq!(from_controller.priority_classes, ["batch-low"]);
@@ -119,8 +129,14 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
 #[test]
 fn by_default_only_the_charts_runner_image_may_be_named_and_no_service_account() {
     let run = parse_controller(&args_of(&[], "captf-controller"));
-    assert_eq!(run.runner_service_account, "", "each object's own account");
-    let p = run.policy();
+    assert_eq!(run.policy.runner_service_account, "", "each object's own account");
+    let p = run.policy.to_policy();
+    let webhook = parse_webhook(&args_of(&[], "captf-webhook"));
+    assert_eq!(
+        webhook.serve.to_config().unwrap().policy,
+        p,
+        "the webhook's is the same"
+    );
     assert_eq!(p.runner_image_prefixes, ["ghcr.io/captf/runner:0.1.0"]);
     assert_eq!(p.runner_service_accounts, Vec::<String>::new());
     assert!(p.env_from_secrets);
@@ -186,5 +202,88 @@ fn the_runners_terraform_cli_config_comes_from_the_values() {
     assert_eq!(
         (c.name.as_str(), c.key_or_default()),
         ("terraform-mirror", "mirror.tfrc")
+    );
+}
+
+/// The tenant policy flags are one struct (captf-shared's `TenantPolicyArgs`) flattened into both
+/// binaries: the same command-line values give the webhook and the controller the same
+/// `TenantPolicy`, whatever the chart passes. Above all, the runner image and service account
+/// the controller uses by default are allowed by both, with or without the allow lists.
+#[test]
+fn the_same_policy_flags_give_both_binaries_the_same_policy() {
+    use captf_shared::policy::TenantPolicy;
+    use captf_shared::types::{JobsSpec, TerraformSpec};
+
+    let cases: [&[&str]; 6] = [
+        &[],
+        // The own image and account, no lists: a spec may name them and nothing else.
+        &[
+            "--runner-image=registry.corp/runner:2",
+            "--runner-service-account=runners",
+        ],
+        &[
+            "--runner-image=registry.corp/runner:2",
+            "--runner-service-account=runners",
+            "--allowed-runner-image-prefixes=",
+            "--allowed-runner-service-accounts=",
+        ],
+        &[
+            "--runner-image=registry.corp/runner:2",
+            "--allowed-runner-image-prefixes=mirror.corp/,registry.corp/runner:2",
+            "--allowed-runner-service-accounts=deployer,,deployer",
+            "--allow-env-from-secrets=false",
+            "--allow-variables-from-secrets=false",
+            "--allowed-runner-priority-classes=batch-low",
+            "--allow-runner-control-plane-placement=true",
+        ],
+        &[
+            "--allowed-runner-image-prefixes=*",
+            "--allowed-runner-service-accounts=*",
+        ],
+        &["--allowed-runner-priority-classes="],
+    ];
+    let policies = |flags: &[&str]| -> (TenantPolicy, TenantPolicy) {
+        let mut webhook_args = vec!["--tls-cert-file=c".to_string(), "--tls-key-file=k".to_string()];
+        webhook_args.extend(flags.iter().map(|f| f.to_string()));
+        let webhook = parse_webhook(&webhook_args).serve.to_config().unwrap().policy;
+        let controller = captf_controller::runtime::RunArgs::from_flags(flags.iter().copied())
+            .unwrap_or_else(|e| panic!("captf-controller rejects {flags:?}: {e}"))
+            .policy
+            .to_policy();
+        (webhook, controller)
+    };
+    for flags in cases {
+        let (webhook, controller) = policies(flags);
+        assert_eq!(webhook, controller, "{flags:?}");
+    }
+    let jobs = |image: &str, sa: Option<&str>| TerraformSpec {
+        jobs: Some(JobsSpec {
+            image: Some(image.to_string()),
+            service_account_name: sa.map(str::to_string),
+            ..JobsSpec::default()
+        }),
+        ..TerraformSpec::default()
+    };
+    // The own-image case: what the controller runs by default, both binaries allow by name.
+    let (webhook, controller) = policies(cases[1]);
+    for p in [&webhook, &controller] {
+        assert!(
+            p.check_spec(&jobs("registry.corp/runner:2", Some("runners")), "spec")
+                .is_empty(),
+            "{p:?}"
+        );
+        assert_eq!(p.check_spec(&jobs("registry.corp/runner:3", None), "spec").len(), 1);
+        assert_eq!(
+            p.check_spec(&jobs("registry.corp/runner:2", Some("deployer")), "spec")
+                .len(),
+            1
+        );
+    }
+    // With no flags at all, the release's runner image.
+    let (webhook, _) = policies(cases[0]);
+    assert!(
+        webhook
+            .check_spec(&jobs(captf_shared::policy::DEFAULT_RUNNER_IMAGE, None), "spec")
+            .is_empty()
     );
 }

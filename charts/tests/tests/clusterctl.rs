@@ -141,8 +141,8 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
         run.watch_namespaces().is_empty(),
         "an empty --namespace watches all namespaces"
     );
-    assert_eq!(run.runner_image, "ghcr.io/captf/runner:0.1.0");
-    assert_eq!(run.runner_service_account, "", "each object's own account");
+    assert_eq!(run.policy.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.policy.runner_service_account, "", "each object's own account");
     // With the variables set.
     let values = BTreeMap::from([
         ("CAPTF_WATCH_NAMESPACE", "tenant-a"),
@@ -151,13 +151,58 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
     let run = run_args(&manager(&installed));
     assert_eq!(run.watch_namespaces(), ["tenant-a"]);
-    assert_eq!(run.runner_image, "registry.example/runner:1");
+    assert_eq!(run.policy.runner_image, "registry.example/runner:1");
     let values = BTreeMap::from([("CAPTF_WATCH_NAMESPACE", "tenant-a,tenant-b")]);
     let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
     assert_eq!(
         run_args(&manager(&installed)).watch_namespaces(),
         ["tenant-a", "tenant-b"]
     );
+}
+
+/// The webhook takes the controller's runner image and service account, as the same variables:
+/// once installed, both read the same tenant policy flags into the same policy, so a spec naming
+/// the runner image `CAPTF_RUNNER_IMAGE` sets is allowed by both.
+#[test]
+fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
+    use clap::Parser;
+    let text = committed(COMPONENTS_FILE);
+    let webhook_args = |docs: &[Value]| -> Vec<String> {
+        let c = docs
+            .iter()
+            .filter(|d| d["kind"] == "Deployment")
+            .flat_map(|d| d["spec"]["template"]["spec"]["containers"].as_array().unwrap())
+            .find(|c| c["name"] == "webhook")
+            .unwrap();
+        strings(&c["args"])
+    };
+    let args = webhook_args(&components());
+    for want in [
+        "--runner-image=${CAPTF_RUNNER_IMAGE:=ghcr.io/captf/runner:0.1.0}",
+        "--runner-service-account=${CAPTF_RUNNER_SERVICE_ACCOUNT:=}",
+    ] {
+        assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
+    }
+    for values in [
+        BTreeMap::new(),
+        BTreeMap::from([
+            ("CAPTF_RUNNER_IMAGE", "registry.example/runner:1"),
+            ("CAPTF_RUNNER_SERVICE_ACCOUNT", "runners"),
+        ]),
+    ] {
+        let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+        let run = run_args(&manager(&installed));
+        let argv = std::iter::once("captf-webhook".to_string()).chain(webhook_args(&installed));
+        let webhook = captf_webhook::cli::Cli::try_parse_from(argv).unwrap();
+        assert_eq!(webhook.serve.policy, run.policy, "{values:?}");
+        let policy = webhook.serve.to_config().unwrap().policy;
+        assert_eq!(policy, run.policy.to_policy(), "{values:?}");
+        let image = values
+            .get("CAPTF_RUNNER_IMAGE")
+            .copied()
+            .unwrap_or("ghcr.io/captf/runner:0.1.0");
+        assert_eq!(policy.runner_image_prefixes, [image], "{values:?}");
+    }
 }
 
 /// clusterctl installs providers cluster-wide: the components bind the controller's ClusterRole

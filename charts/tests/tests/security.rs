@@ -76,7 +76,11 @@ fn images_are_pinned_to_the_chart_app_version_by_default() {
             }
         }
     }
-    assert_eq!(images.len(), 3, "webhook, controller, runner: {images:?}");
+    assert_eq!(
+        images.len(),
+        4,
+        "webhook, controller, and the runner (--runner-image of both): {images:?}"
+    );
     for image in images {
         let (_, tag) = image.rsplit_once(':').unwrap();
         assert_eq!(tag, version, "{image}");

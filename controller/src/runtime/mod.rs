@@ -67,15 +67,11 @@ pub struct RunArgs {
         value_parser = parse_namespace
     )]
     pub namespace: Vec<String>,
-    /// The runner image of Jobs whose spec.jobs.image is unset.
-    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION")))]
-    pub runner_image: String,
-    /// The service account of runner pods whose spec.jobs.serviceAccountName is unset. Empty (the
-    /// default): each object's own `captf-runner-<suffix>`, which the controller creates with a
-    /// Role naming only that object's state Secret, outputs Secret and lock Lease. A name: that
-    /// account, with whatever rights the platform team gave it.
-    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "")]
-    pub runner_service_account: String,
+    // The runner image and service account (`--runner-image`, `--runner-service-account`) and
+    // what tenants may choose for runner pods: the webhook's flags, declared once in captf-shared,
+    // so both read the same values into the same policy (`TenantPolicyArgs::to_policy`).
+    #[command(flatten)]
+    pub policy: captf_shared::policy::TenantPolicyArgs,
     /// Annotations of every object's own runner ServiceAccount (`key=value,...`), for workload
     /// identity (e.g. `eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf`); set again before each
     /// Job. Values may not contain commas.
@@ -114,35 +110,6 @@ pub struct RunArgs {
     /// Test and demo only: follow the simulator's clock at this URL (`http://127.0.0.1:port`).
     #[arg(long, env = "CAPTF_SIM_CLOCK_URL", hide = true)]
     pub sim_clock_url: Option<String>,
-    /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
-    /// `*`: any). A spec outside them gets Ready=False/PolicyViolation and no Job.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
-    pub allowed_runner_image_prefixes: Vec<String>,
-    /// Names spec.jobs.serviceAccountName may be, besides --runner-service-account
-    /// (comma-separated; `*`: any).
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
-    pub allowed_runner_service_accounts: Vec<String>,
-    /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
-    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
-    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub allow_env_from_secrets: bool,
-    /// Whether spec.variablesFrom may name Secrets (secretRef): the controller reads them and
-    /// writes their values into the object's inputs.
-    #[arg(long, env = "CAPTF_ALLOW_VARIABLES_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
-    pub allow_variables_from_secrets: bool,
-    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). `system-` classes are
-    /// refused whatever this says.
-    #[arg(
-        long,
-        env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
-        value_delimiter = ',',
-        default_value = "*"
-    )]
-    pub allowed_runner_priority_classes: Vec<String>,
-    /// Whether runner pods may be placed on control-plane nodes (tolerations of the control-plane
-    /// taints or of every taint, control-plane node selectors and node affinity).
-    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CONTROL_PLANE_PLACEMENT", default_value_t = false, action = clap::ArgAction::Set)]
-    pub allow_runner_control_plane_placement: bool,
     /// Resource requests of runner pods (`cpu=100m,memory=256Mi`); a resource spec.jobs.resources
     /// names replaces its default. Empty: none.
     #[arg(long, env = "CAPTF_RUNNER_REQUESTS", default_value = "cpu=100m,memory=256Mi", value_parser = parse_quantities)]
@@ -252,33 +219,6 @@ impl RunArgs {
                         .filter(|k| !k.is_empty())
                         .map(str::to_string),
                 }),
-        }
-    }
-
-    /// The tenant policy of the flags: the runner image and service account the controller
-    /// uses by default are always allowed.
-    pub fn policy(&self) -> captf_shared::policy::TenantPolicy {
-        let keep = |own: &str, extra: &[String]| -> Vec<String> {
-            let mut out: Vec<String> = vec![];
-            for s in std::iter::once(own).chain(extra.iter().map(String::as_str)) {
-                if !s.is_empty() && !out.iter().any(|o| o == s) {
-                    out.push(s.to_string());
-                }
-            }
-            out
-        };
-        captf_shared::policy::TenantPolicy {
-            runner_image_prefixes: keep(&self.runner_image, &self.allowed_runner_image_prefixes),
-            runner_service_accounts: keep(&self.runner_service_account, &self.allowed_runner_service_accounts),
-            env_from_secrets: self.allow_env_from_secrets,
-            variables_from_secrets: self.allow_variables_from_secrets,
-            priority_classes: self
-                .allowed_runner_priority_classes
-                .iter()
-                .filter(|p| !p.is_empty())
-                .cloned()
-                .collect(),
-            control_plane_placement: self.allow_runner_control_plane_placement,
         }
     }
 }
@@ -438,11 +378,11 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     for namespace in namespaces {
         let config = Config {
             namespace,
-            runner_image: args.runner_image.clone(),
-            runner_service_account: Some(args.runner_service_account.clone()),
+            runner_image: args.policy.runner_image.clone(),
+            runner_service_account: Some(args.policy.runner_service_account.clone()),
             runner_account_annotations: args.runner_service_account_annotations.0.clone(),
             concurrency: args.concurrency,
-            policy: args.policy(),
+            policy: args.policy.to_policy(),
             runner_pod: args.runner_pod(),
         };
         let (mut ctx, feeds) = Ctx::new(

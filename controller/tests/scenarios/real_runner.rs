@@ -133,7 +133,7 @@ impl Real {
         let image = image.env(HOLD_ENV, format!("{WORLD_INSIDE}/{GATE}"));
         std::fs::write(world.join(GATE), "")?;
         let builder = Sim::builder()
-            .process_image(args().runner_image, image)
+            .process_image(args().policy.runner_image, image)
             .process_root(base.join("kubelet"));
         let env = Env::with_args(builder, a).await?;
         let modules = ModuleServer::start(vec![
@@ -263,7 +263,7 @@ async fn real_runner_create_applies_with_real_terraform_and_the_cluster_is_ready
 async fn real_runner_values_env_from_brings_from_a_secret_are_masked_in_the_runners_log() -> Result<()> {
     require_namespaces!();
     let mut a = args();
-    a.allow_env_from_secrets = true;
+    a.policy.allow_env_from_secrets = true;
     let real = Real::start_with(&a).await?;
     let env = &real.env;
     // The variable `content` comes from a Secret through envFrom (TF_VAR_content), so Terraform
@@ -771,7 +771,7 @@ async fn real_runner_a_multi_line_key_and_a_password_in_a_url_reach_no_log_termi
 -> Result<()> {
     require_namespaces!();
     let mut a = args();
-    a.allow_env_from_secrets = true;
+    a.policy.allow_env_from_secrets = true;
     let real = Real::start_with(&a).await?;
     let env = &real.env;
     const KEY: &str = "-----BEGIN OPENSSH PRIVATE KEY-----\n\

@@ -64,7 +64,7 @@ async fn variables_from_another_objects_outputs_secret_is_held_and_nothing_is_co
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_secret_volume_of_another_objects_state_or_a_secret_with_captfs_marks_is_held() -> Result<()> {
     let mut a = args();
-    a.allow_env_from_secrets = true;
+    a.policy.allow_env_from_secrets = true;
     let env = Env::with_args(captf_sim::Sim::builder(), &a).await?;
     env.sim
         .set_default_script(captf_sim::RunnerScript::realistic_with_outputs(outputs()));

@@ -1,0 +1,197 @@
+//! The tenant policy's command-line flags (feature `cli`): declared once, here, and flattened
+//! into both binaries' flags (`captf-webhook`'s and `captf-controller run`'s), so the webhook
+//! and the controller read the same values into the same [`TenantPolicy`]
+//! ([`TenantPolicyArgs::to_policy`]).
+//!
+//! The runner image and runner ServiceAccount the controller uses when a spec leaves them unset
+//! (`--runner-image`, `--runner-service-account`) are part of the policy: a spec may always name
+//! them, as they are what it runs with anyway. So both binaries take these two flags as well; the
+//! webhook reads them only for this, and must be given the controller's values (the chart and the
+//! clusterctl components pass both the same).
+
+use super::TenantPolicy;
+
+/// The runner image of Jobs whose `spec.jobs.image` is unset, unless `--runner-image` says
+/// otherwise: the runner of this release.
+pub const DEFAULT_RUNNER_IMAGE: &str = concat!("ghcr.io/captf/runner:", env!("CARGO_PKG_VERSION"));
+
+/// What tenants may choose for runner pods, and the defaults they may always name; every flag
+/// with its environment variable. The same flags, names and meaning in the webhook and the
+/// controller.
+#[derive(clap::Args, Clone, Debug, PartialEq, Eq)]
+pub struct TenantPolicyArgs {
+    /// The runner image of Jobs whose spec.jobs.image is unset; spec.jobs.image may always name
+    /// it. Give the webhook the controller's value.
+    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = DEFAULT_RUNNER_IMAGE)]
+    pub runner_image: String,
+    /// The service account of runner pods whose spec.jobs.serviceAccountName is unset; a name
+    /// here may always be named by spec.jobs.serviceAccountName. Empty (the default): each
+    /// object's own `captf-runner-<suffix>`, which the controller creates with a Role naming only
+    /// that object's state Secret, outputs Secret and lock Lease (and which no spec may name). A
+    /// name: that account, with whatever rights the platform team gave it. Give the webhook the
+    /// controller's value.
+    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "")]
+    pub runner_service_account: String,
+    /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
+    /// `*`: any). Empty: only --runner-image may be named.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
+    pub allowed_runner_image_prefixes: Vec<String>,
+    /// Names spec.jobs.serviceAccountName may be, besides --runner-service-account
+    /// (comma-separated; `*`: any). Empty: only --runner-service-account, if set, may be named.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    pub allowed_runner_service_accounts: Vec<String>,
+    /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
+    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
+    #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_env_from_secrets: bool,
+    /// Whether spec.variablesFrom may name Secrets (secretRef): the controller reads them and
+    /// writes their values into the object's inputs.
+    #[arg(long, env = "CAPTF_ALLOW_VARIABLES_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub allow_variables_from_secrets: bool,
+    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). `system-` classes are
+    /// refused whatever this says.
+    #[arg(
+        long,
+        env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
+        value_delimiter = ',',
+        default_value = "*"
+    )]
+    pub allowed_runner_priority_classes: Vec<String>,
+    /// Whether runner pods may be placed on control-plane nodes (tolerations of the control-plane
+    /// taints or of every taint, control-plane node selectors and node affinity).
+    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CONTROL_PLANE_PLACEMENT", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_runner_control_plane_placement: bool,
+}
+
+impl TenantPolicyArgs {
+    /// The policy of the flags, the one reading of them: `--runner-image` and a non-empty
+    /// `--runner-service-account` are always allowed, before the listed extras; empty list
+    /// entries (`--allowed-runner-service-accounts=`) are dropped and repeats kept once.
+    pub fn to_policy(&self) -> TenantPolicy {
+        TenantPolicy {
+            runner_image_prefixes: listed(Some(&self.runner_image), &self.allowed_runner_image_prefixes),
+            runner_service_accounts: listed(
+                Some(&self.runner_service_account),
+                &self.allowed_runner_service_accounts,
+            ),
+            env_from_secrets: self.allow_env_from_secrets,
+            variables_from_secrets: self.allow_variables_from_secrets,
+            priority_classes: listed(None, &self.allowed_runner_priority_classes),
+            control_plane_placement: self.allow_runner_control_plane_placement,
+        }
+    }
+}
+
+/// `own` (if any) then `extra`, in order, without empty entries, each once.
+fn listed(own: Option<&String>, extra: &[String]) -> Vec<String> {
+    let mut out: Vec<String> = vec![];
+    for s in own.into_iter().chain(extra) {
+        if !s.is_empty() && !out.contains(s) {
+            out.push(s.clone());
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use crate::types::{JobsSpec, TerraformSpec};
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        policy: TenantPolicyArgs,
+    }
+
+    fn parse(flags: &[&str]) -> TenantPolicyArgs {
+        Cli::try_parse_from(std::iter::once("captf").chain(flags.iter().copied()))
+            .unwrap()
+            .policy
+    }
+
+    fn with(image: Option<&str>, sa: Option<&str>) -> TerraformSpec {
+        TerraformSpec {
+            jobs: Some(JobsSpec {
+                image: image.map(str::to_string),
+                service_account_name: sa.map(str::to_string),
+                ..JobsSpec::default()
+            }),
+            ..TerraformSpec::default()
+        }
+    }
+
+    #[test]
+    fn by_default_only_the_releases_runner_image_may_be_named_and_no_service_account() {
+        let p = parse(&[]).to_policy();
+        assert_eq!(p.runner_image_prefixes, [DEFAULT_RUNNER_IMAGE]);
+        assert!(p.runner_service_accounts.is_empty(), "each object's own account");
+        assert!(p.env_from_secrets && p.variables_from_secrets);
+        assert_eq!(p.priority_classes, ["*"]);
+        assert!(!p.control_plane_placement);
+        assert!(p.check_spec(&with(Some(DEFAULT_RUNNER_IMAGE), None), "spec").is_empty());
+        assert_eq!(p.check_spec(&with(Some("other/runner:1"), None), "spec").len(), 1);
+        assert_eq!(p.check_spec(&with(None, Some("deployer")), "spec").len(), 1);
+    }
+
+    #[test]
+    fn the_own_runner_image_and_service_account_are_allowed_besides_the_lists() {
+        let p = parse(&[
+            "--runner-image=registry.corp/runner:2",
+            "--runner-service-account=runners",
+            "--allowed-runner-image-prefixes=registry.corp/,mirror.corp/captf/",
+            "--allowed-runner-service-accounts=deployer,runners",
+        ])
+        .to_policy();
+        assert_eq!(
+            p.runner_image_prefixes,
+            ["registry.corp/runner:2", "registry.corp/", "mirror.corp/captf/"]
+        );
+        assert_eq!(p.runner_service_accounts, ["runners", "deployer"], "each once");
+        for ok in [
+            with(Some("registry.corp/runner:2"), Some("runners")),
+            with(Some("mirror.corp/captf/runner:1"), Some("deployer")),
+        ] {
+            assert!(p.check_spec(&ok, "spec").is_empty());
+        }
+        // With nothing listed, the own image and account alone.
+        let own = parse(&[
+            "--runner-image=registry.corp/runner:2",
+            "--runner-service-account=runners",
+            "--allowed-runner-image-prefixes=",
+            "--allowed-runner-service-accounts=",
+        ])
+        .to_policy();
+        assert_eq!(own.runner_image_prefixes, ["registry.corp/runner:2"]);
+        assert_eq!(own.runner_service_accounts, ["runners"]);
+        assert!(
+            own.check_spec(&with(Some("registry.corp/runner:2"), Some("runners")), "spec")
+                .is_empty()
+        );
+        let v = own.check_spec(&with(Some("registry.corp/runner:3"), None), "spec");
+        assert!(v[0].message.contains("allowed: registry.corp/runner:2"), "{}", v[0]);
+    }
+
+    #[test]
+    fn the_switches_and_priority_classes_read_as_given() {
+        let p = parse(&[
+            "--allow-env-from-secrets=false",
+            "--allow-variables-from-secrets=false",
+            "--allowed-runner-priority-classes=batch-low,,batch-low,infra",
+            "--allow-runner-control-plane-placement=true",
+        ])
+        .to_policy();
+        assert!(!p.env_from_secrets);
+        assert!(!p.variables_from_secrets);
+        assert_eq!(p.priority_classes, ["batch-low", "infra"]);
+        assert!(p.control_plane_placement);
+        assert!(
+            parse(&["--allowed-runner-priority-classes="])
+                .to_policy()
+                .priority_classes
+                .is_empty()
+        );
+    }
+}
