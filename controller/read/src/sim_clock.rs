@@ -21,15 +21,21 @@ pub enum ClockError {
     Parse { url: String, why: String },
 }
 
-/// The simulator's time, read once from `<url>/sim/v1/clock` (`url` empty: the client's server).
-pub async fn read_sim_clock(client: &kube::Client, url: &str) -> Result<Timestamp, ClockError> {
-    let path = format!("{}/sim/v1/clock", url.trim_end_matches('/'));
-    let req = http::Request::get(path)
+/// The request for the simulator's clock at `<url>/sim/v1/clock` (`url` empty: the client's
+/// server), once or (`watch`) as a stream of its changes.
+pub fn clock_request(url: &str, watch: bool) -> Result<http::Request<Vec<u8>>, ClockError> {
+    let query = if watch { "?watch=true" } else { "" };
+    http::Request::get(format!("{}/sim/v1/clock{query}", url.trim_end_matches('/')))
         .body(Vec::new())
         .map_err(|e| ClockError::Parse {
             url: url.to_string(),
             why: e.to_string(),
-        })?;
+        })
+}
+
+/// The simulator's time, read once from `<url>/sim/v1/clock` (`url` empty: the client's server).
+pub async fn read_sim_clock(client: &kube::Client, url: &str) -> Result<Timestamp, ClockError> {
+    let req = clock_request(url, false)?;
     let v: serde_json::Value = client.request(req).await.map_err(|e| ClockError::Read {
         url: url.to_string(),
         source: Box::new(e),

@@ -10,7 +10,7 @@ use futures::{StreamExt, stream};
 use k8s_openapi::jiff::Timestamp;
 use tokio::sync::watch;
 
-use captf_read::sim_clock::{ClockError, parse_clock, read_sim_clock};
+use captf_read::sim_clock::{ClockError, clock_request, parse_clock, read_sim_clock};
 
 /// A source of the current time.
 pub trait Clock: Send + Sync {
@@ -73,13 +73,7 @@ impl WatchClock {
 /// One watch of the simulator clock: every time it sends goes to `tx`, until the stream ends.
 async fn follow_sim_clock(client: &kube::Client, url: &str, tx: &watch::Sender<Timestamp>) -> Result<(), ClockError> {
     use futures::{AsyncBufReadExt, TryStreamExt};
-    let path = format!("{}/sim/v1/clock?watch=true", url.trim_end_matches('/'));
-    let req = http::Request::get(path)
-        .body(Vec::new())
-        .map_err(|e| ClockError::Parse {
-            url: url.to_string(),
-            why: e.to_string(),
-        })?;
+    let req = clock_request(url, true)?;
     let body = client.request_stream(req).await.map_err(|e| ClockError::Read {
         url: url.to_string(),
         source: Box::new(e),
