@@ -482,7 +482,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
     Ok(explain_snapshot(&snap, &active_check, ignored, now))
 }
 
-/// Explain a snapshot built from files or from live reads (`runtime::live`): the pass planned
+/// Explain a snapshot built from files or from live reads (`captf_read::live`): the pass planned
 /// exactly as the controller plans it (booking, the decision, pruning, the status), rendered.
 /// `ignored` counts the Jobs given that were not the object's.
 pub fn explain_snapshot(snap: &Snapshot, active_check: &ActiveJobCheck, ignored: usize, now: Timestamp) -> Explanation {
