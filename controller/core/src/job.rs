@@ -913,7 +913,7 @@ mod tests {
     }
 
     #[test]
-    fn job_is_named_labelled_annotated_and_owned_as_design_section_3_says() {
+    fn job_is_named_labelled_annotated_and_owned_by_its_object() {
         let job = build(Op::Apply, None);
         let m = &job.metadata;
         assert_eq!(m.name.as_deref(), Some("tc-prod-eu-225654031b7f-apply-7"));
@@ -959,7 +959,7 @@ mod tests {
     }
 
     #[test]
-    fn runner_env_follows_section_7_then_spec_env_without_captf_names() {
+    fn runner_env_is_the_protocols_then_spec_env_without_captf_names() {
         let jobs = JobsSpec {
             env: Some(vec![var("TF_LOG", "INFO"), var("CAPTF_OP", "destroy")]),
             ..Default::default()

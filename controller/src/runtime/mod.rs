@@ -1,28 +1,24 @@
 //! The controller runtime (docs/rules.md, docs/operating.md): kube-rs controllers over the three
-//! kinds that carry out the pure core's decisions against the API.
+//! kinds that carry out the decisions of the pure core (`captf-core`) against the API. How one
+//! object is read is `captf-read`'s; this module runs the passes and makes the writes.
 //!
 //! | module | what |
 //! | --- | --- |
-//! | [`kinds`] | one trait over TerraformCluster / TerraformMachinePool / TerraformMachine |
-//! | [`controller`] | the three `Controller`s, the shared context and the reconcile pass |
+//! | [`controller`] | the three `Controller`s and the reconcile pass, over the caches' source of `captf_read::source::read` |
+//! | [`ctx`] | what every pass shares: configuration, client, clock, caches, metrics, events, simulated wakes |
 //! | [`clock`] | system time, or the simulator's clock (whose jumps re-reconcile everything) |
-//! | [`gather`] | the reads of one pass: Jobs, pods and members from reflector stores; Secrets, lock Lease, holder pod live |
-//! | [`book`] | bookkeeping exactly once per Job, outputs and Cluster API fields, pruning |
+//! | [`gather`] | the reflector stores: an object's Jobs and pods, a cluster's members and their Jobs |
+//! | [`book`] | the writes of booking, exactly once per Job; outputs and Cluster API fields, pruning |
 //! | [`leases`] | run lease and cluster lease |
-//! | [`live`] | one pass read live without writing (for a person's tool) |
-//! | [`job`] | the PURE Job builder |
-//! | [`inputs`] | the durable inputs Secret |
+//! | [`inputs`] | writing the durable inputs Secret |
 //! | [`identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
-//! | [`status`] | conditions, nextAction, activeJob: the status patch |
-//! | [`deletion`] | the finalizer |
+//! | [`deletion`] | the finalizer, the block-move annotation, a used request removed |
 //! | [`owners`] | metadata watches of the Cluster API owners that wake their objects |
-//! | [`pause`], [`state`] | live reads of the owning Cluster's pause and of the state Secret |
 //! | [`events`] | Events stamped with the controller's clock |
-//! | [`interrupted`] | an apply Job deleted while it ran: the live reads |
+//! | [`interrupted`] | an apply Job deleted while it ran: the live reads and the record |
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
 //! | [`metrics_auth`] | who may read `/metrics` (`--metrics-auth`): TokenReview, SubjectAccessReview, a short cache |
 //! | [`leader`] | leader election |
-//! | [`errors`] | typed errors with a category |
 //! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
 
 pub mod book;
