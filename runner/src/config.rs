@@ -22,6 +22,8 @@ pub const KEEP_WORK_DIR: &str = env::KEEP_WORK_DIR;
 pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// The binary run unless `CAPTF_TF_BINARY` says otherwise.
 pub const DEFAULT_TF_BINARY: &str = "tofu";
+/// The guard unless `CAPTF_GUARD` says otherwise.
+pub const DEFAULT_GUARD: DestructiveGuard = DestructiveGuard::Block;
 /// The lock timeout when `CAPTF_LOCK_TIMEOUT` is unset: the spec's own default for the default
 /// deadline (`captf_shared::defaults`), so a runner started by hand waits as a defaulted object's
 /// Job would. The controller always sets the variable from the effective spec.
@@ -29,6 +31,20 @@ pub fn default_lock_timeout() -> String {
     duration::seconds_flag(defaults::default_lock_timeout_seconds(
         defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS,
     ))
+}
+
+/// The value the runner takes for the variable `name` when it is unset or empty, as text; None
+/// when there is no such value (a required variable, or an optional one whose absence means
+/// "nothing": no unlock, no approval, a fresh work directory). The defaults docs/runner.md states
+/// (`tests/env_table.rs` checks the two against each other and against [`Config::from_lookup`]).
+pub fn default_value(name: &str) -> Option<String> {
+    match name {
+        env::LOCK_TIMEOUT => Some(default_lock_timeout()),
+        env::GUARD => Some(DEFAULT_GUARD.as_str().to_string()),
+        env::TF_BINARY => Some(DEFAULT_TF_BINARY.to_string()),
+        env::TERMINATION_LOG => Some(DEFAULT_TERMINATION_LOG.to_string()),
+        _ => None,
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -151,7 +167,8 @@ impl Config {
         }
         let approved_plan = non_empty(lookup(env::APPROVED_PLAN));
         let guard = match non_empty(lookup(env::GUARD)).as_deref() {
-            None | Some("Block") => DestructiveGuard::Block,
+            None => DEFAULT_GUARD,
+            Some("Block") => DestructiveGuard::Block,
             Some("Allow") => DestructiveGuard::Allow,
             Some(other) => {
                 return Err(ConfigError::Invalid {

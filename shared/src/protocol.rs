@@ -8,7 +8,8 @@ use std::fmt;
 /// The kubelet reads at most this many bytes of `/dev/termination-log`.
 pub const TERMINATION_MESSAGE_LIMIT: usize = 4096;
 
-/// Environment variables the controller sets on runner containers.
+/// The environment variables the runner reads, most of them set by the controller on runner
+/// containers; docs/runner.md has a row for each (the runner's `tests/env_table.rs` checks it).
 pub mod env {
     pub const OP: &str = "CAPTF_OP";
     pub const STATE_SUFFIX: &str = "CAPTF_STATE_SUFFIX";
