@@ -130,6 +130,12 @@ pub enum Command {
         #[arg(long)]
         previous: bool,
     },
+    /// The Events about one object, oldest first: every Job started and booked (applied, drift
+    /// found, failed, blocked, ...), a stale lock force-unlocked, a lock held by someone else.
+    Events {
+        /// <kind>/<name>.
+        target: String,
+    },
     /// One line per object: ready, what's next and when, failures, last success, foreign lock.
     Status {
         /// Every namespace.

@@ -441,6 +441,27 @@ async fn a_job_waiting_on_someone_elses_lock_shows_the_holder_the_lock_id_and_ho
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn events_lists_what_happened_to_one_object_oldest_first() -> Result<()> {
+    let env = Env::new(true).await?;
+    env.sim
+        .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
+    env.applied_cluster("told").await?;
+    env.applied_cluster("other").await?;
+    let job = names::job_name(Kind::TerraformCluster, NS, "told", Op::Apply, 1);
+    let out = env.captf(&["events", "tfc/told"]).await?.stdout;
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines[0].starts_with("AGE") && lines[0].contains("REASON"), "{out}");
+    let reasons: Vec<&str> = lines[1..].iter().filter_map(|l| l.split_whitespace().nth(3)).collect();
+    assert_eq!(reasons, ["JobStarted", "Applied"], "{out}");
+    assert!(lines[1..].iter().all(|l| l.contains(&job)), "{out}");
+    assert!(!out.contains("other"), "only the object's own Events: {out}");
+    let json: Value = serde_json::from_str(&env.captf(&["events", "tfc/told", "-o", "json"]).await?.stdout)?;
+    assert_eq!(json[1]["reason"], "Applied");
+    assert_eq!(json[1]["job"], job.as_str());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn explain_says_when_no_controller_has_observed_the_object() -> Result<()> {
     let env = Env::new(false).await?;
     env.create_cluster("unseen", NS)?;
