@@ -116,17 +116,23 @@ pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
     }
 }
 
-/// Read the object and everything its pass reads.
-async fn read(conn: &Conn, t: &Target) -> Result<LiveRead, PluginError> {
+/// The target object, read live; `NotFound` names the namespace it was looked for in.
+async fn get_object(conn: &Conn, t: &Target) -> Result<CaptfObject, PluginError> {
     let ns = conn.namespace.as_str();
-    let object = live::get_object(&conn.client, t.kind, ns, &t.name)
+    live::get_object(&conn.client, t.kind, ns, &t.name)
         .await
         .map_err(|e| from_runtime(e, Some(ns)))?
         .ok_or_else(|| PluginError::NotFound {
             kind: t.kind.to_string(),
             name: t.name.clone(),
             namespace: ns.to_string(),
-        })?;
+        })
+}
+
+/// Read the object and everything its pass reads.
+async fn read(conn: &Conn, t: &Target) -> Result<LiveRead, PluginError> {
+    let ns = conn.namespace.as_str();
+    let object = get_object(conn, t).await?;
     live::read(&conn.client, object)
         .await
         .map_err(|e| from_runtime(e, Some(ns)))
@@ -454,14 +460,7 @@ pub fn events_table(lines: &[EventLine], now: Timestamp) -> String {
 
 async fn events(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
     let ns = conn.namespace.as_str();
-    let object = live::get_object(&conn.client, t.kind, ns, &t.name)
-        .await
-        .map_err(|e| from_runtime(e, Some(ns)))?
-        .ok_or_else(|| PluginError::NotFound {
-            kind: t.kind.to_string(),
-            name: t.name.clone(),
-            namespace: ns.to_string(),
-        })?;
+    let object = get_object(conn, t).await?;
     let all = Api::<k8s_openapi::api::events::v1::Event>::namespaced(conn.client.clone(), ns)
         .list(&ListParams::default())
         .await
@@ -484,14 +483,7 @@ async fn events(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<P
 
 async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: bool) -> Result<Printed, PluginError> {
     let ns = conn.namespace.as_str();
-    let object = live::get_object(&conn.client, t.kind, ns, &t.name)
-        .await
-        .map_err(|e| from_runtime(e, Some(ns)))?
-        .ok_or_else(|| PluginError::NotFound {
-            kind: t.kind.to_string(),
-            name: t.name.clone(),
-            namespace: ns.to_string(),
-        })?;
+    let object = get_object(conn, t).await?;
     let id = Ident::of(&object, t.kind).map_err(|e| from_runtime(e.into(), Some(ns)))?;
     let (jobs, pods) = gather::live_jobs_and_pods(&conn.client, &id)
         .await
@@ -583,12 +575,8 @@ pub fn ready_condition(s: &captf_shared::types::TerraformStatus) -> Option<Strin
 /// Whether a controller has looked at `object`: it carries CAPTF's finalizer, or its status an
 /// observed generation (PURE). An object no controller watches has neither.
 pub fn observed(object: &CaptfObject) -> bool {
-    let finalized = object
-        .metadata()
-        .finalizers
-        .as_ref()
-        .is_some_and(|f| f.iter().any(|x| x == keys::FINALIZER));
-    finalized || captf_core::snapshot::object_status(object).is_some_and(|s| s.observed_generation.is_some())
+    captf_core::finalizer::has_finalizer(object)
+        || captf_core::snapshot::object_status(object).is_some_and(|s| s.observed_generation.is_some())
 }
 
 /// What `status` and `explain` say of an object no controller has observed.

@@ -22,6 +22,7 @@
 //! | [`reason`] | why a decision was made |
 //! | [`decide`](mod@decide) | the ordered rules (docs/rules.md) |
 //! | [`wake`] | when a waiting object is looked at again (docs/architecture.md) |
+//! | [`finalizer`] | CAPTF's finalizer on an object, added and removed |
 //! | [`ident`] | who an object is, and the names derived from it |
 //! | [`assemble`] | the snapshot built from what a reader read |
 //! | [`book`] | what booking a finished Job changes in the status and the durable record |
@@ -37,6 +38,7 @@ pub mod backoff;
 pub mod book;
 pub mod decide;
 pub mod explain;
+pub mod finalizer;
 pub mod ident;
 pub mod inputs;
 pub mod inputs_secret;

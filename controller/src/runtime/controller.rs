@@ -157,7 +157,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         return Ok(Action::await_change());
     }
     let deleting = meta.deletion_timestamp.is_some();
-    if !deleting && !deletion::has_finalizer(&object) {
+    if !deleting && !captf_core::finalizer::has_finalizer(&object) {
         // The Cluster is read only when the finalizer is missing (a new or a moving object).
         let paused =
             captf_core::pause::object_paused(&object) || pause::cluster_paused(&ctx.client, &object, &id).await;

@@ -11,27 +11,10 @@ use serde_json::json;
 use captf_shared::keys;
 use captf_shared::types::CaptfObject;
 
+use captf_core::finalizer::{with_finalizer, without_finalizer};
 use captf_core::ident::Ident;
 use captf_read::errors::{self, ApiAction, Error};
 use captf_read::kinds::api_resource;
-
-/// The finalizers after adding ours, or `None` when it is there (PURE).
-pub fn with_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
-    if finalizers.iter().any(|f| f == keys::FINALIZER) {
-        return None;
-    }
-    let mut f = finalizers.to_vec();
-    f.push(keys::FINALIZER.to_string());
-    Some(f)
-}
-
-/// The finalizers after removing ours, or `None` when it is not there (PURE).
-pub fn without_finalizer(finalizers: &[String]) -> Option<Vec<String>> {
-    finalizers
-        .iter()
-        .any(|f| f == keys::FINALIZER)
-        .then(|| finalizers.iter().filter(|f| *f != keys::FINALIZER).cloned().collect())
-}
 
 /// A merge patch of the object itself.
 async fn merge_patch(client: &kube::Client, id: &Ident, patch: &serde_json::Value) -> Result<(), kube::Error> {
@@ -53,11 +36,6 @@ async fn set_finalizers(
         Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(false),
         Err(e) => Err(Error::api(ApiAction::PatchObject, id.what(), e)),
     }
-}
-
-/// Whether the object carries the finalizer.
-pub fn has_finalizer(object: &CaptfObject) -> bool {
-    with_finalizer(object.metadata().finalizers.as_deref().unwrap_or_default()).is_none()
 }
 
 /// Add (`block`) or remove the clusterctl block-move annotation when it differs from what the
@@ -154,15 +132,5 @@ mod tests {
             Some(json!({"metadata": {"resourceVersion": "42", "annotations": {"captf.io/approve-plan": null}}}))
         );
         assert_eq!(super::remove_requests_patch(&object, &[keys::ANNOTATION_REFRESH]), None);
-    }
-
-    #[test]
-    fn the_finalizer_is_added_once_and_removed_alone() {
-        let other = vec!["example.com/x".to_string()];
-        let added = with_finalizer(&other).unwrap_or_default();
-        assert_eq!(added, vec!["example.com/x".to_string(), "captf.io/destroy".to_string()]);
-        assert_eq!(with_finalizer(&added), None);
-        assert_eq!(without_finalizer(&added), Some(other.clone()));
-        assert_eq!(without_finalizer(&other), None);
     }
 }
