@@ -9,6 +9,7 @@
 
 pub mod cli;
 pub mod errors;
+pub mod kept;
 pub mod rules;
 pub mod target;
 pub mod words;
@@ -209,6 +210,36 @@ pub fn plan_changes(log: &str) -> Vec<Change> {
     out
 }
 
+/// The resource changes the runner's log of `pod` names, or why there are none.
+async fn log_changes(conn: &Conn, ns: &str, pod: Option<&str>, job: &str) -> (Vec<Change>, String) {
+    let Some(pod) = pod else {
+        return (vec![], format!("the pod of Job {job} is gone, and its log with it"));
+    };
+    let api: Api<Pod> = Api::namespaced(conn.client.clone(), ns);
+    let lp = LogParams {
+        container: Some("runner".into()),
+        ..Default::default()
+    };
+    match api.logs(pod, &lp).await {
+        Ok(log) => {
+            let changes = plan_changes(&log);
+            let note = if changes.is_empty() {
+                "the runner's log names no resource changes".to_string()
+            } else {
+                String::new()
+            };
+            (changes, note)
+        }
+        Err(err) => (
+            vec![],
+            format!(
+                "cannot read the runner's log: {}",
+                from_kube(err, "read the log", ("get", "pods/log", ""), Some(ns))
+            ),
+        ),
+    }
+}
+
 async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
     let r = read(conn, t).await?;
     let e = explanation(&r, now);
@@ -224,34 +255,36 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
         return Ok(Printed::out(format!("No plan waits for approval on {what}; {next}\n")));
     };
     let approved = s.approve_plan.as_deref() == Some(p.hash.as_str());
+    let (secret, kept) = kept::read(&conn.client, r.id.kind, &s.namespace, &s.name, &p.hash).await;
     let by_job = pods_by_job(&r.pods);
     let pod = by_job.get(p.job.as_str()).and_then(|p| p.metadata.name.clone());
-    let (changes, log_note) = match &pod {
-        None => (vec![], format!("the pod of Job {} is gone, and its log with it", p.job)),
-        Some(pod) => {
-            let api: Api<Pod> = Api::namespaced(conn.client.clone(), &s.namespace);
-            let lp = LogParams {
-                container: Some("runner".into()),
-                ..Default::default()
+    let kept_where = format!("Secret {}/{secret}", s.namespace);
+    let (changes, source, note) = match &kept {
+        kept::Kept::This { plan, .. } => {
+            let changes = plan
+                .changes
+                .iter()
+                .map(|c| Change {
+                    action: c.action(),
+                    address: c.address.clone(),
+                })
+                .collect();
+            let note = if plan.more > 0 {
+                format!("{} more changes are not listed; the full plan is below", plan.more)
+            } else {
+                String::new()
             };
-            match api.logs(pod, &lp).await {
-                Ok(log) => {
-                    let changes = plan_changes(&log);
-                    let note = if changes.is_empty() {
-                        "the runner's log names no resource changes".to_string()
-                    } else {
-                        String::new()
-                    };
-                    (changes, note)
-                }
-                Err(err) => (
-                    vec![],
-                    format!(
-                        "cannot read the runner's log: {}",
-                        from_kube(err, "read the log", ("get", "pods/log", ""), Some(&s.namespace))
-                    ),
-                ),
-            }
+            (changes, format!("kept in {kept_where}"), note)
+        }
+        other => {
+            let why = match other {
+                kept::Kept::Other { hash } => format!("{kept_where} keeps plan {hash}, not this one"),
+                kept::Kept::Unreadable(why) => why.clone(),
+                _ => format!("{kept_where} keeps no plan"),
+            };
+            let (changes, log_note) = log_changes(conn, &s.namespace, pod.as_deref(), &p.job).await;
+            let note = [why, log_note].into_iter().filter(|w| !w.is_empty()).collect::<Vec<_>>().join("; ");
+            (changes, "from the runner's log".to_string(), note)
         }
     };
     let full = match &pod {
@@ -259,6 +292,10 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
         None => format!("kubectl captf logs {typed} --op apply"),
     };
     let approve = format!("kubectl captf approve {typed} --hash {}", p.hash);
+    let kept_text = match &kept {
+        kept::Kept::This { plan, text } => Some((plan.truncated, text.as_str())),
+        _ => None,
+    };
     if json {
         return Ok(Printed::out(pretty(&json!({
             "object": what,
@@ -266,7 +303,11 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
                             "replaces": p.replaces, "job": p.job, "pod": pod},
             "approved": approved,
             "resources": changes,
-            "logNote": if log_note.is_empty() { Value::Null } else { Value::String(log_note.clone()) },
+            "resourcesFrom": source,
+            "keptIn": kept_where,
+            "planText": kept_text.map(|(_, t)| t),
+            "planTextTruncated": kept_text.map(|(cut, _)| cut),
+            "logNote": if note.is_empty() { Value::Null } else { Value::String(note.clone()) },
             "fullPlan": full,
             "approve": approve,
         }))));
@@ -286,17 +327,30 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
         p.job
     );
     if !changes.is_empty() {
-        out.push_str("\nResource changes (from the runner's log):\n");
+        out.push_str(&format!("\nResource changes ({source}):\n"));
         let rows: Vec<Vec<String>> = changes
             .iter()
             .map(|c| vec![format!("  {}", c.action), c.address.clone()])
             .collect();
         out.push_str(&words::table(&["  ACTION", "ADDRESS"], &rows));
     }
-    if !log_note.is_empty() {
-        out.push_str(&format!("\nNote: {log_note}.\n"));
+    if !note.is_empty() {
+        out.push_str(&format!("\nNote: {note}.\n"));
     }
-    out.push_str(&format!("\nThe full plan: {full}\n"));
+    match kept_text {
+        Some((cut, text)) => {
+            out.push_str(&format!("\nThe plan, as the runner printed it ({kept_where}):\n\n"));
+            out.push_str(text);
+            if !text.ends_with('\n') {
+                out.push('\n');
+            }
+            if cut {
+                out.push_str(&format!("[the plan was longer than what is kept; all of it: {full}]\n"));
+            }
+            out.push('\n');
+        }
+        None => out.push_str(&format!("\nThe full plan: {full}\n")),
+    }
     if !approved {
         out.push_str(&format!("Approve exactly this plan: {approve}\n"));
     }

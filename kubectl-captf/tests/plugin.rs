@@ -263,6 +263,80 @@ async fn explain_reads_live_and_answers_as_the_offline_explain_does_on_the_same_
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_plan_the_runner_kept_is_shown_after_its_pod_is_gone() -> Result<()> {
+    use k8s_openapi::api::core::v1::{Pod, Secret};
+    use kube::api::{Api, DeleteParams, Patch, PatchParams};
+    let env = Env::new(true).await?;
+    let m = || JobMatch::object(Kind::TerraformCluster, NS, "kept").op(Op::Apply);
+    env.sim.script(m(), RunnerScript::blocked("hash-k", summary()));
+    env.create_cluster("kept", NS)?;
+    env.finish_job("kept", Op::Apply, 1, "blocked").await?;
+    env.until_next_action("kept", "AwaitingApproval").await?;
+
+    // What the runner writes beside the outputs when its plan waits (a merge patch of two keys).
+    let secret = kubectl_captf::kept::secret_name(Kind::TerraformCluster, NS, "kept");
+    let record = captf_shared::protocol::KeptPlan {
+        hash: "hash-k".into(),
+        summary: summary(),
+        changes: vec![captf_shared::protocol::PlannedChange {
+            address: "null_resource.old".into(),
+            actions: vec!["delete".into()],
+        }],
+        more: 0,
+        truncated: false,
+    };
+    let text = "  # null_resource.old will be destroyed\n  - resource \"null_resource\" \"old\" {\n      - id = \"1\" -> null\n    }\n";
+    let b64 = |b: Vec<u8>| serde_json::to_value(k8s_openapi::ByteString(b)).unwrap();
+    let client = env.sim.client()?;
+    Api::<Secret>::namespaced(client.clone(), NS)
+        .patch(
+            &secret,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {
+                "plan.json": b64(serde_json::to_vec(&record)?),
+                "plan.txt": b64(text.as_bytes().to_vec()),
+            }})),
+        )
+        .await?;
+    let job1 = names::job_name(Kind::TerraformCluster, NS, "kept", Op::Apply, 1);
+    for pod in env.sim.pods_of_job(NS, &job1)? {
+        let name = pod.metadata.name.clone().unwrap();
+        Api::<Pod>::namespaced(client.clone(), NS)
+            .delete(&name, &DeleteParams::default())
+            .await?;
+    }
+
+    let plan = env.captf(&["plan", "tfc/kept"]).await?.stdout;
+    assert!(
+        plan.contains(&format!("Resource changes (kept in Secret default/{secret})")),
+        "{plan}"
+    );
+    assert!(plan.contains("destroy   null_resource.old"), "{plan}");
+    assert!(
+        plan.contains("- id = \"1\" -> null"),
+        "the attribute-level change: {plan}"
+    );
+    assert!(!plan.contains("is gone"), "nothing is missing: {plan}");
+
+    // Another plan kept than the one waiting: the plugin says so and falls back on the log.
+    let other = captf_shared::protocol::KeptPlan {
+        hash: "hash-old".into(),
+        ..record
+    };
+    Api::<Secret>::namespaced(client, NS)
+        .patch(
+            &secret,
+            &PatchParams::default(),
+            &Patch::Merge(json!({"data": {"plan.json": b64(serde_json::to_vec(&other)?)}})),
+        )
+        .await?;
+    let plan = env.captf(&["plan", "tfc/kept"]).await?.stdout;
+    assert!(plan.contains("keeps plan hash-old, not this one"), "{plan}");
+    assert!(plan.contains(&format!("the pod of Job {job1} is gone")), "{plan}");
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_blocked_plan_approved_through_the_plugin_goes_on_to_apply() -> Result<()> {
     let env = Env::new(true).await?;
     let m = || JobMatch::object(Kind::TerraformCluster, NS, "guarded").op(Op::Apply);

@@ -2,7 +2,7 @@
 //! Pure: plain JSON in, plain data out.
 
 use captf_shared::inputs::canonical_hash;
-use captf_shared::protocol::PlanSummary;
+use captf_shared::protocol::{PLAN_CHANGES_LIMIT, PlanSummary, PlannedChange};
 use captf_shared::types::DestructiveGuard;
 use serde_json::Value;
 
@@ -14,6 +14,11 @@ pub struct PlanFacts {
     pub summary: PlanSummary,
     /// Some change's actions contain `delete` (a delete or a replace in either order).
     pub destructive: bool,
+    /// The resource changes that do something (no `no-op`, no `read`), at most
+    /// [`PLAN_CHANGES_LIMIT`], in the plan's order: what a person approves.
+    pub changes: Vec<PlannedChange>,
+    /// Such changes left out of `changes`.
+    pub more: usize,
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -50,10 +55,23 @@ pub fn plan_facts(plan: &Value) -> Result<PlanFacts, GuardError> {
     };
     let mut summary = PlanSummary::default();
     let mut destructive = false;
+    let mut listed = Vec::new();
+    let mut more = 0;
     for change in changes.as_array().map(Vec::as_slice).unwrap_or_default() {
         let a = actions(change);
         if a.contains(&"delete") {
             destructive = true;
+        }
+        if !a.is_empty() && a != ["no-op"] && a != ["read"] {
+            if listed.len() < PLAN_CHANGES_LIMIT {
+                let address = change.get("address").and_then(Value::as_str).unwrap_or("(no address)");
+                listed.push(PlannedChange {
+                    address: address.to_string(),
+                    actions: a.iter().map(|s| s.to_string()).collect(),
+                });
+            } else {
+                more += 1;
+            }
         }
         match a.as_slice() {
             ["create"] => summary.add += 1,
@@ -67,6 +85,8 @@ pub fn plan_facts(plan: &Value) -> Result<PlanFacts, GuardError> {
         hash: canonical_hash(changes),
         summary,
         destructive,
+        changes: listed,
+        more,
     })
 }
 
@@ -159,6 +179,31 @@ mod tests {
             assert!(f.destructive, "{actions:?}");
             assert_eq!(verdict(DestructiveGuard::Block, &f, None), Verdict::Blocked);
         }
+    }
+
+    #[test]
+    fn the_plan_lists_each_change_that_does_something_up_to_the_limit() {
+        let mut changes = vec![
+            rc("a.keep", &["no-op"]),
+            rc("data.x", &["read"]),
+            rc("b.gone", &["delete"]),
+        ];
+        changes.push(rc("c.new", &["create", "delete"]));
+        let f = plan_facts(&plan(changes)).unwrap();
+        let listed: Vec<(&str, &str)> = f.changes.iter().map(|c| (c.address.as_str(), c.action())).collect();
+        assert_eq!(listed, [("b.gone", "destroy"), ("c.new", "replace")]);
+        assert_eq!(f.more, 0);
+
+        let many: Vec<Value> = (0..PLAN_CHANGES_LIMIT + 3)
+            .map(|i| rc(&format!("r.n{i}"), &["create"]))
+            .collect();
+        let f = plan_facts(&plan(many)).unwrap();
+        assert_eq!((f.changes.len(), f.more), (PLAN_CHANGES_LIMIT, 3));
+        assert_eq!(
+            f.summary.add as usize,
+            PLAN_CHANGES_LIMIT + 3,
+            "the counts cover every change"
+        );
     }
 
     #[test]

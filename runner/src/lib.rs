@@ -87,6 +87,20 @@ impl OutputsStore for Store {
         }
     }
 
+    async fn store_plan(&self, plan: &captf_shared::protocol::KeptPlan, text: &[u8]) -> Result<(), OutputsError> {
+        match self {
+            Store::File(f) => f.store_plan(plan, text).await,
+            Store::Secret(s) => s.store_plan(plan, text).await,
+        }
+    }
+
+    async fn clear_plan(&self) -> Result<(), OutputsError> {
+        match self {
+            Store::File(f) => f.clear_plan().await,
+            Store::Secret(s) => s.clear_plan().await,
+        }
+    }
+
     fn describe(&self) -> String {
         match self {
             Store::File(f) => f.describe(),

@@ -5,7 +5,7 @@
 
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
-use captf_shared::protocol::{Phase, RunResult, RunnerResult};
+use captf_shared::protocol::{KeptPlan, PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
 use captf_shared::{keys, names};
 
 use crate::config::Config;
@@ -201,20 +201,52 @@ impl<S: OutputsStore> Steps<'_, S> {
         Ok(())
     }
 
+    /// Keep the plan a person must approve next to the object. The run's result does not depend
+    /// on it: a plan that cannot be kept is still in this Job's log, and the log says so.
+    async fn keep_plan(&self, facts: &guard::PlanFacts, planned: &Finished) {
+        let kept = KeptPlan {
+            hash: facts.hash.clone(),
+            summary: facts.summary,
+            changes: facts.changes.clone(),
+            more: facts.more,
+            truncated: planned.cut,
+        };
+        match self.store.store_plan(&kept, &planned.stdout).await {
+            Ok(()) => self.log().note(&format!(
+                "plan {} kept in {} for review",
+                facts.hash,
+                self.store.describe()
+            )),
+            Err(e) => self.log().note(&format!(
+                "the plan could not be kept for review ({e}); it is in this log only"
+            )),
+        }
+    }
+
     async fn apply(&self) -> Result<RunnerResult, RunnerResult> {
-        self.ok(Phase::Plan, self.cmd.plan_to_file(), Stdout::Stream).await?;
+        let planned = self
+            .ok(
+                Phase::Plan,
+                self.cmd.plan_to_file(),
+                Stdout::StreamAndKeep(PLAN_TEXT_LIMIT),
+            )
+            .await?;
         let show = self.ok(Phase::Plan, self.cmd.show_plan(), Stdout::Capture).await?;
         let facts = guard::plan_facts_from_text(self.json(&show)).map_err(|e| failed(Phase::Plan, e.to_string()))?;
         let approved = self.cfg.approved_plan.as_deref();
         let what = guard::describe(&facts.summary);
         self.log().note(&format!("plan {}: {what}", facts.hash));
+        let verdict = guard::verdict(self.cfg.guard, &facts, approved);
+        if verdict != Verdict::Apply {
+            self.keep_plan(&facts, &planned).await;
+        }
         let stop = |result: RunResult, message: String| {
             let mut r = RunnerResult::new(result, Phase::Guard, message);
             r.plan_hash = Some(facts.hash.clone());
             r.summary = Some(facts.summary);
             r
         };
-        match guard::verdict(self.cfg.guard, &facts, approved) {
+        match verdict {
             Verdict::Blocked => {
                 return Err(stop(
                     RunResult::Blocked,
@@ -240,6 +272,12 @@ impl<S: OutputsStore> Steps<'_, S> {
             Verdict::Apply => {}
         }
         self.ok(Phase::Apply, self.cmd.apply_plan(), Stdout::Stream).await?;
+        if approved.is_some()
+            && let Err(e) = self.store.clear_plan().await
+        {
+            self.log()
+                .note(&format!("the approved plan kept for review could not be removed: {e}"));
+        }
         let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, format!("applied: {what}"));
         r.plan_hash = Some(facts.hash.clone());
         r.summary = Some(facts.summary);
@@ -517,6 +555,12 @@ mod tests {
     impl OutputsStore for InterruptingStore {
         async fn store(&self, _document: &[u8], _public: &[u8]) -> Result<(), OutputsError> {
             self.0.send_replace(true);
+            Ok(())
+        }
+        async fn store_plan(&self, _plan: &KeptPlan, _text: &[u8]) -> Result<(), OutputsError> {
+            Ok(())
+        }
+        async fn clear_plan(&self) -> Result<(), OutputsError> {
             Ok(())
         }
         fn describe(&self) -> String {

@@ -15,8 +15,8 @@ use std::io::Write;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::PathBuf;
 
+use captf_shared::protocol::{KeptPlan, RunnerResult, TERMINATION_MESSAGE_LIMIT};
 pub use captf_shared::protocol::{OUTPUTS_KEY, PUBLIC_OUTPUTS_KEY};
-use captf_shared::protocol::{RunnerResult, TERMINATION_MESSAGE_LIMIT};
 use serde_json::Value;
 
 #[derive(Debug, thiserror::Error)]
@@ -108,6 +108,14 @@ pub trait OutputsStore {
         document: &[u8],
         public: &[u8],
     ) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
+    /// Keep the plan that waits for approval: its record and its text (already masked).
+    fn store_plan(
+        &self,
+        plan: &KeptPlan,
+        text: &[u8],
+    ) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
+    /// Forget the kept plan (once a plan was applied, the one kept is history).
+    fn clear_plan(&self) -> impl std::future::Future<Output = Result<(), OutputsError>> + Send;
     /// What it writes to, for messages (`Secret default/captf-outputs-x-tc`).
     fn describe(&self) -> String;
 }
@@ -120,11 +128,20 @@ pub struct FileStore {
 }
 
 impl FileStore {
+    fn beside(&self, suffix: &str) -> PathBuf {
+        let mut p = self.path.clone().into_os_string();
+        p.push(suffix);
+        PathBuf::from(p)
+    }
+
     /// Where the masked public outputs go: `<path>.public`.
     pub fn public_path(&self) -> PathBuf {
-        let mut p = self.path.clone().into_os_string();
-        p.push(".public");
-        PathBuf::from(p)
+        self.beside(".public")
+    }
+
+    /// Where a kept plan's record and text go: `<path>.plan.json`, `<path>.plan.txt`.
+    pub fn plan_paths(&self) -> (PathBuf, PathBuf) {
+        (self.beside(".plan.json"), self.beside(".plan.txt"))
     }
 
     fn write(&self, path: &std::path::Path, bytes: &[u8]) -> Result<(), OutputsError> {
@@ -148,6 +165,33 @@ impl OutputsStore for FileStore {
     async fn store(&self, document: &[u8], public: &[u8]) -> Result<(), OutputsError> {
         self.write(&self.path, document)?;
         self.write(&self.public_path(), public)
+    }
+
+    async fn store_plan(&self, plan: &KeptPlan, text: &[u8]) -> Result<(), OutputsError> {
+        let (record, words) = self.plan_paths();
+        let json = serde_json::to_vec(plan).map_err(|e| OutputsError::Write {
+            target: self.describe(),
+            why: e.to_string(),
+        })?;
+        self.write(&record, &json)?;
+        self.write(&words, text)
+    }
+
+    async fn clear_plan(&self) -> Result<(), OutputsError> {
+        let (record, words) = self.plan_paths();
+        for p in [record, words] {
+            match fs::remove_file(&p) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => {
+                    return Err(OutputsError::Write {
+                        target: self.describe(),
+                        why: e.to_string(),
+                    });
+                }
+            }
+        }
+        Ok(())
     }
 
     fn describe(&self) -> String {

@@ -13,6 +13,8 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::api::{Patch, PatchParams};
 use kube::{Api, Client};
 
+use captf_shared::protocol::{KeptPlan, PLAN_KEY, PLAN_TEXT_KEY};
+
 use crate::outputs::{OUTPUTS_KEY, OutputsError, OutputsStore, PUBLIC_OUTPUTS_KEY};
 
 /// The field manager of the runner's server-side apply.
@@ -73,12 +75,7 @@ impl SecretStore {
 
 impl OutputsStore for SecretStore {
     async fn store(&self, document: &[u8], public: &[u8]) -> Result<(), OutputsError> {
-        let config = match &self.config {
-            Some(c) => c.clone(),
-            None => kube::Config::infer().await.map_err(|e| self.error(e))?,
-        };
-        let client = Client::try_from(config).map_err(|e| self.error(e))?;
-        let api: Api<Secret> = Api::namespaced(client, &self.namespace);
+        let api = self.api().await?;
         let params = PatchParams::apply(FIELD_MANAGER).force();
         api.patch(&self.name, &params, &Patch::Apply(&self.desired(document, public)))
             .await
@@ -86,8 +83,44 @@ impl OutputsStore for SecretStore {
         Ok(())
     }
 
+    async fn store_plan(&self, plan: &KeptPlan, text: &[u8]) -> Result<(), OutputsError> {
+        let record = serde_json::to_vec(plan).map_err(|e| self.error(e))?;
+        self.merge_data(serde_json::json!({
+            PLAN_KEY: ByteString(record),
+            PLAN_TEXT_KEY: ByteString(text.to_vec()),
+        }))
+        .await
+    }
+
+    async fn clear_plan(&self) -> Result<(), OutputsError> {
+        self.merge_data(serde_json::json!({PLAN_KEY: null, PLAN_TEXT_KEY: null}))
+            .await
+    }
+
     fn describe(&self) -> String {
         format!("Secret {}/{}", self.namespace, self.name)
+    }
+}
+
+impl SecretStore {
+    async fn api(&self) -> Result<Api<Secret>, OutputsError> {
+        let config = match &self.config {
+            Some(c) => c.clone(),
+            None => kube::Config::infer().await.map_err(|e| self.error(e))?,
+        };
+        let client = Client::try_from(config).map_err(|e| self.error(e))?;
+        Ok(Api::namespaced(client, &self.namespace))
+    }
+
+    /// A JSON merge patch of `data` (base64 values; `null` removes a key): the plan keys are
+    /// set and removed beside the outputs, which are the server-side apply's.
+    async fn merge_data(&self, data: serde_json::Value) -> Result<(), OutputsError> {
+        let api = self.api().await?;
+        let patch = serde_json::json!({"data": data});
+        api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map_err(|e| self.error(e))?;
+        Ok(())
     }
 }
 
@@ -183,6 +216,56 @@ mod tests {
         assert_eq!(data[PUBLIC_OUTPUTS_KEY].0, br#"{"endpoint":"10.0.0.1"}"#.to_vec());
         // On the wire the value is base64, as Secret data is.
         assert!(!String::from_utf8_lossy(&seen.body).contains("s3cr3t"));
+    }
+
+    #[tokio::test]
+    async fn a_kept_plan_is_merged_beside_the_outputs_and_removed_by_null() {
+        let store = store_for("http://127.0.0.1:1");
+        let reply = serde_json::to_string(&store.desired(b"{}", b"{}")).unwrap();
+        let plan = KeptPlan {
+            hash: "3f2a".into(),
+            summary: captf_shared::protocol::PlanSummary {
+                destroy: 1,
+                ..Default::default()
+            },
+            changes: vec![captf_shared::protocol::PlannedChange {
+                address: "null_resource.a".into(),
+                actions: vec!["delete".into()],
+            }],
+            more: 0,
+            truncated: false,
+        };
+        let (url, server) = one_request_server("200 OK", reply.clone()).await;
+        store_for(&url)
+            .store_plan(&plan, b"# null_resource.a will be destroyed\n")
+            .await
+            .unwrap();
+        let seen = server.await.unwrap();
+        assert!(
+            seen.head
+                .starts_with("PATCH /api/v1/namespaces/team-a/secrets/captf-outputs-prod-eu-tc"),
+            "{}",
+            seen.head
+        );
+        assert!(
+            seen.head
+                .to_ascii_lowercase()
+                .contains("content-type: application/merge-patch+json"),
+            "{}",
+            seen.head
+        );
+        let body: serde_json::Value = serde_json::from_slice(&seen.body).unwrap();
+        let data = body["data"].as_object().unwrap();
+        assert_eq!(data.len(), 2, "only the plan's keys: the outputs stay as they are");
+        let record: ByteString = serde_json::from_value(data[PLAN_KEY].clone()).unwrap();
+        assert_eq!(serde_json::from_slice::<KeptPlan>(&record.0).unwrap(), plan);
+        let text: ByteString = serde_json::from_value(data[PLAN_TEXT_KEY].clone()).unwrap();
+        assert_eq!(text.0, b"# null_resource.a will be destroyed\n");
+
+        let (url, server) = one_request_server("200 OK", reply).await;
+        store_for(&url).clear_plan().await.unwrap();
+        let body: serde_json::Value = serde_json::from_slice(&server.await.unwrap().body).unwrap();
+        assert_eq!(body, serde_json::json!({"data": {PLAN_KEY: null, PLAN_TEXT_KEY: null}}));
     }
 
     #[tokio::test]

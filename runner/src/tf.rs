@@ -75,15 +75,19 @@ impl Log {
         }
     }
 
+    /// `bytes` as this log writes them: every known secret masked.
+    pub fn redacted<'a>(&self, bytes: &'a [u8]) -> std::borrow::Cow<'a, [u8]> {
+        if self.secrets.is_empty() {
+            std::borrow::Cow::Borrowed(bytes)
+        } else {
+            std::borrow::Cow::Owned(crate::redact::redact_bytes(bytes, &self.secrets))
+        }
+    }
+
     /// Write one line (a newline is added when missing). Logging never fails the run.
     pub fn line(&self, bytes: &[u8]) {
-        let redacted;
-        let bytes = if self.secrets.is_empty() {
-            bytes
-        } else {
-            redacted = crate::redact::redact_bytes(bytes, &self.secrets);
-            &redacted
-        };
+        let bytes = self.redacted(bytes);
+        let bytes: &[u8] = &bytes;
         if let Ok(mut w) = self.out.lock() {
             let _ = w.write_all(bytes);
             if !bytes.ends_with(b"\n") {
@@ -153,6 +157,10 @@ pub enum Stdout {
     Stream,
     /// Keep it and never log it (`show -json`, `output -json`: they hold sensitive values).
     Capture,
+    /// Stream it to the log, and keep what the log shows (masked) in [`Finished::stdout`], up
+    /// to this many bytes of whole lines; [`Finished::cut`] says when more was left out (the
+    /// plan a person may have to approve).
+    StreamAndKeep(usize),
 }
 
 /// A finished child.
@@ -165,6 +173,8 @@ pub struct Finished {
     pub stderr_tail: String,
     /// The last lines of the streamed stdout.
     pub stdout_tail: String,
+    /// [`Stdout::StreamAndKeep`] left lines out of `stdout`.
+    pub cut: bool,
 }
 
 impl Finished {
@@ -321,16 +331,21 @@ impl Tf {
         let out_task = tokio::spawn(async move {
             match out {
                 Some(r) => match stdout_mode {
-                    Stdout::Stream => stream(r, &log).await.map(|t| (Vec::new(), t)),
-                    Stdout::Capture => capture(r).await.map(|v| (v, Tail::default())),
+                    Stdout::Stream => stream(r, &log, None).await.map(|t| (Vec::new(), t, false)),
+                    Stdout::StreamAndKeep(limit) => {
+                        let mut kept = Kept::new(limit);
+                        let tail = stream(r, &log, Some(&mut kept)).await;
+                        tail.map(|t| (kept.bytes, t, kept.cut))
+                    }
+                    Stdout::Capture => capture(r).await.map(|v| (v, Tail::default(), false)),
                 },
-                None => Ok((Vec::new(), Tail::default())),
+                None => Ok((Vec::new(), Tail::default(), false)),
             }
         });
         let log = self.log.clone();
         let err_task = tokio::spawn(async move {
             match err {
-                Some(r) => stream(r, &log).await,
+                Some(r) => stream(r, &log, None).await,
                 None => Ok(Tail::default()),
             }
         });
@@ -370,11 +385,11 @@ impl Tf {
             command: command.clone(),
             source,
         };
-        let (stdout, stdout_tail, stderr_tail) = match drained {
+        let (stdout, stdout_tail, stderr_tail, cut) = match drained {
             Ok((Ok(o), Ok(e))) => {
-                let (captured, out_tail) = o.map_err(read_err)?;
+                let (captured, out_tail, cut) = o.map_err(read_err)?;
                 let err_tail = e.map_err(read_err)?;
-                (captured, out_tail.text(), err_tail.text())
+                (captured, out_tail.text(), err_tail.text(), cut)
             }
             Ok(_) => return Err(read_err(std::io::Error::other("reader task failed"))),
             Err(_) => {
@@ -395,12 +410,43 @@ impl Tf {
             stdout,
             stderr_tail,
             stdout_tail,
+            cut,
         })
     }
 }
 
-/// Copy a stream to the log line by line, keeping its tail.
-async fn stream(r: impl AsyncRead + Unpin, log: &Log) -> std::io::Result<Tail> {
+/// The first whole lines of a stream, masked, up to a limit.
+struct Kept {
+    bytes: Vec<u8>,
+    limit: usize,
+    cut: bool,
+}
+
+impl Kept {
+    fn new(limit: usize) -> Kept {
+        Kept {
+            bytes: Vec::new(),
+            limit,
+            cut: false,
+        }
+    }
+
+    /// Keep a line if it fits whole; once one does not, keep nothing more.
+    fn push(&mut self, line: &[u8]) {
+        let newline = usize::from(!line.ends_with(b"\n"));
+        if self.cut || self.bytes.len() + line.len() + newline > self.limit {
+            self.cut = true;
+            return;
+        }
+        self.bytes.extend_from_slice(line);
+        if newline == 1 {
+            self.bytes.push(b'\n');
+        }
+    }
+}
+
+/// Copy a stream to the log line by line, keeping its tail, and its head in `kept`.
+async fn stream(r: impl AsyncRead + Unpin, log: &Log, mut kept: Option<&mut Kept>) -> std::io::Result<Tail> {
     let mut reader = BufReader::new(r);
     let mut tail = Tail::default();
     let mut line = Vec::new();
@@ -410,6 +456,9 @@ async fn stream(r: impl AsyncRead + Unpin, log: &Log) -> std::io::Result<Tail> {
             return Ok(tail);
         }
         log.line(&line);
+        if let Some(k) = kept.as_deref_mut() {
+            k.push(&log.redacted(&line));
+        }
         tail.push(&line);
     }
 }
@@ -511,6 +560,33 @@ mod tests {
             .unwrap();
         assert_eq!(f.stdout, b"{\"s\":\"s3cr3t\"}\n");
         assert!(!text(&buf).contains("s3cr3t"));
+    }
+
+    #[tokio::test]
+    async fn stream_and_keep_keeps_the_first_whole_lines_masked_as_the_log_shows_them() {
+        let d = tempfile::tempdir().unwrap();
+        let (t, _tx, buf) = tf(d.path());
+        let t = Tf::new(
+            "/bin/sh",
+            d.path(),
+            t.interrupt.clone(),
+            t.log().with_secrets(vec!["hunter2pw".into()]),
+        );
+        let f = t
+            .run(
+                &sh("echo 'pw = hunter2pw'; echo second; echo third"),
+                Stdout::StreamAndKeep(24),
+            )
+            .await
+            .unwrap();
+        assert_eq!(String::from_utf8_lossy(&f.stdout), "pw = ***\nsecond\n");
+        assert!(f.cut, "the third line did not fit");
+        assert!(text(&buf).contains("third"), "the log still has every line");
+        let whole = t
+            .run(&sh("echo a; printf b"), Stdout::StreamAndKeep(100))
+            .await
+            .unwrap();
+        assert_eq!((whole.stdout.as_slice(), whole.cut), (&b"a\nb\n"[..], false));
     }
 
     #[tokio::test]

@@ -213,6 +213,39 @@ fn destructive_plan_is_blocked_without_approval() {
 }
 
 #[test]
+fn a_blocked_plan_is_kept_with_its_changes_and_its_text_as_the_log_shows_it() {
+    let r = Case::new("apply").plan(&destructive_changes()).run();
+    let (record, text) = r
+        .kept_plan
+        .clone()
+        .expect("the blocked plan is kept beside the outputs");
+    let kept: captf_shared::protocol::KeptPlan = serde_json::from_str(&record).unwrap();
+    assert_eq!(Some(kept.hash.as_str()), r.result.plan_hash.as_deref());
+    assert_eq!(Some(kept.summary), r.result.summary);
+    let changes: Vec<(&str, &str)> = kept.changes.iter().map(|c| (c.address.as_str(), c.action())).collect();
+    assert_eq!(changes, [("keep", "create"), ("old", "destroy"), ("swap", "replace")]);
+    assert!(text.contains("Saved the plan to:"), "the plan's own output: {text}");
+    assert!(r.stdout.contains(&text), "the kept text is what the log shows");
+    assert!(!kept.truncated);
+    assert_no_secrets(&r);
+}
+
+#[test]
+fn an_approved_plan_once_applied_is_no_longer_kept_and_a_plan_that_deletes_nothing_is_never_kept() {
+    let mut blocked = Case::new("apply");
+    blocked.plan(&destructive_changes());
+    let first = blocked.run();
+    assert!(first.kept_plan.is_some());
+    let hash = first.result.plan_hash.clone().unwrap();
+    let applied = blocked.set("CAPTF_APPROVED_PLAN", &hash).run();
+    assert_eq!(applied.result.result, RunResult::Succeeded, "{}", applied.stdout);
+    assert!(applied.kept_plan.is_none(), "the kept plan was removed once applied");
+    let plain = Case::new("apply").plan(&[rc("new", &["create"])]).run();
+    assert_eq!(plain.result.result, RunResult::Succeeded);
+    assert!(plain.kept_plan.is_none());
+}
+
+#[test]
 fn destructive_plan_is_applied_with_the_matching_approved_hash() {
     let hash = canonical_hash(&Value::Array(destructive_changes()));
     let r = Case::new("apply")

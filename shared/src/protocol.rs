@@ -203,6 +203,63 @@ pub const OUTPUTS_KEY: &str = "outputs.json";
 /// result.
 pub const PUBLIC_OUTPUTS_KEY: &str = "public-outputs.json";
 
+/// The data key of the outputs Secret that holds the text of the newest plan a person must
+/// approve (what `plan` printed, masked as the log is), at most [`PLAN_TEXT_LIMIT`] bytes.
+pub const PLAN_TEXT_KEY: &str = "plan.txt";
+/// The data key of the outputs Secret that holds that plan's [`KeptPlan`] record (JSON).
+pub const PLAN_KEY: &str = "plan.json";
+/// The most plan text kept; a longer plan keeps its first lines and says it was cut. With the
+/// outputs beside it the Secret stays well under the API server's 1 MiB object limit.
+pub const PLAN_TEXT_LIMIT: usize = 256 * 1024;
+/// The most resource changes listed in a [`KeptPlan`]; the rest are counted in `more`.
+pub const PLAN_CHANGES_LIMIT: usize = 1000;
+
+/// The record of a plan that waits for approval, kept next to the object so that it can be
+/// read after the runner's pod is gone.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+#[serde(rename_all = "camelCase")]
+pub struct KeptPlan {
+    /// The plan hash a person approves.
+    pub hash: String,
+    pub summary: PlanSummary,
+    /// Each resource change (at most [`PLAN_CHANGES_LIMIT`]), in the plan's order.
+    #[serde(default)]
+    pub changes: Vec<PlannedChange>,
+    /// Changes left out of `changes`.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub more: usize,
+    /// The text under [`PLAN_TEXT_KEY`] was cut at [`PLAN_TEXT_LIMIT`].
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub truncated: bool,
+}
+
+fn is_zero(n: &usize) -> bool {
+    *n == 0
+}
+
+/// One resource change of a plan: its address and Terraform's actions (`["delete", "create"]`).
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlannedChange {
+    pub address: String,
+    pub actions: Vec<String>,
+}
+
+impl PlannedChange {
+    /// One word for the actions, as Terraform's summary counts them.
+    pub fn action(&self) -> &'static str {
+        let a: Vec<&str> = self.actions.iter().map(String::as_str).collect();
+        match a.as_slice() {
+            ["create"] => "create",
+            ["update"] => "update",
+            ["delete"] => "destroy",
+            ["delete", "create"] | ["create", "delete"] => "replace",
+            ["read"] => "read",
+            ["no-op"] | [] => "no-op",
+            _ => "other",
+        }
+    }
+}
+
 #[derive(Debug, thiserror::Error)]
 #[error("termination message is not a runner result: {0}")]
 pub struct ParseResultError(#[from] serde_json::Error);

@@ -39,6 +39,8 @@ pub struct Ran {
     pub termination_log: String,
     pub result: RunnerResult,
     pub argv: Vec<String>,
+    /// The kept plan's record and text (`outputs.json.plan.json`, `.plan.txt`), if written.
+    pub kept_plan: Option<(String, String)>,
 }
 
 impl Ran {
@@ -162,6 +164,9 @@ impl Case {
             termination_log,
             result,
             argv,
+            kept_plan: fs::read_to_string(self.path("outputs.json.plan.json"))
+                .ok()
+                .zip(fs::read_to_string(self.path("outputs.json.plan.txt")).ok()),
         }
     }
 
