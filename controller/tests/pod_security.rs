@@ -223,6 +223,7 @@ fn start(op: Op) -> Start {
         drift_remediation: false,
         force_unlock_id: None,
         approved_plan: None,
+        approved_by: None,
     }
 }
 

@@ -17,6 +17,8 @@ pub mod reason {
     /// An approved plan no longer matched what the Job planned: nothing applied, the new plan
     /// waits for its own approval (Warning).
     pub const PLAN_CHANGED: &str = "PlanChanged";
+    /// An apply Job starts with the plan a person approved (note: the plan hash, by whom).
+    pub const PLAN_APPROVED: &str = "PlanApproved";
     /// An apply succeeded (Normal).
     pub const APPLIED: &str = "Applied";
     /// A drift check found the infrastructure no longer matches the inputs (Warning).

@@ -58,6 +58,10 @@ pub const ANNOTATION_HOLDER_RUN_LEASE: &str = "captf.io/holder-run-lease";
 // Object annotations set by people.
 /// `kubectl annotate … captf.io/approve-plan=<hash>` approves a destructive plan.
 pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";
+/// Who set `captf.io/approve-plan`: written by the admission webhook from the request's user
+/// (a value a person wrote is replaced), else by `kubectl captf approve` with its own user;
+/// copied onto the apply Job that carries the approval.
+pub const ANNOTATION_APPROVED_BY: &str = "captf.io/approved-by";
 /// `kubectl annotate … captf.io/refresh=<RFC 3339 time>` requests a refresh.
 pub const ANNOTATION_REFRESH: &str = "captf.io/refresh";
 

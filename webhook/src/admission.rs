@@ -14,6 +14,8 @@ use captf_shared::policy::{self, TenantPolicy, Violation};
 use captf_shared::references::{self, ForbiddenReference};
 use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update_request};
+use json_patch::jsonptr::PointerBuf;
+use json_patch::{AddOperation, PatchOperation, RemoveOperation};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -262,34 +264,45 @@ struct NameOnly<'a> {
     name: Option<Str<'a>>,
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
-    /// Only whether Cluster API's topology dry-run annotation is there; the rest is skipped.
-    #[serde(default)]
-    annotations: Option<TopologyDryRunMark>,
+    /// Only the annotations the webhook acts on; the rest is skipped.
+    #[serde(borrow, default)]
+    annotations: Option<Marks<'a>>,
 }
 
-/// Whether an annotations map holds [`keys::ANNOTATION_TOPOLOGY_DRY_RUN`]: keys are read one by
-/// one and values skipped, so no annotation is kept.
+/// Of an annotations map, only whether [`keys::ANNOTATION_TOPOLOGY_DRY_RUN`] is there and the
+/// values of [`keys::ANNOTATION_APPROVE_PLAN`] and [`keys::ANNOTATION_APPROVED_BY`]: keys are read
+/// one by one and other values skipped, so no other annotation is kept.
 #[derive(Default)]
-struct TopologyDryRunMark(bool);
+struct Marks<'a> {
+    topology_dry_run: bool,
+    approve_plan: Option<Str<'a>>,
+    approved_by: Option<Str<'a>>,
+}
 
-impl<'de> Deserialize<'de> for TopologyDryRunMark {
+impl<'de: 'a, 'a> Deserialize<'de> for Marks<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = TopologyDryRunMark;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = Marks<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("a map of annotations")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<TopologyDryRunMark, A::Error> {
-                let mut marked = false;
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Marks<'a>, A::Error> {
+                let mut marks = Marks::default();
                 while let Some(key) = map.next_key::<Str<'de>>()? {
-                    marked |= key.0 == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
-                    map.next_value::<IgnoredAny>()?;
+                    match key.0.as_ref() {
+                        keys::ANNOTATION_APPROVE_PLAN => marks.approve_plan = map.next_value::<Option<Str<'a>>>()?,
+                        keys::ANNOTATION_APPROVED_BY => marks.approved_by = map.next_value::<Option<Str<'a>>>()?,
+                        other => {
+                            marks.topology_dry_run |= other == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
+                            map.next_value::<IgnoredAny>()?;
+                        }
+                    }
                 }
-                Ok(TopologyDryRunMark(marked))
+                Ok(marks)
             }
         }
-        d.deserialize_map(V)
+        d.deserialize_map(V(std::marker::PhantomData))
     }
 }
 
@@ -331,7 +344,8 @@ struct LeanRequest<'a> {
     #[serde(borrow, default)]
     namespace: Option<Str<'a>>,
     operation: Operation,
-    user_info: CheckedUserInfo,
+    #[serde(borrow)]
+    user_info: CheckedUserInfo<'a>,
     #[serde(borrow)]
     object: Option<ObjectParts<'a>>,
     #[serde(borrow)]
@@ -345,18 +359,22 @@ struct LeanRequest<'a> {
 /// `userInfo`, checked as kube's `UserInfo` (k8s-openapi) reads it, but not kept: a body can
 /// hold millions of group names, and a `String` for each costs eight times its JSON. An object
 /// whose `extra` is a map of string lists, `groups` a string list and `uid`, `username` strings
-/// (each may be `null`); other fields are skipped; a repeated field is read again.
-struct CheckedUserInfo;
+/// (each may be `null`); other fields are skipped; a repeated field is read again. Only the
+/// username is kept (who approved a plan).
+struct CheckedUserInfo<'a> {
+    username: Option<Str<'a>>,
+}
 
-impl<'de> Deserialize<'de> for CheckedUserInfo {
+impl<'de: 'a, 'a> Deserialize<'de> for CheckedUserInfo<'a> {
     fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
-        struct V;
-        impl<'de> serde::de::Visitor<'de> for V {
-            type Value = CheckedUserInfo;
+        struct V<'a>(std::marker::PhantomData<&'a ()>);
+        impl<'de: 'a, 'a> serde::de::Visitor<'de> for V<'a> {
+            type Value = CheckedUserInfo<'a>;
             fn expecting(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
                 f.write_str("struct UserInfo")
             }
-            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedUserInfo, A::Error> {
+            fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<CheckedUserInfo<'a>, A::Error> {
+                let mut username = None;
                 while let Some(key) = map.next_key::<Str<'de>>()? {
                     match key.0.as_ref() {
                         "extra" => {
@@ -365,18 +383,25 @@ impl<'de> Deserialize<'de> for CheckedUserInfo {
                         "groups" => {
                             map.next_value::<Option<CheckedStrings>>()?;
                         }
-                        "uid" | "username" => {
+                        "uid" => {
                             map.next_value::<Option<Str<'de>>>()?;
+                        }
+                        "username" => {
+                            username = map.next_value::<Option<Str<'a>>>()?;
                         }
                         _ => {
                             map.next_value::<IgnoredAny>()?;
                         }
                     }
                 }
-                Ok(CheckedUserInfo)
+                Ok(CheckedUserInfo { username })
             }
         }
-        d.deserialize_struct("UserInfo", &["extra", "groups", "uid", "username"], V)
+        d.deserialize_struct(
+            "UserInfo",
+            &["extra", "groups", "uid", "username"],
+            V(std::marker::PhantomData),
+        )
     }
 }
 
@@ -551,6 +576,8 @@ struct View<'a> {
     /// `request.dryRun`: nothing the request writes is stored.
     dry_run: bool,
     policy: &'a TenantPolicy,
+    /// `request.userInfo.username`.
+    username: Option<&'a str>,
 }
 
 /// Answer one AdmissionReview body with no tenant policy. Pure: the same body always gives the
@@ -586,8 +613,10 @@ pub fn review_with(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<R
                 old_object: r.old_object.map(Obj::Parts),
                 dry_run: r.dry_run,
                 policy,
+                username: None,
             };
-            answer(route, view)
+            let username = r.user_info.username.as_ref().map(|u| u.0.as_ref());
+            answer(route, View { username, ..view })
         }
         Some(Err(e)) if body.len() > MAX_SLOW_PATH_BYTES => Err(ReviewError::TooLargeToDiagnose(e)),
         Some(Err(_)) | None => review_slowly(route, body, policy),
@@ -630,6 +659,7 @@ fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Rev
         old_object: read(&r.old_object),
         dry_run: r.dry_run,
         policy,
+        username: r.user_info.username.as_deref(),
     };
     answer(route, view)
 }
@@ -711,7 +741,14 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
         (false, _) => None,
     };
     let mut decision = match route {
-        Route::Mutate => mutate(view.body, kind, object),
+        Route::Mutate => {
+            let mut d = mutate(view.body, kind, object);
+            if let Some(op) = approval_stamp(marks(object), old_object.and_then(marks), view.username) {
+                d.patch.get_or_insert_with(|| json_patch::Patch(Vec::new())).0.push(op);
+                d.result = ResultLabel::Patched;
+            }
+            d
+        }
         Route::Validate => validate(view.body, kind, object, old_object, view.dry_run, view.policy),
     };
     decision.warnings = bounded_warnings(std::mem::take(&mut decision.warnings), 0);
@@ -755,6 +792,42 @@ pub fn bounded_warnings(warnings: Vec<String>, omitted: usize) -> Vec<String> {
         .collect();
     out.push(format!("and {} more warnings", total - out.len()));
     out
+}
+
+/// The annotations the webhook acts on, of an object it could read.
+fn marks<'o, 'a>(object: &'o Obj<'a>) -> Option<&'o Marks<'a>> {
+    match object {
+        Obj::Parts(parts) => parts.metadata.annotations.as_ref(),
+        Obj::Unread => None,
+    }
+}
+
+/// Who approved a plan (docs/api.md, "Annotations"): when a request sets
+/// `captf.io/approve-plan` to a new value, `captf.io/approved-by` becomes the requesting user;
+/// when it leaves the approval as it was, `captf.io/approved-by` keeps its old value (a person
+/// cannot write another name beside somebody else's approval). PURE.
+fn approval_stamp(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Option<&str>) -> Option<PatchOperation> {
+    let value = |s: Option<&Str<'_>>| s.map(|s| s.0.to_string()).filter(|s| !s.is_empty());
+    let approval = value(new?.approve_plan.as_ref())?;
+    let old_approval = old.and_then(|o| value(o.approve_plan.as_ref()));
+    let written = value(new?.approved_by.as_ref());
+    let want = if old_approval.as_deref() == Some(approval.as_str()) {
+        // The approval did not change: the recorded approver stays (or stays absent).
+        old.and_then(|o| value(o.approved_by.as_ref()))
+    } else {
+        Some(username.filter(|u| !u.is_empty()).unwrap_or("unknown user").to_string())
+    };
+    if want == written {
+        return None;
+    }
+    let path = PointerBuf::from_tokens(["metadata", "annotations", keys::ANNOTATION_APPROVED_BY]);
+    Some(match want {
+        Some(v) => PatchOperation::Add(AddOperation {
+            path,
+            value: Value::String(v),
+        }),
+        None => PatchOperation::Remove(RemoveOperation { path }),
+    })
 }
 
 fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
@@ -842,7 +915,7 @@ fn with_meta<K: Resource<DynamicType = ()>>(mut obj: K, meta: &NameOnly<'_>) -> 
     let m = obj.meta_mut();
     m.name = meta.name.as_ref().map(|n| n.0.to_string());
     m.namespace = meta.namespace.as_ref().map(|n| n.0.to_string());
-    if meta.annotations.as_ref().is_some_and(|a| a.0) {
+    if meta.annotations.as_ref().is_some_and(|a| a.topology_dry_run) {
         m.annotations = Some([(keys::ANNOTATION_TOPOLOGY_DRY_RUN.to_string(), String::new())].into());
     }
     obj
@@ -1196,10 +1269,8 @@ mod tests {
             json!(null),
             json!("x"),
         ] {
-            let ours = serde_json::from_value::<CheckedUserInfo>(user_info.clone()).is_ok();
             let kubes =
                 serde_json::from_value::<k8s_openapi::api::authentication::v1::UserInfo>(user_info.clone()).is_ok();
-            assert_eq!(ours, kubes, "{user_info}");
             let text = user_info.to_string();
             let ours = serde_json::from_str::<CheckedUserInfo>(&text).is_ok();
             assert_eq!(ours, kubes, "{text}");
@@ -1255,6 +1326,90 @@ mod tests {
             "{:?}",
             answer.message
         );
+    }
+
+    /// The JSON patch ops of a mutate answer.
+    fn patch_ops(body: &[u8]) -> Vec<Value> {
+        let answer: Value = serde_json::from_slice(&super::review(Route::Mutate, body).unwrap().body).unwrap();
+        match answer["response"]["patch"].as_str() {
+            Some(b64) => {
+                serde_json::from_slice(&base64::engine::general_purpose::STANDARD.decode(b64).unwrap()).unwrap()
+            }
+            None => vec![],
+        }
+    }
+
+    fn approver_ops(ops: &[Value]) -> Vec<Value> {
+        ops.iter()
+            .filter(|op| op["path"] == "/metadata/annotations/captf.io~1approved-by")
+            .cloned()
+            .collect()
+    }
+
+    #[test]
+    fn the_approver_of_a_plan_is_the_user_who_set_the_approval_whatever_the_request_wrote() {
+        let mut review = fixture("cluster-update-accepted");
+        review["request"]["userInfo"] = serde_json::json!({"username": "alice@example.com", "groups": ["team-a"]});
+        let annotate = |review: &mut Value, which: &str, pairs: &[(&str, &str)]| {
+            let a = &mut review["request"][which]["metadata"]["annotations"];
+            *a = serde_json::json!({});
+            for (k, v) in pairs {
+                a[*k] = Value::String(v.to_string());
+            }
+        };
+        // A new approval: the requesting user is recorded, over a name the request wrote itself.
+        annotate(&mut review, "oldObject", &[]);
+        annotate(
+            &mut review,
+            "object",
+            &[
+                (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+                (keys::ANNOTATION_APPROVED_BY, "mallory"),
+            ],
+        );
+        let body = serde_json::to_vec(&review).unwrap();
+        let stamp = serde_json::json!([{"op": "add", "path": "/metadata/annotations/captf.io~1approved-by", "value": "alice@example.com"}]);
+        assert_eq!(approver_ops(&patch_ops(&body)), stamp.as_array().unwrap().clone());
+        // The slow path (kube's types) stamps the same.
+        let slow = review_slowly(Route::Mutate, &body, &TenantPolicy::unrestricted()).unwrap();
+        let slow: Value = serde_json::from_slice(&slow.body).unwrap();
+        let slow_ops: Vec<Value> = serde_json::from_slice(
+            &base64::engine::general_purpose::STANDARD
+                .decode(slow["response"]["patch"].as_str().unwrap())
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(approver_ops(&slow_ops), stamp.as_array().unwrap().clone());
+
+        // The same approval, another update: the recorded approver stays, whatever was written.
+        annotate(
+            &mut review,
+            "oldObject",
+            &[
+                (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+                (keys::ANNOTATION_APPROVED_BY, "bob"),
+            ],
+        );
+        let body = serde_json::to_vec(&review).unwrap();
+        assert_eq!(
+            approver_ops(&patch_ops(&body)),
+            [serde_json::json!({"op": "add", "path": "/metadata/annotations/captf.io~1approved-by", "value": "bob"})]
+        );
+        annotate(
+            &mut review,
+            "object",
+            &[
+                (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+                (keys::ANNOTATION_APPROVED_BY, "bob"),
+            ],
+        );
+        assert!(
+            approver_ops(&patch_ops(&serde_json::to_vec(&review).unwrap())).is_empty(),
+            "nothing to change"
+        );
+        // No approval: nothing about approvers is written.
+        annotate(&mut review, "object", &[]);
+        assert!(approver_ops(&patch_ops(&serde_json::to_vec(&review).unwrap())).is_empty());
     }
 
     #[test]

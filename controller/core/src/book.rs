@@ -346,6 +346,14 @@ fn plan_counts(rec: &JobRecord) -> String {
         .unwrap_or_default()
 }
 
+/// The note of the `PlanApproved` Event of an apply Job that starts with an approved plan: which
+/// plan, by whom (`None` for any other Job).
+pub fn approval_note(start: &crate::decide::Start, job: &str) -> Option<String> {
+    let hash = start.approved_plan.as_deref()?;
+    let by = start.approved_by.as_deref().unwrap_or("an unrecorded user");
+    Some(format!("Job {job} applies the plan {hash} approved by {by}"))
+}
+
 /// The Event of a booked Job (docs/operating.md): every outcome a person may want to know of,
 /// a success included; `None` for a drift check that found nothing (no transition).
 pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> {
@@ -371,10 +379,15 @@ pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> 
                 format!("Job {job} remediated the drift{}", plan_counts(rec)),
             ),
             Op::Apply => {
+                let by = rec
+                    .approved_by
+                    .as_deref()
+                    .map(|u| format!(" (approved by {u})"))
+                    .unwrap_or_default();
                 let approved = rec
                     .approved_plan
                     .as_deref()
-                    .map(|h| format!(", the approved plan {h}"))
+                    .map(|h| format!(", the approved plan {h}{by}"))
                     .unwrap_or_default();
                 (
                     reason::APPLIED,
@@ -448,6 +461,7 @@ mod tests {
             accounted: false,
             drift_remediation: false,
             approved_plan: None,
+            approved_by: None,
             force_unlock_id: None,
             inputs_hash: None,
             deleting: false,
@@ -508,6 +522,14 @@ mod tests {
         approved.approved_plan = Some("h1".into());
         let e = booking_event(&approved, Outcome::Succeeded).unwrap();
         assert!(e.note.ends_with(", the approved plan h1"), "{}", e.note);
+        approved.approved_by = Some("alice@example.com".into());
+        let e = booking_event(&approved, Outcome::Succeeded).unwrap();
+        assert!(
+            e.note
+                .ends_with(", the approved plan h1 (approved by alice@example.com)"),
+            "{}",
+            e.note
+        );
         assert_eq!(
             of(&ok(Op::Drift, Some(true)), Outcome::Succeeded),
             Some((reason::DRIFT_FOUND, true))
@@ -857,5 +879,32 @@ mod tests {
             port: 1,
         });
         assert_eq!(capi_spec_patch(&CaptfObject::Cluster(c), &outputs), None);
+    }
+
+    #[test]
+    fn an_apply_that_carries_an_approval_announces_the_plan_and_who_approved_it() {
+        use crate::decide::Start;
+        use crate::reason::Reason;
+        let mut start = Start {
+            op: Op::Apply,
+            reason: Reason::InputsChanged,
+            attempt: 1,
+            drift_remediation: false,
+            force_unlock_id: None,
+            approved_plan: Some("h1".into()),
+            approved_by: Some("alice@example.com".into()),
+        };
+        assert_eq!(
+            approval_note(&start, "j-apply-2").as_deref(),
+            Some("Job j-apply-2 applies the plan h1 approved by alice@example.com")
+        );
+        start.approved_by = None;
+        assert!(
+            approval_note(&start, "j")
+                .unwrap_or_default()
+                .ends_with("approved by an unrecorded user")
+        );
+        start.approved_plan = None;
+        assert_eq!(approval_note(&start, "j"), None, "no approval, no event");
     }
 }

@@ -46,6 +46,8 @@ pub struct Start {
     pub force_unlock_id: Option<String>,
     /// The approved plan hash the apply carries.
     pub approved_plan: Option<String>,
+    /// Who approved it (`captf.io/approved-by`), when it carries one.
+    pub approved_by: Option<String>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -128,6 +130,9 @@ fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation
         drift_remediation,
         force_unlock_id: s.lock.force_unlock_id().map(str::to_string),
         approved_plan: (op == Op::Apply).then(|| approved_plan(s)).flatten(),
+        approved_by: (op == Op::Apply)
+            .then(|| approved_plan(s).and(s.approved_by.clone()))
+            .flatten(),
     })
 }
 
@@ -516,10 +521,16 @@ mod tests {
         );
         // Approved: the apply starts at once, carrying the hash, attempt 1 (blocked counts toward nothing).
         s.approve_plan = Some("plan-1".into());
+        s.approved_by = Some("alice@example.com".into());
         let st = as_start(decide(&s, blocked.finished.unwrap()));
         assert_eq!(
-            (st.reason, st.attempt, st.approved_plan.as_deref()),
-            (Reason::InputsChanged, 1, Some("plan-1"))
+            (
+                st.reason,
+                st.attempt,
+                st.approved_plan.as_deref(),
+                st.approved_by.as_deref()
+            ),
+            (Reason::InputsChanged, 1, Some("plan-1"), Some("alice@example.com"))
         );
         // The approved apply then finds another plan: wait again, for a new approval or new inputs.
         let mut changed = rec(Op::Apply, 5, Some(Outcome::PlanChanged));
@@ -531,7 +542,10 @@ mod tests {
         s.inputs_hash = InputsHash::Known(HASH.replace('a', "f"));
         s.status.pending_plan = None;
         let st = as_start(decide(&s, ts(20_000)));
-        assert_eq!((st.reason, st.approved_plan), (Reason::InputsChanged, None));
+        assert_eq!(
+            (st.reason, st.approved_plan, st.approved_by),
+            (Reason::InputsChanged, None, None)
+        );
     }
 
     #[test]

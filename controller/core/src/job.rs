@@ -220,6 +220,9 @@ fn job_annotations(s: &Start) -> BTreeMap<String, String> {
     }
     if let Some(h) = &s.approved_plan {
         a.insert(keys::ANNOTATION_APPROVED_PLAN.to_string(), h.clone());
+        if let Some(by) = &s.approved_by {
+            a.insert(keys::ANNOTATION_APPROVED_BY.to_string(), by.clone());
+        }
     }
     a
 }
@@ -606,6 +609,7 @@ mod tests {
             drift_remediation: true,
             force_unlock_id: Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55".into()),
             approved_plan: Some("abc".into()),
+            approved_by: Some("alice@example.com".into()),
         }
     }
 
@@ -928,6 +932,8 @@ mod tests {
         assert_eq!(a["captf.io/reason"], "InputsChanged");
         assert_eq!(a["captf.io/drift-remediation"], "true");
         assert_eq!(a["captf.io/force-unlock"], "0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55");
+        assert_eq!(a["captf.io/approved-plan"], "abc");
+        assert_eq!(a["captf.io/approved-by"], "alice@example.com");
         let o = &m.owner_references.as_ref().unwrap()[0];
         assert_eq!(
             (o.kind.as_str(), o.name.as_str(), o.controller),

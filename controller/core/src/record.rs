@@ -33,6 +33,8 @@ pub struct JobRecord {
     pub drift_remediation: bool,
     /// The approved plan hash the Job carried (`captf.io/approved-plan`).
     pub approved_plan: Option<String>,
+    /// Who approved it (`captf.io/approved-by`).
+    pub approved_by: Option<String>,
     /// The lock ID the Job was handed (`captf.io/force-unlock`).
     pub force_unlock_id: Option<String>,
     /// The first 16 hex of the inputs hash it ran with (`captf.io/inputs-hash`).
@@ -118,6 +120,7 @@ impl JobRecord {
             accounted: booked.is_some(),
             drift_remediation: ann(keys::ANNOTATION_DRIFT_REMEDIATION).as_deref() == Some("true"),
             approved_plan: ann(keys::ANNOTATION_APPROVED_PLAN),
+            approved_by: ann(keys::ANNOTATION_APPROVED_BY),
             force_unlock_id: ann(keys::ANNOTATION_FORCE_UNLOCK),
             inputs_hash: labels.and_then(|l| l.get(keys::LABEL_INPUTS_HASH)).cloned(),
             deleting: job.metadata.deletion_timestamp.is_some(),
@@ -247,6 +250,7 @@ pub(crate) mod tests {
             accounted: true,
             drift_remediation: false,
             approved_plan: None,
+            approved_by: None,
             force_unlock_id: None,
             inputs_hash: None,
             deleting: false,

@@ -106,6 +106,8 @@ pub struct Snapshot {
     pub deletion_timestamp: Option<Timestamp>,
     /// `captf.io/approve-plan`.
     pub approve_plan: Option<String>,
+    /// `captf.io/approved-by`: who approved it.
+    pub approved_by: Option<String>,
     /// `captf.io/refresh`, parsed (an unparsable value is no request).
     pub refresh_requested: Option<Timestamp>,
     pub spec: Effective,
@@ -176,6 +178,7 @@ impl Snapshot {
             generation: meta.generation,
             deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0),
             approve_plan: ann(keys::ANNOTATION_APPROVE_PLAN).filter(|v| !v.is_empty()),
+            approved_by: ann(keys::ANNOTATION_APPROVED_BY).filter(|v| !v.is_empty()),
             refresh_requested: ann(keys::ANNOTATION_REFRESH).and_then(|v| v.parse().ok()),
             paused: super::pause::object_paused(object) || holds.cluster_paused,
             spec,

@@ -638,6 +638,17 @@ async fn start_job(
         Some(&job_name),
     )
     .await;
+    if let Some(note) = captf_core::book::approval_note(start, &job_name) {
+        ctx.event(
+            id,
+            false,
+            events::reason::PLAN_APPROVED,
+            events::action::START_JOB,
+            &note,
+            Some(&job_name),
+        )
+        .await;
+    }
     if let Some(lock_id) = &start.force_unlock_id {
         ctx.metrics.force_unlock(id.kind);
         let holder = snap.lock.holder().unwrap_or("");
