@@ -224,6 +224,7 @@ fn start(op: Op) -> Start {
         force_unlock_id: None,
         approved_plan: None,
         approved_by: None,
+        skipped_backoff: None,
     }
 }
 

@@ -19,6 +19,9 @@ pub mod reason {
     pub const PLAN_CHANGED: &str = "PlanChanged";
     /// An apply Job starts with the plan a person approved (note: the plan hash, by whom).
     pub const PLAN_APPROVED: &str = "PlanApproved";
+    /// A Job starts before its backoff ended because a person asked (note: who, why, the time
+    /// it would have waited for).
+    pub const BACKOFF_SKIPPED: &str = "BackoffSkipped";
     /// An apply succeeded (Normal).
     pub const APPLIED: &str = "Applied";
     /// A drift check found the infrastructure no longer matches the inputs (Warning).

@@ -62,6 +62,13 @@ pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";
 /// (a value a person wrote is replaced), else by `kubectl captf approve` with its own user;
 /// copied onto the apply Job that carries the approval.
 pub const ANNOTATION_APPROVED_BY: &str = "captf.io/approved-by";
+/// `captf.io/reconcile-now=<RFC 3339 time>` (`kubectl captf reconcile`): the next Job starts now
+/// instead of waiting out the backoff of failures that finished before that time; used once.
+pub const ANNOTATION_RECONCILE_NOW: &str = "captf.io/reconcile-now";
+/// Who asked for `captf.io/reconcile-now` (written like `captf.io/approved-by`).
+pub const ANNOTATION_RECONCILE_NOW_BY: &str = "captf.io/reconcile-now-by";
+/// Why, in the requester's words (`kubectl captf reconcile --reason`).
+pub const ANNOTATION_RECONCILE_NOW_REASON: &str = "captf.io/reconcile-now-reason";
 /// `kubectl annotate … captf.io/refresh=<RFC 3339 time>` requests a refresh.
 pub const ANNOTATION_REFRESH: &str = "captf.io/refresh";
 

@@ -269,14 +269,21 @@ struct NameOnly<'a> {
     annotations: Option<Marks<'a>>,
 }
 
+/// A person's request on an object and the annotation that records who made it (written by
+/// this webhook from the request's user).
+const STAMPED: [(&str, &str); 2] = [
+    (keys::ANNOTATION_APPROVE_PLAN, keys::ANNOTATION_APPROVED_BY),
+    (keys::ANNOTATION_RECONCILE_NOW, keys::ANNOTATION_RECONCILE_NOW_BY),
+];
+
 /// Of an annotations map, only whether [`keys::ANNOTATION_TOPOLOGY_DRY_RUN`] is there and the
-/// values of [`keys::ANNOTATION_APPROVE_PLAN`] and [`keys::ANNOTATION_APPROVED_BY`]: keys are read
-/// one by one and other values skipped, so no other annotation is kept.
+/// values of the [`STAMPED`] requests and their `-by` annotations: keys are read one by one and
+/// other values skipped, so no other annotation is kept.
 #[derive(Default)]
 struct Marks<'a> {
     topology_dry_run: bool,
-    approve_plan: Option<Str<'a>>,
-    approved_by: Option<Str<'a>>,
+    /// Per [`STAMPED`] pair: the request's value and who made it.
+    stamped: [(Option<Str<'a>>, Option<Str<'a>>); 2],
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Marks<'a> {
@@ -290,13 +297,14 @@ impl<'de: 'a, 'a> Deserialize<'de> for Marks<'a> {
             fn visit_map<A: serde::de::MapAccess<'de>>(self, mut map: A) -> Result<Marks<'a>, A::Error> {
                 let mut marks = Marks::default();
                 while let Some(key) = map.next_key::<Str<'de>>()? {
-                    match key.0.as_ref() {
-                        keys::ANNOTATION_APPROVE_PLAN => marks.approve_plan = map.next_value::<Option<Str<'a>>>()?,
-                        keys::ANNOTATION_APPROVED_BY => marks.approved_by = map.next_value::<Option<Str<'a>>>()?,
-                        other => {
-                            marks.topology_dry_run |= other == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
-                            map.next_value::<IgnoredAny>()?;
-                        }
+                    let key = key.0.as_ref();
+                    if let Some(i) = STAMPED.iter().position(|(request, _)| *request == key) {
+                        marks.stamped[i].0 = map.next_value::<Option<Str<'a>>>()?;
+                    } else if let Some(i) = STAMPED.iter().position(|(_, by)| *by == key) {
+                        marks.stamped[i].1 = map.next_value::<Option<Str<'a>>>()?;
+                    } else {
+                        marks.topology_dry_run |= key == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
+                        map.next_value::<IgnoredAny>()?;
                     }
                 }
                 Ok(marks)
@@ -743,8 +751,12 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     let mut decision = match route {
         Route::Mutate => {
             let mut d = mutate(view.body, kind, object);
-            if let Some(op) = approval_stamp(marks(object), old_object.and_then(marks), view.username) {
-                d.patch.get_or_insert_with(|| json_patch::Patch(Vec::new())).0.push(op);
+            let stamps = request_stamps(marks(object), old_object.and_then(marks), view.username);
+            if !stamps.is_empty() {
+                d.patch
+                    .get_or_insert_with(|| json_patch::Patch(Vec::new()))
+                    .0
+                    .extend(stamps);
                 d.result = ResultLabel::Patched;
             }
             d
@@ -802,32 +814,41 @@ fn marks<'o, 'a>(object: &'o Obj<'a>) -> Option<&'o Marks<'a>> {
     }
 }
 
-/// Who approved a plan (docs/api.md, "Annotations"): when a request sets
-/// `captf.io/approve-plan` to a new value, `captf.io/approved-by` becomes the requesting user;
-/// when it leaves the approval as it was, `captf.io/approved-by` keeps its old value (a person
-/// cannot write another name beside somebody else's approval). PURE.
-fn approval_stamp(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Option<&str>) -> Option<PatchOperation> {
+/// Who made a person's request (docs/rules.md): when a request sets `captf.io/approve-plan` or
+/// `captf.io/reconcile-now` to a new value, its `-by` annotation (`captf.io/approved-by`,
+/// `captf.io/reconcile-now-by`) becomes the requesting user; when it leaves the request as it
+/// was, the `-by` annotation keeps its old value (nobody can write another name beside somebody
+/// else's request). PURE.
+fn request_stamps(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Option<&str>) -> Vec<PatchOperation> {
     let value = |s: Option<&Str<'_>>| s.map(|s| s.0.to_string()).filter(|s| !s.is_empty());
-    let approval = value(new?.approve_plan.as_ref())?;
-    let old_approval = old.and_then(|o| value(o.approve_plan.as_ref()));
-    let written = value(new?.approved_by.as_ref());
-    let want = if old_approval.as_deref() == Some(approval.as_str()) {
-        // The approval did not change: the recorded approver stays (or stays absent).
-        old.and_then(|o| value(o.approved_by.as_ref()))
-    } else {
-        Some(username.filter(|u| !u.is_empty()).unwrap_or("unknown user").to_string())
+    let Some(new) = new else {
+        return Vec::new();
     };
-    if want == written {
-        return None;
+    let mut ops = Vec::new();
+    for (i, (_, by_key)) in STAMPED.iter().enumerate() {
+        let Some(request) = value(new.stamped[i].0.as_ref()) else {
+            continue;
+        };
+        let old_request = old.and_then(|o| value(o.stamped[i].0.as_ref()));
+        let written = value(new.stamped[i].1.as_ref());
+        let want = if old_request.as_deref() == Some(request.as_str()) {
+            old.and_then(|o| value(o.stamped[i].1.as_ref()))
+        } else {
+            Some(username.filter(|u| !u.is_empty()).unwrap_or("unknown user").to_string())
+        };
+        if want == written {
+            continue;
+        }
+        let path = PointerBuf::from_tokens(["metadata", "annotations", by_key]);
+        ops.push(match want {
+            Some(v) => PatchOperation::Add(AddOperation {
+                path,
+                value: Value::String(v),
+            }),
+            None => PatchOperation::Remove(RemoveOperation { path }),
+        });
     }
-    let path = PointerBuf::from_tokens(["metadata", "annotations", keys::ANNOTATION_APPROVED_BY]);
-    Some(match want {
-        Some(v) => PatchOperation::Add(AddOperation {
-            path,
-            value: Value::String(v),
-        }),
-        None => PatchOperation::Remove(RemoveOperation { path }),
-    })
+    ops
 }
 
 fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
@@ -1347,7 +1368,7 @@ mod tests {
     }
 
     #[test]
-    fn the_approver_of_a_plan_is_the_user_who_set_the_approval_whatever_the_request_wrote() {
+    fn who_approved_a_plan_or_asked_to_reconcile_is_the_user_who_set_it_whatever_the_request_wrote() {
         let mut review = fixture("cluster-update-accepted");
         review["request"]["userInfo"] = serde_json::json!({"username": "alice@example.com", "groups": ["team-a"]});
         let annotate = |review: &mut Value, which: &str, pairs: &[(&str, &str)]| {
@@ -1410,6 +1431,17 @@ mod tests {
         // No approval: nothing about approvers is written.
         annotate(&mut review, "object", &[]);
         assert!(approver_ops(&patch_ops(&serde_json::to_vec(&review).unwrap())).is_empty());
+        // A reconcile request is stamped the same way, in its own annotation.
+        annotate(
+            &mut review,
+            "object",
+            &[(keys::ANNOTATION_RECONCILE_NOW, "2026-01-01T00:01:00Z")],
+        );
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert!(
+            ops.contains(&serde_json::json!({"op": "add", "path": "/metadata/annotations/captf.io~1reconcile-now-by", "value": "alice@example.com"})),
+            "{ops:?}"
+        );
     }
 
     #[test]

@@ -354,6 +354,22 @@ pub fn approval_note(start: &crate::decide::Start, job: &str) -> Option<String> 
     Some(format!("Job {job} applies the plan {hash} approved by {by}"))
 }
 
+/// The note of the `BackoffSkipped` Event of a Job that starts before its backoff ended because
+/// a person asked (`captf.io/reconcile-now`): until when it would have waited, who asked, why.
+pub fn backoff_skipped_note(start: &crate::decide::Start, s: &crate::snapshot::Snapshot, job: &str) -> Option<String> {
+    let until = start.skipped_backoff?;
+    let by = s.reconcile_by.as_deref().unwrap_or("an unrecorded user");
+    let why = s
+        .reconcile_reason
+        .as_deref()
+        .map(|w| format!(": {w}"))
+        .unwrap_or_default();
+    let asked = s.reconcile_requested.map(|t| format!(" at {t}")).unwrap_or_default();
+    Some(format!(
+        "Job {job} starts now instead of at {until}, the end of its backoff: {by} asked{asked}{why}"
+    ))
+}
+
 /// The Event of a booked Job (docs/operating.md): every outcome a person may want to know of,
 /// a success included; `None` for a drift check that found nothing (no transition).
 pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> {
@@ -893,6 +909,7 @@ mod tests {
             force_unlock_id: None,
             approved_plan: Some("h1".into()),
             approved_by: Some("alice@example.com".into()),
+            skipped_backoff: None,
         };
         assert_eq!(
             approval_note(&start, "j-apply-2").as_deref(),
@@ -906,5 +923,33 @@ mod tests {
         );
         start.approved_plan = None;
         assert_eq!(approval_note(&start, "j"), None, "no approval, no event");
+    }
+
+    #[test]
+    fn a_job_that_skips_its_backoff_says_until_when_it_would_have_waited_who_asked_and_why() {
+        use crate::decide::Start;
+        use crate::reason::Reason;
+        let mut start = Start {
+            op: Op::Apply,
+            reason: Reason::InputsChanged,
+            attempt: 4,
+            drift_remediation: false,
+            force_unlock_id: None,
+            approved_plan: None,
+            approved_by: None,
+            skipped_backoff: Some("2026-01-01T00:10:00Z".parse().unwrap_or_else(|e| panic!("{e}"))),
+        };
+        let mut s = crate::requests::tests::base();
+        s.reconcile_requested = Some("2026-01-01T00:01:00Z".parse().unwrap_or_else(|e| panic!("{e}")));
+        s.reconcile_by = Some("alice@example.com".into());
+        s.reconcile_reason = Some("quota raised".into());
+        assert_eq!(
+            backoff_skipped_note(&start, &s, "j-apply-4").as_deref(),
+            Some(
+                "Job j-apply-4 starts now instead of at 2026-01-01T00:10:00Z, the end of its backoff: alice@example.com asked at 2026-01-01T00:01:00Z: quota raised"
+            )
+        );
+        start.skipped_backoff = None;
+        assert_eq!(backoff_skipped_note(&start, &s, "j"), None);
     }
 }

@@ -48,6 +48,9 @@ pub struct Start {
     pub approved_plan: Option<String>,
     /// Who approved it (`captf.io/approved-by`), when it carries one.
     pub approved_by: Option<String>,
+    /// The end of the backoff this Job does not wait for, because a person asked for it
+    /// (`captf.io/reconcile-now`, [`skips_backoff`]).
+    pub skipped_backoff: Option<Timestamp>,
 }
 
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -93,10 +96,23 @@ pub fn backoff_of(s: &Snapshot, op: Op) -> Backoff {
     backoff::backoff(&s.jobs, op, s.spec.failed_limit, s.last_success(op)).with_booked(booked)
 }
 
+/// A person's `captf.io/reconcile-now` skips the rest of a backoff, once: only the backoff of
+/// failures that finished before the request. The retry it lets start counts as the next attempt,
+/// and if it fails, its own backoff (longer, up to the cap) holds again until somebody asks
+/// again with a newer time: a request cannot make a loop.
+pub fn skips_backoff(s: &Snapshot, b: &Backoff) -> bool {
+    s.reconcile_requested
+        .zip(b.newest_failure)
+        .is_some_and(|(asked, failed)| asked > failed)
+}
+
 /// Any `Start` passes the backoff of its op, then the cluster holds of docs/rules.md.
 fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation: bool) -> Decision {
     let b = backoff_of(s, op);
-    if b.waiting(now) {
+    let skipped_backoff = (b.waiting(now) && skips_backoff(s, &b))
+        .then_some(b.not_before)
+        .flatten();
+    if b.waiting(now) && skipped_backoff.is_none() {
         return Decision::Wait(Wait {
             reason: reason.backoff().unwrap_or(reason),
             op: Some(op),
@@ -133,6 +149,7 @@ fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation
         approved_by: (op == Op::Apply)
             .then(|| approved_plan(s).and(s.approved_by.clone()))
             .flatten(),
+        skipped_backoff,
     })
 }
 
@@ -476,6 +493,47 @@ mod tests {
             let go = as_start(decide(&s, finished + SignedDuration::from_mins(minutes)));
             assert_eq!((go.reason, go.attempt), (Reason::InputsChanged, n + 1));
         }
+    }
+
+    #[test]
+    fn a_reconcile_request_skips_the_backoff_of_failures_before_it_once_and_the_next_failure_backs_off_again() {
+        let mut s = snap(3, failing(Op::Apply, 1..=3), 10_000);
+        s.inputs_hash = InputsHash::Known(OTHER.into());
+        let failed = s.jobs[0].finished.unwrap();
+        let now = failed + SignedDuration::from_mins(1);
+        assert_eq!(
+            as_wait(decide(&s, now)).reason,
+            Reason::InputsChangedBackoff,
+            "10 minutes after 3 failures"
+        );
+        // Asked before the newest failure: that failure's backoff holds.
+        s.reconcile_requested = Some(failed - SignedDuration::from_secs(1));
+        assert_eq!(as_wait(decide(&s, now)).reason, Reason::InputsChangedBackoff);
+        // Asked after it: the retry starts now, as attempt 4, saying until when it would have waited.
+        s.reconcile_requested = Some(failed + SignedDuration::from_secs(30));
+        let st = as_start(decide(&s, now));
+        assert_eq!(
+            (st.reason, st.attempt, st.skipped_backoff),
+            (Reason::InputsChanged, 4, Some(failed + SignedDuration::from_mins(10)))
+        );
+        // That retry fails too: the same request does not skip its backoff (still 10 minutes, the cap).
+        let mut again = failing(Op::Apply, 1..=4);
+        again[0].created = Some(now);
+        again[0].finished = Some(now + SignedDuration::from_secs(20));
+        s.jobs = again;
+        let w = as_wait(decide(&s, now + SignedDuration::from_mins(1)));
+        assert_eq!(
+            (w.reason, w.not_before),
+            (
+                Reason::InputsChangedBackoff,
+                Some(now + SignedDuration::from_secs(20) + SignedDuration::from_mins(10))
+            )
+        );
+        // Outside a backoff the request changes nothing.
+        let idle = snap(3, vec![], 10_000);
+        let mut asked = idle.clone();
+        asked.reconcile_requested = Some(ts(10_500));
+        assert_eq!(decide(&asked, ts(10_600)), decide(&idle, ts(10_600)));
     }
 
     #[test]

@@ -610,6 +610,7 @@ mod tests {
             force_unlock_id: Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55".into()),
             approved_plan: Some("abc".into()),
             approved_by: Some("alice@example.com".into()),
+            skipped_backoff: None,
         }
     }
 

@@ -1,7 +1,8 @@
 //! A person's requests on the object, and when a booked Job has used them up (docs/api.md,
 //! "Annotations"): `captf.io/approve-plan` once the apply that carried the approved plan
 //! succeeded or found the plan changed (the approval can do nothing more), and
-//! `captf.io/refresh` once a refresh that started after the request succeeded. The controller
+//! `captf.io/refresh` once a refresh that started after the request succeeded, and
+//! `captf.io/reconcile-now` (with who and why) once a Job was created after it. The controller
 //! removes a used request only if it still holds the value read, so a new request made
 //! meanwhile stays.
 
@@ -22,6 +23,15 @@ pub fn used(s: &Snapshot) -> Vec<&'static str> {
     {
         out.push(keys::ANNOTATION_APPROVE_PLAN);
     }
+    if let Some(asked) = s.reconcile_requested
+        && s.jobs.iter().any(|r| r.created.is_some_and(|c| c >= asked))
+    {
+        out.extend([
+            keys::ANNOTATION_RECONCILE_NOW,
+            keys::ANNOTATION_RECONCILE_NOW_BY,
+            keys::ANNOTATION_RECONCILE_NOW_REASON,
+        ]);
+    }
     if let Some(asked) = s.refresh_requested
         && s.jobs
             .iter()
@@ -33,12 +43,12 @@ pub fn used(s: &Snapshot) -> Vec<&'static str> {
 }
 
 #[cfg(test)]
-mod tests {
+pub(crate) mod tests {
     use super::*;
     use crate::record::tests::rec;
     use k8s_openapi::jiff::Timestamp;
 
-    fn base() -> Snapshot {
+    pub(crate) fn base() -> Snapshot {
         let object: captf_shared::types::TerraformCluster = serde_json::from_value(serde_json::json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
             "kind": "TerraformCluster",
@@ -84,5 +94,24 @@ mod tests {
         assert_eq!(used(&s), [keys::ANNOTATION_REFRESH]);
         s.refresh_requested = started.checked_add(jiff::SignedDuration::from_secs(1)).ok();
         assert!(used(&s).is_empty(), "asked after that refresh started");
+    }
+
+    #[test]
+    fn a_reconcile_request_is_used_up_by_the_first_job_created_after_it() {
+        let mut s = base();
+        let job = rec(Op::Apply, 3, Some(Outcome::Failed));
+        let created = job.created.unwrap_or_else(|| panic!("rec sets created"));
+        s.jobs = vec![job];
+        s.reconcile_requested = Some(created);
+        assert_eq!(
+            used(&s),
+            [
+                keys::ANNOTATION_RECONCILE_NOW,
+                keys::ANNOTATION_RECONCILE_NOW_BY,
+                keys::ANNOTATION_RECONCILE_NOW_REASON
+            ]
+        );
+        s.reconcile_requested = created.checked_add(jiff::SignedDuration::from_secs(1)).ok();
+        assert!(used(&s).is_empty(), "no Job since the request");
     }
 }

@@ -110,6 +110,10 @@ pub struct Snapshot {
     pub approved_by: Option<String>,
     /// `captf.io/refresh`, parsed (an unparsable value is no request).
     pub refresh_requested: Option<Timestamp>,
+    /// `captf.io/reconcile-now`, parsed (an unparsable value is no request), with who and why.
+    pub reconcile_requested: Option<Timestamp>,
+    pub reconcile_by: Option<String>,
+    pub reconcile_reason: Option<String>,
     pub spec: Effective,
     /// The validation message when the spec is invalid.
     pub invalid: Option<String>,
@@ -180,6 +184,9 @@ impl Snapshot {
             approve_plan: ann(keys::ANNOTATION_APPROVE_PLAN).filter(|v| !v.is_empty()),
             approved_by: ann(keys::ANNOTATION_APPROVED_BY).filter(|v| !v.is_empty()),
             refresh_requested: ann(keys::ANNOTATION_REFRESH).and_then(|v| v.parse().ok()),
+            reconcile_requested: ann(keys::ANNOTATION_RECONCILE_NOW).and_then(|v| v.parse().ok()),
+            reconcile_by: ann(keys::ANNOTATION_RECONCILE_NOW_BY).filter(|v| !v.is_empty()),
+            reconcile_reason: ann(keys::ANNOTATION_RECONCILE_NOW_REASON).filter(|v| !v.is_empty()),
             paused: super::pause::object_paused(object) || holds.cluster_paused,
             spec,
             invalid: (!report.is_valid()).then(|| report.message()),

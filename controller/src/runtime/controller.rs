@@ -638,6 +638,17 @@ async fn start_job(
         Some(&job_name),
     )
     .await;
+    if let Some(note) = captf_core::book::backoff_skipped_note(start, snap, &job_name) {
+        ctx.event(
+            id,
+            true,
+            events::reason::BACKOFF_SKIPPED,
+            events::action::START_JOB,
+            &note,
+            Some(&job_name),
+        )
+        .await;
+    }
     if let Some(note) = captf_core::book::approval_note(start, &job_name) {
         ctx.event(
             id,
