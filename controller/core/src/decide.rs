@@ -103,7 +103,7 @@ pub fn backoff_of(s: &Snapshot, op: Op) -> Backoff {
 pub fn skips_backoff(s: &Snapshot, b: &Backoff) -> bool {
     s.reconcile_requested
         .zip(b.newest_failure)
-        .is_some_and(|(asked, failed)| asked > failed)
+        .is_some_and(|(asked, failed)| asked >= failed)
 }
 
 /// Any `Start` passes the backoff of its op, then the cluster holds of docs/rules.md.
@@ -506,7 +506,7 @@ mod tests {
             Reason::InputsChangedBackoff,
             "10 minutes after 3 failures"
         );
-        // Asked before the newest failure: that failure's backoff holds.
+        // Asked before the newest failure finished: that failure's backoff holds.
         s.reconcile_requested = Some(failed - SignedDuration::from_secs(1));
         assert_eq!(as_wait(decide(&s, now)).reason, Reason::InputsChangedBackoff);
         // Asked after it: the retry starts now, as attempt 4, saying until when it would have waited.
