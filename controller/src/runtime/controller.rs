@@ -16,7 +16,7 @@ use kube::runtime::controller::{Action, Config as ControllerConfig, Controller};
 use kube::runtime::reflector::ObjectRef;
 use kube::runtime::reflector::Store;
 use kube::runtime::reflector::store::Writer;
-use kube::runtime::{WatchStreamExt, watcher};
+use kube::runtime::watcher;
 use tokio::sync::watch;
 
 use captf_shared::binding::{self, Binding, History, Verdict};
@@ -33,7 +33,7 @@ use super::identity::{self, Claims};
 use super::inputs;
 use super::interrupted;
 use super::leases::{self, Take};
-use super::owners::{self, OwnerApis};
+use super::owners::{self, OwnerKind};
 use super::retry::ObjectKey;
 use captf_core::ident::Ident;
 use captf_core::interrupted::Checked;
@@ -684,7 +684,6 @@ fn controller_for<K: CaptfKind>(
     feeds: &FeedStreams,
     objects: (Writer<Meta<K>>, Store<Meta<K>>),
     jobs: Writer<Job>,
-    owner_apis: &OwnerApis,
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + use<K> {
     let client = ctx.client.clone();
@@ -718,16 +717,9 @@ fn controller_for<K: CaptfKind>(
     let mut controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector));
-    for (owner, ar) in owner_apis.served.iter().filter(|(o, _)| o.concerns(K::KIND)) {
-        let owner = *owner;
-        let api: Api<PartialObjectMeta<DynamicObject>> = match &ns {
-            Some(n) => Api::namespaced_with(client.clone(), n, ar),
-            None => Api::all_with(client.clone(), ar),
-        };
+    for owner in OwnerKind::ALL.into_iter().filter(|o| o.concerns(K::KIND)) {
         let store = store.clone();
-        let trigger = watcher(api, watcher::Config::default())
-            .default_backoff()
-            .touched_objects();
+        let trigger = owners::owner_changes(client.clone(), ns.clone(), owner);
         controller = controller.watches_stream_with(
             trigger,
             move |o: PartialObjectMeta<DynamicObject>| {
@@ -740,7 +732,9 @@ fn controller_for<K: CaptfKind>(
                     .map(|obj| ObjectRef::from_obj(&*obj))
                     .collect::<Vec<_>>()
             },
-            ar.clone(),
+            // Names the owner in the controller's reconcile reasons only; the watch uses the
+            // version discovery found.
+            owners::owner_api(owner, "v1beta2"),
         );
     }
     let controller = controller
@@ -799,14 +793,12 @@ pub async fn run_controllers(ctx: Arc<Ctx>, feeds: Feeds, shutdown: watch::Recei
             .for_each(|()| async {})
     };
     let c = ctx.caches.clone();
-    let owner_apis = OwnerApis::discover(&ctx.client).await;
     futures::join!(
         controller_for::<TerraformCluster>(
             ctx.clone(),
             &feeds,
             (clusters, c.clusters.clone()),
             j_clusters,
-            &owner_apis,
             shutdown.clone()
         ),
         controller_for::<TerraformMachinePool>(
@@ -814,17 +806,9 @@ pub async fn run_controllers(ctx: Arc<Ctx>, feeds: Feeds, shutdown: watch::Recei
             &feeds,
             (pools, c.pools.clone()),
             j_pools,
-            &owner_apis,
             shutdown.clone()
         ),
-        controller_for::<TerraformMachine>(
-            ctx,
-            &feeds,
-            (machines, c.machines.clone()),
-            j_machines,
-            &owner_apis,
-            shutdown
-        ),
+        controller_for::<TerraformMachine>(ctx, &feeds, (machines, c.machines.clone()), j_machines, shutdown),
         pods_feed,
     );
 }

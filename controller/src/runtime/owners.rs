@@ -5,12 +5,18 @@
 //! data) the TerraformMachinePool. The reconcile then reads the owner live, as before: the
 //! watch only says when.
 //!
-//! The owner kinds are found by discovery when the controller starts (the newest of `v1beta2`,
-//! `v1beta1` that is served). Without Cluster API installed nothing is watched, and an owner read
-//! still happens every 30 s while an object is held by one.
+//! Each owner kind is found by discovery (the newest of `v1beta2`, `v1beta1` that is served),
+//! asked again with a growing pause (1 s doubling to a minute) until Cluster API serves it, so a
+//! Cluster API installed after CAPTF is watched within a minute, without a restart. Until then an
+//! owner read still happens every 30 s while an object is held by one.
 
+use std::time::Duration;
+
+use futures::{Stream, StreamExt};
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use kube::api::{Api, DynamicObject, PartialObjectMeta};
 use kube::core::{ApiResource, GroupVersionKind};
+use kube::runtime::{WatchStreamExt, watcher};
 
 use captf_shared::{Kind, keys};
 
@@ -74,39 +80,73 @@ pub fn wakes(owner_kind: OwnerKind, owner_namespace: &str, owner_name: &str, met
     }
 }
 
-/// The served Cluster API owner kinds, each with the newest version served.
-#[derive(Clone, Debug, Default)]
-pub struct OwnerApis {
-    pub served: Vec<(OwnerKind, ApiResource)>,
+/// The versions of Cluster API's kinds CAPTF reads, newest first.
+const VERSIONS: [&str; 2] = ["v1beta2", "v1beta1"];
+/// The longest pause between two discoveries of an owner kind Cluster API does not serve yet.
+const REDISCOVER_MAX: Duration = Duration::from_secs(60);
+
+/// The API of `owner` at `version`.
+pub fn owner_api(owner: OwnerKind, version: &str) -> ApiResource {
+    let gvk = GroupVersionKind::gvk(CAPI_GROUP, version, owner.kind());
+    ApiResource::from_gvk_with_plural(&gvk, owner.plural())
 }
 
-impl OwnerApis {
-    /// Find the owner kinds by discovery. A failed discovery of a version (not served, or Cluster
-    /// API not installed) is no owner kind there.
-    pub async fn discover(client: &kube::Client) -> OwnerApis {
-        let mut served: Vec<(OwnerKind, ApiResource)> = vec![];
-        for version in ["v1beta2", "v1beta1"] {
-            let Ok(list) = client
-                .list_api_group_resources(&format!("{CAPI_GROUP}/{version}"))
-                .await
-            else {
-                continue;
-            };
-            for owner in OwnerKind::ALL {
-                if served.iter().any(|(o, _)| *o == owner) {
-                    continue;
-                }
-                if list.resources.iter().any(|r| r.name == owner.plural()) {
-                    let gvk = GroupVersionKind::gvk(CAPI_GROUP, version, owner.kind());
-                    served.push((owner, ApiResource::from_gvk_with_plural(&gvk, owner.plural())));
-                }
-            }
+/// The newest served version of `owner`, by discovery; `None` when Cluster API does not serve it
+/// (not installed, or a failed discovery).
+pub async fn discover(client: &kube::Client, owner: OwnerKind) -> Option<ApiResource> {
+    for version in VERSIONS {
+        if let Ok(list) = client
+            .list_api_group_resources(&format!("{CAPI_GROUP}/{version}"))
+            .await
+            && list.resources.iter().any(|r| r.name == owner.plural())
+        {
+            return Some(owner_api(owner, version));
         }
-        if served.is_empty() {
-            tracing::info!("Cluster API is not served: its Clusters, Machines and MachinePools are not watched");
-        }
-        OwnerApis { served }
     }
+    None
+}
+
+/// The pause before the discovery after `pause` (PURE): doubling, at most [`REDISCOVER_MAX`].
+pub fn next_pause(pause: Duration) -> Duration {
+    (pause * 2).min(REDISCOVER_MAX)
+}
+
+/// The changes of `owner`'s objects (metadata only, in `namespace` or everywhere): nothing until
+/// discovery finds the kind served (asked again after 1 s, then doubling to a minute), then its
+/// watch.
+pub fn owner_changes(
+    client: kube::Client,
+    namespace: Option<String>,
+    owner: OwnerKind,
+) -> impl Stream<Item = Result<PartialObjectMeta<DynamicObject>, watcher::Error>> + Send + 'static {
+    let found = futures::stream::once(async move {
+        let mut pause = Duration::from_secs(1);
+        let mut told = false;
+        loop {
+            if let Some(ar) = discover(&client, owner).await {
+                tracing::info!("watching Cluster API's {} ({})", owner.plural(), ar.api_version);
+                return (client, ar);
+            }
+            if !told {
+                tracing::info!(
+                    "Cluster API's {} are not served: not watched until they are (asked again every minute at most)",
+                    owner.plural()
+                );
+                told = true;
+            }
+            tokio::time::sleep(pause).await;
+            pause = next_pause(pause);
+        }
+    });
+    found.flat_map(move |(client, ar)| {
+        let api: Api<PartialObjectMeta<DynamicObject>> = match &namespace {
+            Some(n) => Api::namespaced_with(client, n, &ar),
+            None => Api::all_with(client, &ar),
+        };
+        watcher(api, watcher::Config::default())
+            .default_backoff()
+            .touched_objects()
+    })
 }
 
 #[cfg(test)]
@@ -130,6 +170,17 @@ mod tests {
             }),
             ..Default::default()
         }
+    }
+
+    #[test]
+    fn an_owner_kind_not_served_is_looked_for_again_after_1s_doubling_to_a_minute() {
+        let mut pause = Duration::from_secs(1);
+        let mut seen = vec![];
+        for _ in 0..9 {
+            pause = next_pause(pause);
+            seen.push(pause.as_secs());
+        }
+        assert_eq!(seen, [2, 4, 8, 16, 32, 60, 60, 60, 60]);
     }
 
     #[test]
