@@ -153,7 +153,7 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
         );
         println!("   kubectl --kubeconfig {} get terraformclusters", kc.display());
         println!(
-            "   kubectl captf --kubeconfig {} --sim-clock status -A   (kubectl-captf on PATH: see the README)",
+            "   kubectl captf --kubeconfig {} status -A   (kubectl-captf on PATH: see the README)",
             kc.display()
         );
         let mut tick = tokio::time::interval(Duration::from_millis(250));

@@ -18,13 +18,29 @@ Examples:
   kubectl captf logs tfc/prod-eu --op apply
   kubectl captf logs tfc/prod-eu --previous
 
-  # Every object at a glance, oldest success first
+  # Every object at a glance, oldest success first; again on every change
   kubectl captf status -A --sort-by last-success -o wide
+  kubectl captf status -w
+
+  # A Cluster API cluster as a tree: each object's Ready, next step and runner Jobs
+  kubectl captf tree cluster/prod-eu
+  kubectl captf tree tfc/prod-eu -o yaml
+
+  # Follow the running runner's log until it ends
+  kubectl captf logs tfc/prod-eu -f
+
+  # Stop starting Jobs (the running one finishes), and start again
+  kubectl captf suspend tfc/prod-eu
+  kubectl captf resume tfc/prod-eu
 
   # Ask for a refresh now (never skips an approval, a backoff or a foreign lock)
-  kubectl captf retry tfmp/workers
+  kubectl captf refresh tfmp/workers
 
-  # Shell completion
+  # The cause of the failures is fixed: retry now instead of waiting out the backoff
+  kubectl captf reconcile tfc/prod-eu --reason \"quota raised\"
+
+  # Shell completion; for `kubectl captf <TAB>` with object names, put the script
+  # kubectl_complete-captf (next to this binary's sources) on PATH
   source <(kubectl-captf completion bash)";
 
 /// CAPTF's objects for the person on call: the controller's own decision read live, the plan
@@ -41,13 +57,17 @@ pub struct Cli {
     /// The namespace (default: the context's, else "default").
     #[arg(short = 'n', long, global = true)]
     pub namespace: Option<String>,
-    /// Output format: json for machines; wide adds columns to `status`.
+    /// Output format: json or yaml for machines (the same document); wide adds columns to
+    /// `status` and `tree`.
     #[arg(short = 'o', long, global = true, value_enum)]
     pub output: Option<Output>,
-    /// Decide as of this time (RFC 3339) instead of the clock's now.
+    /// Decide as of this time (RFC 3339) instead of now (the wall clock; the CAPTF simulator's
+    /// clock when the server is the simulator).
     #[arg(long, global = true)]
     pub now: Option<Timestamp>,
-    /// Demo and tests only: decide at the simulator's time (`GET /sim/v1/clock` of the server).
+    /// Accepted for scripts written for earlier releases and ignored: without --now the plugin
+    /// asks the server for the simulator's clock itself (a real API server answers 404, and the
+    /// wall clock is used).
     #[arg(long, global = true, hide = true)]
     pub sim_clock: bool,
     #[command(subcommand)]
@@ -57,7 +77,15 @@ pub struct Cli {
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Output {
     Json,
+    Yaml,
     Wide,
+}
+
+impl Output {
+    /// Whether the answer is a document (JSON, or the same as YAML) rather than text.
+    pub fn is_document(output: Option<Output>) -> bool {
+        matches!(output, Some(Output::Json | Output::Yaml))
+    }
 }
 
 #[derive(ValueEnum, Clone, Copy, Debug, PartialEq, Eq)]
@@ -110,14 +138,18 @@ pub enum Command {
         /// <kind>/<name>.
         target: String,
     },
-    /// Approve exactly the plan waiting for approval (captf.io/approve-plan). Refuses when no
-    /// plan waits, or when --hash is not its hash.
+    /// Approve exactly the plan waiting for approval (captf.io/approve-plan), recording who
+    /// approved it (captf.io/approved-by). Without --hash or --yes it shows the plan and asks.
+    /// Refuses when no plan waits, or when --hash is not its hash.
     Approve {
         /// <kind>/<name>.
         target: String,
-        /// The plan hash you reviewed (from `kubectl captf plan`); recommended.
+        /// The plan hash you reviewed (from `kubectl captf plan`): approve without asking.
         #[arg(long)]
         hash: Option<String>,
+        /// Approve the plan waiting now without asking (scripts that reviewed it otherwise).
+        #[arg(short = 'y', long)]
+        yes: bool,
     },
     /// The runner's log of the object's newest Job (of one op with --op).
     Logs {
@@ -129,12 +161,18 @@ pub enum Command {
         /// The Job before the newest one.
         #[arg(long)]
         previous: bool,
+        /// Follow the log until the runner's container ends.
+        #[arg(short = 'f', long, conflicts_with = "previous")]
+        follow: bool,
     },
     /// The Events about one object, oldest first: every Job started and booked (applied, drift
     /// found, failed, blocked, ...), a stale lock force-unlocked, a lock held by someone else.
     Events {
         /// <kind>/<name>.
         target: String,
+        /// Print again whenever an Event about the object comes or changes.
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
     /// One line per object: ready, what's next and when, failures, last success, foreign lock.
     Status {
@@ -144,15 +182,65 @@ pub enum Command {
         /// Row order.
         #[arg(long, value_enum, default_value_t = SortKey::Name)]
         sort_by: SortKey,
+        /// Print again whenever an object or one of its Jobs changes what is shown.
+        #[arg(short = 'w', long)]
+        watch: bool,
     },
-    /// Ask for a refresh now (captf.io/refresh), the run-now path the controller honours. It
-    /// never skips a wait for approval, a backoff or a foreign state lock; it says which blocks.
+    /// The object tree of a cluster, as `clusterctl describe cluster` draws it: the Cluster API
+    /// Cluster, its TerraformCluster, the cluster's TerraformMachinePools and TerraformMachines,
+    /// each with its Ready condition, what the controller does next, and its runner Jobs.
+    Tree {
+        /// cluster/<name> (a Cluster API Cluster) or terraformcluster/<name> (tfc/<name>).
+        target: String,
+        /// Print again whenever an object or one of its Jobs changes what is shown.
+        #[arg(short = 'w', long)]
+        watch: bool,
+    },
+    /// Suspend an object (spec.paused: true): its running Job finishes and is booked, no new
+    /// Job starts (no apply, drift check, refresh or retry), and a deletion waits, its destroy
+    /// included, until it is resumed.
+    Suspend {
+        /// <kind>/<name>.
+        target: String,
+    },
+    /// Resume a suspended object (spec.paused: false): the controller decides again at once.
+    Resume {
+        /// <kind>/<name>.
+        target: String,
+    },
+    /// Ask for a refresh now (captf.io/refresh): the state and outputs read again. It never
+    /// skips a wait for approval, a backoff or a foreign state lock; it says which blocks.
+    Refresh {
+        /// <kind>/<name>.
+        target: String,
+    },
+    /// Once the cause of failures is fixed, start the retry now instead of waiting out the
+    /// backoff (captf.io/reconcile-now, with who and why); once: if it fails, it backs off again.
+    /// Never skips an approval, a foreign lock or a pause.
+    Reconcile {
+        /// <kind>/<name>.
+        target: String,
+        /// Why, for the record (captf.io/reconcile-now-reason and the BackoffSkipped Event).
+        #[arg(long)]
+        reason: Option<String>,
+    },
+    /// Replaced by `refresh` (read the state again) and `reconcile` (skip a backoff).
+    #[command(hide = true)]
     Retry {
         /// <kind>/<name>.
         target: String,
     },
     /// Print a shell completion script.
     Completion { shell: clap_complete::Shell },
+    /// Completion candidates for the words typed after `kubectl captf`, in cobra's `__complete`
+    /// format (one candidate a line, then `:<directive>`): what `kubectl_complete-captf` runs
+    /// for kubectl's completion of plugin arguments.
+    #[command(name = "__complete", hide = true)]
+    Complete {
+        /// The words typed so far; the last one is the word being completed (may be empty).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        words: Vec<String>,
+    },
 }
 
 impl Cli {
@@ -167,13 +255,17 @@ impl Cli {
 /// Write the completion script of `kubectl-captf` for `shell`, made for the binary's own name
 /// (clap's scripts break on a two-word name such as `kubectl captf`). clap_complete's bash
 /// script names a subcommand's case `kubectl__subcmd__captf__…` where its dispatch looks for
-/// `kubectl__captf__…` (the `-` of the name); the script is written with one spelling.
+/// `kubectl__captf__…` (the `-` of the name); the script is written with one spelling. For bash,
+/// a function that asks `kubectl-captf __complete` (object names listed live) then takes over
+/// from clap's static one, which stays defined.
 pub fn completion(shell: clap_complete::Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
     let mut buf = Vec::new();
     clap_complete::generate(shell, &mut Cli::command(), "kubectl-captf", &mut buf);
     let script = String::from_utf8_lossy(&buf);
     let script = match shell {
-        clap_complete::Shell::Bash => script.replace("kubectl__subcmd__captf", "kubectl__captf"),
+        clap_complete::Shell::Bash => {
+            script.replace("kubectl__subcmd__captf", "kubectl__captf") + crate::complete::BASH_DYNAMIC
+        }
         _ => script.into_owned(),
     };
     out.write_all(script.as_bytes())

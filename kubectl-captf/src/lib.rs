@@ -3,16 +3,22 @@
 //! Every answer is the controller's own: an object is read live with
 //! [`captf_read::live::read`] (the reads of a reconcile pass, without caches and
 //! without writing) and planned with [`captf_core::explain::explain_snapshot`] (the
-//! [`captf_core::plan::plan`] the controller executes). `approve` and `retry` write only
+//! [`captf_core::plan::plan`] the controller executes). `approve`, `refresh` and `reconcile` write only
 //! what the controller honours, and only when its rules say it would act on it
 //! ([`rules`]).
 
 pub mod cli;
+pub mod clock;
+pub mod complete;
 pub mod errors;
 pub mod kept;
 pub mod rules;
+pub mod suspend;
 pub mod target;
+pub mod tree;
+pub mod watch;
 pub mod words;
+pub mod yaml;
 
 use std::collections::BTreeMap;
 
@@ -59,6 +65,22 @@ impl Printed {
 pub struct Conn {
     pub client: kube::Client,
     pub namespace: String,
+    /// The kubeconfig's user entry, for `approved-by` when the API server cannot say who this
+    /// is (no SelfSubjectReview).
+    pub user: Option<String>,
+    /// How `approve` asks before it writes: the terminal (stdin and stderr), or a given answer
+    /// (a program embedding this library, and the tests).
+    pub confirm: Confirm,
+}
+
+/// How `approve` asks a person to confirm.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum Confirm {
+    /// Ask on the terminal; without one, refuse and say to pass `--hash`.
+    #[default]
+    Terminal,
+    /// Answer yes or no without asking.
+    Answer(bool),
 }
 
 /// Connect as kubectl would: `--kubeconfig` (else `$KUBECONFIG`, else `~/.kube/config`),
@@ -75,6 +97,13 @@ pub async fn connect(cli: &Cli) -> Result<Conn, PluginError> {
         cluster: None,
         user: None,
     };
+    let context = cli.context.clone().or_else(|| kubeconfig.current_context.clone());
+    let user = kubeconfig
+        .contexts
+        .iter()
+        .find(|c| Some(&c.name) == context.as_ref())
+        .and_then(|c| c.context.as_ref())
+        .and_then(|c| c.user.clone());
     let config = kube::Config::from_custom_kubeconfig(kubeconfig, &options)
         .await
         .map_err(|e| PluginError::Kubeconfig(e.to_string()))?;
@@ -83,38 +112,61 @@ pub async fn connect(cli: &Cli) -> Result<Conn, PluginError> {
         .clone()
         .unwrap_or_else(|| config.default_namespace.clone());
     let client = kube::Client::try_from(config).map_err(|e| PluginError::Kubeconfig(e.to_string()))?;
-    Ok(Conn { client, namespace })
+    Ok(Conn {
+        client,
+        namespace,
+        user,
+        confirm: Confirm::Terminal,
+    })
 }
 
 /// Run one command (not `completion`) against a connection.
 pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
     let now = match cli.now {
         Some(now) => now,
-        None if cli.sim_clock => captf_read::sim_clock::read_sim_clock(&conn.client, "")
-            .await
-            .map_err(|e| PluginError::Api(e.to_string()))?,
-        None => Timestamp::now(),
+        None => clock::server_now(&conn.client).await?,
     };
-    let json = cli.output == Some(Output::Json);
-    match &cli.command {
+    let json = Output::is_document(cli.output);
+    let mut printed = match &cli.command {
         Command::Explain { target } => explain(conn, &parse_target(target)?, target, json, now).await,
         Command::Plan { target } => plan(conn, &parse_target(target)?, target, json, now).await,
-        Command::Events { target } => events(conn, &parse_target(target)?, json, now).await,
-        Command::Approve { target, hash } => {
-            approve(conn, &parse_target(target)?, target, hash.as_deref(), json, now).await
+        Command::Events { target, .. } => events(conn, &parse_target(target)?, json, now).await,
+        Command::Approve { target, hash, yes } => {
+            approve(conn, &parse_target(target)?, target, hash.as_deref(), *yes, json, now).await
         }
-        Command::Logs { target, op, previous } => {
-            logs(conn, &parse_target(target)?, op.map(cli::OpArg::op), *previous).await
-        }
+        Command::Logs {
+            target, op, previous, ..
+        } => logs(conn, &parse_target(target)?, op.map(cli::OpArg::op), *previous).await,
         Command::Status {
             all_namespaces,
             sort_by,
+            ..
         } => status(conn, *all_namespaces, *sort_by, cli.output, now).await,
-        Command::Retry { target } => retry(conn, &parse_target(target)?, json, now).await,
-        Command::Completion { .. } => Err(PluginError::Usage(
+        Command::Tree { target, .. } => {
+            let tree = tree::read_tree(conn, target, now).await?;
+            Ok(Printed::out(if json {
+                pretty(&json!(tree))
+            } else {
+                tree::render_tree(&tree, cli.output == Some(Output::Wide))
+            }))
+        }
+        Command::Suspend { target } => suspend::set_paused(conn, &parse_target(target)?, true, json).await,
+        Command::Resume { target } => suspend::set_paused(conn, &parse_target(target)?, false, json).await,
+        Command::Refresh { target } => refresh(conn, &parse_target(target)?, json, now).await,
+        Command::Reconcile { target, reason } => {
+            reconcile(conn, &parse_target(target)?, reason.as_deref(), json, now).await
+        }
+        Command::Retry { target } => Err(PluginError::Usage(format!(
+            "`retry` is now two commands: `kubectl captf refresh {target}` reads the state and outputs again; `kubectl captf reconcile {target} --reason <why>` starts the retry of a failure now instead of after its backoff"
+        ))),
+        Command::Completion { .. } | Command::Complete { .. } => Err(PluginError::Usage(
             "completion needs no cluster; run `kubectl-captf completion <shell>`".into(),
         )),
+    }?;
+    if cli.output == Some(Output::Yaml) {
+        printed.stdout = yaml::to_yaml(&printed.stdout)?;
     }
+    Ok(printed)
 }
 
 /// The target object, read live; `NotFound` names the namespace it was looked for in.
@@ -283,7 +335,11 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
                 _ => format!("{kept_where} keeps no plan"),
             };
             let (changes, log_note) = log_changes(conn, &s.namespace, pod.as_deref(), &p.job).await;
-            let note = [why, log_note].into_iter().filter(|w| !w.is_empty()).collect::<Vec<_>>().join("; ");
+            let note = [why, log_note]
+                .into_iter()
+                .filter(|w| !w.is_empty())
+                .collect::<Vec<_>>()
+                .join("; ");
             (changes, "from the runner's log".to_string(), note)
         }
     };
@@ -357,14 +413,18 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
     Ok(Printed::out(out))
 }
 
-/// Write one annotation on the object, only if it is still the version that was read (a 409:
-/// it changed meanwhile, and what was shown may be out of date).
-async fn annotate(conn: &Conn, r: &LiveRead, key: &str, value: &str) -> Result<(), PluginError> {
+/// Write annotations on the object, only if it is still the version that was read (a 409: it
+/// changed meanwhile, and what was shown may be out of date).
+async fn annotate_all(conn: &Conn, r: &LiveRead, pairs: &[(&str, &str)]) -> Result<(), PluginError> {
     let ns = r.id.namespace.as_str();
     let api: Api<DynamicObject> = Api::namespaced_with(conn.client.clone(), ns, &api_resource(r.id.kind));
+    let annotations: serde_json::Map<String, Value> = pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), Value::String(v.to_string())))
+        .collect();
     let patch = json!({"metadata": {
         "resourceVersion": r.object.metadata().resource_version,
-        "annotations": {key: value},
+        "annotations": annotations,
     }});
     match api
         .patch(&r.id.name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -384,23 +444,111 @@ async fn annotate(conn: &Conn, r: &LiveRead, key: &str, value: &str) -> Result<(
     }
 }
 
+/// Write one annotation (see [`annotate_all`]).
+async fn annotate(conn: &Conn, r: &LiveRead, key: &str, value: &str) -> Result<(), PluginError> {
+    annotate_all(conn, r, &[(key, value)]).await
+}
+
+/// Who this user is, as the API server authenticates it (SelfSubjectReview); else the
+/// kubeconfig's user entry, marked as such.
+async fn whoami(conn: &Conn) -> String {
+    use k8s_openapi::api::authentication::v1::SelfSubjectReview;
+    let api: Api<SelfSubjectReview> = Api::all(conn.client.clone());
+    let review = SelfSubjectReview::default();
+    if let Ok(r) = api.create(&kube::api::PostParams::default(), &review).await
+        && let Some(name) = r.status.and_then(|s| s.user_info).and_then(|u| u.username)
+        && !name.is_empty()
+    {
+        return name;
+    }
+    match &conn.user {
+        Some(u) => format!("{u} (kubeconfig user)"),
+        None => "unknown (kubeconfig user)".to_string(),
+    }
+}
+
+/// Ask a person on the terminal; `None` when there is no terminal to ask on.
+fn ask_terminal(question: &str) -> Option<bool> {
+    use std::io::{BufRead, IsTerminal, Write};
+    if !std::io::stdin().is_terminal() {
+        return None;
+    }
+    let mut err = std::io::stderr();
+    let _ = write!(err, "{question} [y/N] ");
+    let _ = err.flush();
+    let mut line = String::new();
+    std::io::stdin().lock().read_line(&mut line).ok()?;
+    Some(matches!(line.trim(), "y" | "Y" | "yes" | "Yes" | "YES"))
+}
+
+/// What `approve` shows before it asks: the plan's counts and its resource changes.
+pub fn approval_question(p: &captf_shared::types::PendingPlan, what: &str, kept: &kept::Kept) -> String {
+    let mut q = format!(
+        "Plan {} on {what}: {} to add, {} to change, {} to destroy, {} to replace (planned by Job {}).\n",
+        p.hash, p.adds, p.changes, p.destroys, p.replaces, p.job
+    );
+    if let kept::Kept::This { plan, .. } = kept {
+        for c in plan.changes.iter().take(50) {
+            q.push_str(&format!("  {:<8} {}\n", c.action(), c.address));
+        }
+        let more = plan.changes.len().saturating_sub(50) + plan.more;
+        if more > 0 {
+            q.push_str(&format!("  … and {more} more (kubectl captf plan shows them all)\n"));
+        }
+    }
+    q.push_str(&format!("Approve plan {}?", p.hash));
+    q
+}
+
 async fn approve(
     conn: &Conn,
     t: &Target,
     typed: &str,
     hash: Option<&str>,
+    yes: bool,
     json: bool,
     now: Timestamp,
 ) -> Result<Printed, PluginError> {
     let r = read(conn, t).await?;
     let e = explanation(&r, now);
     let what = r.id.what();
-    let (p, written) = match rules::approval(&e.plan.booked, hash, now) {
+    let (p, written, by) = match rules::approval(&e.plan.booked, hash, now) {
         Ok(rules::Approval::Write(p)) => {
-            annotate(conn, &r, keys::ANNOTATION_APPROVE_PLAN, &p.hash).await?;
-            (p, true)
+            if hash.is_none() && !yes {
+                let (_, kept) = kept::read(&conn.client, r.id.kind, &r.id.namespace, &r.id.name, &p.hash).await;
+                let question = approval_question(&p, &what, &kept);
+                let answer = match conn.confirm {
+                    Confirm::Answer(a) => Some(a),
+                    Confirm::Terminal => ask_terminal(&question),
+                };
+                match answer {
+                    Some(true) => {}
+                    Some(false) => {
+                        return Err(PluginError::Refused(format!(
+                            "plan {} on {what} was not approved; nothing was written",
+                            p.hash
+                        )));
+                    }
+                    None => {
+                        return Err(PluginError::Usage(format!(
+                            "no terminal to ask on: review the plan with `kubectl captf plan {typed}`, then approve it with `kubectl captf approve {typed} --hash <hash>` (or --yes)"
+                        )));
+                    }
+                }
+            }
+            let by = whoami(conn).await;
+            annotate_all(
+                conn,
+                &r,
+                &[
+                    (keys::ANNOTATION_APPROVE_PLAN, p.hash.as_str()),
+                    (keys::ANNOTATION_APPROVED_BY, by.as_str()),
+                ],
+            )
+            .await?;
+            (p, true, Some(by))
         }
-        Ok(rules::Approval::Already(p)) => (p, false),
+        Ok(rules::Approval::Already(p)) => (p, false, r.snap.approved_by.clone()),
         Err(refusal) => return Err(PluginError::Refused(refusal.to_string())),
     };
     // What the controller does with the approval: the same plan with the annotation set.
@@ -410,14 +558,15 @@ async fn approve(
     let next = words::next_sentence(&after.decision, &after.plan.booked, now);
     if json {
         return Ok(Printed::out(pretty(&json!({
-            "object": what, "approved": p.hash, "written": written,
+            "object": what, "approved": p.hash, "written": written, "approvedBy": by,
             "annotation": {keys::ANNOTATION_APPROVE_PLAN: p.hash}, "next": next,
         }))));
     }
+    let by = by.map(|b| format!(" as {b}")).unwrap_or_default();
     let head = if written {
-        format!("Approved plan {} on {what}", p.hash)
+        format!("Approved plan {} on {what}{by}", p.hash)
     } else {
-        format!("Plan {} on {what} was already approved; nothing written", p.hash)
+        format!("Plan {} on {what} was already approved{by}; nothing written", p.hash)
     };
     Ok(Printed::out(format!(
         "{head} ({} to add, {} to change, {} to destroy, {} to replace; Job {}).\nNext: {next}\nFollow it with `kubectl captf explain {typed}`.\n",
@@ -425,11 +574,11 @@ async fn approve(
     )))
 }
 
-async fn retry(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
+async fn refresh(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
     let r = read(conn, t).await?;
-    let (verdict, _) = rules::retry(&r.snap, now);
+    let (verdict, _) = rules::refresh(&r.snap, now);
     match verdict {
-        rules::Retry::Request { words } => {
+        rules::RefreshRequest::Request { words } => {
             let value = now.to_string();
             annotate(conn, &r, keys::ANNOTATION_REFRESH, &value).await?;
             if json {
@@ -439,7 +588,43 @@ async fn retry(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Pr
             }
             Ok(Printed::out(format!("{words}\n")))
         }
-        rules::Retry::Refuse { words } => Err(PluginError::Refused(words)),
+        rules::RefreshRequest::Refuse { words } => Err(PluginError::Refused(words)),
+    }
+}
+
+async fn reconcile(
+    conn: &Conn,
+    t: &Target,
+    reason: Option<&str>,
+    json: bool,
+    now: Timestamp,
+) -> Result<Printed, PluginError> {
+    let r = read(conn, t).await?;
+    let (verdict, _) = rules::reconcile(&r.snap, now);
+    match verdict {
+        rules::Reconcile::Request { words } => {
+            let value = now.to_string();
+            let by = whoami(conn).await;
+            let reason = reason.map(str::trim).filter(|w| !w.is_empty()).unwrap_or("");
+            annotate_all(
+                conn,
+                &r,
+                &[
+                    (keys::ANNOTATION_RECONCILE_NOW, value.as_str()),
+                    (keys::ANNOTATION_RECONCILE_NOW_BY, by.as_str()),
+                    (keys::ANNOTATION_RECONCILE_NOW_REASON, reason),
+                ],
+            )
+            .await?;
+            if json {
+                return Ok(Printed::out(pretty(&json!({
+                    "object": r.id.what(), "requestedBy": by, "reason": reason,
+                    "annotation": {keys::ANNOTATION_RECONCILE_NOW: value}, "message": words,
+                }))));
+            }
+            Ok(Printed::out(format!("{words}\n")))
+        }
+        rules::Reconcile::Refuse { words } => Err(PluginError::Refused(words)),
     }
 }
 
@@ -535,7 +720,26 @@ async fn events(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<P
     Ok(Printed::out(events_table(&lines, now)))
 }
 
-async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: bool) -> Result<Printed, PluginError> {
+/// The pod whose runner log `logs` shows: of the object's newest Job (of `op`), or the one
+/// before it.
+pub struct LogPod {
+    pub job: String,
+    pub op: captf_shared::Op,
+    pub seq: u32,
+    pub pod: String,
+}
+
+impl LogPod {
+    /// The line `logs` prints on stderr above the log.
+    pub fn banner(&self) -> String {
+        format!(
+            "==> Job {} ({}, #{}), pod {} <==\n",
+            self.job, self.op, self.seq, self.pod
+        )
+    }
+}
+
+async fn log_pod(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: bool) -> Result<LogPod, PluginError> {
     let ns = conn.namespace.as_str();
     let object = get_object(conn, t).await?;
     let id = Ident::of(&object, t.kind).map_err(|e| from_runtime(e.into(), Some(ns)))?;
@@ -568,6 +772,13 @@ async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: b
             "the pod of Job {job} is gone, and its log with it (the Job's result is booked on the Job: `kubectl get job -n {ns} {job} -o yaml`)"
         )));
     };
+    Ok(LogPod { job, op: jop, seq, pod })
+}
+
+async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: bool) -> Result<Printed, PluginError> {
+    let ns = conn.namespace.as_str();
+    let picked = log_pod(conn, t, op, previous).await?;
+    let pod = picked.pod.clone();
     let lp = LogParams {
         container: Some("runner".into()),
         ..Default::default()
@@ -585,7 +796,7 @@ async fn logs(conn: &Conn, t: &Target, op: Option<captf_shared::Op>, previous: b
         })?;
     Ok(Printed {
         stdout: log,
-        stderr: format!("==> Job {job} ({jop}, #{seq}), pod {pod} <==\n"),
+        stderr: picked.banner(),
         partial: false,
     })
 }
@@ -820,7 +1031,7 @@ async fn status(
             keys::LABEL_MANAGED_BY
         ));
     }
-    let stdout = if output == Some(Output::Json) {
+    let stdout = if Output::is_document(output) {
         pretty(&json!(rows))
     } else if rows.is_empty() {
         String::new()

@@ -1,6 +1,6 @@
-//! When `approve` and `retry` write, and when they refuse (PURE). Both ask the controller's
-//! own rules: the approval must be one `decide::approved_plan` carries, and a refresh request
-//! is written only when `decide` would act on it.
+//! When `approve`, `refresh` and `reconcile` write, and when they refuse (PURE). Each asks the
+//! controller's own rules: the approval must be one `decide::approved_plan` carries, and a
+//! refresh or reconcile request is written only when `decide` would act on it.
 
 use k8s_openapi::jiff::Timestamp;
 
@@ -28,7 +28,7 @@ pub enum Refusal {
     #[error("no plan waits for approval on {what}: {next}")]
     NoPendingPlan { what: String, next: String },
     #[error(
-        "--hash {given} is not the plan waiting for approval on {what}: that is {pending} (from Job {job}); review it with `kubectl captf plan` and approve that hash"
+        "--hash {given} is not the plan waiting for approval on {what} (planned by Job {job}); nothing was approved. Review the plan that waits with `kubectl captf plan` and approve its hash"
     )]
     HashMismatch {
         what: String,
@@ -76,9 +76,9 @@ pub fn approval(booked: &Snapshot, given: Option<&str>, now: Timestamp) -> Resul
     Ok(Approval::Write(pending))
 }
 
-/// What `retry` does.
+/// What `refresh` does.
 #[derive(Clone, Debug, PartialEq)]
-pub enum Retry {
+pub enum RefreshRequest {
     /// Write `captf.io/refresh=<now>`; the words say what follows.
     Request { words: String },
     /// Write nothing; the words say why and what to do.
@@ -86,7 +86,7 @@ pub enum Retry {
 }
 
 /// The plan of the object with a refresh requested at `now`, and whether to request it.
-pub fn retry(snap: &Snapshot, now: Timestamp) -> (Retry, Plan) {
+pub fn refresh(snap: &Snapshot, now: Timestamp) -> (RefreshRequest, Plan) {
     let mut with = snap.clone();
     with.refresh_requested = Some(now);
     let p = plan::plan(&with, now);
@@ -94,25 +94,25 @@ pub fn retry(snap: &Snapshot, now: Timestamp) -> (Retry, Plan) {
     let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
     let lock_note = match &s.lock {
         LockState::Foreign { .. } => format!(
-            " The state lock is {}: the Job waits lockTimeoutSeconds for it and fails if it is still held; retry does not unlock it.",
+            " The state lock is {}: the Job waits lockTimeoutSeconds for it and fails if it is still held; a refresh does not unlock it.",
             s.lock.why()
         ),
         _ => String::new(),
     };
     let verdict = match &p.decision {
-        Decision::Start(st) if st.op == Op::Refresh => Retry::Request {
+        Decision::Start(st) if st.op == Op::Refresh => RefreshRequest::Request {
             words: format!(
                 "refresh requested on {what}: the controller starts a refresh Job (attempt {}) at its next pass.{lock_note}",
                 st.attempt
             ),
         },
-        Decision::Wait(w) if w.reason == Reason::RefreshRequestedBackoff => Retry::Request {
+        Decision::Wait(w) if w.reason == Reason::RefreshRequestedBackoff => RefreshRequest::Request {
             words: format!(
-                "refresh requested on {what}: it starts {} (the refresh failed before; the backoff has no manual skip).{lock_note}",
+                "refresh requested on {what}: it starts {} (the refresh failed before and backs off; once the cause is fixed, `kubectl captf reconcile` skips the rest).{lock_note}",
                 words::when_words(&p.decision, now)
             ),
         },
-        Decision::Wait(w) if w.reason == Reason::JobActive => Retry::Request {
+        Decision::Wait(w) if w.reason == Reason::JobActive => RefreshRequest::Request {
             words: format!(
                 "refresh requested on {what}: Job {} is running; the controller decides again when it finishes.",
                 s.active_job().unwrap_or("?")
@@ -121,22 +121,68 @@ pub fn retry(snap: &Snapshot, now: Timestamp) -> (Retry, Plan) {
         Decision::Wait(w)
             if matches!(w.reason, Reason::ClusterBusy | Reason::MemberJobActive) && w.op == Some(Op::Refresh) =>
         {
-            Retry::Request {
+            RefreshRequest::Request {
                 words: format!(
                     "refresh requested on {what}: it starts when {}.",
                     words::hold_words(w.reason, s)
                 ),
             }
         }
-        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Retry::Refuse {
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => {
+            RefreshRequest::Refuse {
+                words: format!(
+                    "no refresh requested on {what}: {}. A refresh would not run before that, and never bypasses an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
+                    words::reason_words(w.reason)
+                ),
+            }
+        }
+        d => RefreshRequest::Refuse {
             words: format!(
-                "not retrying {what}: {}. A refresh would not run before that, and retry never bypasses an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
+                "no refresh requested on {what}: a refresh would not change what happens next. {}",
+                words::next_sentence(d, s, now)
+            ),
+        },
+    };
+    (verdict, p)
+}
+
+/// What `reconcile` does.
+#[derive(Clone, Debug, PartialEq)]
+pub enum Reconcile {
+    /// Write `captf.io/reconcile-now=<now>`: the next Job starts at once instead of at `until`.
+    Request { words: String },
+    /// Write nothing; the words say why and what to do.
+    Refuse { words: String },
+}
+
+/// The plan of the object with a reconcile requested at `now`, and whether to request it: only
+/// when the request would start a Job that otherwise waits out its backoff.
+pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Reconcile, Plan) {
+    let mut with = snap.clone();
+    with.reconcile_requested = Some(now);
+    let p = plan::plan(&with, now);
+    let s = &p.booked;
+    let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
+    let verdict = match &p.decision {
+        Decision::Start(st) if st.skipped_backoff.is_some() => Reconcile::Request {
+            words: format!(
+                "reconcile requested on {what}: the controller starts {} (attempt {}) at its next pass instead of {}. If it fails, it backs off again.",
+                st.op,
+                st.attempt,
+                st.skipped_backoff
+                    .map(|t| format!("at {t}, the end of its backoff"))
+                    .unwrap_or_default()
+            ),
+        },
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Reconcile::Refuse {
+            words: format!(
+                "no reconcile requested on {what}: {}. Reconcile skips a backoff, never an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
                 words::reason_words(w.reason)
             ),
         },
-        d => Retry::Refuse {
+        d => Reconcile::Refuse {
             words: format!(
-                "not retrying {what}: a refresh would not change what happens next. {}",
+                "no reconcile requested on {what}: nothing waits out a backoff. {}",
                 words::next_sentence(d, s, now)
             ),
         },
@@ -204,7 +250,7 @@ mod tests {
     }
 
     #[test]
-    fn approve_refuses_a_hash_that_is_not_the_pending_plan() {
+    fn approve_refuses_a_hash_that_is_not_the_pending_plan_without_giving_the_right_one_away() {
         let mut s = snapshot();
         s.status.pending_plan = Some(pending("p1"));
         let e = approval(&s, Some("p0"), now()).unwrap_err();
@@ -214,7 +260,11 @@ mod tests {
             text.contains("--hash p0 is not the plan waiting for approval"),
             "{text}"
         );
-        assert!(text.contains("that is p1 (from Job tc-prod-eu-apply-1)"), "{text}");
+        assert!(text.contains("(planned by Job tc-prod-eu-apply-1)"), "{text}");
+        assert!(
+            !text.contains("p1"),
+            "the hash to approve is read with the plan, not copied from an error: {text}"
+        );
     }
 
     #[test]
@@ -238,17 +288,17 @@ mod tests {
     }
 
     #[test]
-    fn retry_requests_a_refresh_when_the_controller_would_start_one() {
+    fn refresh_requests_a_refresh_when_the_controller_would_start_one() {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());
         s.status.outputs = Some(Default::default());
-        let (r, p) = retry(&s, now());
-        assert!(matches!(r, Retry::Request { .. }), "{r:?}");
+        let (r, p) = refresh(&s, now());
+        assert!(matches!(r, RefreshRequest::Request { .. }), "{r:?}");
         assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Refresh));
     }
 
     #[test]
-    fn retry_never_bypasses_a_wait_for_approval() {
+    fn refresh_never_bypasses_a_wait_for_approval() {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());
         s.jobs = vec![captf_core::record::JobRecord {
@@ -262,19 +312,22 @@ mod tests {
             accounted: true,
             drift_remediation: false,
             approved_plan: None,
+            approved_by: None,
             force_unlock_id: None,
             inputs_hash: Some(HASH[..16].to_string()),
             deleting: false,
             result: None,
         }];
         s.status.pending_plan = Some(pending("p1"));
-        let (r, _) = retry(&s, now());
-        let Retry::Refuse { words } = r else { panic!("{r:?}") };
-        assert!(words.contains("retry never bypasses an approval"), "{words}");
+        let (r, _) = refresh(&s, now());
+        let RefreshRequest::Refuse { words } = r else {
+            panic!("{r:?}")
+        };
+        assert!(words.contains("never bypasses an approval"), "{words}");
     }
 
     #[test]
-    fn retry_says_a_foreign_lock_is_not_unlocked() {
+    fn refresh_says_a_foreign_lock_is_not_unlocked() {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());
         s.status.outputs = Some(Default::default());
@@ -284,9 +337,46 @@ mod tests {
             operation: "OperationTypeApply".into(),
             created: "2026-03-01T09:00:00Z".into(),
         };
-        let (r, _) = retry(&s, now());
-        let Retry::Request { words } = r else { panic!("{r:?}") };
+        let (r, _) = refresh(&s, now());
+        let RefreshRequest::Request { words } = r else {
+            panic!("{r:?}")
+        };
         assert!(words.contains("held by alice@laptop"), "{words}");
-        assert!(words.contains("retry does not unlock it"), "{words}");
+        assert!(words.contains("a refresh does not unlock it"), "{words}");
+    }
+
+    #[test]
+    fn reconcile_requests_only_what_skips_a_backoff() {
+        // An apply that failed 30 seconds ago waits out its backoff: reconcile would start it now.
+        let mut s = snapshot();
+        s.jobs = vec![captf_core::record::JobRecord {
+            name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
+            op: Op::Apply,
+            seq: 1,
+            created: Some("2026-03-01T09:59:00Z".parse().unwrap()),
+            finished: Some("2026-03-01T09:59:30Z".parse().unwrap()),
+            outcome: Some(captf_core::Outcome::Failed),
+            booked: true,
+            accounted: true,
+            drift_remediation: false,
+            approved_plan: None,
+            approved_by: None,
+            force_unlock_id: None,
+            inputs_hash: Some(HASH[..16].to_string()),
+            deleting: false,
+            result: None,
+        }];
+        let (r, p) = reconcile(&s, now());
+        let Reconcile::Request { words } = r else {
+            panic!("{r:?}")
+        };
+        assert!(words.contains("instead of at"), "{words}");
+        assert!(matches!(p.decision, Decision::Start(_)));
+        // Nothing backs off: nothing to skip.
+        let (r, _) = reconcile(&snapshot(), now());
+        let Reconcile::Refuse { words } = r else {
+            panic!("{r:?}")
+        };
+        assert!(words.contains("nothing waits out a backoff"), "{words}");
     }
 }

@@ -45,6 +45,8 @@ struct Env {
     dir: tempfile::TempDir,
     kubeconfig: PathBuf,
     controller: Option<Handle>,
+    /// How `approve` is answered when it asks (never the test's own terminal).
+    confirm: kubectl_captf::Confirm,
 }
 
 /// A kubeconfig for the simulator's HTTPS port, trusting only its CA, with this token.
@@ -78,6 +80,7 @@ impl Env {
             dir,
             kubeconfig,
             controller: None,
+            confirm: kubectl_captf::Confirm::Answer(false),
         };
         if with_controller {
             let clock = Arc::new(WatchClock::new(env.sim.clock_watch()));
@@ -102,7 +105,8 @@ impl Env {
         ];
         argv.extend_from_slice(args);
         let cli = Cli::try_parse_from(argv).map_err(|e| PluginError::Usage(e.to_string()))?;
-        let conn = connect(&cli).await?;
+        let mut conn = connect(&cli).await?;
+        conn.confirm = self.confirm;
         run(&cli, &conn).await
     }
 
@@ -379,7 +383,10 @@ async fn a_blocked_plan_approved_through_the_plugin_goes_on_to_apply() -> Result
         .await
         .unwrap_err();
     assert!(matches!(err, PluginError::Refused(_)), "{err}");
-    assert!(err.to_string().contains("that is hash-1"), "{err}");
+    assert!(
+        !err.to_string().contains("hash-1"),
+        "the error does not give the right hash away: {err}"
+    );
     assert!(
         env.cluster("guarded")
             .pointer("/metadata/annotations/captf.io~1approve-plan")
@@ -616,13 +623,13 @@ async fn explain_sees_the_cluster_lease_and_a_members_running_job_live() -> Resu
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn retry_requests_a_refresh_the_controller_runs_and_refuses_while_a_plan_waits() -> Result<()> {
+async fn refresh_requests_a_refresh_the_controller_runs_and_refuses_while_a_plan_waits() -> Result<()> {
     let env = Env::new(true).await?;
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
     env.applied_cluster("fresh").await?;
     env.sim.advance(Duration::from_secs(60));
-    let out = env.captf(&["retry", "tfc/fresh"]).await?.stdout;
+    let out = env.captf(&["refresh", "tfc/fresh"]).await?.stdout;
     assert!(
         out.starts_with("refresh requested on TerraformCluster default/fresh"),
         "{out}"
@@ -645,15 +652,128 @@ async fn retry_requests_a_refresh_the_controller_runs_and_refuses_while_a_plan_w
     env.create_cluster("waiting", NS)?;
     env.finish_job("waiting", Op::Apply, 1, "blocked").await?;
     env.until_next_action("waiting", "AwaitingApproval").await?;
-    let err = env.captf(&["retry", "tfc/waiting"]).await.unwrap_err();
+    let err = env.captf(&["refresh", "tfc/waiting"]).await.unwrap_err();
     assert!(matches!(err, PluginError::Refused(_)), "{err}");
-    assert!(err.to_string().contains("retry never bypasses an approval"), "{err}");
+    assert!(err.to_string().contains("never bypasses an approval"), "{err}");
+    // The old verb says which of the two new ones does what.
+    let err = env.captf(&["retry", "tfc/waiting"]).await.unwrap_err();
+    assert!(matches!(err, PluginError::Usage(_)), "{err}");
+    assert!(err.to_string().contains("kubectl captf reconcile tfc/waiting"), "{err}");
     assert!(
         env.cluster("waiting")
             .pointer("/metadata/annotations/captf.io~1refresh")
             .is_none(),
         "nothing written"
     );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconcile_starts_the_retry_of_a_failure_now_once_with_who_and_why_recorded() -> Result<()> {
+    let env = Env::new(true).await?;
+    let m = || JobMatch::object(Kind::TerraformCluster, NS, "flaky").op(Op::Apply);
+    env.sim.script(m(), RunnerScript::fail("Error: quota exceeded"));
+    env.sim.script(m(), RunnerScript::fail("Error: quota exceeded"));
+    env.create_cluster("flaky", NS)?;
+    env.finish_job("flaky", Op::Apply, 1, "failed").await?;
+    env.until_next_action("flaky", "InputsChangedBackoff").await?;
+
+    // Nothing to skip while the object is not backing off is refused elsewhere; here it is.
+    let out = env
+        .captf(&["reconcile", "tfc/flaky", "--reason", "quota raised"])
+        .await?
+        .stdout;
+    assert!(
+        out.starts_with("reconcile requested on TerraformCluster default/flaky"),
+        "{out}"
+    );
+    assert!(out.contains("instead of at"), "{out}");
+    let c = env.cluster("flaky");
+    assert_eq!(
+        c.pointer("/metadata/annotations/captf.io~1reconcile-now"),
+        Some(&json!(env.sim.now().to_string()))
+    );
+    assert_eq!(
+        c.pointer("/metadata/annotations/captf.io~1reconcile-now-reason"),
+        Some(&json!("quota raised"))
+    );
+    assert!(c.pointer("/metadata/annotations/captf.io~1reconcile-now-by").is_some());
+    // The retry starts without the clock moving: the backoff was skipped.
+    env.until_job("flaky", Op::Apply, 2).await?;
+    let events = env.captf(&["events", "tfc/flaky"]).await?.stdout;
+    assert!(events.contains("BackoffSkipped"), "{events}");
+    assert!(events.contains("quota raised"), "{events}");
+    // It fails again: the same request skips nothing more, and it was removed once used.
+    env.finish_job("flaky", Op::Apply, 2, "failed").await?;
+    env.until_next_action("flaky", "InputsChangedBackoff").await?;
+    env.until("the used request removed", |e| {
+        e.cluster("flaky")
+            .pointer("/metadata/annotations/captf.io~1reconcile-now")
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn approve_without_a_hash_shows_the_plan_and_asks_and_records_who_approved() -> Result<()> {
+    let mut env = Env::new(true).await?;
+    let m = || JobMatch::object(Kind::TerraformCluster, NS, "asked").op(Op::Apply);
+    env.sim.script(m(), RunnerScript::blocked("hash-a", summary()));
+    env.sim.script(m(), RunnerScript::succeed());
+    env.create_cluster("asked", NS)?;
+    env.finish_job("asked", Op::Apply, 1, "blocked").await?;
+    env.until_next_action("asked", "AwaitingApproval").await?;
+
+    // No terminal to ask on (the binary with stdin from /dev/null) and no --hash or --yes:
+    // refused, saying how.
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_kubectl-captf"))
+        .args(["--kubeconfig", env.kubeconfig.to_str().unwrap(), "approve", "tfc/asked"])
+        .stdin(std::process::Stdio::null())
+        .output()?;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("no terminal to ask on") && stderr.contains("--hash"),
+        "{stderr}"
+    );
+    // The person says no: nothing written.
+    let err = env.captf(&["approve", "tfc/asked"]).await.unwrap_err();
+    assert!(
+        err.to_string().contains("was not approved; nothing was written"),
+        "{err}"
+    );
+    assert!(
+        env.cluster("asked")
+            .pointer("/metadata/annotations/captf.io~1approve-plan")
+            .is_none()
+    );
+    // Yes: the approval and who gave it (the simulator has no SelfSubjectReview: the
+    // kubeconfig's user).
+    env.confirm = kubectl_captf::Confirm::Answer(true);
+    let out = env.captf(&["approve", "tfc/asked"]).await?.stdout;
+    assert!(
+        out.starts_with("Approved plan hash-a on TerraformCluster default/asked as me (kubeconfig user)"),
+        "{out}"
+    );
+    let c = env.cluster("asked");
+    assert_eq!(
+        c.pointer("/metadata/annotations/captf.io~1approve-plan"),
+        Some(&json!("hash-a"))
+    );
+    assert_eq!(
+        c.pointer("/metadata/annotations/captf.io~1approved-by"),
+        Some(&json!("me (kubeconfig user)"))
+    );
+    let job2 = env.until_job("asked", Op::Apply, 2).await?;
+    assert_eq!(
+        job2["metadata"]["annotations"]["captf.io/approved-by"],
+        "me (kubeconfig user)"
+    );
+    let events = env.captf(&["events", "tfc/asked"]).await?.stdout;
+    assert!(events.contains("PlanApproved"), "{events}");
+    assert!(events.contains("approved by me (kubeconfig user)"), "{events}");
     Ok(())
 }
 

@@ -314,6 +314,12 @@ async fn handle_inner(
             let w = sh.lock()?;
             let obj = w.get(&t.def, &ns, name)?;
             if t.sub.as_deref() == Some("log") {
+                if query.get("follow").is_some_and(|f| f == "true") && query.get("previous").is_none_or(|p| p != "true")
+                {
+                    let live = w.tx.subscribe();
+                    drop(w);
+                    return Ok(pod_log_follow(sh, t.def.clone(), &ns, name, live));
+                }
                 return pod_log(&w, &ns, name, &obj, query);
             }
             if wants_table(headers) {
@@ -971,6 +977,64 @@ async fn sim_endpoint(
         }
         _ => Err(ApiError::new(404, "NotFound", "unknown simulator endpoint")),
     }
+}
+
+/// `GET pods/<name>/log?follow=true`: the log so far, then what is added to it, until the
+/// container has terminated (or the pod is gone), as kube-apiserver streams it. A change of the
+/// pod wakes it; a real runner's output, written without one, is looked at every 100 ms.
+fn pod_log_follow(
+    sh: &Arc<Shared>,
+    def: ResourceDef,
+    ns: &str,
+    name: &str,
+    mut live: tokio::sync::broadcast::Receiver<Arc<WatchEvent>>,
+) -> Response {
+    let (tx, rx) = mpsc::channel::<Bytes>(64);
+    let (sh, ns, name) = (sh.clone(), ns.to_string(), name.to_string());
+    tokio::spawn(async move {
+        let mut sent = 0usize;
+        loop {
+            let (text, done) = {
+                let Ok(w) = sh.lock() else { return };
+                match w.get(&def, &ns, &name) {
+                    Ok(pod) => {
+                        let given = w.kubelet.logs.get(&(ns.clone(), name.clone()));
+                        let text = crate::kubelet::pod_log(given.map(String::as_str), &pod);
+                        let done = pod.pointer("/status/containerStatuses/0/state/terminated").is_some();
+                        (text, done)
+                    }
+                    Err(_) => (String::new(), true),
+                }
+            };
+            if let Some(new) = text.get(sent..).filter(|n| !n.is_empty()) {
+                if tx.send(Bytes::from(new.to_string())).await.is_err() {
+                    return;
+                }
+                sent = text.len();
+            }
+            if done {
+                return;
+            }
+            tokio::select! {
+                ev = live.recv() => {
+                    if matches!(ev, Err(tokio::sync::broadcast::error::RecvError::Closed)) {
+                        return;
+                    }
+                }
+                _ = tokio::time::sleep(Duration::from_millis(100)) => {}
+                _ = tx.closed() => return,
+            }
+        }
+    });
+    let stream = futures::stream::unfold(rx, |mut rx| async move {
+        let b = rx.recv().await?;
+        Some((Ok::<_, Infallible>(b), rx))
+    });
+    Response::builder()
+        .status(StatusCode::OK)
+        .header(header::CONTENT_TYPE, "text/plain")
+        .body(Body::from_stream(stream))
+        .unwrap_or_else(|_| StatusCode::INTERNAL_SERVER_ERROR.into_response())
 }
 
 /// `GET pods/<name>/log`: the runner's log as plain text. The simulated containers never

@@ -307,6 +307,52 @@ async fn a_pods_log_is_the_runners_notes_or_the_text_a_test_gave_it_and_previous
     assert!(matches!(&err, kube::Error::Api(s) if s.code == 404), "{err:?}");
 }
 
+/// `follow=true` streams the log so far at once, then what the runner adds, and ends when the
+/// container has terminated.
+#[tokio::test]
+async fn a_followed_log_streams_what_the_runner_adds_and_ends_with_its_container() {
+    use futures::{AsyncBufReadExt, TryStreamExt};
+    let e = env().await;
+    e.sim.script(
+        JobMatch::any(),
+        RunnerScript::fail("Error: boom").after(Duration::from_secs(30)),
+    );
+    let pod = e.start(&job("tc-a-apply-1", Op::Apply, 3600, &[])).await;
+    let name = pod.metadata.name.clone().unwrap();
+    let follow = kube::api::LogParams {
+        follow: true,
+        ..Default::default()
+    };
+    let mut lines = e.pods.log_stream(&name, &follow).await.unwrap().lines();
+    let first = tokio::time::timeout(Duration::from_secs(10), lines.try_next())
+        .await
+        .expect("the log so far comes at once")
+        .unwrap();
+    assert_eq!(
+        first.as_deref(),
+        Some("captf-runner: apply of Job tc-a-apply-1 (simulated runner)")
+    );
+    e.sim.advance(Duration::from_secs(30));
+    let rest: Vec<String> = tokio::time::timeout(Duration::from_secs(10), lines.try_collect())
+        .await
+        .expect("the stream ends once the container has terminated")
+        .unwrap();
+    assert!(rest.iter().any(|l| l.contains("Error: boom")), "{rest:?}");
+    assert!(
+        rest.last().is_some_and(|l| l.starts_with("captf-runner: result ")),
+        "{rest:?}"
+    );
+    // A terminated container's log: all of it, and the stream ends.
+    let all: Vec<String> = tokio::time::timeout(
+        Duration::from_secs(10),
+        e.pods.log_stream(&name, &follow).await.unwrap().lines().try_collect(),
+    )
+    .await
+    .expect("ends at once")
+    .unwrap();
+    assert_eq!(all.len(), rest.len() + 1, "{all:?}");
+}
+
 #[tokio::test]
 async fn a_runner_that_dies_holding_the_lock_leaves_a_lease_naming_its_pod() {
     let e = env().await;
