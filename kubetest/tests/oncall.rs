@@ -1,0 +1,340 @@
+//! The person on call on the real API server: the real webhook, registered as the chart
+//! registers it (every CAPTF kind, CREATE and UPDATE, `failurePolicy: Fail`), defaults and refuses
+//! specs, and records who approved a plan from the request's user; `kubectl captf approve` run
+//! as a ServiceAccount approves exactly the plan that waits. The simulator plays none of this
+//! (it calls webhooks, but its users are tokens it names itself). Without the binaries these
+//! tests fail under `CI` and skip elsewhere.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use base64::Engine as _;
+use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use k8s_openapi::api::core::v1::ServiceAccount;
+use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use common::TEST_READY_TIMEOUT;
+
+const NS: &str = "team-a";
+const PATIENCE: Duration = Duration::from_secs(60);
+
+/// A workspace binary beside this test's executable (`cargo test --workspace` builds them).
+fn binary(name: &str) -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let path = exe.parent().and_then(Path::parent).unwrap().join(name);
+    assert!(
+        path.is_file(),
+        "{name} not found at {}: build it with `cargo build -p {name}` (cargo test --workspace does)",
+        path.display()
+    );
+    path
+}
+
+/// The real webhook on a free loopback port with a certificate for 127.0.0.1; its CA (PEM).
+struct Webhook {
+    child: std::process::Child,
+    url: String,
+    ca: Vec<u8>,
+}
+
+impl Drop for Webhook {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+fn start_webhook(dir: &Path) -> Webhook {
+    let certs = dir.join("webhook-certs");
+    let made = std::process::Command::new(binary("captf-webhook"))
+        .args(["dev-certs", "--ip", "127.0.0.1", "--out-dir"])
+        .arg(&certs)
+        .output()
+        .unwrap();
+    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
+    let mut child = std::process::Command::new(binary("captf-webhook"))
+        .args([
+            "--addr",
+            "127.0.0.1:0",
+            "--metrics-addr",
+            "127.0.0.1:0",
+            "--tls-cert-file",
+        ])
+        .arg(certs.join("tls.crt"))
+        .arg("--tls-key-file")
+        .arg(certs.join("tls.key"))
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::fs::File::create(dir.join("webhook.log")).unwrap())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line.trim().trim_start_matches("listening on https://").to_string();
+    assert!(addr.starts_with("127.0.0.1:"), "the webhook said {line:?}");
+    Webhook {
+        child,
+        url: format!("https://{addr}"),
+        ca: std::fs::read(certs.join("ca.crt")).unwrap(),
+    }
+}
+
+/// The chart's two webhook configurations, calling `url` directly instead of the Service.
+async fn register(client: &kube::Client, hook: &Webhook) {
+    let rules = json!([{
+        "apiGroups": ["infrastructure.cluster.x-k8s.io"],
+        "apiVersions": ["*"],
+        "operations": ["CREATE", "UPDATE"],
+        "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines",
+                      "terraformclustertemplates", "terraformmachinepooltemplates", "terraformmachinetemplates"],
+    }]);
+    let ca = base64::engine::general_purpose::STANDARD.encode(&hook.ca);
+    let hook_of = |name: &str, path: &str| {
+        json!({
+            "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
+            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "timeoutSeconds": 5,
+            "clientConfig": {"url": format!("{}{path}", hook.url), "caBundle": ca},
+            "rules": rules,
+        })
+    };
+    for (kind, plural, name, path) in [
+        (
+            "MutatingWebhookConfiguration",
+            "mutatingwebhookconfigurations",
+            "default.infrastructure.cluster.x-k8s.io",
+            "/mutate",
+        ),
+        (
+            "ValidatingWebhookConfiguration",
+            "validatingwebhookconfigurations",
+            "validate.infrastructure.cluster.x-k8s.io",
+            "/validate",
+        ),
+    ] {
+        let ar = ApiResource {
+            group: "admissionregistration.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "admissionregistration.k8s.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
+            "metadata": {"name": "captf"}, "webhooks": [hook_of(name, path)],
+        }))
+        .unwrap();
+        Api::<DynamicObject>::all_with(client.clone(), &ar)
+            .create(&PostParams::default(), &object)
+            .await
+            .unwrap();
+    }
+}
+
+async fn apply_crds(client: &kube::Client) {
+    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
+    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
+    let mut names = vec![];
+    for entry in std::fs::read_dir(&dir).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_none_or(|e| e != "yaml") {
+            continue;
+        }
+        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
+        names.push(crd.metadata.name.clone().unwrap());
+        api.create(&PostParams::default(), &crd).await.unwrap();
+    }
+    for name in names {
+        common::wait_within(&format!("{name} Established"), PATIENCE, || {
+            let api = api.clone();
+            let name = name.clone();
+            async move {
+                let crd = api.get(&name).await.ok()?;
+                crd.status?
+                    .conditions?
+                    .iter()
+                    .any(|c| c.type_ == "Established" && c.status == "True")
+                    .then_some(())
+            }
+        })
+        .await;
+    }
+}
+
+fn clusters(client: &kube::Client) -> Api<DynamicObject> {
+    let ar = ApiResource {
+        group: "infrastructure.cluster.x-k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        kind: "TerraformCluster".into(),
+        plural: "terraformclusters".into(),
+    };
+    Api::namespaced_with(client.clone(), NS, &ar)
+}
+
+fn cluster(name: &str, variables: Value) -> DynamicObject {
+    serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": {"name": name},
+        "spec": {"module": {"source": "git::https://example.com/modules/cluster.git"}, "variables": variables},
+    }))
+    .unwrap()
+}
+
+/// The ServiceAccount `alice` in [`NS`], who may read what `kubectl captf` reads there and patch
+/// CAPTF's objects.
+async fn alice(cp: &ControlPlane, admin: &kube::Client) -> PathBuf {
+    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": "alice"}})).unwrap();
+    Api::<ServiceAccount>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &sa)
+        .await
+        .unwrap();
+    let role: Role = serde_json::from_value(json!({
+        "metadata": {"name": "on-call"},
+        "rules": [
+            {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch", "patch"]},
+            {"apiGroups": [""], "resources": ["pods", "pods/log", "secrets", "configmaps"], "verbs": ["get", "list"]},
+            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
+            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]},
+            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
+        ],
+    }))
+    .unwrap();
+    Api::<Role>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &role)
+        .await
+        .unwrap();
+    let binding: RoleBinding = serde_json::from_value(json!({
+        "metadata": {"name": "on-call"},
+        "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": "on-call"},
+        "subjects": [{"kind": "ServiceAccount", "name": "alice", "namespace": NS}],
+    }))
+    .unwrap();
+    Api::<RoleBinding>::namespaced(admin.clone(), NS)
+        .create(&PostParams::default(), &binding)
+        .await
+        .unwrap();
+    cp.service_account_kubeconfig(NS, "alice").await.unwrap()
+}
+
+fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
+    o.metadata.annotations.as_ref()?.get(key).cloned()
+}
+
+#[tokio::test]
+async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plugin_approves_as_its_user() {
+    let Some(tools) = tools_or_skip() else { return };
+    let mut opts = Options::new(tools);
+    opts.ready_timeout = TEST_READY_TIMEOUT;
+    let cp = ControlPlane::start(opts).await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    common::namespace(&admin, NS).await;
+    apply_crds(&admin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let hook = start_webhook(dir.path());
+    register(&admin, &hook).await;
+    let api = clusters(&admin);
+
+    // The webhook's configuration takes a moment to reach the API server's admission: until a
+    // bad spec is refused, the registration is not in force yet.
+    let started = Instant::now();
+    // A variable no Terraform module can declare: the CRD's schema allows it (variables are free
+    // form), the webhook does not.
+    let refusal = loop {
+        match api
+            .create(&PostParams::default(), &cluster("bad", json!({"9 lives": "x"})))
+            .await
+        {
+            Err(kube::Error::Api(s)) if s.message.contains("admission webhook") => break s,
+            Err(e) => panic!("refused, but not by the webhook: {e}"),
+            Ok(_) => {
+                api.delete("bad", &Default::default()).await.unwrap();
+            }
+        }
+        assert!(started.elapsed() < PATIENCE, "the webhook never refused the bad spec");
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    };
+    assert_eq!(refusal.code, 422, "the webhook's own code: {refusal:?}");
+    assert!(
+        refusal
+            .message
+            .contains("admission webhook \"validate.infrastructure.cluster.x-k8s.io\" denied the request"),
+        "{}",
+        refusal.message
+    );
+    assert!(refusal.message.contains("spec.variables"), "{}", refusal.message);
+
+    // A minimal spec is accepted and defaulted by the mutating webhook.
+    let created = api
+        .create(
+            &PostParams::default(),
+            &cluster("prod-eu", json!({"region": "eu-west-1"})),
+        )
+        .await
+        .unwrap();
+    assert!(
+        created.data["spec"]["jobs"]["activeDeadlineSeconds"].is_number(),
+        "defaulted: {}",
+        created.data["spec"]
+    );
+
+    // A plan waits (as the controller writes it), and alice approves it with the plugin.
+    let pending = json!({"status": {"pendingPlan": {"hash": "h1", "adds": 0, "changes": 0, "destroys": 1, "replaces": 0, "job": "tc-prod-eu-apply-1"}}});
+    api.patch_status("prod-eu", &PatchParams::default(), &Patch::Merge(&pending))
+        .await
+        .unwrap();
+    let kubeconfig = alice(&cp, &admin).await;
+    let out = std::process::Command::new(binary("kubectl-captf"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["-n", NS, "approve", "tfc/prod-eu", "--hash", "h1"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let alice_name = format!("system:serviceaccount:{NS}:alice");
+    assert!(
+        stdout.starts_with(&format!(
+            "Approved plan h1 on TerraformCluster {NS}/prod-eu as {alice_name}"
+        )),
+        "the plugin knows its user from the API server: {stdout}"
+    );
+    let o = api.get("prod-eu").await.unwrap();
+    assert_eq!(annotation(&o, "captf.io/approve-plan").as_deref(), Some("h1"));
+    assert_eq!(
+        annotation(&o, "captf.io/approved-by").as_deref(),
+        Some(alice_name.as_str())
+    );
+
+    // Somebody else writes another name beside alice's approval: the webhook keeps alice's.
+    let forged = json!({"metadata": {"annotations": {"captf.io/approved-by": "bob"}}});
+    let o = api
+        .patch("prod-eu", &PatchParams::default(), &Patch::Merge(&forged))
+        .await
+        .unwrap();
+    assert_eq!(
+        annotation(&o, "captf.io/approved-by").as_deref(),
+        Some(alice_name.as_str())
+    );
+
+    // The admin approves another plan with kubectl's annotate: recorded as the admin, whatever
+    // name the request carries.
+    let other = json!({"metadata": {"annotations": {"captf.io/approve-plan": "h2", "captf.io/approved-by": "nobody"}}});
+    let o = api
+        .patch("prod-eu", &PatchParams::default(), &Patch::Merge(&other))
+        .await
+        .unwrap();
+    let by = annotation(&o, "captf.io/approved-by").unwrap_or_default();
+    assert!(
+        by != "nobody" && !by.is_empty() && by != alice_name,
+        "the admin's own name: {by}"
+    );
+}
