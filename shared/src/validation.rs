@@ -15,6 +15,7 @@ use std::fmt;
 use std::time::Duration;
 
 use serde::Serialize;
+use serde_json::Value;
 
 use crate::defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS;
 use crate::keys;
@@ -255,37 +256,70 @@ pub fn validate_update_request(old: &CaptfObject, new: &CaptfObject, dry_run: bo
     } else {
         validate_create(new)
     };
-    let spec = FieldPath::new("spec");
     if !is_topology_dry_run(new, dry_run) {
         report.merge(template_spec_is_immutable(old, new));
     }
     report.merge(state_encryption_is_turned_off_only_after_a_decrypt(old, new));
     report.merge(a_new_passphrase_names_the_previous_one(old, new));
-    match (old, new) {
-        (CaptfObject::Cluster(o), CaptfObject::Cluster(n)) => {
-            if let Some(was) = o.spec.control_plane_endpoint.as_ref().filter(|e| !e.host.is_empty())
-                && n.spec.control_plane_endpoint.as_ref() != Some(was)
-            {
-                report.violation(
-                    &spec.child("controlPlaneEndpoint"),
-                    format!("is immutable once set (was {})", render_value(was)),
-                    &n.spec.control_plane_endpoint,
-                );
-            }
-        }
-        (CaptfObject::Machine(o), CaptfObject::Machine(n)) => {
-            if let Some(was) = o.spec.provider_id.as_ref().filter(|p| !p.is_empty())
-                && n.spec.provider_id.as_ref() != Some(was)
-            {
-                report.violation(
-                    &spec.child("providerID"),
-                    format!("is immutable once set (was {})", render_value(was)),
-                    &n.spec.provider_id,
-                );
-            }
-        }
-        _ => {}
+    report.merge(set_once_fields_are_immutable(old, |field| new_spec_field(new, field)));
+    report
+}
+
+/// The field of `new`'s spec that [`set_once_fields_are_immutable`] compares, typed.
+fn new_spec_field(new: &CaptfObject, field: &str) -> Option<Value> {
+    match (new, field) {
+        (CaptfObject::Cluster(n), "controlPlaneEndpoint") => serde_json::to_value(&n.spec.control_plane_endpoint).ok(),
+        (CaptfObject::Machine(n), "providerID") => serde_json::to_value(&n.spec.provider_id).ok(),
+        _ => None,
     }
+}
+
+/// The spec fields that may be set once and never changed: a TerraformCluster's
+/// `controlPlaneEndpoint` (a host set) and a TerraformMachine's `providerID` (Cluster API's
+/// contracts). `new_field` gives the new spec's value of a field (`null` when absent), so the rule
+/// reads a typed spec and a spec that did not parse alike.
+fn set_once_fields_are_immutable(old: &CaptfObject, new_field: impl Fn(&str) -> Option<Value>) -> Report {
+    let mut report = Report::default();
+    let spec = FieldPath::new("spec");
+    let was = match old {
+        CaptfObject::Cluster(o) => o
+            .spec
+            .control_plane_endpoint
+            .as_ref()
+            .filter(|e| !e.host.is_empty())
+            .and_then(|e| serde_json::to_value(e).ok())
+            .map(|v| ("controlPlaneEndpoint", v)),
+        CaptfObject::Machine(o) => o
+            .spec
+            .provider_id
+            .as_ref()
+            .filter(|p| !p.is_empty())
+            .map(|p| ("providerID", Value::String(p.clone()))),
+        _ => None,
+    };
+    if let Some((field, was)) = was {
+        let now = new_field(field).unwrap_or(Value::Null);
+        if now != was {
+            report.violation(
+                &spec.child(field),
+                format!("is immutable once set (was {})", render_value(&was)),
+                &now,
+            );
+        }
+    }
+    report
+}
+
+/// The update rules that need no parsed new object, for an update whose new spec does not parse
+/// (PURE): beside its type errors, the request hears which fields it may not change. `old` is the
+/// stored object, `new_spec` the request's spec as JSON; a template's spec, which did parse
+/// before, has changed.
+pub fn update_rules_of_an_unparsed_spec(old: &CaptfObject, new_spec: &Value, topology_dry_run: bool) -> Report {
+    let mut report = Report::default();
+    if old.is_template() && !topology_dry_run {
+        report.violation(&FieldPath::new("spec"), TEMPLATE_IMMUTABLE, new_spec);
+    }
+    report.merge(set_once_fields_are_immutable(old, |field| new_spec.get(field).cloned()));
     report
 }
 

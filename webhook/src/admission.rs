@@ -806,6 +806,17 @@ pub fn bounded_warnings(warnings: Vec<String>, omitted: usize) -> Vec<String> {
     out
 }
 
+/// The request object's spec as JSON, when it is one the webhook would parse at all (not over the
+/// size bound).
+fn raw_spec(object: &Obj<'_>) -> Option<Value> {
+    match object {
+        Obj::Parts(ObjectParts { spec: Some(spec), .. }) if spec.get().len() <= MAX_SPEC_BYTES => {
+            serde_json::from_str(spec.get()).ok()
+        }
+        _ => None,
+    }
+}
+
 /// The annotations the webhook acts on, of an object it could read.
 fn marks<'o, 'a>(object: &'o Obj<'a>) -> Option<&'o Marks<'a>> {
     match object {
@@ -895,7 +906,21 @@ fn validate(
 ) -> Decision {
     let new = match parse_obj(body, kind, object, Which::Object) {
         Ok(new) => new,
-        Err(report) => return deny(&report),
+        Err(mut report) => {
+            // The update rules that need no parsed object are still checked, so that one answer
+            // lists every violation.
+            if let Some(old) = old_object.and_then(|o| parse_obj(body, kind, o, Which::OldObject).ok())
+                && let Some(new_spec) = raw_spec(object)
+            {
+                let topology_dry_run = dry_run && marks(object).is_some_and(|m| m.topology_dry_run);
+                report.merge(captf_shared::validation::update_rules_of_an_unparsed_spec(
+                    &old,
+                    &new_spec,
+                    topology_dry_run,
+                ));
+            }
+            return deny(&report);
+        }
     };
     let mut extra_warnings = Vec::new();
     let report = match old_object {

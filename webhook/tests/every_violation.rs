@@ -48,8 +48,39 @@ async fn every_violation_is_reported_in_one_answer_type_and_enum_errors_included
 #[tokio::test]
 async fn an_update_to_a_spec_with_an_enum_error_lists_the_other_violations_too() {
     let mut review = fixture("cluster-update-accepted");
-    review["request"]["object"]["spec"] = reported_spec();
+    let mut spec = reported_spec();
+    // The endpoint, once set, stays (else that is one more violation, see below).
+    spec["controlPlaneEndpoint"] = review["request"]["oldObject"]["spec"]["controlPlaneEndpoint"].clone();
+    review["request"]["object"]["spec"] = spec;
     assert_eq!(denial(&validate(&review).await), REPORTED);
+}
+
+#[tokio::test]
+async fn an_update_whose_spec_does_not_parse_still_hears_of_the_immutable_fields_it_changes() {
+    let mut review = fixture("cluster-update-accepted");
+    review["request"]["oldObject"]["spec"]["controlPlaneEndpoint"] = json!({"host": "10.0.0.1", "port": 6443});
+    let mut spec = reported_spec();
+    spec["controlPlaneEndpoint"] = json!({"host": "10.9.9.9", "port": 6443});
+    review["request"]["object"]["spec"] = spec;
+    let message = denial(&validate(&review).await);
+    assert_eq!(
+        message,
+        format!(
+            "spec.controlPlaneEndpoint: is immutable once set (was {{\"host\":\"10.0.0.1\",\"port\":6443}}) (got {{\"host\":\"10.9.9.9\",\"port\":6443}}); {REPORTED}"
+        )
+    );
+    // Left as it was: only the type errors.
+    review["request"]["object"]["spec"]["controlPlaneEndpoint"] = json!({"host": "10.0.0.1", "port": 6443});
+    assert_eq!(denial(&validate(&review).await), REPORTED);
+}
+
+#[tokio::test]
+async fn a_template_update_whose_spec_does_not_parse_also_hears_that_templates_are_immutable() {
+    let mut review = fixture("machinetemplate-update-accepted");
+    review["request"]["object"]["spec"]["template"]["spec"]["deletionPolicy"] = json!("Sometimes");
+    let message = denial(&validate(&review).await);
+    assert!(message.contains("deletionPolicy: must be one of Destroy, Orphan"), "{message}");
+    assert!(message.contains("spec: is immutable: a template cannot be changed in place"), "{message}");
 }
 
 #[tokio::test]
