@@ -277,6 +277,14 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
         Decision::Finalize => "the destroy is done (or the deletion policy is Orphan)".to_string(),
     };
     line("Why:", why);
+    let suffix = captf_shared::names::suffix(s.kind, &s.namespace, &s.name);
+    line(
+        "State:",
+        format!(
+            "Secret {} (labels tfstate=true,tfstateSecretSuffix={suffix})",
+            captf_shared::names::state_secret_name(&suffix)
+        ),
+    );
     line("State lock:", lock_words(s, waited_on));
     if let Some(job) = s.active_job() {
         line("Running:", format!("Job {job}"));

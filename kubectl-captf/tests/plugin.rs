@@ -227,6 +227,13 @@ async fn explain_reads_live_and_answers_as_the_offline_explain_does_on_the_same_
     assert!(text.contains("apply failed 1 time in a row"), "{text}");
     assert!(text.contains("held by alice@laptop"), "{text}");
     assert!(text.contains("Failures:     apply:1"), "{text}");
+    // Which state is the object's, to label or restore it.
+    assert!(
+        text.contains(
+            "State:        Secret tfstate-default-prod-eu-tc (labels tfstate=true,tfstateSecretSuffix=prod-eu-tc)"
+        ),
+        "{text}"
+    );
 
     let live: Value = serde_json::from_str(&env.captf(&["explain", "tfc/prod-eu", "-o", "json"]).await?.stdout)?;
     // The same objects, exported to files, through the offline explain.
