@@ -7,9 +7,10 @@ use serde_json::Value;
 
 /// The Cluster API group.
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
-/// The version used when the object names no owning Cluster (served by every Cluster API
-/// release that has v1beta2 too).
-pub const CAPI_DEFAULT_API_VERSION: &str = "cluster.x-k8s.io/v1beta1";
+/// The versions tried, in order, when the object names no owning Cluster yet (Cluster API sets
+/// the ownerReference only once it reconciled the Cluster): the current one, then the deprecated
+/// one older releases serve alone.
+pub const CAPI_API_VERSIONS: [&str; 2] = ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"];
 
 /// The object's Cluster API `Cluster` ownerReference, if it has one (Cluster API sets it on
 /// infrastructure clusters).
@@ -20,10 +21,13 @@ fn cluster_owner(meta: &ObjectMeta) -> Option<&OwnerReference> {
         .find(|o| o.kind == "Cluster" && o.api_version.split_once('/').is_some_and(|(g, _)| g == CAPI_GROUP))
 }
 
-/// The apiVersion to read the owning Cluster with: the one of the object's `Cluster`
-/// ownerReference, else v1beta1 (PURE).
-pub fn cluster_api_version(meta: &ObjectMeta) -> String {
-    cluster_owner(meta).map_or_else(|| CAPI_DEFAULT_API_VERSION.to_string(), |o| o.api_version.clone())
+/// The apiVersions to read the owning Cluster with, in order: the one of the object's `Cluster`
+/// ownerReference, else v1beta2 and then v1beta1 (PURE).
+pub fn cluster_api_versions(meta: &ObjectMeta) -> Vec<String> {
+    match cluster_owner(meta) {
+        Some(o) => vec![o.api_version.clone()],
+        None => CAPI_API_VERSIONS.iter().map(|v| v.to_string()).collect(),
+    }
 }
 
 /// Whether the object is managed by Cluster API at all: it has the `cluster.x-k8s.io/cluster-name`
@@ -105,16 +109,19 @@ mod tests {
     }
 
     #[test]
-    fn the_cluster_is_read_with_the_version_of_the_owner_reference() {
+    fn the_cluster_is_read_with_the_version_of_the_owner_reference_else_v1beta2_then_v1beta1() {
         assert_eq!(
-            cluster_api_version(&owned_by("cluster.x-k8s.io/v1beta2", "Cluster")),
-            "cluster.x-k8s.io/v1beta2"
+            cluster_api_versions(&owned_by("cluster.x-k8s.io/v1beta1", "Cluster")),
+            ["cluster.x-k8s.io/v1beta1"]
         );
-        assert_eq!(cluster_api_version(&ObjectMeta::default()), CAPI_DEFAULT_API_VERSION);
+        assert_eq!(
+            cluster_api_versions(&ObjectMeta::default()),
+            ["cluster.x-k8s.io/v1beta2", "cluster.x-k8s.io/v1beta1"]
+        );
         // Another group's Cluster is not Cluster API's.
         assert_eq!(
-            cluster_api_version(&owned_by("example.com/v1", "Cluster")),
-            CAPI_DEFAULT_API_VERSION
+            cluster_api_versions(&owned_by("example.com/v1", "Cluster")),
+            CAPI_API_VERSIONS
         );
     }
 

@@ -54,21 +54,25 @@ pub async fn cluster_view(client: &kube::Client, object: &CaptfObject, id: &Iden
     if !pause::under_cluster_api(object.metadata()) {
         return ClusterView::default();
     }
-    let api_version = pause::cluster_api_version(object.metadata());
-    let Some((group, version)) = api_version.split_once('/') else {
-        return ClusterView::default();
-    };
-    let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, "Cluster"), "clusters");
-    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &ar);
-    match api.get_opt(cluster).await {
-        Ok(Some(c)) => ClusterView {
-            paused: pause::cluster_paused(&c.data),
-            infrastructure_pending: !pause::cluster_infrastructure_provisioned(&c.data),
-        },
-        Ok(None) => ClusterView::default(),
-        Err(e) => {
-            tracing::debug!(error = %e, "failed to read the Cluster API Cluster {cluster} of {}", id.what());
-            ClusterView::default()
+    // A version not served answers 404 like a missing Cluster: the next version is tried.
+    for api_version in pause::cluster_api_versions(object.metadata()) {
+        let Some((group, version)) = api_version.split_once('/') else {
+            continue;
+        };
+        let ar = ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(group, version, "Cluster"), "clusters");
+        let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), &id.namespace, &ar);
+        match api.get_opt(cluster).await {
+            Ok(Some(c)) => {
+                return ClusterView {
+                    paused: pause::cluster_paused(&c.data),
+                    infrastructure_pending: !pause::cluster_infrastructure_provisioned(&c.data),
+                };
+            }
+            Ok(None) => {}
+            Err(e) => {
+                tracing::debug!(error = %e, "failed to read the Cluster API Cluster {cluster} of {} as {api_version}", id.what());
+            }
         }
     }
+    ClusterView::default()
 }
