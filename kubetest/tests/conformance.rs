@@ -1587,3 +1587,65 @@ async fn crd_cel_rules_refuse_invalid_objects(backend: Backend) {
     }
 }
 on_both!(crd_cel_rules_refuse_invalid_objects);
+
+/// The admission webhooks as the chart registers them (`failurePolicy: Fail`), here by URL: a
+/// reachable webhook defaults and refuses with its own message and code; an unreachable one
+/// refuses every create with a 500 naming the webhook, on both backends.
+async fn admission_webhooks_are_called_and_fail_closed(backend: Backend) {
+    let admin = backend.admin_in_namespace().await;
+    let api = terraform_clusters(&backend, &admin).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mut hook = common::webhook::start_webhook(dir.path());
+    common::webhook::register(&backend.admin().await, &hook).await;
+
+    // Until the configuration is in force (the real server's admission reloads it), a bad spec
+    // the schema allows is stored: delete it and try again.
+    let refused = eventually("the validating webhook refuses", || async {
+        let bad = terraform_cluster("bad", json!({ "module": module(), "variables": { "9 lives": "x" } }));
+        match api.create(&PostParams::default(), &bad).await {
+            Err(kube::Error::Api(s)) => Some(s),
+            Ok(_) => {
+                api.delete("bad", &DeleteParams::default()).await.unwrap();
+                None
+            }
+            Err(e) => panic!("{e}"),
+        }
+    })
+    .await;
+    assert_eq!(refused.code, 422, "{refused:?}");
+    assert!(
+        refused.message.starts_with(
+            "admission webhook \"validate.infrastructure.cluster.x-k8s.io\" denied the request: spec.variables"
+        ),
+        "{}",
+        refused.message
+    );
+    let created = api
+        .create(
+            &PostParams::default(),
+            &terraform_cluster("good", json!({ "module": module() })),
+        )
+        .await
+        .unwrap();
+    assert!(
+        created.data["spec"]["jobs"]["activeDeadlineSeconds"].is_number(),
+        "defaulted by the mutating webhook: {}",
+        created.data["spec"]
+    );
+
+    hook.stop();
+    let unreachable = api
+        .create(
+            &PostParams::default(),
+            &terraform_cluster("later", json!({ "module": module() })),
+        )
+        .await;
+    let (code, _, message) = api_error("a create while the webhook is down", unreachable);
+    assert_eq!(code, 500, "{message}");
+    assert!(
+        message
+            .starts_with("Internal error occurred: failed calling webhook \"default.infrastructure.cluster.x-k8s.io\""),
+        "{message}"
+    );
+}
+on_both!(admission_webhooks_are_called_and_fail_closed);

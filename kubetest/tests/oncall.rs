@@ -8,11 +8,9 @@
 
 mod common;
 
-use std::io::BufRead;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use base64::Engine as _;
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
@@ -24,119 +22,6 @@ use common::TEST_READY_TIMEOUT;
 
 const NS: &str = "team-a";
 const PATIENCE: Duration = Duration::from_secs(60);
-
-/// A workspace binary beside this test's executable (`cargo test --workspace` builds them).
-fn binary(name: &str) -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let path = exe.parent().and_then(Path::parent).unwrap().join(name);
-    assert!(
-        path.is_file(),
-        "{name} not found at {}: build it with `cargo build -p {name}` (cargo test --workspace does)",
-        path.display()
-    );
-    path
-}
-
-/// The real webhook on a free loopback port with a certificate for 127.0.0.1; its CA (PEM).
-struct Webhook {
-    child: std::process::Child,
-    url: String,
-    ca: Vec<u8>,
-}
-
-impl Drop for Webhook {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-fn start_webhook(dir: &Path) -> Webhook {
-    let certs = dir.join("webhook-certs");
-    let made = std::process::Command::new(binary("captf-webhook"))
-        .args(["dev-certs", "--ip", "127.0.0.1", "--out-dir"])
-        .arg(&certs)
-        .output()
-        .unwrap();
-    assert!(made.status.success(), "{}", String::from_utf8_lossy(&made.stderr));
-    let mut child = std::process::Command::new(binary("captf-webhook"))
-        .args([
-            "--addr",
-            "127.0.0.1:0",
-            "--metrics-addr",
-            "127.0.0.1:0",
-            "--tls-cert-file",
-        ])
-        .arg(certs.join("tls.crt"))
-        .arg("--tls-key-file")
-        .arg(certs.join("tls.key"))
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::fs::File::create(dir.join("webhook.log")).unwrap())
-        .spawn()
-        .unwrap();
-    let mut line = String::new();
-    std::io::BufReader::new(child.stdout.take().unwrap())
-        .read_line(&mut line)
-        .unwrap();
-    let addr = line.trim().trim_start_matches("listening on https://").to_string();
-    assert!(addr.starts_with("127.0.0.1:"), "the webhook said {line:?}");
-    Webhook {
-        child,
-        url: format!("https://{addr}"),
-        ca: std::fs::read(certs.join("ca.crt")).unwrap(),
-    }
-}
-
-/// The chart's two webhook configurations, calling `url` directly instead of the Service.
-async fn register(client: &kube::Client, hook: &Webhook) {
-    let rules = json!([{
-        "apiGroups": ["infrastructure.cluster.x-k8s.io"],
-        "apiVersions": ["*"],
-        "operations": ["CREATE", "UPDATE"],
-        "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines",
-                      "terraformclustertemplates", "terraformmachinepooltemplates", "terraformmachinetemplates"],
-    }]);
-    let ca = base64::engine::general_purpose::STANDARD.encode(&hook.ca);
-    let hook_of = |name: &str, path: &str| {
-        json!({
-            "name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None",
-            "failurePolicy": "Fail", "matchPolicy": "Equivalent", "timeoutSeconds": 5,
-            "clientConfig": {"url": format!("{}{path}", hook.url), "caBundle": ca},
-            "rules": rules,
-        })
-    };
-    for (kind, plural, name, path) in [
-        (
-            "MutatingWebhookConfiguration",
-            "mutatingwebhookconfigurations",
-            "default.infrastructure.cluster.x-k8s.io",
-            "/mutate",
-        ),
-        (
-            "ValidatingWebhookConfiguration",
-            "validatingwebhookconfigurations",
-            "validate.infrastructure.cluster.x-k8s.io",
-            "/validate",
-        ),
-    ] {
-        let ar = ApiResource {
-            group: "admissionregistration.k8s.io".into(),
-            version: "v1".into(),
-            api_version: "admissionregistration.k8s.io/v1".into(),
-            kind: kind.into(),
-            plural: plural.into(),
-        };
-        let object: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "admissionregistration.k8s.io/v1", "kind": kind,
-            "metadata": {"name": "captf"}, "webhooks": [hook_of(name, path)],
-        }))
-        .unwrap();
-        Api::<DynamicObject>::all_with(client.clone(), &ar)
-            .create(&PostParams::default(), &object)
-            .await
-            .unwrap();
-    }
-}
 
 async fn apply_crds(client: &kube::Client) {
     let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
@@ -238,8 +123,8 @@ async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plug
     common::namespace(&admin, NS).await;
     apply_crds(&admin).await;
     let dir = tempfile::tempdir().unwrap();
-    let hook = start_webhook(dir.path());
-    register(&admin, &hook).await;
+    let hook = common::webhook::start_webhook(dir.path());
+    common::webhook::register(&admin, &hook).await;
     let api = clusters(&admin);
 
     // The webhook's configuration takes a moment to reach the API server's admission: until a
@@ -291,7 +176,7 @@ async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plug
         .await
         .unwrap();
     let kubeconfig = alice(&cp, &admin).await;
-    let out = std::process::Command::new(binary("kubectl-captf"))
+    let out = std::process::Command::new(common::webhook::binary("kubectl-captf"))
         .arg("--kubeconfig")
         .arg(&kubeconfig)
         .args(["-n", NS, "approve", "tfc/prod-eu", "--hash", "h1"])

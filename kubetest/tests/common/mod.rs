@@ -7,6 +7,8 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
+pub mod webhook;
+
 /// The start timeout the tests give a control plane that should come up: wider than the
 /// default, because the tests share two cores with everything else the suite runs.
 pub const TEST_READY_TIMEOUT: Duration = Duration::from_secs(180);
