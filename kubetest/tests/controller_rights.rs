@@ -310,6 +310,41 @@ async fn the_controller_under_the_charts_rbac_and_admission_policy_starts_a_firs
         Some(account.as_str())
     );
 
+    // The person on call reads the same object live, through the real API (events.k8s.io
+    // Events, Leases, Jobs, pods): the running Job, its start Event, the tree.
+    let captf = |args: &[&str]| {
+        let out = std::process::Command::new(common::webhook::binary("kubectl-captf"))
+            .arg("--kubeconfig")
+            .arg(cp.admin_kubeconfig())
+            .args(["-n", "default"])
+            .args(args)
+            .stdin(std::process::Stdio::null())
+            .output()
+            .unwrap();
+        let text = String::from_utf8_lossy(&out.stdout).into_owned();
+        assert!(
+            out.status.success(),
+            "{args:?}: {text}{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text
+    };
+    let explain = captf(&["explain", &format!("tfc/{OBJECT}")]);
+    assert!(explain.contains(&format!("Running:      Job {active}")), "{explain}");
+    let events = wait_for("the JobStarted Event through kubectl captf events", || {
+        let text = captf(&["events", &format!("tfc/{OBJECT}")]);
+        async move { text.contains("JobStarted").then_some(text) }
+    })
+    .await;
+    assert!(events.contains(&active), "{events}");
+    let tree = captf(&["tree", &format!("tfc/{OBJECT}")]);
+    assert!(
+        tree.contains(&format!("TerraformCluster/{OBJECT}")) && tree.contains("apply #1 running"),
+        "{tree}"
+    );
+    let status = captf(&["status", "-o", "wide"]);
+    assert!(status.contains(OBJECT) && status.contains(&active), "{status}");
+
     assert!(
         controller.try_wait().unwrap().is_none(),
         "the controller exited: {}",
