@@ -79,8 +79,14 @@ async fn a_template_update_whose_spec_does_not_parse_also_hears_that_templates_a
     let mut review = fixture("machinetemplate-update-accepted");
     review["request"]["object"]["spec"]["template"]["spec"]["deletionPolicy"] = json!("Sometimes");
     let message = denial(&validate(&review).await);
-    assert!(message.contains("deletionPolicy: must be one of Destroy, Orphan"), "{message}");
-    assert!(message.contains("spec: is immutable: a template cannot be changed in place"), "{message}");
+    assert!(
+        message.contains("deletionPolicy: must be one of Destroy, Orphan"),
+        "{message}"
+    );
+    assert!(
+        message.contains("spec: is immutable: a template cannot be changed in place"),
+        "{message}"
+    );
 }
 
 #[tokio::test]
