@@ -578,7 +578,7 @@ async fn refresh(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<
     let r = read(conn, t).await?;
     let (verdict, _) = rules::refresh(&r.snap, now);
     match verdict {
-        rules::RefreshRequest::Request { words } => {
+        rules::Request::Write { words } => {
             let value = now.to_string();
             annotate(conn, &r, keys::ANNOTATION_REFRESH, &value).await?;
             if json {
@@ -588,7 +588,7 @@ async fn refresh(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<
             }
             Ok(Printed::out(format!("{words}\n")))
         }
-        rules::RefreshRequest::Refuse { words } => Err(PluginError::Refused(words)),
+        rules::Request::Refuse { words } => Err(PluginError::Refused(words)),
     }
 }
 
@@ -602,7 +602,7 @@ async fn reconcile(
     let r = read(conn, t).await?;
     let (verdict, _) = rules::reconcile(&r.snap, now);
     match verdict {
-        rules::Reconcile::Request { words } => {
+        rules::Request::Write { words } => {
             let value = now.to_string();
             let by = whoami(conn).await;
             let reason = reason.map(str::trim).filter(|w| !w.is_empty()).unwrap_or("");
@@ -624,7 +624,7 @@ async fn reconcile(
             }
             Ok(Printed::out(format!("{words}\n")))
         }
-        rules::Reconcile::Refuse { words } => Err(PluginError::Refused(words)),
+        rules::Request::Refuse { words } => Err(PluginError::Refused(words)),
     }
 }
 

@@ -76,17 +76,18 @@ pub fn approval(booked: &Snapshot, given: Option<&str>, now: Timestamp) -> Resul
     Ok(Approval::Write(pending))
 }
 
-/// What `refresh` does.
+/// What `refresh` and `reconcile` do with a person's request.
 #[derive(Clone, Debug, PartialEq)]
-pub enum RefreshRequest {
-    /// Write `captf.io/refresh=<now>`; the words say what follows.
-    Request { words: String },
+pub enum Request {
+    /// Write the request (`captf.io/refresh=<now>`, `captf.io/reconcile-now=<now>`); the words
+    /// say what follows.
+    Write { words: String },
     /// Write nothing; the words say why and what to do.
     Refuse { words: String },
 }
 
 /// The plan of the object with a refresh requested at `now`, and whether to request it.
-pub fn refresh(snap: &Snapshot, now: Timestamp) -> (RefreshRequest, Plan) {
+pub fn refresh(snap: &Snapshot, now: Timestamp) -> (Request, Plan) {
     let mut with = snap.clone();
     with.refresh_requested = Some(now);
     let p = plan::plan(&with, now);
@@ -100,19 +101,19 @@ pub fn refresh(snap: &Snapshot, now: Timestamp) -> (RefreshRequest, Plan) {
         _ => String::new(),
     };
     let verdict = match &p.decision {
-        Decision::Start(st) if st.op == Op::Refresh => RefreshRequest::Request {
+        Decision::Start(st) if st.op == Op::Refresh => Request::Write {
             words: format!(
                 "refresh requested on {what}: the controller starts a refresh Job (attempt {}) at its next pass.{lock_note}",
                 st.attempt
             ),
         },
-        Decision::Wait(w) if w.reason == Reason::RefreshRequestedBackoff => RefreshRequest::Request {
+        Decision::Wait(w) if w.reason == Reason::RefreshRequestedBackoff => Request::Write {
             words: format!(
                 "refresh requested on {what}: it starts {} (the refresh failed before and backs off; once the cause is fixed, `kubectl captf reconcile` skips the rest).{lock_note}",
                 words::when_words(&p.decision, now)
             ),
         },
-        Decision::Wait(w) if w.reason == Reason::JobActive => RefreshRequest::Request {
+        Decision::Wait(w) if w.reason == Reason::JobActive => Request::Write {
             words: format!(
                 "refresh requested on {what}: Job {} is running; the controller decides again when it finishes.",
                 s.active_job().unwrap_or("?")
@@ -121,22 +122,20 @@ pub fn refresh(snap: &Snapshot, now: Timestamp) -> (RefreshRequest, Plan) {
         Decision::Wait(w)
             if matches!(w.reason, Reason::ClusterBusy | Reason::MemberJobActive) && w.op == Some(Op::Refresh) =>
         {
-            RefreshRequest::Request {
+            Request::Write {
                 words: format!(
                     "refresh requested on {what}: it starts when {}.",
                     words::hold_words(w.reason, s)
                 ),
             }
         }
-        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => {
-            RefreshRequest::Refuse {
-                words: format!(
-                    "no refresh requested on {what}: {}. A refresh would not run before that, and never bypasses an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
-                    words::reason_words(w.reason)
-                ),
-            }
-        }
-        d => RefreshRequest::Refuse {
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Request::Refuse {
+            words: format!(
+                "no refresh requested on {what}: {}. A refresh would not run before that, and never bypasses an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
+                words::reason_words(w.reason)
+            ),
+        },
+        d => Request::Refuse {
             words: format!(
                 "no refresh requested on {what}: a refresh would not change what happens next. {}",
                 words::next_sentence(d, s, now)
@@ -146,25 +145,16 @@ pub fn refresh(snap: &Snapshot, now: Timestamp) -> (RefreshRequest, Plan) {
     (verdict, p)
 }
 
-/// What `reconcile` does.
-#[derive(Clone, Debug, PartialEq)]
-pub enum Reconcile {
-    /// Write `captf.io/reconcile-now=<now>`: the next Job starts at once instead of at `until`.
-    Request { words: String },
-    /// Write nothing; the words say why and what to do.
-    Refuse { words: String },
-}
-
 /// The plan of the object with a reconcile requested at `now`, and whether to request it: only
 /// when the request would start a Job that otherwise waits out its backoff.
-pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Reconcile, Plan) {
+pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Request, Plan) {
     let mut with = snap.clone();
     with.reconcile_requested = Some(now);
     let p = plan::plan(&with, now);
     let s = &p.booked;
     let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
     let verdict = match &p.decision {
-        Decision::Start(st) if st.skipped_backoff.is_some() => Reconcile::Request {
+        Decision::Start(st) if st.skipped_backoff.is_some() => Request::Write {
             words: format!(
                 "reconcile requested on {what}: the controller starts {} (attempt {}) at its next pass instead of {}. If it fails, it backs off again.",
                 st.op,
@@ -174,13 +164,13 @@ pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Reconcile, Plan) {
                     .unwrap_or_default()
             ),
         },
-        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Reconcile::Refuse {
+        Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => Request::Refuse {
             words: format!(
                 "no reconcile requested on {what}: {}. Reconcile skips a backoff, never an approval: review with `kubectl captf plan`, then `kubectl captf approve`.",
                 words::reason_words(w.reason)
             ),
         },
-        d => Reconcile::Refuse {
+        d => Request::Refuse {
             words: format!(
                 "no reconcile requested on {what}: nothing waits out a backoff. {}",
                 words::next_sentence(d, s, now)
@@ -293,7 +283,7 @@ mod tests {
         s.durable.applied_inputs_hash = Some(HASH.into());
         s.status.outputs = Some(Default::default());
         let (r, p) = refresh(&s, now());
-        assert!(matches!(r, RefreshRequest::Request { .. }), "{r:?}");
+        assert!(matches!(r, Request::Write { .. }), "{r:?}");
         assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Refresh));
     }
 
@@ -320,9 +310,7 @@ mod tests {
         }];
         s.status.pending_plan = Some(pending("p1"));
         let (r, _) = refresh(&s, now());
-        let RefreshRequest::Refuse { words } = r else {
-            panic!("{r:?}")
-        };
+        let Request::Refuse { words } = r else { panic!("{r:?}") };
         assert!(words.contains("never bypasses an approval"), "{words}");
     }
 
@@ -338,9 +326,7 @@ mod tests {
             created: "2026-03-01T09:00:00Z".into(),
         };
         let (r, _) = refresh(&s, now());
-        let RefreshRequest::Request { words } = r else {
-            panic!("{r:?}")
-        };
+        let Request::Write { words } = r else { panic!("{r:?}") };
         assert!(words.contains("held by alice@laptop"), "{words}");
         assert!(words.contains("a refresh does not unlock it"), "{words}");
     }
@@ -367,16 +353,12 @@ mod tests {
             result: None,
         }];
         let (r, p) = reconcile(&s, now());
-        let Reconcile::Request { words } = r else {
-            panic!("{r:?}")
-        };
+        let Request::Write { words } = r else { panic!("{r:?}") };
         assert!(words.contains("instead of at"), "{words}");
         assert!(matches!(p.decision, Decision::Start(_)));
         // Nothing backs off: nothing to skip.
         let (r, _) = reconcile(&snapshot(), now());
-        let Reconcile::Refuse { words } = r else {
-            panic!("{r:?}")
-        };
+        let Request::Refuse { words } = r else { panic!("{r:?}") };
         assert!(words.contains("nothing waits out a backoff"), "{words}");
     }
 }
