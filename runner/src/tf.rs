@@ -575,7 +575,7 @@ mod tests {
         let f = t
             .run(
                 &sh("echo 'pw = hunter2pw'; echo second; echo third"),
-                Stdout::StreamAndKeep(24),
+                Stdout::StreamAndKeep(20),
             )
             .await
             .unwrap();
