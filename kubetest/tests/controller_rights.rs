@@ -786,3 +786,96 @@ async fn a_controller_watching_listed_namespaces_starts_a_job_there_and_its_toke
         "the controller was refused a call (it should never call outside ns-a and ns-b):\n{text}"
     );
 }
+
+/// Each object's runner runs under its own account, made by the controller under the chart's
+/// rights: the real authorizer lets it read and write its own state, lock and outputs, and
+/// refuses another object's, by name (`resourceNames`), with a 403.
+#[tokio::test]
+async fn one_objects_runner_is_refused_another_objects_state_lock_and_outputs_on_the_real_api_server() {
+    let Some(cp) = start().await else { return };
+    let admin = cp.admin_client().await.unwrap();
+    crds(&admin).await;
+    install_controller_rights(&cp, &admin).await;
+    for name in ["iso-a", "iso-b"] {
+        let mut doc = terraform_cluster();
+        doc["metadata"]["name"] = json!(name);
+        create(&admin, &doc).await.unwrap();
+    }
+    let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
+    let log_path = cp.work_dir().join("captf-controller-isolation.log");
+    let mut controller = common::spawn_controller(
+        &kubeconfig,
+        &log_path,
+        &[
+            "--namespace=default",
+            "--runner-image=ghcr.io/captf/runner:0.1.0",
+            "--metrics-addr=127.0.0.1:0",
+            "--health-addr=127.0.0.1:0",
+            "--log-format=text",
+        ],
+        &[("POD_NAMESPACE", NAMESPACE), ("RUST_LOG", "info")],
+    );
+    // Both objects get their first Job, so each runner identity and state object exists.
+    let clusters: Api<DynamicObject> =
+        Api::namespaced_with(admin.clone(), "default", &resource_of(&terraform_cluster()).0);
+    for name in ["iso-a", "iso-b"] {
+        let clusters = clusters.clone();
+        wait_for(&format!("the first Job of {name}"), || {
+            let clusters = clusters.clone();
+            async move {
+                let c = clusters.get(name).await.ok()?;
+                c.data["status"]["activeJob"].as_str().map(|_| ())
+            }
+        })
+        .await;
+    }
+    let runner_a = cp
+        .service_account_client("default", "captf-runner-iso-a-tc")
+        .await
+        .unwrap();
+    let secrets: Api<Secret> = Api::namespaced(runner_a.clone(), "default");
+    let leases: Api<DynamicObject> = Api::namespaced_with(
+        runner_a,
+        "default",
+        &ApiResource {
+            group: "coordination.k8s.io".into(),
+            version: "v1".into(),
+            api_version: "coordination.k8s.io/v1".into(),
+            kind: "Lease".into(),
+            plural: "leases".into(),
+        },
+    );
+    // Its own: allowed.
+    secrets.get("tfstate-default-iso-a-tc").await.unwrap();
+    secrets.get("captf-outputs-iso-a-tc").await.unwrap();
+    leases.get("lock-tfstate-default-iso-a-tc").await.unwrap();
+    // The other object's: refused by the authorizer, by name.
+    for (what, result) in [
+        (
+            "the other state",
+            secrets.get("tfstate-default-iso-b-tc").await.map(|_| ()),
+        ),
+        (
+            "the other outputs",
+            secrets.get("captf-outputs-iso-b-tc").await.map(|_| ()),
+        ),
+        (
+            "the other inputs",
+            secrets.get("captf-inputs-iso-b-tc").await.map(|_| ()),
+        ),
+        (
+            "the other lock",
+            leases.get("lock-tfstate-default-iso-b-tc").await.map(|_| ()),
+        ),
+    ] {
+        let message = refusal(result, what);
+        assert!(
+            message.contains("system:serviceaccount:default:captf-runner-iso-a-tc"),
+            "{what}: {message}"
+        );
+    }
+    // Nor may it list Secrets to find them.
+    let listed = secrets.list(&ListParams::default()).await.map(|_| ());
+    refusal(listed, "listing Secrets");
+    controller.kill().await.unwrap();
+}
