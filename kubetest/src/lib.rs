@@ -14,6 +14,7 @@
 
 pub mod args;
 pub mod kubeconfig;
+pub mod kubelet;
 pub mod pki;
 pub mod process;
 pub mod tools;
@@ -30,6 +31,7 @@ use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
 pub use args::Layout;
 pub use kubeconfig::Credentials;
+pub use kubelet::{Kubelet, KubeletError, KubeletOptions};
 pub use pki::Pki;
 pub use process::Component;
 pub use tools::{LocateToolsError, Tools, tools_or_skip};
@@ -139,6 +141,14 @@ pub enum ClientError {
     },
     #[error("failed to build a client: {0}")]
     Build(#[from] kube::Error),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartKubeletError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Kubelet(#[from] KubeletError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -311,6 +321,18 @@ impl ControlPlane {
 
     pub fn timings(&self) -> Timings {
         self.timings
+    }
+
+    /// Options for a [`Kubelet`] named `node` on this control plane, keeping its pods under
+    /// `root`: its containers reach the API server on `127.0.0.1` with this control plane's CA.
+    pub fn kubelet_options(&self, node: &str, root: &Path) -> KubeletOptions {
+        KubeletOptions::new(node, root, self.layout.apiserver_port, self.pki.ca_pem.clone())
+    }
+
+    /// Starts a [`Kubelet`] with `opts` as the admin.
+    pub async fn start_kubelet(&self, opts: KubeletOptions) -> Result<Kubelet, StartKubeletError> {
+        let admin = self.admin_client().await?;
+        Ok(Kubelet::start(admin, opts).await?)
     }
 
     /// Writes a kubeconfig that authenticates as the ServiceAccount `namespace/name` with a

@@ -10,7 +10,9 @@
 //!   (literal values, `secretKeyRef`, `configMapKeyRef` and `fieldRef` resolved from the store),
 //!   `HOSTNAME`, and `KUBERNETES_SERVICE_HOST`/`PORT` naming the simulator's HTTPS port;
 //! - materialises each volume in the pod's folder under the working root: Secret and ConfigMap
-//!   volumes as files with their modes, emptyDirs as fresh folders;
+//!   volumes as files with their modes, emptyDirs as fresh folders, projected volumes (Secret,
+//!   ConfigMap, downward API and service-account token sources; the simulator makes no token
+//!   for the last, so such a pod cannot run here);
 //! - starts the image's entrypoint (or the container's `command`) with the container's `args` in
 //!   new mount, UTS and PID namespaces (`unshare`), with a root of its own: a tmpfs holding the
 //!   machine's top-level folders (bound, except those a volume or an image file takes), a small
@@ -31,6 +33,15 @@
 //!
 //! The setup needs root (mounts in a private mount namespace): [`namespaces_unavailable`] says
 //! why a machine cannot run it.
+//!
+//! Two parts, so that one implementation serves the simulator and a real API server:
+//! [`ProcessRuntime`] turns a pod into a running process (environment, volumes, tokens,
+//! namespaces, the exit code and termination message, SIGTERM and SIGKILL) and tells a
+//! [`ContainerEvents`] about output and ends; it reads Secrets, ConfigMaps and tokens through a
+//! [`Store`] and reaches the API as an [`ApiAccess`] says. The simulator's driver is
+//! [`ProcessKubelet`] with `crate::kubelet` (the in-memory store, the simulated clock);
+//! `captf-kubetest`'s `kubelet` module drives the same runtime through kube-rs against a real
+//! kube-apiserver (pods bound through `pods/binding`, status through `pods/status`).
 
 use std::collections::BTreeMap;
 use std::io::Read;
@@ -158,24 +169,89 @@ struct Proc {
     threads: Vec<JoinHandle<()>>,
 }
 
-/// The process kubelet of a simulator: which images run as processes, where their pods' folders
-/// go, and the processes running.
-pub struct ProcessKubelet {
+/// A container's key: `(namespace, pod name)`.
+pub type PodKey = (String, String);
+
+/// What the driver of a [`ProcessRuntime`] hears from its containers: their output as it comes
+/// and their end. Called from the runtime's own threads (never from the caller's): an
+/// implementation may take the driver's locks and call [`ProcessRuntime::forget`], but must not
+/// wait for anything that holds such a lock while calling [`ProcessRuntime::spawn`].
+pub trait ContainerEvents: Send + Sync {
+    /// A piece of a container's stdout or stderr.
+    fn output(&self, key: &PodKey, text: &str);
+    /// A container's outermost process ended (not called once [`ProcessRuntime::stop_all`]
+    /// began).
+    fn exited(&self, key: &PodKey, exit: Exit);
+}
+
+/// How a container reaches the API server: the in-cluster environment and, for a driver that
+/// mounts the service-account files itself (the simulator: its pods carry no projected token
+/// volume), the token to put there.
+#[derive(Clone, Debug, Default)]
+pub struct ApiAccess {
+    /// `KUBERNETES_SERVICE_HOST`/`PORT` (over the container's own values).
+    pub service_env: Vec<(String, String)>,
+    /// The CA of the API server (`ca.crt` of the automounted files).
+    pub ca_pem: String,
+    /// `Some(token)`: write `token`, `ca.crt` and `namespace` at the in-cluster path. `None`:
+    /// the pod's own volumes (a projected token volume) provide them, or nothing does.
+    pub automount_token: Option<String>,
+}
+
+/// The part of the process kubelet that turns a pod into a running process, whoever stores the
+/// pod: which images run as processes, where their pods' folders go, and the processes running.
+/// The simulator's [`ProcessKubelet`] and `captf-kubetest`'s kubelet for a real API server both
+/// drive one.
+pub struct ProcessRuntime {
     images: BTreeMap<String, ProcessImage>,
     root: PathBuf,
+    events: Arc<dyn ContainerEvents>,
+    procs: Mutex<BTreeMap<PodKey, Proc>>,
+    stopping: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl std::fmt::Debug for ProcessRuntime {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ProcessRuntime")
+            .field("images", &self.images)
+            .field("root", &self.root)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The process kubelet of a simulator: the [`ProcessRuntime`], the simulator's HTTPS endpoint
+/// and tokens, and the store its containers' output and ends go to.
+pub struct ProcessKubelet {
+    runtime: ProcessRuntime,
     https: HttpsEndpoint,
     auth: Arc<Auth>,
-    shared: Weak<Shared>,
-    procs: Mutex<BTreeMap<(String, String), Proc>>,
-    stopping: std::sync::atomic::AtomicBool,
 }
 
 impl std::fmt::Debug for ProcessKubelet {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("ProcessKubelet")
-            .field("images", &self.images)
-            .field("root", &self.root)
+            .field("runtime", &self.runtime)
             .finish_non_exhaustive()
+    }
+}
+
+/// The simulator's side of a container's events: its output is the pod's log, its end goes to
+/// the simulated kubelet.
+struct SimEvents {
+    shared: Weak<Shared>,
+}
+
+impl ContainerEvents for SimEvents {
+    fn output(&self, key: &PodKey, text: &str) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
+        w.kubelet.logs.entry(key.clone()).or_default().push_str(text);
+    }
+
+    fn exited(&self, key: &PodKey, exit: Exit) {
+        let Some(shared) = self.shared.upgrade() else { return };
+        let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
+        w.process_exited(key, exit);
     }
 }
 
@@ -265,9 +341,123 @@ fn source(secret: bool) -> (&'static str, &'static str) {
     }
 }
 
-/// What the store holds that a pod's container needs, read under the simulator's lock.
-pub(crate) trait Store {
+/// What the store holds that a pod's container needs: Secrets (`"/secrets"`) and ConfigMaps
+/// (`"/configmaps"`), and tokens for its projected service-account token volumes. The simulator
+/// reads them under its lock; a driver for a real API server fetches them first
+/// ([`referenced_objects`], [`token_audiences`]) into an [`Objects`].
+pub trait Store {
     fn object(&self, resource: &str, ns: &str, name: &str) -> Option<Value>;
+    /// A token of the pod's ServiceAccount for `audience` (`""`: the API server's own), for a
+    /// projected `serviceAccountToken` source. `None`: this store cannot make one.
+    fn token(&self, _audience: &str) -> Option<String> {
+        None
+    }
+}
+
+/// Objects fetched ahead of a container's start, keyed by `(resource, namespace, name)`, and
+/// tokens by audience.
+#[derive(Clone, Debug, Default)]
+pub struct Objects {
+    pub objects: BTreeMap<(String, String, String), Value>,
+    pub tokens: BTreeMap<String, String>,
+}
+
+impl Store for Objects {
+    fn object(&self, resource: &str, ns: &str, name: &str) -> Option<Value> {
+        self.objects
+            .get(&(resource.to_string(), ns.to_string(), name.to_string()))
+            .cloned()
+    }
+
+    fn token(&self, audience: &str) -> Option<String> {
+        self.tokens.get(audience).cloned()
+    }
+}
+
+/// A Secret or ConfigMap a pod's first container needs: `(resource, name, optional)`, with
+/// `resource` `"/secrets"` or `"/configmaps"` (in the pod's namespace).
+pub fn referenced_objects(pod: &Value) -> Vec<(&'static str, String, bool)> {
+    let mut out: Vec<(&'static str, String, bool)> = Vec::new();
+    let optional = |r: &Value| r.get("optional").and_then(Value::as_bool) == Some(true);
+    let mut add = |secret: bool, name: &str, opt: bool| {
+        let resource = source(secret).0;
+        if !name.is_empty() && !out.iter().any(|(r, n, _)| *r == resource && n == name) {
+            out.push((resource, name.to_string(), opt));
+        } else if let Some(e) = out.iter_mut().find(|(r, n, _)| *r == resource && n == name) {
+            e.2 &= opt;
+        }
+    };
+    let container = pod.pointer("/spec/containers/0").cloned().unwrap_or(Value::Null);
+    for e in container.get("envFrom").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(r) = e.get("secretRef").filter(|r| !r.is_null()) {
+            add(true, str_at(r, "/name"), optional(r));
+        }
+        if let Some(r) = e.get("configMapRef").filter(|r| !r.is_null()) {
+            add(false, str_at(r, "/name"), optional(r));
+        }
+    }
+    for e in container.get("env").and_then(Value::as_array).into_iter().flatten() {
+        if let Some(r) = e.pointer("/valueFrom/secretKeyRef") {
+            add(true, str_at(r, "/name"), optional(r));
+        }
+        if let Some(r) = e.pointer("/valueFrom/configMapKeyRef") {
+            add(false, str_at(r, "/name"), optional(r));
+        }
+    }
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        if let Some(s) = v.get("secret") {
+            add(true, str_at(s, "/secretName"), optional(s));
+        }
+        if let Some(c) = v.get("configMap") {
+            add(false, str_at(c, "/name"), optional(c));
+        }
+        for src in v
+            .pointer("/projected/sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(s) = src.get("secret") {
+                add(true, str_at(s, "/name"), optional(s));
+            }
+            if let Some(c) = src.get("configMap") {
+                add(false, str_at(c, "/name"), optional(c));
+            }
+        }
+    }
+    out
+}
+
+/// The audiences (`""`: the API server's own) and lifetimes of the pod's projected
+/// `serviceAccountToken` sources.
+pub fn token_audiences(pod: &Value) -> Vec<(String, Option<i64>)> {
+    let mut out: Vec<(String, Option<i64>)> = Vec::new();
+    for v in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        for src in v
+            .pointer("/projected/sources")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            if let Some(t) = src.get("serviceAccountToken") {
+                let audience = str_at(t, "/audience").to_string();
+                if !out.iter().any(|(a, _)| *a == audience) {
+                    out.push((audience, t.get("expirationSeconds").and_then(Value::as_i64)));
+                }
+            }
+        }
+    }
+    out
 }
 
 impl Store for crate::store::World {
@@ -359,15 +549,9 @@ pub(crate) fn container_env(
             }
         } else if let Some(r) = from.get("fieldRef") {
             let path = str_at(r, "/fieldPath");
-            match path {
-                "metadata.name" => str_at(pod, "/metadata/name").to_string(),
-                "metadata.namespace" => ns.to_string(),
-                "metadata.uid" => str_at(pod, "/metadata/uid").to_string(),
-                "spec.serviceAccountName" => service_account(pod),
-                "spec.nodeName" => str_at(pod, "/spec/nodeName").to_string(),
-                "status.podIP" => str_at(pod, "/status/podIP").to_string(),
-                "status.hostIP" => str_at(pod, "/status/hostIP").to_string(),
-                other => return Err(format!("{field}: fieldRef {other:?} is not supported")),
+            match field_of(pod, path) {
+                Some(v) => v,
+                None => return Err(format!("{field}: fieldRef {path:?} is not supported")),
             }
         } else {
             return Err(format!(
@@ -459,7 +643,8 @@ fn service_account(pod: &Value) -> String {
 }
 
 /// One volume's files, written into `dir`.
-fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path, fs_group: Option<u32>) -> Result<(), String> {
+fn materialise(store: &dyn Store, pod: &Value, vol: &Value, dir: &Path, fs_group: Option<u32>) -> Result<(), String> {
+    let ns = str_at(pod, "/metadata/namespace");
     let name = str_at(vol, "/name");
     let io = |e: std::io::Error| format!("volume {name}: {}: {e}", dir.display());
     std::fs::create_dir_all(dir).map_err(io)?;
@@ -474,12 +659,15 @@ fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path, fs_group: O
     }
     std::fs::set_permissions(dir, std::fs::Permissions::from_mode(0o755)).map_err(io)?;
     group(dir).map_err(io)?;
+    if let Some(projected) = vol.get("projected").filter(|p| !p.is_null()) {
+        return materialise_projected(store, pod, projected, name, dir, fs_group);
+    }
     let (src, secret) = match (vol.get("secret"), vol.get("configMap")) {
         (Some(s), _) => (s, true),
         (_, Some(c)) => (c, false),
         _ => {
             return Err(format!(
-                "volume {name}: only secret, configMap and emptyDir volumes are supported by the process kubelet"
+                "volume {name}: only secret, configMap, projected and emptyDir volumes are supported by the process kubelet"
             ));
         }
     };
@@ -514,19 +702,130 @@ fn materialise(store: &dyn Store, ns: &str, vol: &Value, dir: &Path, fs_group: O
             .collect(),
     };
     for (key, path, mode) in items {
-        if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == "..") {
-            return Err(format!("volume {name}: item path {path:?} must be relative without .."));
-        }
         let data = key_data(&obj, &key, secret)
             .map_err(|e| format!("volume {name}: {kind} {obj_name}: {e}"))?
             .ok_or_else(|| format!("volume {name}: {kind} {ns}/{obj_name} has no key {key:?}"))?;
-        let file = dir.join(&path);
-        if let Some(parent) = file.parent() {
-            std::fs::create_dir_all(parent).map_err(io)?;
+        write_item(name, dir, &path, &data, mode, fs_group)?;
+    }
+    Ok(())
+}
+
+/// One file of a volume: `path` (relative, no `..`) under `dir` with `mode`, group `fs_group`.
+fn write_item(
+    volume: &str,
+    dir: &Path,
+    path: &str,
+    data: &[u8],
+    mode: u32,
+    fs_group: Option<u32>,
+) -> Result<(), String> {
+    let io = |e: std::io::Error| format!("volume {volume}: {}: {e}", dir.display());
+    if path.is_empty() || path.starts_with('/') || path.split('/').any(|c| c == "..") {
+        return Err(format!(
+            "volume {volume}: item path {path:?} must be relative without .."
+        ));
+    }
+    let file = dir.join(path);
+    if let Some(parent) = file.parent() {
+        std::fs::create_dir_all(parent).map_err(io)?;
+    }
+    std::fs::write(&file, data).map_err(io)?;
+    std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io)?;
+    if let Some(g) = fs_group {
+        std::os::unix::fs::chown(&file, None, Some(g)).map_err(io)?;
+    }
+    Ok(())
+}
+
+/// The value of a `fieldRef` of the pod (env or downward API).
+fn field_of(pod: &Value, path: &str) -> Option<String> {
+    Some(match path {
+        "metadata.name" => str_at(pod, "/metadata/name").to_string(),
+        "metadata.namespace" => str_at(pod, "/metadata/namespace").to_string(),
+        "metadata.uid" => str_at(pod, "/metadata/uid").to_string(),
+        "spec.serviceAccountName" => service_account(pod),
+        "spec.nodeName" => str_at(pod, "/spec/nodeName").to_string(),
+        "status.podIP" => str_at(pod, "/status/podIP").to_string(),
+        "status.hostIP" => str_at(pod, "/status/hostIP").to_string(),
+        _ => return None,
+    })
+}
+
+/// A projected volume: its Secret, ConfigMap, downward API and service-account token sources,
+/// in one folder.
+fn materialise_projected(
+    store: &dyn Store,
+    pod: &Value,
+    projected: &Value,
+    name: &str,
+    dir: &Path,
+    fs_group: Option<u32>,
+) -> Result<(), String> {
+    let ns = str_at(pod, "/metadata/namespace");
+    let default_mode = projected.get("defaultMode").and_then(Value::as_u64).unwrap_or(0o644) as u32;
+    let mode_of = |i: &Value| i.get("mode").and_then(Value::as_u64).map_or(default_mode, |m| m as u32);
+    for (n, src) in projected
+        .get("sources")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let what = format!("volume {name}: sources[{n}]");
+        if let Some(t) = src.get("serviceAccountToken").filter(|t| !t.is_null()) {
+            let audience = str_at(t, "/audience");
+            let token = store
+                .token(audience)
+                .ok_or_else(|| format!("{what}: no service-account token for audience {audience:?}"))?;
+            write_item(name, dir, str_at(t, "/path"), token.as_bytes(), default_mode, fs_group)?;
+        } else if let Some(d) = src.get("downwardAPI").filter(|d| !d.is_null()) {
+            for i in d.get("items").and_then(Value::as_array).into_iter().flatten() {
+                let field = str_at(i, "/fieldRef/fieldPath");
+                let value = field_of(pod, field)
+                    .ok_or_else(|| format!("{what}: downwardAPI fieldRef {field:?} is not supported"))?;
+                write_item(name, dir, str_at(i, "/path"), value.as_bytes(), mode_of(i), fs_group)?;
+            }
+        } else {
+            let (s, secret) = match (src.get("secret"), src.get("configMap")) {
+                (Some(s), _) if !s.is_null() => (s, true),
+                (_, Some(c)) if !c.is_null() => (c, false),
+                _ => {
+                    return Err(format!(
+                        "{what}: only secret, configMap, downwardAPI and serviceAccountToken sources are supported"
+                    ));
+                }
+            };
+            let (resource, kind) = source(secret);
+            let obj_name = str_at(s, "/name");
+            let Some(obj) = store.object(resource, ns, obj_name) else {
+                if s.get("optional").and_then(Value::as_bool) == Some(true) {
+                    continue;
+                }
+                return Err(format!("{what}: {kind} {ns}/{obj_name} not found"));
+            };
+            let items: Vec<(String, String, u32)> = match s.get("items").and_then(Value::as_array) {
+                Some(items) => items
+                    .iter()
+                    .map(|i| {
+                        (
+                            str_at(i, "/key").to_string(),
+                            str_at(i, "/path").to_string(),
+                            mode_of(i),
+                        )
+                    })
+                    .collect(),
+                None => all_keys(&obj, secret)
+                    .into_iter()
+                    .map(|k| (k.clone(), k, default_mode))
+                    .collect(),
+            };
+            for (key, path, mode) in items {
+                let data = key_data(&obj, &key, secret)
+                    .map_err(|e| format!("{what}: {kind} {obj_name}: {e}"))?
+                    .ok_or_else(|| format!("{what}: {kind} {ns}/{obj_name} has no key {key:?}"))?;
+                write_item(name, dir, &path, &data, mode, fs_group)?;
+            }
         }
-        std::fs::write(&file, data).map_err(io)?;
-        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(mode & 0o7777)).map_err(io)?;
-        group(&file).map_err(io)?;
     }
     Ok(())
 }
@@ -546,7 +845,7 @@ fn service_account_target() -> &'static str {
 }
 
 /// A container ready to start: the setup script and its arguments.
-pub(crate) struct Prepared {
+pub struct Prepared {
     script: String,
     env: Vec<(String, String)>,
     pod_dir: PathBuf,
@@ -562,24 +861,103 @@ impl ProcessKubelet {
         shared: Weak<Shared>,
     ) -> Self {
         ProcessKubelet {
-            images,
-            root,
+            runtime: ProcessRuntime::new(images, root, Arc::new(SimEvents { shared })),
             https,
             auth,
-            shared,
-            procs: Mutex::new(BTreeMap::new()),
-            stopping: std::sync::atomic::AtomicBool::new(false),
         }
     }
 
     /// The image a pod's first container runs, when it is one that runs as a process.
     pub(crate) fn image_of(&self, pod: &Value) -> Option<&ProcessImage> {
+        self.runtime.image_of(pod)
+    }
+
+    /// Everything short of starting, with the simulator's HTTPS endpoint and (unless the pod
+    /// says `automountServiceAccountToken: false`) a new token of the pod's ServiceAccount.
+    pub(crate) fn prepare(&self, store: &dyn Store, pod: &Value, image: &ProcessImage) -> Result<Prepared, String> {
+        let automount = pod
+            .pointer("/spec/automountServiceAccountToken")
+            .and_then(Value::as_bool)
+            != Some(false);
+        let ns = str_at(pod, "/metadata/namespace");
+        let access = ApiAccess {
+            service_env: self
+                .https
+                .service_env()
+                .into_iter()
+                .map(|(k, v)| (k.to_string(), v))
+                .collect(),
+            ca_pem: self.https.ca_pem.clone(),
+            automount_token: automount.then(|| self.auth.mint(ns, &service_account(pod))),
+        };
+        self.runtime.prepare(store, pod, image, &access)
+    }
+
+    pub(crate) fn spawn(&self, key: PodKey, p: Prepared) -> Result<i32, String> {
+        self.runtime.spawn(key, p)
+    }
+
+    pub(crate) fn terminate(&self, key: &PodKey) {
+        self.runtime.terminate(key);
+    }
+
+    pub(crate) fn kill(&self, key: &PodKey) {
+        self.runtime.kill(key);
+    }
+
+    pub(crate) fn forget(&self, key: &PodKey) {
+        self.runtime.forget(key);
+    }
+
+    /// The outermost pid of every container process still known.
+    pub fn pids(&self) -> Vec<i32> {
+        self.runtime.pids()
+    }
+
+    /// Kill every container process and wait until each is reaped. Call without holding the
+    /// simulator's lock.
+    pub fn stop_all(&self) {
+        self.runtime.stop_all();
+    }
+}
+
+/// Where a path inside the container lands under its new root: `/var/run` is a link to `/run`
+/// on most machines, and `/run` is a fresh tmpfs in the container, so a mount under
+/// `/var/run/` goes to `/run/` there (and the machine's `/var` stays visible).
+fn mount_target(inside: &str) -> String {
+    match inside.strip_prefix("/var/run/") {
+        Some(rest) if std::fs::read_link("/var/run").is_ok() => format!("/run/{rest}"),
+        _ => inside.to_string(),
+    }
+}
+
+impl ProcessRuntime {
+    /// A runtime for `images`, keeping its pods' folders under `root`, telling `events` about
+    /// its containers.
+    pub fn new(images: BTreeMap<String, ProcessImage>, root: PathBuf, events: Arc<dyn ContainerEvents>) -> Self {
+        ProcessRuntime {
+            images,
+            root,
+            events,
+            procs: Mutex::new(BTreeMap::new()),
+            stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+        }
+    }
+
+    /// The image a pod's first container runs, when it is one that runs as a process.
+    pub fn image_of(&self, pod: &Value) -> Option<&ProcessImage> {
         self.images.get(str_at(pod, "/spec/containers/0/image"))
     }
 
     /// Everything short of starting: the environment, the volumes, the service-account files,
     /// the root's layout. An error is the reason the container cannot run.
-    pub(crate) fn prepare(&self, store: &dyn Store, pod: &Value, image: &ProcessImage) -> Result<Prepared, String> {
+    pub fn prepare(
+        &self,
+        store: &dyn Store,
+        pod: &Value,
+        image: &ProcessImage,
+        access: &ApiAccess,
+    ) -> Result<Prepared, String> {
         let ns = str_at(pod, "/metadata/namespace");
         let name = str_at(pod, "/metadata/name");
         let container = pod.pointer("/spec/containers/0").cloned().unwrap_or(Value::Null);
@@ -590,9 +968,9 @@ impl ProcessKubelet {
         let mut env = container_env(store, pod, &container, image)?;
         let who = identity(pod, &container, image)?;
         env.push(("HOSTNAME".into(), name.to_string()));
-        for (k, v) in self.https.service_env() {
+        for (k, v) in &access.service_env {
             env.retain(|(n, _)| n != k);
-            env.push((k.to_string(), v));
+            env.push((k.clone(), v.clone()));
         }
 
         // The program and its arguments.
@@ -658,7 +1036,7 @@ impl ProcessKubelet {
         {
             let vname = str_at(vol, "/name");
             let dir = vol_dir.join(vname);
-            materialise(store, ns, vol, &dir, who.fs_group)?;
+            materialise(store, pod, vol, &dir, who.fs_group)?;
             volumes.insert(vname.to_string(), dir);
         }
         let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
@@ -672,6 +1050,7 @@ impl ProcessKubelet {
             let vname = str_at(m, "/name");
             let path = str_at(m, "/mountPath").to_string();
             check_inside(&format!("volumeMounts[{i}].mountPath"), &path)?;
+            let path = mount_target(&path);
             let mut src = volumes
                 .get(vname)
                 .cloned()
@@ -684,16 +1063,17 @@ impl ProcessKubelet {
         }
 
         // Service-account files (a real token of the pod's account: RBAC applies).
-        let automount = pod
-            .pointer("/spec/automountServiceAccountToken")
-            .and_then(Value::as_bool)
-            != Some(false);
+        let automount = access.automount_token.is_some();
         let sa_dir = pod_dir.join("serviceaccount");
-        if automount {
-            let token = self.auth.mint(ns, &service_account(pod));
-            self.https
-                .write_service_account_files(&sa_dir, ns, &token)
-                .map_err(|e| e.to_string())?;
+        if let Some(token) = &access.automount_token {
+            let write = |file: &str, body: &str| {
+                let path = sa_dir.join(file);
+                std::fs::write(&path, body).map_err(|e| io(&path, e))
+            };
+            std::fs::create_dir_all(&sa_dir).map_err(|e| io(&sa_dir, e))?;
+            write("token", token)?;
+            write("ca.crt", &access.ca_pem)?;
+            write("namespace", ns)?;
         }
         let termination_inside = container
             .get("terminationMessagePath")
@@ -834,7 +1214,12 @@ impl ProcessKubelet {
 
     /// Start a prepared container: its process and the threads that keep its output and wait
     /// for its end. Returns the pid of its outermost process.
-    pub(crate) fn spawn(&self, key: (String, String), p: Prepared) -> Result<i32, String> {
+    pub fn spawn(&self, key: PodKey, p: Prepared) -> Result<i32, String> {
+        // Held until the container is known: [`Self::stop_all`] either sees it or refuses it.
+        let mut procs = self.procs.lock().unwrap_or_else(|p| p.into_inner());
+        if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
+            return Err("the kubelet is stopping".to_string());
+        }
         let mut cmd = Command::new("unshare");
         cmd.args([
             "--mount",
@@ -865,12 +1250,13 @@ impl ProcessKubelet {
         .into_iter()
         .flatten()
         {
-            let shared = self.shared.clone();
+            let events = self.events.clone();
             let key = key.clone();
             let tail = tail.clone();
-            threads.push(std::thread::spawn(move || read_output(out, &shared, &key, &tail)));
+            threads.push(std::thread::spawn(move || read_output(out, &*events, &key, &tail)));
         }
-        let shared = self.shared.clone();
+        let events = self.events.clone();
+        let stopping = self.stopping.clone();
         let started = p.pod_dir.join("started");
         let termination = p.termination.clone();
         let readers: Vec<JoinHandle<()>> = std::mem::take(&mut threads);
@@ -883,7 +1269,6 @@ impl ProcessKubelet {
             while readers.iter().any(|r| !r.is_finished()) && std::time::Instant::now() < until {
                 std::thread::sleep(std::time::Duration::from_millis(10));
             }
-            let Some(shared) = shared.upgrade() else { return };
             let code = match status {
                 Ok(s) => {
                     use std::os::unix::process::ExitStatusExt;
@@ -898,18 +1283,12 @@ impl ProcessKubelet {
                 started: started.exists(),
                 output_tail: tail.lock().unwrap_or_else(|p| p.into_inner()).clone(),
             };
-            let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-            if let Some(pk) = w.kubelet.process.clone()
-                && pk.stopping.load(std::sync::atomic::Ordering::SeqCst)
-            {
+            if stopping.load(std::sync::atomic::Ordering::SeqCst) {
                 return;
             }
-            w.process_exited(&waiter_key, exit);
+            events.exited(&waiter_key, exit);
         }));
-        self.procs
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .insert(key, Proc { pid, threads });
+        procs.insert(key, Proc { pid, threads });
         Ok(pid)
     }
 
@@ -929,7 +1308,7 @@ impl ProcessKubelet {
     }
 
     /// SIGTERM to the container's first process (as a kubelet stops a container).
-    pub(crate) fn terminate(&self, key: &(String, String)) {
+    pub fn terminate(&self, key: &PodKey) {
         if let Some(inner) = self.pid(key).and_then(Self::container_pid) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(inner), nix::sys::signal::Signal::SIGTERM);
         }
@@ -937,14 +1316,14 @@ impl ProcessKubelet {
 
     /// SIGKILL: the outermost process dies, and with it every process of the container's PID
     /// namespace.
-    pub(crate) fn kill(&self, key: &(String, String)) {
+    pub fn kill(&self, key: &PodKey) {
         if let Some(pid) = self.pid(key) {
             let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
         }
     }
 
     /// Forget a container that ended (its threads have done their work).
-    pub(crate) fn forget(&self, key: &(String, String)) {
+    pub fn forget(&self, key: &PodKey) {
         self.procs.lock().unwrap_or_else(|p| p.into_inner()).remove(key);
     }
 
@@ -979,7 +1358,7 @@ impl ProcessKubelet {
 fn kill_container(outer: i32) {
     use nix::sys::signal::{Signal, kill};
     use nix::unistd::Pid;
-    if let Some(inner) = ProcessKubelet::container_pid(outer) {
+    if let Some(inner) = ProcessRuntime::container_pid(outer) {
         let _ = kill(Pid::from_raw(inner), Signal::SIGKILL);
     }
     let _ = kill(Pid::from_raw(outer), Signal::SIGKILL);
@@ -994,7 +1373,7 @@ fn read_termination(path: &Path) -> Option<String> {
 }
 
 /// Keep a container's output as its pod's log, and its last 2 KiB for a setup failure.
-fn read_output(mut out: Box<dyn Read + Send>, shared: &Weak<Shared>, key: &(String, String), tail: &Mutex<String>) {
+fn read_output(mut out: Box<dyn Read + Send>, events: &dyn ContainerEvents, key: &PodKey, tail: &Mutex<String>) {
     let mut buf = [0u8; 8192];
     loop {
         let n = match out.read(&mut buf) {
@@ -1011,8 +1390,123 @@ fn read_output(mut out: Box<dyn Read + Send>, shared: &Weak<Shared>, key: &(Stri
                 t.drain(..cut);
             }
         }
-        let Some(shared) = shared.upgrade() else { continue };
-        let mut w = shared.world.lock().unwrap_or_else(|p| p.into_inner());
-        w.kubelet.logs.entry(key.clone()).or_default().push_str(&text);
+        events.output(key, &text);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn pod() -> Value {
+        json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {
+                "serviceAccountName": "runner", "nodeName": "n",
+                "containers": [{"name": "c", "image": "i",
+                    "envFrom": [{"secretRef": {"name": "s1"}}, {"configMapRef": {"name": "c1", "optional": true}}],
+                    "env": [
+                        {"name": "A", "valueFrom": {"secretKeyRef": {"name": "s1", "key": "k", "optional": true}}},
+                        {"name": "B", "valueFrom": {"configMapKeyRef": {"name": "c2", "key": "k"}}},
+                    ]}],
+                "volumes": [
+                    {"name": "v1", "secret": {"secretName": "s2", "optional": true}},
+                    {"name": "v2", "emptyDir": {}},
+                    {"name": "api", "projected": {"defaultMode": 0o640, "sources": [
+                        {"serviceAccountToken": {"expirationSeconds": 3607, "path": "token"}},
+                        {"serviceAccountToken": {"audience": "vault", "path": "vault-token"}},
+                        {"configMap": {"name": "kube-root-ca.crt", "items": [{"key": "ca.crt", "path": "ca.crt"}]}},
+                        {"downwardAPI": {"items": [{"path": "namespace", "fieldRef": {"fieldPath": "metadata.namespace"}}]}},
+                    ]}},
+                ],
+            },
+        })
+    }
+
+    #[test]
+    fn referenced_objects_names_each_secret_and_configmap_once_optional_only_if_every_reference_is() {
+        let refs = referenced_objects(&pod());
+        assert_eq!(
+            refs,
+            vec![
+                ("/secrets", "s1".to_string(), false),
+                ("/configmaps", "c1".to_string(), true),
+                ("/configmaps", "c2".to_string(), false),
+                ("/secrets", "s2".to_string(), true),
+                ("/configmaps", "kube-root-ca.crt".to_string(), false),
+            ]
+        );
+    }
+
+    #[test]
+    fn token_audiences_lists_each_projected_audience_once_with_its_lifetime() {
+        assert_eq!(
+            token_audiences(&pod()),
+            vec![(String::new(), Some(3607)), ("vault".to_string(), None)]
+        );
+    }
+
+    #[test]
+    fn referenced_objects_and_audiences_of_arbitrary_json_never_panic() {
+        for v in [
+            json!(null),
+            json!([1]),
+            json!({"spec": {"volumes": [{"projected": 3}]}}),
+            json!("x"),
+        ] {
+            let _ = referenced_objects(&v);
+            let _ = token_audiences(&v);
+        }
+    }
+
+    #[test]
+    fn a_projected_volume_holds_its_tokens_configmap_keys_and_downward_api_fields() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut store = Objects::default();
+        store.objects.insert(
+            ("/configmaps".into(), "ns".into(), "kube-root-ca.crt".into()),
+            json!({"data": {"ca.crt": "CA", "other": "x"}}),
+        );
+        store.tokens.insert(String::new(), "tok".into());
+        store.tokens.insert("vault".into(), "vtok".into());
+        let p = pod();
+        let vol = &p["spec"]["volumes"][2];
+        materialise(&store, &p, vol, dir.path(), None).unwrap();
+        let read = |f: &str| std::fs::read_to_string(dir.path().join(f)).unwrap();
+        assert_eq!(read("token"), "tok");
+        assert_eq!(read("vault-token"), "vtok");
+        assert_eq!(read("ca.crt"), "CA");
+        assert_eq!(read("namespace"), "ns");
+        assert!(!dir.path().join("other").exists());
+        let mode = std::fs::metadata(dir.path().join("token"))
+            .unwrap()
+            .permissions()
+            .mode();
+        assert_eq!(mode & 0o777, 0o640);
+    }
+
+    #[test]
+    fn a_projected_token_the_store_cannot_make_stops_the_container_saying_which() {
+        let dir = tempfile::tempdir().unwrap();
+        let p = pod();
+        let err = materialise(&Objects::default(), &p, &p["spec"]["volumes"][2], dir.path(), None).unwrap_err();
+        assert!(
+            err.contains("volume api: sources[0]: no service-account token"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn a_mount_under_var_run_lands_in_the_containers_run_when_var_run_is_a_link() {
+        let target = mount_target("/var/run/secrets/kubernetes.io/serviceaccount");
+        if std::fs::read_link("/var/run").is_ok() {
+            assert_eq!(target, "/run/secrets/kubernetes.io/serviceaccount");
+        } else {
+            assert_eq!(target, "/var/run/secrets/kubernetes.io/serviceaccount");
+        }
+        assert_eq!(mount_target("/work"), "/work");
+        assert_eq!(mount_target("/var/runner"), "/var/runner");
     }
 }
