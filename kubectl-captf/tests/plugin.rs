@@ -707,6 +707,14 @@ async fn reconcile_starts_the_retry_of_a_failure_now_once_with_who_and_why_recor
     assert!(c.pointer("/metadata/annotations/captf.io~1reconcile-now-by").is_some());
     // The retry starts without the clock moving: the backoff was skipped.
     env.until_job("flaky", Op::Apply, 2).await?;
+    env.until("the BackoffSkipped Event", |e| {
+        e.sim
+            .events(NS)
+            .iter()
+            .any(|ev| ev["reason"] == "BackoffSkipped")
+            .then_some(())
+    })
+    .await?;
     let events = env.captf(&["events", "tfc/flaky"]).await?.stdout;
     assert!(events.contains("BackoffSkipped"), "{events}");
     assert!(events.contains("quota raised"), "{events}");
@@ -778,6 +786,15 @@ async fn approve_without_a_hash_shows_the_plan_and_asks_and_records_who_approved
         job2["metadata"]["annotations"]["captf.io/approved-by"],
         "me (kubeconfig user)"
     );
+    // Events are published after the Job is created.
+    env.until("the PlanApproved Event", |e| {
+        e.sim
+            .events(NS)
+            .iter()
+            .any(|ev| ev["reason"] == "PlanApproved")
+            .then_some(())
+    })
+    .await?;
     let events = env.captf(&["events", "tfc/asked"]).await?.stdout;
     assert!(events.contains("PlanApproved"), "{events}");
     assert!(events.contains("approved by me (kubeconfig user)"), "{events}");
