@@ -7,6 +7,7 @@ use std::time::{Duration, Instant};
 use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, PostParams};
 
+pub mod chart;
 pub mod webhook;
 
 /// The start timeout the tests give a control plane that should come up: wider than the

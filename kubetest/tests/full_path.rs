@@ -1,0 +1,353 @@
+//! The whole path on the real control plane, in wall-clock time: the chart's CRDs, the real
+//! webhook registered as the chart registers it, the shipped controller under the chart's RBAC
+//! and admission policy, the real Job controller and garbage collector, and the process kubelet
+//! running the real runner (real OpenTofu and the test provider) under each object's own
+//! ServiceAccount. What needs simulated minutes (drift checks, backoff, deadlines, a runner
+//! killed mid-apply, a workstation's lock) runs on the simulator with the same real runner
+//! (`controller/tests/scenarios/real_runner.rs`). Without the binaries or root these tests fail
+//! under `CI` and skip elsewhere.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::time::Duration;
+
+use captf_chart_tests::NAMESPACE;
+use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, runner_image, tar_gz};
+use captf_testprovider::world::World;
+use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use common::chart::{CONTROLLER, crds, install_controller_rights};
+use common::webhook::Webhook;
+use common::{TEST_READY_TIMEOUT, wait_within};
+
+/// Upper bound on a wait for real OpenTofu in a pod; a test that reaches it fails.
+const PATIENCE: Duration = Duration::from_secs(240);
+const NODE: &str = "full-path";
+/// The runner image the controller names, mapped by the kubelet to the runner's files.
+const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:full-path";
+
+/// A thing of the test provider: `name` replaces it, `content` changes it in place; the
+/// endpoint output is built from its id.
+const MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "content" {
+  type    = string
+  default = ""
+}
+
+resource "captftest_thing" "main" {
+  name    = var.name
+  content = var.content
+}
+
+output "control_plane_endpoint" {
+  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
+}
+"#;
+
+struct Full {
+    // Dropped in this order: the controller and the kubelet before the control plane.
+    controller: tokio::process::Child,
+    _webhook: Webhook,
+    _kubelet: Kubelet,
+    cp: ControlPlane,
+    admin: kube::Client,
+    world: World,
+    modules: ModuleServer,
+    _image: RunnerImage,
+    _files: tempfile::TempDir,
+    _root: tempfile::TempDir,
+}
+
+fn clusters_resource() -> ApiResource {
+    ApiResource {
+        group: "infrastructure.cluster.x-k8s.io".into(),
+        version: "v1alpha1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        kind: "TerraformCluster".into(),
+        plural: "terraformclusters".into(),
+    }
+}
+
+impl Full {
+    async fn start() -> Option<Full> {
+        let tools = tools_or_skip()?;
+        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+            captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
+            return None;
+        }
+        let files = tempfile::tempdir().unwrap();
+        let image = match runner_image(files.path()) {
+            Ok(image) => image,
+            Err(e) => {
+                captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
+                return None;
+            }
+        };
+        let archive = tar_gz(&files.path().join("module"), MODULE).unwrap();
+        let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
+            .await
+            .unwrap();
+        let mut opts = Options::new(tools);
+        opts.ready_timeout = TEST_READY_TIMEOUT;
+        let cp = ControlPlane::start(opts).await.unwrap();
+        let admin = cp.admin_client().await.unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let kubelet = cp
+            .start_kubelet(
+                cp.kubelet_options(NODE, root.path())
+                    .image(RUNNER_IMAGE, image.image.clone()),
+            )
+            .await
+            .unwrap();
+        crds(&admin).await;
+        install_controller_rights(&cp, &admin).await;
+        let webhook = common::webhook::start_webhook(cp.work_dir());
+        common::webhook::register(&admin, &webhook).await;
+        let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
+        let runner_flag = format!("--runner-image={RUNNER_IMAGE}");
+        let controller = common::spawn_controller(
+            &kubeconfig,
+            &cp.work_dir().join("captf-controller.log"),
+            &[
+                "--namespace=default",
+                runner_flag.as_str(),
+                "--metrics-addr=127.0.0.1:0",
+                "--health-addr=127.0.0.1:0",
+                "--log-format=text",
+            ],
+            &[("POD_NAMESPACE", NAMESPACE), ("RUST_LOG", "info")],
+        );
+        let world = World::new(image.world.clone());
+        Some(Full {
+            controller,
+            _webhook: webhook,
+            _kubelet: kubelet,
+            cp,
+            admin,
+            world,
+            modules,
+            _image: image,
+            _files: files,
+            _root: root,
+        })
+    }
+
+    fn clusters(&self) -> Api<DynamicObject> {
+        Api::namespaced_with(self.admin.clone(), "default", &clusters_resource())
+    }
+
+    /// Create a TerraformCluster of [`MODULE`] (through the webhook, as a person would).
+    async fn create(&self, name: &str, variables: Value) {
+        let object: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": name, "namespace": "default" },
+            "spec": {
+                "module": { "source": self.modules.url("cluster.tar.gz") },
+                "variables": variables,
+                "drift": { "interval": "0" },
+            },
+        }))
+        .unwrap();
+        self.clusters().create(&PostParams::default(), &object).await.unwrap();
+    }
+
+    async fn patch(&self, name: &str, patch: Value) {
+        self.clusters()
+            .patch(name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .unwrap();
+    }
+
+    /// Wait (wall time) until the object satisfies `f`, failing with the controller's log.
+    async fn until(&self, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let clusters = self.clusters();
+        let log = self.cp.work_dir().join("captf-controller.log");
+        let found = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(o) = clusters.get(name).await {
+                    let v = serde_json::to_value(&o).unwrap();
+                    if f(&v) {
+                        return v;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await;
+        match found {
+            Ok(v) => v,
+            Err(_) => {
+                let last = clusters.get(name).await.map(|o| serde_json::to_value(o).unwrap());
+                panic!(
+                    "{name}: {what} not within {PATIENCE:?}; the object: {last:?}\ncontroller log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                )
+            }
+        }
+    }
+
+    /// The object's Job of `op` number `seq`, once the controller booked it with `outcome`.
+    async fn booked(&self, name: &str, op: captf_shared::Op, seq: u32, outcome: &str) -> Job {
+        let job = captf_shared::names::job_name(captf_shared::Kind::TerraformCluster, "default", name, op, seq);
+        let jobs: Api<Job> = Api::namespaced(self.admin.clone(), "default");
+        wait_within(&format!("Job {job} booked {outcome}"), PATIENCE, || {
+            let (jobs, job) = (jobs.clone(), job.clone());
+            async move {
+                let j = jobs.get(&job).await.ok()?;
+                let got = j.metadata.annotations.as_ref()?.get("captf.io/outcome")?.clone();
+                assert_eq!(got, outcome, "Job {job} was booked {got}");
+                Some(j)
+            }
+        })
+        .await
+    }
+
+    fn content(&self, thing: &str) -> Option<String> {
+        self.world.read(thing).ok().flatten().map(|t| t.content)
+    }
+}
+
+fn ready(o: &Value) -> bool {
+    o["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn create_applies_to_ready_with_the_endpoint_from_the_outputs_and_an_input_change_applies_again() {
+    let Some(full) = Full::start().await else { return };
+    full.create("prod-eu", json!({"name": "a", "content": "one"})).await;
+    let o = full.until("prod-eu", "Ready", ready).await;
+    // The endpoint came from OpenTofu's real outputs (the thing's id is `thing-<name>`).
+    assert_eq!(
+        o["spec"]["controlPlaneEndpoint"],
+        json!({"host": "thing-a.example", "port": 6443}),
+        "{o}"
+    );
+    assert_eq!(o["status"]["ready"], true, "{o}");
+    assert_eq!(full.content("a").as_deref(), Some("one"));
+
+    // A new input: a new apply Job, the thing changed in place.
+    full.patch(
+        "prod-eu",
+        json!({"spec": {"variables": {"name": "a", "content": "two"}}}),
+    )
+    .await;
+    let j2 = full.booked("prod-eu", captf_shared::Op::Apply, 2, "succeeded").await;
+    assert_eq!(j2.metadata.annotations.unwrap()["captf.io/reason"], "InputsChanged");
+    assert_eq!(full.content("a").as_deref(), Some("two"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_destructive_change_is_blocked_then_applied_once_approved_with_the_approver_recorded() {
+    let Some(full) = Full::start().await else { return };
+    full.create("guarded", json!({"name": "a", "content": "one"})).await;
+    full.until("guarded", "Ready", ready).await;
+    // A new name replaces the thing: the guard stops the plan, nothing is applied.
+    full.patch(
+        "guarded",
+        json!({"spec": {"variables": {"name": "b", "content": "one"}}}),
+    )
+    .await;
+    full.booked("guarded", captf_shared::Op::Apply, 2, "blocked").await;
+    let o = full
+        .until("guarded", "a pending plan", |o| {
+            o["status"]["pendingPlan"]["hash"].is_string()
+        })
+        .await;
+    let hash = o["status"]["pendingPlan"]["hash"].as_str().unwrap().to_string();
+    assert!(
+        full.content("b").is_none() && full.content("a").is_some(),
+        "nothing applied unapproved"
+    );
+
+    // The plan the runner kept, read after the fact, through the plugin.
+    let out = std::process::Command::new(common::webhook::binary("kubectl-captf"))
+        .arg("--kubeconfig")
+        .arg(full.cp.admin_kubeconfig())
+        .args(["-n", "default", "plan", "tfc/guarded"])
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let plan = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{plan}{}", String::from_utf8_lossy(&out.stderr));
+    assert!(plan.contains("replace   captftest_thing.main"), "{plan}");
+    assert!(
+        plan.contains("must be replaced"),
+        "the plan as OpenTofu printed it: {plan}"
+    );
+
+    full.patch(
+        "guarded",
+        json!({"metadata": {"annotations": {"captf.io/approve-plan": hash}}}),
+    )
+    .await;
+    let a3 = full.booked("guarded", captf_shared::Op::Apply, 3, "succeeded").await;
+    let annotations = a3.metadata.annotations.unwrap();
+    assert_eq!(annotations["captf.io/approved-plan"], hash);
+    // The webhook recorded the admin who approved, and the Job carried it.
+    assert!(!annotations["captf.io/approved-by"].is_empty(), "{annotations:?}");
+    assert!(full.content("a").is_none(), "the old thing was replaced");
+    assert_eq!(full.content("b").as_deref(), Some("one"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn deletion_destroys_removes_the_finalizer_and_the_garbage_collector_takes_what_the_object_owned_but_the_state() {
+    let Some(full) = Full::start().await else { return };
+    full.create("doomed", json!({"name": "gone", "content": "one"})).await;
+    full.until("doomed", "Ready", ready).await;
+    assert!(full.content("gone").is_some());
+    let sas: Api<ServiceAccount> = Api::namespaced(full.admin.clone(), "default");
+    let secrets: Api<Secret> = Api::namespaced(full.admin.clone(), "default");
+    let account = "captf-runner-doomed-tc";
+    sas.get(account).await.unwrap();
+    secrets.get("captf-inputs-doomed-tc").await.unwrap();
+
+    full.clusters().delete("doomed", &Default::default()).await.unwrap();
+    let clusters = full.clusters();
+    wait_within("the object gone", PATIENCE, || {
+        let clusters = clusters.clone();
+        async move { clusters.get_opt("doomed").await.unwrap().is_none().then_some(()) }
+    })
+    .await;
+    assert!(full.content("gone").is_none(), "destroyed by real OpenTofu");
+    // The real garbage collector takes what the object owned; the state is no one's.
+    wait_within("the owned objects collected", PATIENCE, || {
+        let (sas, secrets) = (sas.clone(), secrets.clone());
+        async move {
+            let sa = sas.get_opt(account).await.unwrap();
+            let inputs = secrets.get_opt("captf-inputs-doomed-tc").await.unwrap();
+            let jobs: Api<Job> = Api::namespaced(secrets.clone().into_client(), "default");
+            let id = captf_shared::names::object_id(captf_shared::Kind::TerraformCluster, "default", "doomed");
+            let left = jobs
+                .list(&ListParams::default().labels(&format!("captf.io/object={id}")))
+                .await
+                .unwrap()
+                .items
+                .len();
+            (sa.is_none() && inputs.is_none() && left == 0).then_some(())
+        }
+    })
+    .await;
+    let state = secrets.get("tfstate-default-doomed-tc").await.unwrap();
+    assert!(
+        state.data.is_some(),
+        "the state Secret stays, with the destroyed state in it"
+    );
+    let mut controller = full.controller;
+    assert!(controller.try_wait().unwrap().is_none(), "the controller exited");
+}
