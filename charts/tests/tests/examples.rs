@@ -72,6 +72,109 @@ fn every_example_passes_validate_create_as_written_and_after_defaulting() {
     }
 }
 
+/// The tenant policy the webhook gets from the chart's default values: its Deployment's args as
+/// `helm template` renders them, parsed as the binary parses them.
+fn chart_default_policy() -> captf_shared::policy::TenantPolicy {
+    let rendered = captf_chart_tests::helm_template(&[]).unwrap();
+    let d = rendered.get("Deployment", "captf-webhook").unwrap();
+    let args = captf_chart_tests::strings(&d["spec"]["template"]["spec"]["containers"][0]["args"]);
+    let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());
+    let cli = <captf_webhook::cli::Cli as clap::Parser>::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("captf-webhook rejects the chart's args {args:?}: {e}"));
+    cli.serve.to_config().unwrap().policy
+}
+
+/// One CREATE AdmissionReview of `object` (in namespace `default`), as kube-apiserver sends it.
+fn create_review(object: &Value) -> Vec<u8> {
+    let kind = object["kind"].as_str().unwrap_or_default();
+    serde_json::to_vec(&serde_json::json!({
+        "apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview",
+        "request": {
+            "uid": "example", "operation": "CREATE", "namespace": "default",
+            "name": object["metadata"]["name"],
+            "kind": {"group": captf_shared::keys::GROUP, "version": "v1alpha1", "kind": kind},
+            "resource": {"group": captf_shared::keys::GROUP, "version": "v1alpha1",
+                         "resource": format!("{}s", kind.to_lowercase())},
+            "userInfo": {"username": "tenant"},
+            "object": object,
+        },
+    }))
+    .unwrap()
+}
+
+/// What the webhook answers to creating `object`: the object its mutation gives (its JSON patch
+/// applied), and the validation's denial message, if any.
+fn admit(object: &Value, policy: &captf_shared::policy::TenantPolicy) -> Result<Value, String> {
+    use base64::Engine as _;
+    use captf_webhook::admission::{Route, review_with};
+    let answer = |route, obj: &Value| -> Result<Value, String> {
+        let reviewed = review_with(route, &create_review(obj), policy).map_err(|e| e.to_string())?;
+        Ok(serde_json::from_slice::<Value>(&reviewed.body).unwrap()["response"].clone())
+    };
+    let mutated = answer(Route::Mutate, object)?;
+    let mut defaulted = object.clone();
+    if let Some(patch) = mutated["patch"].as_str() {
+        let bytes = base64::engine::general_purpose::STANDARD.decode(patch).unwrap();
+        let patch: json_patch::Patch = serde_json::from_slice(&bytes).unwrap();
+        json_patch::patch(&mut defaulted, &patch).map_err(|e| format!("the mutation's patch does not apply: {e}"))?;
+    }
+    if mutated["allowed"] != true {
+        return Err(format!("mutate: {}", mutated["status"]["message"]));
+    }
+    let validated = answer(Route::Validate, &defaulted)?;
+    if validated["allowed"] != true {
+        return Err(validated["status"]["message"].as_str().unwrap_or_default().to_string());
+    }
+    Ok(defaulted)
+}
+
+#[test]
+fn every_example_is_admitted_by_the_webhook_with_the_charts_default_policy() {
+    let policy = chart_default_policy();
+    let mut refused = Vec::new();
+    for (file, doc) in example_documents().unwrap() {
+        if doc["apiVersion"] != captf_shared::keys::API_VERSION {
+            continue;
+        }
+        if let Err(message) = admit(&doc, &policy) {
+            let name = doc["metadata"]["name"].as_str().unwrap_or_default();
+            refused.push(format!(
+                "examples/{file} ({} {name}): {message}",
+                doc["kind"].as_str().unwrap_or_default()
+            ));
+        }
+    }
+    assert!(refused.is_empty(), "refused:\n{}", refused.join("\n"));
+}
+
+#[test]
+fn the_webhook_check_of_the_examples_names_a_refused_field() {
+    // The same path refuses what the default policy forbids, with the webhook's message.
+    let policy = chart_default_policy();
+    let mut obj = example_documents()
+        .unwrap()
+        .into_iter()
+        .map(|(_, d)| d)
+        .find(|d| d["kind"] == "TerraformCluster")
+        .unwrap();
+    obj["spec"]["jobs"] = serde_json::json!({"serviceAccountName": "deployer"});
+    let message = admit(&obj, &policy).unwrap_err();
+    assert!(message.contains("spec.jobs.serviceAccountName"), "{message}");
+}
+
+#[test]
+fn examples_that_share_a_kind_have_distinct_names() {
+    let mut seen: Vec<(String, String, String)> = Vec::new();
+    for (file, doc) in example_documents().unwrap() {
+        let kind = doc["kind"].as_str().unwrap_or_default().to_string();
+        let name = doc["metadata"]["name"].as_str().unwrap_or_default().to_string();
+        if let Some((other, _, _)) = seen.iter().find(|(f, k, n)| *k == kind && *n == name && *f != file) {
+            panic!("examples/{file} and examples/{other} both define {kind} {name}: applying one replaces the other");
+        }
+        seen.push((file, kind, name));
+    }
+}
+
 #[test]
 fn the_full_cluster_example_sets_every_field_of_the_spec() {
     let obj = captf_object("terraformcluster-full.yaml");
@@ -86,7 +189,11 @@ fn the_full_cluster_example_sets_every_field_of_the_spec() {
     assert!(from.iter().any(|e| e.config_map_ref.is_some()));
     assert!(jobs.active_deadline_seconds.is_some() && jobs.lock_timeout_seconds.is_some());
     assert!(jobs.failed_jobs_history_limit.is_some() && jobs.successful_jobs_history_limit.is_some());
-    assert!(jobs.image.is_some() && jobs.service_account_name.is_some());
+    assert!(jobs.image.is_some() && jobs.binary.is_some());
+    // The chart's default policy lets no spec name a service account: the example shows it in a
+    // comment only.
+    assert!(jobs.service_account_name.is_none());
+    assert!(spec.state_encryption.is_some());
     assert!(jobs.resources.is_some() && jobs.node_selector.is_some());
     assert!(jobs.tolerations.is_some() && jobs.env.is_some() && jobs.env_from.is_some());
     assert!(jobs.pod_labels.is_some() && jobs.pod_annotations.is_some());
