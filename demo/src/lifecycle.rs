@@ -212,12 +212,11 @@ pub fn cluster_outputs() -> BTreeMap<String, Value> {
 
 impl<'a> Demo<'a> {
     pub fn new(sim: &'a Sim, client: kube::Client) -> Self {
-        // The simulated runner: the cluster module returns its endpoint, the pool module a name;
-        // each step queues the special behaviour it shows.
-        let cluster_id = names::object_id(Kind::TerraformCluster, NS, CLUSTER);
+        // The simulated runner: a cluster module returns its endpoint, the others a name; each
+        // step queues the special behaviour it shows.
         sim.script_with(move |job| {
             let labels = job.metadata.labels.as_ref()?;
-            (labels.get("captf.io/object") == Some(&cluster_id))
+            (labels.get(captf_shared::keys::LABEL_KIND).map(String::as_str) == Some(Kind::TerraformCluster.as_str()))
                 .then(|| RunnerScript::realistic_with_outputs(cluster_outputs()))
         });
         sim.set_default_script(RunnerScript::realistic_with_outputs(BTreeMap::from([(

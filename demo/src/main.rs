@@ -16,7 +16,7 @@ use clap::Parser;
 use captf_demo::lifecycle::Demo;
 use captf_demo::real::RealTerraform;
 use captf_demo::setup::Runners;
-use captf_demo::{setup, summary};
+use captf_demo::{playground, setup, summary};
 
 #[derive(Parser, Debug)]
 #[command(
@@ -145,17 +145,25 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
             eprintln!("captf-demo: {e}");
             return Ok(ExitCode::from(2));
         }
+        // Each object's sim.captf.io/outcome annotation chooses what its next Jobs do; the
+        // samples show one of each.
+        stack.sim.honour_outcome_annotations();
+        let samples = match playground::create_samples(&stack.sim.client()?).await {
+            Ok(objects) => playground::describe_samples(&objects),
+            Err(e) => {
+                eprintln!("captf-demo: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        };
         stack.sim.run_clock(Duration::from_secs(1), cli.speed);
         let kc = std::fs::canonicalize(&cli.kubeconfig).unwrap_or(cli.kubeconfig.clone());
         println!(
             "\n== serving (the simulated clock runs at {}x); Ctrl-C stops everything",
             cli.speed
         );
-        println!("   kubectl --kubeconfig {} get terraformclusters", kc.display());
-        println!(
-            "   kubectl captf --kubeconfig {} status -A   (kubectl-captf on PATH: see the README)",
-            kc.display()
-        );
+        for line in playground::serving_lines(&kc, &stack.webhook.log, &stack.controller.log, &samples) {
+            println!("   {line}");
+        }
         let mut tick = tokio::time::interval(Duration::from_millis(250));
         loop {
             tokio::select! {

@@ -47,6 +47,8 @@ pub enum SetupError {
     Kubeconfig(#[source] std::io::Error),
     #[error("failed to serve the demo's Terraform modules: {0}")]
     Modules(#[source] std::io::Error),
+    #[error("failed to parse the sample objects: {0}")]
+    Samples(#[source] serde_yaml_ng::Error),
 }
 
 /// How the runner pods run.

@@ -71,6 +71,23 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
     );
 
     let captf = wait_line(&rx, "kubectl captf --kubeconfig", &mut all);
+    // It names the namespace the controller watches and the logs, which exist.
+    assert!(
+        all.iter()
+            .any(|l| l.trim() == "the controller watches namespace default"),
+        "{}",
+        all.join("\n")
+    );
+    for prefix in ["controller log:", "webhook log:"] {
+        let line = all
+            .iter()
+            .find(|l| l.trim().starts_with(prefix))
+            .unwrap_or_else(|| panic!("no {prefix} line in:\n{}", all.join("\n")));
+        let path = line.trim().trim_start_matches(prefix).trim();
+        assert!(Path::new(path).is_file(), "{line}");
+    }
+    let outcome_line = wait_line(&rx, "choose what an object's next Jobs do", &mut all);
+    assert!(outcome_line.contains("sim.captf.io/outcome"), "{outcome_line}");
 
     // The kubeconfig points at the simulator; a TerraformCluster created through it passes the
     // webhook (defaulted) and the controller starts its Job.
@@ -108,6 +125,60 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
             o.data
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+
+    // The samples play their outcomes: `outcome-fail` gets a failed Job, `outcome-block` a
+    // destructive plan that waits for approval.
+    let tc = Api::<DynamicObject>::namespaced_with(
+        kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap(),
+        "default",
+        &ar,
+    );
+    let jobs: Api<k8s_openapi::api::batch::v1::Job> = Api::namespaced(
+        kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap(),
+        "default",
+    );
+    let fail_id = captf_shared::names::object_id(captf_shared::Kind::TerraformCluster, "default", "outcome-fail");
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let listed = jobs
+            .list(&kube::api::ListParams::default().labels(&format!("captf.io/object={fail_id}")))
+            .await
+            .unwrap();
+        let failed = listed.items.iter().any(|j| {
+            j.status
+                .as_ref()
+                .and_then(|s| s.conditions.as_ref())
+                .is_some_and(|c| c.iter().any(|c| c.type_ == "Failed" && c.status == "True"))
+        });
+        if failed {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "outcome-fail never got a failed Job: {listed:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let deadline = Instant::now() + Duration::from_secs(120);
+    loop {
+        let o = tc.get("outcome-block").await.unwrap();
+        if o.data["status"]["nextAction"]["reason"] == "AwaitingApproval" {
+            assert!(
+                o.data["status"]["pendingPlan"]["hash"]
+                    .as_str()
+                    .is_some_and(|h| !h.is_empty()),
+                "{:?}",
+                o.data
+            );
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "outcome-block never waited for approval: {:?}",
+            o.data["status"]
+        );
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
     // The printed `kubectl captf` command works against it: the plugin's status shows the object.

@@ -135,4 +135,27 @@ mod tests {
             "involvedObject.name=prod,reason=JobFailed"
         );
     }
+
+    #[test]
+    fn the_core_view_invents_no_deprecated_timestamps_or_count_as_kube_apiserver() {
+        let core = to_core(&json!({"kind": "Event", "eventTime": "2026-01-01T00:00:00.000000Z",
+                                   "action": "Apply", "related": {"kind": "Job", "name": "j"}}));
+        assert_eq!(core["eventTime"], "2026-01-01T00:00:00.000000Z");
+        assert_eq!(core["action"], "Apply");
+        assert_eq!(core["related"]["name"], "j");
+        for absent in ["firstTimestamp", "lastTimestamp", "count", "source"] {
+            assert!(core.get(absent).is_none(), "{absent} in {core}");
+        }
+    }
+
+    #[test]
+    fn deprecated_fields_map_to_their_core_names() {
+        let core = to_core(&json!({"deprecatedSource": {"component": "kubelet"},
+            "deprecatedFirstTimestamp": "2026-01-01T00:00:00Z", "deprecatedLastTimestamp": "2026-01-01T00:05:00Z",
+            "deprecatedCount": 3}));
+        assert_eq!(core["source"]["component"], "kubelet");
+        assert_eq!(core["firstTimestamp"], "2026-01-01T00:00:00Z");
+        assert_eq!(core["lastTimestamp"], "2026-01-01T00:05:00Z");
+        assert_eq!(core["count"], 3);
+    }
 }

@@ -22,6 +22,8 @@ pub struct ResourceDef {
     pub columns: Vec<Column>,
     /// Served from a CRD: no strategic merge patch, as in kube-apiserver.
     pub custom: bool,
+    /// The CRD version's `openAPIV3Schema` (published in `/openapi/v3` for `kubectl explain`).
+    pub schema: Option<Value>,
 }
 
 /// One printer column.
@@ -47,6 +49,7 @@ impl ResourceDef {
             categories: vec![],
             columns: vec![],
             custom: false,
+            schema: None,
         }
     }
 
@@ -229,6 +232,11 @@ impl Registry {
                 })
                 .collect(),
             custom: true,
+            schema: version
+                .schema
+                .as_ref()
+                .and_then(|s| s.open_api_v3_schema.as_ref())
+                .and_then(|s| serde_json::to_value(s).ok()),
         };
         self.defs.retain(|d| !(d.group == def.group && d.plural == def.plural));
         self.defs.push(def.clone());
@@ -348,7 +356,8 @@ impl Registry {
         out
     }
 
-    /// `/openapi/v3`: the index of group-version documents.
+    /// `/openapi/v3`: the index of group-version documents. Each URL carries a hash of its
+    /// document, as kube-apiserver's do, so a client's HTTP cache sees a CRD added later.
     pub fn openapi_v3_index(&self) -> Value {
         let mut paths = serde_json::Map::new();
         for (g, v) in self.group_versions() {
@@ -357,19 +366,26 @@ impl Registry {
             } else {
                 format!("apis/{g}/{v}")
             };
+            let hash = self
+                .openapi_v3_doc(&g, &v)
+                .map(|d| content_hash(&d))
+                .unwrap_or_default();
             paths.insert(
                 p.clone(),
-                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash=sim")}),
+                json!({"serverRelativeURL": format!("/openapi/v3/{p}?hash={hash}")}),
             );
         }
         json!({"paths": paths})
     }
 
-    /// `/openapi/v3/apis/<group>/<version>`: a minimal document: each resource's paths with the
-    /// GVK extension and the `fieldValidation` parameter (so kubectl validates server-side).
-    /// Schemas are not published.
+    /// `/openapi/v3/apis/<group>/<version>`: each resource's paths with the GVK extension and
+    /// the `fieldValidation` parameter (so kubectl validates server-side), and in
+    /// `components.schemas` each CRD's `openAPIV3Schema` under kube-apiserver's name for it
+    /// ([`schema_name`]), marked with its GVK (what `kubectl explain` looks for). Built-in
+    /// resources have no schema.
     pub fn openapi_v3_doc(&self, group: &str, version: &str) -> Option<Value> {
         let mut paths = serde_json::Map::new();
+        let mut schemas = serde_json::Map::new();
         for d in self.defs.iter().filter(|d| d.group == group && d.version == version) {
             let base = if group.is_empty() {
                 format!("/api/{version}")
@@ -387,23 +403,78 @@ impl Registry {
                 {"name": "fieldManager", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
                 {"name": "dryRun", "in": "query", "schema": {"type": "string", "uniqueItems": true}},
             ]);
+            let published = published_schema(d);
+            let ok = match &published {
+                Some(_) => json!({"description": "OK", "content": {"application/json": {"schema":
+                    {"$ref": format!("#/components/schemas/{}", schema_name(group, version, &d.kind))}}}}),
+                None => json!({"description": "OK"}),
+            };
             let op = |id: &str| {
                 json!({"operationId": format!("{id}{}", d.kind), "x-kubernetes-group-version-kind": gvk,
-                       "parameters": params, "responses": {"200": {"description": "OK"}}})
+                       "parameters": params, "responses": {"200": ok}})
             };
             paths.insert(
                 item,
                 json!({"get": op("read"), "put": op("replace"), "patch": op("patch"), "delete": op("delete")}),
             );
+            if let Some(schema) = published {
+                schemas.insert(schema_name(group, version, &d.kind), schema);
+            }
         }
         if paths.is_empty() {
             return None;
         }
         Some(
             json!({"openapi": "3.0.0", "info": {"title": "Kubernetes (captf-sim)", "version": "v1.33.0"},
-                    "paths": paths, "components": {"schemas": {}}}),
+                    "paths": paths, "components": {"schemas": schemas}}),
         )
     }
+}
+
+/// kube-apiserver's name for a kind's schema: the group's DNS labels reversed, the version and
+/// the kind (`io.x-k8s.cluster.infrastructure.v1alpha1.TerraformCluster`); the core group is
+/// `io.k8s.api.core`.
+pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
+    let group = if group.is_empty() {
+        "io.k8s.api.core".to_string()
+    } else {
+        group.split('.').rev().collect::<Vec<_>>().join(".")
+    };
+    format!("{group}.{version}.{kind}")
+}
+
+/// A resource's schema as published: its CRD's `openAPIV3Schema` with the kind's
+/// `x-kubernetes-group-version-kind`, and `apiVersion` and `kind` described where the CRD left
+/// them bare (kube-apiserver adds both). None without a schema.
+pub fn published_schema(def: &ResourceDef) -> Option<Value> {
+    let mut schema = def.schema.clone()?;
+    let obj = schema.as_object_mut()?;
+    obj.insert(
+        "x-kubernetes-group-version-kind".into(),
+        json!([{"group": def.group, "version": def.version, "kind": def.kind}]),
+    );
+    let props = obj.entry("properties").or_insert_with(|| json!({})).as_object_mut()?;
+    let described = [("apiVersion", API_VERSION_DESCRIPTION), ("kind", KIND_DESCRIPTION)];
+    for (field, description) in described {
+        let p = props.entry(field).or_insert_with(|| json!({"type": "string"}));
+        if let Some(p) = p.as_object_mut() {
+            p.entry("description").or_insert_with(|| json!(description));
+        }
+    }
+    Some(schema)
+}
+
+const API_VERSION_DESCRIPTION: &str = "APIVersion defines the versioned schema of this representation of an object. Servers should convert recognized schemas to the latest internal value, and may reject unrecognized values.";
+const KIND_DESCRIPTION: &str = "Kind is a string value representing the REST resource this object represents. Servers may infer this from the endpoint the client submits requests to. Cannot be updated. In CamelCase.";
+
+/// A short, stable hash of a document (FNV-1a of its JSON text), for the index's URLs.
+fn content_hash(doc: &Value) -> String {
+    let mut h: u64 = 0xcbf2_9ce4_8422_2325;
+    for b in doc.to_string().bytes() {
+        h ^= u64::from(b);
+        h = h.wrapping_mul(0x0100_0000_01b3);
+    }
+    format!("{h:016X}")
 }
 
 #[cfg(test)]
@@ -436,6 +507,74 @@ mod tests {
                 .unwrap()
                 .iter()
                 .any(|g| g["name"] == "infrastructure.cluster.x-k8s.io")
+        );
+    }
+
+    fn registry_with_chart_crds() -> Registry {
+        let mut r = Registry::builtin();
+        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
+        r.load_crd_dir(&dir).unwrap();
+        r
+    }
+
+    #[test]
+    fn schema_names_reverse_the_group_as_kube_apiserver_does() {
+        assert_eq!(
+            schema_name("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+            "io.x-k8s.cluster.infrastructure.v1alpha1.TerraformCluster"
+        );
+        assert_eq!(schema_name("", "v1", "Pod"), "io.k8s.api.core.v1.Pod");
+    }
+
+    #[test]
+    fn a_crd_group_version_publishes_each_kinds_schema_with_its_gvk() {
+        let r = registry_with_chart_crds();
+        let doc = r.openapi_v3_doc("infrastructure.cluster.x-k8s.io", "v1alpha1").unwrap();
+        let name = schema_name("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster");
+        let tc = &doc["components"]["schemas"][name.as_str()];
+        assert_eq!(
+            tc["x-kubernetes-group-version-kind"],
+            json!([{"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "kind": "TerraformCluster"}])
+        );
+        let crd_spec = captf_shared::crd::crds()
+            .into_iter()
+            .find(|c| c.spec.names.kind == "TerraformCluster")
+            .unwrap();
+        let from_crd = serde_json::to_value(
+            crd_spec.spec.versions[0]
+                .schema
+                .as_ref()
+                .unwrap()
+                .open_api_v3_schema
+                .as_ref()
+                .unwrap(),
+        )
+        .unwrap();
+        assert_eq!(tc["properties"]["spec"], from_crd["properties"]["spec"]);
+        assert!(
+            tc["properties"]["kind"]["description"]
+                .as_str()
+                .unwrap()
+                .starts_with("Kind is")
+        );
+        let get = doc["paths"]["/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/{namespace}/terraformclusters/{name}"]["get"].clone();
+        assert_eq!(
+            get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
+            format!("#/components/schemas/{name}")
+        );
+    }
+
+    #[test]
+    fn the_index_hash_changes_when_a_document_changes() {
+        let before = Registry::builtin().openapi_v3_index();
+        let after = registry_with_chart_crds().openapi_v3_index();
+        let url = |i: &Value, p: &str| i["paths"][p]["serverRelativeURL"].as_str().map(String::from);
+        assert_eq!(url(&before, "api/v1"), url(&after, "api/v1"));
+        assert!(url(&before, "apis/infrastructure.cluster.x-k8s.io/v1alpha1").is_none());
+        assert!(
+            url(&after, "apis/infrastructure.cluster.x-k8s.io/v1alpha1")
+                .unwrap()
+                .starts_with("/openapi/v3/apis/infrastructure.cluster.x-k8s.io/v1alpha1?hash=")
         );
     }
 }

@@ -1,8 +1,10 @@
 //! What each simulated runner pod does: a [`RunnerScript`] chosen per Job.
 //!
 //! Scripts are chosen, in order: the first queued script whose [`JobMatch`] matches the Job
-//! (each queued script is used once), then the rule closure if it returns one, then the
-//! default (the [`RunnerScript::realistic`] runner unless changed).
+//! (each queued script is used once), then the outcome its object's [`OUTCOME_ANNOTATION`]
+//! asks for, once [`crate::Sim::honour_outcome_annotations`] turned that on
+//! ([`outcome_script`]), then the rule closure if it returns one, then the default (the
+//! [`RunnerScript::realistic`] runner unless changed).
 //!
 //! When the Job's image is one the process kubelet runs (`crate::process`), only a queued
 //! script is consulted: a queued script names the Job it is for, so it wins over the real
@@ -10,11 +12,12 @@
 //! never replace a real process.
 
 use std::collections::BTreeMap;
-use std::sync::Arc;
+use std::str::FromStr;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use captf_shared::protocol::{Phase, PlanSummary, RunResult, RunnerResult};
-use captf_shared::{Kind, Op};
+use captf_shared::{Kind, Op, keys};
 use k8s_openapi::api::batch::v1::Job;
 use serde_json::Value;
 
@@ -300,6 +303,142 @@ impl JobMatch {
     }
 }
 
+/// The annotation on a CAPTF object that chooses what the simulated runner of its next Jobs does
+/// (one of [`Outcome`]'s names), once [`crate::Sim::honour_outcome_annotations`] turned it on.
+pub const OUTCOME_ANNOTATION: &str = "sim.captf.io/outcome";
+
+/// What [`OUTCOME_ANNOTATION`] asks of an object's Jobs.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    /// As without the annotation: the rule or the default script.
+    Succeed,
+    /// Every Job fails (exit 1) in the phase of its op.
+    Fail,
+    /// An apply stops at the guard with a destructive plan (a replacement) until that plan is
+    /// approved; the approved apply plays as without the annotation.
+    Block,
+    /// A drift check finds drift; other Jobs play as without the annotation.
+    Drift,
+    /// Every Job runs until its deadline.
+    Hang,
+}
+
+impl Outcome {
+    pub const NAMES: [&str; 5] = ["succeed", "fail", "block", "drift", "hang"];
+}
+
+impl FromStr for Outcome {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s.trim() {
+            "succeed" => Ok(Outcome::Succeed),
+            "fail" => Ok(Outcome::Fail),
+            "block" => Ok(Outcome::Block),
+            "drift" => Ok(Outcome::Drift),
+            "hang" => Ok(Outcome::Hang),
+            other => Err(format!(
+                "{OUTCOME_ANNOTATION}: unknown outcome {other:?}, expected one of: {}",
+                Outcome::NAMES.join(", ")
+            )),
+        }
+    }
+}
+
+/// The plan a blocked outcome reports: one thing added, one destroyed, one replaced.
+pub const BLOCKED_SUMMARY: PlanSummary = PlanSummary {
+    add: 1,
+    change: 0,
+    destroy: 1,
+    replace: 1,
+};
+
+/// The plan hash of an object's blocked outcome: the first 12 characters of its Job's
+/// `captf.io/object` label, so the same object always blocks on the same plan and one approval
+/// lets its next apply through.
+pub fn outcome_plan_hash(job: &Value) -> String {
+    job.pointer("/metadata/labels")
+        .and_then(|l| l.get(keys::LABEL_OBJECT))
+        .and_then(Value::as_str)
+        .unwrap_or("0")
+        .chars()
+        .take(12)
+        .collect()
+}
+
+/// The script an outcome annotation's `value` gives a Job (PURE), or None to play it as without
+/// the annotation. An unknown value fails the Job with a message naming the annotation and the
+/// values it takes.
+pub fn outcome_script(value: &str, job: &Value) -> Option<RunnerScript> {
+    let outcome = match value.parse::<Outcome>() {
+        Ok(o) => o,
+        Err(message) => return Some(RunnerScript::fail(message)),
+    };
+    let op = job_op(job);
+    match outcome {
+        Outcome::Succeed => None,
+        Outcome::Fail => Some(RunnerScript::fail(format!(
+            "Error: a scripted failure ({OUTCOME_ANNOTATION}: fail on the object)"
+        ))),
+        Outcome::Hang => Some(RunnerScript::hang()),
+        Outcome::Drift => (op == Some(Op::Drift)).then(|| RunnerScript::drift(true)),
+        Outcome::Block if op == Some(Op::Apply) => {
+            let hash = outcome_plan_hash(job);
+            let approved = job
+                .pointer("/metadata/annotations")
+                .and_then(|a| a.get(keys::ANNOTATION_APPROVED_PLAN))
+                .and_then(Value::as_str);
+            match approved {
+                None => Some(RunnerScript::blocked(hash, BLOCKED_SUMMARY)),
+                Some(a) if a == hash => None,
+                Some(_) => Some(RunnerScript::plan_changed(hash, BLOCKED_SUMMARY)),
+            }
+        }
+        Outcome::Block => None,
+    }
+}
+
+/// The outcome annotations of the CAPTF objects, by object id (the `captf.io/object` label of
+/// their Jobs). Shared between the store's observer that keeps it and the scripts that read it.
+#[derive(Clone, Debug, Default)]
+pub struct Outcomes(Arc<Mutex<BTreeMap<String, String>>>);
+
+impl Outcomes {
+    /// Note an object as it is now (`deleted`: gone). Objects that are not CAPTF's are ignored.
+    pub fn note(&self, object: &Value, deleted: bool) {
+        let text = |p: &str| object.pointer(p).and_then(Value::as_str);
+        if text("/apiVersion").is_none_or(|v| !v.starts_with(&format!("{}/", keys::GROUP))) {
+            return;
+        }
+        let Some(kind) = text("/kind").and_then(|k| k.parse::<Kind>().ok()) else {
+            return;
+        };
+        let (ns, name) = (
+            text("/metadata/namespace").unwrap_or_default(),
+            text("/metadata/name").unwrap_or_default(),
+        );
+        let id = captf_shared::names::object_id(kind, ns, name);
+        let value = object
+            .pointer("/metadata/annotations")
+            .and_then(|a| a.get(OUTCOME_ANNOTATION))
+            .and_then(Value::as_str)
+            .filter(|_| !deleted);
+        let mut map = self.0.lock().unwrap_or_else(|p| p.into_inner());
+        match value {
+            Some(v) => map.insert(id, v.to_string()),
+            None => map.remove(&id),
+        };
+    }
+
+    /// The annotation's value for a Job's object, if it has one.
+    pub fn for_job(&self, job: &Value) -> Option<String> {
+        let id = job
+            .pointer("/metadata/labels")
+            .and_then(|l| l.get(keys::LABEL_OBJECT))
+            .and_then(Value::as_str)?;
+        self.0.lock().unwrap_or_else(|p| p.into_inner()).get(id).cloned()
+    }
+}
+
 /// A rule choosing a script from the Job (return `None` to fall through to the default).
 pub type ScriptRule = Arc<dyn Fn(&Job) -> Option<RunnerScript> + Send + Sync>;
 
@@ -309,6 +448,7 @@ pub struct Scripts {
     queue: Vec<(JobMatch, RunnerScript)>,
     rule: Option<ScriptRule>,
     default: RunnerScript,
+    outcomes: Option<Outcomes>,
 }
 
 impl Default for Scripts {
@@ -317,6 +457,7 @@ impl Default for Scripts {
             queue: Vec::new(),
             rule: None,
             default: RunnerScript::realistic(),
+            outcomes: None,
         }
     }
 }
@@ -330,6 +471,10 @@ impl Scripts {
     }
     pub fn set_default(&mut self, s: RunnerScript) {
         self.default = s;
+    }
+    /// Honour the objects' outcome annotations these hold.
+    pub fn set_outcomes(&mut self, outcomes: Outcomes) {
+        self.outcomes = Some(outcomes);
     }
     /// Queued scripts not used yet.
     pub fn pending(&self) -> usize {
@@ -345,6 +490,11 @@ impl Scripts {
     /// Choose (and consume, if queued) the script of a Job.
     pub fn choose(&mut self, job: &Value) -> RunnerScript {
         if let Some(s) = self.take_queued(job) {
+            return s;
+        }
+        if let Some(value) = self.outcomes.as_ref().and_then(|o| o.for_job(job))
+            && let Some(s) = outcome_script(&value, job)
+        {
             return s;
         }
         if let Some(rule) = &self.rule
@@ -392,5 +542,112 @@ mod tests {
         }));
         assert_eq!(s.choose(&job("d", "a", "x", "apply")).action, RunnerAction::Evicted);
         assert_eq!(s.choose(&job("d", "b", "x", "apply")), RunnerScript::realistic());
+    }
+
+    fn annotated_job(op: &str, approved: Option<&str>) -> Value {
+        let mut j = job("d", "tc-x-1", "0123456789abcdef0123", op);
+        if let Some(a) = approved {
+            j["metadata"]["annotations"] = json!({"captf.io/approved-plan": a});
+        }
+        j
+    }
+
+    fn result_of(s: Option<RunnerScript>) -> Option<RunResult> {
+        match s.map(|s| s.action) {
+            Some(RunnerAction::Finish(r)) => Some(r.result),
+            _ => None,
+        }
+    }
+
+    #[test]
+    fn fail_fails_every_op_naming_the_annotation() {
+        for op in ["apply", "drift", "refresh", "destroy"] {
+            let s = outcome_script("fail", &annotated_job(op, None)).unwrap();
+            let RunnerAction::Finish(r) = s.action else {
+                panic!("{op}: not a result")
+            };
+            assert_eq!(r.result, RunResult::Failed, "{op}");
+            assert!(r.message.contains("sim.captf.io/outcome: fail"), "{}", r.message);
+        }
+    }
+
+    #[test]
+    fn block_blocks_an_apply_until_its_plan_is_approved() {
+        let s = outcome_script("block", &annotated_job("apply", None)).unwrap();
+        let RunnerAction::Finish(r) = s.action else {
+            panic!("not a result")
+        };
+        assert_eq!(r.result, RunResult::Blocked);
+        assert_eq!(r.plan_hash.as_deref(), Some("0123456789ab"));
+        assert_eq!(r.summary, Some(BLOCKED_SUMMARY));
+        // The approved apply plays as without the annotation; another hash is a changed plan.
+        assert_eq!(
+            outcome_script("block", &annotated_job("apply", Some("0123456789ab"))),
+            None
+        );
+        assert_eq!(
+            result_of(outcome_script("block", &annotated_job("apply", Some("ffff")))),
+            Some(RunResult::PlanChanged)
+        );
+        assert_eq!(outcome_script("block", &annotated_job("drift", None)), None);
+    }
+
+    #[test]
+    fn drift_makes_only_drift_checks_find_drift() {
+        let s = outcome_script("drift", &annotated_job("drift", None)).unwrap();
+        let RunnerAction::Finish(r) = s.action else {
+            panic!("not a result")
+        };
+        assert_eq!(r.drift, Some(true));
+        assert_eq!(outcome_script("drift", &annotated_job("apply", None)), None);
+    }
+
+    #[test]
+    fn hang_runs_every_op_until_the_deadline_and_succeed_changes_nothing() {
+        assert_eq!(
+            outcome_script("hang", &annotated_job("destroy", None)).map(|s| s.action),
+            Some(RunnerAction::Hang)
+        );
+        assert_eq!(outcome_script("succeed", &annotated_job("apply", None)), None);
+    }
+
+    #[test]
+    fn an_unknown_outcome_fails_the_job_listing_the_known_ones() {
+        let s = outcome_script("explode", &annotated_job("apply", None)).unwrap();
+        let RunnerAction::Finish(r) = s.action else {
+            panic!("not a result")
+        };
+        assert_eq!(r.result, RunResult::Failed);
+        assert_eq!(
+            r.message,
+            "sim.captf.io/outcome: unknown outcome \"explode\", expected one of: succeed, fail, block, drift, hang"
+        );
+    }
+
+    #[test]
+    fn an_annotated_object_wins_over_the_rule_and_a_queued_script_over_it() {
+        let outcomes = Outcomes::default();
+        let obj = |ann: Value| {
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                   "metadata": {"namespace": "d", "name": "x", "annotations": ann}})
+        };
+        outcomes.note(&obj(json!({"sim.captf.io/outcome": "hang"})), false);
+        let id = captf_shared::names::object_id(Kind::TerraformCluster, "d", "x");
+        let mut s = Scripts::default();
+        s.set_outcomes(outcomes.clone());
+        s.set_rule(Arc::new(|_: &Job| Some(RunnerScript::evicted())));
+        let j = job("d", "tc-x-apply-1", &id, "apply");
+        assert_eq!(s.choose(&j).action, RunnerAction::Hang);
+        s.push(JobMatch::any(), RunnerScript::fail("queued"));
+        assert!(matches!(s.choose(&j).action, RunnerAction::Finish(_)));
+        // Removing the annotation, or deleting the object, ends it.
+        outcomes.note(&obj(json!({})), false);
+        assert_eq!(s.choose(&j).action, RunnerAction::Evicted);
+        outcomes.note(&obj(json!({"sim.captf.io/outcome": "hang"})), false);
+        outcomes.note(&obj(json!({"sim.captf.io/outcome": "hang"})), true);
+        assert_eq!(s.choose(&j).action, RunnerAction::Evicted);
+        // Other objects are ignored.
+        outcomes.note(&json!({"apiVersion": "v1", "kind": "ConfigMap", "metadata": {"annotations": {"sim.captf.io/outcome": "fail"}}}), false);
+        assert_eq!(outcomes.0.lock().unwrap().len(), 0);
     }
 }

@@ -371,6 +371,31 @@ impl Sim {
         self.world().scripts.set_default(s);
     }
 
+    /// From now on, a CAPTF object's `sim.captf.io/outcome` annotation chooses what the
+    /// simulated runner of its next Jobs does (`succeed`, `fail`, `block`, `drift`, `hang`: see
+    /// [`crate::runner::outcome_script`]), after any queued script and before the rule and the
+    /// default. Jobs the process kubelet runs as real processes are not affected.
+    pub fn honour_outcome_annotations(&self) {
+        let outcomes = crate::runner::Outcomes::default();
+        let mut w = self.world();
+        let defs: Vec<_> = w
+            .registry
+            .all()
+            .iter()
+            .filter(|d| d.group == captf_shared::keys::GROUP)
+            .cloned()
+            .collect();
+        for def in &defs {
+            for o in w.list(def, None) {
+                outcomes.note(&o, false);
+            }
+        }
+        w.scripts.set_outcomes(outcomes.clone());
+        w.observe(Box::new(move |_, ev| {
+            outcomes.note(&ev.object, ev.kind == crate::store::EventType::Deleted)
+        }));
+    }
+
     /// Queued scripts not used yet.
     pub fn pending_scripts(&self) -> usize {
         self.world().scripts.pending()

@@ -90,8 +90,93 @@ fn job_status(o: &Value) -> String {
 /// A built-in column: its name and how to read it.
 type BuiltinColumn = (&'static str, fn(&Value) -> String);
 
+/// When a core/v1 Event was first and last seen and how often, as kube-apiserver's printer reads
+/// it: first seen is `firstTimestamp`, else `eventTime` (an events.k8s.io/v1 Event has only that);
+/// last seen is `lastTimestamp`, else first seen; a `series` gives the last observed time and
+/// the count; otherwise `count`, and a singleton without one counts 1.
+pub fn event_seen(o: &Value) -> (Option<&str>, Option<&str>, i64) {
+    let text = |p: &str| o.pointer(p).and_then(Value::as_str).filter(|s| !s.is_empty());
+    let first = text("/firstTimestamp").or_else(|| text("/eventTime"));
+    let last = text("/lastTimestamp").or(first);
+    if let Some(series) = o.get("series").filter(|s| s.is_object()) {
+        let last = series.get("lastObservedTime").and_then(Value::as_str).or(last);
+        let count = series.get("count").and_then(Value::as_i64).unwrap_or(1);
+        return (first, last, count);
+    }
+    let count = o.get("count").and_then(Value::as_i64).filter(|c| *c > 0).unwrap_or(1);
+    (first, last, count)
+}
+
+/// Who reported a core/v1 Event: `source.component` (and `source.host`), else
+/// `reportingComponent` (and `reportingInstance`), joined by `, `.
+pub fn event_source(o: &Value) -> String {
+    let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    let (who, where_) = match text("/source/component") {
+        "" => (text("/reportingComponent"), text("/reportingInstance")),
+        component => (component, text("/source/host")),
+    };
+    match (who, where_) {
+        (w, "") => w.to_string(),
+        (w, h) => format!("{w}, {h}"),
+    }
+}
+
+/// The object a core/v1 Event is about: `<kind in lower case>/<name>`.
+pub fn event_object(o: &Value) -> String {
+    let text = |p: &str| o.pointer(p).and_then(Value::as_str).unwrap_or_default();
+    format!(
+        "{}/{}",
+        text("/involvedObject/kind").to_lowercase(),
+        text("/involvedObject/name")
+    )
+}
+
+/// A Table of core/v1 Events with kube-apiserver's columns: `kubectl get events` prints LAST
+/// SEEN, TYPE, REASON, OBJECT and MESSAGE, and `-o wide` adds the rest.
+fn event_table(objects: &[Value], now: Timestamp, rv: u64) -> Value {
+    let col = |name: &str, priority: i32| json!({"name": name, "type": "string", "format": "", "description": "", "priority": priority});
+    let cols = vec![
+        col("Last Seen", 0),
+        col("Type", 0),
+        col("Reason", 0),
+        col("Object", 0),
+        col("Subobject", 1),
+        col("Source", 1),
+        col("Message", 0),
+        col("First Seen", 1),
+        col("Count", 1),
+        json!({"name": "Name", "type": "string", "format": "name", "description": "", "priority": 1}),
+    ];
+    let rows: Vec<Value> = objects
+        .iter()
+        .map(|o| {
+            let text = |p: &str| json!(o.pointer(p).and_then(Value::as_str).unwrap_or_default().trim());
+            let (first, last, count) = event_seen(o);
+            let cells = vec![
+                json!(human_age(now, last)),
+                text("/type"),
+                text("/reason"),
+                json!(event_object(o)),
+                text("/involvedObject/fieldPath"),
+                json!(event_source(o)),
+                text("/message"),
+                json!(human_age(now, first)),
+                json!(count),
+                text("/metadata/name"),
+            ];
+            json!({"cells": cells, "object": {"kind": "PartialObjectMetadata", "apiVersion": "meta.k8s.io/v1",
+                                              "metadata": o.get("metadata").cloned().unwrap_or(json!({}))}})
+        })
+        .collect();
+    json!({"kind": "Table", "apiVersion": "meta.k8s.io/v1", "metadata": {"resourceVersion": rv.to_string()},
+           "columnDefinitions": cols, "rows": rows})
+}
+
 /// A Table of these objects.
 pub fn table(def: &ResourceDef, objects: &[Value], now: Timestamp, rv: u64) -> Value {
+    if def.group.is_empty() && def.plural == "events" {
+        return event_table(objects, now, rv);
+    }
     let mut cols =
         vec![json!({"name": "Name", "type": "string", "format": "name", "description": "Name", "priority": 0})];
     let builtin: Vec<BuiltinColumn> = match def.id().as_str() {
@@ -166,5 +251,88 @@ mod tests {
         assert_eq!(human_age(now, Some("2026-01-01T11:55:00Z")), "5m0s");
         assert_eq!(human_age(now, Some("2026-01-01T10:00:00Z")), "120m");
         assert_eq!(human_age(now, Some("2025-12-30T12:00:00Z")), "2d");
+    }
+
+    #[test]
+    fn an_event_without_timestamps_is_first_and_last_seen_at_its_event_time_once() {
+        let e = json!({"eventTime": "2026-01-01T11:59:00.000000Z"});
+        assert_eq!(
+            event_seen(&e),
+            (
+                Some("2026-01-01T11:59:00.000000Z"),
+                Some("2026-01-01T11:59:00.000000Z"),
+                1
+            )
+        );
+    }
+
+    #[test]
+    fn deprecated_timestamps_and_count_win_over_event_time() {
+        let e = json!({"eventTime": "2026-01-01T11:00:00Z", "firstTimestamp": "2026-01-01T10:00:00Z",
+                       "lastTimestamp": "2026-01-01T11:30:00Z", "count": 4});
+        assert_eq!(
+            event_seen(&e),
+            (Some("2026-01-01T10:00:00Z"), Some("2026-01-01T11:30:00Z"), 4)
+        );
+    }
+
+    #[test]
+    fn a_series_gives_the_last_observed_time_and_count() {
+        let e = json!({"eventTime": "2026-01-01T11:00:00Z",
+                       "series": {"count": 7, "lastObservedTime": "2026-01-01T11:50:00Z"}});
+        assert_eq!(
+            event_seen(&e),
+            (Some("2026-01-01T11:00:00Z"), Some("2026-01-01T11:50:00Z"), 7)
+        );
+    }
+
+    #[test]
+    fn the_source_is_the_component_else_the_reporting_controller_and_instance() {
+        assert_eq!(
+            event_source(&json!({"source": {"component": "kubelet", "host": "node-1"},
+                                 "reportingComponent": "x"})),
+            "kubelet, node-1"
+        );
+        assert_eq!(
+            event_source(&json!({"reportingComponent": "captf.io/controller", "reportingInstance": "captf-0"})),
+            "captf.io/controller, captf-0"
+        );
+        assert_eq!(event_source(&json!({})), "");
+    }
+
+    #[test]
+    fn the_event_table_has_kube_apiservers_columns_and_reads_an_events_v1_event() {
+        let Some(def) = crate::resources::Registry::builtin().find("", "v1", "events").cloned() else {
+            panic!("core/v1 events are not served")
+        };
+        let now: Timestamp = "2026-01-01T12:00:00Z".parse().unwrap_or_default();
+        let core = crate::events::to_core(&json!({"metadata": {"name": "prod.1"}, "type": "Warning",
+            "reason": "JobFailed", "note": " boom ", "eventTime": "2026-01-01T11:58:00.000000Z",
+            "regarding": {"kind": "TerraformCluster", "name": "prod"},
+            "reportingController": "captf.io/controller", "reportingInstance": "captf-0"}));
+        let t = table(&def, &[core], now, 1);
+        let names: Vec<&str> = t["columnDefinitions"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .filter(|c| c["priority"] == 0)
+            .filter_map(|c| c["name"].as_str())
+            .collect();
+        assert_eq!(names, ["Last Seen", "Type", "Reason", "Object", "Message"]);
+        assert_eq!(
+            t["rows"][0]["cells"],
+            json!([
+                "2m0s",
+                "Warning",
+                "JobFailed",
+                "terraformcluster/prod",
+                "",
+                "captf.io/controller, captf-0",
+                "boom",
+                "2m0s",
+                1,
+                "prod.1"
+            ])
+        );
     }
 }

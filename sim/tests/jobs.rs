@@ -622,3 +622,57 @@ async fn an_observer_sees_every_change_in_order_with_the_simulated_time() {
     assert_eq!(done.0, start + jiff::SignedDuration::from_secs(30));
     assert!(seen.iter().any(|c| c.2 == "/pods" && c.3 == "ADDED"));
 }
+
+#[tokio::test]
+async fn an_objects_outcome_annotation_chooses_its_next_jobs_runner_once_turned_on() {
+    let e = env().await;
+    let tc: Api<kube::api::DynamicObject> = Api::default_namespaced_with(
+        e.sim.client().unwrap(),
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+            "terraformclusters",
+        ),
+    );
+    let cluster = |outcome: &str| {
+        serde_json::from_value::<kube::api::DynamicObject>(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": {"name": "prod-eu", "annotations": {"sim.captf.io/outcome": outcome}},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}}}))
+        .unwrap()
+    };
+    // Present before the feature is turned on: still honoured from then on.
+    tc.create(&PostParams::default(), &cluster("fail")).await.unwrap();
+    e.sim.honour_outcome_annotations();
+    let result = |p: &Pod| -> RunnerResult { serde_json::from_str(&terminated(p).message.unwrap()).unwrap() };
+
+    let pod = e.start(&job("tc-prod-eu-1-apply-1", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(30));
+    assert_eq!(
+        ctypes(&e.job("tc-prod-eu-1-apply-1").await),
+        ["FailureTarget", "Failed"]
+    );
+    let r = result(&e.pod(&pod).await);
+    assert_eq!(r.result, RunResult::Failed);
+    assert!(r.message.contains("sim.captf.io/outcome: fail"), "{}", r.message);
+
+    // Changed on the object: the next apply is blocked with the object's plan.
+    tc.patch(
+        "prod-eu",
+        &kube::api::PatchParams::default(),
+        &kube::api::Patch::Merge(json!({"metadata": {"annotations": {"sim.captf.io/outcome": "block"}}})),
+    )
+    .await
+    .unwrap();
+    let pod = e.start(&job("tc-prod-eu-1-apply-2", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(30));
+    let r = result(&e.pod(&pod).await);
+    assert_eq!(r.result, RunResult::Blocked);
+    let id = captf_shared::names::object_id(Kind::TerraformCluster, "default", "prod-eu");
+    assert_eq!(r.plan_hash.as_deref(), Some(&id[..12]));
+
+    // Deleted: the next object of that name plays the default again.
+    tc.delete("prod-eu", &DeleteParams::default()).await.unwrap();
+    let pod = e.start(&job("tc-prod-eu-1-apply-3", Op::Apply, 3600, &[])).await;
+    e.sim.advance(Duration::from_secs(30));
+    assert_eq!(result(&e.pod(&pod).await).result, RunResult::Succeeded);
+}

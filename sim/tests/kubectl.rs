@@ -200,3 +200,175 @@ async fn kubectl_get_follows_continue_tokens_in_tables_and_in_json() {
     assert!(ok, "{err}");
     assert_eq!(out.lines().count(), 5, "{out}");
 }
+
+/// `kubectl`, or None after `captf_testsupport::cannot_run` said why (under `CI` that fails).
+fn kubectl_or_skip() -> Option<PathBuf> {
+    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
+    let k = dir.join("kubectl");
+    if k.is_file() {
+        Some(k)
+    } else {
+        captf_testsupport::cannot_run(format!(
+            "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
+            k.display()
+        ));
+        None
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_explain_prints_the_crd_descriptions() {
+    if kubectl_or_skip().is_none() {
+        return;
+    }
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+
+    let (ok, out, err) = kubectl(&kc, &["explain", "terraformcluster.spec"], None).await;
+    assert!(ok, "explain failed: {out}{err}");
+    assert!(out.contains("GROUP:      infrastructure.cluster.x-k8s.io\n"), "{out}");
+    assert!(out.contains("KIND:       TerraformCluster\n"), "{out}");
+    assert!(out.contains("VERSION:    v1alpha1\n"), "{out}");
+    assert!(out.contains("FIELD: spec <Object>"), "{out}");
+    assert!(
+        out.contains("A Cluster API cluster's infrastructure, provisioned by a Terraform module."),
+        "{out}"
+    );
+    // Its fields, each with its type, description and whether it is required.
+    assert!(
+        out.contains("module\t<Object> -required-\n    The Terraform module to run."),
+        "{out}"
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["explain", "tfc.spec.module.source"], None).await;
+    assert!(ok, "explain failed: {out}{err}");
+    assert!(out.contains("FIELD: source <string>"), "{out}");
+    assert!(
+        out.contains("A module address `tofu init -from-module` accepts"),
+        "{out}"
+    );
+
+    // The whole kind: its own description, and apiVersion described as kube-apiserver does.
+    let (ok, out, err) = kubectl(&kc, &["explain", "terraformmachinepools"], None).await;
+    assert!(ok, "explain failed: {out}{err}");
+    assert!(out.contains("KIND:       TerraformMachinePool"), "{out}");
+    assert!(out.contains("APIVersion defines the versioned schema"), "{out}");
+}
+
+/// An events.k8s.io/v1 Event as the controller writes one: `eventTime` only (no deprecated
+/// timestamps, no count), reported by the controller's instance, about a TerraformCluster.
+fn controller_event(name: &str, uid: &str, reason: &str, note: &str, at: &str) -> serde_json::Value {
+    serde_json::json!({
+        "apiVersion": "events.k8s.io/v1", "kind": "Event",
+        "metadata": {"name": format!("prod-eu.{reason}"), "namespace": "default"},
+        "eventTime": at, "type": "Warning", "reason": reason, "action": "Apply", "note": note,
+        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                      "name": name, "namespace": "default", "uid": uid},
+        "related": {"apiVersion": "batch/v1", "kind": "Job", "name": "tc-prod-eu-apply-1", "namespace": "default"},
+        "reportingController": "captf.io/controller", "reportingInstance": "captf-controller-0",
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_get_events_and_describe_read_the_controllers_events() {
+    if kubectl_or_skip().is_none() {
+        return;
+    }
+    // The simulated clock starts at the wall clock here, so describe's ages (kubectl computes
+    // them from this machine's clock) read as on a cluster.
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+    let (ok, out, err) = kubectl(&kc, &["apply", "-f", "-"], Some(TC)).await;
+    assert!(ok, "apply failed: {out}{err}");
+    let (_, uid, _) = kubectl(&kc, &["get", "tfc", "prod-eu", "-o", "jsonpath={.metadata.uid}"], None).await;
+
+    let at = |ago: i64| {
+        (sim.now() - jiff::SignedDuration::from_secs(ago))
+            .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+            .to_string()
+    };
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        sim.client().unwrap(),
+        "default",
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    );
+    for ev in [
+        controller_event("prod-eu", &uid, "JobFailed", "Error: the cloud API said no", &at(300)),
+        controller_event("prod-eu", &uid, "JobStarted", "started Job tc-prod-eu-apply-1", &at(60)),
+    ] {
+        let ev: kube::api::DynamicObject = serde_json::from_value(ev).unwrap();
+        api.create(&Default::default(), &ev).await.unwrap();
+    }
+
+    // The core/v1 view carries what kube-apiserver maps, nothing it would not.
+    let (ok, out, err) = kubectl(&kc, &["get", "events", "prod-eu.JobFailed", "-o", "json"], None).await;
+    assert!(ok, "{err}");
+    let core: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(core["apiVersion"], "v1");
+    assert_eq!(core["involvedObject"]["uid"], uid.as_str());
+    assert_eq!(core["message"], "Error: the cloud API said no");
+    assert_eq!(core["reportingComponent"], "captf.io/controller");
+    assert_eq!(core["reportingInstance"], "captf-controller-0");
+    assert_eq!(core["related"]["kind"], "Job");
+    assert_eq!(core["action"], "Apply");
+    assert!(
+        core.get("firstTimestamp").is_none() && core.get("count").is_none(),
+        "{core}"
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["get", "events"], None).await;
+    assert!(ok, "{err}");
+    let lines: Vec<Vec<&str>> = out.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(
+        lines[0],
+        ["LAST", "SEEN", "TYPE", "REASON", "OBJECT", "MESSAGE"],
+        "{out}"
+    );
+    let failed = lines.iter().find(|l| l.get(2) == Some(&"JobFailed")).unwrap();
+    assert_eq!(
+        failed[..],
+        [
+            "5m0s",
+            "Warning",
+            "JobFailed",
+            "terraformcluster/prod-eu",
+            "Error:",
+            "the",
+            "cloud",
+            "API",
+            "said",
+            "no"
+        ],
+        "{out}"
+    );
+    let (ok, out, err) = kubectl(&kc, &["get", "events", "-o", "wide"], None).await;
+    assert!(ok, "{err}");
+    assert!(out.contains("captf.io/controller, captf-controller-0"), "{out}");
+
+    // describe finds them by the object's uid and prints them with ages and who reported them.
+    let (ok, out, err) = kubectl(&kc, &["describe", "terraformcluster/prod-eu"], None).await;
+    assert!(ok, "{err}");
+    let events = out
+        .split_once("Events:")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("{out}"));
+    let rows: Vec<Vec<&str>> = events.lines().map(|l| l.split_whitespace().collect()).collect();
+    assert_eq!(rows[1], ["Type", "Reason", "Age", "From", "Message"], "{out}");
+    let failed = rows
+        .iter()
+        .find(|r| r.get(1) == Some(&"JobFailed"))
+        .unwrap_or_else(|| panic!("{out}"));
+    assert_eq!(failed[0], "Warning", "{out}");
+    assert!(["5m", "5m1s", "5m2s"].contains(&failed[2]), "{out}");
+    assert_eq!(failed[3], "captf.io/controller", "{out}");
+    assert!(events.contains("Error: the cloud API said no"), "{out}");
+}
