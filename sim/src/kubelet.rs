@@ -988,6 +988,7 @@ pub fn pod_log(given: Option<&str>, pod: &Value) -> String {
         && let Ok(r) = captf_shared::protocol::RunnerResult::parse(msg)
     {
         if let (Some(h), Some(s)) = (&r.plan_hash, &r.summary) {
+            out.push_str(&simulated_plan_lines(s));
             out.push_str(&format!(
                 "captf-runner: plan {h}: {} to add, {} to change, {} to destroy, {} to replace\n",
                 s.add, s.change, s.destroy, s.replace
@@ -997,6 +998,24 @@ pub fn pod_log(given: Option<&str>, pod: &Value) -> String {
             out.push_str(&format!("captf-runner: {}\n", r.message));
         }
         out.push_str(&format!("captf-runner: result {} (phase {})\n", r.result, r.phase));
+    }
+    out
+}
+
+/// The resource lines a plan with these counts prints, as OpenTofu words them, with made-up
+/// addresses (`sim_thing.created_1`, …; at most 20 of each kind), so a scripted plan reads like a
+/// real one in the runner's log.
+pub fn simulated_plan_lines(s: &captf_shared::protocol::PlanSummary) -> String {
+    let mut out = String::new();
+    for (n, what, ending) in [
+        (s.add, "created", "will be created"),
+        (s.change, "updated", "will be updated in-place"),
+        (s.destroy, "destroyed", "will be destroyed"),
+        (s.replace, "replaced", "must be replaced"),
+    ] {
+        for i in 1..=n.min(20) {
+            out.push_str(&format!("  # sim_thing.{what}_{i} {ending}\n"));
+        }
     }
     out
 }
@@ -1134,5 +1153,24 @@ mod tests {
             w.advance_to(target);
             let _ = w.delete(&def, "default", "j", &crate::store::DeleteOpts::default());
         }
+    }
+
+    #[test]
+    fn a_scripted_plan_names_its_resource_changes_in_the_log_as_opentofu_words_them() {
+        let s = PlanSummary {
+            add: 1,
+            change: 0,
+            destroy: 1,
+            replace: 1,
+        };
+        assert_eq!(
+            simulated_plan_lines(&s),
+            "  # sim_thing.created_1 will be created\n  # sim_thing.destroyed_1 will be destroyed\n  # sim_thing.replaced_1 must be replaced\n"
+        );
+        let many = PlanSummary {
+            add: 1000,
+            ..Default::default()
+        };
+        assert_eq!(simulated_plan_lines(&many).lines().count(), 20, "bounded");
     }
 }
