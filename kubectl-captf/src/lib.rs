@@ -415,7 +415,7 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
 
 /// Write annotations on the object, only if it is still the version that was read (a 409: it
 /// changed meanwhile, and what was shown may be out of date).
-async fn annotate_all(conn: &Conn, r: &LiveRead, pairs: &[(&str, &str)]) -> Result<(), PluginError> {
+async fn annotate_all(conn: &Conn, r: &LiveRead, pairs: &[(&str, &str)]) -> Result<DynamicObject, PluginError> {
     let ns = r.id.namespace.as_str();
     let api: Api<DynamicObject> = Api::namespaced_with(conn.client.clone(), ns, &api_resource(r.id.kind));
     let annotations: serde_json::Map<String, Value> = pairs
@@ -430,7 +430,7 @@ async fn annotate_all(conn: &Conn, r: &LiveRead, pairs: &[(&str, &str)]) -> Resu
         .patch(&r.id.name, &PatchParams::default(), &Patch::Merge(&patch))
         .await
     {
-        Ok(_) => Ok(()),
+        Ok(written) => Ok(written),
         Err(kube::Error::Api(s)) if s.code == 409 => Err(PluginError::Refused(format!(
             "{} changed while this command ran; nothing was written. Run it again to see the current state.",
             r.id.what()
@@ -446,7 +446,19 @@ async fn annotate_all(conn: &Conn, r: &LiveRead, pairs: &[(&str, &str)]) -> Resu
 
 /// Write one annotation (see [`annotate_all`]).
 async fn annotate(conn: &Conn, r: &LiveRead, key: &str, value: &str) -> Result<(), PluginError> {
-    annotate_all(conn, r, &[(key, value)]).await
+    annotate_all(conn, r, &[(key, value)]).await.map(drop)
+}
+
+/// The value of `key` the API server stored (an admission webhook may have replaced the one
+/// written), else what was written.
+fn stored(written: &DynamicObject, key: &str, sent: String) -> String {
+    written
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get(key))
+        .cloned()
+        .unwrap_or(sent)
 }
 
 /// Who this user is, as the API server authenticates it (SelfSubjectReview); else the
@@ -537,7 +549,7 @@ async fn approve(
                 }
             }
             let by = whoami(conn).await;
-            annotate_all(
+            let written = annotate_all(
                 conn,
                 &r,
                 &[
@@ -546,7 +558,8 @@ async fn approve(
                 ],
             )
             .await?;
-            (p, true, Some(by))
+            // The webhook records the user the API server authenticated.
+            (p, true, Some(stored(&written, keys::ANNOTATION_APPROVED_BY, by)))
         }
         Ok(rules::Approval::Already(p)) => (p, false, r.snap.approved_by.clone()),
         Err(refusal) => return Err(PluginError::Refused(refusal.to_string())),
@@ -606,7 +619,7 @@ async fn reconcile(
             let value = now.to_string();
             let by = whoami(conn).await;
             let reason = reason.map(str::trim).filter(|w| !w.is_empty()).unwrap_or("");
-            annotate_all(
+            let written = annotate_all(
                 conn,
                 &r,
                 &[
@@ -616,6 +629,7 @@ async fn reconcile(
                 ],
             )
             .await?;
+            let by = stored(&written, keys::ANNOTATION_RECONCILE_NOW_BY, by);
             if json {
                 return Ok(Printed::out(pretty(&json!({
                     "object": r.id.what(), "requestedBy": by, "reason": reason,
