@@ -2,10 +2,11 @@
 //! webhook registered as the chart registers it, the shipped controller under the chart's RBAC
 //! and admission policy, the real Job controller and garbage collector, and the process kubelet
 //! running the real runner (real OpenTofu and the test provider) under each object's own
-//! ServiceAccount. What needs simulated minutes (drift checks, backoff, deadlines, a runner
-//! killed mid-apply, a workstation's lock) runs on the simulator with the same real runner
-//! (`controller/tests/scenarios/real_runner.rs`). Without the binaries or root these tests fail
-//! under `CI` and skip elsewhere.
+//! ServiceAccount. Spec values keep each scenario short in wall time: a one-minute drift interval,
+//! a five-second lock timeout, the one-minute first backoff. What needs longer (deadlines, long
+//! backoffs, evictions at a chosen moment) runs on the simulator with the same real runner, in
+//! simulated time (`controller/tests/scenarios/real_runner.rs`). Without the binaries or root
+//! these tests fail under `CI` and skip elsewhere.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -14,8 +15,9 @@ use std::time::Duration;
 
 use captf_chart_tests::NAMESPACE;
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
+use captf_testprovider::runner_image::WORLD_INSIDE;
 use captf_testprovider::runner_image::{ModuleServer, RunnerImage, runner_image, tar_gz};
-use captf_testprovider::world::World;
+use captf_testprovider::world::{HOLD_ENV, Thing, World};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -30,6 +32,8 @@ const PATIENCE: Duration = Duration::from_secs(240);
 const NODE: &str = "full-path";
 /// The runner image the controller names, mapped by the kubelet to the runner's files.
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:full-path";
+/// The file in the world folder whose absence holds every change of the runners' OpenTofu.
+const GATE: &str = "gate";
 
 /// A thing of the test provider: `name` replaces it, `content` changes it in place; the
 /// endpoint output is built from its id.
@@ -62,7 +66,7 @@ struct Full {
     // Dropped in this order: the controller and the kubelet before the control plane.
     controller: tokio::process::Child,
     _webhook: Webhook,
-    _kubelet: Kubelet,
+    kubelet: Kubelet,
     cp: ControlPlane,
     admin: kube::Client,
     world: World,
@@ -97,6 +101,12 @@ impl Full {
                 return None;
             }
         };
+        // Every change of the runners' OpenTofu waits for the gate, open unless a test closes it.
+        let image = RunnerImage {
+            image: image.image.clone().env(HOLD_ENV, format!("{WORLD_INSIDE}/{GATE}")),
+            ..image
+        };
+        std::fs::write(image.world.join(GATE), "").unwrap();
         let archive = tar_gz(&files.path().join("module"), MODULE).unwrap();
         let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
             .await
@@ -135,7 +145,7 @@ impl Full {
         Some(Full {
             controller,
             _webhook: webhook,
-            _kubelet: kubelet,
+            kubelet,
             cp,
             admin,
             world,
@@ -152,13 +162,17 @@ impl Full {
 
     /// Create a TerraformCluster of [`MODULE`] (through the webhook, as a person would).
     async fn create(&self, name: &str, variables: Value) {
+        self.create_with(name, variables, json!({ "interval": "0" })).await;
+    }
+
+    async fn create_with(&self, name: &str, variables: Value, drift: Value) {
         let object: DynamicObject = serde_json::from_value(json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
             "metadata": { "name": name, "namespace": "default" },
             "spec": {
                 "module": { "source": self.modules.url("cluster.tar.gz") },
                 "variables": variables,
-                "drift": { "interval": "0" },
+                "drift": drift,
             },
         }))
         .unwrap();
@@ -214,6 +228,34 @@ impl Full {
             }
         })
         .await
+    }
+
+    /// The object's lock Lease: its holder and its lock info (`app.terraform.io/lock-info`).
+    async fn lock(&self, suffix: &str) -> (Value, Option<Value>) {
+        let leases: Api<DynamicObject> = Api::namespaced_with(
+            self.admin.clone(),
+            "default",
+            &ApiResource {
+                group: "coordination.k8s.io".into(),
+                version: "v1".into(),
+                api_version: "coordination.k8s.io/v1".into(),
+                kind: "Lease".into(),
+                plural: "leases".into(),
+            },
+        );
+        let lease = leases.get(&format!("lock-tfstate-default-{suffix}")).await.unwrap();
+        let holder = lease.data["spec"]["holderIdentity"].clone();
+        let info = lease
+            .metadata
+            .annotations
+            .as_ref()
+            .and_then(|a| a.get("app.terraform.io/lock-info"))
+            .and_then(|i| serde_json::from_str(i).ok());
+        (holder, info)
+    }
+
+    fn world_dir(&self) -> std::path::PathBuf {
+        self._image.world.clone()
     }
 
     fn content(&self, thing: &str) -> Option<String> {
@@ -350,4 +392,201 @@ async fn deletion_destroys_removes_the_finalizer_and_the_garbage_collector_takes
     );
     let mut controller = full.controller;
     assert!(controller.try_wait().unwrap().is_none(), "the controller exited");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn real_drift_is_found_and_remediated() {
+    let Some(full) = Full::start().await else { return };
+    // The shortest drift interval the webhook allows: the check comes a minute after the apply.
+    full.create_with(
+        "drifty",
+        json!({"name": "d", "content": "one"}),
+        json!({"interval": "1m", "remediation": "Auto"}),
+    )
+    .await;
+    full.until("drifty", "Ready", ready).await;
+    // Someone changes the thing behind OpenTofu's back.
+    full.world
+        .write(&Thing {
+            name: "d".into(),
+            content: "tampered".into(),
+        })
+        .unwrap();
+    full.booked("drifty", captf_shared::Op::Drift, 2, "succeeded").await;
+    let a3 = full.booked("drifty", captf_shared::Op::Apply, 3, "succeeded").await;
+    assert_eq!(a3.metadata.annotations.unwrap()["captf.io/reason"], "DriftRemediation");
+    assert_eq!(full.content("d").as_deref(), Some("one"), "the drift was remediated");
+}
+
+/// The pids below `pid`, itself included.
+fn process_tree(pid: i32) -> Vec<i32> {
+    let mut out = vec![pid];
+    let mut i = 0;
+    while i < out.len() {
+        let p = out[i];
+        if let Ok(children) = std::fs::read_to_string(format!("/proc/{p}/task/{p}/children")) {
+            out.extend(children.split_whitespace().filter_map(|c| c.parse::<i32>().ok()));
+        }
+        i += 1;
+    }
+    out
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_runner_killed_mid_apply_leaves_its_lock_and_the_next_job_force_unlocks_it() {
+    let Some(full) = Full::start().await else { return };
+    std::fs::remove_file(full.world_dir().join(GATE)).unwrap();
+    full.create("killed", json!({"name": "k", "content": "one"})).await;
+    let busy = full.world.busy_marker("k").unwrap();
+    wait_within("the apply holding in the middle of its change", PATIENCE, || {
+        let busy = busy.clone();
+        async move { busy.exists().then_some(()) }
+    })
+    .await;
+    let (holder, info) = full.lock("killed-tc").await;
+    let info = info.expect("the runner holds the lock");
+    let id = info["ID"].as_str().unwrap().to_string();
+    assert_eq!(holder, json!(id));
+    // kill -9 of the whole container: OpenTofu never gets to unlock.
+    for outer in full.kubelet.pids() {
+        for pid in process_tree(outer).into_iter().rev() {
+            let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid), nix::sys::signal::Signal::SIGKILL);
+        }
+    }
+    full.booked("killed", captf_shared::Op::Apply, 1, "failed").await;
+    assert_eq!(
+        full.lock("killed-tc").await.0,
+        json!(id),
+        "left held by the dead runner"
+    );
+    std::fs::write(full.world_dir().join(GATE), "").unwrap();
+    // After the backoff (a minute, in wall time) the next apply force-unlocks the dead runner's lock.
+    let a2 = full.booked("killed", captf_shared::Op::Apply, 2, "succeeded").await;
+    assert_eq!(a2.metadata.annotations.unwrap()["captf.io/force-unlock"], id);
+    assert!(full.lock("killed-tc").await.0.is_null(), "released");
+    assert_eq!(full.content("k").as_deref(), Some("one"));
+}
+
+/// A workstation's Terraform 1.0.3 on an object's state, outside any pod, through the admin's
+/// kubeconfig: it holds the lock while its apply waits on its own gate.
+struct Workstation {
+    child: tokio::process::Child,
+    gate: std::path::PathBuf,
+    _sandbox: captf_testprovider::harness::Sandbox,
+}
+
+impl Workstation {
+    async fn hold_lock(full: &Full, suffix: &str) -> Workstation {
+        let sb = captf_testprovider::harness::Sandbox::new().unwrap();
+        let dir = sb.path().join("workstation");
+        std::fs::create_dir_all(&dir).unwrap();
+        std::fs::write(dir.join("main.tf"), MODULE).unwrap();
+        std::fs::write(
+            dir.join("backend.tf"),
+            format!(
+                "terraform {{\n  backend \"kubernetes\" {{\n    secret_suffix = \"{suffix}\"\n    namespace = \"default\"\n    config_path = \"{}\"\n  }}\n}}\n",
+                full.cp.admin_kubeconfig().display()
+            ),
+        )
+        .unwrap();
+        let gate = sb.path().join("gate");
+        let tf = |args: &[&str]| {
+            let mut c = tokio::process::Command::new(&sb.terraform);
+            c.args(args)
+                .current_dir(&dir)
+                .envs(sb.env())
+                .env(HOLD_ENV, &gate)
+                .stdin(std::process::Stdio::null())
+                .kill_on_drop(true);
+            c
+        };
+        let init = tf(&["init", "-input=false", "-no-color"]).output().await.unwrap();
+        assert!(
+            init.status.success(),
+            "workstation init: {}",
+            String::from_utf8_lossy(&init.stderr)
+        );
+        let child = tf(&["apply", "-auto-approve", "-input=false", "-no-color", "-var", "name=w"])
+            .stdout(std::process::Stdio::null())
+            .stderr(std::process::Stdio::null())
+            .spawn()
+            .unwrap();
+        let busy = World::new(sb.world.clone()).busy_marker("w").unwrap();
+        wait_within("the workstation holding the lock", PATIENCE, || {
+            let busy = busy.clone();
+            async move { busy.exists().then_some(()) }
+        })
+        .await;
+        Workstation {
+            child,
+            gate,
+            _sandbox: sb,
+        }
+    }
+
+    async fn release(mut self) {
+        std::fs::write(&self.gate, "").unwrap();
+        let status = tokio::time::timeout(PATIENCE, self.child.wait())
+            .await
+            .unwrap()
+            .unwrap();
+        assert!(status.success(), "the workstation's apply failed: {status}");
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_workstation_holding_the_lock_is_reported_as_state_locked_and_never_unlocked() {
+    let Some(full) = Full::start().await else { return };
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": { "name": "shared", "namespace": "default" },
+        "spec": {
+            "module": { "source": full.modules.url("cluster.tar.gz") },
+            "variables": { "name": "s", "content": "one" },
+            "drift": { "interval": "0" },
+            "jobs": { "lockTimeoutSeconds": 5 },
+        },
+    }))
+    .unwrap();
+    full.clusters().create(&PostParams::default(), &object).await.unwrap();
+    full.until("shared", "Ready", ready).await;
+
+    let ws = Workstation::hold_lock(&full, "shared-tc").await;
+    let (holder, info) = full.lock("shared-tc").await;
+    let info = info.expect("the workstation holds the lock");
+    let id = info["ID"].as_str().unwrap().to_string();
+    let who = info["Who"].as_str().unwrap().to_string();
+    assert_eq!(holder, json!(id));
+    // New inputs: the apply waits its lock timeout and fails; the controller names the holder.
+    full.patch(
+        "shared",
+        json!({"spec": {"variables": {"name": "s", "content": "two"}}}),
+    )
+    .await;
+    let a2 = full.booked("shared", captf_shared::Op::Apply, 2, "failed").await;
+    assert!(!a2.metadata.annotations.unwrap().contains_key("captf.io/force-unlock"));
+    let o = full
+        .until("shared", "StateLocked naming the holder", |o| {
+            o["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "StateReadable" && c["reason"] == "StateLocked")
+            })
+        })
+        .await;
+    let message = o["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "StateReadable")
+        .unwrap()["message"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(message.contains(&who), "{message} does not name {who}");
+    assert_eq!(full.lock("shared-tc").await.0, json!(id), "never unlocked");
+    // Once the workstation is done, the next apply proceeds without any force-unlock.
+    ws.release().await;
+    let a3 = full.booked("shared", captf_shared::Op::Apply, 3, "succeeded").await;
+    assert!(!a3.metadata.annotations.unwrap().contains_key("captf.io/force-unlock"));
+    assert_eq!(full.content("s").as_deref(), Some("two"));
 }
