@@ -76,7 +76,16 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     } else {
         None
     };
-    let mut stack = setup::start(None, &say, scripted_because).await?;
+    // The scripted lifecycle starts at a fixed time, so its timeline reads the same every run;
+    // serving alone starts at the wall clock, so that with --speed 1 the ages kubectl computes
+    // from the machine's clock (kubectl describe) read as on a cluster.
+    let mut stack = if cli.no_script {
+        let now = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
+            .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
+        setup::start_at(None, &say, scripted_because, now).await?
+    } else {
+        setup::start(None, &say, scripted_because).await?
+    };
     // One line, even with --quiet: it says what the summary's "runners" column means.
     match &stack.runners {
         Runners::Real { binary, .. } => println!(

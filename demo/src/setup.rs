@@ -152,13 +152,23 @@ pub async fn start(
     say: &dyn Fn(&str),
     scripted_because: Option<&str>,
 ) -> Result<Stack, SetupError> {
+    let start = START_TIME
+        .parse()
+        .map_err(|_| SetupError::WorkDir(std::io::Error::other("bad start time")))?;
+    start_at(bin_dir_hint, say, scripted_because, start).await
+}
+
+/// [`start`] with the simulated clock starting at `start`.
+pub async fn start_at(
+    bin_dir_hint: Option<&Path>,
+    say: &dyn Fn(&str),
+    scripted_because: Option<&str>,
+    start: k8s_openapi::jiff::Timestamp,
+) -> Result<Stack, SetupError> {
     let work = tempfile::Builder::new()
         .prefix("captf-demo-")
         .tempdir()
         .map_err(SetupError::WorkDir)?;
-    let start = START_TIME
-        .parse()
-        .map_err(|_| SetupError::WorkDir(std::io::Error::other("bad start time")))?;
     let mut builder = Sim::builder().start_time(start).seed(9);
     let runners = match scripted_because {
         Some(why) => Runners::Scripted { why: why.to_string() },
