@@ -16,7 +16,7 @@ use std::time::Duration;
 use captf_chart_tests::NAMESPACE;
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
 use captf_testprovider::runner_image::WORLD_INSIDE;
-use captf_testprovider::runner_image::{ModuleServer, RunnerImage, runner_image, tar_gz};
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, THING_MODULE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Secret, ServiceAccount};
@@ -34,33 +34,6 @@ const NODE: &str = "full-path";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:full-path";
 /// The file in the world folder whose absence holds every change of the runners' OpenTofu.
 const GATE: &str = "gate";
-
-/// A thing of the test provider: `name` replaces it, `content` changes it in place; the
-/// endpoint output is built from its id.
-const MODULE: &str = r#"terraform {
-  required_providers {
-    captftest = { source = "captf.io/test/captftest" }
-  }
-}
-
-variable "name" {
-  type = string
-}
-
-variable "content" {
-  type    = string
-  default = ""
-}
-
-resource "captftest_thing" "main" {
-  name    = var.name
-  content = var.content
-}
-
-output "control_plane_endpoint" {
-  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
-}
-"#;
 
 struct Full {
     // Dropped in this order: the controller and the kubelet before the control plane.
@@ -107,7 +80,7 @@ impl Full {
             ..image
         };
         std::fs::write(image.world.join(GATE), "").unwrap();
-        let archive = tar_gz(&files.path().join("module"), MODULE).unwrap();
+        let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
         let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
             .await
             .unwrap();
@@ -160,7 +133,7 @@ impl Full {
         Api::namespaced_with(self.admin.clone(), "default", &clusters_resource())
     }
 
-    /// Create a TerraformCluster of [`MODULE`] (through the webhook, as a person would).
+    /// Create a TerraformCluster of [`THING_MODULE`] (through the webhook, as a person would).
     async fn create(&self, name: &str, variables: Value) {
         self.create_with(name, variables, json!({ "interval": "0" })).await;
     }
@@ -480,7 +453,7 @@ impl Workstation {
         let sb = captf_testprovider::harness::Sandbox::new().unwrap();
         let dir = sb.path().join("workstation");
         std::fs::create_dir_all(&dir).unwrap();
-        std::fs::write(dir.join("main.tf"), MODULE).unwrap();
+        std::fs::write(dir.join("main.tf"), THING_MODULE).unwrap();
         std::fs::write(
             dir.join("backend.tf"),
             format!(

@@ -504,37 +504,6 @@ output "control_plane_endpoint" {
 }
 "#;
 
-async fn apply_crds(client: &kube::Client) {
-    use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = vec![];
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "yaml") {
-            continue;
-        }
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        names.push(crd.metadata.name.clone().unwrap());
-        api.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    for name in names {
-        wait_within(&format!("{name} Established"), PATIENCE, || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await.ok()?;
-                crd.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await;
-    }
-}
-
 /// The whole chain on the real control plane: the real controller makes the Job with the
 /// object's own ServiceAccount, the real Job controller its pod, the kubelet runs the real runner
 /// (real OpenTofu, the test provider) in it, and the thing the module declares exists.
@@ -571,7 +540,7 @@ async fn the_real_runner_applies_a_terraformcluster_in_a_pod_under_the_objects_o
         )
         .await
         .unwrap();
-    apply_crds(&admin).await;
+    common::chart::crds(&admin).await;
     let log = cp.work_dir().join("captf-controller.log");
     let runner_flag = format!("--runner-image={RUNNER_IMAGE}");
     let _controller = common::spawn_controller(

@@ -8,13 +8,12 @@
 
 mod common;
 
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -22,36 +21,6 @@ use common::TEST_READY_TIMEOUT;
 
 const NS: &str = "team-a";
 const PATIENCE: Duration = Duration::from_secs(60);
-
-async fn apply_crds(client: &kube::Client) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-    let api: Api<CustomResourceDefinition> = Api::all(client.clone());
-    let mut names = vec![];
-    for entry in std::fs::read_dir(&dir).unwrap() {
-        let path = entry.unwrap().path();
-        if path.extension().is_none_or(|e| e != "yaml") {
-            continue;
-        }
-        let crd: CustomResourceDefinition = serde_yaml_ng::from_str(&std::fs::read_to_string(&path).unwrap()).unwrap();
-        names.push(crd.metadata.name.clone().unwrap());
-        api.create(&PostParams::default(), &crd).await.unwrap();
-    }
-    for name in names {
-        common::wait_within(&format!("{name} Established"), PATIENCE, || {
-            let api = api.clone();
-            let name = name.clone();
-            async move {
-                let crd = api.get(&name).await.ok()?;
-                crd.status?
-                    .conditions?
-                    .iter()
-                    .any(|c| c.type_ == "Established" && c.status == "True")
-                    .then_some(())
-            }
-        })
-        .await;
-    }
-}
 
 fn clusters(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
@@ -121,7 +90,7 @@ async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plug
     let cp = ControlPlane::start(opts).await.unwrap();
     let admin = cp.admin_client().await.unwrap();
     common::namespace(&admin, NS).await;
-    apply_crds(&admin).await;
+    common::chart::crds(&admin).await;
     let dir = tempfile::tempdir().unwrap();
     let hook = common::webhook::start_webhook(dir.path());
     common::webhook::register(&admin, &hook).await;

@@ -27,6 +27,33 @@ pub const RUNNER_INSIDE: &str = "/image/bin/captf-runner";
 /// Where the world folder is inside the container.
 pub const WORLD_INSIDE: &str = "/world";
 
+/// A module with one thing of the test provider: `name` replaces it, `content` changes it in
+/// place; its `control_plane_endpoint` output is built from the thing's id.
+pub const THING_MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "content" {
+  type    = string
+  default = ""
+}
+
+resource "captftest_thing" "main" {
+  name    = var.name
+  content = var.content
+}
+
+output "control_plane_endpoint" {
+  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
+}
+"#;
+
 /// The runner's image and the folder its test provider manages.
 pub struct RunnerImage {
     /// Add `.env(…)` to it for more (e.g. [`crate::world::HOLD_ENV`]).

@@ -21,7 +21,7 @@ use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op};
 use captf_sim::Sim;
 use captf_testprovider::harness;
-use captf_testprovider::runner_image::{ModuleServer, RunnerImage, WORLD_INSIDE, runner_image, tar_gz};
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, Thing, World};
 use k8s_openapi::api::batch::v1::Job;
 
@@ -32,33 +32,6 @@ const PATIENCE: Duration = Duration::from_secs(180);
 
 /// The file in the world folder whose absence holds every change of the runners' Terraform.
 const GATE: &str = "gate";
-
-/// A module with one thing of the test provider: `name` replaces it, `content` changes it in
-/// place; its `control_plane_endpoint` output is built from the thing's id.
-const MODULE: &str = r#"terraform {
-  required_providers {
-    captftest = { source = "captf.io/test/captftest" }
-  }
-}
-
-variable "name" {
-  type = string
-}
-
-variable "content" {
-  type    = string
-  default = ""
-}
-
-resource "captftest_thing" "main" {
-  name    = var.name
-  content = var.content
-}
-
-output "control_plane_endpoint" {
-  value = { host = "${captftest_thing.main.id}.example", port = 6443 }
-}
-"#;
 
 /// A module that renders a Secret's multi-line value (an SSH key) into a thing's content, so
 /// Terraform prints it in the plan as a heredoc, one line at a time, and builds a public output
@@ -137,7 +110,7 @@ impl Real {
             .process_root(base.join("kubelet"));
         let env = Env::with_args(builder, a).await?;
         let modules = ModuleServer::start(vec![
-            ("thing.tar.gz".into(), tar_gz(&base.join("module"), MODULE)?),
+            ("thing.tar.gz".into(), tar_gz(&base.join("module"), THING_MODULE)?),
             (
                 "secrets.tar.gz".into(),
                 tar_gz(&base.join("secrets-module"), SECRETS_MODULE)?,
@@ -534,7 +507,7 @@ impl Workstation {
         std::fs::create_dir_all(&dir)?;
         let kubeconfig = dir.join("kubeconfig");
         real.env.sim.write_kubeconfig(&kubeconfig)?;
-        std::fs::write(dir.join("main.tf"), MODULE)?;
+        std::fs::write(dir.join("main.tf"), THING_MODULE)?;
         std::fs::write(
             dir.join("backend.tf"),
             format!(
