@@ -20,6 +20,49 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
         TerraformClusterTemplate::crd(),
         TerraformMachinePoolTemplate::crd(),
     ]
+    .into_iter()
+    .map(with_kubernetes_formats)
+    .collect()
+}
+
+/// The CRD with the integer formats of Rust's unsigned types (`uint32`, ...), which the schema
+/// generator writes and the API server does not know (it warns `unrecognized format "uint32"` on
+/// every apply), written as the signed format that holds them and a `maximum`.
+fn with_kubernetes_formats(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let Some(schema) = version.schema.take() else { continue };
+        let mut value = serde_json::to_value(&schema).unwrap_or_default();
+        kubernetes_formats(&mut value);
+        version.schema = Some(serde_json::from_value(value).unwrap_or(schema));
+    }
+    crd
+}
+
+/// Rewrites every integer `format` the API server does not recognise, throughout a schema.
+fn kubernetes_formats(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            let known = match map.get("format").and_then(serde_json::Value::as_str) {
+                Some("uint8") => Some(("int32", Some(u64::from(u8::MAX)))),
+                Some("uint16") => Some(("int32", Some(u64::from(u16::MAX)))),
+                Some("uint32") => Some(("int64", Some(u64::from(u32::MAX)))),
+                Some("uint64" | "uint") => Some(("int64", None)),
+                Some("int8" | "int16") => Some(("int32", None)),
+                _ => None,
+            };
+            if let Some((format, maximum)) = known {
+                map.insert("format".into(), format.into());
+                if let Some(max) = maximum
+                    && !map.contains_key("maximum")
+                {
+                    map.insert("maximum".into(), max.into());
+                }
+            }
+            map.values_mut().for_each(kubernetes_formats);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(kubernetes_formats),
+        _ => {}
+    }
 }
 
 /// `(file name, YAML)` for each CRD, as committed under `charts/captf/crds/`.
@@ -44,6 +87,64 @@ mod tests {
 
     fn schema(crd: &CustomResourceDefinition) -> Value {
         serde_json::to_value(&crd.spec.versions[0].schema).unwrap()
+    }
+
+    /// Every `format` in the schemas, with the path to it.
+    fn formats(v: &Value, at: &str, out: &mut Vec<(String, String)>) {
+        match v {
+            Value::Object(map) => {
+                if let Some(f) = map.get("format").and_then(Value::as_str) {
+                    out.push((at.to_string(), f.to_string()));
+                }
+                for (k, v) in map {
+                    formats(v, &format!("{at}/{k}"), out);
+                }
+            }
+            Value::Array(items) => items.iter().for_each(|v| formats(v, at, out)),
+            _ => {}
+        }
+    }
+
+    #[test]
+    fn crds_use_only_formats_the_api_server_recognises() {
+        // The API server's list for schemas (k8s.io/kube-openapi's strfmt default registry and the
+        // integer and number formats); anything else draws a warning on every apply.
+        const KNOWN: &str = "int32 int64 float double byte binary date date-time password duration uri \
+                             email hostname ipv4 ipv6 cidr mac uuid uuid3 uuid4 uuid5 isbn creditcard ssn";
+        let mut seen = 0;
+        for crd in crds() {
+            let mut found = vec![];
+            formats(&schema(&crd), "", &mut found);
+            for (at, f) in &found {
+                assert!(
+                    KNOWN.split_whitespace().any(|k| k == f),
+                    "{}: {at} has format {f}",
+                    crd.spec.names.kind
+                );
+            }
+            seen += found.len();
+        }
+        assert!(seen > 0, "the schemas have formats to check");
+    }
+
+    #[test]
+    fn unsigned_formats_become_the_signed_format_that_holds_them_with_a_maximum() {
+        let mut v = serde_json::json!({
+            "properties": {
+                "a": {"type": "integer", "format": "uint32", "minimum": 0.0},
+                "b": {"type": "integer", "format": "uint16", "maximum": 10},
+                "c": {"items": {"type": "integer", "format": "uint64"}},
+                "d": {"type": "integer", "format": "int32"},
+            }
+        });
+        kubernetes_formats(&mut v);
+        let p = &v["properties"];
+        assert_eq!(p["a"]["format"], "int64");
+        assert_eq!(p["a"]["maximum"], u64::from(u32::MAX));
+        assert_eq!(p["b"]["format"], "int32");
+        assert_eq!(p["b"]["maximum"], 10, "a tighter maximum is kept");
+        assert_eq!(p["c"]["items"]["format"], "int64");
+        assert_eq!(p["d"], serde_json::json!({"type": "integer", "format": "int32"}));
     }
 
     #[test]

@@ -33,7 +33,10 @@ pub const RELEASE: &str = "captf";
 pub const COMPONENTS_FILE: &str = "infrastructure-components.yaml";
 pub const METADATA_FILE: &str = "metadata.yaml";
 
-/// A clusterctl variable: its name, its default, and what it sets.
+/// A clusterctl variable: its name, its default, and what it sets. clusterctl refuses a
+/// variable whose default is empty (it takes it for a required one and stops `clusterctl init`
+/// until it is set), so one that may be left empty defaults to `""`: the binaries read a flag
+/// given as `""` as empty.
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
     pub name: &'static str,
@@ -67,7 +70,7 @@ pub const VARIABLES: [Variable; 7] = [
     },
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
-        default: "",
+        default: "\"\"",
         doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
     },
     Variable {
@@ -77,12 +80,12 @@ pub const VARIABLES: [Variable; 7] = [
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
-        default: "",
+        default: "\"\"",
         doc: "the runner pods' ServiceAccount, which a spec may always name (--runner-service-account of the controller and the webhook); empty: each object's own",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
-        default: "",
+        default: "\"\"",
         doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
     },
 ];
@@ -173,7 +176,7 @@ pub fn components_yaml() -> Result<String, GenerateError> {
     // No variable syntax in comments: clusterctl lists every reference in the raw text.
     out.push_str("# clusterctl variables:\n");
     for v in VARIABLES {
-        out.push_str(&format!("#   {}: {} (default \"{}\")\n", v.name, v.doc, v.default));
+        out.push_str(&format!("#   {}: {} (default: {})\n", v.name, v.doc, v.default));
     }
     for doc in docs {
         out.push_str("---\n");
@@ -316,24 +319,38 @@ fn set_variables(container: &mut Value) {
 }
 
 /// Replace every `${NAME:=default}` (and `${NAME}`) by the value in `values`, else its default,
-/// as clusterctl's envsubst does; for checking the file as clusterctl would install it.
-pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> String {
+/// as clusterctl's envsubst does; for checking the file as clusterctl would install it. As
+/// clusterctl does, a variable with no value and an empty (or no) default is an error: the names
+/// of all such, sorted.
+pub fn substitute(text: &str, values: &BTreeMap<&str, &str>) -> Result<String, Vec<String>> {
     let mut out = String::with_capacity(text.len());
+    let mut missing = std::collections::BTreeSet::new();
     let mut rest = text;
     while let Some(start) = rest.find("${") {
         out.push_str(&rest[..start]);
         let after = &rest[start + 2..];
         let Some(end) = after.find('}') else {
             out.push_str(&rest[start..]);
-            return out;
+            rest = "";
+            break;
         };
         let body = &after[..end];
         let (name, default) = body.split_once(":=").unwrap_or((body, ""));
-        out.push_str(values.get(name).copied().unwrap_or(default));
+        match values.get(name).copied() {
+            Some(v) => out.push_str(v),
+            None if default.is_empty() => {
+                missing.insert(name.to_string());
+            }
+            None => out.push_str(default),
+        }
         rest = &after[end + 1..];
     }
     out.push_str(rest);
-    out
+    if missing.is_empty() {
+        Ok(out)
+    } else {
+        Err(missing.into_iter().collect())
+    }
 }
 
 /// The variable references (`${...}` bodies) in a text.
@@ -365,8 +382,20 @@ mod tests {
 
     #[test]
     fn substitute_uses_the_given_value_else_the_default() {
+        let values = BTreeMap::from([("A", "x"), ("C", "")]);
+        assert_eq!(
+            substitute("a=${A:=1} b=${B:=2} c=${C:=}.", &values).unwrap(),
+            "a=x b=2 c=."
+        );
+    }
+
+    #[test]
+    fn substitute_refuses_a_variable_with_no_value_and_an_empty_default_as_clusterctl_does() {
         let values = BTreeMap::from([("A", "x")]);
-        assert_eq!(substitute("a=${A:=1} b=${B:=2} c=${C:=}.", &values), "a=x b=2 c=.");
+        assert_eq!(
+            substitute("${C:=} ${B} ${A} ${D:=\"\"}", &values).unwrap_err(),
+            ["B", "C"]
+        );
     }
 
     #[test]

@@ -132,11 +132,11 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     let text = committed(COMPONENTS_FILE);
     let docs = components();
     let m = manager(&docs);
-    assert!(strings(&m["args"]).contains(&"--namespace=${CAPTF_WATCH_NAMESPACE:=}".to_string()));
+    assert!(strings(&m["args"]).contains(&"--namespace=${CAPTF_WATCH_NAMESPACE:=\"\"}".to_string()));
     // As clusterctl installs it (every variable at its default): all namespaces.
-    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new())).unwrap();
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new()).unwrap()).unwrap();
     let run = run_args(&manager(&installed));
-    assert_eq!(run.namespace, [""]);
+    assert_eq!(run.namespace, [""], "`--namespace=\"\"` reads as empty");
     assert!(
         run.watch_namespaces().is_empty(),
         "an empty --namespace watches all namespaces"
@@ -148,12 +148,12 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
         ("CAPTF_WATCH_NAMESPACE", "tenant-a"),
         ("CAPTF_RUNNER_IMAGE", "registry.example/runner:1"),
     ]);
-    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values).unwrap()).unwrap();
     let run = run_args(&manager(&installed));
     assert_eq!(run.watch_namespaces(), ["tenant-a"]);
     assert_eq!(run.policy.runner_image, "registry.example/runner:1");
     let values = BTreeMap::from([("CAPTF_WATCH_NAMESPACE", "tenant-a,tenant-b")]);
-    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values).unwrap()).unwrap();
     assert_eq!(
         run_args(&manager(&installed)).watch_namespaces(),
         ["tenant-a", "tenant-b"]
@@ -179,7 +179,7 @@ fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
     let args = webhook_args(&components());
     for want in [
         "--runner-image=${CAPTF_RUNNER_IMAGE:=ghcr.io/captf/runner:0.1.0}",
-        "--runner-service-account=${CAPTF_RUNNER_SERVICE_ACCOUNT:=}",
+        "--runner-service-account=${CAPTF_RUNNER_SERVICE_ACCOUNT:=\"\"}",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
     }
@@ -190,7 +190,7 @@ fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
             ("CAPTF_RUNNER_SERVICE_ACCOUNT", "runners"),
         ]),
     ] {
-        let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values)).unwrap();
+        let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values).unwrap()).unwrap();
         let run = run_args(&manager(&installed));
         let argv = std::iter::once("captf-webhook".to_string()).chain(webhook_args(&installed));
         let webhook = captf_webhook::cli::Cli::try_parse_from(argv).unwrap();
@@ -228,7 +228,9 @@ fn every_variable_has_a_default_and_the_readme_documents_it() {
     let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
     let refs = clusterctl::variable_references(&text);
     for r in &refs {
-        let (name, _) = r.split_once(":=").unwrap_or_else(|| panic!("${{{r}}} has no default"));
+        let (name, default) = r.split_once(":=").unwrap_or_else(|| panic!("${{{r}}} has no default"));
+        // clusterctl takes an empty default for none and refuses to install until it is set.
+        assert!(!default.is_empty(), "${{{r}}}: an empty default makes the variable required");
         assert!(name.starts_with("CAPTF_"), "{name}: prefixed with the provider's name");
         assert!(VARIABLES.iter().any(|v| v.name == name), "{name} is not in VARIABLES");
     }
@@ -258,7 +260,7 @@ fn every_variable_has_a_default_and_the_readme_documents_it() {
 
 #[test]
 fn components_validate_against_kubernetes_1_30_once_installed() {
-    let text = clusterctl::substitute(&committed(COMPONENTS_FILE), &BTreeMap::new());
+    let text = clusterctl::substitute(&committed(COMPONENTS_FILE), &BTreeMap::new()).unwrap();
     let v = kubernetes_validate(&text).unwrap();
     assert!(v.errors.is_empty() && v.exit_ok, "{}", v.output);
     for kind in &v.no_schema {

@@ -141,7 +141,7 @@ pub struct Annotations(pub std::collections::BTreeMap<String, String>);
 /// keys (an optional DNS subdomain prefix and a name of at most 63 characters).
 pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
     let mut out = std::collections::BTreeMap::new();
-    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for pair in captf_shared::policy::flag_text(s).split(',').map(str::trim).filter(|p| !p.is_empty()) {
         let (k, v) = pair.split_once('=').ok_or_else(|| {
             format!("{pair:?} is not key=value (e.g. eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf)")
         })?;
@@ -164,9 +164,9 @@ pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
 }
 
 /// One `--namespace` value: a namespace name (a DNS-1123 label), blanks around it ignored; empty
-/// is kept (clusterctl passes `--namespace=""` for all namespaces).
+/// is kept, and so is `""` (clusterctl passes `--namespace=""` for all namespaces).
 pub fn parse_namespace(s: &str) -> Result<String, String> {
-    let n = s.trim();
+    let n = captf_shared::policy::flag_text(s).trim();
     if n.is_empty() || captf_shared::names::is_dns1123_label(n) {
         Ok(n.to_string())
     } else {
@@ -470,6 +470,7 @@ mod quantity_tests {
         assert_eq!(a.0["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/tf");
         assert_eq!(a.0["azure.workload.identity/client-id"], "abc");
         assert_eq!(parse_annotations("").unwrap(), Annotations::default());
+        assert_eq!(parse_annotations("\"\"").unwrap(), Annotations::default(), "as clusterctl leaves it");
         for bad in ["no-equals", "=v", "Bad_Prefix!/x=1", "x/-bad=1"] {
             assert!(parse_annotations(bad).is_err(), "{bad}");
         }
@@ -538,8 +539,9 @@ mod namespace_tests {
     #[test]
     fn namespace_flag_unset_or_empty_watches_all_namespaces() {
         assert!(watched(&[]).is_empty());
-        // As clusterctl's components pass it with CAPTF_WATCH_NAMESPACE at its default.
         assert!(watched(&["--namespace="]).is_empty());
+        // As clusterctl's components pass it with CAPTF_WATCH_NAMESPACE at its default.
+        assert!(watched(&["--namespace=\"\""]).is_empty());
         assert!(watched(&["--namespace", ""]).is_empty());
         assert!(watched(&["--namespace=,"]).is_empty());
     }

@@ -30,7 +30,7 @@ pub struct TenantPolicyArgs {
     /// that object's state Secret, outputs Secret and lock Lease (and which no spec may name). A
     /// name: that account, with whatever rights the platform team gave it. Give the webhook the
     /// controller's value.
-    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "")]
+    #[arg(long, env = "CAPTF_RUNNER_SERVICE_ACCOUNT", default_value = "", value_parser = parse_flag_text)]
     pub runner_service_account: String,
     /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
     /// `*`: any). Empty: only --runner-image may be named.
@@ -82,6 +82,22 @@ impl TenantPolicyArgs {
     }
 }
 
+/// A flag's text, with `""` (or `''`) read as empty. clusterctl refuses a components variable
+/// whose default is empty, so a variable that may be left empty defaults to `""`, and after
+/// substitution the container's argument is `--flag=""` with the quotes in it: every flag a
+/// clusterctl variable sets reads them as the empty value they stand for.
+pub fn flag_text(s: &str) -> &str {
+    match s.trim() {
+        "\"\"" | "''" => "",
+        _ => s,
+    }
+}
+
+/// [`flag_text`] as a clap value parser.
+fn parse_flag_text(s: &str) -> Result<String, std::convert::Infallible> {
+    Ok(flag_text(s).to_string())
+}
+
 /// `own` (if any) then `extra`, in order, without empty entries, each once.
 fn listed(own: Option<&String>, extra: &[String]) -> Vec<String> {
     let mut out: Vec<String> = vec![];
@@ -98,6 +114,16 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::types::{JobsSpec, TerraformSpec};
+
+    #[test]
+    fn flag_text_reads_the_quotes_clusterctl_leaves_as_empty() {
+        assert_eq!(flag_text("\"\""), "");
+        assert_eq!(flag_text("''"), "");
+        assert_eq!(flag_text(" \"\" "), "");
+        assert_eq!(flag_text(""), "");
+        assert_eq!(flag_text("runners"), "runners");
+        assert_eq!(flag_text("\"runners\""), "\"runners\"", "only the empty pair is special");
+    }
     use clap::Parser;
 
     #[derive(Parser)]
