@@ -230,7 +230,10 @@ fn every_variable_has_a_default_and_the_readme_documents_it() {
     for r in &refs {
         let (name, default) = r.split_once(":=").unwrap_or_else(|| panic!("${{{r}}} has no default"));
         // clusterctl takes an empty default for none and refuses to install until it is set.
-        assert!(!default.is_empty(), "${{{r}}}: an empty default makes the variable required");
+        assert!(
+            !default.is_empty(),
+            "${{{r}}}: an empty default makes the variable required"
+        );
         assert!(name.starts_with("CAPTF_"), "{name}: prefixed with the provider's name");
         assert!(VARIABLES.iter().any(|v| v.name == name), "{name} is not in VARIABLES");
     }

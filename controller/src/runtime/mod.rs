@@ -141,7 +141,11 @@ pub struct Annotations(pub std::collections::BTreeMap<String, String>);
 /// keys (an optional DNS subdomain prefix and a name of at most 63 characters).
 pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
     let mut out = std::collections::BTreeMap::new();
-    for pair in captf_shared::policy::flag_text(s).split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for pair in captf_shared::policy::flag_text(s)
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let (k, v) = pair.split_once('=').ok_or_else(|| {
             format!("{pair:?} is not key=value (e.g. eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf)")
         })?;
@@ -470,7 +474,11 @@ mod quantity_tests {
         assert_eq!(a.0["eks.amazonaws.com/role-arn"], "arn:aws:iam::1:role/tf");
         assert_eq!(a.0["azure.workload.identity/client-id"], "abc");
         assert_eq!(parse_annotations("").unwrap(), Annotations::default());
-        assert_eq!(parse_annotations("\"\"").unwrap(), Annotations::default(), "as clusterctl leaves it");
+        assert_eq!(
+            parse_annotations("\"\"").unwrap(),
+            Annotations::default(),
+            "as clusterctl leaves it"
+        );
         for bad in ["no-equals", "=v", "Bad_Prefix!/x=1", "x/-bad=1"] {
             assert!(parse_annotations(bad).is_err(), "{bad}");
         }

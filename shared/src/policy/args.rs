@@ -122,7 +122,11 @@ mod tests {
         assert_eq!(flag_text(" \"\" "), "");
         assert_eq!(flag_text(""), "");
         assert_eq!(flag_text("runners"), "runners");
-        assert_eq!(flag_text("\"runners\""), "\"runners\"", "only the empty pair is special");
+        assert_eq!(
+            flag_text("\"runners\""),
+            "\"runners\"",
+            "only the empty pair is special"
+        );
     }
     use clap::Parser;
 
