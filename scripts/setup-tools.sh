@@ -13,6 +13,9 @@
 #     skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - Cluster API's CRDs, from the module pinned in realparts/cluster-api/go.mod, into
 #     .tools/capi/crds (for the tests that check the templates and clusterctl files);
+#   - clusterctl and Cluster API's core manager from the same module, kustomize, the core
+#     provider's components rendered as a local clusterctl repository, and cert-manager's CRDs
+#     (for the tests that run the real Cluster API; skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH;
 #   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
@@ -146,6 +149,41 @@ for crd in "$capi_dir"/core/config/crd/bases/*.yaml "$capi_dir"/cmd/clusterctl/c
   install -m 0644 "$crd" "$tools/capi/crds/"
 done
 # ---- end of Cluster API's CRDs ----
+
+# ---- Cluster API's core manager and clusterctl, kustomize, cert-manager's CRDs ----
+# For the tests that run the real Cluster API: clusterctl and the core manager built from the
+# module pinned in realparts/cluster-api/go.mod (stamped with that version: clusterctl compares
+# it with the providers it installs); kustomize (realparts/kustomize) to render the core
+# provider's components from the kustomization inside that module, written with its metadata as a
+# local clusterctl repository under .tools/capi/repository/cluster-api/<version>/; and the CRDs of
+# cert-manager (realparts/cert-manager), which clusterctl looks for before it installs a provider.
+# Left out with CAPTF_NO_CONTROL_PLANE=1, like the control plane they run on.
+if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
+  capi_version="$(cd "$root/realparts/cluster-api" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)"
+  capi_minor="${capi_version#v}"
+  capi_major="${capi_minor%%.*}"
+  capi_minor="${capi_minor#*.}"
+  capi_minor="${capi_minor%%.*}"
+  capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=$capi_version -X sigs.k8s.io/cluster-api/version.gitMajor=$capi_major -X sigs.k8s.io/cluster-api/version.gitMinor=$capi_minor"
+  "$root/scripts/build-go-part.sh" clusterctl realparts/cluster-api sigs.k8s.io/cluster-api/cmd/clusterctl "$capi_ldflags"
+  "$root/scripts/build-go-part.sh" capi-manager realparts/cluster-api sigs.k8s.io/cluster-api/core "$capi_ldflags"
+  "$root/scripts/build-go-part.sh" kustomize realparts/kustomize sigs.k8s.io/kustomize/kustomize/v5
+  core_repo="$tools/capi/repository/cluster-api/$capi_version"
+  mkdir -p "$core_repo"
+  "$tools/bin/kustomize" build "$capi_dir/core/config/default" >"$core_repo/core-components.yaml.partial"
+  mv "$core_repo/core-components.yaml.partial" "$core_repo/core-components.yaml"
+  install -m 0644 "$capi_dir/metadata.yaml" "$core_repo/metadata.yaml"
+  cm_json="$(cd "$root/realparts/cert-manager" && go mod download -json github.com/cert-manager/cert-manager)" || {
+    echo "setup-tools: could not download the github.com/cert-manager/cert-manager pin of realparts/cert-manager/go.mod: $cm_json" >&2
+    exit 1
+  }
+  cm_dir="$(printf '%s' "$cm_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
+  mkdir -p "$tools/cert-manager/crds"
+  for crd in "$cm_dir"/deploy/crds/*.yaml; do
+    install -m 0644 "$crd" "$tools/cert-manager/crds/"
+  done
+fi
+# ---- end of Cluster API's binaries ----
 
 # sshd (Debian openssh-server) for the module credentials tests' git server on loopback. Only
 # where it can be installed without asking (root with apt-get); elsewhere those tests skip and say

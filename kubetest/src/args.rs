@@ -7,8 +7,9 @@ use crate::pki::KUBERNETES_SERVICE_IP;
 
 /// The controllers kube-controller-manager runs: what CAPTF's objects rely on (Jobs, owner
 /// references, namespace deletion, service accounts and their tokens, the `kube-root-ca.crt`
-/// ConfigMap a projected token volume reads, finished-Job clean-up).
-pub const CONTROLLERS: [&str; 7] = [
+/// ConfigMap a projected token volume reads, finished-Job clean-up), and the aggregation of
+/// ClusterRoles that Cluster API's manager role is built by.
+pub const CONTROLLERS: [&str; 8] = [
     "job-controller",
     "garbage-collector-controller",
     "namespace-controller",
@@ -16,6 +17,7 @@ pub const CONTROLLERS: [&str; 7] = [
     "serviceaccount-token-controller",
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
+    "clusterrole-aggregation-controller",
 ];
 
 /// The admission plugins the API server runs, beyond which it would run by default: the

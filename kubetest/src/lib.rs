@@ -17,6 +17,7 @@ pub mod kubeconfig;
 pub mod kubelet;
 pub mod pki;
 pub mod process;
+pub mod standin;
 pub mod tools;
 
 use std::net::{Ipv4Addr, TcpListener};

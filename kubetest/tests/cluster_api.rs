@@ -1,0 +1,611 @@
+//! The real Cluster API on the real control plane: `clusterctl init` (v1.14, offline, from local
+//! repositories: the core provider's components rendered from its pinned module, CAPTF's from the
+//! repository's `clusterctl/` tree) installs both providers, Cluster API's core manager and
+//! CAPTF's controller and webhook run with the arguments and service accounts of the Deployments
+//! clusterctl installed, and the process kubelet runs CAPTF's runner Jobs (real OpenTofu and the
+//! test provider). Then a Cluster whose infrastructure is a TerraformCluster is reconciled by both.
+//!
+//! What stands in for the parts not run here (said in the README): the managers run as processes,
+//! not as the pods of their Deployments, with their Services' EndpointSlices pointing at them; and
+//! the certificates cert-manager would issue and inject come from the harness's stand-in
+//! ([`captf_kubetest::standin`]), as cert-manager's commands cannot be built here. Without the
+//! binaries or root these tests fail under `CI` and skip elsewhere.
+#![allow(clippy::unwrap_used)]
+
+mod common;
+
+use std::net::{Ipv4Addr, TcpListener};
+use std::path::{Path, PathBuf};
+use std::time::Duration;
+
+use captf_kubetest::standin::{CertStandIn, host_address, route_service, tls_files};
+use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, THING_MODULE, runner_image, tar_gz};
+use k8s_openapi::api::apps::v1::Deployment;
+use k8s_openapi::api::batch::v1::Job;
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use serde_json::{Value, json};
+
+use common::TEST_READY_TIMEOUT;
+
+/// Upper bound on a wait for a reconcile that runs real OpenTofu in a pod.
+const PATIENCE: Duration = Duration::from_secs(240);
+const NODE: &str = "cluster-api";
+/// The runner image CAPTF's components are installed with (clusterctl variable
+/// `CAPTF_RUNNER_IMAGE`), mapped by the kubelet to the runner's files.
+const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
+const CAPTF_VERSION: &str = "v0.1.0";
+const NAMESPACE: &str = "default";
+
+/// The thing module with failure domains, as an infrastructure cluster's module would give them.
+fn cluster_module() -> String {
+    format!(
+        "{THING_MODULE}\noutput \"failure_domains\" {{\n  value = {{\n    \"zone-a\" = {{ control_plane = true }}\n    \"zone-b\" = {{ control_plane = false, attributes = {{ rack = \"r2\" }} }}\n  }}\n}}\n"
+    )
+}
+
+fn free_port() -> u16 {
+    TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
+    let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
+    ApiResource {
+        group: group.into(),
+        version: version.into(),
+        api_version: api_version.into(),
+        kind: kind.into(),
+        plural: plural.into(),
+    }
+}
+
+fn capi_clusters() -> ApiResource {
+    resource("cluster.x-k8s.io/v1beta2", "Cluster", "clusters")
+}
+
+fn terraform_clusters() -> ApiResource {
+    resource(
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "TerraformCluster",
+        "terraformclusters",
+    )
+}
+
+/// The container `name`'s args in the Deployment `namespace/deployment`, as clusterctl installed it.
+async fn deployment_args(admin: &kube::Client, namespace: &str, deployment: &str, container: &str) -> Vec<String> {
+    let d = Api::<Deployment>::namespaced(admin.clone(), namespace)
+        .get(deployment)
+        .await
+        .unwrap();
+    let spec = d.spec.unwrap().template.spec.unwrap();
+    let c = spec.containers.into_iter().find(|c| c.name == container).unwrap();
+    c.args.unwrap_or_default()
+}
+
+/// `args` with every flag named in `replace` dropped and the replacements appended.
+fn with_flags(args: &[String], drop: &[&str], add: &[String]) -> Vec<String> {
+    args.iter()
+        .filter(|a| !drop.iter().any(|d| *a == d || a.starts_with(&format!("{d}="))))
+        .cloned()
+        .chain(add.iter().cloned())
+        .collect()
+}
+
+fn spawn(program: &Path, args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
+    let log = std::fs::File::create(log).unwrap();
+    tokio::process::Command::new(program)
+        .args(args)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .stdout(log.try_clone().unwrap())
+        .stderr(log)
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap()
+}
+
+/// The output of a command that must succeed; fails the test with both streams otherwise.
+fn run(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
+struct Management {
+    // Dropped in this order: the managers and the kubelet before the control plane.
+    _capi: tokio::process::Child,
+    _webhook: tokio::process::Child,
+    _controller: tokio::process::Child,
+    _kubelet: Kubelet,
+    cp: ControlPlane,
+    admin: kube::Client,
+    modules: ModuleServer,
+    /// What `clusterctl init` printed.
+    init_output: String,
+    _image: RunnerImage,
+    _files: tempfile::TempDir,
+    _root: tempfile::TempDir,
+}
+
+impl Management {
+    async fn start() -> Option<Management> {
+        let tools = tools_or_skip()?;
+        let bin = tools.etcd.parent().unwrap().to_path_buf();
+        let tools_root = bin.parent().unwrap().to_path_buf();
+        for needed in ["clusterctl", "capi-manager", "kubectl"] {
+            if !bin.join(needed).is_file() {
+                captf_testsupport::cannot_run(format!(
+                    "{needed} is not in {} (run `bash scripts/setup-tools.sh`)",
+                    bin.display()
+                ));
+                return None;
+            }
+        }
+        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+            captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
+            return None;
+        }
+        let files = tempfile::tempdir().unwrap();
+        let image = match runner_image(files.path()) {
+            Ok(image) => image,
+            Err(e) => {
+                captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
+                return None;
+            }
+        };
+        let archive = tar_gz(&files.path().join("module"), &cluster_module()).unwrap();
+        let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
+            .await
+            .unwrap();
+        let mut opts = Options::new(tools);
+        opts.ready_timeout = TEST_READY_TIMEOUT;
+        let cp = ControlPlane::start(opts).await.unwrap();
+        let admin = cp.admin_client().await.unwrap();
+        let root = tempfile::tempdir().unwrap();
+        let kubelet = cp
+            .start_kubelet(
+                cp.kubelet_options(NODE, root.path())
+                    .image(RUNNER_IMAGE, image.image.clone()),
+            )
+            .await
+            .unwrap();
+        let work = cp.work_dir().to_path_buf();
+        let kubeconfig = cp.admin_kubeconfig();
+
+        // cert-manager's CRDs: clusterctl installs a provider only once it finds them.
+        run(std::process::Command::new(bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["apply", "--server-side", "-f"])
+            .arg(tools_root.join("cert-manager/crds")));
+
+        let repo = local_repository(&tools_root, files.path());
+        let init_output = run(std::process::Command::new(bin.join("clusterctl"))
+            .args(["init", "--config"])
+            .arg(repo.join("clusterctl.yaml"))
+            .arg("--kubeconfig")
+            .arg(&kubeconfig)
+            .args(["--core", &format!("cluster-api:{}", capi_version(&tools_root))])
+            .args(["--infrastructure", &format!("terraform:{CAPTF_VERSION}")])
+            .args(["--bootstrap", "-", "--control-plane", "-"])
+            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+            .env("XDG_CONFIG_HOME", files.path().join("config"))
+            .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE));
+
+        let host = match host_address() {
+            Ok(ip) => ip.to_string(),
+            Err(e) => {
+                captf_testsupport::cannot_run(e.to_string());
+                return None;
+            }
+        };
+        let standin = CertStandIn::new().unwrap();
+        standin.issue(&admin).await.unwrap();
+        standin.inject(&admin).await.unwrap();
+
+        // Cluster API's core manager, as its Deployment runs it, under its own account.
+        let capi_args = deployment_args(&admin, "capi-system", "capi-controller-manager", "manager").await;
+        let certs = work.join("capi-serving-certs");
+        std::fs::create_dir_all(&certs).unwrap();
+        for (k, v) in tls_files(&admin, "capi-system", "capi-webhook-service-cert")
+            .await
+            .unwrap()
+        {
+            std::fs::write(certs.join(k), v).unwrap();
+        }
+        let webhook_port = free_port();
+        let capi_kubeconfig = cp
+            .service_account_kubeconfig("capi-system", "capi-manager")
+            .await
+            .unwrap();
+        let capi = spawn(
+            &bin.join("capi-manager"),
+            &with_flags(
+                &capi_args,
+                // Leader election needs the pod's namespace, which a process out of a pod
+                // cannot find; there is one manager.
+                &["--leader-elect", "--diagnostics-address", "--insecure-diagnostics"],
+                &[
+                    format!("--kubeconfig={}", capi_kubeconfig.display()),
+                    format!("--webhook-port={webhook_port}"),
+                    format!("--webhook-cert-dir={}", certs.display()),
+                    format!("--health-addr=127.0.0.1:{}", free_port()),
+                    format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+                    "--insecure-diagnostics=true".into(),
+                ],
+            ),
+            &[
+                ("POD_NAMESPACE", "capi-system".into()),
+                ("POD_NAME", "capi-controller-manager".into()),
+            ],
+            &work.join("capi-manager.log"),
+        );
+        route_service(&admin, "capi-system", "capi-webhook-service", &host, webhook_port)
+            .await
+            .unwrap();
+
+        // CAPTF's webhook, with the certificate issued for its Service.
+        let tls = work.join("captf-webhook-tls");
+        std::fs::create_dir_all(&tls).unwrap();
+        for (k, v) in tls_files(&admin, "captf-system", "captf-webhook-tls").await.unwrap() {
+            std::fs::write(tls.join(k), v).unwrap();
+        }
+        let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
+        let webhook_port = free_port();
+        let webhook = spawn(
+            &common::webhook::binary("captf-webhook"),
+            &with_flags(
+                &webhook_args,
+                &[
+                    "--addr",
+                    "--metrics-addr",
+                    "--tls-cert-file",
+                    "--tls-key-file",
+                    "--log-format",
+                ],
+                &[
+                    format!("--addr={host}:{webhook_port}"),
+                    "--metrics-addr=127.0.0.1:0".into(),
+                    format!("--tls-cert-file={}", tls.join("tls.crt").display()),
+                    format!("--tls-key-file={}", tls.join("tls.key").display()),
+                    "--log-format=text".into(),
+                ],
+            ),
+            &[],
+            &work.join("captf-webhook.log"),
+        );
+        route_service(&admin, "captf-system", "captf-webhook", &host, webhook_port)
+            .await
+            .unwrap();
+
+        // CAPTF's controller, as its Deployment runs it, under its own account.
+        let controller_args = deployment_args(&admin, "captf-system", "captf-controller", "manager").await;
+        let controller_kubeconfig = cp
+            .service_account_kubeconfig("captf-system", "captf-controller")
+            .await
+            .unwrap();
+        let controller = spawn(
+            &common::controller_binary(),
+            &with_flags(
+                &controller_args,
+                &["--metrics-addr", "--health-addr", "--log-format"],
+                &[
+                    "--metrics-addr=127.0.0.1:0".into(),
+                    "--health-addr=127.0.0.1:0".into(),
+                    "--log-format=text".into(),
+                ],
+            ),
+            &[
+                ("KUBECONFIG", controller_kubeconfig.display().to_string()),
+                ("POD_NAMESPACE", "captf-system".into()),
+                ("POD_NAME", "captf-controller".into()),
+                ("RUST_LOG", "info".into()),
+            ],
+            &work.join("captf-controller.log"),
+        );
+        let m = Management {
+            _capi: capi,
+            _webhook: webhook,
+            _controller: controller,
+            _kubelet: kubelet,
+            cp,
+            admin,
+            modules,
+            init_output,
+            _image: image,
+            _files: files,
+            _root: root,
+        };
+        m.until_cluster_api_serves().await;
+        Some(m)
+    }
+
+    /// Waits until Cluster API's webhooks answer: a dry-run create of a Cluster goes through its
+    /// defaulting webhook.
+    async fn until_cluster_api_serves(&self) {
+        let clusters: Api<DynamicObject> = Api::namespaced_with(self.admin.clone(), NAMESPACE, &capi_clusters());
+        let probe: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": { "name": "probe", "namespace": NAMESPACE },
+            "spec": {
+                "paused": true,
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": "probe",
+                },
+            },
+        }))
+        .unwrap();
+        let log = self.cp.work_dir().join("capi-manager.log");
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            match clusters
+                .create(
+                    &PostParams {
+                        dry_run: true,
+                        ..Default::default()
+                    },
+                    &probe,
+                )
+                .await
+            {
+                Ok(_) => return,
+                Err(e) if std::time::Instant::now() > deadline => panic!(
+                    "Cluster API's webhook did not answer within {PATIENCE:?}: {e}\ncapi-manager log:\n{}",
+                    std::fs::read_to_string(&log).unwrap_or_default()
+                ),
+                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+            }
+        }
+    }
+
+    fn api(&self, ar: &ApiResource) -> Api<DynamicObject> {
+        Api::namespaced_with(self.admin.clone(), NAMESPACE, ar)
+    }
+
+    /// A TerraformCluster of the module with failure domains, and a Cluster naming it as its
+    /// infrastructure.
+    async fn create_cluster(&self, name: &str) {
+        let infra: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": name, "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": self.modules.url("cluster.tar.gz") },
+                "variables": { "name": name },
+            },
+        }))
+        .unwrap();
+        self.api(&terraform_clusters())
+            .create(&PostParams::default(), &infra)
+            .await
+            .unwrap();
+        let cluster: DynamicObject = serde_json::from_value(json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": { "name": name, "namespace": NAMESPACE },
+            "spec": {
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io",
+                    "kind": "TerraformCluster",
+                    "name": name,
+                },
+            },
+        }))
+        .unwrap();
+        self.api(&capi_clusters())
+            .create(&PostParams::default(), &cluster)
+            .await
+            .unwrap();
+    }
+
+    /// Waits (wall time) until the object satisfies `f`, failing with both managers' logs.
+    async fn until(&self, ar: &ApiResource, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let api = self.api(ar);
+        let found = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(o) = api.get(name).await {
+                    let v = serde_json::to_value(&o).unwrap();
+                    if f(&v) {
+                        return v;
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await;
+        match found {
+            Ok(v) => v,
+            Err(_) => {
+                let last = api.get(name).await.map(|o| serde_json::to_value(o).unwrap());
+                let log = |f: &str| std::fs::read_to_string(self.cp.work_dir().join(f)).unwrap_or_default();
+                panic!(
+                    "{} {name}: {what} not within {PATIENCE:?}; the object: {last:?}\ncaptf-controller log:\n{}\ncapi-manager log (tail):\n{}",
+                    ar.kind,
+                    log("captf-controller.log"),
+                    tail(&log("capi-manager.log"), 60),
+                )
+            }
+        }
+    }
+
+    async fn jobs(&self) -> Vec<String> {
+        Api::<Job>::namespaced(self.admin.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .filter_map(|j| j.metadata.name)
+            .collect()
+    }
+}
+
+fn tail(text: &str, lines: usize) -> String {
+    let all: Vec<&str> = text.lines().collect();
+    all[all.len().saturating_sub(lines)..].join("\n")
+}
+
+/// The version of the core provider's local repository setup-tools rendered.
+fn capi_version(tools_root: &Path) -> String {
+    let dir = tools_root.join("capi/repository/cluster-api");
+    let mut versions: Vec<String> = std::fs::read_dir(&dir)
+        .unwrap_or_else(|e| panic!("{}: {e} (run `bash scripts/setup-tools.sh`)", dir.display()))
+        .flatten()
+        .map(|e| e.file_name().to_string_lossy().into_owned())
+        .collect();
+    versions.sort();
+    versions.pop().unwrap()
+}
+
+/// A local clusterctl repository: the core provider from setup-tools, CAPTF's from the
+/// repository's `clusterctl/` tree (as committed, so the test installs what users get), and a
+/// `clusterctl.yaml` naming both.
+fn local_repository(tools_root: &Path, dir: &Path) -> PathBuf {
+    let repo = dir.join("repository");
+    let core_version = capi_version(tools_root);
+    let core = repo.join("cluster-api").join(&core_version);
+    std::fs::create_dir_all(&core).unwrap();
+    for f in ["core-components.yaml", "metadata.yaml"] {
+        std::fs::copy(
+            tools_root
+                .join("capi/repository/cluster-api")
+                .join(&core_version)
+                .join(f),
+            core.join(f),
+        )
+        .unwrap();
+    }
+    let captf = repo.join("infrastructure-terraform").join(CAPTF_VERSION);
+    std::fs::create_dir_all(&captf).unwrap();
+    let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("../clusterctl/infrastructure-terraform")
+        .join(CAPTF_VERSION);
+    for f in ["infrastructure-components.yaml", "metadata.yaml"] {
+        std::fs::copy(committed.join(f), captf.join(f)).unwrap();
+    }
+    std::fs::write(
+        repo.join("clusterctl.yaml"),
+        format!(
+            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\n",
+            core.join("core-components.yaml").display(),
+            captf.join("infrastructure-components.yaml").display(),
+        ),
+    )
+    .unwrap();
+    repo
+}
+
+fn condition<'a>(o: &'a Value, kind: &str) -> Option<&'a Value> {
+    o["status"]["conditions"]
+        .as_array()
+        .and_then(|c| c.iter().find(|c| c["type"] == kind))
+}
+
+fn is_true(o: &Value, kind: &str) -> bool {
+    condition(o, kind).is_some_and(|c| c["status"] == "True")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure() {
+    let Some(m) = Management::start().await else { return };
+    assert!(
+        m.init_output
+            .contains("Your management cluster has been initialized successfully!"),
+        "{}",
+        m.init_output
+    );
+    assert!(
+        !m.init_output.contains("unrecognized format"),
+        "the API server warned about the CRDs:\n{}",
+        m.init_output
+    );
+    m.create_cluster("prod").await;
+
+    // CAPTF applies under the Cluster: Ready, with the endpoint and failure domains of the outputs.
+    let infra = m
+        .until(&terraform_clusters(), "prod", "Ready with Cluster API's owner", |o| {
+            is_true(o, "Ready")
+                && o["metadata"]["ownerReferences"]
+                    .as_array()
+                    .is_some_and(|r| r.iter().any(|r| r["kind"] == "Cluster" && r["name"] == "prod"))
+        })
+        .await;
+    let host = infra["spec"]["controlPlaneEndpoint"]["host"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(host.ends_with(".example"), "{infra}");
+
+    // Cluster API reads the contract: provisioned, the endpoint copied, the failure domains shown.
+    let cluster = m
+        .until(&capi_clusters(), "prod", "infrastructure provisioned", |o| {
+            o["status"]["initialization"]["infrastructureProvisioned"] == true
+                && o["spec"]["controlPlaneEndpoint"]["host"].is_string()
+                && o["status"]["failureDomains"].is_array()
+        })
+        .await;
+    assert_eq!(
+        cluster["spec"]["controlPlaneEndpoint"],
+        json!({"host": host, "port": 6443})
+    );
+    let domains = cluster["status"]["failureDomains"].as_array().unwrap();
+    let names: Vec<&str> = domains.iter().filter_map(|d| d["name"].as_str()).collect();
+    assert_eq!(names, ["zone-a", "zone-b"], "{cluster}");
+    assert_eq!(domains[0]["controlPlane"], true);
+    assert_eq!(domains[1]["attributes"]["rack"], "r2");
+
+    // Pause through the Cluster: an input change starts no Job until the Cluster is unpaused.
+    m.api(&capi_clusters())
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": true}})),
+        )
+        .await
+        .unwrap();
+    m.until(&terraform_clusters(), "prod", "Paused", |o| is_true(o, "Paused"))
+        .await;
+    let jobs_before = m.jobs().await;
+    let changed = m
+        .api(&terraform_clusters())
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"variables": {"content": "v2"}}})),
+        )
+        .await
+        .unwrap();
+    let generation = changed.metadata.generation.unwrap();
+    // The controller has seen the change (it reports the generation it observed) and holds it.
+    m.until(&terraform_clusters(), "prod", "the change observed while paused", |o| {
+        is_true(o, "Paused") && condition(o, "Paused").is_some_and(|c| c["observedGeneration"] == generation)
+    })
+    .await;
+    assert_eq!(m.jobs().await, jobs_before, "no Job starts while the Cluster is paused");
+    m.api(&capi_clusters())
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"paused": false}})),
+        )
+        .await
+        .unwrap();
+    m.until(
+        &terraform_clusters(),
+        "prod",
+        "the change applied after unpausing",
+        |o| is_true(o, "Ready") && !is_true(o, "Paused") && o["status"]["observedGeneration"] == generation,
+    )
+    .await;
+    // Finished Jobs are pruned to the history limit, so count names, not Jobs: a new one ran.
+    let jobs_after = m.jobs().await;
+    assert!(
+        jobs_after.iter().any(|j| !jobs_before.contains(j)),
+        "unpausing ran the change: no new Job among {jobs_after:?} (before: {jobs_before:?})"
+    );
+}
