@@ -396,20 +396,7 @@ fn walk(
             }
             Some(_) => None,
         },
-        "integer" => {
-            let fits = match schema.format.as_deref() {
-                Some("int32") => value.as_i64().is_some_and(|v| i32::try_from(v).is_ok()),
-                Some("uint32") => value.as_u64().is_some_and(|v| u32::try_from(v).is_ok()),
-                Some("uint64") => value.is_u64(),
-                _ => value.is_i64(),
-            };
-            (!fits).then_some(match schema.format.as_deref() {
-                Some("int32") => "must be a 32-bit integer",
-                Some("uint32") => "must be a non-negative 32-bit integer",
-                Some("uint64") => "must be a non-negative integer",
-                _ => "must be a 64-bit integer",
-            })
-        }
+        "integer" => integer_wrong(value, schema),
         "number" if !value.is_number() => Some("must be a number"),
         "boolean" if !value.is_boolean() => Some("must be true or false"),
         _ => None,
@@ -418,4 +405,26 @@ fn walk(
         report.violation(path, what, value);
         fixes.repair(here, schema, required);
     }
+}
+
+/// What is wrong with `value` as an integer of `schema` (None: nothing), by its format. The CRDs
+/// write Rust's `u32` as `int64` with `minimum: 0` and `maximum: 4294967295`, the form the API
+/// server knows; that is read as `uint32` again. Other bounds are the rules' to judge.
+fn integer_wrong(value: &Value, schema: &JSONSchemaProps) -> Option<&'static str> {
+    let format = match schema.format.as_deref() {
+        Some("int64") if schema.minimum == Some(0.0) && schema.maximum == Some(f64::from(u32::MAX)) => Some("uint32"),
+        other => other,
+    };
+    let fits = match format {
+        Some("int32") => value.as_i64().is_some_and(|v| i32::try_from(v).is_ok()),
+        Some("uint32") => value.as_u64().is_some_and(|v| u32::try_from(v).is_ok()),
+        Some("uint64") => value.is_u64(),
+        _ => value.is_i64(),
+    };
+    (!fits).then_some(match format {
+        Some("int32") => "must be a 32-bit integer",
+        Some("uint32") => "must be a non-negative 32-bit integer",
+        Some("uint64") => "must be a non-negative integer",
+        _ => "must be a 64-bit integer",
+    })
 }
