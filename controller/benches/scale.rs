@@ -18,7 +18,8 @@
 //!
 //! Knobs (env): `CAPTF_SCALE_OBJECTS` (N, 1000), `CAPTF_SCALE_RUNNING` (R, 1000, at most N),
 //! `CAPTF_SCALE_EVICTIONS` (E, 300), `CAPTF_SCALE_RATE` (evictions per second, 20),
-//! `CAPTF_SCALE_CONCURRENCY` (the controller's `--concurrency`, 8), `CAPTF_SCALE_TIMEOUT`
+//! `CAPTF_SCALE_CONCURRENCY` (the controller's `--concurrency`, 8), `CAPTF_SCALE_SLOTS` (the
+//! controller's `--max-running-jobs-per-namespace`, 0: no limit, so R Jobs run), `CAPTF_SCALE_TIMEOUT`
 //! (seconds per phase, 900), `CAPTF_SCALE_LOG` (keep the controller's log there; `RUST_LOG`
 //! sets its level, default warn).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
@@ -151,6 +152,10 @@ async fn main() -> Result<()> {
             "127.0.0.1:0",
         ])
         .args(["--sim-clock-url", &sim.url(), "--concurrency", &concurrency.to_string()])
+        .args([
+            "--max-running-jobs-per-namespace".to_string(),
+            env_or("CAPTF_SCALE_SLOTS", 0).to_string(),
+        ])
         .env("KUBECONFIG", &kubeconfig)
         .env("RUST_LOG", std::env::var("RUST_LOG").unwrap_or_else(|_| "warn".into()))
         .stdout(log.try_clone()?)

@@ -52,6 +52,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         }
         Reason::ClusterBusy => "a Job of the owning TerraformCluster holds the cluster lease",
         Reason::MemberJobActive => "a machine pool or machine of this cluster has a Job running",
+        Reason::Queued => {
+            "the controller runs as many runner Jobs as its limits allow; the object waits for a runner slot in turn (the Ready message gives its place)"
+        }
         Reason::DeletingBackoff
         | Reason::InterruptedApplyBackoff
         | Reason::InputsChangedBackoff
@@ -205,6 +208,17 @@ pub fn lock_words(s: &Snapshot, waited_on: Option<&LockState>) -> String {
     }
 }
 
+/// The object's place while it waits for a runner slot (the controller's limits on running
+/// Jobs): the Ready message the controller wrote with `nextAction.reason: Queued`.
+pub fn queued_place(s: &Snapshot) -> Option<String> {
+    let next = s.status.next_action.as_ref()?;
+    if next.reason != Reason::Queued.as_str() {
+        return None;
+    }
+    let ready = captf_shared::conditions::find(s.status.conditions.as_deref()?, captf_shared::conditions::READY)?;
+    (!ready.message.is_empty()).then(|| ready.message.clone())
+}
+
 /// The explanation in words, most important first.
 pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_target: &str, now: Timestamp) -> String {
     let s = &e.plan.booked;
@@ -277,6 +291,12 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
         Decision::Finalize => "the destroy is done (or the deletion policy is Orphan)".to_string(),
     };
     line("Why:", why);
+    if let (Decision::Start(_), Some(place)) = (d, queued_place(s)) {
+        line(
+            "Runner slot:",
+            format!("{place}, as of the controller's last look: the Job starts in turn when a slot frees"),
+        );
+    }
     let suffix = captf_shared::names::suffix(s.kind, &s.namespace, &s.name);
     line(
         "State:",
@@ -369,6 +389,57 @@ mod tests {
 
     fn now() -> Timestamp {
         "2026-03-01T10:00:00Z".parse().unwrap()
+    }
+
+    #[test]
+    fn runner_slots_the_place_of_a_queued_object_is_the_ready_message_the_controller_wrote() {
+        use captf_core::lock::LockState;
+        use captf_core::snapshot::{DurableRecord, Holds, InputsHash};
+        use captf_shared::conditions::{self, Status};
+        use captf_shared::types::{
+            CaptfObject, ModuleSpec, NextAction, TerraformCluster, TerraformClusterSpec, TerraformSpec,
+        };
+        let mut tc = TerraformCluster::new(
+            "net",
+            TerraformClusterSpec {
+                terraform: TerraformSpec {
+                    module: ModuleSpec {
+                        source: "git::https://example.com/m.git".into(),
+                        ..Default::default()
+                    },
+                    ..Default::default()
+                },
+                ..Default::default()
+            },
+        );
+        tc.metadata.namespace = Some("team-a".into());
+        let mut s = Snapshot::new(
+            &CaptfObject::Cluster(tc),
+            vec![],
+            DurableRecord::default(),
+            InputsHash::Known("a".repeat(64)),
+            LockState::Free,
+            Holds::default(),
+        )
+        .unwrap();
+        let place = "waiting for a runner slot: 3 of 7 queued in namespace team-a (10 of 10 running)";
+        let mut cs = vec![];
+        conditions::set_condition(&mut cs, conditions::READY, Status::False, "Queued", place, None, now());
+        s.status.conditions = Some(cs);
+        assert_eq!(queued_place(&s), None, "no nextAction: not queued");
+        s.status.next_action = Some(NextAction {
+            op: Some(Op::Apply),
+            reason: "Queued".into(),
+            not_before: None,
+        });
+        assert_eq!(queued_place(&s).as_deref(), Some(place));
+        s.status.next_action = Some(NextAction {
+            op: Some(Op::Apply),
+            reason: "InputsChanged".into(),
+            not_before: None,
+        });
+        assert_eq!(queued_place(&s), None);
+        assert!(reason_words(Reason::Queued).contains("runner slot"));
     }
 
     #[test]

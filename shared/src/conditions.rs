@@ -38,6 +38,9 @@ pub mod reason {
     pub const NAME_CONFLICT: &str = "NameConflict";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
+    /// The object is due to start a Job and waits for a runner slot (the limits on running
+    /// Jobs); the message gives its place.
+    pub const QUEUED: &str = "Queued";
     pub const PROVISIONED: &str = "Provisioned";
     /// `Reconciled=True`: the last pass read, decided and wrote everything it needed to.
     pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";

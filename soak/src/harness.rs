@@ -62,6 +62,10 @@ pub struct Config {
     pub logs: Option<PathBuf>,
     /// Print a line per simulated hour.
     pub progress: bool,
+    /// The controllers' limits on running runner Jobs (`--max-running-jobs`,
+    /// `--max-running-jobs-per-namespace`), checked by
+    /// `invariants::never_more_running_jobs_than_the_limits`.
+    pub runner_limits: invariants::RunnerLimits,
 }
 
 impl Default for Config {
@@ -78,6 +82,11 @@ impl Default for Config {
             bin_dir: None,
             logs: None,
             progress: false,
+            // The controller's defaults.
+            runner_limits: invariants::RunnerLimits {
+                total: 0,
+                per_namespace: 10,
+            },
         }
     }
 }
@@ -100,6 +109,8 @@ pub struct Report {
     pub restarts: usize,
     /// Ticks whose settle ran out of patience.
     pub unsettled: usize,
+    /// Times an object waited for a runner slot (Queued).
+    pub queued: usize,
     pub changes: u64,
     pub violations: Vec<Violation>,
     /// The highest resident set of any controller process (MiB).
@@ -135,6 +146,10 @@ impl Report {
             self.objects, self.recreated, self.changes
         ));
         line(format!("Jobs: {} created; ended {:?}", self.jobs, self.ends));
+        line(format!(
+            "objects that waited for a runner slot (Queued): {}",
+            self.queued
+        ));
         line("runner behaviours:".into());
         for (r, n) in &self.runners {
             line(format!("  {:>6}  {}", n, r.name()));
@@ -489,6 +504,14 @@ impl Soak {
                 ("CAPTF_LEADER_NAMESPACE".into(), setup::WEBHOOK_NAMESPACE.into()),
                 ("CAPTF_LEADER_LEASE_SECONDS".into(), self.cfg.lease_seconds.to_string()),
                 ("CAPTF_LEADER_IDENTITY".into(), identity.clone()),
+                (
+                    "CAPTF_MAX_RUNNING_JOBS".into(),
+                    self.cfg.runner_limits.total.to_string(),
+                ),
+                (
+                    "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE".into(),
+                    self.cfg.runner_limits.per_namespace.to_string(),
+                ),
             ],
         };
         let log = self.logs.join(format!("{identity}.log"));
@@ -666,6 +689,15 @@ impl Soak {
                     return;
                 };
                 let suffix = names::suffix(kind, NS, &name);
+                // A person locks a state CAPTF already made (its lock Lease exists). A Lease made
+                // by someone else before the object's first Job is held as foreign until a person
+                // removes or binds it (the identity rule), which a soak with no person cannot
+                // play: with runner slots, an object may wait long enough for its first Job to
+                // meet one.
+                let lease = names::lock_lease_name(&suffix);
+                if self.sim.get("coordination.k8s.io/leases", NS, &lease).is_none() {
+                    return;
+                }
                 let id = format!("workstation-{}", self.rng.next_u64() % 1_000_000);
                 if self.sim.hold_lock_if_free(NS, &suffix, &id, "alice@workstation") {
                     self.fault(a.name());
@@ -1079,6 +1111,10 @@ impl Soak {
         }
         let h = lock(&self.history);
         violations.extend(invariants::always(&h));
+        violations.extend(invariants::never_more_running_jobs_than_the_limits(
+            &h,
+            self.cfg.runner_limits,
+        ));
         violations.extend(invariants::at_rest(&h, now));
         let mut report = std::mem::take(&mut self.report);
         report.seed = self.cfg.seed;
@@ -1090,6 +1126,7 @@ impl Soak {
         report.ends = h.ends();
         report.leader_changes = h.leaders.len().saturating_sub(1);
         report.changes = h.changes;
+        report.queued = h.queued;
         report.runners = lock(&self.runners).clone();
         for p in &lock(&self.trap).fired {
             *report.faults.entry(Action::KillLeader(*p).name()).or_default() += 1;

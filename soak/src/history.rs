@@ -162,6 +162,8 @@ pub struct History {
     /// name came and went (at most [`BINDING_TRACE`] lines each), for the report of an object
     /// held with `NameConflict`.
     pub bindings: HashMap<String, std::collections::VecDeque<String>>,
+    /// Times an object began to wait for a runner slot (`status.nextAction.reason: Queued`).
+    pub queued: usize,
     /// Changes seen.
     pub changes: u64,
     pub first: Option<Timestamp>,
@@ -450,6 +452,10 @@ impl History {
             f.deletion_requested.get_or_insert(now);
         }
         if let Some(st) = o.get("status") {
+            let queued = |st: &Value| st.pointer("/nextAction/reason").and_then(Value::as_str) == Some("Queued");
+            if queued(st) && !queued(&f.status) {
+                self.queued += 1;
+            }
             f.status = st.clone();
         }
         if ev.kind == EventType::Deleted {

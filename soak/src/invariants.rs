@@ -47,6 +47,53 @@ pub fn always(h: &History) -> Vec<Violation> {
     out
 }
 
+/// The controller's limits on running runner Jobs (`--max-running-jobs`,
+/// `--max-running-jobs-per-namespace`; 0: none).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct RunnerLimits {
+    pub total: u32,
+    pub per_namespace: u32,
+}
+
+/// Never more Jobs running at once than the limits allow: at each Job's creation, the Jobs
+/// running then (created before it, not finished, not deleted) and itself, in its namespace and
+/// in all, are within the limits.
+pub fn never_more_running_jobs_than_the_limits(h: &History, limits: RunnerLimits) -> Vec<Violation> {
+    let mut out = Vec::new();
+    if limits.total == 0 && limits.per_namespace == 0 {
+        return out;
+    }
+    for j in &h.jobs {
+        let running: Vec<&JobFact> = h
+            .jobs
+            .iter()
+            .filter(|k| k.uid != j.uid && k.active_at(j.created_rv))
+            .collect();
+        let total = running.len() + 1;
+        let in_ns = running.iter().filter(|k| k.ns == j.ns).count() + 1;
+        let over_ns = limits.per_namespace > 0 && in_ns > limits.per_namespace as usize;
+        let over_total = limits.total > 0 && total > limits.total as usize;
+        if over_ns || over_total {
+            let mut names: Vec<&str> = running.iter().map(|k| k.name.as_str()).collect();
+            names.sort_unstable();
+            out.push(v(
+                "never_more_running_jobs_than_the_limits",
+                j.created,
+                &j.object,
+                format!(
+                    "Job {} was created with {in_ns} running in namespace {} (limit {}) and {total} in all (limit {}): {}",
+                    j.name,
+                    j.ns,
+                    limits.per_namespace,
+                    limits.total,
+                    names.join(", ")
+                ),
+            ));
+        }
+    }
+    out
+}
+
 /// Checks that hold once the faults stopped and everything settled (`end`: that moment).
 pub fn at_rest(h: &History, end: Timestamp) -> Vec<Violation> {
     let mut out = every_finished_job_booked_exactly_once(h, end);
@@ -529,6 +576,67 @@ mod tests {
             },
             deleted_rv: None,
         }
+    }
+
+    #[test]
+    fn never_more_running_jobs_than_the_limits_fails_a_history_that_broke_them() {
+        let in_ns = |ns: &str, mut j: JobFact| {
+            j.ns = ns.into();
+            j.object = format!("TerraformCluster.{ns}.{}", j.name);
+            j
+        };
+        // a1 and a2 run together in "a"; b1 starts in "b" while both still run.
+        let jobs = vec![
+            in_ns("a", job("a1", "apply", (0, 10), Some((60, 40)), Some(End::Success))),
+            in_ns("a", job("a2", "apply", (1, 11), Some((61, 41)), Some(End::Success))),
+            in_ns("b", job("b1", "apply", (2, 12), Some((62, 42)), Some(End::Success))),
+            // After a1 and a2 finished: nothing else runs.
+            in_ns("a", job("a3", "apply", (70, 50), None, None)),
+        ];
+        let h = history(jobs);
+        let limits = |total, per_namespace| RunnerLimits { total, per_namespace };
+        assert!(never_more_running_jobs_than_the_limits(&h, limits(0, 0)).is_empty());
+        assert!(never_more_running_jobs_than_the_limits(&h, limits(3, 2)).is_empty());
+        // One per namespace: a2 broke it, b1 did not (its namespace ran nothing else).
+        let found = never_more_running_jobs_than_the_limits(&h, limits(0, 1));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .detail
+                .starts_with("Job a2 was created with 2 running in namespace a"),
+            "{}",
+            found[0]
+        );
+        // Two in all: b1 was the third.
+        let found = never_more_running_jobs_than_the_limits(&h, limits(2, 0));
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].detail.contains("Job b1") && found[0].detail.contains("3 in all (limit 2): a1, a2"),
+            "{}",
+            found[0]
+        );
+        // A Job deleted while it ran stops counting when it is deleted: only a2 broke the limit.
+        let mut jobs = h.jobs.clone();
+        jobs[0].finished = None;
+        jobs[0].deleted_rv = Some(45);
+        let found = never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits(0, 1));
+        assert_eq!(
+            found
+                .iter()
+                .map(|v| v.detail.split(' ').nth(1).unwrap())
+                .collect::<Vec<_>>(),
+            ["a2"]
+        );
+        // Never finished nor deleted, a1 still ran when a3 was created.
+        jobs[0].deleted_rv = None;
+        let found = never_more_running_jobs_than_the_limits(&history(jobs), limits(0, 1));
+        assert_eq!(
+            found
+                .iter()
+                .map(|v| v.detail.split(' ').nth(1).unwrap())
+                .collect::<Vec<_>>(),
+            ["a2", "a3"]
+        );
     }
 
     fn history(jobs: Vec<JobFact>) -> History {

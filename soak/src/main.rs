@@ -39,6 +39,12 @@ struct Cli {
     /// The longest ordinary stretch of simulated time between two looks (seconds).
     #[arg(long, default_value_t = 300)]
     step_seconds: u64,
+    /// The controllers' `--max-running-jobs` (0: no controller-wide limit).
+    #[arg(long, default_value_t = 0)]
+    max_running_jobs: u32,
+    /// The controllers' `--max-running-jobs-per-namespace` (0: no limit).
+    #[arg(long, default_value_t = 10)]
+    max_running_jobs_per_namespace: u32,
     /// Keep the controllers' and the webhook's logs in this folder.
     #[arg(long)]
     logs: Option<PathBuf>,
@@ -65,6 +71,10 @@ async fn main() -> ExitCode {
         rates,
         logs: cli.logs,
         progress: cli.progress,
+        runner_limits: captf_soak::invariants::RunnerLimits {
+            total: cli.max_running_jobs,
+            per_namespace: cli.max_running_jobs_per_namespace,
+        },
         ..defaults
     };
     match harness::run(cfg).await {

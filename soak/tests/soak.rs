@@ -53,6 +53,11 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
         rates: Rates::default().scaled(4.0),
         runners: weights,
         bin_dir: Some(bin_dir()),
+        // Low enough to bind: three groups could run six Jobs at once.
+        runner_limits: captf_soak::invariants::RunnerLimits {
+            total: 3,
+            per_namespace: 2,
+        },
         ..Config::default()
     };
     let report = harness::run(cfg).await.expect("the soak runs");
@@ -112,4 +117,10 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
         report.render()
     );
     assert!(!report.metrics.is_empty(), "{}", report.render());
+    // The runner limits bound: objects waited for a slot (and the invariant above held).
+    assert!(
+        report.queued > 0,
+        "nothing ever waited for a runner slot:\n{}",
+        report.render()
+    );
 }

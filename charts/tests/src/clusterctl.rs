@@ -52,7 +52,7 @@ impl Variable {
 }
 
 /// The variables of the components file (the README lists them).
-pub const VARIABLES: [Variable; 7] = [
+pub const VARIABLES: [Variable; 9] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
         default: "ghcr.io/captf/controller:0.1.0",
@@ -87,6 +87,16 @@ pub const VARIABLES: [Variable; 7] = [
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
         default: "\"\"",
         doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
+    },
+    Variable {
+        name: "CAPTF_MAX_RUNNING_JOBS",
+        default: "0",
+        doc: "runner Jobs running at once in all namespaces together (--max-running-jobs); 0: no limit",
+    },
+    Variable {
+        name: "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
+        default: "10",
+        doc: "runner Jobs running at once in each namespace (--max-running-jobs-per-namespace); 0: no limit",
     },
 ];
 
@@ -269,8 +279,8 @@ fn relabel(metadata: &mut Value) {
     }
 }
 
-/// Images, the watch namespace, the runner's image and service account, and the log level
-/// become clusterctl variables.
+/// Images, the watch namespace, the runner's image and service account, the runner Job limits
+/// and the log level become clusterctl variables.
 fn set_variables(container: &mut Value) {
     let image = match container["name"].as_str() {
         Some("manager") => Some(variable("CAPTF_CONTROLLER_IMAGE")),
@@ -303,6 +313,20 @@ fn set_variables(container: &mut Value) {
         }
     }
     if is_manager && let Some(args) = container["args"].as_array_mut() {
+        // The runner Job limits (the chart's controller.maxRunningJobs).
+        for a in args.iter_mut() {
+            for (flag, var) in [
+                ("--max-running-jobs=", "CAPTF_MAX_RUNNING_JOBS"),
+                (
+                    "--max-running-jobs-per-namespace=",
+                    "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
+                ),
+            ] {
+                if a.as_str().is_some_and(|s| s.starts_with(flag)) {
+                    *a = json!(format!("{flag}{}", variable(var)));
+                }
+            }
+        }
         args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
         // After `run`: clusterctl installs watching all namespaces (`--namespace=""`).
         let at = usize::from(!args.is_empty());

@@ -33,6 +33,27 @@ fn controller_accepts_the_charts_arguments_with_leader_election_on() {
     assert_eq!(run.health_addr.port(), 8081);
     assert_eq!(run.concurrency, 4);
     assert_eq!(run.log_format, captf_controller::runtime::LogFormat::Json);
+    assert_eq!((run.max_running_jobs, run.max_running_jobs_per_namespace), (0, 10));
+}
+
+#[test]
+fn controller_takes_the_charts_runner_job_limits() {
+    let run = parse_controller(&args_of(
+        &[
+            "--set",
+            "controller.maxRunningJobs.total=50",
+            "--set",
+            "controller.maxRunningJobs.perNamespace=0",
+        ],
+        "captf-controller",
+    ));
+    assert_eq!((run.max_running_jobs, run.max_running_jobs_per_namespace), (50, 0));
+    // A large value renders as an integer, not in exponent notation.
+    let run = parse_controller(&args_of(
+        &["--set", "controller.maxRunningJobs.total=4000000"],
+        "captf-controller",
+    ));
+    assert_eq!(run.max_running_jobs, 4_000_000);
 }
 
 #[test]

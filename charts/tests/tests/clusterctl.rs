@@ -160,6 +160,30 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     );
 }
 
+#[test]
+fn the_runner_job_limits_are_variables_with_the_charts_defaults() {
+    let text = committed(COMPONENTS_FILE);
+    let args = strings(&manager(&components())["args"]);
+    assert!(
+        args.contains(&"--max-running-jobs=${CAPTF_MAX_RUNNING_JOBS:=0}".to_string()),
+        "{args:?}"
+    );
+    assert!(
+        args.contains(&"--max-running-jobs-per-namespace=${CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE:=10}".to_string()),
+        "{args:?}"
+    );
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new()).unwrap()).unwrap();
+    let run = run_args(&manager(&installed));
+    assert_eq!((run.max_running_jobs, run.max_running_jobs_per_namespace), (0, 10));
+    let values = BTreeMap::from([
+        ("CAPTF_MAX_RUNNING_JOBS", "40"),
+        ("CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE", "0"),
+    ]);
+    let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &values).unwrap()).unwrap();
+    let run = run_args(&manager(&installed));
+    assert_eq!((run.max_running_jobs, run.max_running_jobs_per_namespace), (40, 0));
+}
+
 /// The webhook takes the controller's runner image and service account, as the same variables:
 /// once installed, both read the same tenant policy flags into the same policy, so a spec naming
 /// the runner image `CAPTF_RUNNER_IMAGE` sets is allowed by both.

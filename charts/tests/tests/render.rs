@@ -204,6 +204,8 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--concurrency=4",
+        "--max-running-jobs=0",
+        "--max-running-jobs-per-namespace=10",
         "--log-format=json",
     ] {
         assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");

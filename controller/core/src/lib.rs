@@ -22,6 +22,7 @@
 //! | [`reason`] | why a decision was made |
 //! | [`decide`](mod@decide) | the ordered rules (docs/rules.md) |
 //! | [`wake`] | when a waiting object is looked at again (docs/architecture.md) |
+//! | [`queue`] | runner slots: the limits on running Jobs, who starts next, everyone's place (docs/rules.md) |
 //! | [`finalizer`] | CAPTF's finalizer on an object, added and removed |
 //! | [`ident`] | who an object is, and the names derived from it |
 //! | [`assemble`] | the snapshot built from what a reader read |
@@ -52,6 +53,7 @@ pub mod outcome;
 pub mod pause;
 pub mod plan;
 pub mod prune;
+pub mod queue;
 pub mod reason;
 pub mod record;
 pub mod remediation;

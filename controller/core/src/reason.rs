@@ -43,6 +43,7 @@ reasons!(
     ClusterInfrastructurePending,
     ClusterBusy,
     MemberJobActive,
+    Queued,
     DeletingBackoff,
     InterruptedApplyBackoff,
     InputsChangedBackoff,

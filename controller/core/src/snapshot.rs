@@ -94,6 +94,10 @@ pub struct Holds {
     /// The Cluster API `Cluster` exists and its infrastructure is not provisioned yet: a machine
     /// pool's or machine's first apply waits.
     pub cluster_infrastructure_pending: bool,
+    /// A `Start` may not run yet: the limits on running Jobs are reached (`Queued`). The
+    /// object's place, in words (`crate::queue::Place`); set by the controller, which alone
+    /// counts every namespace's Jobs.
+    pub queued: Option<String>,
 }
 
 /// Everything `decide` looks at.

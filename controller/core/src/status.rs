@@ -367,6 +367,14 @@ fn ready(
         (Status::False, reasons::RUNNER_CONFIG_UNAVAILABLE.to_string(), v.clone())
     } else if s.paused {
         (Status::False, reasons::PAUSED.to_string(), "paused".to_string())
+    } else if let (Some(Reason::Queued), Some(place)) = (reason, &s.holds.queued) {
+        // Waiting for a runner slot. An object whose current inputs are applied stays Ready
+        // (its drift check or refresh waits), saying so; any other waits Queued.
+        if applied && s.deletion_timestamp.is_none() && !interrupted_pending {
+            (Status::True, "Ready".to_string(), place.clone())
+        } else {
+            (Status::False, reasons::QUEUED.to_string(), place.clone())
+        }
     } else if s.deletion_timestamp.is_some() {
         match reason {
             Some(r @ (Reason::StateUnreadable | Reason::MembersExist)) => (
@@ -506,6 +514,102 @@ mod tests {
         // A message of any length is bounded.
         let long = failed_pass(&old, "GetSecret", &"x".repeat(100_000), None, t(1));
         assert!(reconciled(&long).is_some_and(|(_, _, m, _)| m.len() <= CONDITION_MESSAGE_LIMIT + 64));
+    }
+
+    mod queued {
+        #![allow(clippy::unwrap_used)]
+        use super::super::*;
+        use crate::lock::LockState;
+        use crate::snapshot::{DurableRecord, Holds, InputsHash};
+        use crate::{Start, queue};
+        use captf_shared::types::{CaptfObject, ModuleSpec, TerraformCluster, TerraformClusterSpec, TerraformSpec};
+
+        const HASH: &str = "aaaaaaaaaaaaaaaabbbbbbbbbbbbbbbbccccccccccccccccdddddddddddddddd";
+        const PLACE: &str = "waiting for a runner slot: 3 of 7 queued in namespace team-a (10 of 10 running)";
+
+        fn snapshot(applied: bool, deleting: bool) -> Snapshot {
+            let mut tc = TerraformCluster::new(
+                "net",
+                TerraformClusterSpec {
+                    terraform: TerraformSpec {
+                        module: ModuleSpec {
+                            source: "git::https://example.com/m.git".into(),
+                            ..Default::default()
+                        },
+                        ..Default::default()
+                    },
+                    control_plane_endpoint: None,
+                },
+            );
+            tc.metadata.namespace = Some("team-a".into());
+            if deleting {
+                tc.metadata.deletion_timestamp = Some(Time(Timestamp::UNIX_EPOCH));
+            }
+            Snapshot::new(
+                &CaptfObject::Cluster(tc),
+                vec![],
+                DurableRecord {
+                    applied_inputs_hash: applied.then(|| HASH.into()),
+                    ..Default::default()
+                },
+                InputsHash::Known(HASH.into()),
+                LockState::Free,
+                Holds {
+                    queued: Some(PLACE.into()),
+                    ..Default::default()
+                },
+            )
+            .unwrap()
+        }
+
+        fn ready(s: &Snapshot, op: Op, reason: Reason) -> (String, String, String, Option<String>) {
+            let start = Start {
+                op,
+                reason,
+                attempt: 1,
+                drift_remediation: false,
+                force_unlock_id: None,
+                approved_plan: None,
+                approved_by: None,
+                skipped_backoff: None,
+            };
+            let d = Decision::Wait(queue::queued(&start));
+            let st = compute(s, &d, None, Some(HASH), false, Timestamp::UNIX_EPOCH);
+            let c = conditions::find(st.conditions.as_deref().unwrap(), conditions::READY).unwrap();
+            (
+                c.status.clone(),
+                c.reason.clone(),
+                c.message.clone(),
+                st.next_action.map(|n| n.reason),
+            )
+        }
+
+        #[test]
+        fn runner_slots_a_queued_object_that_never_applied_is_not_ready_and_says_its_place() {
+            let (status, reason, message, next) = ready(&snapshot(false, false), Op::Apply, Reason::InputsChanged);
+            assert_eq!((status.as_str(), reason.as_str()), ("False", "Queued"));
+            assert_eq!(message, PLACE);
+            assert_eq!(next.as_deref(), Some("Queued"));
+        }
+
+        #[test]
+        fn runner_slots_a_queued_destroy_is_not_ready_and_says_its_place() {
+            let (status, reason, message, _) = ready(&snapshot(true, true), Op::Destroy, Reason::Deleting);
+            assert_eq!(
+                (status.as_str(), reason.as_str(), message.as_str()),
+                ("False", "Queued", PLACE)
+            );
+        }
+
+        #[test]
+        fn runner_slots_an_applied_object_whose_drift_check_is_queued_stays_ready_and_says_so() {
+            let (status, reason, message, next) = ready(&snapshot(true, false), Op::Drift, Reason::DriftCheckDue);
+            assert_eq!(
+                (status.as_str(), reason.as_str(), message.as_str()),
+                ("True", "Ready", PLACE)
+            );
+            assert_eq!(next.as_deref(), Some("Queued"));
+        }
     }
 
     #[test]

@@ -35,6 +35,7 @@ use super::interrupted;
 use super::leases::{self, Take};
 use super::owners::{self, OwnerKind};
 use super::retry::ObjectKey;
+use super::slots::Ask;
 use captf_core::ident::Ident;
 use captf_core::interrupted::Checked;
 use captf_core::job::{JobParams, build_job, owner_reference, runner_account};
@@ -100,7 +101,13 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
             }
             out
         }
-        Ok(None) => Ok(Action::await_change()),
+        Ok(None) => {
+            ctx.slots.forget(&object_key::<K>(&obj));
+            ctx.metrics
+                .queued
+                .set(i64::try_from(ctx.slots.queued()).unwrap_or(i64::MAX));
+            Ok(Action::await_change())
+        }
         Err(e) => Err(e),
     };
     ctx.metrics.observe_reconcile(K::KIND, started.elapsed().as_secs_f64());
@@ -185,6 +192,10 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     };
     let new = if acted.as_planned {
         plan.status.clone()
+    } else if let Some(place) = &acted.queued {
+        let mut held = plan.clone();
+        held.booked.holds.queued = Some(place.clone());
+        plan::status_with(&held, &acted.decision, acted.active_job.as_deref(), now)
     } else if let Some(conflict) = &acted.name_conflict {
         let mut held = plan.clone();
         held.booked.name_conflict = Some(conflict.clone());
@@ -356,6 +367,8 @@ struct Acted {
     as_planned: bool,
     /// The Job did not start: something under the object's names is another object's.
     name_conflict: Option<String>,
+    /// The Job did not start: no runner slot (the object's place, in words).
+    queued: Option<String>,
 }
 
 /// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
@@ -376,7 +389,20 @@ async fn act(
         active_job: booked_active.clone(),
         as_planned: true,
         name_conflict: None,
+        queued: None,
     };
+    let key = ObjectKey {
+        kind: id.kind,
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+    };
+    if !matches!(plan.decision, Decision::Start(_)) {
+        // Only a start waits for a runner slot.
+        ctx.slots.forget(&key);
+        ctx.metrics
+            .queued
+            .set(i64::try_from(ctx.slots.queued()).unwrap_or(i64::MAX));
+    }
     match &plan.decision {
         Decision::Wait(w) => {
             if w.reason != Reason::JobActive
@@ -411,6 +437,7 @@ async fn act(
             });
             match inputs {
                 None => {
+                    ctx.slots.forget(&key);
                     acted.decision = Decision::Wait(Wait {
                         reason: Reason::InputsUnresolved,
                         op: Some(start.op),
@@ -422,6 +449,35 @@ async fn act(
                     acted.as_planned = false;
                 }
                 Some(inputs) => {
+                    // The one admission point (`slots`): a slot is taken before the Job is
+                    // created, and given back if it is not.
+                    let class = captf_core::queue::class_of(start, &plan.booked);
+                    let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, plan.next_seq);
+                    let asked = ctx.slots.ask(&key, class, &job_name, now);
+                    ctx.metrics
+                        .queued
+                        .set(i64::try_from(ctx.slots.queued()).unwrap_or(i64::MAX));
+                    let permit = match asked {
+                        Ask::Start(permit) => permit,
+                        Ask::Queued(place) => {
+                            let place = place.to_string();
+                            tracing::debug!("{} waits: {place}", id.what());
+                            // Waiting is not starting: claims of an earlier pass that never
+                            // created its Job are given up, as for any other wait.
+                            if let Some(job) = leases::give_up_unstarted(&ctx.client, id).await? {
+                                tracing::info!(
+                                    "gave up the leases {job} held: it was never created and {} waits for a runner slot",
+                                    id.what()
+                                );
+                            }
+                            acted.decision = Decision::Wait(captf_core::queue::queued(start));
+                            acted.action =
+                                ctx.look_again(id, Wake::At(wake::after(now, captf_core::queue::QUEUE_LOOK)));
+                            acted.as_planned = false;
+                            acted.queued = Some(place);
+                            return Ok(Some(acted));
+                        }
+                    };
                     let started = start_job(
                         ctx,
                         id,
@@ -435,6 +491,7 @@ async fn act(
                     .await?;
                     match started {
                         Started::Job(name) => {
+                            permit.commit();
                             acted.active_job = Some(name);
                             acted.action = ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE)));
                         }
@@ -714,6 +771,19 @@ fn controller_for<K: CaptfKind>(
             )
         })
     };
+    // When a runner slot frees (a Job finished or went, a start was given up): the objects of
+    // this kind that may take it now, at once rather than at their next look.
+    let slot_wakes = {
+        let ctx = ctx.clone();
+        let ns = ns.clone();
+        ctx.slots.freed().flat_map(move |()| {
+            let due = ctx.slots.due(K::KIND, ns.as_deref(), ctx.clock.now());
+            futures::stream::iter(
+                due.into_iter()
+                    .map(|k| ObjectRef::<Meta<K>>::new(&k.name).within(&k.namespace)),
+            )
+        })
+    };
     let mut controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector));
@@ -740,6 +810,7 @@ fn controller_for<K: CaptfKind>(
     let controller = controller
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .reconcile_on(wakes)
+        .reconcile_on(slot_wakes)
         // Each time this replica becomes the leader.
         .reconcile_all_on(super::clock::changes(ctx.terms.clone()))
         .graceful_shutdown_on(async move {

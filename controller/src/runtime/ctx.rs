@@ -18,6 +18,7 @@ use super::events::{Emission, Events};
 use super::gather::{self, Caches, Feeds};
 use super::metrics::Metrics;
 use super::retry::{ErrorBackoff, ObjectKey};
+use super::slots::Slots;
 
 /// Requeue while the stores have not listed once, or lag the live status (they usually catch up
 /// within milliseconds, and the Job's own watch event triggers the object before this).
@@ -59,6 +60,8 @@ pub struct Ctx {
     pub in_flight: Arc<AtomicUsize>,
     /// Under a simulated clock: the objects to look at again when that clock reaches a time.
     pub wakes: Mutex<Schedule<ObjectKey>>,
+    /// The runner slots: whether a pass may create a Job (shared by every watched namespace).
+    pub slots: Arc<Slots>,
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
@@ -102,6 +105,7 @@ impl Ctx {
             errors: ErrorBackoff::default(),
             in_flight: Arc::default(),
             wakes: Mutex::default(),
+            slots: Arc::new(Slots::new(captf_core::queue::Limits::default())),
         };
         (ctx, feeds)
     }

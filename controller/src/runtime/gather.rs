@@ -65,6 +65,8 @@ use captf_core::snapshot::{self, Holds};
 use captf_read::api::{cluster_lease_holder, job, live_jobs_and_pods, live_pods, own_pods, verified_members};
 use captf_read::errors::{ApiAction, Error};
 
+use super::slots::RunningJobs;
+
 /// An object's metadata (what the kinds' stores keep).
 pub type Meta<K> = PartialObjectMeta<K>;
 
@@ -212,6 +214,8 @@ struct Indexes {
     pods_by_object: LabelIndex,
     /// Per kind: the objects by `cluster.x-k8s.io/cluster-name`.
     objects_by_cluster: [LabelIndex; 3],
+    /// Every kind's Jobs that run, per namespace (the runner slots count them).
+    running: RunningJobs,
 }
 
 impl Indexes {
@@ -222,6 +226,7 @@ impl Indexes {
             jobs_by_cluster: by(keys::LABEL_CLUSTER_NAME),
             pods_by_object: LabelIndex::new(keys::LABEL_OBJECT),
             objects_by_cluster: by(keys::LABEL_CLUSTER_NAME),
+            running: RunningJobs::default(),
         }
     }
 }
@@ -397,6 +402,7 @@ impl FeedStreams {
         let mut mark = self.mark::<Job>(FEED_JOBS + slot(kind));
         let mut by_object = self.idx.jobs_by_object[slot(kind)].writer();
         let mut by_cluster = self.idx.jobs_by_cluster[slot(kind)].writer();
+        let mut running = self.idx.running.writer(kind);
         let wc = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_KIND, kind.as_str()));
         watcher(api, wc)
             .modify(strip_job)
@@ -405,6 +411,7 @@ impl FeedStreams {
                 if let Ok(e) = ev {
                     by_object.apply(e);
                     by_cluster.apply(e);
+                    running.apply(e);
                 }
                 mark(ev);
             })
@@ -435,6 +442,11 @@ impl FeedStreams {
 }
 
 impl Caches {
+    /// The Jobs of these stores that run, per namespace ([`RunningJobs`]).
+    pub fn running(&self) -> RunningJobs {
+        self.idx.running.clone()
+    }
+
     /// Every store has listed once.
     pub fn synced(&self) -> bool {
         self.synced.0.iter().all(|f| f.load(Ordering::SeqCst))

@@ -60,6 +60,8 @@ pub struct Metrics {
     pub reconciles_in_flight: Gauge,
     /// 1 while this replica is the leader (or runs without leader election), else 0.
     pub leader: Gauge,
+    /// Objects waiting for a runner slot (`Queued`).
+    pub queued: Gauge,
     pub registry: Registry,
     pub job_attempts: Family<KindOp, Histogram, fn() -> Histogram>,
     pub jobs_finished: Family<Finished, Counter>,
@@ -92,6 +94,7 @@ impl Metrics {
         let reconcile_errors = Family::<Category, Counter>::default();
         let reconciles_in_flight = Gauge::default();
         let leader = Gauge::default();
+        let queued = Gauge::default();
         let reconcile_error_backoff =
             Histogram::new(prometheus_client::metrics::histogram::exponential_buckets(1.0, 2.0, 10));
         registry.register(
@@ -131,6 +134,11 @@ impl Metrics {
             leader.clone(),
         );
         registry.register(
+            "captf_queued_objects",
+            "Objects due to start a runner Job that wait for a runner slot (--max-running-jobs, --max-running-jobs-per-namespace)",
+            queued.clone(),
+        );
+        registry.register(
             "captf_reconcile_errors",
             "Failed reconcile passes by category",
             reconcile_errors.clone(),
@@ -144,6 +152,7 @@ impl Metrics {
             registry,
             reconciles_in_flight,
             leader,
+            queued,
             job_attempts,
             jobs_finished,
             force_unlocks,

@@ -20,6 +20,7 @@
 //! | [`metrics_auth`] | who may read `/metrics` (`--metrics-auth`): TokenReview, SubjectAccessReview, a short cache |
 //! | [`leader`] | leader election |
 //! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
+//! | [`slots`] | runner slots: the one admission point of Job starts under the limits, the queue, its wakes |
 
 pub mod book;
 pub mod clock;
@@ -38,6 +39,7 @@ pub mod metrics;
 pub mod metrics_auth;
 pub mod owners;
 pub mod retry;
+pub mod slots;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
@@ -100,6 +102,14 @@ pub struct RunArgs {
     /// Objects reconciled at the same time, per kind (and per watched namespace).
     #[arg(long, env = "CAPTF_CONCURRENCY", default_value_t = 8)]
     pub concurrency: u16,
+    /// Runner Jobs running at once in all namespaces together; an object due to start one
+    /// beyond it waits (Ready=False/Queued, docs/rules.md "Runner slots"). 0: no limit.
+    #[arg(long, env = "CAPTF_MAX_RUNNING_JOBS", default_value_t = 0)]
+    pub max_running_jobs: u32,
+    /// Runner Jobs running at once in one namespace; an object due to start one beyond it
+    /// waits (Ready=False/Queued). 0: no limit.
+    #[arg(long, env = "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE", default_value_t = 10)]
+    pub max_running_jobs_per_namespace: u32,
     /// Log format.
     #[arg(long, env = "CAPTF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
@@ -200,6 +210,11 @@ pub fn parse_quantities(s: &str) -> Result<Quantities, String> {
 }
 
 impl RunArgs {
+    /// The limits on running runner Jobs of the flags (0: none).
+    pub fn runner_slots(&self) -> captf_core::queue::Limits {
+        captf_core::queue::Limits::from_flags(self.max_running_jobs, self.max_running_jobs_per_namespace)
+    }
+
     /// The runner pods' defaults of the flags.
     pub fn runner_pod(&self) -> captf_core::job::RunnerPodDefaults {
         let q = |s: &str| {
@@ -373,6 +388,8 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         some => some.into_iter().map(Some).collect(),
     };
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    // One admission point for every watched namespace: the controller-wide limit spans them.
+    let slots = Arc::new(slots::Slots::new(args.runner_slots()));
     let mut runs = vec![];
     let mut synced = vec![];
     for namespace in namespaces {
@@ -394,6 +411,8 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             terms.clone(),
         );
         ctx.in_flight = in_flight.clone();
+        slots.register(ctx.caches.running());
+        ctx.slots = slots.clone();
         let ns_ready = Arc::new(AtomicBool::new(false));
         synced.push(ns_ready.clone());
         runs.push(run_controllers(Arc::new(ctx), feeds, stop_rx.clone(), ns_ready));

@@ -15,3 +15,4 @@ mod namespaces;
 mod real_runner;
 mod references;
 mod scale;
+mod slots;
