@@ -18,6 +18,8 @@
 #     (for the tests that run the real Cluster API; skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH;
+#   - for scripts/release.sh: umoci and musl-tools (Debian, as root with apt-get), the Rust
+#     target x86_64-unknown-linux-musl, and actionlint built from realparts/actionlint;
 #   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
 #     block at the end), built from its Go module as .tools/bin/tofu-<minor>, and
 #     .tools/bin/tofu linked to the newest.
@@ -195,6 +197,28 @@ if [ ! -x /usr/sbin/sshd ] && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/n
     { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends openssh-server >/dev/null 2>&1; } ||
     echo "setup-tools: could not install openssh-server; the git-over-SSH tests will skip, or fail under CI" >&2
 fi
+
+# ---- release tools (scripts/release.sh, docs/release.md) ----
+# umoci (Debian) reads the release's OCI images back, and the image-run tests unpack them;
+# musl-tools gives the C compiler the static (musl) builds of the images' binaries need;
+# the Rust target x86_64-unknown-linux-musl builds them. Debian packages only as root with apt-get.
+for pkg in umoci:umoci musl-tools:musl-gcc; do
+  name="${pkg%%:*}" cmd="${pkg#*:}"
+  if ! command -v "$cmd" >/dev/null 2>&1 && [ "$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then
+    echo "setup-tools: installing $name (apt-get) for scripts/release.sh" >&2
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get install -y -q --no-install-recommends "$name" >/dev/null 2>&1 ||
+      { apt-get update -q >/dev/null 2>&1 && apt-get install -y -q --no-install-recommends "$name" >/dev/null 2>&1; } ||
+      echo "setup-tools: could not install $name; scripts/release.sh and its tests need it" >&2
+  fi
+done
+if command -v rustup >/dev/null 2>&1 && ! rustup target list --installed 2>/dev/null | grep -qx x86_64-unknown-linux-musl; then
+  echo "setup-tools: adding the Rust target x86_64-unknown-linux-musl" >&2
+  rustup target add x86_64-unknown-linux-musl >&2
+fi
+# actionlint, built from its Go module (realparts/actionlint), lints .github/workflows.
+"$root/scripts/build-go-part.sh" actionlint realparts/actionlint github.com/rhysd/actionlint/cmd/actionlint
+# ---- end of the release tools ----
 
 "$tools/bin/helm" version --short >&2
 "$tools/bin/protoc" --version >&2

@@ -90,6 +90,37 @@ pub struct ProcessImage {
     pub user: (u32, u32),
     /// The image's `WORKDIR`, unless the container sets `workingDir` (default `/`).
     pub working_dir: Option<String>,
+    /// Run a real OCI image instead of the machine's files: see [`OciImage`]. Its entrypoint,
+    /// `Cmd`, environment, user and working directory are the image's; `files` and the fields
+    /// above are not used.
+    pub oci: Option<OciImage>,
+}
+
+/// An image from an OCI archive (an OCI image layout in one tar, as `scripts/release.sh` writes
+/// and `skopeo copy oci-archive:` reads). The runtime unpacks it once with `umoci unpack` and runs
+/// each pod over that root filesystem: an overlay (the pod's writes stay its own, and the root is
+/// read-only when the container says so), `/dev`, `/proc`, `/run`, the volumes, the service
+/// account files and the termination message mounted on it, then the image's entrypoint (or the
+/// container's `command`) inside it (`chroot`), as the image's user (or the pod's), in the
+/// image's working directory, with the image's environment under the container's. Supplementary
+/// groups other than the primary one are not set in this mode.
+#[derive(Clone, Debug, PartialEq, Eq, PartialOrd, Ord)]
+pub struct OciImage {
+    /// The archive (`*.oci.tar`).
+    pub archive: PathBuf,
+    /// The reference inside it (`org.opencontainers.image.ref.name`, e.g. the version).
+    pub reference: String,
+}
+
+/// What a pod's container runs from an unpacked OCI image.
+#[derive(Clone, Debug)]
+struct Unpacked {
+    rootfs: PathBuf,
+    entrypoint: Vec<String>,
+    cmd: Vec<String>,
+    env: Vec<(String, String)>,
+    user: (u32, u32),
+    working_dir: String,
 }
 
 impl ProcessImage {
@@ -122,6 +153,158 @@ impl ProcessImage {
     pub fn env(mut self, name: impl Into<String>, value: impl Into<String>) -> Self {
         self.env.push((name.into(), value.into()));
         self
+    }
+
+    /// The image `reference` of the OCI archive `archive` (see [`OciImage`]).
+    pub fn oci(archive: impl Into<PathBuf>, reference: impl Into<String>) -> Self {
+        ProcessImage {
+            oci: Some(OciImage {
+                archive: archive.into(),
+                reference: reference.into(),
+            }),
+            ..Default::default()
+        }
+    }
+}
+
+/// A JSON array of strings (absent: empty).
+fn strings(v: Option<&Value>) -> Vec<String> {
+    v.and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(Value::as_str).map(String::from).collect())
+        .unwrap_or_default()
+}
+
+/// `USER` of an image as (uid, gid): numbers, or names looked up in its `/etc/passwd` and
+/// `/etc/group`.
+fn image_user(user: &str, rootfs: &Path) -> Result<(u32, u32), String> {
+    if user.is_empty() {
+        return Ok((0, 0));
+    }
+    let (u, g) = user.split_once(':').map_or((user, None), |(u, g)| (u, Some(g)));
+    let lookup = |file: &str, name: &str| -> Option<(u32, u32)> {
+        let text = std::fs::read_to_string(rootfs.join(file)).ok()?;
+        text.lines().find_map(|l| {
+            let f: Vec<&str> = l.split(':').collect();
+            (f.first() == Some(&name) && f.len() > 2)
+                .then(|| Some((f[2].parse().ok()?, f.get(3).and_then(|g| g.parse().ok()).unwrap_or(0))))
+                .flatten()
+        })
+    };
+    let (uid, passwd_gid) = match u.parse::<u32>() {
+        Ok(n) => (n, n),
+        Err(_) => lookup("etc/passwd", u).ok_or_else(|| format!("the image's user {u:?} is not in its /etc/passwd"))?,
+    };
+    let gid = match g {
+        None => passwd_gid,
+        Some(g) => match g.parse::<u32>() {
+            Ok(n) => n,
+            Err(_) => {
+                lookup("etc/group", g)
+                    .ok_or_else(|| format!("the image's group {g:?} is not in its /etc/group"))?
+                    .0
+            }
+        },
+    };
+    Ok((uid, gid))
+}
+
+/// Unpacks an OCI archive's image into `dir` (once) and reads its configuration.
+fn unpack(oci: &OciImage, dir: &Path) -> Result<Unpacked, String> {
+    let what = format!("image {} of {}", oci.reference, oci.archive.display());
+    let layout = dir.join("layout");
+    let bundle = dir.join("bundle");
+    if !bundle.join("rootfs").is_dir() {
+        let _ = std::fs::remove_dir_all(dir);
+        std::fs::create_dir_all(&layout).map_err(|e| format!("{}: {e}", layout.display()))?;
+        let run = |cmd: &mut Command| -> Result<(), String> {
+            let out = cmd.output().map_err(|e| format!("{what}: {cmd:?}: {e}"))?;
+            if out.status.success() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "{what}: {cmd:?} failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim()
+                ))
+            }
+        };
+        run(Command::new("tar").arg("-xf").arg(&oci.archive).arg("-C").arg(&layout))?;
+        let image = format!("{}:{}", layout.display(), oci.reference);
+        run(Command::new("umoci").args(["unpack", "--image", &image]).arg(&bundle))?;
+    }
+    // The image's configuration: index.json -> the manifest named `reference` -> its config.
+    let blob = |digest: &str| -> Result<Value, String> {
+        let hex = digest
+            .strip_prefix("sha256:")
+            .ok_or_else(|| format!("{what}: digest {digest:?}"))?;
+        let path = layout.join("blobs/sha256").join(hex);
+        let text = std::fs::read_to_string(&path).map_err(|e| format!("{what}: {}: {e}", path.display()))?;
+        serde_json::from_str(&text).map_err(|e| format!("{what}: {}: {e}", path.display()))
+    };
+    let index_path = layout.join("index.json");
+    let index: Value = serde_json::from_str(
+        &std::fs::read_to_string(&index_path).map_err(|e| format!("{what}: {}: {e}", index_path.display()))?,
+    )
+    .map_err(|e| format!("{what}: index.json: {e}"))?;
+    let manifest = index
+        .get("manifests")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .find(|m| {
+            m.pointer("/annotations/org.opencontainers.image.ref.name")
+                .and_then(Value::as_str)
+                == Some(&oci.reference)
+        })
+        .ok_or_else(|| format!("{what}: no manifest of that reference in index.json"))?;
+    let manifest = blob(str_at(manifest, "/digest"))?;
+    let config = blob(str_at(&manifest, "/config/digest"))?;
+    let c = config.get("config").cloned().unwrap_or(Value::Null);
+    let rootfs = bundle.join("rootfs");
+    let env = strings(c.get("Env"))
+        .into_iter()
+        .map(|kv| {
+            kv.split_once('=')
+                .map_or((kv.clone(), String::new()), |(k, v)| (k.into(), v.into()))
+        })
+        .collect();
+    Ok(Unpacked {
+        user: image_user(str_at(&c, "/User"), &rootfs)?,
+        working_dir: Some(str_at(&c, "/WorkingDir"))
+            .filter(|w| !w.is_empty())
+            .unwrap_or("/")
+            .to_string(),
+        entrypoint: strings(c.get("Entrypoint")),
+        cmd: strings(c.get("Cmd")),
+        env,
+        rootfs,
+    })
+}
+
+/// Where `program` is inside an image's root (a path, or a name looked up on its `PATH`).
+fn program_in(rootfs: &Path, program: &str, path: &str) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt as _;
+    let inside = |p: &str| {
+        // Symlinks inside the image point inside it: resolve them against its root.
+        let mut at = PathBuf::from(p);
+        for _ in 0..16 {
+            let local = rootfs.join(at.strip_prefix("/").unwrap_or(&at));
+            match std::fs::read_link(&local) {
+                Ok(t) if t.is_absolute() => at = t,
+                Ok(t) => at = at.parent().unwrap_or(Path::new("/")).join(t),
+                Err(_) => {
+                    return std::fs::metadata(&local)
+                        .ok()
+                        .filter(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
+                        .map(|_| local);
+                }
+            }
+        }
+        None
+    };
+    if program.contains('/') {
+        inside(program)
+    } else {
+        path.split(':').find_map(|d| inside(&format!("{d}/{program}")))
     }
 }
 
@@ -208,6 +391,8 @@ pub struct ProcessRuntime {
     events: Arc<dyn ContainerEvents>,
     procs: Mutex<BTreeMap<PodKey, Proc>>,
     stopping: Arc<std::sync::atomic::AtomicBool>,
+    /// OCI images unpacked so far, by archive and reference.
+    unpacked: Mutex<BTreeMap<OciImage, Result<Unpacked, String>>>,
 }
 
 impl std::fmt::Debug for ProcessRuntime {
@@ -941,6 +1126,7 @@ impl ProcessRuntime {
             events,
             procs: Mutex::new(BTreeMap::new()),
             stopping: Arc::new(std::sync::atomic::AtomicBool::new(false)),
+            unpacked: Mutex::new(BTreeMap::new()),
         }
     }
 
@@ -958,6 +1144,9 @@ impl ProcessRuntime {
         image: &ProcessImage,
         access: &ApiAccess,
     ) -> Result<Prepared, String> {
+        if let Some(oci) = &image.oci {
+            return self.prepare_oci(store, pod, oci, access);
+        }
         let ns = str_at(pod, "/metadata/namespace");
         let name = str_at(pod, "/metadata/name");
         let container = pod.pointer("/spec/containers/0").cloned().unwrap_or(Value::Null);
@@ -1202,6 +1391,218 @@ impl ProcessRuntime {
             "PATH=\"$__path\"\nexec {} {r} {setpriv}/bin/sh -c 'cd \"$0\" && exec \"$@\"' {} {}\n",
             q(&chroot),
             q(workdir),
+            argv.iter().map(|a| q(a)).collect::<Vec<_>>().join(" ")
+        ));
+        Ok(Prepared {
+            script: s,
+            env,
+            pod_dir,
+            termination,
+        })
+    }
+
+    /// [`Self::prepare`] for an [`OciImage`]: the image's root filesystem instead of the
+    /// machine's, its configuration instead of the [`ProcessImage`] fields.
+    fn prepare_oci(
+        &self,
+        store: &dyn Store,
+        pod: &Value,
+        oci: &OciImage,
+        access: &ApiAccess,
+    ) -> Result<Prepared, String> {
+        let ns = str_at(pod, "/metadata/namespace");
+        let name = str_at(pod, "/metadata/name");
+        let container = pod.pointer("/spec/containers/0").cloned().unwrap_or(Value::Null);
+        let uid = str_at(pod, "/metadata/uid");
+        let pod_dir = self.root.join("pods").join(format!("{ns}_{name}_{uid}"));
+        let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+        std::fs::create_dir_all(&pod_dir).map_err(|e| io(&pod_dir, e))?;
+
+        let unpacked = {
+            let mut cache = self.unpacked.lock().unwrap_or_else(|p| p.into_inner());
+            let n = cache.len();
+            cache
+                .entry(oci.clone())
+                .or_insert_with(|| unpack(oci, &self.root.join("images").join(n.to_string())))
+                .clone()?
+        };
+        let image = ProcessImage {
+            entrypoint: unpacked.entrypoint.first().cloned().unwrap_or_default(),
+            env: unpacked.env.clone(),
+            user: unpacked.user,
+            working_dir: Some(unpacked.working_dir.clone()),
+            ..Default::default()
+        };
+        let mut env = container_env(store, pod, &container, &image)?;
+        let who = identity(pod, &container, &image)?;
+        env.push(("HOSTNAME".into(), name.to_string()));
+        for (k, v) in &access.service_env {
+            env.retain(|(n, _)| n != k);
+            env.push((k.clone(), v.clone()));
+        }
+
+        // `command` replaces the image's Entrypoint, `args` its Cmd (as a kubelet does).
+        let command = strings(container.get("command"));
+        let args = strings(container.get("args"));
+        let mut argv = if command.is_empty() {
+            unpacked.entrypoint.clone()
+        } else {
+            command.clone()
+        };
+        argv.extend(if args.is_empty() && command.is_empty() {
+            unpacked.cmd.clone()
+        } else {
+            args
+        });
+        let program = argv
+            .first()
+            .cloned()
+            .ok_or("the image has no entrypoint and the container no command")?;
+        let path = env
+            .iter()
+            .rev()
+            .find(|(k, _)| k == "PATH")
+            .map_or(DEFAULT_PATH, |(_, v)| v.as_str());
+        if program_in(&unpacked.rootfs, &program, path).is_none() {
+            return Err(format!(
+                "the container's program {program} is not an executable file in image {} of {}",
+                oci.reference,
+                oci.archive.display()
+            ));
+        }
+
+        // Volumes, as for any pod.
+        let vol_dir = pod_dir.join("volumes");
+        let mut volumes: BTreeMap<String, PathBuf> = BTreeMap::new();
+        for vol in pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+        {
+            let vname = str_at(vol, "/name");
+            let dir = vol_dir.join(vname);
+            materialise(store, pod, vol, &dir, who.fs_group)?;
+            volumes.insert(vname.to_string(), dir);
+        }
+        let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
+        for (i, m) in container
+            .get("volumeMounts")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .enumerate()
+        {
+            let vname = str_at(m, "/name");
+            let path = str_at(m, "/mountPath").to_string();
+            check_inside(&format!("volumeMounts[{i}].mountPath"), &path)?;
+            let mut src = volumes
+                .get(vname)
+                .cloned()
+                .ok_or_else(|| format!("volumeMounts[{i}]: no volume named {vname:?}"))?;
+            let sub = str_at(m, "/subPath");
+            if !sub.is_empty() {
+                src = src.join(sub);
+            }
+            mounts.push((path, src, m.get("readOnly").and_then(Value::as_bool) == Some(true)));
+        }
+        let sa_dir = pod_dir.join("serviceaccount");
+        if let Some(token) = &access.automount_token {
+            std::fs::create_dir_all(&sa_dir).map_err(|e| io(&sa_dir, e))?;
+            for (file, body) in [
+                ("token", token.as_str()),
+                ("ca.crt", access.ca_pem.as_str()),
+                ("namespace", ns),
+            ] {
+                let p = sa_dir.join(file);
+                std::fs::write(&p, body).map_err(|e| io(&p, e))?;
+            }
+        }
+        let termination_inside = container
+            .get("terminationMessagePath")
+            .and_then(Value::as_str)
+            .filter(|s| !s.is_empty())
+            .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)
+            .to_string();
+        check_inside("terminationMessagePath", &termination_inside)?;
+        let termination = pod_dir.join("termination-log");
+        std::fs::write(&termination, "").map_err(|e| io(&termination, e))?;
+        std::fs::set_permissions(&termination, std::fs::Permissions::from_mode(0o666))
+            .map_err(|e| io(&termination, e))?;
+
+        // The root: an overlay of the image's files and the pod's own upper folder.
+        let rootfs = pod_dir.join("rootfs");
+        let (upper, work) = (pod_dir.join("upper"), pod_dir.join("overlay-work"));
+        for d in [&rootfs, &upper, &work] {
+            std::fs::create_dir_all(d).map_err(|e| io(d, e))?;
+        }
+        let r = qp(&rootfs);
+        let mut s = String::from("set -e\n__path=\"$PATH\"\nPATH=/usr/sbin:/usr/bin:/sbin:/bin\n");
+        s.push_str(&format!(
+            "mount -t overlay captf-image -o {} {r}\n",
+            q(&format!(
+                "lowerdir={},upperdir={},workdir={}",
+                unpacked.rootfs.display(),
+                upper.display(),
+                work.display()
+            ))
+        ));
+        s.push_str(&format!("mkdir -p {r}/dev {r}/proc {r}/run\n"));
+        s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-dev {r}/dev\n"));
+        for d in DEVICES {
+            s.push_str(&format!("touch {r}/dev/{d}\nmount --bind /dev/{d} {r}/dev/{d}\n"));
+        }
+        s.push_str(&format!(
+            "ln -s /proc/self/fd {r}/dev/fd\nln -s /proc/self/fd/0 {r}/dev/stdin\nln -s /proc/self/fd/1 {r}/dev/stdout\nln -s /proc/self/fd/2 {r}/dev/stderr\n"
+        ));
+        s.push_str(&format!(
+            "mount -t proc proc {r}/proc\nmount -t tmpfs -o mode=0755 captf-run {r}/run\n"
+        ));
+        let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| {
+            let target = format!("{r}{}", q(inside));
+            if local.is_dir() {
+                s.push_str(&format!("mkdir -p {target}\n"));
+            } else {
+                s.push_str(&format!("mkdir -p \"$(dirname {target})\"\ntouch {target}\n"));
+            }
+            s.push_str(&format!("mount --bind {} {target}\n", qp(local)));
+            if ro {
+                s.push_str(&format!("mount -o remount,bind,ro {target}\n"));
+            }
+        };
+        for (path, src, ro) in &mounts {
+            bind(&mut s, path, src, *ro);
+        }
+        if access.automount_token.is_some() {
+            bind(&mut s, SERVICE_ACCOUNT_DIR, &sa_dir, true);
+        }
+        bind(&mut s, &termination_inside, &termination, false);
+        s.push_str(&format!("hostname {}\n", q(name)));
+        s.push_str(&format!("touch {}\n", qp(&pod_dir.join("started"))));
+        let workdir = container
+            .get("workingDir")
+            .and_then(Value::as_str)
+            .filter(|w| !w.is_empty())
+            .unwrap_or(&unpacked.working_dir)
+            .to_string();
+        if who.read_only_root {
+            s.push_str(&format!("mount -o remount,ro {r}\n"));
+        }
+        // unshare (no new namespace) changes the root and the directory and then the user; the
+        // machine's setpriv before it sets no_new_privs, which survives both.
+        let nnp = if who.no_new_privs {
+            "/usr/bin/setpriv --no-new-privs "
+        } else {
+            ""
+        };
+        let user = if (who.uid, who.gid) == (0, 0) {
+            String::new()
+        } else {
+            format!("--setgid {} --setuid {} ", who.gid, who.uid)
+        };
+        s.push_str(&format!(
+            "PATH=\"$__path\"\nexec {nnp}unshare --root={r} --wd={} {user}-- {}\n",
+            q(&workdir),
             argv.iter().map(|a| q(a)).collect::<Vec<_>>().join(" ")
         ));
         Ok(Prepared {

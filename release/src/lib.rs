@@ -1,0 +1,233 @@
+//! Helpers of the release tests (docs/release.md): a clean git clone of the workspace to run
+//! `scripts/release.sh` in, what the script needs on this machine, and one release built for
+//! every test that needs its images (kept under `target/captf-release-tests/`, by the tree it
+//! was built from).
+//!
+//! The clone is of `HEAD`, with the working tree's release machinery (`.gitignore`, `scripts/release.sh`,
+//! `scripts/release/`) laid over it and committed when it differs, so the script under test is the
+//! one being edited while everything it builds is committed. That commit is made with `HEAD`'s
+//! author and times: the same tree gives the same commit, hence the same `SOURCE_DATE_EPOCH`.
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+use std::sync::Mutex;
+
+/// The files of the working tree laid over the clone.
+pub const RELEASE_MACHINERY: [&str; 3] = [".gitignore", "scripts/release.sh", "scripts/release/imagetool.py"];
+
+/// The workspace root.
+pub fn workspace_root() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .parent()
+        .expect("the crate is inside the workspace")
+        .to_path_buf()
+}
+
+/// `$CAPTF_TOOLS_BIN`, else the workspace's `.tools/bin`, as an absolute path.
+pub fn tools_bin() -> PathBuf {
+    std::env::var_os("CAPTF_TOOLS_BIN")
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .unwrap_or_else(|| workspace_root().join(".tools/bin"))
+}
+
+/// Whether `name` runs from PATH.
+fn on_path(name: &str) -> bool {
+    std::env::var_os("PATH").is_some_and(|p| std::env::split_paths(&p).any(|d| d.join(name).is_file()))
+}
+
+/// Why `scripts/release.sh` cannot build here (None: it can): the tools it needs, named.
+pub fn release_prerequisites() -> Option<String> {
+    let tools = tools_bin();
+    let mut missing: Vec<String> = ["tofu", "helm"]
+        .into_iter()
+        .filter(|t| !tools.join(t).is_file())
+        .map(|t| format!("{t} (in {})", tools.display()))
+        .collect();
+    for t in [
+        "git", "cargo", "rustup", "go", "python3", "umoci", "musl-gcc", "apt-get", "dpkg-deb", "readelf",
+    ] {
+        if !on_path(t) {
+            missing.push(t.to_string());
+        }
+    }
+    let musl = Command::new("rustup")
+        .args(["target", "list", "--installed"])
+        .output()
+        .is_ok_and(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .any(|l| l == "x86_64-unknown-linux-musl")
+        });
+    if !musl {
+        missing.push("the Rust target x86_64-unknown-linux-musl".into());
+    }
+    (!missing.is_empty()).then(|| {
+        format!(
+            "scripts/release.sh needs {} (run `bash scripts/setup-tools.sh` as root on Debian 12)",
+            missing.join(", ")
+        )
+    })
+}
+
+/// Runs a command, panicking with its output if it fails.
+pub fn run(cmd: &mut Command) -> Output {
+    let out = cmd.output().unwrap_or_else(|e| panic!("{cmd:?}: {e}"));
+    assert!(
+        out.status.success(),
+        "{cmd:?} failed ({}):\n{}\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+fn git(dir: &Path) -> Command {
+    let mut c = Command::new("git");
+    c.current_dir(dir)
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env("GIT_CONFIG_GLOBAL", "/dev/null")
+        .env("GIT_TERMINAL_PROMPT", "0");
+    c
+}
+
+/// The output of `git <args>` in `dir`, trimmed.
+pub fn git_out(dir: &Path, args: &[&str]) -> String {
+    let out = run(git(dir).args(args));
+    String::from_utf8_lossy(&out.stdout).trim().to_string()
+}
+
+/// Commits everything in `dir` with `HEAD`'s author, committer and times (so the same tree on the
+/// same parent is the same commit).
+pub fn commit_all(dir: &Path, message: &str) {
+    run(git(dir).args(["add", "-A"]));
+    let fmt = |f: &str| git_out(dir, &["log", "-1", &format!("--format={f}")]);
+    let (an, ae, ad) = (fmt("%an"), fmt("%ae"), fmt("%ad"));
+    let (cn, ce, cd) = (fmt("%cn"), fmt("%ce"), fmt("%cd"));
+    run(git(dir)
+        .args(["commit", "--quiet", "--no-verify", "-m", message])
+        .env("GIT_AUTHOR_NAME", an)
+        .env("GIT_AUTHOR_EMAIL", ae)
+        .env("GIT_AUTHOR_DATE", ad)
+        .env("GIT_COMMITTER_NAME", cn)
+        .env("GIT_COMMITTER_EMAIL", ce)
+        .env("GIT_COMMITTER_DATE", cd));
+}
+
+/// A clean clone of the workspace's `HEAD` at `dest`, with the working tree's release machinery
+/// committed over it (see the crate's documentation).
+pub fn clean_clone(dest: &Path) {
+    let root = workspace_root();
+    run(git(&root).args(["clone", "--quiet"]).arg(&root).arg(dest));
+    for f in RELEASE_MACHINERY {
+        let to = dest.join(f);
+        std::fs::create_dir_all(to.parent().expect("a file in a folder")).expect("mkdir");
+        std::fs::copy(root.join(f), &to).unwrap_or_else(|e| panic!("copy {f}: {e}"));
+    }
+    if !git_out(dest, &["status", "--porcelain"]).is_empty() {
+        commit_all(dest, "release machinery of the working tree");
+    }
+}
+
+/// `scripts/release.sh VERSION` in `dir`, with the tests' tools and a shared cargo build
+/// directory (warm from one run to the next; the script maps its path out of the binaries).
+pub fn release_command(dir: &Path, version: &str) -> Command {
+    let mut c = Command::new("bash");
+    c.current_dir(dir)
+        .arg("scripts/release.sh")
+        .arg(version)
+        .env("CAPTF_TOOLS_BIN", tools_bin())
+        .env("CARGO_TARGET_DIR", workspace_root().join("target/captf-release"))
+        .env("GIT_CONFIG_NOSYSTEM", "1")
+        .env_remove("SOURCE_DATE_EPOCH")
+        .env_remove("CAPTF_IMAGE_REPOSITORY")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env_remove("RUSTFLAGS");
+    c
+}
+
+/// The workspace version (the release's VERSION).
+pub fn workspace_version() -> String {
+    let toml = std::fs::read_to_string(workspace_root().join("Cargo.toml")).expect("Cargo.toml");
+    let after = toml.split("[workspace.package]").nth(1).expect("[workspace.package]");
+    after
+        .lines()
+        .find_map(|l| l.strip_prefix("version = \"").and_then(|v| v.strip_suffix('"')))
+        .expect("a workspace version")
+        .to_string()
+}
+
+/// One image of a release: `dist/images/images.txt`'s line.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Image {
+    pub name: String,
+    /// `repository@sha256:...`
+    pub reference: String,
+    pub compressed: u64,
+    pub uncompressed: u64,
+}
+
+impl Image {
+    pub fn digest(&self) -> &str {
+        self.reference.split_once('@').map(|(_, d)| d).unwrap_or_default()
+    }
+}
+
+/// The images of a `dist/`.
+pub fn images(dist: &Path) -> Vec<Image> {
+    let text = std::fs::read_to_string(dist.join("images/images.txt")).expect("dist/images/images.txt");
+    text.lines()
+        .map(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            assert_eq!(f.len(), 4, "images.txt line {l:?}");
+            Image {
+                name: f[0].into(),
+                reference: f[1].into(),
+                compressed: f[2].parse().expect("a size"),
+                uncompressed: f[3].parse().expect("a size"),
+            }
+        })
+        .collect()
+}
+
+/// Where a release built from a tree is kept for the tests of this and other crates.
+fn kept_dist(tree: &str) -> PathBuf {
+    workspace_root()
+        .join("target/captf-release-tests")
+        .join(format!("dist-{}", &tree[..16]))
+}
+
+static BUILD: Mutex<()> = Mutex::new(());
+
+/// The `dist/` of a release of a clean clone (built by `release.sh` unless one from the same tree
+/// is kept), and whether it was built now. `Err`: why it cannot be built here.
+pub fn release_dist() -> Result<(PathBuf, bool), String> {
+    if let Some(why) = release_prerequisites() {
+        return Err(why);
+    }
+    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let clone = tmp.path().join("captf");
+    clean_clone(&clone);
+    let kept = kept_dist(&git_out(&clone, &["rev-parse", "HEAD^{tree}"]));
+    if kept.join("SHA256SUMS").is_file() {
+        return Ok((kept, false));
+    }
+    run(&mut release_command(&clone, &workspace_version()));
+    keep(&clone.join("dist"), &kept);
+    Ok((kept, true))
+}
+
+/// Keeps a built `dist/` under `target/captf-release-tests/` (replacing an older one of the tree).
+pub fn keep_dist(clone: &Path) -> PathBuf {
+    let kept = kept_dist(&git_out(clone, &["rev-parse", "HEAD^{tree}"]));
+    keep(&clone.join("dist"), &kept);
+    kept
+}
+
+fn keep(dist: &Path, kept: &Path) {
+    let _ = std::fs::remove_dir_all(kept);
+    std::fs::create_dir_all(kept.parent().expect("a parent")).expect("mkdir");
+    run(Command::new("cp").arg("-a").arg(dist).arg(kept));
+}

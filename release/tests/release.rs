@@ -1,0 +1,203 @@
+//! `scripts/release.sh` (docs/release.md): two builds of one commit give the same bytes, and the
+//! script refuses what it must, saying why. Every build runs in a clean clone
+//! (`captf_release_tests::clean_clone`); the slow part (two builds) is one test.
+
+use std::path::Path;
+use std::process::Command;
+
+use captf_release_tests::{
+    clean_clone, commit_all, images, keep_dist, release_command, release_prerequisites, run, workspace_version,
+};
+
+/// Runs release.sh, which must fail; returns its stderr.
+fn refused(dir: &Path, version: &str, env: &[(&str, &str)]) -> String {
+    let mut c = release_command(dir, version);
+    for (k, v) in env {
+        c.env(k, v);
+    }
+    let out = c.output().expect("bash");
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(
+        !out.status.success(),
+        "release.sh {version} succeeded, but must refuse:\n{stderr}"
+    );
+    assert!(!dir.join("dist").exists(), "a refused release wrote dist/");
+    stderr
+}
+
+fn assert_says(stderr: &str, what: &str) {
+    assert!(stderr.contains(what), "expected {what:?} in:\n{stderr}");
+}
+
+fn edit(path: &Path, from: &str, to: &str) {
+    let text = std::fs::read_to_string(path).expect("read");
+    assert!(text.contains(from), "{} has no {from:?}", path.display());
+    std::fs::write(path, text.replacen(from, to, 1)).expect("write");
+}
+
+#[test]
+fn release_refuses_a_dirty_tree_a_version_mismatch_and_a_missing_tool() {
+    if Command::new("git").arg("--version").output().is_err() {
+        captf_testsupport::cannot_run("git is not installed; the release tests clone the workspace");
+        return;
+    }
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let clone = tmp.path().join("captf");
+    clean_clone(&clone);
+    let version = workspace_version();
+
+    // A VERSION other than the workspace's.
+    let err = refused(&clone, "9.9.9", &[]);
+    assert_says(
+        &err,
+        &format!("VERSION 9.9.9 disagrees with the workspace Cargo.toml version ({version})"),
+    );
+    let err = refused(&clone, "latest", &[]);
+    assert_says(&err, "VERSION must be MAJOR.MINOR.PATCH");
+
+    // A dirty tree: an untracked file, then a change to a tracked one.
+    std::fs::write(clone.join("stray.txt"), "x").expect("write");
+    let err = refused(&clone, &version, &[]);
+    assert_says(&err, "the git tree is dirty");
+    assert_says(&err, "stray.txt");
+    std::fs::remove_file(clone.join("stray.txt")).expect("rm");
+    edit(&clone.join("README.md"), "CAPTF", "CAPTF (edited)");
+    assert_says(&refused(&clone, &version, &[]), "the git tree is dirty");
+    run(Command::new("git")
+        .current_dir(&clone)
+        .args(["checkout", "--quiet", "README.md"]));
+
+    // The chart's appVersion, then the clusterctl release series, disagreeing (committed).
+    let chart = clone.join("charts/captf/Chart.yaml");
+    edit(&chart, &format!("appVersion: \"{version}\""), "appVersion: \"0.0.9\"");
+    commit_all(&clone, "a chart of another version");
+    let err = refused(&clone, &version, &[]);
+    assert_says(
+        &err,
+        &format!("VERSION {version} disagrees with charts/captf/Chart.yaml appVersion (0.0.9)"),
+    );
+    edit(&chart, "appVersion: \"0.0.9\"", &format!("appVersion: \"{version}\""));
+    let (major, rest) = version.split_once('.').expect("a version");
+    let minor = rest.split('.').next().expect("a minor");
+    let metadata = clone.join(format!("clusterctl/infrastructure-terraform/v{version}/metadata.yaml"));
+    edit(&metadata, &format!("minor: {minor}\n"), "minor: 99\n");
+    commit_all(&clone, "a clusterctl release series of another version");
+    let err = refused(&clone, &version, &[]);
+    assert_says(
+        &err,
+        &format!(
+            "VERSION {version} disagrees with clusterctl/infrastructure-terraform/v{version}/metadata.yaml: \
+             its releaseSeries has no major: {major}, minor: {minor}"
+        ),
+    );
+    edit(&metadata, "minor: 99\n", &format!("minor: {minor}\n"));
+    commit_all(&clone, "back to the release's versions");
+
+    // A missing pinned tool.
+    let empty = tmp.path().join("no-tools");
+    std::fs::create_dir(&empty).expect("mkdir");
+    let err = refused(&clone, &version, &[("CAPTF_TOOLS_BIN", empty.to_str().expect("utf-8"))]);
+    assert_says(&err, &format!("missing pinned tool tofu ({}/tofu)", empty.display()));
+}
+
+/// Two builds of one commit, in two clones at different paths: every file of `dist/` is the same
+/// (so are the image digests), and what the release holds is what docs/release.md says.
+#[test]
+fn two_builds_of_one_commit_are_identical() {
+    if let Some(why) = release_prerequisites() {
+        captf_testsupport::cannot_run(why);
+        return;
+    }
+    let version = workspace_version();
+    let tmp = tempfile::tempdir().expect("tempdir");
+    let (a, b) = (tmp.path().join("a/captf"), tmp.path().join("b/captf"));
+    clean_clone(&a);
+    run(Command::new("git").args(["clone", "--quiet"]).arg(&a).arg(&b));
+    assert_eq!(
+        captf_release_tests::git_out(&a, &["rev-parse", "HEAD"]),
+        captf_release_tests::git_out(&b, &["rev-parse", "HEAD"])
+    );
+    for dir in [&a, &b] {
+        let t = std::time::Instant::now();
+        run(&mut release_command(dir, &version));
+        eprintln!("release.sh in {} took {:?}", dir.display(), t.elapsed());
+    }
+    let sums = |d: &Path| std::fs::read_to_string(d.join("dist/SHA256SUMS")).expect("SHA256SUMS");
+    let (sa, sb) = (sums(&a), sums(&b));
+    let (ia, ib) = (images(&a.join("dist")), images(&b.join("dist")));
+    eprintln!("images of build 1: {ia:#?}\nimages of build 2: {ib:#?}");
+    assert_eq!(ia, ib, "two builds of one commit gave different images");
+    assert_eq!(sa, sb, "two builds of one commit gave different dist/ files");
+
+    // What the release holds.
+    let dist = a.join("dist");
+    run(Command::new("sha256sum")
+        .current_dir(&dist)
+        .args(["--check", "--strict", "--quiet", "SHA256SUMS"]));
+    let names: Vec<&str> = ia.iter().map(|i| i.name.as_str()).collect();
+    assert_eq!(names, ["controller", "webhook", "runner"]);
+    for image in &ia {
+        assert!(
+            image
+                .reference
+                .starts_with(&format!("ghcr.io/captf/{}@sha256:", image.name))
+                && image.digest().len() == 71,
+            "{image:?}"
+        );
+        for file in [
+            format!("images/{}.oci.tar", image.name),
+            format!("sbom/{}.cdx.json", image.name),
+        ] {
+            assert!(sa.contains(&format!("  {file}\n")), "SHA256SUMS lists no {file}");
+        }
+    }
+    let clusterctl = format!("clusterctl/infrastructure-terraform/v{version}");
+    for file in [
+        format!("chart/captf-{version}.tgz"),
+        format!("{clusterctl}/metadata.yaml"),
+        format!("{clusterctl}/infrastructure-components.yaml"),
+    ] {
+        assert!(sa.contains(&format!("  {file}\n")), "SHA256SUMS lists no {file}");
+    }
+    // The components file and the chart pin every image by digest, and no tag is left.
+    let components =
+        std::fs::read_to_string(dist.join(format!("{clusterctl}/infrastructure-components.yaml"))).expect("components");
+    let values = Command::new("tar")
+        .current_dir(&dist)
+        .args(["-xzOf", &format!("chart/captf-{version}.tgz"), "captf/values.yaml"])
+        .output()
+        .expect("tar");
+    let values = String::from_utf8_lossy(&values.stdout);
+    for image in &ia {
+        assert!(
+            components.contains(&image.reference),
+            "the components file does not pin {}",
+            image.reference
+        );
+        assert!(!components.contains(&format!("ghcr.io/captf/{}:{version}", image.name)));
+        assert!(
+            values.contains(&format!("digest: \"{}\"", image.digest())),
+            "values.yaml lacks {image:?}"
+        );
+    }
+    // The runner's SBOM names OpenTofu, git, ssh and the runner, with versions.
+    let sbom: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(dist.join("sbom/runner.cdx.json")).expect("runner SBOM"))
+            .expect("JSON");
+    assert_eq!(sbom["bomFormat"], "CycloneDX");
+    let components = sbom["components"].as_array().expect("components");
+    let version_of = |name: &str| {
+        components
+            .iter()
+            .find(|c| c["name"] == name)
+            .and_then(|c| c["version"].as_str())
+            .unwrap_or_else(|| panic!("the runner SBOM lists no {name}"))
+            .to_string()
+    };
+    assert!(version_of("github.com/opentofu/opentofu").starts_with('v'));
+    assert!(!version_of("git").is_empty());
+    assert!(!version_of("openssh-client").is_empty());
+    assert!(!version_of("libc6").is_empty());
+    assert_eq!(version_of("captf-runner"), version);
+    eprintln!("kept the release at {}", keep_dist(&a).display());
+}
