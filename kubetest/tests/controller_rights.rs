@@ -311,7 +311,7 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
         (
             "another component's Lease",
             json!({ "apiVersion": "coordination.k8s.io/v1", "kind": "Lease", "metadata": { "name": "kube-scheduler", "namespace": "kube-system" } }),
-            "Leases and its leader Lease, not kube-system/kube-scheduler",
+            "Leases and its leader Leases, not kube-system/kube-scheduler",
         ),
         (
             "a Role outside the runner names",
@@ -541,6 +541,59 @@ async fn a_controller_watching_listed_namespaces_starts_a_job_there_and_its_toke
     );
     let holder = leases.get("captf-controller-leader").await.unwrap().data["spec"]["holderIdentity"].clone();
     assert_eq!(holder, json!("captf-controller-0"));
+    // A shard (its own label selector) elects its own leader through its own Lease, which the
+    // chart's RBAC and admission policy let it write beside the first.
+    let shard_log = cp.work_dir().join("captf-controller-shard.log");
+    let mut shard = common::spawn_controller(
+        &kubeconfig,
+        &shard_log,
+        &[
+            namespace_flag.as_str(),
+            "--leader-elect",
+            "--watch-label-selector=sharding.captf.io/key=blue",
+            "--runner-image=ghcr.io/captf/runner:0.1.0",
+            "--metrics-addr=127.0.0.1:0",
+            "--health-addr=127.0.0.1:0",
+            "--log-format=text",
+        ],
+        &[
+            ("POD_NAMESPACE", NAMESPACE),
+            ("POD_NAME", "captf-controller-shard-0"),
+            ("RUST_LOG", "info"),
+        ],
+    );
+    let shard_lease = wait_for("the shard's own leader Lease", || {
+        let leases = leases.clone();
+        async move {
+            leases
+                .list(&ListParams::default())
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|l| {
+                    l.metadata
+                        .name
+                        .as_deref()
+                        .is_some_and(|n| n.starts_with("captf-controller-leader-"))
+                        && l.data["spec"]["holderIdentity"] == json!("captf-controller-shard-0")
+                })
+        }
+    })
+    .await;
+    assert_ne!(shard_lease.metadata.name.as_deref(), Some("captf-controller-leader"));
+    let holder = leases.get("captf-controller-leader").await.unwrap().data["spec"]["holderIdentity"].clone();
+    assert_eq!(
+        holder,
+        json!("captf-controller-0"),
+        "the first instance still leads its own"
+    );
+    assert!(
+        shard.try_wait().unwrap().is_none(),
+        "{}",
+        std::fs::read_to_string(&shard_log).unwrap_or_default()
+    );
+    shard.kill().await.unwrap();
 
     // The object in ns-c: never looked at.
     let ignored = clusters_c.get(OBJECT).await.unwrap();

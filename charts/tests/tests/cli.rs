@@ -37,6 +37,23 @@ fn controller_accepts_the_charts_arguments_with_leader_election_on() {
 }
 
 #[test]
+fn controller_takes_the_charts_watch_selector_and_watch_filter() {
+    let run = parse_controller(&args_of(&[], "captf-controller"));
+    assert_eq!((run.watch_label_selector.as_str(), run.watch_filter.as_str()), ("", ""));
+    let run = parse_controller(&args_of(
+        &[
+            "--set-string",
+            "controller.watchLabelSelector=!sharding.captf.io/key",
+            "--set",
+            "controller.watchFilter=team-a",
+        ],
+        "captf-controller",
+    ));
+    assert_eq!(run.watch_label_selector, "!sharding.captf.io/key");
+    assert_eq!(run.watch_filter, "team-a");
+}
+
+#[test]
 fn controller_takes_the_charts_runner_job_limits() {
     let run = parse_controller(&args_of(
         &[

@@ -23,6 +23,7 @@
 //! | [`decide`](mod@decide) | the ordered rules (docs/rules.md) |
 //! | [`wake`] | when a waiting object is looked at again (docs/architecture.md) |
 //! | [`queue`] | runner slots: the limits on running Jobs, who starts next, everyone's place (docs/rules.md) |
+//! | [`sharding`] | which objects an instance serves, and its leader Lease (docs/operating.md) |
 //! | [`finalizer`] | CAPTF's finalizer on an object, added and removed |
 //! | [`ident`] | who an object is, and the names derived from it |
 //! | [`assemble`] | the snapshot built from what a reader read |
@@ -58,6 +59,7 @@ pub mod reason;
 pub mod record;
 pub mod remediation;
 pub mod requests;
+pub mod sharding;
 pub mod snapshot;
 pub mod state;
 pub mod status;

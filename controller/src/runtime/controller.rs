@@ -784,7 +784,7 @@ fn controller_for<K: CaptfKind>(
             )
         })
     };
-    let mut controller = Controller::for_stream(feeds.kind_stream(writer, api), reader)
+    let mut controller = Controller::for_stream(feeds.kind_stream(writer, api, ctx.config.selector.as_deref()), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector));
     for owner in OwnerKind::ALL.into_iter().filter(|o| o.concerns(K::KIND)) {

@@ -39,6 +39,8 @@ pub struct Config {
     pub policy: TenantPolicy,
     /// Resources and emptyDir size limits of runner pods, unless the spec says otherwise.
     pub runner_pod: captf_core::job::RunnerPodDefaults,
+    /// Serve only the objects this label selector matches (`captf_core::sharding`); `None`: all.
+    pub selector: Option<String>,
 }
 
 /// What every reconcile shares.

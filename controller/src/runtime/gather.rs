@@ -376,10 +376,17 @@ impl FeedStreams {
         &self,
         writer: Writer<Meta<K>>,
         api: Api<Meta<K>>,
+        selector: Option<&str>,
     ) -> impl Stream<Item = Result<Meta<K>, watcher::Error>> + Send + 'static {
+        // With a selector, an object relabelled out of it leaves the store (the API server sends
+        // its watch a deletion) and one relabelled into it arrives.
+        let wc = match selector {
+            Some(s) => watcher::Config::default().labels(s),
+            None => watcher::Config::default(),
+        };
         let mut mark = self.mark::<Meta<K>>(slot(K::KIND));
         let mut by_cluster = self.idx.objects_by_cluster[slot(K::KIND)].writer();
-        watcher(api, watcher::Config::default())
+        watcher(api, wc)
             .modify(|o: &mut Meta<K>| o.metadata.managed_fields = None)
             .reflect(writer)
             .inspect(move |ev| {

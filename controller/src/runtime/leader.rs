@@ -1,5 +1,5 @@
-//! Lease-based leader election: the Lease `captf-controller-leader` in the controller's own
-//! namespace. One replica holds it and writes; a standby takes over when the holder stops
+//! Lease-based leader election: the Lease `captf-controller-leader` (a shard's own, see
+//! `captf_core::sharding::leader_lease_name`) in the controller's own namespace. One replica holds it and writes; a standby takes over when the holder stops
 //! renewing for `LEASE_DURATION`.
 
 use std::sync::Arc;
@@ -14,7 +14,6 @@ use tokio::sync::watch;
 
 use captf_read::errors::{self, ApiAction, Error};
 
-pub const LEASE_NAME: &str = "captf-controller-leader";
 /// Default lease duration; the holder renews every third of it.
 pub const LEASE_DURATION: Duration = Duration::from_secs(15);
 
@@ -51,18 +50,18 @@ pub fn step(spec: Option<&LeaseSpec>, me: &str, now: Timestamp, default_duration
 }
 
 /// Try once; returns whether we lead afterwards.
-pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str, duration: Duration) -> Result<bool, Error> {
+pub async fn try_lead(api: &Api<Lease>, ns: &str, name: &str, me: &str, duration: Duration) -> Result<bool, Error> {
     let now = Timestamp::now();
     let current = api
-        .get_opt(LEASE_NAME)
+        .get_opt(name)
         .await
-        .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{LEASE_NAME}"), e))?;
+        .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{name}"), e))?;
     let Step::Acquire { transition } = step(current.as_ref().and_then(|l| l.spec.as_ref()), me, now, duration) else {
         return Ok(false);
     };
     let mut lease = current.unwrap_or_else(|| Lease {
         metadata: ObjectMeta {
-            name: Some(LEASE_NAME.into()),
+            name: Some(name.into()),
             namespace: Some(ns.into()),
             ..Default::default()
         },
@@ -78,14 +77,14 @@ pub async fn try_lead(api: &Api<Lease>, ns: &str, me: &str, duration: Duration) 
         spec.lease_transitions = Some(spec.lease_transitions.unwrap_or(0) + 1);
     }
     let res = if exists {
-        api.replace(LEASE_NAME, &PostParams::default(), &lease).await
+        api.replace(name, &PostParams::default(), &lease).await
     } else {
         api.create(&PostParams::default(), &lease).await
     };
     match res {
         Ok(_) => Ok(true),
         Err(e) if errors::is_conflict(&e) => Ok(false),
-        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{LEASE_NAME}"), e)),
+        Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
     }
 }
 
@@ -105,6 +104,7 @@ pub struct Signals {
 pub async fn run(
     client: kube::Client,
     ns: String,
+    name: String,
     me: String,
     duration: Duration,
     signals: Signals,
@@ -113,7 +113,7 @@ pub async fn run(
     let Signals { leader, gauge, terms } = signals;
     let api: Api<Lease> = Api::namespaced(client, &ns);
     loop {
-        let leading = match try_lead(&api, &ns, &me, duration).await {
+        let leading = match try_lead(&api, &ns, &name, &me, duration).await {
             Ok(l) => l,
             Err(e) => {
                 tracing::warn!("leader election: {e}");
@@ -134,13 +134,13 @@ pub async fn run(
     }
     gauge.set(0);
     if leader.swap(false, Ordering::SeqCst)
-        && let Ok(Some(mut lease)) = api.get_opt(LEASE_NAME).await
+        && let Ok(Some(mut lease)) = api.get_opt(&name).await
         && lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) == Some(me.as_str())
     {
         if let Some(s) = lease.spec.as_mut() {
             s.holder_identity = None;
         }
-        let _ = api.replace(LEASE_NAME, &PostParams::default(), &lease).await;
+        let _ = api.replace(&name, &PostParams::default(), &lease).await;
     }
 }
 

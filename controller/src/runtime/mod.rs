@@ -86,7 +86,17 @@ pub struct RunArgs {
     /// Where /healthz and /readyz are served.
     #[arg(long, env = "CAPTF_HEALTH_ADDR", default_value = "0.0.0.0:8081")]
     pub health_addr: SocketAddr,
-    /// Elect a leader through the Lease captf-controller-leader; only the leader writes.
+    /// Serve only the objects whose labels match this Kubernetes label selector
+    /// (`sharding.captf.io/key=shard-1` on a shard, `!sharding.captf.io/key` on the instance that
+    /// serves the rest; docs/operating.md "Sharding"). Empty: every object.
+    #[arg(long, env = "CAPTF_WATCH_LABEL_SELECTOR", default_value = "")]
+    pub watch_label_selector: String,
+    /// Cluster API's convention: serve only the objects labelled
+    /// cluster.x-k8s.io/watch-filter=<value> (with --watch-label-selector too, when both are set).
+    #[arg(long, env = "CAPTF_WATCH_FILTER", default_value = "")]
+    pub watch_filter: String,
+    /// Elect a leader through the Lease captf-controller-leader (with a selector, a Lease of that
+    /// selector's own: captf-controller-leader-<hash>); only the leader writes.
     #[arg(long, env = "CAPTF_LEADER_ELECT", default_value_t = false)]
     pub leader_elect: bool,
     /// The namespace of the leader Lease (default: POD_NAMESPACE, else the first --namespace, else
@@ -287,6 +297,14 @@ pub enum RunError {
     Bind(#[from] http::BindError),
     #[error("failed to wait for SIGTERM: {0}")]
     Signal(#[source] std::io::Error),
+    #[error(transparent)]
+    Selector(#[from] captf_core::sharding::SelectorError),
+    #[error("--watch-label-selector/--watch-filter {selector:?}: the API server refuses it: {source}")]
+    SelectorRefused {
+        selector: String,
+        #[source]
+        source: kube::Error,
+    },
 }
 
 /// Initialise logging per `--log-format` (RUST_LOG filters; default info).
@@ -337,6 +355,10 @@ impl Handle {
 
 /// Start the runtime with a client and a clock.
 pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> Result<Handle, RunError> {
+    let selector = captf_core::sharding::object_selector(&args.watch_label_selector, &args.watch_filter)?;
+    if let Some(s) = &selector {
+        check_selector(&client, args.watch_namespaces().first().map(String::as_str), s).await?;
+    }
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let leader = Arc::new(AtomicBool::new(!args.leader_elect));
@@ -371,6 +393,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         elector = Some(tokio::spawn(leader::run(
             client.clone(),
             ns,
+            captf_core::sharding::leader_lease_name(selector.as_deref()),
             me,
             duration,
             leader::Signals {
@@ -401,6 +424,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             concurrency: args.concurrency,
             policy: args.policy.to_policy(),
             runner_pod: args.runner_pod(),
+            selector: selector.clone(),
         };
         let (mut ctx, feeds) = Ctx::new(
             client.clone(),
@@ -428,6 +452,26 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         task,
         elector,
     })
+}
+
+/// Asks the API server whether it takes `selector` (one list of at most one Job with it): a
+/// selector it refuses would fail every watch, so the controller stops at once and says why.
+async fn check_selector(client: &kube::Client, namespace: Option<&str>, selector: &str) -> Result<(), RunError> {
+    let jobs: kube::Api<k8s_openapi::api::batch::v1::Job> = match namespace {
+        Some(n) => kube::Api::namespaced(client.clone(), n),
+        None => kube::Api::all(client.clone()),
+    };
+    match jobs
+        .list_metadata(&kube::api::ListParams::default().labels(selector).limit(1))
+        .await
+    {
+        Err(kube::Error::Api(e)) if e.code == 400 => Err(RunError::SelectorRefused {
+            selector: selector.to_string(),
+            source: kube::Error::Api(e),
+        }),
+        // Anything else (a 403, an unreachable server) is for the watches to retry and report.
+        _ => Ok(()),
+    }
 }
 
 /// Run every namespace's controllers until they stop; `ready` turns true once every one of

@@ -15,4 +15,5 @@ mod namespaces;
 mod real_runner;
 mod references;
 mod scale;
+mod sharding;
 mod slots;
