@@ -45,6 +45,14 @@ struct Cli {
     /// fetched offline).
     #[arg(long)]
     scripted: bool,
+    /// Run the runner pods from this released runner image (an OCI archive:
+    /// `dist/images/runner.oci.tar` of `scripts/release.sh`) instead of the workspace's binaries.
+    /// Needs root, as any real runner here.
+    #[arg(long, value_name = "ARCHIVE", conflicts_with_all = ["scripted", "serve"])]
+    runner_image: Option<PathBuf>,
+    /// With --runner-image: the image's reference inside the archive (the release's version).
+    #[arg(long, default_value = env!("CARGO_PKG_VERSION"), requires = "runner_image")]
+    runner_image_version: String,
 }
 
 #[tokio::main]
@@ -69,6 +77,10 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     if !quiet {
         println!("== starting the simulator, the webhook and the controller");
     }
+    let released = cli.runner_image.clone().map(|archive| setup::ReleasedRunner {
+        archive,
+        version: cli.runner_image_version.clone(),
+    });
     let scripted_because = if cli.scripted {
         Some("--scripted")
     } else if cli.serve {
@@ -82,9 +94,9 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
     let mut stack = if cli.no_script {
         let now = k8s_openapi::jiff::Timestamp::from_second(k8s_openapi::jiff::Timestamp::now().as_second())
             .unwrap_or_else(|_| k8s_openapi::jiff::Timestamp::now());
-        setup::start_at(None, &say, scripted_because, now).await?
+        setup::start_at(None, &say, scripted_because, released.as_ref(), now).await?
     } else {
-        setup::start(None, &say, scripted_because).await?
+        setup::start(None, &say, scripted_because, released.as_ref()).await?
     };
     // One line, even with --quiet: it says what the summary's "runners" column means.
     match &stack.runners {

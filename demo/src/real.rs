@@ -6,10 +6,14 @@
 //!
 //! Where that is not possible ([`runner_image_here`]: no private namespaces without root, or a
 //! missing binary), every runner is scripted and the demo says why.
+//!
+//! With `--runner-image dist/images/runner.oci.tar` the runner pods run the released runner image
+//! itself instead ([`released_runner_image_here`]): its own `captf-runner`, OpenTofu, user and
+//! environment, unpacked from the archive, with only the test provider's mirror added.
 
 use std::path::{Path, PathBuf};
 
-use captf_testprovider::runner_image::{ModuleServer, RunnerImage, runner_image, tar_gz};
+use captf_testprovider::runner_image::{ModuleServer, RunnerImage, released_runner_image, runner_image, tar_gz};
 use captf_testprovider::world::{Thing, World, WorldError};
 
 /// The image the demo's controller puts in its Jobs.
@@ -91,6 +95,16 @@ pub fn runner_image_here(dir: &Path) -> Result<RunnerImage, String> {
         return Err(format!("{why} (the process kubelet needs root)"));
     }
     runner_image(dir).map_err(|e| e.to_string())
+}
+
+/// The released runner image (`--runner-image`: an OCI archive of `scripts/release.sh`, image
+/// `version` inside) with the test provider's mirror added, when the runner pods can run it
+/// here; else why not.
+pub fn released_runner_image_here(dir: &Path, archive: &Path, version: &str) -> Result<RunnerImage, String> {
+    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+        return Err(format!("{why} (running an image needs root for its mounts)"));
+    }
+    released_runner_image(dir, archive, version).map_err(|e| e.to_string())
 }
 
 /// What the demo needs to play its steps on real Terraform.

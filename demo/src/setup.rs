@@ -49,6 +49,17 @@ pub enum SetupError {
     Modules(#[source] std::io::Error),
     #[error("failed to parse the sample objects: {0}")]
     Samples(#[source] serde_yaml_ng::Error),
+    #[error("cannot run the runner image {archive}: {why}")]
+    RunnerImage { archive: PathBuf, why: String },
+}
+
+/// The released runner image to run instead of the workspace's binaries (`--runner-image`).
+#[derive(Clone, Debug)]
+pub struct ReleasedRunner {
+    /// The OCI archive (`dist/images/runner.oci.tar`).
+    pub archive: PathBuf,
+    /// The image's reference inside it (the release's version).
+    pub version: String,
 }
 
 /// How the runner pods run.
@@ -146,16 +157,18 @@ pub async fn create_cluster_scoped(client: &kube::Client, obj: Value) -> Result<
 
 /// Start the simulator, the webhook and the controller. `say` prints progress. The runner pods
 /// run real Terraform where the machine allows it ([`crate::real::runner_image_here`]), unless
-/// `scripted_because` gives a reason not to.
+/// `scripted_because` gives a reason not to; with `released`, from the released runner image,
+/// which must then be able to run.
 pub async fn start(
     bin_dir_hint: Option<&Path>,
     say: &dyn Fn(&str),
     scripted_because: Option<&str>,
+    released: Option<&ReleasedRunner>,
 ) -> Result<Stack, SetupError> {
     let start = START_TIME
         .parse()
         .map_err(|_| SetupError::WorkDir(std::io::Error::other("bad start time")))?;
-    start_at(bin_dir_hint, say, scripted_because, start).await
+    start_at(bin_dir_hint, say, scripted_because, released, start).await
 }
 
 /// [`start`] with the simulated clock starting at `start`.
@@ -163,6 +176,7 @@ pub async fn start_at(
     bin_dir_hint: Option<&Path>,
     say: &dyn Fn(&str),
     scripted_because: Option<&str>,
+    released: Option<&ReleasedRunner>,
     start: k8s_openapi::jiff::Timestamp,
 ) -> Result<Stack, SetupError> {
     let work = tempfile::Builder::new()
@@ -170,21 +184,34 @@ pub async fn start_at(
         .tempdir()
         .map_err(SetupError::WorkDir)?;
     let mut builder = Sim::builder().start_time(start).seed(9);
-    let runners = match scripted_because {
-        Some(why) => Runners::Scripted { why: why.to_string() },
-        None => match crate::real::runner_image_here(&work.path().join("runner")) {
-            Ok(image) => {
-                let binary = image.describe();
-                builder = builder
-                    .process_image(crate::real::RUNNER_IMAGE, image.image)
-                    .process_root(work.path().join("kubelet"));
-                Runners::Real {
-                    world: image.world,
-                    binary,
-                }
+    let image = match (scripted_because, released) {
+        (Some(why), _) => Err(why.to_string()),
+        (None, None) => crate::real::runner_image_here(&work.path().join("runner")),
+        (None, Some(r)) => Ok(crate::real::released_runner_image_here(
+            &work.path().join("runner"),
+            &r.archive,
+            &r.version,
+        )
+        .map_err(|why| SetupError::RunnerImage {
+            archive: r.archive.clone(),
+            why,
+        })?),
+    };
+    let runners = match image {
+        Ok(image) => {
+            let binary = match released {
+                Some(r) => format!("{} (the runner image {})", image.describe(), r.archive.display()),
+                None => image.describe(),
+            };
+            builder = builder
+                .process_image(crate::real::RUNNER_IMAGE, image.image)
+                .process_root(work.path().join("kubelet"));
+            Runners::Real {
+                world: image.world,
+                binary,
             }
-            Err(why) => Runners::Scripted { why },
-        },
+        }
+        Err(why) => Runners::Scripted { why },
     };
     let sim = builder.start().await?;
     sim.create_namespace(crate::lifecycle::NS);

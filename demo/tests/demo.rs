@@ -1,6 +1,7 @@
 //! Runs the demo exactly as the README states it (`./scripts/demo.sh` from the repository root)
 //! and checks its exit status, its summary table and which runners were real; then once with
-//! `--scripted`, the path a machine without real Terraform takes.
+//! `--scripted`, the path a machine without real Terraform takes; and once from the released
+//! runner image (`--runner-image`), so the Jobs run exactly what ships.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 use std::path::{Path, PathBuf};
@@ -166,4 +167,60 @@ fn forced_scripted_mode_plays_every_step_with_scripted_runners() {
     assert!(stdout.contains("runners: 0 Job(s) ran the real captf-runner with a real binary"));
     // The scripted cluster module's endpoint.
     assert!(stdout.contains(" 10.0.0.1:6443 "), "{stdout}");
+}
+
+#[test]
+fn the_demo_runs_its_real_jobs_from_the_released_runner_image() {
+    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+        captf_testsupport::cannot_run(format!("{why}; running an image needs root for its mounts"));
+        return;
+    }
+    let (dist, built) = match captf_release_tests::release_dist() {
+        Ok(d) => d,
+        Err(why) => {
+            captf_testsupport::cannot_run(why);
+            return;
+        }
+    };
+    println!("release at {} (built now: {built})", dist.display());
+    let archive = dist.join("images/runner.oci.tar");
+    let stdout = demo(&["--quiet", "--runner-image", archive.to_str().unwrap()]);
+    assert!(
+        stdout.contains(&format!(
+            "runners: real captf-runner with OpenTofu 1.12.6 (the runner image {})",
+            archive.display()
+        )),
+        "{stdout}"
+    );
+    let rows = summary_rows(&stdout);
+    for (step, row) in STEPS.iter().zip(&rows) {
+        assert_eq!(row.verdict, "ok", "step {}", step.name);
+    }
+    // The same real Jobs as from the workspace's binaries: every step that can be real was.
+    for i in [1, 2, 3, 4, 5] {
+        assert!(real(&rows[i]) > 0, "step {}: {}", STEPS[i].name, rows[i].runners);
+    }
+    assert!(stdout.contains(" thing-demo-lb.example:6443 "), "{stdout}");
+}
+
+#[test]
+fn a_runner_image_that_is_not_there_stops_the_demo_with_the_reason() {
+    let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
+    let out = Command::new("./scripts/demo.sh")
+        .args(["--quiet", "--runner-image", "/nonexistent/runner.oci.tar"])
+        .current_dir(root())
+        .output()
+        .expect("run ./scripts/demo.sh");
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{stderr}");
+    assert!(
+        stderr.contains("captf-demo: cannot run the runner image /nonexistent/runner.oci.tar: "),
+        "{stderr}"
+    );
+    if captf_sim::process::namespaces_unavailable().is_none() {
+        assert!(
+            stderr.contains("does not exist: build a release first: scripts/release.sh"),
+            "{stderr}"
+        );
+    }
 }

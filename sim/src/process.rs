@@ -91,8 +91,11 @@ pub struct ProcessImage {
     /// The image's `WORKDIR`, unless the container sets `workingDir` (default `/`).
     pub working_dir: Option<String>,
     /// Run a real OCI image instead of the machine's files: see [`OciImage`]. Its entrypoint,
-    /// `Cmd`, environment, user and working directory are the image's; `files` and the fields
-    /// above are not used.
+    /// `Cmd`, environment, user and working directory are the image's; `entrypoint`, `user` and
+    /// `working_dir` above are not used. `files` are bound read-only over the image's root and
+    /// `env` is added after the image's environment (under the container's): what a cluster
+    /// would add through volumes and env, such as a provider mirror where no registry is
+    /// reachable; the image's own files stay as they ship.
     pub oci: Option<OciImage>,
 }
 
@@ -1145,7 +1148,7 @@ impl ProcessRuntime {
         access: &ApiAccess,
     ) -> Result<Prepared, String> {
         if let Some(oci) = &image.oci {
-            return self.prepare_oci(store, pod, oci, access);
+            return self.prepare_oci(store, pod, image, oci, access);
         }
         let ns = str_at(pod, "/metadata/namespace");
         let name = str_at(pod, "/metadata/name");
@@ -1407,6 +1410,7 @@ impl ProcessRuntime {
         &self,
         store: &dyn Store,
         pod: &Value,
+        added: &ProcessImage,
         oci: &OciImage,
         access: &ApiAccess,
     ) -> Result<Prepared, String> {
@@ -1428,7 +1432,7 @@ impl ProcessRuntime {
         };
         let image = ProcessImage {
             entrypoint: unpacked.entrypoint.first().cloned().unwrap_or_default(),
-            env: unpacked.env.clone(),
+            env: unpacked.env.iter().chain(&added.env).cloned().collect(),
             user: unpacked.user,
             working_dir: Some(unpacked.working_dir.clone()),
             ..Default::default()
@@ -1570,6 +1574,10 @@ impl ProcessRuntime {
                 s.push_str(&format!("mount -o remount,bind,ro {target}\n"));
             }
         };
+        for (inside, local) in &added.files {
+            check_inside("an added file", inside)?;
+            bind(&mut s, inside, local, true);
+        }
         for (path, src, ro) in &mounts {
             bind(&mut s, path, src, *ro);
         }

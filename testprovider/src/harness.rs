@@ -190,6 +190,8 @@ pub enum HarnessError {
     Tar { path: PathBuf, stderr: String },
     #[error("failed to prepare {path}: {source}")]
     Io { path: PathBuf, source: std::io::Error },
+    #[error("{what} does not exist: {how}")]
+    Missing { what: String, how: String },
 }
 
 pub(crate) fn io(path: &Path) -> impl FnOnce(std::io::Error) -> HarnessError + '_ {

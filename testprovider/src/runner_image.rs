@@ -92,40 +92,87 @@ pub fn runner_image_with(dir: &Path, binary: Binary) -> Result<RunnerImage, Harn
         Binary::Terraform => "/image/bin/terraform",
         Binary::Tofu(_) => "/image/bin/tofu",
     };
-    let provider = harness::provider()?;
-    let world = dir.join("world");
-    std::fs::create_dir_all(&world).map_err(io(&world))?;
-    // The runner runs as its non-root user; the world is shared with it.
-    std::fs::set_permissions(&world, std::fs::Permissions::from_mode(0o777)).map_err(io(&world))?;
-    let tfrc = dir.join("terraform.tfrc");
-    std::fs::write(
-        &tfrc,
-        "provider_installation {\n  filesystem_mirror {\n    path    = \"/image/mirror\"\n    include = [\"captf.io/*/*\"]\n  }\n}\n",
-    )
-    .map_err(io(&tfrc))?;
-    let mirror_file =
-        format!("/image/mirror/{PROVIDER_SOURCE}/{PROVIDER_VERSION}/linux_amd64/{PROVIDER_BINARY}_v{PROVIDER_VERSION}");
-    let image = ProcessImage::new(RUNNER_INSIDE)
-        .file(RUNNER_INSIDE, runner)
-        .file(inside, program)
-        .file(mirror_file, provider)
-        .file("/image/terraform.tfrc", &tfrc)
-        .file(WORLD_INSIDE, &world)
-        .env("CAPTF_TF_BINARY", inside)
-        .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
-        .env("CHECKPOINT_DISABLE", "1")
-        .env("TF_IN_AUTOMATION", "1")
-        .user(RUNNER_USER.0, RUNNER_USER.1)
-        .working_dir("/tmp")
-        .env("HOME", "/tmp")
-        .env("TMPDIR", "/tmp")
-        .env(crate::world::WORLD_ENV, WORLD_INSIDE);
+    let additions = TestAdditions::make(dir)?;
+    let image = additions.add_to(
+        ProcessImage::new(RUNNER_INSIDE)
+            .file(RUNNER_INSIDE, runner)
+            .file(inside, program)
+            .env("CAPTF_TF_BINARY", inside)
+            .env("CHECKPOINT_DISABLE", "1")
+            .env("TF_IN_AUTOMATION", "1")
+            .user(RUNNER_USER.0, RUNNER_USER.1)
+            .working_dir("/tmp")
+            .env("HOME", "/tmp")
+            .env("TMPDIR", "/tmp"),
+    );
     Ok(RunnerImage {
         image,
-        world,
+        world: additions.world,
         binary,
         version,
     })
+}
+
+/// The released runner image itself: `reference` (the version) of the OCI archive `archive`
+/// (`dist/images/runner.oci.tar` of `scripts/release.sh`), its own runner, OpenTofu, user and
+/// environment, with only the test provider's mirror, its `terraform.tfrc` and the world folder
+/// added (bound read-only under `/image` and at [`WORLD_INSIDE`]), as a cluster would add a
+/// provider mirror through a volume. The image ships the default OpenTofu
+/// ([`harness::DEFAULT_TOFU`]), whose version this reports.
+pub fn released_runner_image(dir: &Path, archive: &Path, reference: &str) -> Result<RunnerImage, HarnessError> {
+    if !archive.is_file() {
+        return Err(HarnessError::Missing {
+            what: format!("the runner image archive {}", archive.display()),
+            how: "build a release first: scripts/release.sh <version> (it writes dist/images/runner.oci.tar)".into(),
+        });
+    }
+    let binary = harness::DEFAULT_TOFU;
+    let version = binary.version()?;
+    let additions = TestAdditions::make(dir)?;
+    let image = additions.add_to(ProcessImage::oci(archive, reference));
+    Ok(RunnerImage {
+        image,
+        world: additions.world,
+        binary,
+        version,
+    })
+}
+
+/// What a test adds to a runner image: the test provider in a filesystem mirror, a
+/// `terraform.tfrc` that names it, and the world folder.
+struct TestAdditions {
+    provider: PathBuf,
+    tfrc: PathBuf,
+    world: PathBuf,
+}
+
+impl TestAdditions {
+    fn make(dir: &Path) -> Result<TestAdditions, HarnessError> {
+        let provider = harness::provider()?;
+        let world = dir.join("world");
+        std::fs::create_dir_all(&world).map_err(io(&world))?;
+        // The runner runs as its non-root user; the world is shared with it.
+        std::fs::set_permissions(&world, std::fs::Permissions::from_mode(0o777)).map_err(io(&world))?;
+        let tfrc = dir.join("terraform.tfrc");
+        std::fs::write(
+            &tfrc,
+            "provider_installation {\n  filesystem_mirror {\n    path    = \"/image/mirror\"\n    include = [\"captf.io/*/*\"]\n  }\n}\n",
+        )
+        .map_err(io(&tfrc))?;
+        Ok(TestAdditions { provider, tfrc, world })
+    }
+
+    fn add_to(&self, image: ProcessImage) -> ProcessImage {
+        let mirror_file = format!(
+            "/image/mirror/{PROVIDER_SOURCE}/{PROVIDER_VERSION}/linux_amd64/{PROVIDER_BINARY}_v{PROVIDER_VERSION}"
+        );
+        image
+            .file(mirror_file, &self.provider)
+            .file("/image/terraform.tfrc", &self.tfrc)
+            .file(WORLD_INSIDE, &self.world)
+            .env("TF_CLI_CONFIG_FILE", "/image/terraform.tfrc")
+            .env(crate::world::WORLD_ENV, WORLD_INSIDE)
+    }
 }
 
 /// `tar czf` of a folder holding `main.tf` (written into `dir`, which is created).
