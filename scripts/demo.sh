@@ -3,7 +3,7 @@
 # controller and the demo with cargo, then runs target/debug/captf-demo, which starts captf-sim
 # in-process, the real captf-webhook and captf-controller binaries as child processes, plays the
 # lifecycle and prints a timeline and a summary. Arguments go to captf-demo (e.g. --serve,
-# --scripted).
+# --scripted, --runner-image dist/images/runner.oci.tar).
 #
 # The runner pods run the real captf-runner with real OpenTofu where the machine allows it
 # (root, for the private namespaces a pod gets): this script installs OpenTofu (built from its Go
@@ -26,5 +26,12 @@ else
   echo "demo.sh: scripts/setup-tools.sh failed (above); the runners will be scripted" >&2
 fi
 rm -f "$tools_log"
+# With --runner-image the runner pods run the released image, whose root has only the libraries
+# its own programs need: give it the test provider as a static (musl) binary, as real providers
+# are static Go binaries.
+case " $* " in
+  *" --runner-image"*)
+    cargo build --quiet -p captf-testprovider --bin terraform-provider-captftest --target x86_64-unknown-linux-musl ;;
+esac
 
 exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@"

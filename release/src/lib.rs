@@ -219,13 +219,6 @@ pub fn release_dist() -> Result<(PathBuf, bool), String> {
     Ok((kept, true))
 }
 
-/// Keeps a built `dist/` under `target/captf-release-tests/` (replacing an older one of the tree).
-pub fn keep_dist(clone: &Path) -> PathBuf {
-    let kept = kept_dist(&git_out(clone, &["rev-parse", "HEAD^{tree}"]));
-    keep(&clone.join("dist"), &kept);
-    kept
-}
-
 fn keep(dist: &Path, kept: &Path) {
     let _ = std::fs::remove_dir_all(kept);
     std::fs::create_dir_all(kept.parent().expect("a parent")).expect("mkdir");

@@ -92,7 +92,8 @@ pub struct ProcessImage {
     pub working_dir: Option<String>,
     /// Run a real OCI image instead of the machine's files: see [`OciImage`]. Its entrypoint,
     /// `Cmd`, environment, user and working directory are the image's; `entrypoint`, `user` and
-    /// `working_dir` above are not used. `files` are bound read-only over the image's root and
+    /// `working_dir` above are not used. `files` are bound over the image's root (files read-only,
+    /// folders writable) and
     /// `env` is added after the image's environment (under the container's): what a cluster
     /// would add through volumes and env, such as a provider mirror where no registry is
     /// reachable; the image's own files stay as they ship.
@@ -1576,7 +1577,8 @@ impl ProcessRuntime {
         };
         for (inside, local) in &added.files {
             check_inside("an added file", inside)?;
-            bind(&mut s, inside, local, true);
+            // A file read-only, a folder writable (as a volume would be).
+            bind(&mut s, inside, local, !local.is_dir());
         }
         for (path, src, ro) in &mounts {
             bind(&mut s, path, src, *ro);

@@ -217,6 +217,36 @@ pub fn provider() -> Result<PathBuf, HarnessError> {
     workspace_binary(PROVIDER_BINARY, "captf-testprovider")
 }
 
+/// The test provider built as a static binary for `x86_64-unknown-linux-musl` (`cargo build -p
+/// captf-testprovider --bin terraform-provider-captftest --target x86_64-unknown-linux-musl`), for
+/// a root filesystem that holds only its own programs' libraries (a released image), as a real
+/// provider, a static Go binary, needs none.
+pub fn static_provider() -> Result<PathBuf, HarnessError> {
+    let host = workspace_binary(PROVIDER_BINARY, "captf-testprovider").or_else(|e| match e {
+        // Only its folder matters here.
+        HarnessError::NoWorkspaceBinary { path, .. } => Ok(path),
+        other => Err(other),
+    })?;
+    let profile = host
+        .parent()
+        .and_then(Path::file_name)
+        .map(PathBuf::from)
+        .unwrap_or_default();
+    let target_dir = host.parent().and_then(Path::parent).unwrap_or(Path::new("target"));
+    let path = target_dir
+        .join("x86_64-unknown-linux-musl")
+        .join(profile)
+        .join(PROVIDER_BINARY);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(HarnessError::Missing {
+            what: format!("the static test provider {}", path.display()),
+            how: "cargo build -p captf-testprovider --bin terraform-provider-captftest --target x86_64-unknown-linux-musl".into(),
+        })
+    }
+}
+
 /// A binary of this workspace (`name`, of the package `package`), built into the same target
 /// directory as the running test or program.
 pub fn workspace_binary(name: &str, package: &str) -> Result<PathBuf, HarnessError> {

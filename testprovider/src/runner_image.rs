@@ -92,7 +92,7 @@ pub fn runner_image_with(dir: &Path, binary: Binary) -> Result<RunnerImage, Harn
         Binary::Terraform => "/image/bin/terraform",
         Binary::Tofu(_) => "/image/bin/tofu",
     };
-    let additions = TestAdditions::make(dir)?;
+    let additions = TestAdditions::make(dir, harness::provider()?)?;
     let image = additions.add_to(
         ProcessImage::new(RUNNER_INSIDE)
             .file(RUNNER_INSIDE, runner)
@@ -115,8 +115,9 @@ pub fn runner_image_with(dir: &Path, binary: Binary) -> Result<RunnerImage, Harn
 
 /// The released runner image itself: `reference` (the version) of the OCI archive `archive`
 /// (`dist/images/runner.oci.tar` of `scripts/release.sh`), its own runner, OpenTofu, user and
-/// environment, with only the test provider's mirror, its `terraform.tfrc` and the world folder
-/// added (bound read-only under `/image` and at [`WORLD_INSIDE`]), as a cluster would add a
+/// environment, with only the test provider's mirror (its static build,
+/// [`harness::static_provider`]: the image has no other program's libraries), its
+/// `terraform.tfrc` and the world folder added (bound read-only under `/image` and at [`WORLD_INSIDE`]), as a cluster would add a
 /// provider mirror through a volume. The image ships the default OpenTofu
 /// ([`harness::DEFAULT_TOFU`]), whose version this reports.
 pub fn released_runner_image(dir: &Path, archive: &Path, reference: &str) -> Result<RunnerImage, HarnessError> {
@@ -128,7 +129,7 @@ pub fn released_runner_image(dir: &Path, archive: &Path, reference: &str) -> Res
     }
     let binary = harness::DEFAULT_TOFU;
     let version = binary.version()?;
-    let additions = TestAdditions::make(dir)?;
+    let additions = TestAdditions::make(dir, harness::static_provider()?)?;
     let image = additions.add_to(ProcessImage::oci(archive, reference));
     Ok(RunnerImage {
         image,
@@ -147,8 +148,7 @@ struct TestAdditions {
 }
 
 impl TestAdditions {
-    fn make(dir: &Path) -> Result<TestAdditions, HarnessError> {
-        let provider = harness::provider()?;
+    fn make(dir: &Path, provider: PathBuf) -> Result<TestAdditions, HarnessError> {
         let world = dir.join("world");
         std::fs::create_dir_all(&world).map_err(io(&world))?;
         // The runner runs as its non-root user; the world is shared with it.
