@@ -1120,6 +1120,98 @@ fn mount_target(inside: &str) -> String {
     }
 }
 
+/// What a pod's container gets besides its image, made under the pod's folder: each volume
+/// materialised and the container's mounts of them (`(path inside, local, read-only)`, the path
+/// through `target`), the service-account files (written when a token is automounted) and the
+/// empty termination message file, with the path inside where each goes.
+struct PodFiles {
+    mounts: Vec<(String, PathBuf, bool)>,
+    sa_dir: PathBuf,
+    termination_inside: String,
+    termination: PathBuf,
+}
+
+fn pod_files(
+    store: &dyn Store,
+    pod: &Value,
+    container: &Value,
+    pod_dir: &Path,
+    fs_group: Option<u32>,
+    access: &ApiAccess,
+    target: impl Fn(&str) -> String,
+) -> Result<PodFiles, String> {
+    let io = |p: &Path, e: std::io::Error| format!("{}: {e}", p.display());
+    let vol_dir = pod_dir.join("volumes");
+    let mut volumes: BTreeMap<String, PathBuf> = BTreeMap::new();
+    for vol in pod
+        .pointer("/spec/volumes")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+    {
+        let vname = str_at(vol, "/name");
+        let dir = vol_dir.join(vname);
+        materialise(store, pod, vol, &dir, fs_group)?;
+        volumes.insert(vname.to_string(), dir);
+    }
+    let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
+    for (i, m) in container
+        .get("volumeMounts")
+        .and_then(Value::as_array)
+        .into_iter()
+        .flatten()
+        .enumerate()
+    {
+        let vname = str_at(m, "/name");
+        let path = str_at(m, "/mountPath");
+        check_inside(&format!("volumeMounts[{i}].mountPath"), path)?;
+        let mut src = volumes
+            .get(vname)
+            .cloned()
+            .ok_or_else(|| format!("volumeMounts[{i}]: no volume named {vname:?}"))?;
+        let sub = str_at(m, "/subPath");
+        if !sub.is_empty() {
+            src = src.join(sub);
+        }
+        mounts.push((
+            target(path),
+            src,
+            m.get("readOnly").and_then(Value::as_bool) == Some(true),
+        ));
+    }
+
+    // Service-account files (a real token of the pod's account: RBAC applies).
+    let sa_dir = pod_dir.join("serviceaccount");
+    if let Some(token) = &access.automount_token {
+        std::fs::create_dir_all(&sa_dir).map_err(|e| io(&sa_dir, e))?;
+        for (file, body) in [
+            ("token", token.as_str()),
+            ("ca.crt", access.ca_pem.as_str()),
+            ("namespace", str_at(pod, "/metadata/namespace")),
+        ] {
+            let path = sa_dir.join(file);
+            std::fs::write(&path, body).map_err(|e| io(&path, e))?;
+        }
+    }
+    let termination_inside = container
+        .get("terminationMessagePath")
+        .and_then(Value::as_str)
+        .filter(|s| !s.is_empty())
+        .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)
+        .to_string();
+    check_inside("terminationMessagePath", &termination_inside)?;
+    let termination = pod_dir.join("termination-log");
+    std::fs::write(&termination, "").map_err(|e| io(&termination, e))?;
+    // Whoever the container runs as may write its termination message.
+    std::fs::set_permissions(&termination, std::fs::Permissions::from_mode(0o666)).map_err(|e| io(&termination, e))?;
+    Ok(PodFiles {
+        mounts,
+        sa_dir,
+        termination_inside,
+        termination,
+    })
+}
+
 impl ProcessRuntime {
     /// A runtime for `images`, keeping its pods' folders under `root`, telling `events` about
     /// its containers.
@@ -1218,68 +1310,13 @@ impl ProcessRuntime {
             }
         }
 
-        // Volumes.
-        let vol_dir = pod_dir.join("volumes");
-        let mut volumes: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for vol in pod
-            .pointer("/spec/volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let vname = str_at(vol, "/name");
-            let dir = vol_dir.join(vname);
-            materialise(store, pod, vol, &dir, who.fs_group)?;
-            volumes.insert(vname.to_string(), dir);
-        }
-        let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
-        for (i, m) in container
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let vname = str_at(m, "/name");
-            let path = str_at(m, "/mountPath").to_string();
-            check_inside(&format!("volumeMounts[{i}].mountPath"), &path)?;
-            let path = mount_target(&path);
-            let mut src = volumes
-                .get(vname)
-                .cloned()
-                .ok_or_else(|| format!("volumeMounts[{i}]: no volume named {vname:?}"))?;
-            let sub = str_at(m, "/subPath");
-            if !sub.is_empty() {
-                src = src.join(sub);
-            }
-            mounts.push((path, src, m.get("readOnly").and_then(Value::as_bool) == Some(true)));
-        }
-
-        // Service-account files (a real token of the pod's account: RBAC applies).
+        let PodFiles {
+            mounts,
+            sa_dir,
+            termination_inside,
+            termination,
+        } = pod_files(store, pod, &container, &pod_dir, who.fs_group, access, mount_target)?;
         let automount = access.automount_token.is_some();
-        let sa_dir = pod_dir.join("serviceaccount");
-        if let Some(token) = &access.automount_token {
-            let write = |file: &str, body: &str| {
-                let path = sa_dir.join(file);
-                std::fs::write(&path, body).map_err(|e| io(&path, e))
-            };
-            std::fs::create_dir_all(&sa_dir).map_err(|e| io(&sa_dir, e))?;
-            write("token", token)?;
-            write("ca.crt", &access.ca_pem)?;
-            write("namespace", ns)?;
-        }
-        let termination_inside = container
-            .get("terminationMessagePath")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)
-            .to_string();
-        check_inside("terminationMessagePath", &termination_inside)?;
-        let termination = pod_dir.join("termination-log");
-        std::fs::write(&termination, "").map_err(|e| io(&termination, e))?;
-        // Whoever the container runs as may write its termination message.
-        std::fs::set_permissions(&termination, std::fs::Permissions::from_mode(0o666))
-            .map_err(|e| io(&termination, e))?;
 
         let chroot = find_program(&["/usr/sbin/chroot", "/usr/bin/chroot", "/sbin/chroot", "/bin/chroot"])
             .ok_or("chroot is not installed on this machine")?;
@@ -1476,64 +1513,12 @@ impl ProcessRuntime {
             ));
         }
 
-        // Volumes, as for any pod.
-        let vol_dir = pod_dir.join("volumes");
-        let mut volumes: BTreeMap<String, PathBuf> = BTreeMap::new();
-        for vol in pod
-            .pointer("/spec/volumes")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-        {
-            let vname = str_at(vol, "/name");
-            let dir = vol_dir.join(vname);
-            materialise(store, pod, vol, &dir, who.fs_group)?;
-            volumes.insert(vname.to_string(), dir);
-        }
-        let mut mounts: Vec<(String, PathBuf, bool)> = Vec::new();
-        for (i, m) in container
-            .get("volumeMounts")
-            .and_then(Value::as_array)
-            .into_iter()
-            .flatten()
-            .enumerate()
-        {
-            let vname = str_at(m, "/name");
-            let path = str_at(m, "/mountPath").to_string();
-            check_inside(&format!("volumeMounts[{i}].mountPath"), &path)?;
-            let mut src = volumes
-                .get(vname)
-                .cloned()
-                .ok_or_else(|| format!("volumeMounts[{i}]: no volume named {vname:?}"))?;
-            let sub = str_at(m, "/subPath");
-            if !sub.is_empty() {
-                src = src.join(sub);
-            }
-            mounts.push((path, src, m.get("readOnly").and_then(Value::as_bool) == Some(true)));
-        }
-        let sa_dir = pod_dir.join("serviceaccount");
-        if let Some(token) = &access.automount_token {
-            std::fs::create_dir_all(&sa_dir).map_err(|e| io(&sa_dir, e))?;
-            for (file, body) in [
-                ("token", token.as_str()),
-                ("ca.crt", access.ca_pem.as_str()),
-                ("namespace", ns),
-            ] {
-                let p = sa_dir.join(file);
-                std::fs::write(&p, body).map_err(|e| io(&p, e))?;
-            }
-        }
-        let termination_inside = container
-            .get("terminationMessagePath")
-            .and_then(Value::as_str)
-            .filter(|s| !s.is_empty())
-            .unwrap_or(DEFAULT_TERMINATION_MESSAGE_PATH)
-            .to_string();
-        check_inside("terminationMessagePath", &termination_inside)?;
-        let termination = pod_dir.join("termination-log");
-        std::fs::write(&termination, "").map_err(|e| io(&termination, e))?;
-        std::fs::set_permissions(&termination, std::fs::Permissions::from_mode(0o666))
-            .map_err(|e| io(&termination, e))?;
+        let PodFiles {
+            mounts,
+            sa_dir,
+            termination_inside,
+            termination,
+        } = pod_files(store, pod, &container, &pod_dir, who.fs_group, access, str::to_string)?;
 
         // The root: an overlay of the image's files and the pod's own upper folder.
         let rootfs = pod_dir.join("rootfs");
