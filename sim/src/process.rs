@@ -1120,6 +1120,36 @@ fn mount_target(inside: &str) -> String {
     }
 }
 
+/// Set-up commands: a small `/dev` (the [`DEVICES`] bound from the machine and the fd links),
+/// `/proc` and a fresh `/run` under the container's root `r` (quoted).
+fn mount_dev_proc_run(s: &mut String, r: &str) {
+    s.push_str(&format!("mkdir -p {r}/dev {r}/proc {r}/run\n"));
+    s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-dev {r}/dev\n"));
+    for d in DEVICES {
+        s.push_str(&format!("touch {r}/dev/{d}\nmount --bind /dev/{d} {r}/dev/{d}\n"));
+    }
+    s.push_str(&format!(
+        "ln -s /proc/self/fd {r}/dev/fd\nln -s /proc/self/fd/0 {r}/dev/stdin\nln -s /proc/self/fd/1 {r}/dev/stdout\nln -s /proc/self/fd/2 {r}/dev/stderr\n"
+    ));
+    s.push_str(&format!("mount -t proc proc {r}/proc\n"));
+    s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-run {r}/run\n"));
+}
+
+/// Set-up commands binding the local file or folder `local` at `inside` under the root `r`
+/// (quoted), read-only when `ro`.
+fn bind_into(s: &mut String, r: &str, inside: &str, local: &Path, ro: bool) {
+    let target = format!("{r}{}", q(inside));
+    if local.is_dir() {
+        s.push_str(&format!("mkdir -p {target}\n"));
+    } else {
+        s.push_str(&format!("mkdir -p \"$(dirname {target})\"\ntouch {target}\n"));
+    }
+    s.push_str(&format!("mount --bind {} {target}\n", qp(local)));
+    if ro {
+        s.push_str(&format!("mount -o remount,bind,ro {target}\n"));
+    }
+}
+
 /// What a pod's container gets besides its image, made under the pod's folder: each volume
 /// materialised and the container's mounts of them (`(path inside, local, read-only)`, the path
 /// through `target`), the service-account files (written when a token is automounted) and the
@@ -1357,28 +1387,8 @@ impl ProcessRuntime {
                 ));
             }
         }
-        s.push_str(&format!("mkdir {r}/dev {r}/proc {r}/run\n"));
-        s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-dev {r}/dev\n"));
-        for d in DEVICES {
-            s.push_str(&format!("touch {r}/dev/{d}\nmount --bind /dev/{d} {r}/dev/{d}\n"));
-        }
-        s.push_str(&format!(
-            "ln -s /proc/self/fd {r}/dev/fd\nln -s /proc/self/fd/0 {r}/dev/stdin\nln -s /proc/self/fd/1 {r}/dev/stdout\nln -s /proc/self/fd/2 {r}/dev/stderr\n"
-        ));
-        s.push_str(&format!("mount -t proc proc {r}/proc\n"));
-        s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-run {r}/run\n"));
-        let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| {
-            let target = format!("{r}{}", q(inside));
-            if local.is_dir() {
-                s.push_str(&format!("mkdir -p {target}\n"));
-            } else {
-                s.push_str(&format!("mkdir -p \"$(dirname {target})\"\ntouch {target}\n"));
-            }
-            s.push_str(&format!("mount --bind {} {target}\n", qp(local)));
-            if ro {
-                s.push_str(&format!("mount -o remount,bind,ro {target}\n"));
-            }
-        };
+        mount_dev_proc_run(&mut s, &r);
+        let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| bind_into(s, &r, inside, local, ro);
         for (path, src, ro) in &mounts {
             bind(&mut s, path, src, *ro);
         }
@@ -1537,29 +1547,8 @@ impl ProcessRuntime {
                 work.display()
             ))
         ));
-        s.push_str(&format!("mkdir -p {r}/dev {r}/proc {r}/run\n"));
-        s.push_str(&format!("mount -t tmpfs -o mode=0755 captf-dev {r}/dev\n"));
-        for d in DEVICES {
-            s.push_str(&format!("touch {r}/dev/{d}\nmount --bind /dev/{d} {r}/dev/{d}\n"));
-        }
-        s.push_str(&format!(
-            "ln -s /proc/self/fd {r}/dev/fd\nln -s /proc/self/fd/0 {r}/dev/stdin\nln -s /proc/self/fd/1 {r}/dev/stdout\nln -s /proc/self/fd/2 {r}/dev/stderr\n"
-        ));
-        s.push_str(&format!(
-            "mount -t proc proc {r}/proc\nmount -t tmpfs -o mode=0755 captf-run {r}/run\n"
-        ));
-        let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| {
-            let target = format!("{r}{}", q(inside));
-            if local.is_dir() {
-                s.push_str(&format!("mkdir -p {target}\n"));
-            } else {
-                s.push_str(&format!("mkdir -p \"$(dirname {target})\"\ntouch {target}\n"));
-            }
-            s.push_str(&format!("mount --bind {} {target}\n", qp(local)));
-            if ro {
-                s.push_str(&format!("mount -o remount,bind,ro {target}\n"));
-            }
-        };
+        mount_dev_proc_run(&mut s, &r);
+        let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| bind_into(s, &r, inside, local, ro);
         for (inside, local) in &added.files {
             check_inside("an added file", inside)?;
             // A file read-only, a folder writable (as a volume would be).
