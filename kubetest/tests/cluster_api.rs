@@ -23,6 +23,7 @@ use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
 use captf_testprovider::runner_image::{ModuleServer, RunnerImage, THING_MODULE, runner_image, tar_gz};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Secret;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -43,6 +44,65 @@ fn cluster_module() -> String {
         "{THING_MODULE}\noutput \"failure_domains\" {{\n  value = {{\n    \"zone-a\" = {{ control_plane = true }}\n    \"zone-b\" = {{ control_plane = false, attributes = {{ rack = \"r2\" }} }}\n  }}\n}}\n"
     )
 }
+
+/// A machine's module: one thing, the provider ID and addresses a cloud would give.
+const MACHINE_MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "bootstrap_data_secret" {
+  type = string
+}
+
+resource "captftest_thing" "machine" {
+  name    = var.name
+  content = var.bootstrap_data_secret
+}
+
+output "provider_id" {
+  value = "captftest:///${captftest_thing.machine.id}"
+}
+
+output "addresses" {
+  value = [
+    { type = "InternalIP", address = "10.0.0.7" },
+    { type = "Hostname", address = captftest_thing.machine.id },
+  ]
+}
+"#;
+
+/// A machine pool's module: one thing per replica, and their provider IDs.
+const POOL_MODULE: &str = r#"terraform {
+  required_providers {
+    captftest = { source = "captf.io/test/captftest" }
+  }
+}
+
+variable "name" {
+  type = string
+}
+
+variable "replicas" {
+  type    = number
+  default = 1
+}
+
+resource "captftest_thing" "node" {
+  count   = var.replicas
+  name    = "${var.name}-${count.index}"
+  content = var.name
+}
+
+output "provider_id_list" {
+  value = [for n in captftest_thing.node : "captftest:///${n.id}"]
+}
+"#;
 
 fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
@@ -65,6 +125,30 @@ fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
 
 fn capi_clusters() -> ApiResource {
     resource("cluster.x-k8s.io/v1beta2", "Cluster", "clusters")
+}
+
+fn capi_machines() -> ApiResource {
+    resource("cluster.x-k8s.io/v1beta2", "Machine", "machines")
+}
+
+fn capi_machine_pools() -> ApiResource {
+    resource("cluster.x-k8s.io/v1beta2", "MachinePool", "machinepools")
+}
+
+fn terraform_machines() -> ApiResource {
+    resource(
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "TerraformMachine",
+        "terraformmachines",
+    )
+}
+
+fn terraform_machine_pools() -> ApiResource {
+    resource(
+        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "TerraformMachinePool",
+        "terraformmachinepools",
+    )
 }
 
 fn terraform_clusters() -> ApiResource {
@@ -161,10 +245,16 @@ impl Management {
                 return None;
             }
         };
-        let archive = tar_gz(&files.path().join("module"), &cluster_module()).unwrap();
-        let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
-            .await
-            .unwrap();
+        let mut archives = Vec::new();
+        for (name, text) in [
+            ("cluster", cluster_module()),
+            ("machine", MACHINE_MODULE.to_string()),
+            ("pool", POOL_MODULE.to_string()),
+        ] {
+            let archive = tar_gz(&files.path().join("modules").join(name), &text).unwrap();
+            archives.push((format!("{name}.tar.gz"), archive));
+        }
+        let modules = ModuleServer::start(archives).await.unwrap();
         let mut opts = Options::new(tools);
         opts.ready_timeout = TEST_READY_TIMEOUT;
         let cp = ControlPlane::start(opts).await.unwrap();
@@ -404,6 +494,50 @@ impl Management {
             .unwrap();
     }
 
+    /// Creates `o` (a JSON object with apiVersion, kind and metadata) in the test namespace.
+    async fn create(&self, ar: &ApiResource, o: Value) {
+        let o: DynamicObject = serde_json::from_value(o).unwrap();
+        self.api(ar).create(&PostParams::default(), &o).await.unwrap();
+    }
+
+    /// A bootstrap data Secret of Cluster `cluster`, as a bootstrap provider would write it.
+    async fn create_bootstrap_data(&self, cluster: &str, name: &str) {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": name, "namespace": NAMESPACE,
+                "labels": { "cluster.x-k8s.io/cluster-name": cluster },
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": { "value": "#cloud-config\n", "format": "cloud-config" },
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
+    /// The workload cluster's kubeconfig Secret (`<cluster>-kubeconfig`), as a control plane
+    /// provider would write it, naming this same API server: Cluster API's MachinePool controller
+    /// reads the nodes of the workload cluster before it copies the provider IDs, so it needs one
+    /// it can reach.
+    async fn create_workload_kubeconfig(&self, cluster: &str) {
+        let kubeconfig = std::fs::read_to_string(self.cp.admin_kubeconfig()).unwrap();
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{cluster}-kubeconfig"), "namespace": NAMESPACE,
+                "labels": { "cluster.x-k8s.io/cluster-name": cluster },
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": { "value": kubeconfig },
+        }))
+        .unwrap();
+        Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .create(&PostParams::default(), &secret)
+            .await
+            .unwrap();
+    }
+
     /// Waits (wall time) until the object satisfies `f`, failing with both managers' logs.
     async fn until(&self, ar: &ApiResource, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         let api = self.api(ar);
@@ -608,4 +742,184 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         jobs_after.iter().any(|j| !jobs_before.contains(j)),
         "unpausing ran the change: no new Job among {jobs_after:?} (before: {jobs_before:?})"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three() {
+    let Some(m) = Management::start().await else { return };
+    m.create_cluster("fleet").await;
+    m.until(&capi_clusters(), "fleet", "infrastructure provisioned", |o| {
+        o["status"]["initialization"]["infrastructureProvisioned"] == true
+    })
+    .await;
+
+    // A Machine whose infrastructure is a TerraformMachine, with bootstrap data made here (no
+    // bootstrap provider runs).
+    m.create_bootstrap_data("fleet", "fleet-m0-bootstrap").await;
+    m.create(
+        &terraform_machines(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+            "metadata": { "name": "fleet-m0", "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("machine.tar.gz") },
+                "variables": { "name": "fleet-m0" },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_machines(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": { "name": "fleet-m0", "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": "fleet",
+                "bootstrap": { "dataSecretName": "fleet-m0-bootstrap" },
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io",
+                    "kind": "TerraformMachine",
+                    "name": "fleet-m0",
+                },
+            },
+        }),
+    )
+    .await;
+
+    // Cluster API owns and labels the TerraformMachine; CAPTF applies it with the bootstrap data
+    // Secret's name and sets the provider ID and addresses from the outputs.
+    let infra = m
+        .until(
+            &terraform_machines(),
+            "fleet-m0",
+            "provisioned under its Machine",
+            |o| {
+                o["status"]["initialization"]["provisioned"] == true
+                    && o["metadata"]["labels"]["cluster.x-k8s.io/cluster-name"] == "fleet"
+                    && o["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|r| r["kind"] == "Machine" && r["name"] == "fleet-m0"))
+            },
+        )
+        .await;
+    assert_eq!(infra["spec"]["providerID"], "captftest:///thing-fleet-m0", "{infra}");
+    assert_eq!(
+        infra["status"]["outputs"]["provider_id"], "captftest:///thing-fleet-m0",
+        "{infra}"
+    );
+
+    // Cluster API's Machine controller reads the contract: provisioned, the provider ID and the
+    // addresses copied onto the Machine.
+    let machine = m
+        .until(
+            &capi_machines(),
+            "fleet-m0",
+            "the provider ID and addresses copied",
+            |o| {
+                o["status"]["initialization"]["infrastructureProvisioned"] == true
+                    && o["spec"]["providerID"].is_string()
+                    && o["status"]["addresses"].is_array()
+            },
+        )
+        .await;
+    assert_eq!(
+        machine["spec"]["providerID"], "captftest:///thing-fleet-m0",
+        "{machine}"
+    );
+    assert_eq!(
+        machine["status"]["addresses"],
+        json!([
+            { "type": "InternalIP", "address": "10.0.0.7" },
+            { "type": "Hostname", "address": "thing-fleet-m0" },
+        ]),
+        "{machine}"
+    );
+
+    // A MachinePool of 2 whose infrastructure is a TerraformMachinePool: the module gets the
+    // replicas, Cluster API gets the provider ID list (once it can reach the workload cluster,
+    // played by this same API server).
+    m.create_workload_kubeconfig("fleet").await;
+    m.create_bootstrap_data("fleet", "fleet-pool-bootstrap").await;
+    m.create(
+        &terraform_machine_pools(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+            "metadata": { "name": "fleet-pool", "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("pool.tar.gz") },
+                "variables": { "name": "fleet-pool" },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_machine_pools(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachinePool",
+            "metadata": { "name": "fleet-pool", "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": "fleet",
+                "replicas": 2,
+                "template": { "spec": {
+                    "clusterName": "fleet",
+                    "bootstrap": { "dataSecretName": "fleet-pool-bootstrap" },
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "TerraformMachinePool",
+                        "name": "fleet-pool",
+                    },
+                } },
+            },
+        }),
+    )
+    .await;
+    let ids = |n: usize| -> Value {
+        json!(
+            (0..n)
+                .map(|i| format!("captftest:///thing-fleet-pool-{i}"))
+                .collect::<Vec<_>>()
+        )
+    };
+    let pool = m
+        .until(
+            &terraform_machine_pools(),
+            "fleet-pool",
+            "two replicas provisioned",
+            |o| o["status"]["initialization"]["provisioned"] == true && o["spec"]["providerIDList"] == ids(2),
+        )
+        .await;
+    assert_eq!(pool["status"]["replicas"], 2, "{pool}");
+    m.until(
+        &capi_machine_pools(),
+        "fleet-pool",
+        "the two provider IDs copied",
+        |o| o["spec"]["providerIDList"] == ids(2),
+    )
+    .await;
+
+    // Scaling the MachinePool changes the module's `replicas`: one more thing, one more ID.
+    m.api(&capi_machine_pools())
+        .patch(
+            "fleet-pool",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"replicas": 3}})),
+        )
+        .await
+        .unwrap();
+    let pool = m
+        .until(
+            &terraform_machine_pools(),
+            "fleet-pool",
+            "three replicas provisioned",
+            |o| is_true(o, "Ready") && o["spec"]["providerIDList"] == ids(3),
+        )
+        .await;
+    assert_eq!(pool["status"]["replicas"], 3, "{pool}");
+    m.until(
+        &capi_machine_pools(),
+        "fleet-pool",
+        "the three provider IDs copied",
+        |o| o["spec"]["providerIDList"] == ids(3),
+    )
+    .await;
 }
