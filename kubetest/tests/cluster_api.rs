@@ -20,10 +20,12 @@ use std::time::Duration;
 
 use captf_kubetest::standin::{CertStandIn, host_address, route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
-use captf_testprovider::runner_image::{ModuleServer, RunnerImage, THING_MODULE, runner_image, tar_gz};
+use captf_sim::process::ProcessImage;
+use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
+use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
-use k8s_openapi::api::core::v1::Secret;
+use k8s_openapi::api::core::v1::{Node, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -37,6 +39,8 @@ const NODE: &str = "cluster-api";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
 const CAPTF_VERSION: &str = "v0.1.0";
 const NAMESPACE: &str = "default";
+/// The file in the world folder every change of the test provider waits for.
+const GATE: &str = "gate";
 
 /// The thing module with failure domains, as an infrastructure cluster's module would give them.
 fn cluster_module() -> String {
@@ -214,13 +218,27 @@ struct Management {
     modules: ModuleServer,
     /// What `clusterctl init` printed.
     init_output: String,
-    _image: RunnerImage,
-    _files: tempfile::TempDir,
+    /// The runner image the kubelet runs (shared by a second management cluster, so that the
+    /// runners of both manage one world).
+    image: ProcessImage,
+    /// The world folder the test provider manages, and the gate every change of it waits for
+    /// ([`HOLD_ENV`]): open unless a test removes it.
+    world_dir: PathBuf,
+    gate: PathBuf,
+    /// `.tools/bin`, where clusterctl is.
+    bin: PathBuf,
+    files: tempfile::TempDir,
     _root: tempfile::TempDir,
 }
 
 impl Management {
     async fn start() -> Option<Management> {
+        Management::start_with(None).await
+    }
+
+    /// A management cluster whose kubelet runs `image` (another one's, see [`Management::image`]),
+    /// or a runner image of its own.
+    async fn start_with(image: Option<(ProcessImage, PathBuf)>) -> Option<Management> {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
         let tools_root = bin.parent().unwrap().to_path_buf();
@@ -238,13 +256,18 @@ impl Management {
             return None;
         }
         let files = tempfile::tempdir().unwrap();
-        let image = match runner_image(files.path()) {
-            Ok(image) => image,
-            Err(e) => {
-                captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
-                return None;
-            }
+        let (image, world_dir) = match image {
+            Some(shared) => shared,
+            None => match runner_image(files.path()) {
+                Ok(own) => (own.image.env(HOLD_ENV, format!("{WORLD_INSIDE}/{GATE}")), own.world),
+                Err(e) => {
+                    captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
+                    return None;
+                }
+            },
         };
+        let gate = world_dir.join(GATE);
+        std::fs::write(&gate, "").unwrap();
         let mut archives = Vec::new();
         for (name, text) in [
             ("cluster", cluster_module()),
@@ -261,10 +284,7 @@ impl Management {
         let admin = cp.admin_client().await.unwrap();
         let root = tempfile::tempdir().unwrap();
         let kubelet = cp
-            .start_kubelet(
-                cp.kubelet_options(NODE, root.path())
-                    .image(RUNNER_IMAGE, image.image.clone()),
-            )
+            .start_kubelet(cp.kubelet_options(NODE, root.path()).image(RUNNER_IMAGE, image.clone()))
             .await
             .unwrap();
         let work = cp.work_dir().to_path_buf();
@@ -410,8 +430,11 @@ impl Management {
             admin,
             modules,
             init_output,
-            _image: image,
-            _files: files,
+            image,
+            world_dir,
+            gate,
+            bin,
+            files,
             _root: root,
         };
         m.until_cluster_api_serves().await;
@@ -538,6 +561,48 @@ impl Management {
             .unwrap();
     }
 
+    /// A Machine `name` of Cluster `cluster` whose infrastructure is the TerraformMachine `name`
+    /// of the machine module, with bootstrap data made here (no bootstrap provider runs); one of
+    /// the control plane when `control_plane`.
+    async fn create_machine(&self, cluster: &str, name: &str, control_plane: bool) {
+        let bootstrap = format!("{name}-bootstrap");
+        self.create_bootstrap_data(cluster, &bootstrap).await;
+        self.create(
+            &terraform_machines(),
+            json!({
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+                "metadata": { "name": name, "namespace": NAMESPACE },
+                "spec": {
+                    "module": { "source": self.modules.url("machine.tar.gz") },
+                    "variables": { "name": name },
+                },
+            }),
+        )
+        .await;
+        let labels = if control_plane {
+            json!({ "cluster.x-k8s.io/control-plane": "" })
+        } else {
+            json!({})
+        };
+        self.create(
+            &capi_machines(),
+            json!({
+                "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+                "metadata": { "name": name, "namespace": NAMESPACE, "labels": labels },
+                "spec": {
+                    "clusterName": cluster,
+                    "bootstrap": { "dataSecretName": bootstrap },
+                    "infrastructureRef": {
+                        "apiGroup": "infrastructure.cluster.x-k8s.io",
+                        "kind": "TerraformMachine",
+                        "name": name,
+                    },
+                },
+            }),
+        )
+        .await;
+    }
+
     /// Waits (wall time) until the object satisfies `f`, failing with both managers' logs.
     async fn until(&self, ar: &ApiResource, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         let api = self.api(ar);
@@ -566,6 +631,33 @@ impl Management {
                 )
             }
         }
+    }
+
+    /// The Jobs in the test namespace: name and `captf.io/op`.
+    async fn jobs_with_ops(&self) -> Vec<(String, String)> {
+        Api::<Job>::namespaced(self.admin.clone(), NAMESPACE)
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .into_iter()
+            .map(|j| {
+                let op = j
+                    .metadata
+                    .labels
+                    .as_ref()
+                    .and_then(|l| l.get("captf.io/op").cloned())
+                    .unwrap_or_default();
+                (j.metadata.name.unwrap_or_default(), op)
+            })
+            .collect()
+    }
+
+    fn clusterctl(&self) -> tokio::process::Command {
+        let mut c = tokio::process::Command::new(self.bin.join("clusterctl"));
+        c.env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+            .env("XDG_CONFIG_HOME", self.files.path().join("config"))
+            .kill_on_drop(true);
+        c
     }
 
     async fn jobs(&self) -> Vec<String> {
@@ -755,36 +847,7 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
 
     // A Machine whose infrastructure is a TerraformMachine, with bootstrap data made here (no
     // bootstrap provider runs).
-    m.create_bootstrap_data("fleet", "fleet-m0-bootstrap").await;
-    m.create(
-        &terraform_machines(),
-        json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
-            "metadata": { "name": "fleet-m0", "namespace": NAMESPACE },
-            "spec": {
-                "module": { "source": m.modules.url("machine.tar.gz") },
-                "variables": { "name": "fleet-m0" },
-            },
-        }),
-    )
-    .await;
-    m.create(
-        &capi_machines(),
-        json!({
-            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
-            "metadata": { "name": "fleet-m0", "namespace": NAMESPACE },
-            "spec": {
-                "clusterName": "fleet",
-                "bootstrap": { "dataSecretName": "fleet-m0-bootstrap" },
-                "infrastructureRef": {
-                    "apiGroup": "infrastructure.cluster.x-k8s.io",
-                    "kind": "TerraformMachine",
-                    "name": "fleet-m0",
-                },
-            },
-        }),
-    )
-    .await;
+    m.create_machine("fleet", "fleet-m0", false).await;
 
     // Cluster API owns and labels the TerraformMachine; CAPTF applies it with the bootstrap data
     // Secret's name and sets the provider ID and addresses from the outputs.
@@ -922,4 +985,141 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
         |o| o["spec"]["providerIDList"] == ids(3),
     )
     .await;
+}
+
+fn printed(out: &std::process::Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    )
+}
+
+/// Waits (wall time) until `path` exists.
+async fn until_file(path: &Path, what: &str) {
+    tokio::time::timeout(PATIENCE, async {
+        while !path.exists() {
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("{what}: {} did not appear within {PATIENCE:?}", path.display()));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_move_waits_for_a_running_apply_then_the_target_applies_nothing_and_the_source_destroys_nothing() {
+    let Some(source) = Management::start().await else {
+        return;
+    };
+    let Some(target) = Management::start_with(Some((source.image.clone(), source.world_dir.clone()))).await else {
+        return;
+    };
+    let world = World::new(&source.world_dir);
+    source.create_cluster("prod").await;
+    // clusterctl moves only a Cluster whose control plane is initialized and whose Machines have
+    // Nodes: a control-plane Machine on CAPTF, and its Node (by provider ID) in the workload
+    // cluster, played by the source's own API server.
+    source.create_workload_kubeconfig("prod").await;
+    let node: Node = serde_json::from_value(json!({
+        "metadata": { "name": "prod-cp0" },
+        "spec": { "providerID": "captftest:///thing-prod-cp0" },
+    }))
+    .unwrap();
+    Api::<Node>::all(source.admin.clone())
+        .create(&PostParams::default(), &node)
+        .await
+        .unwrap();
+    source.create_machine("prod", "prod-cp0", true).await;
+    source
+        .until(&capi_clusters(), "prod", "control plane initialized", |o| {
+            is_true(o, "ControlPlaneInitialized")
+        })
+        .await;
+    source
+        .until(&terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
+        .await;
+
+    // An input change whose apply holds in the middle of its change (the gate is closed).
+    std::fs::remove_file(&source.gate).unwrap();
+    source
+        .api(&terraform_clusters())
+        .patch(
+            "prod",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"spec": {"variables": {"content": "v2"}}})),
+        )
+        .await
+        .unwrap();
+    until_file(&world.busy_marker("prod").unwrap(), "the apply holds").await;
+
+    // clusterctl moves the Cluster while that apply runs: it pauses the Cluster, then waits for
+    // the TerraformCluster's block-move annotation, which stays while the Job runs.
+    let mut mv = source.clusterctl();
+    mv.arg("move")
+        .arg("--kubeconfig")
+        .arg(source.cp.admin_kubeconfig())
+        .arg("--to-kubeconfig")
+        .arg(target.cp.admin_kubeconfig())
+        .args(["--namespace", NAMESPACE]);
+    let mut mv = tokio::spawn(async move { mv.output().await.unwrap() });
+    let clusters = capi_clusters();
+    tokio::select! {
+        _ = source.until(&clusters, "prod", "paused by clusterctl move", |o| o["spec"]["paused"] == true) => {}
+        out = &mut mv => panic!("clusterctl move ended before it paused the Cluster:\n{}", printed(&out.unwrap())),
+    }
+    assert!(
+        world.busy_marker("prod").unwrap().exists(),
+        "the apply still holds when the Cluster is paused"
+    );
+    std::fs::write(&source.gate, "").unwrap();
+    let out = mv.await.unwrap();
+    assert!(out.status.success(), "clusterctl move failed:\n{}", printed(&out));
+
+    // The source deleted its copy without a destroy: the thing is there, with the held change.
+    tokio::time::timeout(PATIENCE, async {
+        while source
+            .api(&terraform_clusters())
+            .get_opt("prod")
+            .await
+            .unwrap()
+            .is_some()
+        {
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    })
+    .await
+    .expect("the source's TerraformCluster is deleted by the move");
+    let thing = world.read("prod").unwrap().expect("the source destroyed nothing");
+    assert_eq!(thing.content, "v2", "the apply that ran during the move finished");
+
+    // The target takes over from what moved: Ready without an apply (the held apply was booked
+    // before the copy), the outputs read again by a refresh, and Cluster API's fields with them.
+    let infra = target
+        .until(&terraform_clusters(), "prod", "Ready with its outputs again", |o| {
+            is_true(o, "Ready") && o["status"]["outputs"]["control_plane_endpoint"].is_object()
+        })
+        .await;
+    assert_eq!(infra["spec"]["variables"]["content"], "v2", "{infra}");
+    let cluster = target
+        .until(&capi_clusters(), "prod", "provisioned with its failure domains", |o| {
+            o["status"]["initialization"]["infrastructureProvisioned"] == true
+                && o["status"]["failureDomains"].as_array().is_some_and(|d| d.len() == 2)
+        })
+        .await;
+    assert_ne!(
+        cluster["spec"]["paused"], true,
+        "clusterctl unpaused the target: {cluster}"
+    );
+    target
+        .until(&terraform_machines(), "prod-cp0", "Ready with its outputs again", |o| {
+            is_true(o, "Ready") && o["status"]["outputs"]["provider_id"].is_string()
+        })
+        .await;
+    let jobs = target.jobs_with_ops().await;
+    assert!(!jobs.is_empty(), "the target read its outputs again with a refresh Job");
+    assert!(
+        jobs.iter().all(|(_, op)| op == "refresh"),
+        "the target ran only refreshes: {jobs:?}"
+    );
+    assert_eq!(world.read("prod").unwrap().unwrap().content, "v2");
 }
