@@ -52,7 +52,7 @@ impl Variable {
 }
 
 /// The variables of the components file (the README lists them).
-pub const VARIABLES: [Variable; 9] = [
+pub const VARIABLES: [Variable; 10] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
         default: "ghcr.io/captf/controller:0.1.0",
@@ -72,6 +72,11 @@ pub const VARIABLES: [Variable; 9] = [
         name: "CAPTF_WATCH_NAMESPACE",
         default: "\"\"",
         doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
+    },
+    Variable {
+        name: "CAPTF_WATCH_FILTER",
+        default: "\"\"",
+        doc: "Cluster API's watch filter (--watch-filter): serve only the objects labelled cluster.x-k8s.io/watch-filter=<value>; empty: every object",
     },
     Variable {
         name: "CAPTF_LOG_LEVEL",
@@ -279,8 +284,8 @@ fn relabel(metadata: &mut Value) {
     }
 }
 
-/// Images, the watch namespace, the runner's image and service account, the runner Job limits
-/// and the log level become clusterctl variables.
+/// Images, the watch namespace and filter, the runner's image and service account, the runner Job
+/// limits and the log level become clusterctl variables.
 fn set_variables(container: &mut Value) {
     let image = match container["name"].as_str() {
         Some("manager") => Some(variable("CAPTF_CONTROLLER_IMAGE")),
@@ -328,9 +333,15 @@ fn set_variables(container: &mut Value) {
             }
         }
         args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
-        // After `run`: clusterctl installs watching all namespaces (`--namespace=""`).
+        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--watch-filter=")));
+        // After `run`: clusterctl installs watching all namespaces (`--namespace=""`) and every
+        // object (`--watch-filter=""`) unless the variables say otherwise.
         let at = usize::from(!args.is_empty());
         args.insert(at, json!(format!("--namespace={}", variable("CAPTF_WATCH_NAMESPACE"))));
+        args.insert(
+            at + 1,
+            json!(format!("--watch-filter={}", variable("CAPTF_WATCH_FILTER"))),
+        );
     }
     let env = &mut container["env"];
     if !env.is_array() {

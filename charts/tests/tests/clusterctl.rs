@@ -184,6 +184,26 @@ fn the_runner_job_limits_are_variables_with_the_charts_defaults() {
     assert_eq!((run.max_running_jobs, run.max_running_jobs_per_namespace), (40, 0));
 }
 
+#[test]
+fn the_watch_filter_is_a_variable_that_leaves_every_object_served_when_unset() {
+    let text = committed(COMPONENTS_FILE);
+    let args = strings(&manager(&components())["args"]);
+    assert!(
+        args.contains(&"--watch-filter=${CAPTF_WATCH_FILTER:=\"\"}".to_string()),
+        "{args:?}"
+    );
+    let selector = |values: &BTreeMap<&str, &str>| {
+        let installed = clusterctl::parse_components(&clusterctl::substitute(&text, values).unwrap()).unwrap();
+        let run = run_args(&manager(&installed));
+        captf_core::sharding::object_selector(&run.watch_label_selector, &run.watch_filter).unwrap()
+    };
+    assert_eq!(selector(&BTreeMap::new()), None);
+    assert_eq!(
+        selector(&BTreeMap::from([("CAPTF_WATCH_FILTER", "mgmt-a")])),
+        Some("cluster.x-k8s.io/watch-filter=mgmt-a".to_string())
+    );
+}
+
 /// The webhook takes the controller's runner image and service account, as the same variables:
 /// once installed, both read the same tenant policy flags into the same policy, so a spec naming
 /// the runner image `CAPTF_RUNNER_IMAGE` sets is allowed by both.

@@ -89,11 +89,12 @@ pub struct RunArgs {
     /// Serve only the objects whose labels match this Kubernetes label selector
     /// (`sharding.captf.io/key=shard-1` on a shard, `!sharding.captf.io/key` on the instance that
     /// serves the rest; docs/operating.md "Sharding"). Empty: every object.
-    #[arg(long, env = "CAPTF_WATCH_LABEL_SELECTOR", default_value = "")]
+    #[arg(long, env = "CAPTF_WATCH_LABEL_SELECTOR", default_value = "", value_parser = captf_shared::policy::parse_flag_text)]
     pub watch_label_selector: String,
     /// Cluster API's convention: serve only the objects labelled
     /// cluster.x-k8s.io/watch-filter=<value> (with --watch-label-selector too, when both are set).
-    #[arg(long, env = "CAPTF_WATCH_FILTER", default_value = "")]
+    /// Empty, or `""` as clusterctl passes an unset variable: no filter.
+    #[arg(long, env = "CAPTF_WATCH_FILTER", default_value = "", value_parser = captf_shared::policy::parse_flag_text)]
     pub watch_filter: String,
     /// Elect a leader through the Lease captf-controller-leader (with a selector, a Lease of that
     /// selector's own: captf-controller-leader-<hash>); only the leader writes.
@@ -574,6 +575,20 @@ mod namespace_tests {
     fn watched(flags: &[&str]) -> Vec<String> {
         let argv = std::iter::once("captf-controller").chain(flags.iter().copied());
         Cli::try_parse_from(argv).unwrap().run.watch_namespaces()
+    }
+
+    #[test]
+    fn watch_filter_and_label_selector_read_the_quotes_clusterctl_leaves_as_empty() {
+        let parse = |flags: &[&str]| {
+            let argv = std::iter::once("captf-controller").chain(flags.iter().copied());
+            let run = Cli::try_parse_from(argv).unwrap().run;
+            captf_core::sharding::object_selector(&run.watch_label_selector, &run.watch_filter).unwrap()
+        };
+        assert_eq!(parse(&["--watch-filter=\"\"", "--watch-label-selector=\"\""]), None);
+        assert_eq!(
+            parse(&["--watch-filter=team-a"]),
+            Some("cluster.x-k8s.io/watch-filter=team-a".to_string())
+        );
     }
 
     #[test]

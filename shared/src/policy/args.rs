@@ -94,7 +94,7 @@ pub fn flag_text(s: &str) -> &str {
 }
 
 /// [`flag_text`] as a clap value parser.
-fn parse_flag_text(s: &str) -> Result<String, std::convert::Infallible> {
+pub fn parse_flag_text(s: &str) -> Result<String, std::convert::Infallible> {
     Ok(flag_text(s).to_string())
 }
 
