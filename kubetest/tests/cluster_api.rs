@@ -26,6 +26,7 @@ use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
+use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -39,6 +40,9 @@ const NODE: &str = "cluster-api";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
 const CAPTF_VERSION: &str = "v0.1.0";
 const NAMESPACE: &str = "default";
+/// The API groups of the control plane and bootstrap providers the ClusterClass test stands in for.
+const STAND_IN_CONTROL_PLANE_GROUP: &str = "controlplane.test.captf.io";
+const STAND_IN_BOOTSTRAP_GROUP: &str = "bootstrap.test.captf.io";
 /// The file in the world folder every change of the test provider waits for.
 const GATE: &str = "gate";
 
@@ -308,7 +312,9 @@ impl Management {
             .args(["--bootstrap", "-", "--control-plane", "-"])
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env("XDG_CONFIG_HOME", files.path().join("config"))
-            .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE));
+            .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE)
+            // ClusterClass topology, as most management clusters run it.
+            .env("CLUSTER_TOPOLOGY", "true"));
 
         let host = match host_address() {
             Ok(ip) => ip.to_string(),
@@ -601,6 +607,111 @@ impl Management {
             }),
         )
         .await;
+    }
+
+    /// The first object of `ar` labelled with Cluster `cluster` that satisfies `f`, waiting (wall
+    /// time) until there is one.
+    async fn until_one_of(&self, ar: &ApiResource, cluster: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
+        let api = self.api(ar);
+        let params = ListParams::default().labels(&format!("cluster.x-k8s.io/cluster-name={cluster}"));
+        let found = tokio::time::timeout(PATIENCE, async {
+            loop {
+                if let Ok(list) = api.list(&params).await {
+                    for o in list {
+                        let v = serde_json::to_value(&o).unwrap();
+                        if f(&v) {
+                            return v;
+                        }
+                    }
+                }
+                tokio::time::sleep(Duration::from_millis(250)).await;
+            }
+        })
+        .await;
+        found.unwrap_or_else(|_| {
+            let log = std::fs::read_to_string(self.cp.work_dir().join("capi-manager.log")).unwrap_or_default();
+            panic!(
+                "{} of Cluster {cluster}: {what} not within {PATIENCE:?}\ncapi-manager log (tail):\n{}",
+                ar.kind,
+                tail(&log, 80)
+            )
+        })
+    }
+
+    /// A control plane provider and a bootstrap provider as far as ClusterClass topology needs
+    /// them: their template and object CRDs (any fields, Cluster API's contract label), and the
+    /// rights Cluster API's manager gets for them through its aggregated role. Nothing reconciles
+    /// their objects: the test plays that part.
+    async fn install_stand_in_providers(&self) {
+        let crds = Api::<DynamicObject>::all_with(
+            self.admin.clone(),
+            &resource(
+                "apiextensions.k8s.io/v1",
+                "CustomResourceDefinition",
+                "customresourcedefinitions",
+            ),
+        );
+        for (group, kind) in [
+            (STAND_IN_CONTROL_PLANE_GROUP, "TestControlPlaneTemplate"),
+            (STAND_IN_CONTROL_PLANE_GROUP, "TestControlPlane"),
+            (STAND_IN_BOOTSTRAP_GROUP, "TestConfigTemplate"),
+            (STAND_IN_BOOTSTRAP_GROUP, "TestConfig"),
+        ] {
+            let plural = format!("{}s", kind.to_lowercase());
+            let crd: DynamicObject = serde_json::from_value(json!({
+                "apiVersion": "apiextensions.k8s.io/v1", "kind": "CustomResourceDefinition",
+                "metadata": {
+                    "name": format!("{plural}.{group}"),
+                    "labels": { "cluster.x-k8s.io/v1beta2": "v1alpha1" },
+                },
+                "spec": {
+                    "group": group,
+                    "scope": "Namespaced",
+                    "names": {
+                        "kind": kind, "listKind": format!("{kind}List"),
+                        "plural": plural, "singular": kind.to_lowercase(),
+                    },
+                    "versions": [{
+                        "name": "v1alpha1", "served": true, "storage": true,
+                        "subresources": { "status": {} },
+                        "schema": { "openAPIV3Schema": {
+                            "type": "object", "x-kubernetes-preserve-unknown-fields": true,
+                        } },
+                    }],
+                },
+            }))
+            .unwrap();
+            crds.create(&PostParams::default(), &crd).await.unwrap();
+        }
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {
+                "name": "captf-test-stand-in-providers",
+                "labels": { "cluster.x-k8s.io/aggregate-to-manager": "true" },
+            },
+            "rules": [{
+                "apiGroups": [STAND_IN_CONTROL_PLANE_GROUP, STAND_IN_BOOTSTRAP_GROUP],
+                "resources": ["*"],
+                "verbs": ["*"],
+            }],
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(self.admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        // Served once the API server has established them.
+        let templates = self.api(&resource(
+            &format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"),
+            "TestConfig",
+            "testconfigs",
+        ));
+        tokio::time::timeout(PATIENCE, async {
+            while templates.list(&ListParams::default()).await.is_err() {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        })
+        .await
+        .expect("the stand-in CRDs are served");
     }
 
     /// Waits (wall time) until the object satisfies `f`, failing with both managers' logs.
@@ -1122,4 +1233,190 @@ async fn clusterctl_move_waits_for_a_running_apply_then_the_target_applies_nothi
         "the target ran only refreshes: {jobs:?}"
     );
     assert_eq!(world.read("prod").unwrap().unwrap().content, "v2");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out() {
+    let Some(m) = Management::start().await else { return };
+    m.install_stand_in_providers().await;
+    let template = |kind: &str, name: &str, spec: Value| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind,
+            "metadata": { "name": name, "namespace": NAMESPACE },
+            "spec": { "template": { "spec": spec } },
+        })
+    };
+    let templates = |kind: &str, plural: &str| resource("infrastructure.cluster.x-k8s.io/v1alpha1", kind, plural);
+    let machine_templates = templates("TerraformMachineTemplate", "terraformmachinetemplates");
+    m.create(
+        &templates("TerraformClusterTemplate", "terraformclustertemplates"),
+        template(
+            "TerraformClusterTemplate",
+            "tf-cluster",
+            json!({ "module": { "source": m.modules.url("cluster.tar.gz") }, "variables": { "name": "topo" } }),
+        ),
+    )
+    .await;
+    for (name, size) in [("tf-md-v1", "small"), ("tf-md-v2", "large")] {
+        m.create(
+            &machine_templates,
+            template(
+                "TerraformMachineTemplate",
+                name,
+                json!({
+                    "module": { "source": m.modules.url("machine.tar.gz") },
+                    "variables": { "name": "md", "size": size },
+                }),
+            ),
+        )
+        .await;
+    }
+    for (group, kind, plural) in [
+        (
+            STAND_IN_CONTROL_PLANE_GROUP,
+            "TestControlPlaneTemplate",
+            "testcontrolplanetemplates",
+        ),
+        (STAND_IN_BOOTSTRAP_GROUP, "TestConfigTemplate", "testconfigtemplates"),
+    ] {
+        let api_version = format!("{group}/v1alpha1");
+        m.create(
+            &resource(&api_version, kind, plural),
+            json!({
+                "apiVersion": api_version, "kind": kind,
+                "metadata": { "name": "stand-in", "namespace": NAMESPACE },
+                "spec": { "template": { "spec": {} } },
+            }),
+        )
+        .await;
+    }
+    let class_ref = |api_version: String, kind: &str, name: &str| json!({ "templateRef": { "apiVersion": api_version, "kind": kind, "name": name } });
+    let infra = "infrastructure.cluster.x-k8s.io/v1alpha1".to_string();
+    let class = resource("cluster.x-k8s.io/v1beta2", "ClusterClass", "clusterclasses");
+    m.create(
+        &class,
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
+            "metadata": { "name": "terraform", "namespace": NAMESPACE },
+            "spec": {
+                "infrastructure": class_ref(infra.clone(), "TerraformClusterTemplate", "tf-cluster"),
+                "controlPlane": class_ref(format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"), "TestControlPlaneTemplate", "stand-in"),
+                "workers": { "machineDeployments": [{
+                    "class": "general",
+                    "bootstrap": class_ref(format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"), "TestConfigTemplate", "stand-in"),
+                    "infrastructure": class_ref(infra.clone(), "TerraformMachineTemplate", "tf-md-v1"),
+                }] },
+            },
+        }),
+    )
+    .await;
+    // Cluster API refuses a Cluster of a class it has not reconciled yet: try until it takes it.
+    let cluster: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+        "metadata": { "name": "topo", "namespace": NAMESPACE },
+        "spec": { "topology": {
+            "classRef": { "name": "terraform" },
+            "version": "v1.30.0",
+            "controlPlane": { "replicas": 1 },
+            "workers": { "machineDeployments": [{ "class": "general", "name": "md-0", "replicas": 0 }] },
+        } },
+    }))
+    .unwrap();
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            match m.api(&capi_clusters()).create(&PostParams::default(), &cluster).await {
+                Ok(_) => return,
+                Err(e) => {
+                    eprintln!("Cluster not taken yet: {e}");
+                    tokio::time::sleep(Duration::from_millis(500)).await;
+                }
+            }
+        }
+    })
+    .await
+    .expect("Cluster API takes a Cluster of the class");
+
+    // The topology makes the TerraformCluster from its template, and CAPTF applies it.
+    let created = m
+        .until(&capi_clusters(), "topo", "its infrastructure named", |o| {
+            o["spec"]["infrastructureRef"]["name"].is_string()
+        })
+        .await;
+    let infra_name = created["spec"]["infrastructureRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let tc = m
+        .until(&terraform_clusters(), &infra_name, "Ready", |o| is_true(o, "Ready"))
+        .await;
+    assert_eq!(tc["spec"]["variables"]["name"], "topo", "{tc}");
+
+    // The control plane (nobody reconciles it here) reports its version, so the topology sees it
+    // provisioned and creates the MachineDeployment.
+    let control_planes = resource(
+        &format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"),
+        "TestControlPlane",
+        "testcontrolplanes",
+    );
+    let cp = m
+        .until_one_of(&control_planes, "topo", "the control plane made", |_| true)
+        .await;
+    let cp_name = cp["metadata"]["name"].as_str().unwrap();
+    m.api(&control_planes)
+        .patch_status(
+            cp_name,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": {
+                "version": "v1.30.0",
+                "replicas": 1, "readyReplicas": 1, "availableReplicas": 1, "upToDateReplicas": 1,
+                "initialization": { "controlPlaneInitialized": true },
+            } })),
+        )
+        .await
+        .unwrap();
+    let deployments = resource("cluster.x-k8s.io/v1beta2", "MachineDeployment", "machinedeployments");
+    let md = m
+        .until_one_of(&deployments, "topo", "the MachineDeployment made", |_| true)
+        .await;
+    let md_name = md["metadata"]["name"].as_str().unwrap().to_string();
+    let first = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let first_template = m
+        .until(&machine_templates, &first, "the class's template copied", |_| true)
+        .await;
+    assert_eq!(first_template["spec"]["template"]["spec"]["variables"]["size"], "small");
+
+    // A change of the class: the topology dry-runs the changed template against the current one
+    // (the webhook lets that through), then makes a new template and rolls the MachineDeployment
+    // over to it.
+    m.api(&class)
+        .patch(
+            "terraform",
+            &PatchParams::default(),
+            // A merge patch replaces the list: the class's one worker class, on the new template.
+            &Patch::Merge(&json!({ "spec": { "workers": { "machineDeployments": [{
+                "class": "general",
+                "bootstrap": class_ref(format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"), "TestConfigTemplate", "stand-in"),
+                "infrastructure": class_ref(infra.clone(), "TerraformMachineTemplate", "tf-md-v2"),
+            }] } } })),
+        )
+        .await
+        .unwrap();
+    let rolled = m
+        .until(&deployments, &md_name, "rolled over to a new template", |o| {
+            o["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+                .as_str()
+                .is_some_and(|n| n != first)
+        })
+        .await;
+    let second = rolled["spec"]["template"]["spec"]["infrastructureRef"]["name"]
+        .as_str()
+        .unwrap();
+    let second_template = m.until(&machine_templates, second, "the new template", |_| true).await;
+    assert_eq!(
+        second_template["spec"]["template"]["spec"]["variables"]["size"],
+        "large"
+    );
 }
