@@ -157,7 +157,8 @@ done
 # module pinned in realparts/cluster-api/go.mod (stamped with that version: clusterctl compares
 # it with the providers it installs); kustomize (realparts/kustomize) to render the core
 # provider's components from the kustomization inside that module, written with its metadata as a
-# local clusterctl repository under .tools/capi/repository/cluster-api/<version>/; and the CRDs of
+# local clusterctl repository under .tools/capi/repository/cluster-api/<version>/, and the kubeadm
+# providers' CRDs under .tools/capi/kubeadm-crds/; and the CRDs of
 # cert-manager (realparts/cert-manager), which clusterctl looks for before it installs a provider.
 # Left out with CAPTF_NO_CONTROL_PLANE=1, like the control plane they run on.
 if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
@@ -175,6 +176,13 @@ if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
   "$tools/bin/kustomize" build "$capi_dir/core/config/default" >"$core_repo/core-components.yaml.partial"
   mv "$core_repo/core-components.yaml.partial" "$core_repo/core-components.yaml"
   install -m 0644 "$capi_dir/metadata.yaml" "$core_repo/metadata.yaml"
+  # The kubeadm bootstrap and control plane providers' CRDs (no controllers): the objects of the
+  # cluster templates in clusterctl/ are made against their schemas.
+  mkdir -p "$tools/capi/kubeadm-crds"
+  for part in bootstrap controlplane; do
+    "$tools/bin/kustomize" build "$capi_dir/$part/kubeadm/config/crd" >"$tools/capi/kubeadm-crds/$part.yaml.partial"
+    mv "$tools/capi/kubeadm-crds/$part.yaml.partial" "$tools/capi/kubeadm-crds/$part.yaml"
+  done
   cm_json="$(cd "$root/realparts/cert-manager" && go mod download -json github.com/cert-manager/cert-manager)" || {
     echo "setup-tools: could not download the github.com/cert-manager/cert-manager pin of realparts/cert-manager/go.mod: $cm_json" >&2
     exit 1

@@ -112,6 +112,14 @@ output "provider_id_list" {
 }
 "#;
 
+/// The cluster module for the cluster templates, which pass no variables: the thing is named after
+/// the cluster (`cluster_name`, which CAPTF always passes).
+fn template_cluster_module() -> String {
+    cluster_module()
+        .replace("variable \"name\"", "variable \"cluster_name\"")
+        .replace("var.name", "var.cluster_name")
+}
+
 fn free_port() -> u16 {
     TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
         .unwrap()
@@ -231,6 +239,10 @@ struct Management {
     gate: PathBuf,
     /// `.tools/bin`, where clusterctl is.
     bin: PathBuf,
+    /// The local clusterctl repository `clusterctl init` installed from.
+    repo: PathBuf,
+    /// The kubeadm providers' CRDs setup-tools rendered.
+    kubeadm_crds: PathBuf,
     files: tempfile::TempDir,
     _root: tempfile::TempDir,
 }
@@ -277,6 +289,7 @@ impl Management {
             ("cluster", cluster_module()),
             ("machine", MACHINE_MODULE.to_string()),
             ("pool", POOL_MODULE.to_string()),
+            ("template-cluster", template_cluster_module()),
         ] {
             let archive = tar_gz(&files.path().join("modules").join(name), &text).unwrap();
             archives.push((format!("{name}.tar.gz"), archive));
@@ -439,6 +452,8 @@ impl Management {
             image,
             world_dir,
             gate,
+            kubeadm_crds: tools_root.join("capi/kubeadm-crds"),
+            repo,
             bin,
             files,
             _root: root,
@@ -638,6 +653,80 @@ impl Management {
         })
     }
 
+    /// Cluster API's manager may use the objects of `groups`, through its aggregated role, as a
+    /// provider's components grant it.
+    async fn grant_cluster_api(&self, name: &str, groups: &[&str]) {
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": {
+                "name": name,
+                "labels": { "cluster.x-k8s.io/aggregate-to-manager": "true" },
+            },
+            "rules": [{ "apiGroups": groups, "resources": ["*"], "verbs": ["*"] }],
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(self.admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+    }
+
+    /// The kubeadm bootstrap and control plane providers' CRDs, without their controllers (the
+    /// cluster templates name their kinds), and Cluster API's rights on them.
+    async fn install_kubeadm_crds(&self) {
+        for part in ["bootstrap", "controlplane"] {
+            run(std::process::Command::new(self.bin.join("kubectl"))
+                .arg("--kubeconfig")
+                .arg(self.cp.admin_kubeconfig())
+                .args(["apply", "--server-side", "-f"])
+                .arg(self.kubeadm_crds.join(format!("{part}.yaml"))));
+        }
+        self.grant_cluster_api(
+            "captf-test-kubeadm",
+            &["bootstrap.cluster.x-k8s.io", "controlplane.cluster.x-k8s.io"],
+        )
+        .await;
+        run(std::process::Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args([
+                "wait",
+                "--for=condition=Established",
+                "--timeout=120s",
+                "crd/kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+                "crd/kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io",
+                "crd/kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+                "crd/kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+            ]));
+    }
+
+    /// `clusterctl generate cluster <args>` from the local repository, with the cluster templates'
+    /// CAPTF variables set to the test's modules: what it printed.
+    fn generate_cluster(&self, args: &[&str]) -> String {
+        run(std::process::Command::new(self.bin.join("clusterctl"))
+            .args(["generate", "cluster"])
+            .args(args)
+            .arg("--config")
+            .arg(self.repo.join("clusterctl.yaml"))
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(["--infrastructure", &format!("terraform:{CAPTF_VERSION}")])
+            .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
+            .env("XDG_CONFIG_HOME", self.files.path().join("config"))
+            .env("CAPTF_CLUSTER_MODULE", self.modules.url("template-cluster.tar.gz"))
+            .env("CAPTF_MACHINE_MODULE", self.modules.url("machine.tar.gz")))
+    }
+
+    /// `kubectl apply --server-side` of `yaml`: what it printed.
+    fn apply(&self, yaml: &str) -> String {
+        let file = self.files.path().join("apply.yaml");
+        std::fs::write(&file, yaml).unwrap();
+        run(std::process::Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(["apply", "--server-side", "-f"])
+            .arg(&file))
+    }
+
     /// A control plane provider and a bootstrap provider as far as ClusterClass topology needs
     /// them: their template and object CRDs (any fields, Cluster API's contract label), and the
     /// rights Cluster API's manager gets for them through its aggregated role. Nothing reconciles
@@ -683,22 +772,11 @@ impl Management {
             .unwrap();
             crds.create(&PostParams::default(), &crd).await.unwrap();
         }
-        let role: ClusterRole = serde_json::from_value(json!({
-            "metadata": {
-                "name": "captf-test-stand-in-providers",
-                "labels": { "cluster.x-k8s.io/aggregate-to-manager": "true" },
-            },
-            "rules": [{
-                "apiGroups": [STAND_IN_CONTROL_PLANE_GROUP, STAND_IN_BOOTSTRAP_GROUP],
-                "resources": ["*"],
-                "verbs": ["*"],
-            }],
-        }))
-        .unwrap();
-        Api::<ClusterRole>::all(self.admin.clone())
-            .create(&PostParams::default(), &role)
-            .await
-            .unwrap();
+        self.grant_cluster_api(
+            "captf-test-stand-in-providers",
+            &[STAND_IN_CONTROL_PLANE_GROUP, STAND_IN_BOOTSTRAP_GROUP],
+        )
+        .await;
         // Served once the API server has established them.
         let templates = self.api(&resource(
             &format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"),
@@ -822,8 +900,11 @@ fn local_repository(tools_root: &Path, dir: &Path) -> PathBuf {
     let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("../clusterctl/infrastructure-terraform")
         .join(CAPTF_VERSION);
-    for f in ["infrastructure-components.yaml", "metadata.yaml"] {
-        std::fs::copy(committed.join(f), captf.join(f)).unwrap();
+    // Every file of the provider's repository: components, metadata, cluster templates and the
+    // ClusterClass.
+    for entry in std::fs::read_dir(&committed).unwrap() {
+        let path = entry.unwrap().path();
+        std::fs::copy(&path, captf.join(path.file_name().unwrap())).unwrap();
     }
     std::fs::write(
         repo.join("clusterctl.yaml"),
@@ -1419,4 +1500,62 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         second_template["spec"]["template"]["spec"]["variables"]["size"],
         "large"
     );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure() {
+    let Some(m) = Management::start().await else { return };
+    m.install_kubeadm_crds().await;
+    let counts = [
+        "--kubernetes-version",
+        "v1.30.0",
+        "--control-plane-machine-count",
+        "1",
+        "--worker-machine-count",
+        "1",
+        "--target-namespace",
+        NAMESPACE,
+    ];
+    // The variables a user must set are the module sources.
+    let listed = m.generate_cluster(&["prod", "--list-variables"]);
+    for v in ["CAPTF_CLUSTER_MODULE", "CAPTF_MACHINE_MODULE"] {
+        assert!(listed.contains(v), "{listed}");
+    }
+
+    // The default flavor, as `clusterctl generate cluster | kubectl apply -f -`: the API server
+    // takes every object without a warning, and CAPTF provisions the infrastructure.
+    let yaml = m.generate_cluster(&[&["prod"][..], &counts].concat());
+    let applied = m.apply(&yaml);
+    assert!(!applied.to_lowercase().contains("warning"), "{applied}");
+    m.until(&terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
+        .await;
+    let cluster = m
+        .until(&capi_clusters(), "prod", "infrastructure provisioned", |o| {
+            o["status"]["initialization"]["infrastructureProvisioned"] == true
+                && o["spec"]["controlPlaneEndpoint"]["host"] == "thing-prod.example"
+        })
+        .await;
+    assert_eq!(cluster["spec"]["controlPlaneRef"]["kind"], "KubeadmControlPlane");
+
+    // The topology flavor brings the ClusterClass with it; the class makes the TerraformCluster.
+    let yaml = m.generate_cluster(&[&["topo", "--flavor", "topology"][..], &counts].concat());
+    assert!(yaml.contains("kind: ClusterClass"), "{yaml}");
+    let applied = m.apply(&yaml);
+    assert!(!applied.to_lowercase().contains("warning"), "{applied}");
+    let cluster = m
+        .until(
+            &capi_clusters(),
+            "topo",
+            "its infrastructure made by the topology",
+            |o| o["spec"]["infrastructureRef"]["name"].is_string(),
+        )
+        .await;
+    let infra = cluster["spec"]["infrastructureRef"]["name"].as_str().unwrap();
+    m.until(&terraform_clusters(), infra, "Ready", |o| is_true(o, "Ready"))
+        .await;
+    m.until(&capi_clusters(), "topo", "infrastructure provisioned", |o| {
+        o["status"]["initialization"]["infrastructureProvisioned"] == true
+            && o["spec"]["controlPlaneEndpoint"]["host"] == "thing-topo.example"
+    })
+    .await;
 }

@@ -166,6 +166,9 @@ fn two_builds_of_one_commit_are_identical() {
         format!("chart/captf-{version}.tgz"),
         format!("{clusterctl}/metadata.yaml"),
         format!("{clusterctl}/infrastructure-components.yaml"),
+        format!("{clusterctl}/cluster-template.yaml"),
+        format!("{clusterctl}/cluster-template-topology.yaml"),
+        format!("{clusterctl}/clusterclass-terraform.yaml"),
     ] {
         assert!(sa.contains(&format!("  {file}\n")), "SHA256SUMS lists no {file}");
     }
