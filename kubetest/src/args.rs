@@ -7,9 +7,12 @@ use crate::pki::KUBERNETES_SERVICE_IP;
 
 /// The controllers kube-controller-manager runs: what CAPTF's objects rely on (Jobs, owner
 /// references, namespace deletion, service accounts and their tokens, the `kube-root-ca.crt`
-/// ConfigMap a projected token volume reads, finished-Job clean-up), and the aggregation of
-/// ClusterRoles that Cluster API's manager role is built by.
-pub const CONTROLLERS: [&str; 8] = [
+/// ConfigMap a projected token volume reads, finished-Job clean-up), the aggregation of
+/// ClusterRoles that Cluster API's manager role is built by, and the Deployments and ReplicaSets
+/// that make an installed chart's pods. Not the EndpointSlice controller: pods get loopback
+/// addresses here, which an EndpointSlice may not hold, so a test routes a Service itself
+/// (`standin::route_service`).
+pub const CONTROLLERS: [&str; 10] = [
     "job-controller",
     "garbage-collector-controller",
     "namespace-controller",
@@ -18,6 +21,8 @@ pub const CONTROLLERS: [&str; 8] = [
     "root-ca-certificate-publisher-controller",
     "ttl-after-finished-controller",
     "clusterrole-aggregation-controller",
+    "deployment-controller",
+    "replicaset-controller",
 ];
 
 /// The admission plugins the API server runs, beyond which it would run by default: the
