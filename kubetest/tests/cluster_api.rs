@@ -40,6 +40,19 @@ const NODE: &str = "cluster-api";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
 const CAPTF_VERSION: &str = "v0.1.0";
 const NAMESPACE: &str = "default";
+/// The images of the chart's defaults, which the kubelet maps when CAPTF is installed by Helm.
+const CHART_CONTROLLER_IMAGE: &str = "ghcr.io/captf/controller:0.1.0";
+const CHART_WEBHOOK_IMAGE: &str = "ghcr.io/captf/webhook:0.1.0";
+const CHART_RUNNER_IMAGE: &str = "ghcr.io/captf/runner:0.1.0";
+
+/// How CAPTF is installed on a management cluster.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Install {
+    /// `clusterctl init --infrastructure terraform`, its webhook and controller run as processes.
+    Clusterctl,
+    /// `helm install` of the chart, its pods run by the kubelet.
+    Helm,
+}
 /// The API groups of the control plane and bootstrap providers the ClusterClass test stands in for.
 const STAND_IN_CONTROL_PLANE_GROUP: &str = "controlplane.test.captf.io";
 const STAND_IN_BOOTSTRAP_GROUP: &str = "bootstrap.test.captf.io";
@@ -222,8 +235,10 @@ fn run(cmd: &mut std::process::Command) -> String {
 struct Management {
     // Dropped in this order: the managers and the kubelet before the control plane.
     _capi: tokio::process::Child,
-    _webhook: tokio::process::Child,
-    _controller: tokio::process::Child,
+    // CAPTF's webhook and controller as processes (installed by clusterctl), or none (installed
+    // by Helm: the kubelet runs the chart's pods).
+    _webhook: Option<tokio::process::Child>,
+    _controller: Option<tokio::process::Child>,
     _kubelet: Kubelet,
     cp: ControlPlane,
     admin: kube::Client,
@@ -249,12 +264,12 @@ struct Management {
 
 impl Management {
     async fn start() -> Option<Management> {
-        Management::start_with(None).await
+        Management::start_with(None, Install::Clusterctl).await
     }
 
     /// A management cluster whose kubelet runs `image` (another one's, see [`Management::image`]),
     /// or a runner image of its own.
-    async fn start_with(image: Option<(ProcessImage, PathBuf)>) -> Option<Management> {
+    async fn start_with(image: Option<(ProcessImage, PathBuf)>, install: Install) -> Option<Management> {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
         let tools_root = bin.parent().unwrap().to_path_buf();
@@ -300,10 +315,22 @@ impl Management {
         let cp = ControlPlane::start(opts).await.unwrap();
         let admin = cp.admin_client().await.unwrap();
         let root = tempfile::tempdir().unwrap();
-        let kubelet = cp
-            .start_kubelet(cp.kubelet_options(NODE, root.path()).image(RUNNER_IMAGE, image.clone()))
-            .await
-            .unwrap();
+        let mut kubelet_options = cp.kubelet_options(NODE, root.path()).image(RUNNER_IMAGE, image.clone());
+        if install == Install::Helm {
+            // The chart's images are the workspace's binaries and the runner's image.
+            kubelet_options = kubelet_options
+                .image(CHART_RUNNER_IMAGE, image.clone())
+                .image(
+                    CHART_CONTROLLER_IMAGE,
+                    ProcessImage::new("/captf-controller").file("/captf-controller", common::controller_binary()),
+                )
+                .image(
+                    CHART_WEBHOOK_IMAGE,
+                    ProcessImage::new("/captf-webhook")
+                        .file("/captf-webhook", common::webhook::binary("captf-webhook")),
+                );
+        }
+        let kubelet = cp.start_kubelet(kubelet_options).await.unwrap();
         let work = cp.work_dir().to_path_buf();
         let kubeconfig = cp.admin_kubeconfig();
 
@@ -315,13 +342,17 @@ impl Management {
             .arg(tools_root.join("cert-manager/crds")));
 
         let repo = local_repository(&tools_root, files.path());
+        let infrastructure = match install {
+            Install::Clusterctl => vec!["--infrastructure".to_string(), format!("terraform:{CAPTF_VERSION}")],
+            Install::Helm => vec![],
+        };
         let init_output = run(std::process::Command::new(bin.join("clusterctl"))
             .args(["init", "--config"])
             .arg(repo.join("clusterctl.yaml"))
             .arg("--kubeconfig")
             .arg(&kubeconfig)
             .args(["--core", &format!("cluster-api:{}", capi_version(&tools_root))])
-            .args(["--infrastructure", &format!("terraform:{CAPTF_VERSION}")])
+            .args(&infrastructure)
             .args(["--bootstrap", "-", "--control-plane", "-"])
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env("XDG_CONFIG_HOME", files.path().join("config"))
@@ -381,65 +412,16 @@ impl Management {
             .await
             .unwrap();
 
-        // CAPTF's webhook, with the certificate issued for its Service.
-        let tls = work.join("captf-webhook-tls");
-        std::fs::create_dir_all(&tls).unwrap();
-        for (k, v) in tls_files(&admin, "captf-system", "captf-webhook-tls").await.unwrap() {
-            std::fs::write(tls.join(k), v).unwrap();
-        }
-        let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
-        let webhook_port = free_port();
-        let webhook = spawn(
-            &common::webhook::binary("captf-webhook"),
-            &with_flags(
-                &webhook_args,
-                &[
-                    "--addr",
-                    "--metrics-addr",
-                    "--tls-cert-file",
-                    "--tls-key-file",
-                    "--log-format",
-                ],
-                &[
-                    format!("--addr={host}:{webhook_port}"),
-                    "--metrics-addr=127.0.0.1:0".into(),
-                    format!("--tls-cert-file={}", tls.join("tls.crt").display()),
-                    format!("--tls-key-file={}", tls.join("tls.key").display()),
-                    "--log-format=text".into(),
-                ],
-            ),
-            &[],
-            &work.join("captf-webhook.log"),
-        );
-        route_service(&admin, "captf-system", "captf-webhook", &host, webhook_port)
-            .await
-            .unwrap();
-
-        // CAPTF's controller, as its Deployment runs it, under its own account.
-        let controller_args = deployment_args(&admin, "captf-system", "captf-controller", "manager").await;
-        let controller_kubeconfig = cp
-            .service_account_kubeconfig("captf-system", "captf-controller")
-            .await
-            .unwrap();
-        let controller = spawn(
-            &common::controller_binary(),
-            &with_flags(
-                &controller_args,
-                &["--metrics-addr", "--health-addr", "--log-format"],
-                &[
-                    "--metrics-addr=127.0.0.1:0".into(),
-                    "--health-addr=127.0.0.1:0".into(),
-                    "--log-format=text".into(),
-                ],
-            ),
-            &[
-                ("KUBECONFIG", controller_kubeconfig.display().to_string()),
-                ("POD_NAMESPACE", "captf-system".into()),
-                ("POD_NAME", "captf-controller".into()),
-                ("RUST_LOG", "info".into()),
-            ],
-            &work.join("captf-controller.log"),
-        );
+        let (webhook, controller) = match install {
+            Install::Clusterctl => {
+                let (w, c) = start_clusterctl_installed_captf(&cp, &admin, &host).await;
+                (Some(w), Some(c))
+            }
+            Install::Helm => {
+                helm_install_captf(&cp, &admin, &bin, &standin, &host).await;
+                (None, None)
+            }
+        };
         let m = Management {
             _capi: capi,
             _webhook: webhook,
@@ -1187,6 +1169,106 @@ fn printed(out: &std::process::Output) -> String {
     )
 }
 
+/// CAPTF's webhook and controller as the Deployments clusterctl installed run them, as processes
+/// under their own accounts, the webhook's Service routed to it.
+async fn start_clusterctl_installed_captf(
+    cp: &ControlPlane,
+    admin: &kube::Client,
+    host: &str,
+) -> (tokio::process::Child, tokio::process::Child) {
+    let admin = admin.clone();
+    let work = cp.work_dir().to_path_buf();
+    // CAPTF's webhook, with the certificate issued for its Service.
+    let tls = work.join("captf-webhook-tls");
+    std::fs::create_dir_all(&tls).unwrap();
+    for (k, v) in tls_files(&admin, "captf-system", "captf-webhook-tls").await.unwrap() {
+        std::fs::write(tls.join(k), v).unwrap();
+    }
+    let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
+    let webhook_port = free_port();
+    let webhook = spawn(
+        &common::webhook::binary("captf-webhook"),
+        &with_flags(
+            &webhook_args,
+            &[
+                "--addr",
+                "--metrics-addr",
+                "--tls-cert-file",
+                "--tls-key-file",
+                "--log-format",
+            ],
+            &[
+                format!("--addr={host}:{webhook_port}"),
+                "--metrics-addr=127.0.0.1:0".into(),
+                format!("--tls-cert-file={}", tls.join("tls.crt").display()),
+                format!("--tls-key-file={}", tls.join("tls.key").display()),
+                "--log-format=text".into(),
+            ],
+        ),
+        &[],
+        &work.join("captf-webhook.log"),
+    );
+    route_service(&admin, "captf-system", "captf-webhook", host, webhook_port)
+        .await
+        .unwrap();
+
+    // CAPTF's controller, as its Deployment runs it, under its own account.
+    let controller_args = deployment_args(&admin, "captf-system", "captf-controller", "manager").await;
+    let controller_kubeconfig = cp
+        .service_account_kubeconfig("captf-system", "captf-controller")
+        .await
+        .unwrap();
+    let controller = spawn(
+        &common::controller_binary(),
+        &with_flags(
+            &controller_args,
+            &["--metrics-addr", "--health-addr", "--log-format"],
+            &[
+                "--metrics-addr=127.0.0.1:0".into(),
+                "--health-addr=127.0.0.1:0".into(),
+                "--log-format=text".into(),
+            ],
+        ),
+        &[
+            ("KUBECONFIG", controller_kubeconfig.display().to_string()),
+            ("POD_NAMESPACE", "captf-system".into()),
+            ("POD_NAME", "captf-controller".into()),
+            ("RUST_LOG", "info".into()),
+        ],
+        &work.join("captf-controller.log"),
+    );
+    (webhook, controller)
+}
+
+/// CAPTF installed with `helm install` of the chart (watching every namespace), its pods run by
+/// the kubelet: cert-manager's part played by `standin`, the ports free ones and one webhook
+/// replica (the pods share the host's network), the webhook's Service routed to the host.
+async fn helm_install_captf(cp: &ControlPlane, admin: &kube::Client, bin: &Path, standin: &CertStandIn, host: &str) {
+    let webhook_port = free_port();
+    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
+    run(std::process::Command::new(bin.join("helm"))
+        .arg("install")
+        .arg("captf")
+        .arg(&chart)
+        .args(["-n", "captf-system", "--create-namespace", "--kubeconfig"])
+        .arg(cp.admin_kubeconfig())
+        .args(["--set", &format!("webhook.port={webhook_port}")])
+        .args(["--set", &format!("webhook.metricsPort={}", free_port())])
+        .args(["--set", &format!("controller.metricsPort={}", free_port())])
+        .args(["--set", &format!("controller.healthPort={}", free_port())])
+        .args([
+            "--set",
+            "webhook.replicas=1",
+            "--set",
+            "controller.watchAllNamespaces=true",
+        ]));
+    standin.issue(admin).await.unwrap();
+    standin.inject(admin).await.unwrap();
+    route_service(admin, "captf-system", "captf-webhook", host, webhook_port)
+        .await
+        .unwrap();
+}
+
 /// Waits (wall time) until `path` exists.
 async fn until_file(path: &Path, what: &str) {
     tokio::time::timeout(PATIENCE, async {
@@ -1200,10 +1282,22 @@ async fn until_file(path: &Path, what: &str) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_move_waits_for_a_running_apply_then_the_target_applies_nothing_and_the_source_destroys_nothing() {
-    let Some(source) = Management::start().await else {
+    move_while_an_apply_runs(Install::Clusterctl).await;
+}
+
+/// The same move between two management clusters whose CAPTF was installed by Helm: clusterctl
+/// finds CAPTF's kinds by the label on the chart's CRDs, not by a provider it installed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clusterctl_move_of_captf_installed_by_helm_takes_its_objects_and_their_state_along() {
+    move_while_an_apply_runs(Install::Helm).await;
+}
+
+async fn move_while_an_apply_runs(install: Install) {
+    let Some(source) = Management::start_with(None, install).await else {
         return;
     };
-    let Some(target) = Management::start_with(Some((source.image.clone(), source.world_dir.clone()))).await else {
+    let Some(target) = Management::start_with(Some((source.image.clone(), source.world_dir.clone())), install).await
+    else {
         return;
     };
     let world = World::new(&source.world_dir);
