@@ -14,7 +14,6 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
@@ -30,7 +29,7 @@ use k8s_openapi::api::rbac::v1::ClusterRole;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::TEST_READY_TIMEOUT;
+use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
 
 /// Upper bound on a wait for a reconcile that runs real OpenTofu in a pod.
 const PATIENCE: Duration = Duration::from_secs(240);
@@ -44,6 +43,11 @@ const NAMESPACE: &str = "default";
 const CHART_CONTROLLER_IMAGE: &str = "ghcr.io/captf/controller:0.1.0";
 const CHART_WEBHOOK_IMAGE: &str = "ghcr.io/captf/webhook:0.1.0";
 const CHART_RUNNER_IMAGE: &str = "ghcr.io/captf/runner:0.1.0";
+
+/// The tests here take turns: each runs one or two whole management clusters (a control plane,
+/// Cluster API's manager, CAPTF, real OpenTofu), and several at once on a small machine starve
+/// each other's webhooks into timeouts, which Cluster API answers with its growing backoff.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
 
 /// How CAPTF is installed on a management cluster.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -133,14 +137,6 @@ fn template_cluster_module() -> String {
         .replace("var.name", "var.cluster_name")
 }
 
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
     let (group, version) = api_version.split_once('/').unwrap_or(("", api_version));
     ApiResource {
@@ -218,18 +214,6 @@ fn spawn(program: &Path, args: &[String], env: &[(&str, String)], log: &Path) ->
         .kill_on_drop(true)
         .spawn()
         .unwrap()
-}
-
-/// The output of a command that must succeed; fails the test with both streams otherwise.
-fn run(cmd: &mut std::process::Command) -> String {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
-    text
 }
 
 struct Management {
@@ -912,6 +896,7 @@ fn is_true(o: &Value, kind: &str) -> bool {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(m) = Management::start().await else { return };
     assert!(
         m.init_output
@@ -1012,6 +997,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(m) = Management::start().await else { return };
     m.create_cluster("fleet").await;
     m.until(&capi_clusters(), "fleet", "infrastructure provisioned", |o| {
@@ -1293,6 +1279,7 @@ async fn clusterctl_move_of_captf_installed_by_helm_takes_its_objects_and_their_
 }
 
 async fn move_while_an_apply_runs(install: Install) {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(source) = Management::start_with(None, install).await else {
         return;
     };
@@ -1412,6 +1399,7 @@ async fn move_while_an_apply_runs(install: Install) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(m) = Management::start().await else { return };
     m.install_stand_in_providers().await;
     let template = |kind: &str, name: &str, spec: Value| {
@@ -1598,6 +1586,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure() {
+    let _turn = ONE_AT_A_TIME.lock().await;
     let Some(m) = Management::start().await else { return };
     m.install_kubeadm_crds().await;
     let counts = [

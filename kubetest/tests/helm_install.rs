@@ -13,7 +13,6 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, TcpListener};
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,21 +27,13 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::TEST_READY_TIMEOUT;
+use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
 
 const PATIENCE: Duration = Duration::from_secs(240);
 const RELEASE_NAMESPACE: &str = "captf-system";
 const CONTROLLER_IMAGE: &str = "ghcr.io/captf/controller:0.1.0";
 const WEBHOOK_IMAGE: &str = "ghcr.io/captf/webhook:0.1.0";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:0.1.0";
-
-fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::UNSPECIFIED, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 fn terraform_clusters() -> ApiResource {
     ApiResource {
@@ -52,18 +43,6 @@ fn terraform_clusters() -> ApiResource {
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     }
-}
-
-/// The output of a command that must succeed; fails the test with both streams otherwise.
-fn run(cmd: &mut std::process::Command) -> String {
-    let out = cmd.output().unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
-    text
 }
 
 /// Waits (wall time) until `probe` gives a value, failing with `what` and `context()`.
@@ -116,6 +95,21 @@ async fn pods_report(admin: &kube::Client) -> String {
         .collect::<Vec<_>>()
         .join("\n");
     format!("{pods}\nEndpointSlices: {slices}")
+}
+
+/// The holder of the controller's leader Lease once it is held by another than `old` (`""`: by
+/// anyone).
+async fn leader_other_than(leases: &Api<Lease>, old: &str, what: &str) -> String {
+    until(what, String::new, || async move {
+        leases
+            .get_opt("captf-controller-leader")
+            .await
+            .ok()
+            .flatten()
+            .and_then(|l| l.spec.and_then(|s| s.holder_identity))
+            .filter(|h| h != old)
+    })
+    .await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -281,20 +275,8 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     let created = serde_json::to_value(&created).unwrap();
     assert_eq!(created["spec"]["jobs"]["activeDeadlineSeconds"], 3600, "{created}");
     assert_eq!(created["spec"]["deletionPolicy"], "Destroy", "{created}");
-    let report = String::new;
     let leases = Api::<Lease>::namespaced(admin.clone(), RELEASE_NAMESPACE);
-    let holder = until("the controller takes its leader Lease", report, || {
-        let leases = leases.clone();
-        async move {
-            leases
-                .get_opt("captf-controller-leader")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec.and_then(|s| s.holder_identity))
-        }
-    })
-    .await;
+    let holder = leader_other_than(&leases, "", "the controller takes its leader Lease").await;
     assert!(holder.starts_with("captf-controller-"), "{holder}");
     let mut last = Value::Null;
     let ready = tokio::time::timeout(PATIENCE, async {
@@ -357,21 +339,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     route_service(&admin, RELEASE_NAMESPACE, "captf-webhook", &host, webhook_port)
         .await
         .unwrap();
-    let old_holder = holder.clone();
-    until("the reinstalled controller takes the Lease", String::new, || {
-        let leases = leases.clone();
-        let old_holder = old_holder.clone();
-        async move {
-            leases
-                .get_opt("captf-controller-leader")
-                .await
-                .ok()
-                .flatten()
-                .and_then(|l| l.spec.and_then(|s| s.holder_identity))
-                .filter(|h| *h != old_holder)
-        }
-    })
-    .await;
+    leader_other_than(&leases, &holder, "the reinstalled controller takes the Lease").await;
     let changed = until("the webhook takes a change again", String::new, || {
         let api = api.clone();
         async move {

@@ -10,7 +10,7 @@ use std::collections::HashMap;
 use std::collections::hash_map::RandomState;
 use std::hash::{BuildHasher, Hasher};
 use std::sync::Mutex;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use captf_shared::Kind;
 
@@ -43,31 +43,49 @@ pub struct ObjectKey {
     pub name: String,
 }
 
-/// Consecutive reconcile errors per object. An object has an entry only while it is failing.
+/// Consecutive reconcile errors per object, and when the retry of the newest is due. An object
+/// has an entry only while it is failing.
 #[derive(Debug, Default)]
 pub struct ErrorBackoff {
-    errors: Mutex<HashMap<ObjectKey, u32>>,
+    errors: Mutex<HashMap<ObjectKey, (u32, Instant)>>,
     random: RandomState,
 }
 
+/// The count after one more error at `now`, given the count so far and when its retry was due
+/// (PURE). A pass that a watch event started before that retry was due is not a retry: its error
+/// keeps the count, so a burst of events during one transient error (a Cluster API controller
+/// updating the object while the API server still refuses a write) does not push the next retry
+/// minutes away.
+pub fn next_error_count(previous: Option<(u32, Instant)>, now: Instant) -> u32 {
+    match previous {
+        Some((n, due)) if now < due => n.max(1),
+        Some((n, _)) => n.saturating_add(1),
+        None => 1,
+    }
+}
+
 impl ErrorBackoff {
-    /// Count one more error of `key`; the number of errors in a row and the delay before the retry.
+    /// Count one more error of `key` now; the number of errors in a row and the delay before the
+    /// retry.
     pub fn failed(&self, key: &ObjectKey) -> (u32, Duration) {
-        let n = match self.errors.lock() {
-            Ok(mut m) => {
-                let n = m.entry(key.clone()).or_insert(0);
-                *n = n.saturating_add(1);
-                *n
-            }
-            Err(_) => 1,
+        self.failed_at(key, Instant::now())
+    }
+
+    /// [`ErrorBackoff::failed`] at `now` (see [`next_error_count`]).
+    pub fn failed_at(&self, key: &ObjectKey, now: Instant) -> (u32, Duration) {
+        let Ok(mut m) = self.errors.lock() else {
+            return (1, error_delay(1, 0));
         };
+        let n = next_error_count(m.get(key).copied(), now);
         // A sample per object and count, from this process's random hash keys: objects that
         // failed together spread out instead of retrying in lockstep.
         let mut h = self.random.build_hasher();
         h.write_u32(n);
         h.write(key.namespace.as_bytes());
         h.write(key.name.as_bytes());
-        (n, error_delay(n, h.finish()))
+        let delay = error_delay(n, h.finish());
+        m.insert(key.clone(), (n, now + delay));
+        (n, delay)
     }
 
     /// A pass of `key` succeeded: its next error starts from the base again.
@@ -79,7 +97,11 @@ impl ErrorBackoff {
 
     /// How many errors in a row `key` has had.
     pub fn count(&self, key: &ObjectKey) -> u32 {
-        self.errors.lock().ok().and_then(|m| m.get(key).copied()).unwrap_or(0)
+        self.errors
+            .lock()
+            .ok()
+            .and_then(|m| m.get(key).map(|e| e.0))
+            .unwrap_or(0)
     }
 }
 
@@ -104,10 +126,34 @@ mod tests {
     }
 
     #[test]
+    fn errors_of_passes_woken_before_their_retry_was_due_do_not_grow_the_backoff() {
+        let b = ErrorBackoff::default();
+        let t0 = Instant::now();
+        let (n, first) = b.failed_at(&key(), t0);
+        assert_eq!(n, 1);
+        // Eight watch events within four seconds, each pass failing: still the first error.
+        let mut last = (1, first);
+        for ms in [50, 800, 1_000, 3_000] {
+            let at = t0 + Duration::from_millis(ms);
+            if at < t0 + first {
+                last = b.failed_at(&key(), at);
+                assert_eq!(last.0, 1, "at {ms} ms");
+            }
+        }
+        // The retry that was due fails: now the second in a row, and the delay grows.
+        let (n, d) = b.failed_at(&key(), t0 + last.1 + Duration::from_secs(5));
+        assert_eq!(n, 2);
+        assert!(d >= error_ceiling(2) / 2, "{d:?}");
+    }
+
+    #[test]
     fn a_success_resets_the_count_and_the_delay() {
         let b = ErrorBackoff::default();
-        for want in 1..=4 {
-            assert_eq!(b.failed(&key()).0, want);
+        let t0 = Instant::now();
+        for want in 1..=4u32 {
+            // Each error when the retry before it was due (the ceiling is past by then).
+            let at = t0 + Duration::from_secs(600) * want;
+            assert_eq!(b.failed_at(&key(), at).0, want);
         }
         b.succeeded(&key());
         assert_eq!(b.count(&key()), 0);

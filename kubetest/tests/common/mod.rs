@@ -55,6 +55,28 @@ where
     }
 }
 
+/// A TCP port free on every address of this machine now (the process kubelet's pods and the
+/// managers the tests start listen on the host's network).
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// The output (both streams) of a command that must succeed; fails the test with it otherwise.
+pub fn run_ok(cmd: &mut std::process::Command) -> String {
+    let out = cmd.output().unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "{cmd:?} failed:\n{text}");
+    text
+}
+
 /// Creates the Namespace `name` as `client`.
 pub async fn namespace(client: &kube::Client, name: &str) {
     let ns: Namespace = serde_json::from_value(serde_json::json!({ "metadata": { "name": name } })).unwrap();
