@@ -84,6 +84,125 @@ fails the render when namespaces are listed too.
 {{- toJson $list }}
 {{- end }}
 
+{{/* The controller Deployment; call with (dict "ctx" $). */}}
+{{- define "captf.controller.deployment" -}}
+{{- $ctx := .ctx }}
+{{- $v := $ctx.Values }}
+{{- $component := "controller" }}
+{{- $name := include "captf.controller.name" $ctx }}
+{{- $selector := $v.controller.watchLabelSelector }}
+apiVersion: apps/v1
+kind: Deployment
+metadata:
+  name: {{ $name }}
+  namespace: {{ $ctx.Release.Namespace }}
+  labels:
+    {{- include "captf.componentLabels" (dict "ctx" $ctx "component" $component) | nindent 4 }}
+spec:
+  replicas: {{ $v.controller.replicas }}
+  selector:
+    matchLabels:
+      {{- include "captf.selectorLabels" (dict "ctx" $ctx "component" $component) | nindent 6 }}
+  template:
+    metadata:
+      labels:
+        {{- include "captf.componentLabels" (dict "ctx" $ctx "component" $component) | nindent 8 }}
+      {{- with $v.controller.podAnnotations }}
+      annotations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+    spec:
+      serviceAccountName: {{ include "captf.controller.name" $ctx }}
+      {{- with $v.imagePullSecrets }}
+      imagePullSecrets:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.controller.priorityClassName }}
+      priorityClassName: {{ . }}
+      {{- end }}
+      securityContext:
+        {{- toYaml $v.podSecurityContext | nindent 8 }}
+      # Graceful shutdown: stop taking work, finish the writes in flight.
+      terminationGracePeriodSeconds: 30
+      containers:
+        - name: manager
+          image: {{ include "captf.image" $v.controller.image | quote }}
+          imagePullPolicy: {{ $v.controller.image.pullPolicy }}
+          args:
+            - run
+            {{- with include "captf.controller.watchNamespaces" $ctx | fromJsonArray }}
+            - --namespace={{ join "," . }}
+            {{- end }}
+            - --runner-service-account-annotations={{ include "captf.pairs" $v.runner.serviceAccount.annotations }}
+            - --metrics-addr=0.0.0.0:{{ $v.controller.metricsPort }}
+            - --metrics-auth={{ $v.controller.metrics.auth }}
+            - --health-addr=0.0.0.0:{{ $v.controller.healthPort }}
+            {{- if $v.controller.leaderElect }}
+            - --leader-elect
+            {{- end }}
+            {{- with $selector }}
+            - --watch-label-selector={{ . }}
+            {{- end }}
+            {{- with $v.controller.watchFilter }}
+            - --watch-filter={{ . }}
+            {{- end }}
+            - --concurrency={{ $v.controller.concurrency }}
+            - --max-running-jobs={{ int $v.controller.maxRunningJobs.total }}
+            - --max-running-jobs-per-namespace={{ int $v.controller.maxRunningJobs.perNamespace }}
+            - --log-format={{ $v.controller.logFormat }}
+            {{- include "captf.runner.policyArgs" $ctx | nindent 12 }}
+            - --runner-requests={{ include "captf.pairs" $v.runner.resources.requests }}
+            - --runner-limits={{ include "captf.pairs" $v.runner.resources.limits }}
+            - --runner-work-size-limit={{ $v.runner.workSizeLimit }}
+            - --runner-tmp-size-limit={{ $v.runner.tmpSizeLimit }}
+            - --runner-terraform-cli-config={{ $v.runner.terraformCliConfig.configMapName }}
+            - --runner-terraform-cli-config-key={{ $v.runner.terraformCliConfig.key }}
+          env:
+            # The leader-election Lease lives in the controller's own namespace; the holder is the pod.
+            - name: POD_NAMESPACE
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.namespace
+            - name: POD_NAME
+              valueFrom:
+                fieldRef:
+                  fieldPath: metadata.name
+          ports:
+            - name: metrics
+              containerPort: {{ $v.controller.metricsPort }}
+              protocol: TCP
+            - name: health
+              containerPort: {{ $v.controller.healthPort }}
+              protocol: TCP
+          readinessProbe:
+            httpGet:
+              path: /readyz
+              port: health
+            periodSeconds: 10
+          livenessProbe:
+            httpGet:
+              path: /healthz
+              port: health
+            initialDelaySeconds: 10
+            periodSeconds: 20
+          resources:
+            {{- toYaml $v.controller.resources | nindent 12 }}
+          securityContext:
+            {{- toYaml $v.containerSecurityContext | nindent 12 }}
+      {{- with $v.controller.nodeSelector }}
+      nodeSelector:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.controller.tolerations }}
+      tolerations:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+      {{- with $v.controller.affinity }}
+      affinity:
+        {{- toYaml . | nindent 8 }}
+      {{- end }}
+{{- end }}
+
 {{/* The Secret holding the webhook's serving certificate (tls.crt, tls.key). */}}
 {{- define "captf.webhook.tlsSecret" -}}
 {{- if .Values.webhook.tls.certManager.enabled }}
