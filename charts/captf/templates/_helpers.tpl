@@ -84,13 +84,88 @@ fails the render when namespaces are listed too.
 {{- toJson $list }}
 {{- end }}
 
-{{/* The controller Deployment; call with (dict "ctx" $). */}}
+{{/*
+The controller's shards (controller.shards) as a JSON list (read it with fromJsonArray), each
+checked: a shard name is the value of the label sharding.captf.io/key and part of its
+Deployment's name, so it must be a DNS label (lowercase letters, digits and '-', starting and
+ending with a letter or digit), listed once, and short enough that the shard's Deployment and
+metrics Service names stay within 63 characters. values.schema.json refuses the first two
+already; these messages are for a render without the schema. Fails when
+controller.watchLabelSelector is set too: the chart sets every instance's selector itself.
+*/}}
+{{- define "captf.controller.shards" -}}
+{{- $c := .Values.controller }}
+{{- $shards := $c.shards | default list }}
+{{- if and $shards $c.watchLabelSelector }}
+{{- fail (printf "controller.shards sets each controller's --watch-label-selector itself (sharding.captf.io/key=<shard> for a shard, !sharding.captf.io/key for the main one), so controller.watchLabelSelector (%q) cannot be set with it: unset one of them (controller.watchFilter still applies to every shard)" $c.watchLabelSelector) }}
+{{- end }}
+{{- $longest := sub 63 (len (include "captf.controller.shard.metricsName" (dict "ctx" . "shard" ""))) }}
+{{- $seen := list }}
+{{- range $shards }}
+{{- $name := toString . }}
+{{- if not (regexMatch "^[a-z0-9]([-a-z0-9]*[a-z0-9])?$" $name) }}
+{{- fail (printf "controller.shards: %q is not a valid shard name: use lowercase letters, digits and '-', starting and ending with a letter or digit (it is a label value and part of a Deployment name)" $name) }}
+{{- end }}
+{{- if has $name $seen }}
+{{- fail (printf "controller.shards: %q is listed twice: each shard is one Deployment" $name) }}
+{{- end }}
+{{- if gt (len $name) $longest }}
+{{- $names := printf "its Deployment %s and metrics Service %s must stay within Kubernetes' 63 characters" (include "captf.controller.shard.name" (dict "ctx" $ "shard" $name)) (include "captf.controller.shard.metricsName" (dict "ctx" $ "shard" $name)) }}
+{{- if lt $longest 1 }}
+{{- fail (printf "controller.shards: %q is too long: %s, which no shard name fits with this release name: shorten the release name or set a shorter fullnameOverride" $name $names) }}
+{{- end }}
+{{- fail (printf "controller.shards: %q is too long: %s, so with this release name a shard name has at most %d characters (or shorten the release name or fullnameOverride)" $name $names $longest) }}
+{{- end }}
+{{- $seen = append $seen $name }}
+{{- end }}
+{{- toJson $seen }}
+{{- end }}
+
+{{/* A shard's Deployment: "<fullname>-controller-shard-<shard>"; call with (dict "ctx" $ "shard" "a"). */}}
+{{- define "captf.controller.shard.name" -}}
+{{- printf "%s-shard-%s" (include "captf.controller.name" .ctx) .shard }}
+{{- end }}
+
+{{/* A shard's metrics Service; call with (dict "ctx" $ "shard" "a"). */}}
+{{- define "captf.controller.shard.metricsName" -}}
+{{- printf "%s-metrics" (include "captf.controller.shard.name" .) }}
+{{- end }}
+
+{{/*
+The component label of a shard's objects. It differs from the main Deployment's "controller":
+that Deployment's selector (which Kubernetes never lets change) would otherwise take in the
+shards' pods too.
+*/}}
+{{- define "captf.controller.shard.component" -}}
+controller-shard
+{{- end }}
+
+{{/* The pod label that tells one shard's pods from another's; call with the shard name. */}}
+{{- define "captf.controller.shard.label" -}}
+captf.io/shard: {{ . | quote }}
+{{- end }}
+
+{{/*
+A controller Deployment: the main one with (dict "ctx" $), a shard's with
+(dict "ctx" $ "shard" "<name>"). Both run the same image, arguments, account and pod settings;
+a shard differs in its name, its pod labels and its --watch-label-selector
+(sharding.captf.io/key=<name>). With shards, the main one serves the objects of no shard
+(!sharding.captf.io/key); without, it serves controller.watchLabelSelector, if set.
+*/}}
 {{- define "captf.controller.deployment" -}}
 {{- $ctx := .ctx }}
 {{- $v := $ctx.Values }}
+{{- $shard := .shard | default "" }}
 {{- $component := "controller" }}
 {{- $name := include "captf.controller.name" $ctx }}
 {{- $selector := $v.controller.watchLabelSelector }}
+{{- if $shard }}
+{{- $component = include "captf.controller.shard.component" $ctx }}
+{{- $name = include "captf.controller.shard.name" (dict "ctx" $ctx "shard" $shard) }}
+{{- $selector = printf "sharding.captf.io/key=%s" $shard }}
+{{- else if $v.controller.shards }}
+{{- $selector = "!sharding.captf.io/key" }}
+{{- end }}
 apiVersion: apps/v1
 kind: Deployment
 metadata:
@@ -98,15 +173,24 @@ metadata:
   namespace: {{ $ctx.Release.Namespace }}
   labels:
     {{- include "captf.componentLabels" (dict "ctx" $ctx "component" $component) | nindent 4 }}
+    {{- if $shard }}
+    {{- include "captf.controller.shard.label" $shard | nindent 4 }}
+    {{- end }}
 spec:
   replicas: {{ $v.controller.replicas }}
   selector:
     matchLabels:
       {{- include "captf.selectorLabels" (dict "ctx" $ctx "component" $component) | nindent 6 }}
+      {{- if $shard }}
+      {{- include "captf.controller.shard.label" $shard | nindent 6 }}
+      {{- end }}
   template:
     metadata:
       labels:
         {{- include "captf.componentLabels" (dict "ctx" $ctx "component" $component) | nindent 8 }}
+        {{- if $shard }}
+        {{- include "captf.controller.shard.label" $shard | nindent 8 }}
+        {{- end }}
       {{- with $v.controller.podAnnotations }}
       annotations:
         {{- toYaml . | nindent 8 }}

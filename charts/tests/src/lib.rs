@@ -52,6 +52,8 @@ pub mod features {
     pub const TWO_NAMESPACES: &[&str] = &["--set", "controller.watchNamespaces={tenant-a,tenant-b}"];
     /// The controller watches every namespace (a ClusterRoleBinding).
     pub const ALL_NAMESPACES: &[&str] = &["--set", "controller.watchAllNamespaces=true"];
+    /// Two controller shards besides the main controller.
+    pub const SHARDS: &[&str] = &["--set", "controller.shards={blue,green}"];
     /// Only the API server reaches the webhook: a NetworkPolicy and client certificates.
     pub const WEBHOOK_LOCKDOWN: &[&str] = &[
         "--set",

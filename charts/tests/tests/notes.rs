@@ -98,3 +98,21 @@ fn notes_say_which_namespaces_the_controller_watches_and_how_to_widen_them() {
         "{old}"
     );
 }
+
+#[test]
+fn notes_list_each_shards_deployment_and_how_to_move_an_object_into_a_shard() {
+    let default = render_notes(&[]);
+    assert!(!default.contains("sharded") && !default.contains("shard-"), "{default}");
+    let notes = render_notes(&["--set", "controller.shards={blue,green}"]);
+    for want in [
+        "The controller is sharded (controller.shards): captf-controller serves the objects without the label\nsharding.captf.io/key",
+        "\n  sharding.captf.io/key=blue  ->  captf-controller-shard-blue\n",
+        "\n  sharding.captf.io/key=green  ->  captf-controller-shard-green\n",
+        "kubectl label terraformcluster <name> sharding.captf.io/key=blue --overwrite",
+        "rollout status deploy/captf-controller\n",
+        "rollout status deploy/captf-controller-shard-blue\n",
+        "rollout status deploy/captf-controller-shard-green\n",
+    ] {
+        assert!(notes.contains(want), "NOTES.txt lacks {want:?}:\n{notes}");
+    }
+}

@@ -4,8 +4,8 @@
 #![allow(clippy::unwrap_used)]
 
 use captf_chart_tests::features::{
-    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, TWO_NAMESPACES,
-    WEBHOOK_LOCKDOWN,
+    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, SHARDS,
+    TWO_NAMESPACES, WEBHOOK_LOCKDOWN,
 };
 use captf_chart_tests::{
     KINDS_WITHOUT_OFFLINE_SCHEMA, NAMESPACE, Rendered, helm_template, helm_template_error, kubernetes_validate,
@@ -25,6 +25,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
         &["--set", "controller.watchNamespace=tenant-a"],
     ),
     ("webhook-lockdown", WEBHOOK_LOCKDOWN),
+    ("shards", SHARDS),
     ("no-leader-election", &["--set", "controller.leaderElect=false"]),
     (
         "digests-and-pull-secrets",
@@ -67,6 +68,8 @@ const SCENARIOS: &[(&str, &[&str])] = &[
             "controller.watchNamespaces={tenant-a,tenant-b}",
             "--set",
             "runner.serviceAccount.name=platform-runner",
+            "--set",
+            "controller.shards={blue,green}",
         ],
     ),
 ];
