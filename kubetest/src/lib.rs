@@ -310,6 +310,15 @@ impl ControlPlane {
         &self.layout.dir
     }
 
+    /// `http://127.0.0.1:<port>` of the etcd this start runs (its `/health` and `/metrics` are
+    /// there too); `None` when the API server stores in an etcd given by `Options::etcd_servers`.
+    pub fn etcd_client_url(&self) -> Option<String> {
+        self.layout
+            .etcd_servers
+            .is_none()
+            .then(|| self.layout.etcd_client_url())
+    }
+
     /// Each component's name and process id.
     pub fn pids(&self) -> Vec<(&'static str, u32)> {
         self.components.iter().map(|c| (c.name, c.pid())).collect()

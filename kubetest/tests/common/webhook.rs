@@ -124,6 +124,11 @@ pub async fn register(client: &kube::Client, hook: &Webhook) {
 }
 
 impl Webhook {
+    /// The webhook process's id.
+    pub fn pid(&self) -> u32 {
+        self.child.id()
+    }
+
     /// Stop it now (a webhook that is registered but unreachable).
     pub fn stop(&mut self) {
         let _ = self.child.kill();
