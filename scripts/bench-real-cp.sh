@@ -13,7 +13,7 @@ cd "$(dirname "$0")/.."
 export CAPTF_REAL_SCALE_OBJECTS="${1:-${CAPTF_REAL_SCALE_OBJECTS:-1000}}"
 export CAPTF_TOOLS_BIN="${CAPTF_TOOLS_BIN:-$PWD/.tools/bin}"
 packages=(-p captf-controller -p captf-webhook)
-if [[ "${CAPTF_REAL_SCALE_RUNNER:-standin}" == tofu ]]; then
+if [[ "${CAPTF_REAL_SCALE_RUNNER:-standin}" != standin ]]; then
   packages+=(-p captf-runner -p captf-testprovider)
 fi
 # The test finds the binaries beside itself: build both in the same (release) profile.

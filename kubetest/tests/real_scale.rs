@@ -18,10 +18,12 @@
 //! output to the termination log (the runner protocol, docs/runner.md) and exits 0, so what is
 //! measured is the control plane and the controller, not OpenTofu. `CAPTF_REAL_SCALE_RUNNER=tofu`
 //! runs the real runner with real OpenTofu and the test provider instead (as `full_path.rs`
-//! does; it needs `cargo build -p captf-runner -p captf-testprovider`), for a time per Job.
+//! does; it needs `cargo build -p captf-runner -p captf-testprovider`), for a time per Job;
+//! `terraform`, the same with Terraform 1.0.3.
 //!
 //! Knobs (env): `CAPTF_REAL_SCALE_OBJECTS` (N, 1000), `CAPTF_REAL_SCALE_NAMESPACES` (the objects
-//! are spread over this many namespaces, 1), `CAPTF_REAL_SCALE_RUNNER` (`standin` or `tofu`),
+//! are spread over this many namespaces, 1), `CAPTF_REAL_SCALE_RUNNER` (`standin`, `tofu` or
+//! `terraform`),
 //! `CAPTF_REAL_SCALE_SLOTS` (the controller's `--max-running-jobs-per-namespace`, 0: no limit),
 //! `CAPTF_REAL_SCALE_CONCURRENCY` (its `--concurrency`, 8), `CAPTF_REAL_SCALE_CREATORS` (creates
 //! in flight, 16), `CAPTF_REAL_SCALE_KUBELET_SYNC_MS` (how often the process kubelet lists the
@@ -44,6 +46,7 @@ use captf_chart_tests::NAMESPACE;
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 use captf_sim::ProcessImage;
+use captf_testprovider::harness::{Binary, DEFAULT_TOFU};
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
@@ -76,8 +79,9 @@ fn env_or(name: &str, default: u64) -> u64 {
 enum Runner {
     /// A shell script that writes a succeeded apply result and exits 0.
     StandIn,
-    /// The real runner, real OpenTofu and the test provider, with the smallest module.
-    Tofu,
+    /// The real runner with this binary (OpenTofu, or Terraform 1.0.3) and the test provider,
+    /// with the smallest module.
+    Real(Binary),
 }
 
 #[derive(Clone, Debug)]
@@ -96,9 +100,10 @@ struct Config {
 impl Config {
     fn from_env(objects: usize, namespaces: usize) -> Config {
         let runner = match std::env::var("CAPTF_REAL_SCALE_RUNNER").as_deref() {
-            Ok("tofu") => Runner::Tofu,
+            Ok("tofu") => Runner::Real(DEFAULT_TOFU),
+            Ok("terraform") => Runner::Real(Binary::Terraform),
             Ok("" | "standin") | Err(_) => Runner::StandIn,
-            Ok(other) => panic!("CAPTF_REAL_SCALE_RUNNER={other}: standin or tofu"),
+            Ok(other) => panic!("CAPTF_REAL_SCALE_RUNNER={other}: standin, tofu or terraform"),
         };
         Config {
             objects: env_or("CAPTF_REAL_SCALE_OBJECTS", objects as u64) as usize,
@@ -411,11 +416,11 @@ async fn run(cfg: &Config) -> Option<Figures> {
         Runner::StandIn => (
             standin_image(files.path()),
             "git::https://example.com/net.git".to_string(),
-            "stand-in (a shell script writes a succeeded apply result with control_plane_endpoint to the termination log and exits 0; no OpenTofu)",
+            "stand-in (a shell script writes a succeeded apply result with control_plane_endpoint to the termination log and exits 0; no OpenTofu)".to_string(),
         ),
-        Runner::Tofu => {
-            use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, runner_image, tar_gz};
-            let image = match runner_image(files.path()) {
+        Runner::Real(binary) => {
+            use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, runner_image_with, tar_gz};
+            let image = match runner_image_with(files.path(), binary) {
                 Ok(image) => image,
                 Err(e) => {
                     captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
@@ -428,13 +433,13 @@ async fn run(cfg: &Config) -> Option<Figures> {
                 .unwrap();
             let source = modules.url("cluster.tar.gz");
             let process_image = image.image.clone();
+            let said = format!(
+                "real (captf-runner, {} and the test provider; a module of one resource)",
+                image.describe()
+            );
             keep.push(Box::new(modules));
             keep.push(Box::new(image));
-            (
-                process_image,
-                source,
-                "real (captf-runner, OpenTofu and the test provider; a module of one resource)",
-            )
+            (process_image, source, said)
         }
     };
 
@@ -703,8 +708,12 @@ async fn run(cfg: &Config) -> Option<Figures> {
             .collect::<Vec<_>>()
             .join(", ")
     );
+    let whose = match cfg.runner {
+        Runner::StandIn => "the controller's",
+        Runner::Real(_) => "the controller's and the runner pods' (the state backend)",
+    };
     println!(
-        "  the controller's (flow schema {CONTROLLER_FLOW_SCHEMA}): {controller_requests:.0}, {:.1} per object; exempt is the admin (the harness's creates and polls, the process kubelet), kube-system-service-accounts and kube-controller-manager are kube-controller-manager's",
+        "  {whose} (flow schema {CONTROLLER_FLOW_SCHEMA}): {controller_requests:.0}, {:.1} per object; exempt is the admin (the harness's creates and polls, the process kubelet), kube-system-service-accounts and kube-controller-manager are kube-controller-manager's",
         controller_requests / n
     );
     let by_verb = grown(
