@@ -44,11 +44,13 @@ use std::time::{Duration, Instant};
 
 use captf_chart_tests::NAMESPACE;
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use captf_shared::Op;
 use captf_shared::protocol::{Phase, RunResult, RunnerResult};
 use captf_sim::ProcessImage;
 use captf_testprovider::harness::{Binary, DEFAULT_TOFU};
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::core::v1::Pod;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
@@ -381,6 +383,9 @@ struct Figures {
     during: BTreeMap<&'static str, Usage>,
     requests: f64,
     controller_requests: f64,
+    /// Objects whose way to Ready was timed through their Job, and pods through their stages.
+    timed_objects: usize,
+    timed_pods: usize,
 }
 
 fn print_table(rows: &[(&str, Usage, f64)], wall: f64) {
@@ -613,6 +618,47 @@ async fn run(cfg: &Config) -> Option<Figures> {
         })
         .collect();
     job_seconds.sort_by(f64::total_cmp);
+    // Where a Job's time went: its pod waiting to be bound, then to be started (the process
+    // kubelet starts one pod at a time), then running.
+    let pods = list_pods(&admin, &namespaces).await;
+    let stages: Vec<[f64; 3]> = pods.iter().filter_map(pod_stages).collect();
+    let stage = |i: usize| {
+        let mut v: Vec<f64> = stages.iter().map(|s| s[i]).collect();
+        v.sort_by(f64::total_cmp);
+        v
+    };
+    // And before and after it: the object created → its apply Job created (the controller's
+    // set-up: finalizer, account, Role, inputs Secret), the Job complete → the object Ready.
+    let job_by_name: BTreeMap<(String, String), &Job> = jobs
+        .iter()
+        .filter_map(|j| Some(((j.metadata.namespace.clone()?, j.metadata.name.clone()?), j)))
+        .collect();
+    let mut to_job = Vec::new();
+    let mut job_to_ready = Vec::new();
+    for o in &last {
+        let (Some(ns), Some(name)) = (o["metadata"]["namespace"].as_str(), o["metadata"]["name"].as_str()) else {
+            continue;
+        };
+        let job_name = captf_shared::names::job_name(captf_shared::Kind::TerraformCluster, ns, name, Op::Apply, 1);
+        let Some(job) = job_by_name.get(&(ns.to_string(), job_name)) else {
+            continue;
+        };
+        let created = o["metadata"]["creationTimestamp"].as_str().and_then(seconds);
+        let job_created = job.metadata.creation_timestamp.as_ref().map(|t| t.0.as_second());
+        if let (Some(c), Some(j)) = (created, job_created) {
+            to_job.push((j - c) as f64);
+        }
+        let completed = job
+            .status
+            .as_ref()
+            .and_then(|s| s.completion_time.as_ref())
+            .map(|t| t.0.as_second());
+        if let (Some(done), Some(ready)) = (completed, ready_since(o)) {
+            job_to_ready.push((ready - done) as f64);
+        }
+    }
+    to_job.sort_by(f64::total_cmp);
+    job_to_ready.sort_by(f64::total_cmp);
     let endpoints_set = last
         .iter()
         .filter(|o| o["spec"]["controlPlaneEndpoint"]["port"] == 6443)
@@ -643,6 +689,32 @@ async fn run(cfg: &Config) -> Option<Figures> {
         endpoints_set,
         cfg.objects
     );
+    println!(
+        "  object created → its apply Job created: p50 {:.0}s, p90 {:.0}s, max {:.0}s; Job complete → object Ready: p50 {:.0}s, p90 {:.0}s, max {:.0}s",
+        percentile(&to_job, 0.5),
+        percentile(&to_job, 0.9),
+        to_job.last().copied().unwrap_or_default(),
+        percentile(&job_to_ready, 0.5),
+        percentile(&job_to_ready, 0.9),
+        job_to_ready.last().copied().unwrap_or_default()
+    );
+    for (i, what) in [
+        "created → bound to the node",
+        "bound → container started",
+        "container started → ended",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        let v = stage(i);
+        println!(
+            "  runner pods ({} of them), {what}: p50 {:.0}s, p90 {:.0}s, max {:.0}s",
+            v.len(),
+            percentile(&v, 0.5),
+            percentile(&v, 0.9),
+            v.last().copied().unwrap_or_default()
+        );
+    }
     println!(
         "  Jobs: {} at all Ready, {} after {}s more (steady: {})",
         jobs.len(),
@@ -771,6 +843,8 @@ async fn run(cfg: &Config) -> Option<Figures> {
         during,
         requests: total,
         controller_requests,
+        timed_objects: job_to_ready.len().min(to_job.len()),
+        timed_pods: stages.len(),
     };
     drop(controller);
     drop(webhook);
@@ -798,6 +872,46 @@ async fn list_all(admin: &kube::Client, namespaces: &[String]) -> Vec<Value> {
         }
     }
     out
+}
+
+async fn list_pods(admin: &kube::Client, namespaces: &[String]) -> Vec<Pod> {
+    let mut out = Vec::new();
+    for ns in namespaces {
+        let api: Api<Pod> = Api::namespaced(admin.clone(), ns);
+        out.extend(api.list(&ListParams::default()).await.unwrap().items);
+    }
+    out
+}
+
+/// A finished pod's seconds from creation to bound (`PodScheduled`), from bound to its
+/// container's start, and from its start to its end.
+fn pod_stages(pod: &Pod) -> Option<[f64; 3]> {
+    let created = pod.metadata.creation_timestamp.as_ref()?.0.as_second();
+    let status = pod.status.as_ref()?;
+    let bound = status
+        .conditions
+        .as_ref()?
+        .iter()
+        .find(|c| c.type_ == "PodScheduled" && c.status == "True")?
+        .last_transition_time
+        .as_ref()?
+        .0
+        .as_second();
+    let ended = status
+        .container_statuses
+        .as_ref()?
+        .first()?
+        .state
+        .as_ref()?
+        .terminated
+        .as_ref()?;
+    let started = ended.started_at.as_ref()?.0.as_second();
+    let finished = ended.finished_at.as_ref()?.0.as_second();
+    Some([
+        (bound - created) as f64,
+        (started - bound) as f64,
+        (finished - started) as f64,
+    ])
 }
 
 async fn list_jobs(admin: &kube::Client, namespaces: &[String]) -> Vec<Job> {
@@ -837,6 +951,7 @@ async fn a_few_objects_reach_ready_on_the_real_control_plane_with_every_figure_s
         f.controller_requests > 0.0,
         "the controller's requests not counted: {f:?}"
     );
+    assert_eq!((f.timed_objects, f.timed_pods), (cfg.objects, cfg.objects), "{f:?}");
 }
 
 /// The measurement: `scripts/bench-real-cp.sh [N]`.
