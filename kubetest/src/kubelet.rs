@@ -556,15 +556,18 @@ impl State {
         renew.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.last_status = Some(Instant::now());
         loop {
+            // Ends first, so that a container's end is written at once even while syncs are
+            // due back to back (many pods): the lease next, the sync last.
             tokio::select! {
-                _ = sync.tick() => self.sync().await,
+                biased;
+                Some((key, exit)) = exits.recv() => self.exited(key, exit).await,
                 _ = renew.tick() => {
                     self.renew_lease().await;
                     if self.last_status.is_none_or(|t| t.elapsed() >= self.opts.status_every) {
                         self.write_node_status().await;
                     }
                 }
-                Some((key, exit)) = exits.recv() => self.exited(key, exit).await,
+                _ = sync.tick() => self.sync(&mut exits).await,
             }
         }
     }
@@ -623,8 +626,10 @@ impl State {
         }
     }
 
-    /// Lists every pod and does what each needs; kills containers whose grace ended.
-    async fn sync(&mut self) {
+    /// Lists every pod and does what each needs; kills containers whose grace ended. The ends
+    /// of containers that came meanwhile are written after each pod it started, so a pass that
+    /// starts many pods does not hold back the ends of those that already finished.
+    async fn sync(&mut self, exits: &mut mpsc::UnboundedReceiver<(PodKey, Exit)>) {
         self.kill_due();
         let all: Api<Pod> = Api::all(self.client.clone());
         let Ok(list) = all.list(&ListParams::default()).await else {
@@ -651,7 +656,12 @@ impl State {
             match next_action(&pod, &self.opts.node_name, local.as_ref()) {
                 Action::Nothing => {}
                 Action::Bind => self.bind(&key, &uid).await,
-                Action::Start => self.start(&key, pod).await,
+                Action::Start => {
+                    self.start(&key, pod).await;
+                    while let Ok((key, exit)) = exits.try_recv() {
+                        self.exited(key, exit).await;
+                    }
+                }
                 Action::Terminate { grace } => {
                     self.runtime.terminate(&key);
                     if let Some(p) = self.pods.get_mut(&key) {
