@@ -1,10 +1,12 @@
 #!/usr/bin/env bash
-# Controller scale measurement (docs/architecture.md): N objects to Ready, the controller's own memory
-# (VmRSS/VmHWM of the captf-controller process), and eviction → next-Job latency with R Jobs
-# running. Prints figures; asserts nothing. See controller/benches/scale.rs for the knobs.
-#   scripts/bench-scale.sh            # N=1000
-#   scripts/bench-scale.sh 10000      # N=10000 (R stays 1000)
+# Controller scale measurement (docs/architecture.md, "Scale"): N objects to Ready on one
+# controller for each N in the sizes, finish → next-Job latency with 1,000 Jobs running, how
+# each figure grows with N, and applies per minute with 1, 2 and 4 shards. Release builds.
+# Prints figures; asserts nothing. controller/benches/scale/main.rs lists the knobs.
+#   scripts/bench-scale.sh                    # sizes 1000,10000,100000; shards 1,2,4 on 10000
+#   scripts/bench-scale.sh 1000,10000 1,2     # sizes, then shard counts ("" for none)
 set -euo pipefail
 cd "$(dirname "$0")/.."
-export CAPTF_SCALE_OBJECTS="${1:-${CAPTF_SCALE_OBJECTS:-1000}}"
+export CAPTF_SCALE_SIZES="${1:-${CAPTF_SCALE_SIZES:-1000,10000,100000}}"
+export CAPTF_SCALE_SHARDS="${2-${CAPTF_SCALE_SHARDS:-1,2,4}}"
 exec cargo bench --quiet -p captf-controller --bench scale

@@ -23,7 +23,8 @@ pub struct ResourceDef {
     /// Served from a CRD: no strategic merge patch, as in kube-apiserver.
     pub custom: bool,
     /// The CRD version's `openAPIV3Schema` (published in `/openapi/v3` for `kubectl explain`).
-    pub schema: Option<Value>,
+    /// Shared: a definition is cloned for every request, a schema is tens of kilobytes.
+    pub schema: Option<std::sync::Arc<Value>>,
 }
 
 /// One printer column.
@@ -236,7 +237,8 @@ impl Registry {
                 .schema
                 .as_ref()
                 .and_then(|s| s.open_api_v3_schema.as_ref())
-                .and_then(|s| serde_json::to_value(s).ok()),
+                .and_then(|s| serde_json::to_value(s).ok())
+                .map(std::sync::Arc::new),
         };
         self.defs.retain(|d| !(d.group == def.group && d.plural == def.plural));
         self.defs.push(def.clone());
@@ -447,7 +449,7 @@ pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
 /// `x-kubernetes-group-version-kind`, and `apiVersion` and `kind` described where the CRD left
 /// them bare (kube-apiserver adds both). None without a schema.
 pub fn published_schema(def: &ResourceDef) -> Option<Value> {
-    let mut schema = def.schema.clone()?;
+    let mut schema = Value::clone(def.schema.as_deref()?);
     let obj = schema.as_object_mut()?;
     obj.insert(
         "x-kubernetes-group-version-kind".into(),
