@@ -122,30 +122,7 @@ impl Config {
 
 // ---- the processes' figures ----
 
-/// `VmRSS` and `VmHWM` of a process (`pid` or `self`), in MiB.
-fn memory_mib(pid: &str) -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<f64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kb / 1024.0)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
-}
-
-/// User + system CPU seconds of a process so far (`pid` or `self`), and of its reaped children.
-fn cpu_seconds(pid: &str) -> Option<(f64, f64)> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<f64> = rest
-        .split_whitespace()
-        .take(15)
-        .map(|x| x.parse().unwrap_or(0.0))
-        .collect();
-    // utime, stime, cutime, cstime, in clock ticks (100 a second).
-    Some(((f.get(11)? + f.get(12)?) / 100.0, (f.get(13)? + f.get(14)?) / 100.0))
-}
+use captf_testsupport::proc_stats::{cpu_seconds, memory_mib};
 
 /// One process measured: its CPU seconds so far (its own and its reaped children's) and its
 /// memory now.

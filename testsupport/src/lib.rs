@@ -24,6 +24,8 @@
 //! # a_test();
 //! ```
 
+pub mod proc_stats;
+
 use std::fmt::Display;
 
 /// The environment variable that marks a CI run.

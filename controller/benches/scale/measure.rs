@@ -46,25 +46,14 @@ pub fn ready(c: &Value) -> bool {
         .is_some_and(|cs| cs.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// `VmRSS` and `VmHWM` of a process, in MiB.
+/// `VmRSS` and `VmHWM` of a process (`pid` or `self`), in MiB.
 pub fn memory_mib(pid: &str) -> Option<(f64, f64)> {
-    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
-    let field = |name: &str| -> Option<f64> {
-        let line = status.lines().find(|l| l.starts_with(name))?;
-        let kb: f64 = line.split_whitespace().nth(1)?.parse().ok()?;
-        Some(kb / 1024.0)
-    };
-    Some((field("VmRSS:")?, field("VmHWM:")?))
+    captf_testsupport::proc_stats::memory_mib(pid)
 }
 
-/// User + system CPU seconds of a process so far.
+/// User + system CPU seconds of a process (`pid` or `self`) so far.
 pub fn cpu_seconds(pid: &str) -> Option<f64> {
-    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
-    // Fields after the command name (which is in parentheses and may hold spaces).
-    let rest = stat.rsplit_once(')')?.1;
-    let f: Vec<&str> = rest.split_whitespace().collect();
-    let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-    Some(ticks / 100.0)
+    captf_testsupport::proc_stats::cpu_seconds(pid).map(|(own, _)| own)
 }
 
 async fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) -> Result<Duration> {
