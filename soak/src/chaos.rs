@@ -94,6 +94,9 @@ pub struct Rates {
     pub kill_leader: f64,
     pub clock_jump: f64,
     pub evict: f64,
+    /// A group (a cluster and its members) moved to another shard by relabelling it; played
+    /// only with shards (the harness sets it to 0 without).
+    pub relabel: f64,
     /// Chance per stretch that a pending destructive plan gets approved.
     pub approve: f64,
 }
@@ -111,6 +114,7 @@ impl Default for Rates {
             kill_leader: 0.5,
             clock_jump: 0.1,
             evict: 1.0,
+            relabel: 1.0,
             approve: 0.3,
         }
     }
@@ -130,6 +134,7 @@ impl Rates {
             kill_leader: self.kill_leader * k,
             clock_jump: self.clock_jump * k,
             evict: self.evict * k,
+            relabel: self.relabel * k,
             approve: self.approve,
         }
     }
@@ -187,6 +192,12 @@ pub enum Action {
     Evict {
         pick: u64,
     },
+    /// A group moves to another instance: `pick` chooses the group, `to` the instance among
+    /// the others ([`relabel_target`]).
+    Relabel {
+        pick: u64,
+        to: u64,
+    },
 }
 
 impl Action {
@@ -202,6 +213,7 @@ impl Action {
             Action::ExpireWatches => "watches expired (410 Gone)".into(),
             Action::KillLeader(p) => format!("kill -9 of the leader ({p:?})"),
             Action::Evict { .. } => "running pod evicted".into(),
+            Action::Relabel { .. } => "relabel (a group moves to another shard)".into(),
         }
     }
 }
@@ -286,7 +298,34 @@ pub fn actions(rng: &mut Rng, rates: &Rates, dt: Duration) -> Vec<Action> {
     for _ in 0..count_for(rng, rates.evict, dt) {
         out.push(Action::Evict { pick: rng.next_u64() });
     }
+    // Last, and only when it can happen, so a soak without shards draws exactly what it drew
+    // before relabelling existed.
+    if rates.relabel > 0.0 {
+        for _ in 0..count_for(rng, rates.relabel, dt) {
+            out.push(Action::Relabel {
+                pick: rng.next_u64(),
+                to: rng.next_u64(),
+            });
+        }
+    }
     out
+}
+
+/// The instance (an index into `instances` of them) a group starts in: in turn from one the
+/// seed picks, so a soak with at least as many groups as instances gives each some.
+pub fn first_instance(seed: u64, group: usize, instances: usize) -> usize {
+    let instances = instances.max(1);
+    let start = Rng::new(seed ^ 0x5348_4152_4453).next_u64() % instances as u64;
+    ((start + group as u64) % instances as u64) as usize
+}
+
+/// The instance a relabelled group moves to: one of the others, chosen by `to`.
+pub fn relabel_target(current: usize, instances: usize, to: u64) -> usize {
+    if instances < 2 {
+        return current;
+    }
+    let step = 1 + (to % (instances as u64 - 1)) as usize;
+    (current + step) % instances
 }
 
 /// The next stretch of simulated time: up to `step`, or a clock jump of one to four hours.
@@ -433,6 +472,44 @@ mod tests {
         let mut none = w.clone();
         none.0.insert(Runner::PlanChanged, 0);
         assert_eq!(unseen(&none, &seen, "apply", true), None);
+    }
+
+    #[test]
+    fn groups_start_spread_over_the_instances_and_a_relabel_always_moves_to_another() {
+        // Three groups over four instances: three different ones.
+        let first: std::collections::BTreeSet<usize> = (0..3).map(|g| first_instance(7, g, 4)).collect();
+        assert_eq!(first.len(), 3, "{first:?}");
+        assert!((0..100).all(|g| first_instance(7, g, 1) == 0));
+        for current in 0..4 {
+            let targets: std::collections::BTreeSet<usize> = (0..50).map(|to| relabel_target(current, 4, to)).collect();
+            let others: std::collections::BTreeSet<usize> = (0..4).filter(|i| *i != current).collect();
+            assert_eq!(targets, others);
+        }
+        assert_eq!(relabel_target(0, 1, 5), 0);
+    }
+
+    #[test]
+    fn relabels_are_drawn_after_every_other_fault_and_not_at_all_without_a_rate() {
+        let with = Rates::default().scaled(4.0);
+        let without = Rates {
+            relabel: 0.0,
+            ..with.clone()
+        };
+        let mut relabels = 0;
+        for seed in 0..200 {
+            let a = actions(&mut Rng::new(seed), &with, Duration::from_secs(300));
+            let b = actions(&mut Rng::new(seed), &without, Duration::from_secs(300));
+            assert!(!b.iter().any(|x| matches!(x, Action::Relabel { .. })));
+            // The stretch's other faults are those a soak without shards draws.
+            let others: Vec<Action> = a
+                .iter()
+                .filter(|x| !matches!(x, Action::Relabel { .. }))
+                .cloned()
+                .collect();
+            assert_eq!(others, b);
+            relabels += a.len() - b.len();
+        }
+        assert!(relabels > 0);
     }
 
     #[test]

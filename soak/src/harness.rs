@@ -1,6 +1,7 @@
-//! The soak driver (I/O): the simulator in this process with the real webhook registered, two
-//! real controller replicas with leader election under the chart's RBAC, and the seeded faults
-//! of [`crate::chaos`] played over simulated time, every change recorded into a [`History`].
+//! The soak driver (I/O): the simulator in this process with the real webhook registered, real
+//! controller replicas with leader election under the chart's RBAC (two, or with shards a few
+//! per shard and for the rest), and the seeded faults of [`crate::chaos`] played over simulated
+//! time, every change recorded into a [`History`].
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
@@ -10,6 +11,7 @@ use std::sync::{Arc, Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context, Result};
+use captf_core::sharding::{SHARD_LABEL, leader_lease_name};
 use captf_demo::procs::{self, ControllerEnv, Proc};
 use captf_demo::{certs, setup};
 use captf_shared::{Kind, keys, names};
@@ -66,6 +68,13 @@ pub struct Config {
     /// `--max-running-jobs-per-namespace`), checked by
     /// `invariants::never_more_running_jobs_than_the_limits`.
     pub runner_limits: invariants::RunnerLimits,
+    /// Shards: 0 runs one instance (two replicas, no selector); `n` runs an instance per shard
+    /// (`sharding.captf.io/key=shard-<i>`) and one for the rest (`!sharding.captf.io/key`),
+    /// each group of objects labelled with one of them, and relabels groups
+    /// ([`Rates::relabel`]).
+    pub shards: usize,
+    /// Replicas of each shard's instance (the rest's, or the only instance, has two).
+    pub shard_replicas: usize,
 }
 
 impl Default for Config {
@@ -87,6 +96,8 @@ impl Default for Config {
                 total: 0,
                 per_namespace: 10,
             },
+            shards: 0,
+            shard_replicas: 2,
         }
     }
 }
@@ -121,9 +132,17 @@ pub struct Report {
     /// The longest-lived controller process's RSS (MiB) at most every 6 simulated hours, to tell
     /// a plateau from a leak.
     pub rss_series: Vec<f64>,
-    /// `captf_jobs_finished_total` of the replicas alive at the end, and the bookings the
-    /// history shows each made.
-    pub metrics: Vec<(String, u64, usize)>,
+    /// `captf_jobs_finished_total` of the replicas alive at the end, the bookings the history
+    /// shows only it made, and those it or another instance's leader made (right after a
+    /// relabel; none without shards).
+    pub metrics: Vec<(String, u64, usize, usize)>,
+    /// Shards run (0: one instance serves every object).
+    pub shards: usize,
+    /// Per controller instance: its name, replicas, leaders it had and Jobs started for the
+    /// objects it served then.
+    pub instances: Vec<(String, usize, usize, usize)>,
+    /// Objects (incarnations) whose Jobs were started by more than one instance.
+    pub served_by_several: usize,
 }
 
 impl Report {
@@ -173,9 +192,26 @@ impl Report {
                 series.join(", ")
             ));
         }
-        for (id, metric, booked) in &self.metrics {
+        if self.shards > 0 {
+            line(format!("{} shards:", self.shards));
+            for (name, replicas, leaders, jobs) in &self.instances {
+                line(format!(
+                    "  {name}: {replicas} replicas, {leaders} leaders, {jobs} Jobs started for the objects it served"
+                ));
+            }
             line(format!(
-                "replica {id}: captf_jobs_finished_total {metric}, bookings made while it led {booked}"
+                "objects whose Jobs were started by more than one instance: {}",
+                self.served_by_several
+            ));
+        }
+        for (id, metric, booked, maybe) in &self.metrics {
+            let maybe = if *maybe > 0 {
+                format!(" and {maybe} it or another instance's leader made")
+            } else {
+                String::new()
+            };
+            line(format!(
+                "replica {id}: captf_jobs_finished_total {metric}, bookings made while it led {booked}{maybe}"
             ));
         }
         line(format!("invariant violations: {}", self.violations.len()));
@@ -239,9 +275,61 @@ fn at_point(point: KillPoint, ev: &WatchEvent) -> bool {
     }
 }
 
+/// One controller instance: the objects of one selector, with its own leader Lease and
+/// replicas.
+#[derive(Clone, Debug)]
+struct Instance {
+    /// `shard-<i>`, `rest`, or `all` without shards.
+    name: String,
+    /// The shard label of the objects it serves (None: no shard).
+    label: Option<String>,
+    /// `--watch-label-selector`.
+    selector: Option<String>,
+    lease: String,
+    replicas: usize,
+}
+
+/// The instances of a soak with `shards` shards: index `i < shards` is shard `i`, index
+/// `shards` the rest (or, without shards, the only instance).
+fn instances(shards: usize, shard_replicas: usize) -> Vec<Instance> {
+    let mut out: Vec<Instance> = (0..shards)
+        .map(|i| {
+            let label = format!("shard-{i}");
+            let selector = format!("{SHARD_LABEL}={label}");
+            Instance {
+                name: label.clone(),
+                label: Some(label),
+                lease: leader_lease_name(Some(&selector)),
+                selector: Some(selector),
+                replicas: shard_replicas.max(1),
+            }
+        })
+        .collect();
+    let selector = (shards > 0).then(|| format!("!{SHARD_LABEL}"));
+    out.push(Instance {
+        name: if shards > 0 { "rest" } else { "all" }.into(),
+        label: None,
+        lease: leader_lease_name(selector.as_deref()),
+        selector,
+        replicas: 2,
+    });
+    out
+}
+
+/// The index of the instance serving an object with shard label `label`.
+fn serving(shards: usize, label: Option<&str>) -> usize {
+    label
+        .and_then(|l| l.strip_prefix("shard-"))
+        .and_then(|n| n.parse().ok())
+        .filter(|n| *n < shards)
+        .unwrap_or(shards)
+}
+
 /// One controller process.
 struct Replica {
     identity: String,
+    /// Its instance (an index into `Soak::instances`).
+    instance: usize,
     proc: Proc,
     metrics: SocketAddr,
     started: Timestamp,
@@ -303,9 +391,18 @@ impl Member {
 /// Something due at a simulated time.
 #[derive(Clone, Debug)]
 enum Later {
-    ReleaseLock { suffix: String },
-    Recreate { group: usize, member: Member },
+    ReleaseLock {
+        suffix: String,
+    },
+    Recreate {
+        group: usize,
+        member: Member,
+    },
     ClearLatency,
+    /// Label the group's members with its shard again: a patch of a relabel failed.
+    Relabel {
+        group: usize,
+    },
 }
 
 struct Soak {
@@ -317,6 +414,11 @@ struct Soak {
     calm: Arc<AtomicBool>,
     runners: Arc<Mutex<BTreeMap<Runner, usize>>>,
     replicas: Vec<Replica>,
+    instances: Vec<Instance>,
+    /// Each group's instance (an index into `instances`).
+    group_instance: Vec<usize>,
+    /// Leader kills at any moment so far: each takes the next instance's leader in turn.
+    kills: usize,
     controller_kubeconfig: PathBuf,
     logs: PathBuf,
     bin_dir: PathBuf,
@@ -367,7 +469,10 @@ pub async fn run(cfg: Config) -> Result<Report> {
 }
 
 impl Soak {
-    async fn start(cfg: Config) -> Result<Soak> {
+    async fn start(mut cfg: Config) -> Result<Soak> {
+        if cfg.shards == 0 {
+            cfg.rates.relabel = 0.0;
+        }
         let work = tempfile::Builder::new().prefix("captf-soak-").tempdir()?;
         let logs = cfg.logs.clone().unwrap_or_else(|| work.path().to_path_buf());
         std::fs::create_dir_all(&logs)?;
@@ -386,19 +491,28 @@ impl Soak {
             .await?;
         let history = Arc::new(Mutex::new(History::default()));
         let trap = Arc::new(Mutex::new(Trap::default()));
+        let instances = instances(cfg.shards, cfg.shard_replicas);
         {
             let (history, trap) = (history.clone(), trap.clone());
+            let (shards, leases) = (
+                cfg.shards,
+                instances.iter().map(|i| i.lease.clone()).collect::<Vec<_>>(),
+            );
             sim.observe(move |now, ev| {
-                let leader = {
-                    let mut h = lock(&history);
-                    h.record(now, ev);
-                    h.leader().map(String::from)
-                };
+                let mut h = lock(&history);
+                h.record(now, ev);
                 let mut t = lock(&trap);
                 if let Some(point) = t.armed
                     && point != KillPoint::Anytime
                     && at_point(point, ev)
-                    && let Some(pid) = leader.and_then(|l| t.pids.get(&l).copied())
+                    // The change was made by the leader of the instance serving its object.
+                    && let Some(lease) = if shards == 0 {
+                        leases.first()
+                    } else {
+                        h.owner_shard_at(&ev.object, ev.rv)
+                            .and_then(|label| leases.get(serving(shards, label)))
+                    }
+                    && let Some(pid) = h.leader(lease).and_then(|l| t.pids.get(l).copied())
                 {
                     // Under the simulator's lock: the change is made, its answer not sent yet.
                     kill9(pid);
@@ -457,6 +571,9 @@ impl Soak {
                 Some(chaos::script(r, &op, run, drift))
             });
         }
+        let group_instance = (0..cfg.groups)
+            .map(|g| chaos::first_instance(cfg.seed, g, instances.len()))
+            .collect();
         let mut soak = Soak {
             rng: Rng::new(cfg.seed),
             cfg,
@@ -467,6 +584,9 @@ impl Soak {
             calm,
             runners,
             replicas: Vec::new(),
+            instances,
+            group_instance,
+            kills: 0,
             controller_kubeconfig,
             logs,
             bin_dir,
@@ -477,9 +597,11 @@ impl Soak {
             _work: work,
             _webhook: webhook,
         };
-        for _ in 0..2 {
-            let r = soak.start_replica().await?;
-            soak.replicas.push(r);
+        for i in 0..soak.instances.len() {
+            for _ in 0..soak.instances[i].replicas {
+                let r = soak.start_replica(i).await?;
+                soak.replicas.push(r);
+            }
         }
         for g in 0..soak.cfg.groups {
             for m in Member::ALL {
@@ -490,29 +612,37 @@ impl Soak {
         Ok(soak)
     }
 
-    async fn start_replica(&mut self) -> Result<Replica> {
+    async fn start_replica(&mut self, instance: usize) -> Result<Replica> {
         self.started += 1;
-        let identity = format!("replica-{}", self.started);
+        let identity = if self.cfg.shards == 0 {
+            format!("replica-{}", self.started)
+        } else {
+            format!("{}-replica-{}", self.instances[instance].name, self.started)
+        };
+        let mut extra_env = vec![
+            ("CAPTF_LEADER_ELECT".into(), "true".into()),
+            ("CAPTF_LEADER_NAMESPACE".into(), setup::WEBHOOK_NAMESPACE.into()),
+            ("CAPTF_LEADER_LEASE_SECONDS".into(), self.cfg.lease_seconds.to_string()),
+            ("CAPTF_LEADER_IDENTITY".into(), identity.clone()),
+            (
+                "CAPTF_MAX_RUNNING_JOBS".into(),
+                self.cfg.runner_limits.total.to_string(),
+            ),
+            (
+                "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE".into(),
+                self.cfg.runner_limits.per_namespace.to_string(),
+            ),
+        ];
+        if let Some(selector) = &self.instances[instance].selector {
+            extra_env.push(("CAPTF_WATCH_LABEL_SELECTOR".into(), selector.clone()));
+        }
         let env = ControllerEnv {
             kubeconfig: self.controller_kubeconfig.clone(),
             namespace: NS.into(),
             sim_url: self.sim.url(),
             metrics_addr: procs::free_addr()?,
             health_addr: procs::free_addr()?,
-            extra_env: vec![
-                ("CAPTF_LEADER_ELECT".into(), "true".into()),
-                ("CAPTF_LEADER_NAMESPACE".into(), setup::WEBHOOK_NAMESPACE.into()),
-                ("CAPTF_LEADER_LEASE_SECONDS".into(), self.cfg.lease_seconds.to_string()),
-                ("CAPTF_LEADER_IDENTITY".into(), identity.clone()),
-                (
-                    "CAPTF_MAX_RUNNING_JOBS".into(),
-                    self.cfg.runner_limits.total.to_string(),
-                ),
-                (
-                    "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE".into(),
-                    self.cfg.runner_limits.per_namespace.to_string(),
-                ),
-            ],
+            extra_env,
         };
         let log = self.logs.join(format!("{identity}.log"));
         let proc = procs::start_controller(&self.bin_dir.join("captf-controller"), &["run"], &env, log).await?;
@@ -521,6 +651,7 @@ impl Soak {
         }
         Ok(Replica {
             identity,
+            instance,
             proc,
             metrics: env.metrics_addr,
             started: self.sim.now(),
@@ -538,10 +669,15 @@ impl Soak {
         let successful: i64 = [0, 1, 2][(self.rng.next_u64() % 3) as usize];
         let orphan = self.rng.next_u64().is_multiple_of(5);
         let deadline: i64 = [900, 1800, 3600][(self.rng.next_u64() % 3) as usize];
+        let mut labels = json!({keys::LABEL_CLUSTER_NAME: cluster});
+        // Every member of a group in its cluster's shard.
+        if let Some(shard) = &self.instances[self.group_instance[group]].label {
+            labels[SHARD_LABEL] = json!(shard);
+        }
         let mut obj = json!({
             "apiVersion": keys::API_VERSION,
             "kind": member.kind().as_str(),
-            "metadata": {"name": name, "namespace": NS, "labels": {keys::LABEL_CLUSTER_NAME: cluster}},
+            "metadata": {"name": name, "namespace": NS, "labels": labels},
             "spec": {
                 "module": {"source": "git::https://example.com/infra.git"},
                 "variables": {"v": 0},
@@ -644,9 +780,51 @@ impl Soak {
         (!items.is_empty()).then(|| items[(pick % items.len() as u64) as usize].clone())
     }
 
-    fn leader_pid(&self) -> Option<u32> {
-        let leader = lock(&self.history).leader().map(String::from)?;
+    /// The process of instance `instance`'s leader.
+    fn leader_pid(&self, instance: usize) -> Option<u32> {
+        let leader = lock(&self.history)
+            .leader(&self.instances[instance].lease)
+            .map(String::from)?;
         lock(&self.trap).pids.get(&leader).copied()
+    }
+
+    /// The metrics address of each instance's leader that is one of the replicas.
+    fn leader_metrics(&self) -> Vec<SocketAddr> {
+        let h = lock(&self.history);
+        self.instances
+            .iter()
+            .filter_map(|i| {
+                let leader = h.leader(&i.lease)?;
+                self.replicas.iter().find(|r| r.identity == leader).map(|r| r.metrics)
+            })
+            .collect()
+    }
+
+    /// Give every member of `group` that exists the shard label of the group's instance (none
+    /// for the rest), by a merge patch through the webhook. False when a patch kept failing
+    /// (injected API errors).
+    async fn label_group(&mut self, group: usize) -> bool {
+        let label = self.instances[self.group_instance[group]].label.clone();
+        let patch = json!({"metadata": {"labels": {SHARD_LABEL: label}}});
+        let mut all = true;
+        for m in Member::ALL {
+            let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(m.kind()));
+            let mut done = false;
+            for _ in 0..3 {
+                match api
+                    .patch(&m.name(group), &PatchParams::default(), &Patch::Merge(&patch))
+                    .await
+                {
+                    Ok(_) => done = true,
+                    // Deleted: it comes back with the group's label.
+                    Err(kube::Error::Api(e)) if e.code == 404 => done = true,
+                    Err(_) => continue,
+                }
+                break;
+            }
+            all &= done;
+        }
+        all
     }
 
     async fn play_action(&mut self, a: Action, live: &[(Kind, String, Option<String>)]) {
@@ -736,7 +914,9 @@ impl Soak {
                 self.fault(a.name());
             }
             Action::KillLeader(KillPoint::Anytime) => {
-                if let Some(pid) = self.leader_pid() {
+                let instance = self.kills % self.instances.len();
+                self.kills += 1;
+                if let Some(pid) = self.leader_pid(instance) {
                     kill9(pid);
                     self.fault(a.name());
                 }
@@ -753,6 +933,20 @@ impl Soak {
                 };
                 if self.sim.evict(&ns, &pod) {
                     self.fault(a.name());
+                }
+            }
+            Action::Relabel { pick, to } => {
+                if self.instances.len() < 2 {
+                    return;
+                }
+                // The whole group moves: a cluster and its members in one shard.
+                let group = (pick % self.cfg.groups as u64) as usize;
+                self.group_instance[group] =
+                    chaos::relabel_target(self.group_instance[group], self.instances.len(), to);
+                self.fault(a.name());
+                if !self.label_group(group).await {
+                    self.later
+                        .push((at(now, Duration::from_secs(60)), Later::Relabel { group }));
                 }
             }
         }
@@ -774,6 +968,12 @@ impl Soak {
         match l {
             Later::ReleaseLock { suffix } => self.sim.release_lock(NS, &suffix),
             Later::ClearLatency => self.sim.faults().set_latency(Duration::ZERO),
+            Later::Relabel { group } => {
+                if !self.label_group(group).await {
+                    self.later
+                        .push((at(now, Duration::from_secs(60)), Later::Relabel { group }));
+                }
+            }
             Later::Recreate { group, member } if member != Member::Cluster && !self.cluster_live(group) => {
                 // Like a person, wait for the cluster to be back first: members created under
                 // a cluster being deleted would (rightly) hold its deletion forever.
@@ -809,8 +1009,8 @@ impl Soak {
         }
     }
 
-    /// Wait (bounded) until the simulator is quiet, the leader has no reconcile in flight and
-    /// no request arrived for a few looks.
+    /// Wait (bounded) until the simulator is quiet, every instance's leader has no reconcile in
+    /// flight and no request arrived for a few looks.
     async fn settle(&mut self) {
         self.settle_within(SETTLE_PATIENCE).await;
     }
@@ -818,19 +1018,20 @@ impl Soak {
     /// [`Soak::settle`] with its own patience; false when it ran out.
     async fn settle_within(&mut self, patience: Duration) -> bool {
         let deadline = Instant::now() + patience;
-        let leader = lock(&self.history).leader().map(String::from);
-        let metrics = self
-            .replicas
-            .iter()
-            .find(|r| Some(&r.identity) == leader.as_ref())
-            .map(|r| r.metrics);
+        let leaders = self.leader_metrics();
         let (mut last, mut calm) = (None, 0);
         loop {
             let requests = self.sim.requests();
-            let busy = match metrics {
-                Some(addr) => metric(addr, "captf_reconciles_in_flight").await.is_none_or(|n| n > 0.0),
-                None => false,
-            };
+            let mut busy = false;
+            for addr in &leaders {
+                if metric(*addr, "captf_reconciles_in_flight")
+                    .await
+                    .is_none_or(|n| n > 0.0)
+                {
+                    busy = true;
+                    break;
+                }
+            }
             calm = if self.sim.quiet() && !busy && last == Some(requests) {
                 calm + 1
             } else {
@@ -854,7 +1055,7 @@ impl Soak {
         for i in 0..self.replicas.len() {
             if self.replicas[i].proc.exited().is_some() {
                 self.finish_replica(i);
-                let r = self.start_replica().await?;
+                let r = self.start_replica(self.replicas[i].instance).await?;
                 self.replicas[i] = r;
                 self.report.restarts += 1;
                 continue;
@@ -924,13 +1125,18 @@ impl Soak {
                 next_progress = at(self.sim.now(), Duration::from_secs(3600));
                 let h = lock(&self.history);
                 let fault = |name: &str| self.report.faults.get(name).copied().unwrap_or(0);
+                let leaders: Vec<&str> = self
+                    .instances
+                    .iter()
+                    .map(|i| h.leader(&i.lease).unwrap_or("-"))
+                    .collect();
                 eprintln!(
                     "soak: {:.1}h simulated (wall clock {}), {} Jobs, {} changes, leader {}, {} watch drops, {} expiries",
                     self.sim.now().duration_since(start).as_secs_f64() / 3600.0,
                     Timestamp::now().strftime("%H:%M:%S"),
                     h.jobs.len(),
                     h.changes,
-                    h.leader().unwrap_or("-"),
+                    leaders.join(" "),
                     fault("watches dropped"),
                     fault("watches expired (410 Gone)")
                 );
@@ -1075,23 +1281,24 @@ impl Soak {
                 });
             }
         }
-        let mut metrics = Vec::new();
+        let shards = self.cfg.shards;
+        let lease_of = |label: Option<&str>| self.instances[serving(shards, label)].lease.clone();
+        let mut counts = BTreeMap::new();
         for r in &self.replicas {
             if let Some(total) = metric(r.metrics, "captf_jobs_finished_total").await {
-                let booked = lock(&self.history).bookings_by(&r.identity);
-                metrics.push((r.identity.clone(), total as u64, booked));
-                if total as usize != booked {
-                    violations.push(Violation {
-                        invariant: "every_finished_job_booked_exactly_once",
-                        at: now,
-                        object: format!("replica {}", r.identity),
-                        detail: format!(
-                            "captf_jobs_finished_total is {total}, yet it booked {booked} Jobs while it led"
-                        ),
-                    });
-                }
+                counts.insert(r.identity.clone(), total as u64);
             }
         }
+        let bookers = lock(&self.history).bookers(lease_of);
+        let metrics = counts
+            .iter()
+            .map(|(id, total)| {
+                let mine = bookers.iter().filter(|b| b.contains(id));
+                let only = mine.clone().filter(|b| b.len() == 1).count();
+                (id.clone(), *total, only, mine.count() - only)
+            })
+            .collect();
+        violations.extend(invariants::finished_counts_match_the_bookings(&bookers, &counts, now));
         for i in 0..self.replicas.len() {
             self.finish_replica(i);
         }
@@ -1106,14 +1313,20 @@ impl Soak {
                 detail: format!("RSS went from {early:.1} MiB to {last:.1} MiB over {lived:.1} simulated hours"),
             });
         }
-        for r in std::mem::take(&mut self.replicas) {
-            r.proc.stop(Duration::from_secs(5)).await;
+        // All at once: with shards there are many.
+        let stops: Vec<_> = std::mem::take(&mut self.replicas)
+            .into_iter()
+            .map(|r| tokio::spawn(r.proc.stop(Duration::from_secs(5))))
+            .collect();
+        for s in stops {
+            let _ = s.await;
         }
         let h = lock(&self.history);
         violations.extend(invariants::always(&h));
         violations.extend(invariants::never_more_running_jobs_than_the_limits(
             &h,
             self.cfg.runner_limits,
+            self.instances.len(),
         ));
         violations.extend(invariants::at_rest(&h, now));
         let mut report = std::mem::take(&mut self.report);
@@ -1124,7 +1337,31 @@ impl Soak {
             .map_or(0.0, |(a, b)| b.duration_since(a).as_secs_f64() / 3600.0);
         report.jobs = h.jobs.len();
         report.ends = h.ends();
-        report.leader_changes = h.leaders.len().saturating_sub(1);
+        report.leader_changes = h.leader_changes();
+        report.shards = self.cfg.shards;
+        // Who started each Job: the instance serving its object when it was created.
+        let mut jobs = vec![0; self.instances.len()];
+        let mut starters: HashMap<&str, std::collections::BTreeSet<usize>> = HashMap::new();
+        for j in &h.jobs {
+            let label = h.object_by_uid(&j.owner_uid).and_then(|o| o.shard_at(j.created_rv));
+            let i = serving(shards, label);
+            jobs[i] += 1;
+            starters.entry(&j.owner_uid).or_default().insert(i);
+        }
+        report.served_by_several = starters.values().filter(|s| s.len() > 1).count();
+        report.instances = self
+            .instances
+            .iter()
+            .zip(jobs)
+            .map(|(i, n)| {
+                let leaders: std::collections::BTreeSet<&str> = h
+                    .leaders
+                    .get(&i.lease)
+                    .map(|l| l.iter().map(|(_, id)| id.as_str()).collect())
+                    .unwrap_or_default();
+                (i.name.clone(), i.replicas, leaders.len(), n)
+            })
+            .collect();
         report.changes = h.changes;
         report.queued = h.queued;
         report.runners = lock(&self.runners).clone();

@@ -5,8 +5,10 @@
 //! [`History::record`] is fed by the simulator's lossless observer ([`captf_sim::Sim::observe`])
 //! in resourceVersion order; it reads nothing else, so a test can feed it hand-made changes.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::time::{Duration, Instant};
 
+use captf_core::sharding::{LEADER_LEASE, SHARD_LABEL};
 use captf_shared::keys;
 use captf_shared::protocol::RunResult;
 use jiff::Timestamp;
@@ -59,6 +61,8 @@ pub struct JobFact {
     pub outcomes: Vec<Option<String>>,
     /// The resourceVersion of the first outcome write (the booking).
     pub booked_rv: Option<u64>,
+    /// The wall-clock instant of the booking.
+    pub booked_wall: Option<Instant>,
     pub deleted_rv: Option<u64>,
 }
 
@@ -93,6 +97,36 @@ pub fn classify(deadline: bool, exit_code: Option<i32>, disrupted: bool, complet
         End::Neutral
     } else {
         End::Failure
+    }
+}
+
+impl ObjectFact {
+    /// Its shard label at resourceVersion `rv` (as created, before its first change).
+    pub fn shard_at(&self, rv: u64) -> Option<&str> {
+        self.shards
+            .iter()
+            .take_while(|(at, _, _)| *at <= rv)
+            .last()
+            .or(self.shards.first())
+            .and_then(|(_, _, s)| s.as_deref())
+    }
+
+    /// Every shard label it had from the wall-clock instant `from` up to resourceVersion `to`.
+    pub fn shards_since(&self, from: Instant, to: u64) -> Vec<Option<&str>> {
+        let before = self
+            .shards
+            .iter()
+            .take_while(|(_, wall, _)| *wall <= from)
+            .last()
+            .or(self.shards.first());
+        let mut out: Vec<Option<&str>> = before
+            .into_iter()
+            .chain(self.shards.iter().filter(|(rv, wall, _)| *wall > from && *rv <= to))
+            .map(|(_, _, s)| s.as_deref())
+            .collect();
+        out.sort_unstable();
+        out.dedup();
+        out
     }
 }
 
@@ -138,6 +172,9 @@ pub struct ObjectFact {
     pub failed_limit: u32,
     pub successful_limit: u32,
     pub orphan: bool,
+    /// Its shard label (`sharding.captf.io/key`) from each change of it (resourceVersion and
+    /// wall-clock instant; None: no shard), first as created.
+    pub shards: Vec<(u64, Instant, Option<String>)>,
     pub deletion_requested: Option<Timestamp>,
     pub removed: Option<Timestamp>,
     /// The last status seen.
@@ -155,9 +192,10 @@ pub struct History {
     pub events: Vec<EventFact>,
     pub objects: Vec<ObjectFact>,
     object_index: HashMap<String, usize>,
-    /// Holder identities of the controller's leader Lease, in order of change, each with the
+    /// Per leader Lease (`captf-controller-leader`, and `captf-controller-leader-<hash>` of
+    /// each shard's selector): its holder identities in order of change, each with the
     /// resourceVersion it took over at.
-    pub leaders: Vec<(u64, String)>,
+    pub leaders: BTreeMap<String, Vec<(u64, String)>>,
     /// Per state Secret name (`tfstate-…`): how its binding changed and when objects of its
     /// name came and went (at most [`BINDING_TRACE`] lines each), for the report of an object
     /// held with `NameConflict`.
@@ -172,8 +210,28 @@ pub struct History {
 
 const CAPTF_KINDS: [&str; 3] = ["TerraformCluster", "TerraformMachinePool", "TerraformMachine"];
 
+/// How long (wall time) an instance may still act on an object after it was relabelled out of
+/// its selection: kube's watcher backs off up to 30 s before it lists again after an error
+/// (an expired watch's 410 among them), plus a reconcile that began on the stale copy.
+pub const STALE_STORE: Duration = Duration::from_secs(60);
+
 /// Lines kept per state Secret in [`History::bindings`].
 pub const BINDING_TRACE: usize = 40;
+
+/// A controller's leader Lease: the one of every object, or a shard's.
+fn is_leader_lease(name: &str) -> bool {
+    name.strip_prefix(LEADER_LEASE)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+}
+
+/// The uid of the CAPTF object that owns `v` (a Job, a run Lease).
+fn captf_owner(v: &Value) -> Option<&str> {
+    v.pointer("/metadata/ownerReferences")?
+        .as_array()?
+        .iter()
+        .find(|r| CAPTF_KINDS.contains(&r["kind"].as_str().unwrap_or_default()))?["uid"]
+        .as_str()
+}
 
 fn s<'a>(v: &'a Value, p: &str) -> Option<&'a str> {
     v.pointer(p).and_then(Value::as_str)
@@ -226,15 +284,7 @@ impl History {
         let i = match self.job_index.get(uid) {
             Some(&i) => i,
             None => {
-                let owner_uid = o
-                    .pointer("/metadata/ownerReferences")
-                    .and_then(Value::as_array)
-                    .and_then(|a| {
-                        a.iter()
-                            .find(|r| CAPTF_KINDS.contains(&r["kind"].as_str().unwrap_or_default()))
-                    })
-                    .and_then(|r| r["uid"].as_str())
-                    .unwrap_or_default();
+                let owner_uid = captf_owner(o).unwrap_or_default();
                 self.jobs.push(JobFact {
                     ns: ev.ns.clone(),
                     name: s(o, "/metadata/name").unwrap_or_default().into(),
@@ -254,6 +304,7 @@ impl History {
                     disrupted: false,
                     outcomes: Vec::new(),
                     booked_rv: None,
+                    booked_wall: None,
                     deleted_rv: None,
                 });
                 self.job_index.insert(uid.into(), self.jobs.len() - 1);
@@ -274,6 +325,7 @@ impl History {
         if (outcome.is_some() || !j.outcomes.is_empty()) && j.outcomes.last() != Some(&outcome) {
             j.outcomes.push(outcome);
             j.booked_rv.get_or_insert(ev.rv);
+            j.booked_wall.get_or_insert(ev.wall);
         }
         if ev.kind == EventType::Deleted {
             j.deleted_rv.get_or_insert(ev.rv);
@@ -312,11 +364,12 @@ impl History {
         let o = &ev.object;
         let name = s(o, "/metadata/name").unwrap_or_default();
         let holder = s(o, "/spec/holderIdentity").filter(|h| !h.is_empty());
-        if name == "captf-controller-leader" {
+        if is_leader_lease(name) {
+            let leaders = self.leaders.entry(name.into()).or_default();
             if let Some(h) = holder
-                && self.leaders.last().map(|(_, l)| l.as_str()) != Some(h)
+                && leaders.last().map(|(_, l)| l.as_str()) != Some(h)
             {
-                self.leaders.push((ev.rv, h.into()));
+                leaders.push((ev.rv, h.into()));
             }
             return;
         }
@@ -439,6 +492,7 @@ impl History {
                     failed_limit: limit("/spec/jobs/failedJobsHistoryLimit", 3),
                     successful_limit: limit("/spec/jobs/successfulJobsHistoryLimit", 1),
                     orphan: s(o, "/spec/deletionPolicy") == Some("Orphan"),
+                    shards: Vec::new(),
                     deletion_requested: None,
                     removed: None,
                     status: Value::Null,
@@ -448,6 +502,10 @@ impl History {
             }
         };
         let f = &mut self.objects[i];
+        let shard = label(o, SHARD_LABEL).map(String::from);
+        if f.shards.last().is_none_or(|(_, _, s)| *s != shard) {
+            f.shards.push((ev.rv, ev.wall, shard));
+        }
         if o.pointer("/metadata/deletionTimestamp").is_some() {
             f.deletion_requested.get_or_insert(now);
         }
@@ -463,27 +521,68 @@ impl History {
         }
     }
 
-    /// Who led at resourceVersion `rv`.
-    pub fn leader_at(&self, rv: u64) -> Option<&str> {
+    /// Who held leader Lease `lease` at resourceVersion `rv`.
+    pub fn leader_at(&self, lease: &str, rv: u64) -> Option<&str> {
         self.leaders
+            .get(lease)?
             .iter()
             .take_while(|(at, _)| *at <= rv)
             .last()
             .map(|(_, l)| l.as_str())
     }
 
-    /// The current leader.
-    pub fn leader(&self) -> Option<&str> {
-        self.leaders.last().map(|(_, l)| l.as_str())
+    /// Who holds leader Lease `lease` now.
+    pub fn leader(&self, lease: &str) -> Option<&str> {
+        self.leaders.get(lease)?.last().map(|(_, l)| l.as_str())
     }
 
-    /// Bookings (first outcome writes) made while `identity` led.
-    pub fn bookings_by(&self, identity: &str) -> usize {
-        self.jobs
-            .iter()
-            .filter_map(|j| j.booked_rv)
-            .filter(|rv| self.leader_at(*rv) == Some(identity))
-            .count()
+    /// Changes of holder over every leader Lease.
+    pub fn leader_changes(&self) -> usize {
+        self.leaders.values().map(|l| l.len().saturating_sub(1)).sum()
+    }
+
+    /// The object incarnation with this uid.
+    pub fn object_by_uid(&self, uid: &str) -> Option<&ObjectFact> {
+        self.object_index.get(uid).map(|&i| &self.objects[i])
+    }
+
+    /// The shard label, at resourceVersion `rv`, of the CAPTF object owning `v` (a Job, a run
+    /// Lease): `None` when the owner is unknown, `Some(None)` when it had no shard.
+    pub fn owner_shard_at(&self, v: &Value, rv: u64) -> Option<Option<&str>> {
+        Some(self.object_by_uid(captf_owner(v)?)?.shard_at(rv))
+    }
+
+    /// Who can have made each booking (first outcome write): the leaders that can have
+    /// written it, one set per booked Job.
+    ///
+    /// A booking is made by the leader of the instance serving the Job's object (`lease_of`
+    /// names the leader Lease of the instance serving a shard label). After a relabel the old
+    /// instance still acts on the object until its watch has reported the change: at once
+    /// usually, but a watch that expired (410 Gone) is listed again only after the watcher's
+    /// backoff, and meanwhile the simulator looks quiet. So a booking counts for the leaders of
+    /// every instance that served its object in the [`STALE_STORE`] of wall time before it;
+    /// with one instance it is always exactly one leader.
+    pub fn bookers(&self, lease_of: impl Fn(Option<&str>) -> String) -> Vec<BTreeSet<String>> {
+        let mut out = Vec::new();
+        for j in &self.jobs {
+            let (Some(rv), Some(wall)) = (j.booked_rv, j.booked_wall) else {
+                continue;
+            };
+            let labels = match self.object_by_uid(&j.owner_uid) {
+                Some(o) => match wall.checked_sub(STALE_STORE) {
+                    Some(since) => o.shards_since(since, rv),
+                    None => o.shards.iter().map(|(_, _, s)| s.as_deref()).collect(),
+                },
+                None => vec![None],
+            };
+            out.push(
+                labels
+                    .into_iter()
+                    .filter_map(|l| self.leader_at(&lease_of(l), rv).map(String::from))
+                    .collect(),
+            );
+        }
+        out
     }
 
     /// The Job with this uid.
@@ -510,6 +609,65 @@ impl History {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_booking_soon_after_a_relabel_may_be_either_instances_later_only_the_new_ones() {
+        let t0 = Instant::now();
+        let mut h = History::default();
+        h.objects.push(ObjectFact {
+            kind: "TerraformCluster".into(),
+            ns: "soak".into(),
+            name: "g0".into(),
+            uid: "o1".into(),
+            failed_limit: 3,
+            successful_limit: 1,
+            orphan: false,
+            shards: vec![
+                (10, t0, Some("shard-0".into())),
+                (20, t0 + Duration::from_secs(5), None),
+            ],
+            deletion_requested: None,
+            removed: None,
+            status: Value::Null,
+        });
+        h.object_index.insert("o1".into(), 0);
+        h.leaders.insert("lease-0".into(), vec![(1, "a".into())]);
+        h.leaders
+            .insert("lease-rest".into(), vec![(1, "b".into()), (28, "c".into())]);
+        let booked = |name: &str, rv: u64, after: u64| JobFact {
+            ns: "soak".into(),
+            name: name.into(),
+            uid: name.into(),
+            object: "TerraformCluster.soak.g0".into(),
+            owner_uid: "o1".into(),
+            kind: "TerraformCluster".into(),
+            op: "apply".into(),
+            cluster: Some("g0".into()),
+            force_unlock: None,
+            created: Timestamp::UNIX_EPOCH,
+            created_rv: rv - 1,
+            finished: None,
+            complete: false,
+            deadline: false,
+            exit_code: None,
+            disrupted: false,
+            outcomes: vec![Some("succeeded".into())],
+            booked_rv: Some(rv),
+            booked_wall: Some(t0 + Duration::from_secs(after)),
+            deleted_rv: None,
+        };
+        h.jobs = vec![
+            booked("before", 15, 2),
+            booked("just-after", 25, 10),
+            booked("long-after", 30, 5 + STALE_STORE.as_secs() + 1),
+        ];
+        let lease_of = |l: Option<&str>| if l == Some("shard-0") { "lease-0" } else { "lease-rest" }.to_string();
+        let names = |ls: &[&str]| ls.iter().map(|l| l.to_string()).collect::<BTreeSet<_>>();
+        assert_eq!(
+            h.bookers(lease_of),
+            vec![names(&["a"]), names(&["a", "b"]), names(&["c"])]
+        );
+    }
 
     #[test]
     fn a_job_is_classified_from_its_deadline_exit_code_and_disruption_alone() {

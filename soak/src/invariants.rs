@@ -2,7 +2,7 @@
 //! Each check is a pure function of the [`History`]; each rule is recomputed here from what
 //! the simulator saw, never read from the controller's own bookkeeping.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::Duration;
 
 use jiff::{SignedDuration, Timestamp};
@@ -58,11 +58,18 @@ pub struct RunnerLimits {
 /// Never more Jobs running at once than the limits allow: at each Job's creation, the Jobs
 /// running then (created before it, not finished, not deleted) and itself, in its namespace and
 /// in all, are within the limits.
-pub fn never_more_running_jobs_than_the_limits(h: &History, limits: RunnerLimits) -> Vec<Violation> {
+///
+/// `instances` controller instances (shards, each with its own leader) enforce the limits each
+/// on its own, counting every runner Job it sees: two can start a Job at the same moment, each
+/// on the last free slot, so with `n` instances a limit `l` allows `l + n - 1` at once (the
+/// exact limit with one instance).
+pub fn never_more_running_jobs_than_the_limits(h: &History, limits: RunnerLimits, instances: usize) -> Vec<Violation> {
     let mut out = Vec::new();
     if limits.total == 0 && limits.per_namespace == 0 {
         return out;
     }
+    let slack = instances.saturating_sub(1);
+    let allowed = |limit: u32| limit as usize + slack;
     for j in &h.jobs {
         let running: Vec<&JobFact> = h
             .jobs
@@ -71,8 +78,8 @@ pub fn never_more_running_jobs_than_the_limits(h: &History, limits: RunnerLimits
             .collect();
         let total = running.len() + 1;
         let in_ns = running.iter().filter(|k| k.ns == j.ns).count() + 1;
-        let over_ns = limits.per_namespace > 0 && in_ns > limits.per_namespace as usize;
-        let over_total = limits.total > 0 && total > limits.total as usize;
+        let over_ns = limits.per_namespace > 0 && in_ns > allowed(limits.per_namespace);
+        let over_total = limits.total > 0 && total > allowed(limits.total);
         if over_ns || over_total {
             let mut names: Vec<&str> = running.iter().map(|k| k.name.as_str()).collect();
             names.sort_unstable();
@@ -81,11 +88,16 @@ pub fn never_more_running_jobs_than_the_limits(h: &History, limits: RunnerLimits
                 j.created,
                 &j.object,
                 format!(
-                    "Job {} was created with {in_ns} running in namespace {} (limit {}) and {total} in all (limit {}): {}",
+                    "Job {} was created with {in_ns} running in namespace {} (limit {}) and {total} in all (limit {}){}: {}",
                     j.name,
                     j.ns,
                     limits.per_namespace,
                     limits.total,
+                    if slack > 0 {
+                        format!(", {slack} more allowed with {instances} instances")
+                    } else {
+                        String::new()
+                    },
                     names.join(", ")
                 ),
             ));
@@ -322,6 +334,122 @@ pub fn an_outcome_once_written_never_changes(h: &History) -> Vec<Violation> {
             )
         })
         .collect()
+}
+
+/// Each replica's `captf_jobs_finished_total` counts the bookings it made, each once. `bookers`
+/// holds, per booking, the leaders that can have made it ([`History::bookers`]); `counts` the
+/// metric of each replica that has one. The bookings must be shared out so that each counted
+/// replica gets exactly its count, a booking going to one of its possible bookers (one not
+/// counted, such as a replica that died, takes any number). With one possible booker per
+/// booking (one instance) that is: each count equals the bookings only it can have made.
+pub fn finished_counts_match_the_bookings(
+    bookers: &[BTreeSet<String>],
+    counts: &BTreeMap<String, u64>,
+    at: Timestamp,
+) -> Vec<Violation> {
+    const NAME: &str = "every_finished_job_booked_exactly_once";
+    let names: Vec<&str> = counts.keys().map(String::as_str).collect();
+    let index: HashMap<&str, usize> = names.iter().enumerate().map(|(i, n)| (*n, i)).collect();
+    let (mut only, mut maybe) = (vec![0usize; names.len()], vec![0usize; names.len()]);
+    // The bookings more than one leader can have made, by the counted ones among them, and
+    // whether one not counted can take it.
+    let mut shared: Vec<(Vec<usize>, bool)> = Vec::new();
+    for b in bookers {
+        let counted: Vec<usize> = b.iter().filter_map(|l| index.get(l.as_str()).copied()).collect();
+        if b.len() == 1 {
+            if let Some(&i) = counted.first() {
+                only[i] += 1;
+            }
+            continue;
+        }
+        for &i in &counted {
+            maybe[i] += 1;
+        }
+        if !counted.is_empty() {
+            shared.push((counted.clone(), counted.len() < b.len()));
+        }
+    }
+    let mut out = Vec::new();
+    let mut need = vec![0usize; names.len()];
+    for (i, name) in names.iter().enumerate() {
+        let count = usize::try_from(counts[*name]).unwrap_or(usize::MAX);
+        if count < only[i] || count > only[i] + maybe[i] {
+            let also = if maybe[i] > 0 {
+                format!(" (and {} it or another instance's leader made)", maybe[i])
+            } else {
+                String::new()
+            };
+            out.push(v(
+                NAME,
+                at,
+                &format!("replica {name}"),
+                format!(
+                    "captf_jobs_finished_total is {count}, yet it booked {} Jobs while it led{also}",
+                    only[i]
+                ),
+            ));
+        }
+        need[i] = count.saturating_sub(only[i]);
+    }
+    if !out.is_empty() || shared.is_empty() {
+        return out;
+    }
+    // Every counted replica gets its count from the shared bookings, and every shared booking
+    // no uncounted leader can take goes to a counted one within its count: each is a bipartite
+    // matching, and when both exist one assignment does both (Mendelsohn-Dulmage).
+    let all: Vec<&[usize]> = shared.iter().map(|(c, _)| c.as_slice()).collect();
+    let forced: Vec<&[usize]> = shared
+        .iter()
+        .filter(|(_, flexible)| !flexible)
+        .map(|(c, _)| c.as_slice())
+        .collect();
+    let wanted: usize = need.iter().sum();
+    if max_b_matching(&all, &need) < wanted || max_b_matching(&forced, &need) < forced.len() {
+        let each: Vec<String> = names
+            .iter()
+            .enumerate()
+            .map(|(i, n)| format!("{n} {} ({} only it, {} shared)", counts[*n], only[i], maybe[i]))
+            .collect();
+        out.push(v(
+            NAME,
+            at,
+            "replicas",
+            format!(
+                "the replicas' captf_jobs_finished_total ({}) cannot be the {} bookings more than one leader can have made",
+                each.join(", "),
+                shared.len()
+            ),
+        ));
+    }
+    out
+}
+
+/// The most of `edges` (each a list of replicas it may go to) given out with replica `r`
+/// taking at most `caps[r]`.
+fn max_b_matching(edges: &[&[usize]], caps: &[usize]) -> usize {
+    fn augment(b: usize, edges: &[&[usize]], caps: &[usize], held: &mut [Vec<usize>], seen: &mut [bool]) -> bool {
+        for &r in edges[b] {
+            if seen[r] {
+                continue;
+            }
+            seen[r] = true;
+            if held[r].len() < caps[r] {
+                held[r].push(b);
+                return true;
+            }
+            for k in 0..held[r].len() {
+                if augment(held[r][k], edges, caps, held, seen) {
+                    held[r][k] = b;
+                    return true;
+                }
+            }
+        }
+        false
+    }
+    let mut held = vec![Vec::new(); caps.len()];
+    (0..edges.len())
+        .filter(|&b| augment(b, edges, caps, &mut held, &mut vec![false; caps.len()]))
+        .count()
 }
 
 /// What the rules' classification says an outcome must be.
@@ -568,6 +696,7 @@ mod tests {
             },
             disrupted: false,
             booked_rv: end.map(|_| finished.map_or(0, |f| f.1)),
+            booked_wall: end.map(|_| std::time::Instant::now()),
             outcomes: match end {
                 Some(End::Success) => vec![Some("succeeded".into())],
                 Some(End::Failure) => vec![Some("failed".into())],
@@ -595,10 +724,10 @@ mod tests {
         ];
         let h = history(jobs);
         let limits = |total, per_namespace| RunnerLimits { total, per_namespace };
-        assert!(never_more_running_jobs_than_the_limits(&h, limits(0, 0)).is_empty());
-        assert!(never_more_running_jobs_than_the_limits(&h, limits(3, 2)).is_empty());
+        assert!(never_more_running_jobs_than_the_limits(&h, limits(0, 0), 1).is_empty());
+        assert!(never_more_running_jobs_than_the_limits(&h, limits(3, 2), 1).is_empty());
         // One per namespace: a2 broke it, b1 did not (its namespace ran nothing else).
-        let found = never_more_running_jobs_than_the_limits(&h, limits(0, 1));
+        let found = never_more_running_jobs_than_the_limits(&h, limits(0, 1), 1);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
             found[0]
@@ -608,7 +737,7 @@ mod tests {
             found[0]
         );
         // Two in all: b1 was the third.
-        let found = never_more_running_jobs_than_the_limits(&h, limits(2, 0));
+        let found = never_more_running_jobs_than_the_limits(&h, limits(2, 0), 1);
         assert_eq!(found.len(), 1, "{found:?}");
         assert!(
             found[0].detail.contains("Job b1") && found[0].detail.contains("3 in all (limit 2): a1, a2"),
@@ -619,7 +748,7 @@ mod tests {
         let mut jobs = h.jobs.clone();
         jobs[0].finished = None;
         jobs[0].deleted_rv = Some(45);
-        let found = never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits(0, 1));
+        let found = never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits(0, 1), 1);
         assert_eq!(
             found
                 .iter()
@@ -629,13 +758,73 @@ mod tests {
         );
         // Never finished nor deleted, a1 still ran when a3 was created.
         jobs[0].deleted_rv = None;
-        let found = never_more_running_jobs_than_the_limits(&history(jobs), limits(0, 1));
+        let found = never_more_running_jobs_than_the_limits(&history(jobs), limits(0, 1), 1);
         assert_eq!(
             found
                 .iter()
                 .map(|v| v.detail.split(' ').nth(1).unwrap())
                 .collect::<Vec<_>>(),
             ["a2", "a3"]
+        );
+    }
+
+    #[test]
+    fn with_several_instances_the_limits_allow_one_more_job_per_further_instance_and_no_more() {
+        let limits = RunnerLimits {
+            total: 0,
+            per_namespace: 2,
+        };
+        // Two Jobs ran when two instances (shards) each took the last slot at once: three in
+        // all, the limit plus one.
+        let mut jobs = vec![
+            job("j1", "apply", (0, 10), None, None),
+            job("j2", "apply", (1, 11), None, None),
+            job("j3", "apply", (1, 12), None, None),
+        ];
+        for j in &mut jobs {
+            j.object = format!("TerraformCluster.default.{}", j.name);
+        }
+        assert_eq!(
+            never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits, 2),
+            vec![]
+        );
+        // With one instance the limit is exact.
+        let found = never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits, 1);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0].detail.starts_with("Job j3 was created with 3 running"),
+            "{}",
+            found[0]
+        );
+        // A fourth is more than two instances starting at once explains.
+        let mut j4 = job("j4", "apply", (2, 13), None, None);
+        j4.object = "TerraformCluster.default.j4".into();
+        jobs.push(j4);
+        let found = never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits, 2);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(
+            found[0]
+                .detail
+                .starts_with("Job j4 was created with 4 running in namespace default (limit 2) and 4 in all (limit 0), 1 more allowed with 2 instances"),
+            "{}",
+            found[0]
+        );
+        // Four instances allow the four; the total limit gets the same slack.
+        assert_eq!(
+            never_more_running_jobs_than_the_limits(&history(jobs.clone()), limits, 4),
+            vec![]
+        );
+        let total = RunnerLimits {
+            total: 2,
+            per_namespace: 0,
+        };
+        assert_eq!(
+            never_more_running_jobs_than_the_limits(&history(jobs.clone()), total, 3),
+            vec![]
+        );
+        assert_eq!(
+            never_more_running_jobs_than_the_limits(&history(jobs), total, 2).len(),
+            1
         );
     }
 
@@ -649,6 +838,7 @@ mod tests {
             failed_limit: 3,
             successful_limit: 1,
             orphan: false,
+            shards: Vec::new(),
             deletion_requested: None,
             removed: None,
             status: Value::Null,
@@ -806,6 +996,38 @@ mod tests {
                 .iter()
                 .any(|v| v.detail.contains("never booked"))
         );
+    }
+
+    #[test]
+    fn finished_counts_match_the_bookings_shares_out_the_bookings_two_leaders_can_have_made() {
+        let set = |ls: &[&str]| ls.iter().map(|l| l.to_string()).collect::<BTreeSet<String>>();
+        let counts = |cs: &[(&str, u64)]| cs.iter().map(|(n, c)| (n.to_string(), *c)).collect::<BTreeMap<_, _>>();
+        let check = |b: &[BTreeSet<String>], c: &[(&str, u64)]| finished_counts_match_the_bookings(b, &counts(c), t(0));
+        // One booker each (one instance): the counts are exact.
+        let single = vec![set(&["a"]), set(&["a"]), set(&["b"]), set(&["dead"])];
+        assert_eq!(check(&single, &[("a", 2), ("b", 1)]), vec![]);
+        let found = check(&single, &[("a", 3), ("b", 1)]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert_eq!(
+            found[0].detail,
+            "captf_jobs_finished_total is 3, yet it booked 2 Jobs while it led"
+        );
+        // Two bookings right after a relabel, each either a's or b's.
+        let shared = vec![set(&["a", "b"]), set(&["a", "b"])];
+        for ok in [[("a", 1), ("b", 1)], [("a", 2), ("b", 0)], [("a", 0), ("b", 2)]] {
+            assert_eq!(check(&shared, &ok), vec![], "{ok:?}");
+        }
+        // Each within its range, yet three counted for two bookings: one was counted twice.
+        let found = check(&shared, &[("a", 2), ("b", 1)]);
+        assert_eq!(found.len(), 1, "{found:?}");
+        assert!(found[0].detail.contains("cannot be the 2 bookings"), "{}", found[0]);
+        // A booking only a or b can have made is in neither count.
+        assert_eq!(check(&shared, &[("a", 1), ("b", 0)]).len(), 1);
+        // Unless a leader that is not counted (it died) can have made it.
+        let with_dead = vec![set(&["a", "b"]), set(&["a", "dead"])];
+        assert_eq!(check(&with_dead, &[("a", 1), ("b", 0)]), vec![]);
+        assert_eq!(check(&with_dead, &[("a", 0), ("b", 0)]).len(), 1);
+        assert_eq!(check(&with_dead, &[("a", 2), ("b", 0)]), vec![]);
     }
 
     #[test]

@@ -1,5 +1,6 @@
 //! `captf-soak`: the chaos soak (docs/soak.md). The real controller, two replicas with leader
-//! election, runs against the simulator with the real webhook for days of simulated time while
+//! election (or, with shards, an instance per shard and one for the rest, each with its own
+//! leader), runs against the simulator with the real webhook for days of simulated time while
 //! seeded faults fall; every change is recorded and every invariant checked over the whole
 //! history.
 //!

@@ -13,7 +13,7 @@ use captf_soak::harness::{self, Config};
 #[command(
     name = "captf-soak",
     version,
-    about = "Chaos soak: two real controller replicas, the webhook and the simulator, days of simulated time with faults"
+    about = "Chaos soak: real controller replicas (two, or a few per shard), the webhook and the simulator, days of simulated time with faults"
 )]
 struct Cli {
     /// The seed of every random choice (faults, runner behaviours, object settings).
@@ -45,6 +45,14 @@ struct Cli {
     /// The controllers' `--max-running-jobs-per-namespace` (0: no limit).
     #[arg(long, default_value_t = 10)]
     max_running_jobs_per_namespace: u32,
+    /// Shards: 0 runs two replicas serving every object; N runs an instance per shard
+    /// (`sharding.captf.io/key=shard-<i>`) and one for the rest (`!sharding.captf.io/key`),
+    /// each group of objects in one of them, and moves groups between them by relabelling.
+    #[arg(long, default_value_t = 0)]
+    shards: usize,
+    /// Replicas of each shard's instance (the rest's has two).
+    #[arg(long, default_value_t = 2)]
+    shard_replicas: usize,
     /// Keep the controllers' and the webhook's logs in this folder.
     #[arg(long)]
     logs: Option<PathBuf>,
@@ -75,6 +83,8 @@ async fn main() -> ExitCode {
             total: cli.max_running_jobs,
             per_namespace: cli.max_running_jobs_per_namespace,
         },
+        shards: cli.shards,
+        shard_replicas: cli.shard_replicas,
         ..defaults
     };
     match harness::run(cfg).await {
