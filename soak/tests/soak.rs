@@ -1,6 +1,7 @@
-//! The short soak `cargo test` runs: a fixed seed, a few simulated hours, three groups of
-//! objects, every fault at four times its default rate and every runner behaviour frequent.
-//! The long runs are `scripts/soak.sh` (docs/soak.md).
+//! The short soaks `cargo test` runs: a fixed seed, a few simulated hours, three groups of
+//! objects, every fault at four times its default rate and every runner behaviour frequent; once
+//! with two replicas serving every object, once with three shards and the rest, groups moving
+//! between them. The long runs are `scripts/soak.sh` (docs/soak.md).
 
 use std::collections::BTreeMap;
 use std::path::PathBuf;
@@ -33,17 +34,25 @@ fn bin_dir() -> PathBuf {
     dir
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
-    // The first Jobs of the run take each runner behaviour in turn, so each shows however many
-    // Jobs the controllers' timing allows; after that each Job's behaviour is the seed's choice
-    // by its name, with every failure behaviour weighted about one Job in nine so that they stay
-    // frequent. Blocked and plan-changed plans only come from applies.
+/// One soak at a time: each runs its controllers on wall-clock leases and settles within
+/// wall-clock patience, so two at once on a small machine would make each other slow.
+static ONE_AT_A_TIME: tokio::sync::Mutex<()> = tokio::sync::Mutex::const_new(());
+
+/// Every runner behaviour frequent: the first Jobs of the run take each in turn, so each shows
+/// however many Jobs the controllers' timing allows; after that each Job's behaviour is the
+/// seed's choice by its name, with every failure behaviour weighted about one Job in nine so
+/// that they stay frequent. Blocked and plan-changed plans only come from applies.
+fn frequent_failures() -> RunnerWeights {
     let weight = |r: Runner| match r {
         Runner::Success => 10,
         _ => 12,
     };
-    let weights = RunnerWeights(BTreeMap::from(Runner::ALL.map(|r| (r, weight(r)))));
+    RunnerWeights(BTreeMap::from(Runner::ALL.map(|r| (r, weight(r)))))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
+    let _one = ONE_AT_A_TIME.lock().await;
     let cfg = Config {
         seed: 20_261_130,
         duration: Duration::from_secs(8 * 3600),
@@ -51,7 +60,7 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
         groups: 3,
         step: Duration::from_secs(300),
         rates: Rates::default().scaled(4.0),
-        runners: weights,
+        runners: frequent_failures(),
         bin_dir: Some(bin_dir()),
         // Low enough to bind: three groups could run six Jobs at once.
         runner_limits: captf_soak::invariants::RunnerLimits {
@@ -118,6 +127,79 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
     );
     assert!(!report.metrics.is_empty(), "{}", report.render());
     // The runner limits bound: objects waited for a slot (and the invariant above held).
+    assert!(
+        report.queued > 0,
+        "nothing ever waited for a runner slot:\n{}",
+        report.render()
+    );
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_fixed_seed_soak_with_shards_and_relabelling_keeps_every_invariant() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let cfg = Config {
+        seed: 20_260_611,
+        // Shorter than the soak above: four instances of two replicas each take about twice
+        // the processor time of two replicas, on the same two cores.
+        duration: Duration::from_secs(6 * 3600),
+        drain: Duration::from_secs(2 * 3600),
+        groups: 3,
+        step: Duration::from_secs(300),
+        rates: Rates::default().scaled(4.0),
+        runners: frequent_failures(),
+        bin_dir: Some(bin_dir()),
+        // Low enough to bind, and each shard counts the others' Jobs.
+        runner_limits: captf_soak::invariants::RunnerLimits {
+            total: 3,
+            per_namespace: 2,
+        },
+        shards: 3,
+        ..Config::default()
+    };
+    let report = harness::run(cfg).await.expect("the soak runs");
+    println!("{}", report.render());
+    assert!(
+        report.violations.is_empty(),
+        "invariant violations:\n{}",
+        report.render()
+    );
+    // Groups moved between shards, and objects were served by more than one shard's leader.
+    assert!(
+        report
+            .faults
+            .get("relabel (a group moves to another shard)")
+            .is_some_and(|n| *n > 0),
+        "no relabel:\n{}",
+        report.render()
+    );
+    assert!(
+        report.served_by_several > 0,
+        "no object's Jobs were started by two instances:\n{}",
+        report.render()
+    );
+    let serving = report.instances.iter().filter(|(_, _, _, jobs)| *jobs > 0).count();
+    assert!(serving > 1, "one instance started every Job:\n{}", report.render());
+    // Each instance elected a leader; leaders were killed and replaced.
+    assert_eq!(report.instances.len(), 4, "{}", report.render());
+    assert!(
+        report.instances.iter().all(|(_, _, leaders, _)| *leaders > 0),
+        "an instance never led:\n{}",
+        report.render()
+    );
+    assert!(
+        report.leader_changes >= 1 && report.restarts >= 1,
+        "{}",
+        report.render()
+    );
+    for end in ["succeeded", "failed", "neither"] {
+        assert!(
+            report.ends.get(end).copied().unwrap_or(0) > 0,
+            "no Job {end}:\n{}",
+            report.render()
+        );
+    }
+    assert!(!report.metrics.is_empty(), "{}", report.render());
+    // The runner limits bound, each instance counting the others' Jobs too.
     assert!(
         report.queued > 0,
         "nothing ever waited for a runner slot:\n{}",
