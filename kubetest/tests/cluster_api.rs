@@ -176,14 +176,6 @@ fn terraform_machine_pools() -> ApiResource {
     )
 }
 
-fn terraform_clusters() -> ApiResource {
-    resource(
-        "infrastructure.cluster.x-k8s.io/v1alpha1",
-        "TerraformCluster",
-        "terraformclusters",
-    )
-}
-
 /// The container `name`'s args in the Deployment `namespace/deployment`, as clusterctl installed it.
 async fn deployment_args(admin: &kube::Client, namespace: &str, deployment: &str, container: &str) -> Vec<String> {
     let d = Api::<Deployment>::namespaced(admin.clone(), namespace)
@@ -482,7 +474,7 @@ impl Management {
             },
         }))
         .unwrap();
-        self.api(&terraform_clusters())
+        self.api(&common::terraform_clusters())
             .create(&PostParams::default(), &infra)
             .await
             .unwrap();
@@ -913,12 +905,17 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
 
     // CAPTF applies under the Cluster: Ready, with the endpoint and failure domains of the outputs.
     let infra = m
-        .until(&terraform_clusters(), "prod", "Ready with Cluster API's owner", |o| {
-            is_true(o, "Ready")
-                && o["metadata"]["ownerReferences"]
-                    .as_array()
-                    .is_some_and(|r| r.iter().any(|r| r["kind"] == "Cluster" && r["name"] == "prod"))
-        })
+        .until(
+            &common::terraform_clusters(),
+            "prod",
+            "Ready with Cluster API's owner",
+            |o| {
+                is_true(o, "Ready")
+                    && o["metadata"]["ownerReferences"]
+                        .as_array()
+                        .is_some_and(|r| r.iter().any(|r| r["kind"] == "Cluster" && r["name"] == "prod"))
+            },
+        )
         .await;
     let host = infra["spec"]["controlPlaneEndpoint"]["host"]
         .as_str()
@@ -953,11 +950,13 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         )
         .await
         .unwrap();
-    m.until(&terraform_clusters(), "prod", "Paused", |o| is_true(o, "Paused"))
-        .await;
+    m.until(&common::terraform_clusters(), "prod", "Paused", |o| {
+        is_true(o, "Paused")
+    })
+    .await;
     let jobs_before = m.jobs().await;
     let changed = m
-        .api(&terraform_clusters())
+        .api(&common::terraform_clusters())
         .patch(
             "prod",
             &PatchParams::default(),
@@ -967,9 +966,12 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         .unwrap();
     let generation = changed.metadata.generation.unwrap();
     // The controller has seen the change (it reports the generation it observed) and holds it.
-    m.until(&terraform_clusters(), "prod", "the change observed while paused", |o| {
-        is_true(o, "Paused") && condition(o, "Paused").is_some_and(|c| c["observedGeneration"] == generation)
-    })
+    m.until(
+        &common::terraform_clusters(),
+        "prod",
+        "the change observed while paused",
+        |o| is_true(o, "Paused") && condition(o, "Paused").is_some_and(|c| c["observedGeneration"] == generation),
+    )
     .await;
     assert_eq!(m.jobs().await, jobs_before, "no Job starts while the Cluster is paused");
     m.api(&capi_clusters())
@@ -981,7 +983,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         .await
         .unwrap();
     m.until(
-        &terraform_clusters(),
+        &common::terraform_clusters(),
         "prod",
         "the change applied after unpausing",
         |o| is_true(o, "Ready") && !is_true(o, "Paused") && o["status"]["observedGeneration"] == generation,
@@ -1309,13 +1311,13 @@ async fn move_while_an_apply_runs(install: Install) {
         })
         .await;
     source
-        .until(&terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
+        .until(&common::terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
         .await;
 
     // An input change whose apply holds in the middle of its change (the gate is closed).
     std::fs::remove_file(&source.gate).unwrap();
     source
-        .api(&terraform_clusters())
+        .api(&common::terraform_clusters())
         .patch(
             "prod",
             &PatchParams::default(),
@@ -1351,7 +1353,7 @@ async fn move_while_an_apply_runs(install: Install) {
     // The source deleted its copy without a destroy: the thing is there, with the held change.
     tokio::time::timeout(PATIENCE, async {
         while source
-            .api(&terraform_clusters())
+            .api(&common::terraform_clusters())
             .get_opt("prod")
             .await
             .unwrap()
@@ -1368,9 +1370,12 @@ async fn move_while_an_apply_runs(install: Install) {
     // The target takes over from what moved: Ready without an apply (the held apply was booked
     // before the copy), the outputs read again by a refresh, and Cluster API's fields with them.
     let infra = target
-        .until(&terraform_clusters(), "prod", "Ready with its outputs again", |o| {
-            is_true(o, "Ready") && o["status"]["outputs"]["control_plane_endpoint"].is_object()
-        })
+        .until(
+            &common::terraform_clusters(),
+            "prod",
+            "Ready with its outputs again",
+            |o| is_true(o, "Ready") && o["status"]["outputs"]["control_plane_endpoint"].is_object(),
+        )
         .await;
     assert_eq!(infra["spec"]["variables"]["content"], "v2", "{infra}");
     let cluster = target
@@ -1510,7 +1515,9 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         .unwrap()
         .to_string();
     let tc = m
-        .until(&terraform_clusters(), &infra_name, "Ready", |o| is_true(o, "Ready"))
+        .until(&common::terraform_clusters(), &infra_name, "Ready", |o| {
+            is_true(o, "Ready")
+        })
         .await;
     assert_eq!(tc["spec"]["variables"]["name"], "topo", "{tc}");
 
@@ -1610,7 +1617,7 @@ async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_t
     let yaml = m.generate_cluster(&[&["prod"][..], &counts].concat());
     let applied = m.apply(&yaml);
     assert!(!applied.to_lowercase().contains("warning"), "{applied}");
-    m.until(&terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
+    m.until(&common::terraform_clusters(), "prod", "Ready", |o| is_true(o, "Ready"))
         .await;
     let cluster = m
         .until(&capi_clusters(), "prod", "infrastructure provisioned", |o| {
@@ -1634,7 +1641,7 @@ async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_t
         )
         .await;
     let infra = cluster["spec"]["infrastructureRef"]["name"].as_str().unwrap();
-    m.until(&terraform_clusters(), infra, "Ready", |o| is_true(o, "Ready"))
+    m.until(&common::terraform_clusters(), infra, "Ready", |o| is_true(o, "Ready"))
         .await;
     m.until(&capi_clusters(), "topo", "infrastructure provisioned", |o| {
         o["status"]["initialization"]["infrastructureProvisioned"] == true

@@ -49,16 +49,6 @@ struct Full {
     _root: tempfile::TempDir,
 }
 
-fn clusters_resource() -> ApiResource {
-    ApiResource {
-        group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
-        kind: "TerraformCluster".into(),
-        plural: "terraformclusters".into(),
-    }
-}
-
 impl Full {
     async fn start() -> Option<Full> {
         let tools = tools_or_skip()?;
@@ -130,7 +120,7 @@ impl Full {
     }
 
     fn clusters(&self) -> Api<DynamicObject> {
-        Api::namespaced_with(self.admin.clone(), "default", &clusters_resource())
+        Api::namespaced_with(self.admin.clone(), "default", &common::terraform_clusters())
     }
 
     /// Create a TerraformCluster of [`THING_MODULE`] (through the webhook, as a person would).

@@ -24,7 +24,7 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
@@ -34,16 +34,6 @@ const RELEASE_NAMESPACE: &str = "captf-system";
 const CONTROLLER_IMAGE: &str = "ghcr.io/captf/controller:0.1.0";
 const WEBHOOK_IMAGE: &str = "ghcr.io/captf/webhook:0.1.0";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:0.1.0";
-
-fn terraform_clusters() -> ApiResource {
-    ApiResource {
-        group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
-        kind: "TerraformCluster".into(),
-        plural: "terraformclusters".into(),
-    }
-}
 
 /// Waits (wall time) until `probe` gives a value, failing with `what` and `context()`.
 async fn until<T, F, Fut>(what: &str, context: impl Fn() -> String, mut probe: F) -> T
@@ -227,7 +217,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
 
     // The webhook answers through its Service: a bad spec is refused with its message (a rule the
     // CRD's schema cannot say, so the answer is the webhook's).
-    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &terraform_clusters());
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
     let bad: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
         "metadata": { "name": "bad", "namespace": RELEASE_NAMESPACE },

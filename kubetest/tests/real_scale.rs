@@ -51,7 +51,7 @@ use captf_testprovider::harness::{Binary, DEFAULT_TOFU};
 use futures::StreamExt as _;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::Pod;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, PostParams};
+use kube::api::{Api, DynamicObject, ListParams, PostParams};
 use serde_json::{Value, json};
 use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
 
@@ -289,16 +289,6 @@ async fn plain_metrics(addr: &str) -> Scrape {
 
 // ---- the objects ----
 
-fn clusters_resource() -> ApiResource {
-    ApiResource {
-        group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
-        kind: "TerraformCluster".into(),
-        plural: "terraformclusters".into(),
-    }
-}
-
 fn ready_condition(o: &Value) -> Option<&Value> {
     o["status"]["conditions"]
         .as_array()?
@@ -517,7 +507,7 @@ async fn run(cfg: &Config) -> Option<Figures> {
             let admin = admin.clone();
             let module_source = module_source.clone();
             async move {
-                let api: Api<DynamicObject> = Api::namespaced_with(admin, &ns, &clusters_resource());
+                let api: Api<DynamicObject> = Api::namespaced_with(admin, &ns, &common::terraform_clusters());
                 let object: DynamicObject = serde_json::from_value(json!({
                     "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
                     "metadata": { "name": format!("c{i}"), "namespace": ns },
@@ -843,7 +833,7 @@ fn loadavg() -> String {
 async fn list_all(admin: &kube::Client, namespaces: &[String]) -> Vec<Value> {
     let mut out = Vec::new();
     for ns in namespaces {
-        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &clusters_resource());
+        let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), ns, &common::terraform_clusters());
         if let Ok(list) = api.list(&ListParams::default()).await {
             out.extend(list.items.into_iter().map(|o| serde_json::to_value(o).unwrap()));
         }

@@ -5,7 +5,7 @@ use std::path::Path;
 use std::time::{Duration, Instant};
 
 use k8s_openapi::api::core::v1::Namespace;
-use kube::api::{Api, PostParams};
+use kube::api::{Api, ApiResource, PostParams};
 
 pub mod chart;
 pub mod webhook;
@@ -114,4 +114,9 @@ pub fn spawn_controller(kubeconfig: &Path, log: &Path, flags: &[&str], env: &[(&
         .kill_on_drop(true)
         .spawn()
         .unwrap()
+}
+
+/// The TerraformCluster resource, as the types crate declares it.
+pub fn terraform_clusters() -> ApiResource {
+    ApiResource::erase::<captf_shared::types::TerraformCluster>(&())
 }
