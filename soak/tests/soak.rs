@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use captf_soak::chaos::{Rates, Runner, RunnerWeights};
-use captf_soak::harness::{self, Config};
+use captf_soak::harness::{self, Config, Report};
 
 /// The folder holding this workspace's binaries (`cargo test --workspace` builds them).
 fn bin_dir() -> PathBuf {
@@ -50,25 +50,26 @@ fn frequent_failures() -> RunnerWeights {
     RunnerWeights(BTreeMap::from(Runner::ALL.map(|r| (r, weight(r)))))
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
-    let _one = ONE_AT_A_TIME.lock().await;
-    let cfg = Config {
-        seed: 20_261_130,
-        duration: Duration::from_secs(8 * 3600),
-        drain: Duration::from_secs(3 * 3600),
+/// What both short soaks share: three groups, every fault at four times its rate, frequent
+/// runner failures, and runner limits low enough to bind (three groups could run six Jobs at
+/// once).
+fn short() -> Config {
+    Config {
         groups: 3,
         step: Duration::from_secs(300),
         rates: Rates::default().scaled(4.0),
         runners: frequent_failures(),
         bin_dir: Some(bin_dir()),
-        // Low enough to bind: three groups could run six Jobs at once.
         runner_limits: captf_soak::invariants::RunnerLimits {
             total: 3,
             per_namespace: 2,
         },
         ..Config::default()
-    };
+    }
+}
+
+/// Run a soak, print its report, and fail on any invariant violation.
+async fn run_without_violations(cfg: Config) -> Report {
     let report = harness::run(cfg).await.expect("the soak runs");
     println!("{}", report.render());
     assert!(
@@ -76,6 +77,19 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
         "invariant violations:\n{}",
         report.render()
     );
+    report
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
+    let _one = ONE_AT_A_TIME.lock().await;
+    let report = run_without_violations(Config {
+        seed: 20_261_130,
+        duration: Duration::from_secs(8 * 3600),
+        drain: Duration::from_secs(3 * 3600),
+        ..short()
+    })
+    .await;
     // It did exercise what it claims to: Jobs of every ending, the runner behaviours, every
     // fault, failovers. How many Jobs run in the simulated hours depends on how fast the machine
     // lets the controllers work (44 on a loaded CI machine, 74 on an idle one), so the check is
@@ -137,32 +151,17 @@ async fn a_short_fixed_seed_soak_with_every_fault_keeps_every_invariant() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_short_fixed_seed_soak_with_shards_and_relabelling_keeps_every_invariant() {
     let _one = ONE_AT_A_TIME.lock().await;
-    let cfg = Config {
+    let report = run_without_violations(Config {
         seed: 20_260_611,
         // Shorter than the soak above: four instances of two replicas each take about twice
         // the processor time of two replicas, on the same two cores.
         duration: Duration::from_secs(6 * 3600),
         drain: Duration::from_secs(2 * 3600),
-        groups: 3,
-        step: Duration::from_secs(300),
-        rates: Rates::default().scaled(4.0),
-        runners: frequent_failures(),
-        bin_dir: Some(bin_dir()),
-        // Low enough to bind, and each shard counts the others' Jobs.
-        runner_limits: captf_soak::invariants::RunnerLimits {
-            total: 3,
-            per_namespace: 2,
-        },
+        // Each shard counts the others' Jobs against the limits.
         shards: 3,
-        ..Config::default()
-    };
-    let report = harness::run(cfg).await.expect("the soak runs");
-    println!("{}", report.render());
-    assert!(
-        report.violations.is_empty(),
-        "invariant violations:\n{}",
-        report.render()
-    );
+        ..short()
+    })
+    .await;
     // Groups moved between shards, and objects were served by more than one shard's leader.
     assert!(
         report
