@@ -51,7 +51,7 @@ fn ms(d: Duration) -> f64 {
 fn print_size(r: &SizeRun) {
     let l = &r.latency;
     println!(
-        "N={}: all Ready in {:.1}s (creating them took {:.1}s), {} Jobs, {} more in the 2 s after; \
+        "N={}: all Ready in {:.1}s (creating them took {:.1}s), {} Jobs, {} more once the simulator was quiet; \
          {:.1} API requests per object; controller CPU {:.1}s to Ready ({:.2} ms per object), simulator {:.1}s, \
          VmRSS {:.1} MiB at Ready ({:.1} KiB per object)",
         r.objects,

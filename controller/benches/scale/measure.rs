@@ -207,7 +207,8 @@ pub struct SizeRun {
     /// Controller VmRSS when every object was Ready, and VmHWM over the whole run (MiB).
     pub rss_ready_mib: f64,
     pub hwm_mib: f64,
-    /// Jobs made in the 2 s after every object was Ready (0: nothing more to do).
+    /// Jobs made after every object was Ready, counted once the simulator is quiet (0: nothing
+    /// more to do).
     pub jobs_after_ready: usize,
     pub running: usize,
     pub latency: Latency,
@@ -258,7 +259,16 @@ pub async fn size_run(o: &Options, n: usize, phase: &LatencyPhase) -> Result<Siz
     out.sim_cpu_to_ready = cpu_seconds("self").unwrap_or_default() - sim_cpu0;
     out.rss_ready_mib = memory_mib(&pid).unwrap_or_default().0;
     out.jobs = sim.count_where("batch/jobs", Some(NS), |_| true);
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // Whatever the Ready writes set off has been delivered and answered: no request in flight,
+    // every watch drained, and no request between two looks.
+    let mut seen = sim.requests();
+    wait_until("the simulator quiet after every object was Ready", o.timeout, || {
+        let now = sim.requests();
+        let settled = now == seen && sim.quiet();
+        seen = now;
+        settled
+    })
+    .await?;
     out.jobs_after_ready = sim.count_where("batch/jobs", Some(NS), |_| true) - out.jobs;
 
     // ---- finish → next Job with R Jobs running ----
