@@ -55,6 +55,10 @@ pub const ANNOTATION_CLUSTER_MEMBERS: &str = "captf.io/member-jobs";
 /// The run lease of the cluster Job holding the cluster lease.
 pub const ANNOTATION_HOLDER_RUN_LEASE: &str = "captf.io/holder-run-lease";
 
+// Run lease annotations.
+/// The controller instance (its leader Lease name) whose pass claimed the run lease.
+pub const ANNOTATION_CLAIMED_BY: &str = "captf.io/claimed-by";
+
 // Object annotations set by people.
 /// `kubectl annotate … captf.io/approve-plan=<hash>` approves a destructive plan.
 pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";

@@ -60,6 +60,8 @@ fn short() -> Config {
         rates: Rates::default().scaled(4.0),
         runners: frequent_failures(),
         bin_dir: Some(bin_dir()),
+        // Keep the controllers' and webhook's logs to read a failure.
+        logs: std::env::var_os("CAPTF_SOAK_LOGS").map(PathBuf::from),
         runner_limits: captf_soak::invariants::RunnerLimits {
             total: 3,
             per_namespace: 2,

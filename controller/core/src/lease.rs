@@ -22,6 +22,54 @@ pub fn may_take(holder: Option<&str>, me: &str, holder_in_flight: bool, active_j
     }
 }
 
+/// How long a claim another controller instance made on a run lease, for a Job that does not
+/// exist yet, counts as that instance's pass still on its way to creating the Job. Two instances
+/// serve one object only around a relabel (docs/operating.md "Sharding"): the one it left may be
+/// in the middle of a pass that claimed the lease, and the Job it creates next must find its
+/// claims in place. A pass takes seconds; this is far beyond one with API calls that time out.
+pub const FOREIGN_CLAIM_GRACE: std::time::Duration = std::time::Duration::from_secs(600);
+
+/// Whether the claim on a run lease, for a Job that does not exist, is over and may be given up
+/// or taken over (PURE). A claim this instance made is over at once: this instance runs one pass
+/// of an object at a time, so no pass of its own is about to create that Job. So is one that
+/// does not say who made it (made before claims said so). Another instance's claim is over once
+/// it is older than [`FOREIGN_CLAIM_GRACE`], or when its time is unknown.
+pub fn unstarted_claim_over(claimed_by: Option<&str>, me: &str, acquired: Option<Timestamp>, now: Timestamp) -> bool {
+    match claimed_by.filter(|c| !c.is_empty()) {
+        None => true,
+        Some(c) if c == me => true,
+        Some(_) => acquired.is_none_or(|t| {
+            now.duration_since(t)
+                .try_into()
+                .is_ok_and(|age: std::time::Duration| age >= FOREIGN_CLAIM_GRACE)
+        }),
+    }
+}
+
+/// Who claimed a run lease (`captf.io/claimed-by`: the claiming instance's leader Lease name).
+pub fn claimed_by(lease: &Lease) -> Option<&str> {
+    lease
+        .metadata
+        .annotations
+        .as_ref()?
+        .get(keys::ANNOTATION_CLAIMED_BY)
+        .map(String::as_str)
+}
+
+/// When a lease was taken by its holder.
+pub fn acquired(lease: &Lease) -> Option<Timestamp> {
+    lease.spec.as_ref()?.acquire_time.as_ref().map(|t| t.0)
+}
+
+/// Record which instance claims `lease` (PURE).
+pub fn set_claimed_by(lease: &mut Lease, instance: &str) {
+    lease
+        .metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(keys::ANNOTATION_CLAIMED_BY.to_string(), instance.to_string());
+}
+
 /// A new Lease object (PURE).
 pub fn new_lease(ns: &str, name: &str, holder: &str, owner: Option<OwnerReference>, now: Timestamp) -> Lease {
     Lease {
@@ -65,6 +113,53 @@ pub fn set_members(lease: &mut Lease, members: &BTreeMap<String, String>) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn t(s: &str) -> Timestamp {
+        s.parse().unwrap_or_else(|e| panic!("{s}: {e}"))
+    }
+
+    #[test]
+    fn an_unstarted_claim_of_another_instance_is_given_up_only_once_older_than_any_pass() {
+        let now = t("2026-01-05T12:00:00Z");
+        let me = "captf-controller-leader-aaaa";
+        let other = "captf-controller-leader-bbbb";
+        // Our own, or one made before claims said who made them: over at once.
+        assert!(unstarted_claim_over(Some(me), me, Some(now), now));
+        assert!(unstarted_claim_over(None, me, Some(now), now));
+        assert!(unstarted_claim_over(Some(""), me, Some(now), now));
+        // Another instance's: over at 10 minutes, not a second before.
+        assert!(!unstarted_claim_over(Some(other), me, Some(now), now));
+        assert!(!unstarted_claim_over(
+            Some(other),
+            me,
+            Some(t("2026-01-05T11:50:01Z")),
+            now
+        ));
+        assert!(unstarted_claim_over(
+            Some(other),
+            me,
+            Some(t("2026-01-05T11:50:00Z")),
+            now
+        ));
+        assert!(unstarted_claim_over(Some(other), me, None, now));
+        // A claim from the future (clocks apart) is not over.
+        assert!(!unstarted_claim_over(
+            Some(other),
+            me,
+            Some(t("2026-01-05T12:05:00Z")),
+            now
+        ));
+    }
+
+    #[test]
+    fn a_claim_says_which_instance_made_it_and_when() {
+        let now = t("2026-01-05T12:00:00Z");
+        let mut l = new_lease("ns", "captf-run-x", "job-1", None, now);
+        assert_eq!(claimed_by(&l), None);
+        set_claimed_by(&mut l, "captf-controller-leader");
+        assert_eq!(claimed_by(&l), Some("captf-controller-leader"));
+        assert_eq!(acquired(&l), Some(now));
+    }
 
     #[test]
     fn a_lease_whose_holder_job_is_gone_and_not_active_is_taken_over() {

@@ -8,6 +8,8 @@
 //! both are set. Each distinct selector is its own set of objects, so it elects its own leader:
 //! two shards never wait on one Lease, and two replicas of one shard never both write.
 
+use std::collections::{BTreeMap, BTreeSet};
+
 use captf_shared::names::hex_sha256;
 
 /// The label of Cluster API's `--watch-filter` convention.
@@ -26,6 +28,10 @@ pub enum SelectorError {
     WatchFilter(String),
     #[error("--watch-label-selector {0:?} is longer than {MAX_SELECTOR} characters")]
     TooLong(usize),
+    #[error(
+        "--watch-label-selector requirement {0:?} is not one the controller can check (key, !key, key=value, key==value, key!=value, key in (a,b), key notin (a,b))"
+    )]
+    Requirement(String),
 }
 
 /// The longest selector accepted (the API server's query limits are far above it; a selector this
@@ -64,6 +70,138 @@ fn is_label_value(v: &str) -> bool {
         && ok_end(v.chars().last())
         && v.chars()
             .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.'))
+}
+
+/// One requirement of a label selector, as the API server reads it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Requirement {
+    Exists(String),
+    Absent(String),
+    Equal(String, String),
+    NotEqual(String, String),
+    In(String, BTreeSet<String>),
+    NotIn(String, BTreeSet<String>),
+}
+
+impl Requirement {
+    fn matches(&self, labels: &BTreeMap<String, String>) -> bool {
+        let value = |k: &String| labels.get(k).map(String::as_str);
+        match self {
+            Requirement::Exists(k) => labels.contains_key(k),
+            Requirement::Absent(k) => !labels.contains_key(k),
+            Requirement::Equal(k, v) => value(k) == Some(v.as_str()),
+            Requirement::NotEqual(k, v) => value(k) != Some(v.as_str()),
+            Requirement::In(k, vs) => value(k).is_some_and(|v| vs.contains(v)),
+            Requirement::NotIn(k, vs) => value(k).is_none_or(|v| !vs.contains(v)),
+        }
+    }
+}
+
+/// The objects an instance serves, as a label selector it checks itself: the watch tells the
+/// instance about an object, but a relabel can land between that event and the pass, so each
+/// pass checks the object it read live (`serves`). Every requirement must match.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ObjectSelector(Vec<Requirement>);
+
+impl ObjectSelector {
+    /// Read a selector in the API server's syntax (as [`object_selector`] writes it). The
+    /// set-based `key in (a,b)` and `key notin (a,b)` are read; the numeric `key>1` and `key<1`
+    /// are refused, as the API server refuses them for labels of objects like these.
+    pub fn parse(selector: &str) -> Result<ObjectSelector, SelectorError> {
+        let mut out = Vec::new();
+        for part in split_top_level(selector) {
+            out.push(requirement(part.trim()).ok_or_else(|| SelectorError::Requirement(part.trim().to_string()))?);
+        }
+        Ok(ObjectSelector(out))
+    }
+
+    /// Whether an object with these labels is one of this instance's.
+    pub fn matches(&self, labels: Option<&BTreeMap<String, String>>) -> bool {
+        let none = BTreeMap::new();
+        let labels = labels.unwrap_or(&none);
+        self.0.iter().all(|r| r.matches(labels))
+    }
+}
+
+/// Whether the instance with `selector` (`None`: every object) serves an object with `labels`.
+pub fn serves(selector: Option<&ObjectSelector>, labels: Option<&BTreeMap<String, String>>) -> bool {
+    selector.is_none_or(|s| s.matches(labels))
+}
+
+/// The requirements of a selector: split at the commas outside parentheses.
+fn split_top_level(s: &str) -> Vec<&str> {
+    let mut parts = Vec::new();
+    let (mut depth, mut start) = (0usize, 0usize);
+    for (i, c) in s.char_indices() {
+        match c {
+            '(' => depth += 1,
+            ')' => depth = depth.saturating_sub(1),
+            ',' if depth == 0 => {
+                parts.push(&s[start..i]);
+                start = i + 1;
+            }
+            _ => {}
+        }
+    }
+    parts.push(&s[start..]);
+    parts
+}
+
+/// A label key or value as the selector may name it (the API server checked the exact form).
+fn is_token(s: &str) -> bool {
+    !s.is_empty()
+        && s.chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '-' | '_' | '.' | '/'))
+}
+
+fn requirement(part: &str) -> Option<Requirement> {
+    if let Some(key) = part.strip_prefix('!') {
+        let key = key.trim();
+        return is_token(key).then(|| Requirement::Absent(key.to_string()));
+    }
+    if let Some((key, rest)) = part.split_once(char::is_whitespace) {
+        let rest = rest.trim_start();
+        let (negated, values) = if let Some(v) = rest.strip_prefix("notin") {
+            (true, v)
+        } else if let Some(v) = rest.strip_prefix("in") {
+            (false, v)
+        } else {
+            return equality(part);
+        };
+        let values = values.trim().strip_prefix('(')?.strip_suffix(')')?;
+        let set: BTreeSet<String> = values.split(',').map(|v| v.trim().to_string()).collect();
+        if !is_token(key) || set.iter().any(|v| !v.is_empty() && !is_token(v)) {
+            return None;
+        }
+        let key = key.to_string();
+        return Some(if negated {
+            Requirement::NotIn(key, set)
+        } else {
+            Requirement::In(key, set)
+        });
+    }
+    equality(part)
+}
+
+/// `key`, `key=value`, `key==value` or `key!=value`.
+fn equality(part: &str) -> Option<Requirement> {
+    let (key, value, equal) = if let Some((k, v)) = part.split_once("!=") {
+        (k, Some(v), false)
+    } else if let Some((k, v)) = part.split_once("==").or_else(|| part.split_once('=')) {
+        (k, Some(v), true)
+    } else {
+        (part, None, true)
+    };
+    let key = key.trim();
+    if !is_token(key) {
+        return None;
+    }
+    Some(match value.map(str::trim) {
+        None => Requirement::Exists(key.to_string()),
+        Some(v) if !v.is_empty() && !is_token(v) => return None,
+        Some(v) if equal => Requirement::Equal(key.to_string(), v.to_string()),
+        Some(v) => Requirement::NotEqual(key.to_string(), v.to_string()),
+    })
 }
 
 /// The leader Lease of the instances serving `selector`: `captf-controller-leader` for every
@@ -132,7 +270,88 @@ mod tests {
         assert_eq!(a, leader_lease_name(Some("sharding.captf.io/key=shard-1")));
     }
 
+    fn labels(pairs: &[(&str, &str)]) -> BTreeMap<String, String> {
+        pairs.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()
+    }
+
+    #[test]
+    fn an_instance_serves_only_the_objects_its_selector_matches_when_it_reads_them_live() {
+        let shard = ObjectSelector::parse("sharding.captf.io/key=shard-1").unwrap();
+        let rest = ObjectSelector::parse("!sharding.captf.io/key").unwrap();
+        let on_1 = labels(&[(SHARD_LABEL, "shard-1"), ("cluster.x-k8s.io/cluster-name", "c")]);
+        let on_2 = labels(&[(SHARD_LABEL, "shard-2")]);
+        let unsharded = labels(&[("cluster.x-k8s.io/cluster-name", "c")]);
+        assert!(serves(Some(&shard), Some(&on_1)));
+        assert!(!serves(Some(&shard), Some(&on_2)));
+        assert!(!serves(Some(&shard), Some(&unsharded)));
+        assert!(!serves(Some(&shard), None));
+        assert!(serves(Some(&rest), Some(&unsharded)));
+        assert!(serves(Some(&rest), None));
+        assert!(!serves(Some(&rest), Some(&on_1)));
+        // Without a selector, every object.
+        assert!(serves(None, Some(&on_2)) && serves(None, None));
+    }
+
+    #[test]
+    fn a_selector_reads_every_form_the_api_server_takes_for_labels() {
+        let both =
+            ObjectSelector::parse(&object_selector("sharding.captf.io/key=a", "team").unwrap().unwrap()).unwrap();
+        assert!(both.matches(Some(&labels(&[(SHARD_LABEL, "a"), (WATCH_FILTER_LABEL, "team")]))));
+        assert!(!both.matches(Some(&labels(&[(SHARD_LABEL, "a")]))));
+        type Case<'a> = (&'a str, &'a [(&'a str, &'a str)], bool);
+        let cases: [Case; 12] = [
+            ("k==v", &[("k", "v")], true),
+            ("k = v", &[("k", "v")], true),
+            ("k!=v", &[("k", "w")], true),
+            ("k!=v", &[], true),
+            ("k!=v", &[("k", "v")], false),
+            ("k", &[("k", "")], true),
+            ("k", &[], false),
+            ("k in (a, b)", &[("k", "b")], true),
+            ("k in (a,b)", &[], false),
+            ("k notin (a,b)", &[], true),
+            ("k notin (a,b),x", &[("k", "c"), ("x", "1")], true),
+            ("k notin (a,b)", &[("k", "a")], false),
+        ];
+        for (s, l, want) in cases {
+            assert_eq!(
+                ObjectSelector::parse(s).unwrap().matches(Some(&labels(l))),
+                want,
+                "{s} on {l:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_selector_the_controller_cannot_check_is_refused_by_its_requirement() {
+        for bad in ["k>1", "a,,b", "k in a", "k in (a", "=v", "!", "k=v w", "a,"] {
+            let e = ObjectSelector::parse(bad).unwrap_err();
+            assert!(matches!(e, SelectorError::Requirement(_)), "{bad}: {e}");
+            assert!(e.to_string().starts_with("--watch-label-selector requirement"), "{e}");
+        }
+    }
+
     proptest! {
+        /// Whatever the selector says, reading it never panics.
+        #[test]
+        fn reading_any_selector_gives_a_selector_or_an_error(s in ".{0,200}") {
+            let _ = ObjectSelector::parse(&s);
+        }
+
+        /// An object labelled with a shard's key is served by that shard and by no other, nor
+        /// by the instance for the rest.
+        #[test]
+        fn each_object_is_served_by_exactly_one_of_the_charts_instances(label in proptest::option::of(0usize..4)) {
+            let names = ["a", "b", "c", "d"];
+            let mut instances: Vec<ObjectSelector> = names
+                .iter()
+                .map(|n| ObjectSelector::parse(&format!("{SHARD_LABEL}={n}")).unwrap())
+                .collect();
+            instances.push(ObjectSelector::parse(&format!("!{SHARD_LABEL}")).unwrap());
+            let l = labels(&label.map(|i| (SHARD_LABEL, names[i])).into_iter().collect::<Vec<_>>());
+            prop_assert_eq!(instances.iter().filter(|s| s.matches(Some(&l))).count(), 1);
+        }
+
         /// A Lease name is a DNS subdomain: whatever the selector, the name is short and legal.
         #[test]
         fn a_shards_leader_lease_name_is_always_a_valid_name(s in ".{0,300}") {

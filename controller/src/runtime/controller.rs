@@ -91,6 +91,14 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         .await
         .map_err(|e| Error::api(ApiAction::GetObject, format!("{} {ns}/{name}", K::KIND), e));
     let out = match live {
+        // Relabelled out of this instance's selector since the watch said otherwise: the
+        // instance it now matches serves it, and this one no longer acts on it (its watch drops
+        // it next).
+        Ok(Some(o)) if !captf_core::sharding::serves(ctx.config.served.as_ref(), o.meta().labels.as_ref()) => {
+            tracing::debug!("{} {ns}/{name} left this instance's selector", K::KIND);
+            forget_slot(&ctx, &object_key::<K>(&obj));
+            Ok(Action::await_change())
+        }
         Ok(Some(o)) => {
             let object = o.to_object();
             let out = reconcile_object(&ctx, object.clone()).await;
@@ -102,10 +110,7 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
             out
         }
         Ok(None) => {
-            ctx.slots.forget(&object_key::<K>(&obj));
-            ctx.metrics
-                .queued
-                .set(i64::try_from(ctx.slots.queued()).unwrap_or(i64::MAX));
+            forget_slot(&ctx, &object_key::<K>(&obj));
             Ok(Action::await_change())
         }
         Err(e) => Err(e),
@@ -119,6 +124,14 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         ctx.errors.succeeded(&object_key::<K>(&obj));
     }
     out
+}
+
+/// The object no longer waits for a runner slot here.
+fn forget_slot(ctx: &Ctx, key: &ObjectKey) {
+    ctx.slots.forget(key);
+    ctx.metrics
+        .queued
+        .set(i64::try_from(ctx.slots.queued()).unwrap_or(i64::MAX));
 }
 
 fn object_key<K: CaptfKind>(obj: &Meta<K>) -> ObjectKey {
@@ -406,7 +419,7 @@ async fn act(
     match &plan.decision {
         Decision::Wait(w) => {
             if w.reason != Reason::JobActive
-                && let Some(job) = leases::give_up_unstarted(&ctx.client, id).await?
+                && let Some(job) = leases::give_up_unstarted(&ctx.client, id, &ctx.config.instance, now).await?
             {
                 tracing::info!(
                     "gave up the leases {job} held: it was never created and {} waits",
@@ -464,7 +477,9 @@ async fn act(
                             tracing::debug!("{} waits: {place}", id.what());
                             // Waiting is not starting: claims of an earlier pass that never
                             // created its Job are given up, as for any other wait.
-                            if let Some(job) = leases::give_up_unstarted(&ctx.client, id).await? {
+                            if let Some(job) =
+                                leases::give_up_unstarted(&ctx.client, id, &ctx.config.instance, now).await?
+                            {
                                 tracing::info!(
                                     "gave up the leases {job} held: it was never created and {} waits for a runner slot",
                                     id.what()
@@ -593,6 +608,7 @@ async fn start_job(
         &job_name,
         active,
         Some(owner),
+        &ctx.config.instance,
         now,
     )
     .await?

@@ -41,6 +41,11 @@ pub struct Config {
     pub runner_pod: captf_core::job::RunnerPodDefaults,
     /// Serve only the objects this label selector matches (`captf_core::sharding`); `None`: all.
     pub selector: Option<String>,
+    /// The same selector, read: each pass checks the object it read live against it.
+    pub served: Option<captf_core::sharding::ObjectSelector>,
+    /// This instance's name among the instances serving a part of the objects (its leader
+    /// Lease's name, the same on every replica): what its claims on run leases say.
+    pub instance: String,
 }
 
 /// What every reconcile shares.

@@ -20,7 +20,9 @@ use std::collections::BTreeMap;
 use captf_shared::keys;
 
 use captf_core::ident::Ident;
-use captf_core::lease::{may_take, members, new_lease, set_members};
+use captf_core::lease::{
+    acquired, claimed_by, may_take, members, new_lease, set_claimed_by, set_members, unstarted_claim_over,
+};
 use captf_core::outcome;
 use captf_read::errors::{self, ApiAction, Error};
 
@@ -32,7 +34,8 @@ pub enum Take {
     Held(String),
 }
 
-/// Take `name` for the Job `me`.
+/// Take the run lease `name` for the Job `me`, as the controller instance `instance`.
+#[allow(clippy::too_many_arguments)]
 pub async fn take(
     client: &kube::Client,
     ns: &str,
@@ -40,23 +43,25 @@ pub async fn take(
     me: &str,
     active_job: Option<&str>,
     owner: Option<OwnerReference>,
+    instance: &str,
     now: Timestamp,
 ) -> Result<Take, Error> {
     let Some(mut lease) = api::lease(client, ns, name).await? else {
-        return create_claim(
-            client,
-            &new_lease(ns, name, me, owner, now),
-            "was taken first by someone else",
-        )
-        .await;
+        let mut l = new_lease(ns, name, me, owner, now);
+        set_claimed_by(&mut l, instance);
+        return create_claim(client, &l, "was taken first by someone else").await;
     };
     let holder = lease.spec.as_ref().and_then(|s| s.holder_identity.clone());
     // A finished holder counts as over, like a gone one: its release is a write that can fail
     // after the booking is accounted (a 409 or a 500), and no later pass would release it again,
     // so a Job kept by the history would hold the object's next start off for good. Without a
-    // run lease to witness it, a holder Job that does not exist is over too.
+    // run lease to witness it, a holder Job that does not exist is over too, unless another
+    // instance's pass claimed it moments ago and is about to create it (a relabel).
     let holder_in_flight = match holder.as_deref().filter(|h| !h.is_empty() && *h != me) {
-        Some(h) => in_flight(client, ns, h, None).await?,
+        Some(h) => match api::job(client, ns, h).await? {
+            Some(j) => outcome::terminal(&j).is_none(),
+            None => !unstarted_claim_over(claimed_by(&lease), instance, acquired(&lease), now),
+        },
         None => false,
     };
     if !may_take(holder.as_deref(), me, holder_in_flight, active_job) {
@@ -69,6 +74,7 @@ pub async fn take(
     spec.holder_identity = Some(me.to_string());
     spec.acquire_time = Some(MicroTime(now));
     spec.renew_time = Some(MicroTime(now));
+    set_claimed_by(&mut lease, instance);
     write_claim(client, &lease, "changed while taking it").await
 }
 
@@ -292,17 +298,30 @@ pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result
 /// was never created: an earlier pass took the run lease and claimed the cluster lease, then
 /// failed before the Job existed (an API error, or its leader died). While the run lease names
 /// that Job, the other side of the cluster lease counts it as starting and waits for it, and
-/// nothing else would ever give it up. Returns the Job whose claims were given up.
-pub async fn give_up_unstarted(client: &kube::Client, id: &Ident) -> Result<Option<String>, Error> {
+/// nothing else would ever give it up. Another instance's claim is left alone while its pass
+/// may still be creating the Job (`captf_core::lease::unstarted_claim_over`). Returns the Job
+/// whose claims were given up.
+pub async fn give_up_unstarted(
+    client: &kube::Client,
+    id: &Ident,
+    instance: &str,
+    now: Timestamp,
+) -> Result<Option<String>, Error> {
     let run_lease = captf_shared::names::run_lease_name(&id.suffix);
-    let holder = api::lease(client, &id.namespace, &run_lease)
-        .await?
-        .and_then(|l| l.spec?.holder_identity)
+    let Some(lease) = api::lease(client, &id.namespace, &run_lease).await? else {
+        return Ok(None);
+    };
+    let holder = lease
+        .spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.clone())
         .filter(|h| !h.is_empty());
     let Some(job) = holder else {
         return Ok(None);
     };
-    if api::job(client, &id.namespace, &job).await?.is_some() {
+    if !unstarted_claim_over(claimed_by(&lease), instance, acquired(&lease), now)
+        || api::job(client, &id.namespace, &job).await?.is_some()
+    {
         return Ok(None);
     }
     release_job(client, id, &job).await?;
@@ -327,6 +346,7 @@ pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) 
     }
     if let Some(a) = lease.metadata.annotations.as_mut() {
         a.remove(keys::ANNOTATION_HOLDER_RUN_LEASE);
+        a.remove(keys::ANNOTATION_CLAIMED_BY);
     }
     match api.replace(name, &PostParams::default(), &lease).await {
         Ok(_) => Ok(()),

@@ -360,6 +360,11 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
     if let Some(s) = &selector {
         check_selector(&client, args.watch_namespaces().first().map(String::as_str), s).await?;
     }
+    // The API server took it; the controller reads it too, to check each object it reads live.
+    let served = selector
+        .as_deref()
+        .map(captf_core::sharding::ObjectSelector::parse)
+        .transpose()?;
     let metrics = Arc::new(metrics::Metrics::new());
     let ready = Arc::new(AtomicBool::new(false));
     let leader = Arc::new(AtomicBool::new(!args.leader_elect));
@@ -426,6 +431,8 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             policy: args.policy.to_policy(),
             runner_pod: args.runner_pod(),
             selector: selector.clone(),
+            served: served.clone(),
+            instance: captf_core::sharding::leader_lease_name(selector.as_deref()),
         };
         let (mut ctx, feeds) = Ctx::new(
             client.clone(),

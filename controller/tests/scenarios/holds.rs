@@ -192,12 +192,24 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
 
     // 1. The cluster's start took its run lease and the cluster lease; its Job is not created
     //    yet. A member may not join.
-    assert!(taken(leases::take(&client, NS, tc_run, tc_job, None, None, now).await?));
+    assert!(taken(
+        leases::take(&client, NS, tc_run, tc_job, None, None, "captf-controller-leader", now).await?
+    ));
     assert!(taken(
         leases::take_cluster(&client, NS, &cl, tc_job, tc_run, None, true, now).await?
     ));
     assert!(taken(
-        leases::take(&client, NS, pool_run, pool_job, None, None, now).await?
+        leases::take(
+            &client,
+            NS,
+            pool_run,
+            pool_job,
+            None,
+            None,
+            "captf-controller-leader",
+            now
+        )
+        .await?
     ));
     let refused = leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?;
     assert!(
@@ -212,7 +224,9 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
     // 3. The member joined; its Job is not created yet. Neither the cluster's apply nor its
     //    drift check may take the lease: a member never starts beside a cluster Job.
     for (job, exclusive) in [("tc-prod-0aa000-apply-2", true), ("tc-prod-0aa000-drift-2", false)] {
-        assert!(taken(leases::take(&client, NS, tc_run, job, None, None, now).await?));
+        assert!(taken(
+            leases::take(&client, NS, tc_run, job, None, None, "captf-controller-leader", now).await?
+        ));
         let refused = leases::take_cluster(&client, NS, &cl, job, tc_run, None, exclusive, now).await?;
         assert!(
             matches!(&refused, Take::Held(why) if why.contains(&format!("{pool_job} is starting"))),
@@ -227,7 +241,17 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
         "spec": {"template": {"spec": {"restartPolicy": "Never",
             "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}}))?;
     assert!(taken(
-        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-3", None, None, now).await?
+        leases::take(
+            &client,
+            NS,
+            tc_run,
+            "tc-prod-0aa000-apply-3",
+            None,
+            None,
+            "captf-controller-leader",
+            now
+        )
+        .await?
     ));
     let refused = leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-3", tc_run, None, true, now).await?;
     assert!(
@@ -236,7 +260,17 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
     );
     leases::release(&client, NS, tc_run, "tc-prod-0aa000-apply-3").await?;
     assert!(taken(
-        leases::take(&client, NS, tc_run, "tc-prod-0aa000-drift-3", None, None, now).await?
+        leases::take(
+            &client,
+            NS,
+            tc_run,
+            "tc-prod-0aa000-drift-3",
+            None,
+            None,
+            "captf-controller-leader",
+            now
+        )
+        .await?
     ));
     assert!(taken(
         leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-drift-3", tc_run, None, false, now).await?
@@ -261,7 +295,17 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
         .await?;
     leases::release(&client, NS, pool_run, pool_job).await?;
     assert!(taken(
-        leases::take(&client, NS, tc_run, "tc-prod-0aa000-apply-4", None, None, now).await?
+        leases::take(
+            &client,
+            NS,
+            tc_run,
+            "tc-prod-0aa000-apply-4",
+            None,
+            None,
+            "captf-controller-leader",
+            now
+        )
+        .await?
     ));
     assert!(taken(
         leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-4", tc_run, None, true, now).await?

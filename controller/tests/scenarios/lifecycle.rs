@@ -488,7 +488,7 @@ async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> 
     let cl = names::cluster_lease_name(NS, "stale");
     let now = env.now();
     assert_eq!(
-        leases::take(&client, NS, &run, &never, None, None, now).await?,
+        leases::take(&client, NS, &run, &never, None, None, "captf-controller-leader", now).await?,
         Take::Taken
     );
     assert_eq!(

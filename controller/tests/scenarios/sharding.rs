@@ -232,3 +232,126 @@ async fn a_selector_the_api_server_refuses_stops_the_controller_with_the_reason(
     );
     Ok(())
 }
+
+/// How many passes over TerraformClusters the metrics count.
+fn cluster_passes(metrics: &str) -> u64 {
+    metrics
+        .lines()
+        .find(|l| l.starts_with("captf_reconcile_duration_seconds_count{kind=\"TerraformCluster\"}"))
+        .and_then(|l| l.rsplit(' ').next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or(0)
+}
+
+/// The watch says the object is the shard's, but it was relabelled away since: the pass reads
+/// it live, sees the label, and leaves it alone (its Job's end and its new spec are the other
+/// shard's to act on).
+#[tokio::test]
+async fn a_pass_leaves_alone_an_object_relabelled_out_of_its_shard_before_its_watch_said_so() -> Result<()> {
+    use captf_sim::faults::{FaultRule, Verb};
+    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
+    sim.create_namespace(NS);
+    sim.load_rbac(CHART_RBAC)?;
+    let mut script = captf_sim::RunnerScript::succeed_with_outputs(outputs());
+    script.duration = std::time::Duration::from_secs(30);
+    sim.set_default_script(script);
+    let mut env = Env { sim, handle: None };
+    env.start_controller_with(&shard_args(&format!("{SHARD_LABEL}=a"), false))
+        .await?;
+    env.sim.put(labelled("leaving", Some("a")))?;
+    env.until("a Job of leaving", |e| {
+        (!e.job_names(Kind::TerraformCluster, "leaving").is_empty()).then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    let status = env.cluster("leaving")["status"].clone();
+    // The shard's watch of TerraformClusters breaks and cannot come back, so its cache keeps
+    // the object as labelled for it; its Jobs' watch still works.
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Watch, "terraformclusters", 500, u32::MAX));
+    env.sim.faults().drop_watches();
+    env.merge_patch::<TerraformCluster>(
+        "leaving",
+        json!({"metadata": {"labels": {SHARD_LABEL: "b"}}, "spec": {"variables": {"region": "eu-central-1"}}}),
+    )
+    .await?;
+    let before = cluster_passes(&env.metrics());
+    // The Job ends: its watch event brings the object's pass.
+    env.advance(30);
+    env.until("a pass after the Job ended", |e| {
+        (cluster_passes(&e.metrics()) > before).then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    assert_eq!(
+        env.job_names(Kind::TerraformCluster, "leaving").len(),
+        1,
+        "the shard it left started the new spec's apply"
+    );
+    assert_eq!(
+        env.cluster("leaving")["status"],
+        status,
+        "the shard it left wrote the status (booked the Job)"
+    );
+    env.sim.faults().clear();
+    Ok(())
+}
+
+/// Another shard's pass claimed the object's run lease moments ago and is about to create its
+/// Job: this shard neither gives the claim up nor takes the lease over until the claim is older
+/// than any pass, then it starts its own Job.
+#[tokio::test]
+async fn a_claim_another_shard_just_made_is_left_to_it_until_older_than_any_pass() -> Result<()> {
+    use captf_controller::runtime::leases::{self, Take};
+    use captf_core::lease::FOREIGN_CLAIM_GRACE;
+    use captf_shared::names;
+    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
+    sim.create_namespace(NS);
+    sim.load_rbac(CHART_RBAC)?;
+    let mut env = Env { sim, handle: None };
+    let (sel_a, sel_b) = (format!("{SHARD_LABEL}=a"), format!("{SHARD_LABEL}=b"));
+    let k = Kind::TerraformCluster;
+    let run = names::run_lease_name(&names::suffix(k, NS, "claimed"));
+    let theirs = names::job_name(k, NS, "claimed", captf_shared::Op::Apply, 9);
+    env.start_controller_with(&shard_args(&sel_a, false)).await?;
+    // Shard b's (not running here): its pass took the run lease for its Job, then the object
+    // moved to shard a.
+    env.sim.put(labelled("claimed", Some("b")))?;
+    let uid = env.cluster("claimed")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    let client = env.controller_client()?;
+    let owner = captf_core::job::owner_reference(k, "claimed", &uid);
+    let other = leader_lease_name(Some(&sel_b));
+    assert_eq!(
+        leases::take(&client, NS, &run, &theirs, None, Some(owner), &other, env.now()).await?,
+        Take::Taken
+    );
+    env.merge_patch::<TerraformCluster>("claimed", json!({"metadata": {"labels": {SHARD_LABEL: "a"}}}))
+        .await?;
+    env.until("a pass of claimed", |e| {
+        (cluster_passes(&e.metrics()) > 0).then_some(())
+    })
+    .await?;
+    env.until_idle().await?;
+    assert!(
+        env.job_names(k, "claimed").is_empty(),
+        "started beside the other shard's claim"
+    );
+    assert_eq!(
+        env.lease_holder(&run)?,
+        json!(theirs),
+        "the other shard's claim was given up"
+    );
+    // Ten minutes on, the claim is over: its Job never came.
+    env.advance(FOREIGN_CLAIM_GRACE.as_secs());
+    env.until("a Job of claimed", |e| {
+        (!e.job_names(k, "claimed").is_empty()).then_some(())
+    })
+    .await?;
+    assert_ne!(env.lease_holder(&run)?, json!(theirs));
+    env.no_denials()?;
+    Ok(())
+}
