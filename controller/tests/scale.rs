@@ -35,6 +35,22 @@ async fn a_scale_run_brings_every_object_to_ready_and_times_the_next_job_of_ever
         "requests counted: {}",
         r.requests_per_object
     );
+    // Every resource request is counted by its kind too, and each object's pass reads it live.
+    let by_kind: f64 = r.requests_by_kind.iter().map(|(_, x)| x).sum();
+    assert!(
+        by_kind > 0.0 && by_kind <= r.requests_per_object + 1e-9,
+        "{:?} against {}",
+        r.requests_by_kind,
+        r.requests_per_object
+    );
+    assert!(
+        r.requests_by_kind
+            .iter()
+            .any(|(k, x)| k == "GET terraformclusters" && *x >= 1.0),
+        "{:?}",
+        r.requests_by_kind
+    );
+    println!("requests per object by kind: {:?}", r.requests_by_kind);
     assert!(
         r.rss_ready_mib > 0.0 && r.hwm_mib >= r.rss_ready_mib,
         "memory sampled: {r:?}"

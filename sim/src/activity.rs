@@ -10,6 +10,7 @@
 //! are tracked the same way against the clock's changes, so a client following the clock has
 //! been sent the new time before the simulator counts as quiet.
 
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, Weak};
 
@@ -53,6 +54,8 @@ impl WatchProgress {
 pub struct Activity {
     in_flight: AtomicUsize,
     requests: AtomicU64,
+    /// Requests by verb and resource (`GET secrets`), for a measurement to say where they go.
+    by_kind: Mutex<HashMap<(&'static str, String), u64>>,
     watches: Mutex<Vec<Weak<WatchProgress>>>,
 }
 
@@ -71,6 +74,26 @@ impl Activity {
         self.requests.fetch_add(1, Ordering::SeqCst);
         self.in_flight.fetch_add(1, Ordering::SeqCst);
         InFlight(self)
+    }
+
+    /// Count a request by its verb and resource (see [`verb_and_resource`]).
+    pub fn count(&self, verb: &'static str, resource: &str) {
+        if let Ok(mut m) = self.by_kind.lock() {
+            match m.get_mut(&(verb, resource.to_string())) {
+                Some(n) => *n += 1,
+                None => {
+                    m.insert((verb, resource.to_string()), 1);
+                }
+            }
+        }
+    }
+
+    /// Requests so far by `VERB resource` (`GET secrets`, `WATCH jobs`).
+    pub fn requests_by_kind(&self) -> BTreeMap<String, u64> {
+        self.by_kind
+            .lock()
+            .map(|m| m.iter().map(|((v, r), n)| (format!("{v} {r}"), *n)).collect())
+            .unwrap_or_default()
     }
 
     /// A new watch that has taken `taken` of the published events so far.
@@ -116,9 +139,90 @@ impl Activity {
     }
 }
 
+/// The Kubernetes verb and the resource (with its subresource: `terraformclusters/status`) of a
+/// request to an API path, as the API server's audit log names them; `None` for a path that is
+/// not a resource (discovery, `/sim/v1`, health).
+pub fn verb_and_resource(method: &str, segs: &[&str], watching: bool) -> Option<(&'static str, String)> {
+    let rest = match segs {
+        ["api", _v, rest @ ..] => rest,
+        ["apis", _g, _v, rest @ ..] => rest,
+        _ => return None,
+    };
+    let rest = match rest {
+        ["namespaces", _ns, r, more @ ..] => std::iter::once(*r).chain(more.iter().copied()).collect::<Vec<_>>(),
+        r => r.to_vec(),
+    };
+    let (resource, named) = match rest.as_slice() {
+        [] => return None,
+        [r] => ((*r).to_string(), false),
+        [r, _name] => ((*r).to_string(), true),
+        [r, _name, sub, ..] => (format!("{r}/{sub}"), true),
+    };
+    let verb = match (method, named, watching) {
+        ("GET", _, true) => "WATCH",
+        ("GET", true, false) => "GET",
+        ("GET", false, false) => "LIST",
+        ("POST", ..) => "CREATE",
+        ("PUT", ..) => "UPDATE",
+        ("PATCH", ..) => "PATCH",
+        ("DELETE", true, _) => "DELETE",
+        ("DELETE", false, _) => "DELETECOLLECTION",
+        _ => "OTHER",
+    };
+    Some((verb, resource))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_request_is_counted_by_the_verb_and_resource_the_api_server_would_log() {
+        let v = |m: &str, p: &str, w: bool| {
+            let segs: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+            verb_and_resource(m, &segs, w).map(|(v, r)| format!("{v} {r}"))
+        };
+        assert_eq!(
+            v("GET", "/api/v1/namespaces/a/secrets/s", false).as_deref(),
+            Some("GET secrets")
+        );
+        assert_eq!(
+            v("GET", "/api/v1/namespaces/a/secrets", false).as_deref(),
+            Some("LIST secrets")
+        );
+        assert_eq!(v("GET", "/apis/batch/v1/jobs", true).as_deref(), Some("WATCH jobs"));
+        assert_eq!(
+            v(
+                "PATCH",
+                "/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/a/terraformclusters/c/status",
+                false
+            )
+            .as_deref(),
+            Some("PATCH terraformclusters/status")
+        );
+        assert_eq!(
+            v("POST", "/api/v1/namespaces", false).as_deref(),
+            Some("CREATE namespaces")
+        );
+        assert_eq!(
+            v("PUT", "/apis/coordination.k8s.io/v1/namespaces/a/leases/l", false).as_deref(),
+            Some("UPDATE leases")
+        );
+        assert_eq!(
+            v("DELETE", "/api/v1/namespaces/a/pods/p", false).as_deref(),
+            Some("DELETE pods")
+        );
+        assert_eq!(v("GET", "/apis", false), None);
+        assert_eq!(v("GET", "/sim/v1/clock", false), None);
+        let a = Activity::default();
+        a.count("GET", "secrets");
+        a.count("GET", "secrets");
+        a.count("LIST", "jobs");
+        assert_eq!(
+            a.requests_by_kind(),
+            BTreeMap::from([("GET secrets".to_string(), 2), ("LIST jobs".to_string(), 1)])
+        );
+    }
 
     fn events(n: u64) -> Published {
         Published {

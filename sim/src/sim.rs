@@ -333,6 +333,11 @@ impl Sim {
         self.shared.activity.requests()
     }
 
+    /// Requests received so far by `VERB resource` (`GET secrets`, `PATCH terraformclusters/status`).
+    pub fn requests_by_kind(&self) -> std::collections::BTreeMap<String, u64> {
+        self.shared.activity.requests_by_kind()
+    }
+
     /// The next time a runner has something to do, if any.
     pub fn next_due(&self) -> Option<Timestamp> {
         self.world().next_due()

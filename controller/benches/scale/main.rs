@@ -67,6 +67,15 @@ fn print_size(r: &SizeRun) {
         r.rss_ready_mib * 1024.0 / r.objects as f64,
     );
     println!(
+        "  requests per object by kind: {}",
+        r.requests_by_kind
+            .iter()
+            .take(12)
+            .map(|(k, x)| format!("{k} {x:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
+    println!(
         "  finish → next Job with {} running ({} evictions, at least {} running at each): p50 {:.0} ms, \
          p90 {:.0} ms, p99 {:.0} ms, max {:.0} ms; {} without a next Job within 30 s; {} events lost by the stamp listener",
         r.running,

@@ -200,6 +200,8 @@ pub struct SizeRun {
     pub jobs: usize,
     /// Requests the simulator served until every object was Ready, per object.
     pub requests_per_object: f64,
+    /// The same by `VERB resource`, most first.
+    pub requests_by_kind: Vec<(String, f64)>,
     /// Controller CPU seconds until every object was Ready.
     pub cpu_to_ready: f64,
     /// CPU seconds of this process (the simulator, and the harness) until then.
@@ -243,6 +245,7 @@ pub async fn size_run(o: &Options, n: usize, phase: &LatencyPhase) -> Result<Siz
     };
 
     let requests0 = sim.requests();
+    let by_kind0 = sim.requests_by_kind();
     let sim_cpu0 = cpu_seconds("self").unwrap_or_default();
     let t0 = Instant::now();
     for i in 0..n {
@@ -255,6 +258,7 @@ pub async fn size_run(o: &Options, n: usize, phase: &LatencyPhase) -> Result<Siz
     .await?;
     out.ready = t0.elapsed();
     out.requests_per_object = (sim.requests() - requests0) as f64 / n as f64;
+    out.requests_by_kind = per_object_by_kind(&by_kind0, &sim.requests_by_kind(), n);
     out.cpu_to_ready = cpu_seconds(&pid).unwrap_or_default();
     out.sim_cpu_to_ready = cpu_seconds("self").unwrap_or_default() - sim_cpu0;
     out.rss_ready_mib = memory_mib(&pid).unwrap_or_default().0;
@@ -289,6 +293,26 @@ pub async fn size_run(o: &Options, n: usize, phase: &LatencyPhase) -> Result<Siz
     (out.warnings, out.first_warning) = c.warnings();
     drop(c);
     Ok(out)
+}
+
+/// The requests made between two counts by `VERB resource`, per object, most first.
+pub fn per_object_by_kind(
+    before: &BTreeMap<String, u64>,
+    after: &BTreeMap<String, u64>,
+    n: usize,
+) -> Vec<(String, f64)> {
+    let mut v: Vec<(String, f64)> = after
+        .iter()
+        .map(|(k, a)| {
+            (
+                k.clone(),
+                a.saturating_sub(before.get(k).copied().unwrap_or(0)) as f64 / n.max(1) as f64,
+            )
+        })
+        .filter(|(_, x)| *x > 0.0)
+        .collect();
+    v.sort_by(|a, b| b.1.total_cmp(&a.1).then_with(|| a.0.cmp(&b.0)));
+    v
 }
 
 async fn evictions(sim: &Sim, phase: &LatencyPhase) -> Latency {
