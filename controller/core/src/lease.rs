@@ -46,6 +46,27 @@ pub fn unstarted_claim_over(claimed_by: Option<&str>, me: &str, acquired: Option
     }
 }
 
+/// Whether a waiting object's run lease must be read again for a claim to give up (PURE). A
+/// pass that waits gives up the claims its object holds for a Job that was never created; once
+/// this process has read the lease and found none (or given it up), no new one appears without
+/// this process knowing, except one another process made: the other replica of a leader term
+/// this process did not hold, or another instance around a relabel, whose claim is not over
+/// before [`FOREIGN_CLAIM_GRACE`] anyway. So the lease is read again when this process leads in
+/// another term than when it read it, or once that grace has passed since; otherwise a wait
+/// costs no read (the runner-slot queue looks at every waiting object every few seconds).
+pub fn recheck_claims(read_at: Option<(Timestamp, u64)>, now: Timestamp, term: u64) -> bool {
+    match read_at {
+        None => true,
+        Some((at, t)) => {
+            t != term
+                || now
+                    .duration_since(at)
+                    .try_into()
+                    .map_or(true, |age: std::time::Duration| age >= FOREIGN_CLAIM_GRACE)
+        }
+    }
+}
+
 /// Who claimed a run lease (`captf.io/claimed-by`: the claiming instance's leader Lease name).
 pub fn claimed_by(lease: &Lease) -> Option<&str> {
     lease
@@ -149,6 +170,18 @@ mod tests {
             Some(t("2026-01-05T12:05:00Z")),
             now
         ));
+    }
+
+    #[test]
+    fn a_waiting_object_reads_its_run_lease_again_only_in_a_new_term_or_after_the_grace() {
+        let read = t("2026-01-05T12:00:00Z");
+        assert!(recheck_claims(None, read, 1), "never read");
+        assert!(!recheck_claims(Some((read, 1)), read, 1));
+        assert!(!recheck_claims(Some((read, 1)), t("2026-01-05T12:09:59Z"), 1));
+        assert!(recheck_claims(Some((read, 1)), t("2026-01-05T12:10:00Z"), 1));
+        assert!(recheck_claims(Some((read, 1)), read, 2), "another term");
+        // A clock that went back does not keep it from being read.
+        assert!(recheck_claims(Some((read, 1)), t("2026-01-05T11:00:00Z"), 1));
     }
 
     #[test]

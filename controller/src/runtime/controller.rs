@@ -111,6 +111,7 @@ pub async fn reconcile<K: CaptfKind>(obj: Arc<Meta<K>>, ctx: Arc<Ctx>) -> Result
         }
         Ok(None) => {
             forget_slot(&ctx, &object_key::<K>(&obj));
+            ctx.forget_claims_read(&object_key::<K>(&obj));
             Ok(Action::await_change())
         }
         Err(e) => Err(e),
@@ -384,6 +385,33 @@ struct Acted {
     queued: Option<String>,
 }
 
+/// A pass that waits gives up the claims its object holds for a Job never created
+/// (`leases::give_up_unstarted`), reading the run lease only when this process cannot know it
+/// holds none (`captf_core::lease::recheck_claims`). `waits` says what for, in the log.
+async fn give_up_unstarted(ctx: &Ctx, id: &Ident, key: &ObjectKey, now: Timestamp, waits: &str) -> Result<(), Error> {
+    if !ctx.recheck_claims(key, now) {
+        return Ok(());
+    }
+    match leases::give_up_unstarted(&ctx.client, id, &ctx.config.instance, now).await? {
+        leases::Unstarted::None => ctx.claims_read(key.clone(), now),
+        leases::Unstarted::GaveUp(job) => {
+            tracing::info!(
+                "gave up the leases {job} held: it was never created and {} {waits}",
+                id.what()
+            );
+            ctx.claims_read(key.clone(), now);
+        }
+        leases::Unstarted::Left(job) => {
+            tracing::info!(
+                "left the claims of {job} to the instance that made them moments ago; {} {waits}",
+                id.what()
+            );
+            ctx.forget_claims_read(key);
+        }
+    }
+    Ok(())
+}
+
 /// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
 /// pass is over), or requeue for a `Wait`.
 async fn act(
@@ -418,13 +446,8 @@ async fn act(
     }
     match &plan.decision {
         Decision::Wait(w) => {
-            if w.reason != Reason::JobActive
-                && let Some(job) = leases::give_up_unstarted(&ctx.client, id, &ctx.config.instance, now).await?
-            {
-                tracing::info!(
-                    "gave up the leases {job} held: it was never created and {} waits",
-                    id.what()
-                );
+            if w.reason != Reason::JobActive {
+                give_up_unstarted(ctx, id, &key, now, "waits").await?;
             }
             acted.action = ctx.look_again(id, wake::wake(w, now));
         }
@@ -434,6 +457,7 @@ async fn act(
             identity::release(&ctx.client, id).await?;
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
+                ctx.forget_claims_read(&key);
                 tracing::info!("removed the finalizer of {}", id.what());
                 return Ok(None);
             }
@@ -477,14 +501,7 @@ async fn act(
                             tracing::debug!("{} waits: {place}", id.what());
                             // Waiting is not starting: claims of an earlier pass that never
                             // created its Job are given up, as for any other wait.
-                            if let Some(job) =
-                                leases::give_up_unstarted(&ctx.client, id, &ctx.config.instance, now).await?
-                            {
-                                tracing::info!(
-                                    "gave up the leases {job} held: it was never created and {} waits for a runner slot",
-                                    id.what()
-                                );
-                            }
+                            give_up_unstarted(ctx, id, &key, now, "waits for a runner slot").await?;
                             acted.decision = Decision::Wait(captf_core::queue::queued(start));
                             acted.action =
                                 ctx.look_again(id, Wake::At(wake::after(now, captf_core::queue::QUEUE_LOOK)));
@@ -601,6 +618,12 @@ async fn start_job(
     let active = snap.status.active_job.as_deref();
     let owner = owner_reference(id.kind, &id.name, &id.uid);
     let run_lease = names::run_lease_name(&id.suffix);
+    // From here this process may leave a claim behind: the next wait reads the lease again.
+    ctx.forget_claims_read(&ObjectKey {
+        kind: id.kind,
+        namespace: id.namespace.clone(),
+        name: id.name.clone(),
+    });
     if let Take::Held(why) = leases::take(
         &ctx.client,
         &id.namespace,

@@ -1,10 +1,12 @@
 //! What every reconcile pass shares: the configuration from the flags, the client, the clock,
 //! the caches, the metrics and the event publisher, and the schedule of simulated wakes.
 
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
+use k8s_openapi::jiff::Timestamp;
 use kube::runtime::controller::Action;
 use tokio::sync::watch;
 
@@ -69,6 +71,9 @@ pub struct Ctx {
     pub wakes: Mutex<Schedule<ObjectKey>>,
     /// The runner slots: whether a pass may create a Job (shared by every watched namespace).
     pub slots: Arc<Slots>,
+    /// When (and in which leader term) a waiting pass last read each object's run lease and
+    /// left it with no claim for a Job never created (`captf_core::lease::recheck_claims`).
+    pub claims_read: Mutex<HashMap<ObjectKey, (Timestamp, u64)>>,
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
@@ -113,8 +118,26 @@ impl Ctx {
             in_flight: Arc::default(),
             wakes: Mutex::default(),
             slots: Arc::new(Slots::new(captf_core::queue::Limits::default())),
+            claims_read: Mutex::default(),
         };
         (ctx, feeds)
+    }
+
+    /// Whether a waiting pass over `key` reads its run lease for claims to give up.
+    pub fn recheck_claims(&self, key: &ObjectKey, now: Timestamp) -> bool {
+        let read = lock(&self.claims_read).get(key).copied();
+        captf_core::lease::recheck_claims(read, now, *self.terms.borrow())
+    }
+
+    /// A waiting pass read `key`'s run lease at `now` and left no claim of a Job never created.
+    pub fn claims_read(&self, key: ObjectKey, now: Timestamp) {
+        let term = *self.terms.borrow();
+        lock(&self.claims_read).insert(key, (now, term));
+    }
+
+    /// This process claims `key`'s run lease, or the object went: read it again next time.
+    pub fn forget_claims_read(&self, key: &ObjectKey) {
+        lock(&self.claims_read).remove(key);
     }
 
     /// Publish an event about the object, related to one of its Jobs when it concerns a Job,

@@ -299,17 +299,16 @@ pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result
 /// failed before the Job existed (an API error, or its leader died). While the run lease names
 /// that Job, the other side of the cluster lease counts it as starting and waits for it, and
 /// nothing else would ever give it up. Another instance's claim is left alone while its pass
-/// may still be creating the Job (`captf_core::lease::unstarted_claim_over`). Returns the Job
-/// whose claims were given up.
+/// may still be creating the Job (`captf_core::lease::unstarted_claim_over`).
 pub async fn give_up_unstarted(
     client: &kube::Client,
     id: &Ident,
     instance: &str,
     now: Timestamp,
-) -> Result<Option<String>, Error> {
+) -> Result<Unstarted, Error> {
     let run_lease = captf_shared::names::run_lease_name(&id.suffix);
     let Some(lease) = api::lease(client, &id.namespace, &run_lease).await? else {
-        return Ok(None);
+        return Ok(Unstarted::None);
     };
     let holder = lease
         .spec
@@ -317,15 +316,27 @@ pub async fn give_up_unstarted(
         .and_then(|s| s.holder_identity.clone())
         .filter(|h| !h.is_empty());
     let Some(job) = holder else {
-        return Ok(None);
+        return Ok(Unstarted::None);
     };
-    if !unstarted_claim_over(claimed_by(&lease), instance, acquired(&lease), now)
-        || api::job(client, &id.namespace, &job).await?.is_some()
-    {
-        return Ok(None);
+    if api::job(client, &id.namespace, &job).await?.is_some() {
+        return Ok(Unstarted::None);
+    }
+    if !unstarted_claim_over(claimed_by(&lease), instance, acquired(&lease), now) {
+        return Ok(Unstarted::Left(job));
     }
     release_job(client, id, &job).await?;
-    Ok(Some(job))
+    Ok(Unstarted::GaveUp(job))
+}
+
+/// What [`give_up_unstarted`] found on the object's run lease.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Unstarted {
+    /// No claim for a Job that does not exist.
+    None,
+    /// The claims of this Job, never created, were given up.
+    GaveUp(String),
+    /// Another instance's pass claimed it for this Job moments ago: left to it.
+    Left(String),
 }
 
 /// Release `name` if `holder` holds it. A 409 or a missing Lease is fine: the next pass looks

@@ -471,7 +471,7 @@ async fn a_machine_of_a_cluster_api_machine_of_the_cluster_holds_its_deletion() 
 async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> Result<()> {
     use captf_controller::runtime::leases::{self, Take};
     use captf_shared::names;
-    let env = Env::with_realistic_runners().await?;
+    let mut env = Env::with_realistic_runners().await?;
     let k = Kind::TerraformCluster;
     env.create_applied_cluster("stale").await?;
     let mut pool = cluster_json("stale-pool", json!({}));
@@ -495,6 +495,10 @@ async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> 
         leases::take_cluster(&client, NS, &cl, &never, &run, None, true, now).await?,
         Take::Taken
     );
+    // The controller that takes over is a new process: it knows nothing of its predecessor's
+    // claims and reads them.
+    env.handle.take().unwrap().abort();
+    env.start_controller().await?;
     env.delete::<TerraformCluster>("stale").await?;
     env.until_reason("stale", "Ready", "DeletionHeld").await?;
     env.delete::<TerraformMachinePool>("stale-pool").await?;
