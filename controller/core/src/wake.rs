@@ -20,6 +20,29 @@ use super::reason::Reason;
 /// How long after its start a running Job is looked at again if no watch event came first.
 pub const ACTIVE_REQUEUE: Duration = Duration::from_secs(300);
 
+/// What of an object's metadata its watch event must change to bring a pass (PURE): everything
+/// but what a status write alone changes (`resourceVersion`, `managedFields`). A spec change moves
+/// `generation`; labels, annotations (an approval, a request), finalizers, owners and the
+/// deletion are read by the pass. An event that changes none of these is the controller's own
+/// status write coming back, and a pass over it would read the object again to find nothing to
+/// do. (A status written by somebody else is read at the object's next pass.)
+pub fn acted_on(meta: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta) -> u64 {
+    use std::hash::Hasher;
+    let mut h = std::collections::hash_map::DefaultHasher::new();
+    let parts = serde_json::to_vec(&(
+        &meta.uid,
+        meta.generation,
+        &meta.labels,
+        &meta.annotations,
+        &meta.finalizers,
+        &meta.owner_references,
+        &meta.deletion_timestamp,
+    ))
+    .unwrap_or_default();
+    h.write(&parts);
+    h.finish()
+}
+
 /// How a waiting object is looked at again.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Wake {

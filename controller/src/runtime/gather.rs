@@ -396,6 +396,12 @@ impl FeedStreams {
                 mark(ev);
             })
             .applied_objects()
+            // The controller's own status writes come back as events that change nothing a
+            // pass reads (`captf_core::wake::acted_on`): no pass for them.
+            .predicate_filter(
+                |o: &Meta<K>| Some(captf_core::wake::acted_on(&o.metadata)),
+                kube::runtime::PredicateConfig::default(),
+            )
     }
 
     /// Feed of the Jobs store of `kind` (label `captf.io/kind=<Kind>`): touched objects
