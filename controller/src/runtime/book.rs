@@ -81,7 +81,10 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
                 .map_err(|e| Error::api(ApiAction::CreateEvent, format!("{}/{}", id.namespace, a.job), e))?;
         }
         record_effects(ctx, id, object, a, &plan.booked.status).await?;
-        leases::release_job(&ctx.client, id, &a.job).await?;
+        if leases::release_job(&ctx.client, id, &a.job).await? {
+            // The run lease names no Job: this pass's wait has no claim to look for.
+            ctx.claims_read(super::retry::ObjectKey::of(id), ctx.clock.now());
+        }
     }
     super::inputs::annotate(&ctx.client, id, &plan.durable_changes).await?;
     Ok(true)

@@ -603,13 +603,17 @@ async fn start_job(
 ) -> Result<Started, Error> {
     let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
     let own = own_identity(ctx, object, id);
-    match identity::check(&ctx.client, id, existing_secret, own).await? {
+    let run_lease_read = match identity::check(&ctx.client, id, existing_secret, own).await? {
         Claims::Conflict(m) => return Ok(Started::Conflict(m)),
         Claims::Bound {
             state_secret,
             lock_lease,
-        } => identity::stamp(&ctx.client, id, state_secret, lock_lease).await?,
-    }
+            run_lease,
+        } => {
+            identity::stamp(&ctx.client, id, state_secret, lock_lease).await?;
+            run_lease
+        }
+    };
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
     // Read before any lease is taken, like the inputs: a failed read leaves nothing to undo.
     let env_from_secret_names =
@@ -619,13 +623,10 @@ async fn start_job(
     let owner = owner_reference(id.kind, &id.name, &id.uid);
     let run_lease = names::run_lease_name(&id.suffix);
     // From here this process may leave a claim behind: the next wait reads the lease again.
-    ctx.forget_claims_read(&ObjectKey {
-        kind: id.kind,
-        namespace: id.namespace.clone(),
-        name: id.name.clone(),
-    });
-    if let Take::Held(why) = leases::take(
+    ctx.forget_claims_read(&ObjectKey::of(id));
+    if let Take::Held(why) = leases::take_read(
         &ctx.client,
+        run_lease_read.map(|l| *l),
         &id.namespace,
         &run_lease,
         &job_name,

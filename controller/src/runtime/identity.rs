@@ -125,6 +125,8 @@ pub enum Claims {
     Bound {
         state_secret: Option<Box<Secret>>,
         lock_lease: Option<Box<Lease>>,
+        /// The run lease as read (`None`: absent), for taking it without reading it again.
+        run_lease: Option<Box<Lease>>,
     },
     /// Bound to another object: the `NameConflict` message naming it.
     Conflict(String),
@@ -248,6 +250,7 @@ pub async fn check(
         Ok(v) => Claims::Bound {
             state_secret: state_secret.filter(|_| v[2] == Verdict::Stamp).map(Box::new),
             lock_lease: lock_lease.filter(|_| v[3] == Verdict::Stamp).map(Box::new),
+            run_lease: run_lease.map(Box::new),
         },
     })
 }

@@ -46,7 +46,26 @@ pub async fn take(
     instance: &str,
     now: Timestamp,
 ) -> Result<Take, Error> {
-    let Some(mut lease) = api::lease(client, ns, name).await? else {
+    let read = api::lease(client, ns, name).await?;
+    take_read(client, read, ns, name, me, active_job, owner, instance, now).await
+}
+
+/// [`take`], with the run lease as this pass already read it (`None`: absent). The write carries
+/// that read's resourceVersion (a create fails when it exists), so a lease changed since is a 409
+/// and `Held`, as with a fresh read.
+#[allow(clippy::too_many_arguments)]
+pub async fn take_read(
+    client: &kube::Client,
+    read: Option<Lease>,
+    ns: &str,
+    name: &str,
+    me: &str,
+    active_job: Option<&str>,
+    owner: Option<OwnerReference>,
+    instance: &str,
+    now: Timestamp,
+) -> Result<Take, Error> {
+    let Some(mut lease) = read else {
         let mut l = new_lease(ns, name, me, owner, now);
         set_claimed_by(&mut l, instance);
         return create_claim(client, &l, "was taken first by someone else").await;
@@ -275,8 +294,9 @@ pub async fn leave_cluster(client: &kube::Client, ns: &str, name: &str, me: &str
 
 /// Everything the Job `job` of `id` held, given up once it is booked or found gone: the run
 /// lease, and the cluster lease (a TerraformCluster's Job releases it, a member's Job leaves it).
-pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result<(), Error> {
-    release(
+/// True when this released the run lease (it names no Job now).
+pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result<bool, Error> {
+    let released = release(
         client,
         &id.namespace,
         &captf_shared::names::run_lease_name(&id.suffix),
@@ -291,7 +311,7 @@ pub async fn release_job(client: &kube::Client, id: &Ident, job: &str) -> Result
             leave_cluster(client, &id.namespace, &cl, job).await?;
         }
     }
-    Ok(())
+    Ok(released)
 }
 
 /// A pass that decides not to start gives up the claims its object still holds for a Job that
@@ -340,15 +360,16 @@ pub enum Unstarted {
 }
 
 /// Release `name` if `holder` holds it. A 409 or a missing Lease is fine: the next pass looks
-/// again (and a lease whose holder Job is gone is taken over anyway).
-pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<(), Error> {
+/// again (and a lease whose holder Job is gone is taken over anyway). True when this write
+/// released it.
+pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) -> Result<bool, Error> {
     let api: Api<Lease> = Api::namespaced(client.clone(), ns);
     let Some(mut lease) = api::lease(client, ns, name).await? else {
-        return Ok(());
+        return Ok(false);
     };
     let current = lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref());
     if current != Some(holder) {
-        return Ok(());
+        return Ok(false);
     }
     if let Some(spec) = lease.spec.as_mut() {
         spec.holder_identity = None;
@@ -360,8 +381,8 @@ pub async fn release(client: &kube::Client, ns: &str, name: &str, holder: &str) 
         a.remove(keys::ANNOTATION_CLAIMED_BY);
     }
     match api.replace(name, &PostParams::default(), &lease).await {
-        Ok(_) => Ok(()),
-        Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(()),
+        Ok(_) => Ok(true),
+        Err(e) if errors::is_conflict(&e) || errors::is_not_found(&e) => Ok(false),
         Err(e) => Err(Error::api(ApiAction::WriteLease, format!("{ns}/{name}"), e)),
     }
 }

@@ -43,6 +43,16 @@ pub struct ObjectKey {
     pub name: String,
 }
 
+impl ObjectKey {
+    pub fn of(id: &captf_core::ident::Ident) -> ObjectKey {
+        ObjectKey {
+            kind: id.kind,
+            namespace: id.namespace.clone(),
+            name: id.name.clone(),
+        }
+    }
+}
+
 /// Consecutive reconcile errors per object, and when the retry of the newest is due. An object
 /// has an entry only while it is failing.
 #[derive(Debug, Default)]
