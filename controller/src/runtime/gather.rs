@@ -395,13 +395,15 @@ impl FeedStreams {
                 }
                 mark(ev);
             })
-            .applied_objects()
             // The controller's own status writes come back as events that change nothing a
             // pass reads (`captf_core::wake::acted_on`): no pass for them.
-            .predicate_filter(
-                |o: &Meta<K>| Some(captf_core::wake::acted_on(&o.metadata)),
-                kube::runtime::PredicateConfig::default(),
-            )
+            .scan(ChangedOnly::default(), |changed, ev| {
+                futures::future::ready(Some(match ev {
+                    Ok(e) => changed.pass(e).map(Ok),
+                    Err(e) => Some(Err(e)),
+                }))
+            })
+            .filter_map(futures::future::ready)
     }
 
     /// Feed of the Jobs store of `kind` (label `captf.io/kind=<Kind>`): touched objects
@@ -623,6 +625,55 @@ pub async fn jobs_and_pods(
         }
     }
     Ok(Some((jobs, pods)))
+}
+
+/// Which watch events of an object bring a pass: an object it has not handed on yet, or one
+/// whose [`captf_core::wake::acted_on`] changed since. It forgets an object that leaves the watch
+/// (deleted, or relabelled out of the selector), so one that comes back always brings a pass,
+/// and a list after the watch restarts keeps only the objects it lists.
+#[derive(Debug, Default)]
+pub struct ChangedOnly {
+    seen: HashMap<(String, String), u64>,
+    /// While a list is in progress: what it has handed on so far.
+    listing: Option<HashMap<(String, String), u64>>,
+}
+
+impl ChangedOnly {
+    /// The object this event brings a pass for, if any.
+    pub fn pass<K: kube::Resource>(&mut self, ev: watcher::Event<K>) -> Option<K> {
+        let key = |o: &K| {
+            (
+                o.meta().namespace.clone().unwrap_or_default(),
+                o.meta().name.clone().unwrap_or_default(),
+            )
+        };
+        match ev {
+            watcher::Event::Apply(o) => {
+                let h = captf_core::wake::acted_on(o.meta());
+                (self.seen.insert(key(&o), h) != Some(h)).then_some(o)
+            }
+            watcher::Event::Delete(o) => {
+                self.seen.remove(&key(&o));
+                None
+            }
+            watcher::Event::Init => {
+                self.listing = Some(HashMap::new());
+                None
+            }
+            watcher::Event::InitApply(o) => {
+                let (k, h) = (key(&o), captf_core::wake::acted_on(o.meta()));
+                let changed = self.seen.get(&k) != Some(&h);
+                self.listing.get_or_insert_with(HashMap::new).insert(k, h);
+                changed.then_some(o)
+            }
+            watcher::Event::InitDone => {
+                if let Some(listed) = self.listing.take() {
+                    self.seen = listed;
+                }
+                None
+            }
+        }
+    }
 }
 
 /// The holds of docs/rules.md: a TerraformCluster's members and their active Jobs (from the
