@@ -603,15 +603,16 @@ async fn start_job(
 ) -> Result<Started, Error> {
     let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
     let own = own_identity(ctx, object, id);
-    let run_lease_read = match identity::check(&ctx.client, id, existing_secret, own).await? {
+    let (run_lease_read, found) = match identity::check(&ctx.client, id, existing_secret, own).await? {
         Claims::Conflict(m) => return Ok(Started::Conflict(m)),
         Claims::Bound {
             state_secret,
             lock_lease,
             run_lease,
+            found,
         } => {
             identity::stamp(&ctx.client, id, state_secret, lock_lease).await?;
-            run_lease
+            (run_lease, found)
         }
     };
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
@@ -669,9 +670,9 @@ async fn start_job(
     }
     let spec = object.terraform_spec();
     if own {
-        identity::ensure_identity(&ctx.client, id, &ctx.config.runner_account_annotations).await?;
+        identity::ensure_identity(&ctx.client, id, &ctx.config.runner_account_annotations, &found).await?;
     }
-    identity::ensure_state_objects(&ctx.client, id).await?;
+    identity::ensure_state_objects(&ctx.client, id, &found).await?;
     let hash = inputs_doc.hash();
     let sensitive = captf_core::inputs::sensitive_variables(spec, inputs_doc);
     let job = build_job(&JobParams {

@@ -80,42 +80,76 @@ fn labels(id: &Ident) -> BTreeMap<String, String> {
 }
 
 /// The object's ServiceAccount, Role and RoleBinding `captf-runner-<suffix>`, owned by it. The
-/// ServiceAccount carries `annotations` (workload identity), set again on an existing one.
+/// ServiceAccount carries `annotations` (workload identity), set again on an existing one. What
+/// [`check`] found already there and as wanted is not written again.
 pub async fn ensure_identity(
     client: &kube::Client,
     id: &Ident,
     annotations: &BTreeMap<String, String>,
+    found: &Found,
 ) -> Result<(), Error> {
     let owner = owner_reference(id.kind, &id.name, &id.uid);
     let mut identity = runner_identity(&id.namespace, &id.suffix, &labels(id), Some(&owner));
     if !annotations.is_empty() {
         identity.service_account.metadata.annotations = Some(annotations.clone());
     }
-    let annotate = (!annotations.is_empty()).then(|| serde_json::json!({"metadata": {"annotations": annotations}}));
-    create_or_merge(
-        client,
-        id,
-        ApiAction::WriteIdentity,
-        &identity.service_account,
-        annotate,
-    )
-    .await?;
-    let rules = serde_json::json!({"rules": identity.role.rules});
-    create_or_merge(client, id, ApiAction::WriteIdentity, &identity.role, Some(rules)).await?;
-    create_absent::<RoleBinding>(client, id, ApiAction::WriteIdentity, &identity.role_binding).await
+    let annotated = found.service_account.as_ref().is_some_and(|sa| {
+        annotations
+            .iter()
+            .all(|(k, v)| sa.metadata.annotations.as_ref().and_then(|a| a.get(k)) == Some(v))
+    });
+    if !annotated {
+        let annotate = (!annotations.is_empty()).then(|| serde_json::json!({"metadata": {"annotations": annotations}}));
+        create_or_merge(
+            client,
+            id,
+            ApiAction::WriteIdentity,
+            &identity.service_account,
+            annotate,
+        )
+        .await?;
+    }
+    if found.role.as_ref().is_none_or(|r| r.rules != identity.role.rules) {
+        let rules = serde_json::json!({"rules": identity.role.rules});
+        create_or_merge(client, id, ApiAction::WriteIdentity, &identity.role, Some(rules)).await?;
+    }
+    if !found.role_binding {
+        create_absent::<RoleBinding>(client, id, ApiAction::WriteIdentity, &identity.role_binding).await?;
+    }
+    Ok(())
 }
 
-/// The object's state Secret, lock Lease and outputs Secret, when absent. The two Secrets carry
-/// the clusterctl move label, so `clusterctl move` takes them with the object.
-pub async fn ensure_state_objects(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+/// The object's state Secret, lock Lease and outputs Secret, when absent (as [`check`] found
+/// them). The two Secrets carry the clusterctl move label, so `clusterctl move` takes them with
+/// the object.
+pub async fn ensure_state_objects(client: &kube::Client, id: &Ident, found: &Found) -> Result<(), Error> {
     let owner = owner_reference(id.kind, &id.name, &id.uid);
     // Not the captf.io labels: the controller's label-selected Secret watch must not carry state.
     let extra = BTreeMap::from([(keys::LABEL_CLUSTERCTL_MOVE.to_string(), String::new())]);
     let s = state_objects(&id.namespace, &id.suffix, &extra, Some(&owner));
-    create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.state_secret).await?;
-    create_absent::<Lease>(client, id, ApiAction::WriteLease, &s.lock_lease).await?;
-    create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.outputs_secret).await?;
+    if !found.state_secret {
+        create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.state_secret).await?;
+    }
+    if !found.lock_lease {
+        create_absent::<Lease>(client, id, ApiAction::WriteLease, &s.lock_lease).await?;
+    }
+    if !found.outputs_secret {
+        create_absent::<Secret>(client, id, ApiAction::WriteSecret, &s.outputs_secret).await?;
+    }
     Ok(())
+}
+
+/// What [`check`] found under the object's names and judged the object's own: what is already
+/// there is not created again.
+#[derive(Clone, Debug, Default)]
+pub struct Found {
+    pub state_secret: bool,
+    pub lock_lease: bool,
+    pub outputs_secret: bool,
+    /// Read only when the object's pods run as its own identity.
+    pub service_account: Option<ServiceAccount>,
+    pub role: Option<Role>,
+    pub role_binding: bool,
 }
 
 /// What is under the object's names, as read before a Job starts.
@@ -127,6 +161,7 @@ pub enum Claims {
         lock_lease: Option<Box<Lease>>,
         /// The run lease as read (`None`: absent), for taking it without reading it again.
         run_lease: Option<Box<Lease>>,
+        found: Box<Found>,
     },
     /// Bound to another object: the `NameConflict` message naming it.
     Conflict(String),
@@ -245,9 +280,18 @@ pub async fn check(
             Binding::Owner,
         ),
     ];
+    let present = Found {
+        state_secret: state_secret.is_some(),
+        lock_lease: lock_lease.is_some(),
+        outputs_secret: outputs_secret.is_some(),
+        service_account: sa.clone(),
+        role: role.clone(),
+        role_binding: rb.is_some(),
+    };
     Ok(match first_conflict(ns, found, &id.uid, &history) {
         Err(message) => Claims::Conflict(message),
         Ok(v) => Claims::Bound {
+            found: Box::new(present),
             state_secret: state_secret.filter(|_| v[2] == Verdict::Stamp).map(Box::new),
             lock_lease: lock_lease.filter(|_| v[3] == Verdict::Stamp).map(Box::new),
             run_lease: run_lease.map(Box::new),

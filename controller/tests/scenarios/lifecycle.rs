@@ -985,11 +985,31 @@ async fn each_objects_runner_runs_as_its_own_account_made_before_its_first_job()
     env.sim.put(stripped)?;
     env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
         .await?;
-    env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 2).await?;
+    let apply2 = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 2).await?;
     let role_again = env.sim.get("rbac.authorization.k8s.io/roles", NS, account).unwrap();
     assert_eq!(role_again["rules"], role["rules"]);
     let sa_again = env.sim.get("/serviceaccounts", NS, account).unwrap();
     assert_eq!(sa_again["metadata"]["annotations"][IRSA], "arn:aws:iam::1:role/tf");
+    // Nothing edited since: the next Job creates and patches none of them again.
+    env.run_until_booked(&apply2, "succeeded").await?;
+    env.until_ready("prod-eu").await?;
+    let before = env.sim.requests_by_kind();
+    env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "xlarge"}}}))
+        .await?;
+    env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 3).await?;
+    let after = env.sim.requests_by_kind();
+    for write in [
+        "CREATE serviceaccounts",
+        "PATCH serviceaccounts",
+        "CREATE roles",
+        "PATCH roles",
+        "CREATE rolebindings",
+        "CREATE secrets",
+        "CREATE leases",
+    ] {
+        let n = |m: &std::collections::BTreeMap<String, u64>| m.get(write).copied().unwrap_or(0);
+        assert_eq!(n(&after), n(&before), "{write} again for a third Job");
+    }
 
     let j2 = env.create_cluster("prod-us", json!({})).await?;
     let pod = j2.spec.as_ref().unwrap().template.spec.as_ref().unwrap();
