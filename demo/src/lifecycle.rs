@@ -128,6 +128,9 @@ pub struct Demo<'a> {
     /// Every Job seen so far, and whether its runner was real (Jobs are pruned and collected
     /// with their object, so a step's Jobs are counted as they are seen).
     jobs_seen: BTreeMap<String, bool>,
+    /// Every Job seen so far as it was last seen: a Job whose real runner ends within a poll
+    /// can be booked, pruned or collected with its object before the next look.
+    jobs_last_seen: std::sync::Arc<std::sync::Mutex<BTreeMap<String, Value>>>,
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
@@ -231,6 +234,7 @@ impl<'a> Demo<'a> {
             controller_metrics: None,
             real: None,
             jobs_seen: BTreeMap::new(),
+            jobs_last_seen: Default::default(),
         }
     }
 
@@ -269,6 +273,11 @@ impl<'a> Demo<'a> {
             let name = job_name(j);
             let real = snap.real_jobs.contains(&name);
             self.jobs_seen.entry(name).or_insert(real);
+        }
+        if let Ok(mut seen) = self.jobs_last_seen.lock() {
+            for j in &snap.jobs {
+                seen.insert(job_name(j), j.clone());
+            }
         }
         let lines = self.timeline.observe(self.sim.now(), &snap);
         if self.echo {
@@ -410,11 +419,36 @@ impl<'a> Demo<'a> {
             .unwrap_or(0)
     }
 
-    /// Wait for the object's next Job of `op` with a sequence number above `after`.
+    /// The object's Jobs that exist now, and those seen before that went since (as last seen),
+    /// by sequence number.
+    fn jobs_ever(
+        sim: &Sim,
+        seen: &std::sync::Mutex<BTreeMap<String, Value>>,
+        kind: Kind,
+        name: &str,
+    ) -> Vec<(Op, u32, Value)> {
+        let mut v = Self::jobs_of(sim, kind, name);
+        let live: std::collections::BTreeSet<u32> = v.iter().map(|(_, s, _)| *s).collect();
+        if let Ok(seen) = seen.lock() {
+            for (jn, j) in seen.iter() {
+                if let Some((op, seq)) = names::parse_job_name(kind, NS, name, jn)
+                    && !live.contains(&seq)
+                {
+                    v.push((op, seq, j.clone()));
+                }
+            }
+        }
+        v.sort_by_key(|(_, seq, _)| *seq);
+        v
+    }
+
+    /// Wait for the object's next Job of `op` with a sequence number above `after` (one that
+    /// already came and went counts).
     async fn next_job(&mut self, kind: Kind, name: &str, op: Op, after: u32) -> Result<(u32, Value), StepError> {
         let what = format!("a {} Job of {}/{name} after #{after}", op.as_str(), kind.as_str());
+        let seen = self.jobs_last_seen.clone();
         self.until(&what, |sim| {
-            Self::jobs_of(sim, kind, name)
+            Self::jobs_ever(sim, &seen, kind, name)
                 .into_iter()
                 .find(|(o, s, _)| *o == op && *s > after)
                 .map(|(_, s, j)| (s, j))
@@ -1161,10 +1195,10 @@ impl<'a> Demo<'a> {
             (real::WORKERS, None),
             (real::CONTROL_PLANE_XLARGE, Some("kubernetes 1.33")),
         ])?;
-        let sim = self.sim;
+        let seen = self.jobs_last_seen.clone();
         let (_, _, cd) = self
-            .advance_until("the cluster's destroy Job", Duration::from_secs(30), 4, |_| {
-                Self::jobs_of(sim, tc, CLUSTER)
+            .advance_until("the cluster's destroy Job", Duration::from_secs(30), 4, |sim| {
+                Self::jobs_ever(sim, &seen, tc, CLUSTER)
                     .into_iter()
                     .find(|(o, s, _)| *o == Op::Destroy && *s > seq)
             })
