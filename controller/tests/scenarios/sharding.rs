@@ -42,28 +42,48 @@ fn ready(env: &Env, name: &str) -> bool {
     condition(&env.cluster(name), "Ready").is_some_and(|(s, _, _)| s == "True")
 }
 
-fn applies_booked(metrics: &str) -> u64 {
+/// The value of the metric line that starts with `series` (0 when there is none).
+fn metric(metrics: &str, series: &str) -> u64 {
     metrics
         .lines()
-        .find(|l| {
-            l.starts_with("captf_jobs_finished_total{kind=\"TerraformCluster\",op=\"apply\",outcome=\"succeeded\"}")
-        })
+        .find(|l| l.starts_with(series))
         .and_then(|l| l.rsplit(' ').next())
         .and_then(|n| n.parse().ok())
         .unwrap_or(0)
 }
 
-#[tokio::test]
-async fn a_shard_serves_only_the_objects_its_selector_matches_and_takes_one_relabelled_into_it() -> Result<()> {
+fn applies_booked(metrics: &str) -> u64 {
+    metric(
+        metrics,
+        "captf_jobs_finished_total{kind=\"TerraformCluster\",op=\"apply\",outcome=\"succeeded\"}",
+    )
+}
+
+/// A simulator with the chart's RBAC whose runners succeed after 30 s.
+async fn sim_with_runners() -> Result<Sim> {
     let sim = Sim::builder().start_time(T0.parse()?).start().await?;
     sim.create_namespace(NS);
     sim.load_rbac(CHART_RBAC)?;
     let mut script = captf_sim::RunnerScript::succeed_with_outputs(outputs());
     script.duration = std::time::Duration::from_secs(30);
     sim.set_default_script(script);
-    let mut env = Env { sim, handle: None };
+    Ok(sim)
+}
+
+/// [`sim_with_runners`] and a controller serving shard `a`.
+async fn shard_a() -> Result<Env> {
+    let mut env = Env {
+        sim: sim_with_runners().await?,
+        handle: None,
+    };
     env.start_controller_with(&shard_args(&format!("{SHARD_LABEL}=a"), false))
         .await?;
+    Ok(env)
+}
+
+#[tokio::test]
+async fn a_shard_serves_only_the_objects_its_selector_matches_and_takes_one_relabelled_into_it() -> Result<()> {
+    let env = shard_a().await?;
     env.sim.put(labelled("mine", Some("a")))?;
     env.sim.put(labelled("unlabelled", None))?;
     env.sim.put(labelled("theirs", Some("b")))?;
@@ -97,12 +117,7 @@ async fn a_shard_serves_only_the_objects_its_selector_matches_and_takes_one_rela
 
 #[tokio::test]
 async fn two_shards_elect_their_own_leaders_and_hand_a_relabelled_object_over_without_two_jobs_at_once() -> Result<()> {
-    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
-    sim.create_namespace(NS);
-    sim.load_rbac(CHART_RBAC)?;
-    let mut script = captf_sim::RunnerScript::succeed_with_outputs(outputs());
-    script.duration = std::time::Duration::from_secs(30);
-    sim.set_default_script(script);
+    let sim = sim_with_runners().await?;
     // Every Job of the object that runs, from every change the simulator made.
     let running: Arc<Mutex<(BTreeSet<String>, usize)>> = Arc::default();
     let r = running.clone();
@@ -235,12 +250,10 @@ async fn a_selector_the_api_server_refuses_stops_the_controller_with_the_reason(
 
 /// How many passes over TerraformClusters the metrics count.
 fn cluster_passes(metrics: &str) -> u64 {
-    metrics
-        .lines()
-        .find(|l| l.starts_with("captf_reconcile_duration_seconds_count{kind=\"TerraformCluster\"}"))
-        .and_then(|l| l.rsplit(' ').next())
-        .and_then(|n| n.parse().ok())
-        .unwrap_or(0)
+    metric(
+        metrics,
+        "captf_reconcile_duration_seconds_count{kind=\"TerraformCluster\"}",
+    )
 }
 
 /// The watch says the object is the shard's, but it was relabelled away since: the pass reads
@@ -249,15 +262,7 @@ fn cluster_passes(metrics: &str) -> u64 {
 #[tokio::test]
 async fn a_pass_leaves_alone_an_object_relabelled_out_of_its_shard_before_its_watch_said_so() -> Result<()> {
     use captf_sim::faults::{FaultRule, Verb};
-    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
-    sim.create_namespace(NS);
-    sim.load_rbac(CHART_RBAC)?;
-    let mut script = captf_sim::RunnerScript::succeed_with_outputs(outputs());
-    script.duration = std::time::Duration::from_secs(30);
-    sim.set_default_script(script);
-    let mut env = Env { sim, handle: None };
-    env.start_controller_with(&shard_args(&format!("{SHARD_LABEL}=a"), false))
-        .await?;
+    let env = shard_a().await?;
     env.sim.put(labelled("leaving", Some("a")))?;
     env.until("a Job of leaving", |e| {
         (!e.job_names(Kind::TerraformCluster, "leaving").is_empty()).then_some(())
