@@ -432,11 +432,7 @@ async fn act(
         name_conflict: None,
         queued: None,
     };
-    let key = ObjectKey {
-        kind: id.kind,
-        namespace: id.namespace.clone(),
-        name: id.name.clone(),
-    };
+    let key = ObjectKey::of(id);
     if !matches!(plan.decision, Decision::Start(_)) {
         // Only a start waits for a runner slot.
         ctx.slots.forget(&key);

@@ -157,11 +157,7 @@ impl Ctx {
     /// a requeue. Under a simulated clock it waits for that clock (see [`Ctx::due`]), so an
     /// object whose next look is hours away costs nothing until the clock gets there.
     pub fn look_again(&self, id: &Ident, wake: Wake) -> Action {
-        let key = ObjectKey {
-            kind: id.kind,
-            namespace: id.namespace.clone(),
-            name: id.name.clone(),
-        };
+        let key = ObjectKey::of(id);
         if !self.clock.simulated() {
             return match wake {
                 Wake::At(t) => {
