@@ -28,8 +28,10 @@ use captf_core::ident::Ident;
 use captf_core::job::owner_reference;
 use captf_read::errors::{self, ApiAction, Error};
 
-/// Create `obj`; when an object of its name exists, apply `on_conflict` to it as a merge patch
-/// (None: leave it alone).
+/// Create `obj`; when an object of its name exists (`AlreadyExists`), apply `on_conflict` to it
+/// as a merge patch (None: leave it alone). Any other refusal, a 409 `Conflict` included, is an
+/// error: nothing was made, and the Job must not start as if it had been (its runner would make
+/// the lock Lease or state Secret itself, unbound, and the object's successor would be held).
 async fn create_or_merge<K>(
     client: &kube::Client,
     id: &Ident,
@@ -47,7 +49,7 @@ where
     let api: Api<K> = Api::namespaced(client.clone(), &id.namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
     let written = match api.create(&PostParams::default(), obj).await {
-        Err(e) if errors::is_conflict(&e) => match on_conflict {
+        Err(e) if errors::is_already_exists(&e) => match on_conflict {
             Some(patch) => api
                 .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
                 .await

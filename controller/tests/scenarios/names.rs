@@ -8,6 +8,7 @@ use serde_json::{Value, json};
 
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op, names};
+use captf_sim::{FaultRule, Verb};
 
 use super::support::*;
 
@@ -315,6 +316,43 @@ async fn an_object_created_again_after_its_destroy_takes_over_the_released_state
     let uid = c["metadata"]["uid"].as_str().unwrap().to_string();
     let bound = env.sim.get("/secrets", NS, &state).unwrap();
     assert_eq!(bound["metadata"]["annotations"]["captf.io/owner-uid"], uid.as_str());
+    env.no_denials()?;
+    Ok(())
+}
+
+/// A create of the state Secret or lock Lease refused with a 409 `Conflict` (not
+/// `AlreadyExists`) made nothing, so the Job waits until both are made, bound to the object.
+/// Started without them, its runner would make them itself, unbound; the object's destroy could
+/// not release them, and the next object of its name would be held with `NameConflict`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_object_whose_create_met_a_conflict_is_made_before_the_job_starts() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let state = names::state_secret_name(&suffix("refused"));
+    let lock = names::lock_lease_name(&suffix("refused"));
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Create, "secrets", 409, 1).named(&state));
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Create, "leases", 409, 1).named(&lock));
+    env.create_applied_cluster("refused").await?;
+    assert_eq!(env.sim.faults().remaining(), 0, "both creates were refused once");
+    let uid = env.cluster("refused")["metadata"]["uid"].as_str().unwrap().to_string();
+    for (resource, name) in [("/secrets", &state), ("coordination.k8s.io/leases", &lock)] {
+        let o = env.sim.get(resource, NS, name).unwrap();
+        assert_eq!(o["metadata"]["annotations"]["captf.io/owner-uid"], uid.as_str(), "{o}");
+    }
+
+    env.until_ready("refused").await?;
+    env.delete::<TerraformCluster>("refused").await?;
+    env.job(K, "refused", Op::Destroy, 2).await?;
+    env.advance(30);
+    env.until("the first object gone", |e| {
+        e.object(TC, "refused").is_none().then_some(())
+    })
+    .await?;
+    env.create_applied_cluster("refused").await?;
+    env.until_ready("refused").await?;
     env.no_denials()?;
     Ok(())
 }
