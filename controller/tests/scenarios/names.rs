@@ -288,6 +288,15 @@ async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_bo
     Ok(())
 }
 
+/// Delete the cluster `name`, let its destroy (Job `seq`) run, and wait until the object is gone.
+async fn destroyed(env: &Env, name: &str, seq: u32) -> Result<()> {
+    env.delete::<TerraformCluster>(name).await?;
+    env.job(K, name, Op::Destroy, seq).await?;
+    env.advance(30);
+    env.until("the object gone", |e| e.object(TC, name).is_none().then_some(()))
+        .await
+}
+
 /// Deleted after a successful destroy and created again under the same name (as a GitOps tool
 /// does): the new object takes over the state its predecessor released and becomes Ready; a
 /// state bound to a live other object is still never taken (the tests above).
@@ -296,13 +305,7 @@ async fn an_object_created_again_after_its_destroy_takes_over_the_released_state
     let env = Env::with_realistic_runners().await?;
     env.create_applied_cluster("again").await?;
     env.until_ready("again").await?;
-    env.delete::<TerraformCluster>("again").await?;
-    env.job(K, "again", Op::Destroy, 2).await?;
-    env.advance(30);
-    env.until("the first object gone", |e| {
-        e.object(TC, "again").is_none().then_some(())
-    })
-    .await?;
+    destroyed(&env, "again", 2).await?;
     let state = names::state_secret_name(&suffix("again"));
     let released = env.sim.get("/secrets", NS, &state).unwrap();
     assert!(
@@ -344,13 +347,7 @@ async fn a_state_object_whose_create_met_a_conflict_is_made_before_the_job_start
     }
 
     env.until_ready("refused").await?;
-    env.delete::<TerraformCluster>("refused").await?;
-    env.job(K, "refused", Op::Destroy, 2).await?;
-    env.advance(30);
-    env.until("the first object gone", |e| {
-        e.object(TC, "refused").is_none().then_some(())
-    })
-    .await?;
+    destroyed(&env, "refused", 2).await?;
     env.create_applied_cluster("refused").await?;
     env.until_ready("refused").await?;
     env.no_denials()?;
