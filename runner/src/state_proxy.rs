@@ -5,10 +5,16 @@
 //! runner of one object can neither read nor change another's. The backend lists Secrets by
 //! label when it initialises (its workspace listing), and RBAC cannot narrow a `list` by name
 //! unless the request selects one name with a `metadata.name=` field selector. This proxy adds
-//! exactly that selector to the backend's Secret listings, naming the state Secret; every other
-//! request passes through unchanged, with the pod's credentials. It grants nothing: the API
-//! server's RBAC still decides every request, and the answer to the narrowed listing is what
-//! the backend would have found anyway (its own state Secret, the only one with its labels).
+//! exactly that selector to the backend's Secret listings, naming the state Secret; the
+//! backend's other requests pass through unchanged, with the pod's credentials. It grants
+//! nothing: the API server's RBAC still decides every request, and the answer to the narrowed
+//! listing is what the backend would have found anyway (its own state Secret, the only one
+//! with its labels).
+//!
+//! It speaks for the backend only: a request for anything but listing or creating the
+//! namespace's Secrets, creating a Lease, the state Secret and the lock Lease is refused with
+//! 403 before it leaves, so whatever reaches its loopback port (another process that found the
+//! port, a module's own provider pointed at it) cannot use the pod's token for anything else.
 //!
 //! It also checks whose state it hands the backend: the controller binds the state Secret and
 //! the lock Lease to their object by the annotation `captf.io/owner-uid` (`captf_shared::binding`).
@@ -51,17 +57,39 @@ pub struct Narrowing {
 pub enum Refusal {
     #[error("a Secret listing with its own field selector cannot be narrowed to the state Secret")]
     OwnFieldSelector,
+    #[error(
+        "{method} {path} is not a request of the state backend: this proxy forwards only \
+         listings and creates of Secrets and creates of Leases in {namespace}, and requests for \
+         the state Secret {state_secret} and the lock Lease {lock_lease}"
+    )]
+    OutOfScope {
+        method: String,
+        path: String,
+        namespace: String,
+        state_secret: String,
+        lock_lease: String,
+    },
 }
 
 impl Narrowing {
-    /// The path and query to send for a request of `method` to `path_and_query`: a listing of the
-    /// namespace's Secrets gets `fieldSelector=metadata.name=<state Secret>`; anything else is
+    /// The path and query to send for a request of `method` to `path_and_query`: a request for
+    /// anything but the backend's own objects is refused (see [`Self::in_scope`]); a listing of
+    /// the namespace's Secrets gets `fieldSelector=metadata.name=<state Secret>`; the rest is
     /// unchanged.
     pub fn narrow(&self, method: &str, path_and_query: &str) -> Result<String, Refusal> {
         let (path, query) = match path_and_query.split_once('?') {
             Some((p, q)) => (p, Some(q)),
             None => (path_and_query, None),
         };
+        if !self.in_scope(method, path) {
+            return Err(Refusal::OutOfScope {
+                method: method.chars().take(16).collect(),
+                path: path.chars().take(256).collect(),
+                namespace: self.namespace.clone(),
+                state_secret: self.state_secret.clone(),
+                lock_lease: self.lock_lease.clone(),
+            });
+        }
         let listing = format!("/api/v1/namespaces/{}/secrets", self.namespace);
         if method != "GET" || path.trim_end_matches('/') != listing {
             return Ok(path_and_query.to_string());
@@ -81,6 +109,25 @@ impl Narrowing {
 }
 
 impl Narrowing {
+    /// Is a request of `method` to `path` (no query) one the state backend makes: listing the
+    /// namespace's Secrets (its workspaces) or creating one (the first write of its state),
+    /// creating a Lease (taking the lock), and any request for the state Secret or the lock
+    /// Lease by name (PURE).
+    pub fn in_scope(&self, method: &str, path: &str) -> bool {
+        let path = path.trim_end_matches('/');
+        let secrets = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", self.namespace);
+        let named = |collection: &str, name: &str| {
+            path.strip_prefix(collection)
+                .and_then(|rest| rest.strip_prefix('/'))
+                .is_some_and(|rest| rest == name)
+        };
+        (path == secrets && matches!(method, "GET" | "POST"))
+            || (path == leases && method == "POST")
+            || named(&secrets, &self.state_secret)
+            || named(&leases, &self.lock_lease)
+    }
+
     /// Why the answer `body` to a successful `GET` of `path` (no query) must not reach the
     /// backend: the state Secret or lock Lease it holds (alone, or in a listing) is bound to
     /// another object. `None`: pass it (PURE).
@@ -211,6 +258,7 @@ async fn forward(shared: &Shared, req: Request<Incoming>) -> Response<ProxyBody>
     let (method, path) = (req.method().as_str().to_string(), req.uri().path().to_string());
     let target = match shared.narrowing.narrow(req.method().as_str(), path_and_query) {
         Ok(t) => t,
+        Err(e @ Refusal::OutOfScope { .. }) => return text(StatusCode::FORBIDDEN, e.to_string()),
         Err(e) => return text(StatusCode::BAD_REQUEST, e.to_string()),
     };
     let client = match shared.client().await {
@@ -349,23 +397,94 @@ mod tests {
     }
 
     #[test]
-    fn requests_for_one_object_and_other_resources_pass_unchanged() {
+    fn the_backends_requests_for_its_own_objects_pass_unchanged() {
         for (method, p) in [
             ("GET", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
             ("PUT", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
+            ("DELETE", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc"),
             ("POST", "/api/v1/namespaces/team-a/secrets"),
+            ("POST", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases"),
             (
                 "GET",
                 "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc",
             ),
-            ("GET", "/api/v1/namespaces/team-b/secrets"),
-            ("GET", "/api/v1/secrets"),
+            (
+                "PUT",
+                "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc",
+            ),
+            (
+                "DELETE",
+                "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc/",
+            ),
         ] {
             assert_eq!(n().narrow(method, p).unwrap(), p, "{method} {p}");
         }
     }
 
+    #[test]
+    fn a_request_for_anything_but_the_backends_own_objects_is_refused() {
+        for (method, p) in [
+            // Another process that reached the loopback port: a controller's leader Lease.
+            (
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/captf-system/leases/captf-controller-leader",
+            ),
+            ("GET", "/api/v1/namespaces/team-b/secrets"),
+            ("GET", "/api/v1/secrets"),
+            ("GET", "/api/v1/namespaces/team-a/secrets/outputs-default-prod-eu-tc"),
+            ("GET", "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc-x"),
+            (
+                "GET",
+                "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc/extra",
+            ),
+            ("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/other"),
+            ("GET", "/apis/coordination.k8s.io/v1/namespaces/team-a/leases"),
+            ("DELETE", "/api/v1/namespaces/team-a/secrets"),
+            ("GET", "/api/v1/namespaces/team-a/pods"),
+            ("GET", "/version"),
+            ("GET", "/"),
+        ] {
+            let err = n().narrow(method, p).unwrap_err();
+            assert!(matches!(err, Refusal::OutOfScope { .. }), "{method} {p}: {err}");
+        }
+        let why = n()
+            .narrow(
+                "GET",
+                "/apis/coordination.k8s.io/v1/namespaces/captf-system/leases/x?watch=1",
+            )
+            .unwrap_err()
+            .to_string();
+        assert!(
+            why.contains("GET /apis/coordination.k8s.io/v1/namespaces/captf-system/leases/x is not")
+                && why.contains("lock-tfstate-default-prod-eu-tc"),
+            "{why}"
+        );
+    }
+
     proptest! {
+        /// Whatever path and method arrive, what leaves names only the backend's own objects:
+        /// the namespace's Secrets or Leases collections or the two objects by name.
+        #[test]
+        fn only_the_backends_own_objects_are_forwarded(
+            method in prop::sample::select(vec!["GET", "POST", "PUT", "PATCH", "DELETE"]),
+            segments in prop::collection::vec(prop::sample::select(vec![
+                "api", "v1", "apis", "coordination.k8s.io", "namespaces", "team-a", "team-b",
+                "secrets", "leases", "tfstate-default-prod-eu-tc", "lock-tfstate-default-prod-eu-tc",
+                "..", "",
+            ]), 0..8),
+        ) {
+            let path = format!("/{}", segments.join("/"));
+            if let Ok(out) = n().narrow(method, &path) {
+                let out = out.split('?').next().unwrap_or_default().trim_end_matches('/').to_string();
+                prop_assert!([
+                    "/api/v1/namespaces/team-a/secrets",
+                    "/api/v1/namespaces/team-a/secrets/tfstate-default-prod-eu-tc",
+                    "/apis/coordination.k8s.io/v1/namespaces/team-a/leases",
+                    "/apis/coordination.k8s.io/v1/namespaces/team-a/leases/lock-tfstate-default-prod-eu-tc",
+                ].contains(&out.as_str()), "{} {} left as {}", method, path, out);
+            }
+        }
+
         /// Whatever query the backend sends, a Secret listing of the namespace always leaves
         /// with exactly one field selector, naming the state Secret.
         #[test]
