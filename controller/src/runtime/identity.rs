@@ -26,18 +26,25 @@ use captf_shared::{keys, names};
 
 use captf_core::ident::Ident;
 use captf_core::job::owner_reference;
-use captf_read::errors::{self, ApiAction, Error};
+use captf_read::errors::{ApiAction, Error};
 
-/// Create `obj`; when an object of its name exists (`AlreadyExists`), apply `on_conflict` to it
-/// as a merge patch (None: leave it alone). Any other refusal, a 409 `Conflict` included, is an
-/// error: nothing was made, and the Job must not start as if it had been (its runner would make
-/// the lock Lease or state Secret itself, unbound, and the object's successor would be held).
+/// Make `obj` when [`check`] found nothing under its name (`found` false), or merge `patch` into
+/// the one it found and judged the object's own (`None`: leave it alone).
+///
+/// A create that meets `AlreadyExists` is an error, not "made": the object under that name
+/// appeared after the check, nobody has judged whose it is, and a Job started now could run
+/// with a lock Lease or state Secret bound to another object, or patch another's Role. The pass
+/// ends as a conflict (a requeue) and the next one checks it before any Job. Any other refusal,
+/// a 409 `Conflict` included, is an error too: nothing was made, and the Job must not start as
+/// if it had been (its runner would make the lock Lease or state Secret itself, unbound, and
+/// the object's successor would be held).
 async fn create_or_merge<K>(
     client: &kube::Client,
     id: &Ident,
     action: ApiAction,
     obj: &K,
-    on_conflict: Option<serde_json::Value>,
+    found: bool,
+    patch: Option<serde_json::Value>,
 ) -> Result<(), Error>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -48,20 +55,18 @@ where
 {
     let api: Api<K> = Api::namespaced(client.clone(), &id.namespace);
     let name = obj.meta().name.clone().unwrap_or_default();
-    let written = match api.create(&PostParams::default(), obj).await {
-        Err(e) if errors::is_already_exists(&e) => match on_conflict {
-            Some(patch) => api
-                .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
-                .await
-                .map(|_| ()),
-            None => Ok(()),
-        },
-        other => other.map(|_| ()),
+    let written = match (found, patch) {
+        (false, _) => api.create(&PostParams::default(), obj).await.map(|_| ()),
+        (true, Some(patch)) => api
+            .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+            .map(|_| ()),
+        (true, None) => Ok(()),
     };
     written.map_err(|e| Error::api(action, format!("{}/{name}", id.namespace), e))
 }
 
-/// Create `obj` unless an object of its name exists.
+/// Create `obj`, which [`check`] found absent.
 async fn create_absent<K>(client: &kube::Client, id: &Ident, action: ApiAction, obj: &K) -> Result<(), Error>
 where
     K: kube::Resource<Scope = k8s_openapi::NamespaceResourceScope, DynamicType = ()>
@@ -70,7 +75,7 @@ where
         + Serialize
         + std::fmt::Debug,
 {
-    create_or_merge(client, id, action, obj, None).await
+    create_or_merge(client, id, action, obj, false, None).await
 }
 
 /// The labels of what is made for the object.
@@ -107,13 +112,22 @@ pub async fn ensure_identity(
             id,
             ApiAction::WriteIdentity,
             &identity.service_account,
+            found.service_account.is_some(),
             annotate,
         )
         .await?;
     }
     if found.role.as_ref().is_none_or(|r| r.rules != identity.role.rules) {
         let rules = serde_json::json!({"rules": identity.role.rules});
-        create_or_merge(client, id, ApiAction::WriteIdentity, &identity.role, Some(rules)).await?;
+        create_or_merge(
+            client,
+            id,
+            ApiAction::WriteIdentity,
+            &identity.role,
+            found.role.is_some(),
+            Some(rules),
+        )
+        .await?;
     }
     if !found.role_binding {
         create_absent::<RoleBinding>(client, id, ApiAction::WriteIdentity, &identity.role_binding).await?;

@@ -353,3 +353,32 @@ async fn a_state_object_whose_create_met_a_conflict_is_made_before_the_job_start
     env.no_denials()?;
     Ok(())
 }
+
+/// A lock Lease of another object's that appears between the check before the first Job and the
+/// create of the object's own (here: the pass's reads answered 404 while it was there: the lock
+/// check's and the name check's) is not
+/// taken as made: the create's `AlreadyExists` ends the pass, the next pass judges the Lease and
+/// holds the object with `NameConflict`, and no Job ever runs against it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_state_object_that_appeared_after_the_check_is_judged_before_any_job() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let lock = names::lock_lease_name(&suffix(VICTIM));
+    let theirs = json!({"annotations": {"captf.io/owner-uid": "uid-of-the-attacker"}});
+    env.sim.put(planted("Lease", "coordination.k8s.io/v1", &lock, theirs))?;
+    env.sim
+        .faults()
+        .inject(FaultRule::new(Verb::Get, "leases", 404, 2).named(&lock));
+    env.sim.put(cluster_json(VICTIM, json!({})))?;
+    let c = env.until_reason(VICTIM, "Ready", "NameConflict").await?;
+    assert_eq!(env.sim.faults().remaining(), 0, "the first pass read it as absent");
+    let (_, _, message) = condition(&c, "Ready").unwrap();
+    assert!(message.contains(&format!("{NS}/{lock}")), "{message}");
+    assert!(env.job_names(K, VICTIM).is_empty(), "no Job starts");
+    let still = env.sim.get("coordination.k8s.io/leases", NS, &lock).unwrap();
+    assert_eq!(
+        still["metadata"]["annotations"]["captf.io/owner-uid"], "uid-of-the-attacker",
+        "{still}"
+    );
+    env.no_denials()?;
+    Ok(())
+}
