@@ -108,6 +108,15 @@ impl LabelSelector {
         Ok(LabelSelector(reqs))
     }
 
+    /// The one value this selector requires of `key` (`key=value`, or `key in (value)`), if it
+    /// requires one: the objects it can match all carry that label value.
+    pub fn required_value(&self, key: &str) -> Option<&str> {
+        self.0.iter().find_map(|r| match r {
+            LabelReq::In(k, vs) if k == key && vs.len() == 1 => Some(vs[0].as_str()),
+            _ => None,
+        })
+    }
+
     /// Does an object (its `metadata.labels`) match?
     pub fn matches(&self, obj: &Value) -> bool {
         let labels = obj.pointer("/metadata/labels").and_then(Value::as_object);

@@ -545,7 +545,7 @@ fn list(sh: &Arc<Shared>, t: &Target, query: &HashMap<String, String>, table: bo
                 w.pages.next(&scope, token, limit, compacted)?
             }
             None => {
-                let items = w.list_where(&t.def, t.ns.as_deref(), |o| ls.matches(o) && fs.matches(o));
+                let items = w.list_selected(&t.def, t.ns.as_deref(), &ls, &fs);
                 let rv = w.resource_version();
                 w.pages.first(scope, rv, items, limit)
             }

@@ -59,6 +59,16 @@ pub struct WatchEvent {
 
 type Key = (String, String, String);
 
+/// The label whose values the store indexes: the controller lists an object's Jobs and pods by
+/// it, and without the index each such list would look at every Job or pod of the namespace.
+pub const INDEXED_LABEL: &str = "captf.io/object";
+
+/// The index entry of an object (`None`: it does not carry [`INDEXED_LABEL`]).
+fn label_key(key: &Key, obj: &Value) -> Option<Key> {
+    let v = obj.pointer("/metadata/labels")?.get(INDEXED_LABEL)?.as_str()?;
+    Some((key.0.clone(), key.1.clone(), v.to_string()))
+}
+
 /// A small deterministic random source (SplitMix64): names, uids, lock IDs.
 #[derive(Clone, Debug)]
 pub struct Rng(u64);
@@ -127,6 +137,8 @@ pub struct World {
     uids: HashMap<String, Key>,
     /// owner uid → its dependents.
     owners: HashMap<String, BTreeSet<Key>>,
+    /// (resource, namespace, value of [`INDEXED_LABEL`]) → the objects that carry it.
+    labelled: HashMap<Key, BTreeSet<Key>>,
     history: VecDeque<Arc<WatchEvent>>,
     history_cap: usize,
     compacted: u64,
@@ -232,20 +244,34 @@ fn owner_uids(obj: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
-/// The object without metadata and status: what `metadata.generation` tracks.
-fn spec_part(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    if let Some(m) = o.as_object_mut() {
-        m.remove("metadata");
-        m.remove("status");
+/// Are `a` and `b` equal but for these top-level fields (compared in place, no copy)?
+fn equal_except(a: &Value, b: &Value, skip: &[&str]) -> bool {
+    match (a.as_object(), b.as_object()) {
+        (Some(x), Some(y)) => {
+            let kept = |m: &serde_json::Map<String, Value>| m.keys().filter(|k| !skip.contains(&k.as_str())).count();
+            kept(x) == kept(y)
+                && x.iter()
+                    .filter(|(k, _)| !skip.contains(&k.as_str()))
+                    .all(|(k, v)| y.get(k) == Some(v))
+        }
+        _ => a == b,
     }
-    o
 }
 
-fn without_rv(obj: &Value) -> Value {
-    let mut o = obj.clone();
-    meta_mut(&mut o).remove("resourceVersion");
-    o
+/// Same but for metadata and status: what `metadata.generation` tracks.
+fn same_spec(a: &Value, b: &Value) -> bool {
+    equal_except(a, b, &["metadata", "status"])
+}
+
+/// Same but for `metadata.resourceVersion`: a write that changes nothing else is a no-op.
+fn same_but_version(a: &Value, b: &Value) -> bool {
+    let none = Value::Null;
+    equal_except(a, b, &["metadata"])
+        && equal_except(
+            a.get("metadata").unwrap_or(&none),
+            b.get("metadata").unwrap_or(&none),
+            &["resourceVersion"],
+        )
 }
 
 impl World {
@@ -258,6 +284,7 @@ impl World {
             objects: BTreeMap::new(),
             uids: HashMap::new(),
             owners: HashMap::new(),
+            labelled: HashMap::new(),
             history: VecDeque::new(),
             history_cap: history_cap.max(1),
             compacted: 1000,
@@ -402,6 +429,31 @@ impl World {
     /// namespace, and a selector costs a look at each object there, not a copy.
     pub fn list_where(&self, def: &ResourceDef, ns: Option<&str>, keep: impl Fn(&Value) -> bool) -> Vec<Value> {
         self.scan_where(def, ns, keep).cloned().collect()
+    }
+
+    /// The objects of a resource (in one namespace or all) that match the selectors. A selector
+    /// that requires one value of [`INDEXED_LABEL`] in one namespace looks only at the objects
+    /// that carry it; the answer and its order (by name) are those of a full scan.
+    pub fn list_selected(
+        &self,
+        def: &ResourceDef,
+        ns: Option<&str>,
+        ls: &crate::selectors::LabelSelector,
+        fs: &crate::selectors::FieldSelector,
+    ) -> Vec<Value> {
+        let keep = |o: &Value| ls.matches(o) && fs.matches(o);
+        match (ns, ls.required_value(INDEXED_LABEL)) {
+            (Some(ns), Some(v)) => self
+                .labelled
+                .get(&(def.id(), ns.to_string(), v.to_string()))
+                .into_iter()
+                .flatten()
+                .filter_map(|k| self.objects.get(k))
+                .filter(|o| keep(o))
+                .cloned()
+                .collect(),
+            _ => self.list_where(def, ns, keep),
+        }
     }
 
     /// How many objects of a resource (in one namespace or all) match, without copying any.
@@ -631,11 +683,11 @@ impl World {
                 ));
             }
         }
-        if spec_part(&merged) != spec_part(&old) {
+        if !same_spec(&merged, &old) {
             let g = meta(&old).get("generation").and_then(Value::as_i64).unwrap_or(1);
             meta_mut(&mut merged).insert("generation".into(), json!(g + 1));
         }
-        if without_rv(&merged) == without_rv(&old) {
+        if same_but_version(&merged, &old) {
             return Ok(old);
         }
         self.rv += 1;
@@ -770,9 +822,20 @@ impl World {
                     set.remove(&key);
                 }
             }
+            if let Some(l) = label_key(&key, old)
+                && let Some(set) = self.labelled.get_mut(&l)
+            {
+                set.remove(&key);
+                if set.is_empty() {
+                    self.labelled.remove(&l);
+                }
+            }
         }
         for u in owner_uids(&obj) {
             self.owners.entry(u).or_default().insert(key.clone());
+        }
+        if let Some(l) = label_key(&key, &obj) {
+            self.labelled.entry(l).or_default().insert(key.clone());
         }
         self.objects.insert(key, obj);
     }
@@ -792,6 +855,14 @@ impl World {
                 if set.is_empty() {
                     self.owners.remove(&u);
                 }
+            }
+        }
+        if let Some(l) = label_key(key, &obj)
+            && let Some(set) = self.labelled.get_mut(&l)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.labelled.remove(&l);
             }
         }
         Some(obj)
@@ -1000,6 +1071,73 @@ mod tests {
                 .collect();
             prop_assert_eq!(rebuilt, now);
         }
+    }
+
+    proptest! {
+        /// Whatever creates, relabels and deletes came before, a list selecting one value of
+        /// the indexed label answers what a full scan with the same selectors answers, in the
+        /// same order.
+        #[test]
+        fn a_list_by_the_indexed_label_answers_as_a_full_scan(
+            ops in proptest::collection::vec((0..5usize, prop::option::of(0..3usize), any::<bool>(), 0..3usize), 0..40),
+        ) {
+            use crate::selectors::{FieldSelector, LabelSelector};
+            let mut w = World::new(Registry::builtin(), Timestamp::UNIX_EPOCH, 1, 100_000);
+            let def = w.def("/configmaps").unwrap();
+            let names = ["a", "b", "c", "d", "e"];
+            let values = ["x", "y", "z"];
+            for (i, value, delete, ns) in ops {
+                let ns = ["default", "other", "third"][ns];
+                if delete {
+                    let _ = w.delete(&def, ns, names[i], &DeleteOpts::default());
+                    continue;
+                }
+                let labels = match value {
+                    Some(v) => json!({INDEXED_LABEL: values[v], "tier": values[(v + i) % 3]}),
+                    None => json!({"tier": "x"}),
+                };
+                match w.get(&def, ns, names[i]) {
+                    Ok(mut o) => {
+                        o["metadata"]["labels"] = labels;
+                        let _ = w.update(&def, ns, names[i], o, Sub::Main);
+                    }
+                    Err(_) => {
+                        let _ = w.create(&def, ns, json!({"metadata": {"name": names[i], "labels": labels}}));
+                    }
+                }
+            }
+            for ns in ["default", "other", "third"] {
+                for v in values {
+                    for sel in [format!("{INDEXED_LABEL}={v}"), format!("{INDEXED_LABEL}={v},tier=y"), format!("{INDEXED_LABEL} in ({v})")] {
+                        let ls = LabelSelector::parse(&sel).unwrap();
+                        let fs = FieldSelector::default();
+                        let scanned = w.list_where(&def, Some(ns), |o| ls.matches(o));
+                        prop_assert_eq!(w.list_selected(&def, Some(ns), &ls, &fs), scanned, "{} in {}", sel, ns);
+                    }
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn the_generation_and_no_op_comparisons_skip_only_their_fields() {
+        let a = json!({"metadata": {"name": "a", "resourceVersion": "1"}, "spec": {"x": 1}, "status": {"s": 1}});
+        let mut b = a.clone();
+        b["status"]["s"] = json!(2);
+        b["metadata"]["labels"] = json!({"l": "v"});
+        assert!(same_spec(&a, &b));
+        assert!(!same_but_version(&a, &b));
+        let mut c = a.clone();
+        c["metadata"]["resourceVersion"] = json!("2");
+        assert!(same_but_version(&a, &c));
+        c["data"] = json!({});
+        assert!(!same_spec(&a, &c) && !same_but_version(&a, &c));
+        let mut d = a.clone();
+        d["spec"]["x"] = json!(2);
+        assert!(!same_spec(&a, &d));
+        // A field missing on one side, or metadata missing on both.
+        assert!(!same_spec(&json!({"spec": {}}), &json!({})));
+        assert!(same_but_version(&json!({"spec": 1}), &json!({"spec": 1})));
     }
 
     #[test]
