@@ -101,6 +101,11 @@ impl Drop for Controller {
     }
 }
 
+/// The watch events the simulator keeps for replay with N objects.
+fn history_for(n: usize) -> usize {
+    (n * 16).clamp(10_000, 200_000)
+}
+
 /// What every run shares.
 #[derive(Clone, Debug)]
 pub struct Options {
@@ -235,7 +240,9 @@ pub struct LatencyPhase {
 pub async fn size_run(o: &Options, n: usize, phase: &LatencyPhase) -> Result<SizeRun> {
     // Enough replay for watches that fall behind a burst of writes (each object makes about a
     // dozen events); a watch further behind gets 410 Gone and lists again, as on a real server.
-    let w = world((n * 16).max(10_000)).await?;
+    // Capped: every event keeps its object and the one it replaced, and 1.6 million of them (at
+    // 100,000 objects) do not fit in 24 GiB.
+    let w = world(history_for(n)).await?;
     let c = start_controller(o, &w, &format!("controller-{n}"), None)?;
     let pid = c.pid();
     let sim = &w.sim;
@@ -427,7 +434,7 @@ pub struct ShardFigures {
 /// serving `sharding.captf.io/key=shard-<i>`: the time until every object is Ready.
 pub async fn shard_run(o: &Options, n: usize, shards: usize) -> Result<ShardRun> {
     let shards = shards.max(1);
-    let w = world((n * 16).max(10_000)).await?;
+    let w = world(history_for(n)).await?;
     let mut controllers = Vec::with_capacity(shards);
     for s in 0..shards {
         let selector = format!("{SHARD_LABEL}=shard-{s}");
