@@ -822,14 +822,8 @@ impl World {
                     set.remove(&key);
                 }
             }
-            if let Some(l) = label_key(&key, old)
-                && let Some(set) = self.labelled.get_mut(&l)
-            {
-                set.remove(&key);
-                if set.is_empty() {
-                    self.labelled.remove(&l);
-                }
-            }
+            let old_label = label_key(&key, old);
+            self.unlabel(old_label, &key);
         }
         for u in owner_uids(&obj) {
             self.owners.entry(u).or_default().insert(key.clone());
@@ -838,6 +832,18 @@ impl World {
             self.labelled.entry(l).or_default().insert(key.clone());
         }
         self.objects.insert(key, obj);
+    }
+
+    /// Take `key` out of the label index entry `l` (its object's [`label_key`]).
+    fn unlabel(&mut self, l: Option<Key>, key: &Key) {
+        if let Some(l) = l
+            && let Some(set) = self.labelled.get_mut(&l)
+        {
+            set.remove(key);
+            if set.is_empty() {
+                self.labelled.remove(&l);
+            }
+        }
     }
 
     fn note_rbac_change(&mut self, key: &Key) {
@@ -857,14 +863,7 @@ impl World {
                 }
             }
         }
-        if let Some(l) = label_key(key, &obj)
-            && let Some(set) = self.labelled.get_mut(&l)
-        {
-            set.remove(key);
-            if set.is_empty() {
-                self.labelled.remove(&l);
-            }
-        }
+        self.unlabel(label_key(key, &obj), key);
         Some(obj)
     }
 
