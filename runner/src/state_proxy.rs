@@ -90,8 +90,7 @@ impl Narrowing {
                 lock_lease: self.lock_lease.clone(),
             });
         }
-        let listing = format!("/api/v1/namespaces/{}/secrets", self.namespace);
-        if method != "GET" || path.trim_end_matches('/') != listing {
+        if method != "GET" || path.trim_end_matches('/') != self.secrets_path() {
             return Ok(path_and_query.to_string());
         }
         let selector = format!("fieldSelector=metadata.name%3D{}", self.state_secret);
@@ -109,14 +108,23 @@ impl Narrowing {
 }
 
 impl Narrowing {
+    /// The namespace's Secrets collection.
+    fn secrets_path(&self) -> String {
+        format!("/api/v1/namespaces/{}/secrets", self.namespace)
+    }
+
+    /// The namespace's Leases collection.
+    fn leases_path(&self) -> String {
+        format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", self.namespace)
+    }
+
     /// Is a request of `method` to `path` (no query) one the state backend makes: listing the
     /// namespace's Secrets (its workspaces) or creating one (the first write of its state),
     /// creating a Lease (taking the lock), and any request for the state Secret or the lock
     /// Lease by name (PURE).
     pub fn in_scope(&self, method: &str, path: &str) -> bool {
         let path = path.trim_end_matches('/');
-        let secrets = format!("/api/v1/namespaces/{}/secrets", self.namespace);
-        let leases = format!("/apis/coordination.k8s.io/v1/namespaces/{}/leases", self.namespace);
+        let (secrets, leases) = (self.secrets_path(), self.leases_path());
         let named = |collection: &str, name: &str| {
             path.strip_prefix(collection)
                 .and_then(|rest| rest.strip_prefix('/'))
@@ -134,12 +142,9 @@ impl Narrowing {
     pub fn foreign_state(&self, method: &str, path: &str, body: &[u8]) -> Option<String> {
         let own = self.owner_uid.as_deref()?;
         let path = path.split('?').next().unwrap_or(path).trim_end_matches('/');
-        let secrets = format!("/api/v1/namespaces/{}/secrets", self.namespace);
+        let secrets = self.secrets_path();
         let state = format!("{secrets}/{}", self.state_secret);
-        let lock = format!(
-            "/apis/coordination.k8s.io/v1/namespaces/{}/leases/{}",
-            self.namespace, self.lock_lease
-        );
+        let lock = format!("{}/{}", self.leases_path(), self.lock_lease);
         if method != "GET" || ![secrets.as_str(), state.as_str(), lock.as_str()].contains(&path) {
             return None;
         }
