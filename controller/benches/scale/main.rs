@@ -28,14 +28,14 @@ mod measure;
 
 use std::time::Duration;
 
+use anyhow::Result;
+
+use measure::{LatencyPhase, Options, SizeRun};
+
 /// The simulator runs in this process: with glibc's malloc, a tenth of its time went to the
 /// kernel handing back pages malloc had returned (the controller uses mimalloc too).
 #[global_allocator]
 static ALLOCATOR: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
-use anyhow::Result;
-
-use measure::{LatencyPhase, Options, SizeRun};
 
 fn env_or(name: &str, default: u64) -> u64 {
     std::env::var(name).ok().and_then(|v| v.parse().ok()).unwrap_or(default)

@@ -356,9 +356,9 @@ async fn a_state_object_whose_create_met_a_conflict_is_made_before_the_job_start
 
 /// A lock Lease of another object's that appears between the check before the first Job and the
 /// create of the object's own (here: the pass's reads answered 404 while it was there: the lock
-/// check's and the name check's) is not
-/// taken as made: the create's `AlreadyExists` ends the pass, the next pass judges the Lease and
-/// holds the object with `NameConflict`, and no Job ever runs against it.
+/// check's and the name check's) is not taken as made: the create's `AlreadyExists` ends the
+/// pass, the next pass judges the Lease and holds the object with `NameConflict`, and no Job
+/// ever runs against it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_state_object_that_appeared_after_the_check_is_judged_before_any_job() -> Result<()> {
     let env = Env::with_realistic_runners().await?;
