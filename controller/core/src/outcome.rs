@@ -1,6 +1,6 @@
 //! Booking a finished Job (docs/rules.md): `classify` a Job and its pod into an [`Outcome`].
 
-use k8s_openapi::api::batch::v1::Job;
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::jiff::Timestamp;
 use serde::{Deserialize, Serialize};
@@ -113,9 +113,11 @@ pub enum Terminal {
     Failed { deadline: bool },
 }
 
-fn condition_true<'a>(job: &'a Job, type_: &str) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
-    job.status
-        .as_ref()?
+fn condition_true<'a>(
+    status: Option<&'a JobStatus>,
+    type_: &str,
+) -> Option<&'a k8s_openapi::api::batch::v1::JobCondition> {
+    status?
         .conditions
         .as_ref()?
         .iter()
@@ -124,17 +126,23 @@ fn condition_true<'a>(job: &'a Job, type_: &str) -> Option<&'a k8s_openapi::api:
 
 /// `Complete` or `Failed` True; `FailureTarget` alone is not finished (its pods still terminate).
 pub fn terminal(job: &Job) -> Option<Terminal> {
-    if let Some(c) = condition_true(job, "Failed") {
+    terminal_status(job.status.as_ref())
+}
+
+/// [`terminal`] from a Job's status alone (what the controller's Jobs stores keep of a Job).
+pub fn terminal_status(status: Option<&JobStatus>) -> Option<Terminal> {
+    if let Some(c) = condition_true(status, "Failed") {
         return Some(Terminal::Failed {
             deadline: c.reason.as_deref() == Some(DEADLINE_EXCEEDED),
         });
     }
-    condition_true(job, "Complete").map(|_| Terminal::Complete)
+    condition_true(status, "Complete").map(|_| Terminal::Complete)
 }
 
 /// When the Job finished: its terminal condition's transition time, else `completionTime`.
 pub fn finished_at(job: &Job) -> Option<Timestamp> {
-    let cond = condition_true(job, "Failed").or_else(|| condition_true(job, "Complete"));
+    let status = job.status.as_ref();
+    let cond = condition_true(status, "Failed").or_else(|| condition_true(status, "Complete"));
     cond.and_then(|c| c.last_transition_time.as_ref().map(|t| t.0))
         .or_else(|| job.status.as_ref()?.completion_time.as_ref().map(|t| t.0))
 }

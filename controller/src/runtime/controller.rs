@@ -28,7 +28,7 @@ use captf_shared::{Kind, Op, events, keys, names};
 use super::book;
 use super::ctx::{Ctx, Running, SYNC_REQUEUE};
 use super::deletion;
-use super::gather::{self, FeedStreams, Feeds, Meta};
+use super::gather::{self, FeedStreams, Feeds, Meta, StoredJob};
 use super::identity::{self, Claims};
 use super::inputs;
 use super::interrupted;
@@ -777,7 +777,7 @@ fn controller_for<K: CaptfKind>(
     ctx: Arc<Ctx>,
     feeds: &FeedStreams,
     objects: (Writer<Meta<K>>, Store<Meta<K>>),
-    jobs: Writer<Job>,
+    jobs: Writer<StoredJob>,
     shutdown: watch::Receiver<bool>,
 ) -> impl std::future::Future<Output = ()> + Send + use<K> {
     let client = ctx.client.clone();

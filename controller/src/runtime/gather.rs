@@ -42,16 +42,18 @@
 //!   requeues without deciding. After a dropped watch the stores keep their last full state and a
 //!   re-list swaps in the new one at once (kube's `Writer`), so a store is never half empty.
 
-use std::collections::{BTreeMap, BTreeSet, HashMap};
+use std::borrow::Cow;
+use std::collections::{BTreeMap, HashMap};
+use std::marker::PhantomData;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 
-use futures::{Stream, StreamExt};
-use k8s_openapi::api::batch::v1::Job;
+use futures::{Stream, StreamExt, TryStreamExt};
+use k8s_openapi::api::batch::v1::{Job, JobStatus};
 use k8s_openapi::api::core::v1::Pod;
 use k8s_openapi::api::core::v1::{ContainerState, ContainerStateTerminated, ContainerStatus, PodStatus};
 use kube::api::Api;
-use kube::core::PartialObjectMeta;
+use kube::core::{ObjectMeta, PartialObjectMeta};
 use kube::runtime::reflector::{self, ObjectRef, Store};
 use kube::runtime::watcher::{self, watcher};
 use kube::runtime::{WatchStreamExt, reflector::store::Writer};
@@ -103,8 +105,9 @@ struct LabelIndex {
 
 #[derive(Debug, Default)]
 struct IndexState {
-    /// (namespace, label value) → names.
-    names: HashMap<(String, String), BTreeSet<String>>,
+    /// (namespace, label value) → names, sorted. A vector: most sets hold one or two names, and
+    /// a `BTreeSet`'s first node alone takes about 300 bytes.
+    names: HashMap<(String, String), Vec<String>>,
     /// (namespace, name) → label value.
     value: HashMap<(String, String), String>,
 }
@@ -115,7 +118,9 @@ impl IndexState {
         if let Some(v) = self.value.remove(&key) {
             let slot = (key.0, v);
             if let Some(set) = self.names.get_mut(&slot) {
-                set.remove(name);
+                if let Ok(i) = set.binary_search_by(|n| n.as_str().cmp(name)) {
+                    set.remove(i);
+                }
                 if set.is_empty() {
                     self.names.remove(&slot);
                 }
@@ -127,10 +132,10 @@ impl IndexState {
         self.remove(ns, name);
         if let Some(v) = value {
             self.value.insert((ns.to_string(), name.to_string()), v.to_string());
-            self.names
-                .entry((ns.to_string(), v.to_string()))
-                .or_default()
-                .insert(name.to_string());
+            let set = self.names.entry((ns.to_string(), v.to_string())).or_default();
+            if let Err(i) = set.binary_search_by(|n| n.as_str().cmp(name)) {
+                set.insert(i, name.to_string());
+            }
         }
     }
 }
@@ -162,7 +167,7 @@ impl LabelIndex {
         state
             .names
             .get(&(ns.to_string(), value.to_string()))
-            .map(|s| s.iter().cloned().collect())
+            .cloned()
             .unwrap_or_default()
     }
 }
@@ -240,9 +245,9 @@ pub struct Caches {
     pub pools: Store<Meta<TerraformMachinePool>>,
     pub machines: Store<Meta<TerraformMachine>>,
     /// The Jobs labelled `captf.io/kind=<Kind>`, one store per kind.
-    jobs: [Store<Job>; 3],
+    jobs: [Store<StoredJob>; 3],
     /// The pods labelled `captf.io/kind` (the Jobs' pod template carries the Job's labels).
-    pods: Store<Pod>,
+    pods: Store<StoredPod>,
     idx: Indexes,
     synced: Arc<Synced>,
 }
@@ -252,8 +257,8 @@ pub struct Feeds {
     pub clusters: Writer<Meta<TerraformCluster>>,
     pub pools: Writer<Meta<TerraformMachinePool>>,
     pub machines: Writer<Meta<TerraformMachine>>,
-    pub jobs: [Writer<Job>; 3],
-    pub pods: Writer<Pod>,
+    pub jobs: [Writer<StoredJob>; 3],
+    pub pods: Writer<StoredPod>,
     pub streams: FeedStreams,
 }
 
@@ -296,64 +301,157 @@ pub fn caches() -> (Caches, Feeds) {
     )
 }
 
-/// What the store keeps of a Job: metadata (without managedFields) and status. The spec (the
-/// pod template with its env and volumes, most of a Job's size) is never read from the store.
-pub fn strip_job(j: &mut Job) {
-    j.metadata.managed_fields = None;
-    j.spec = None;
+/// What a store keeps of an object of kind `K`: its metadata without `managedFields`, and `S`,
+/// the part of its status a pass reads. The rest (a Job's pod template, a pod's spec) is never
+/// read from a store. `k8s-openapi` keeps nested structs inline, so even an empty `JobSpec` takes
+/// 2 KiB and an empty `PodSpec` 1.4 KiB: in the full types, specs that were `None` were a quarter
+/// of the controller's heap at 10,000 objects. A pass gets the full type back
+/// ([`StoredJob::to_job`], [`StoredPod::to_pod`]).
+#[derive(Clone, Debug)]
+pub struct Stored<K, S> {
+    pub metadata: ObjectMeta,
+    pub status: Option<S>,
+    kind: PhantomData<fn() -> K>,
 }
 
-/// What the store keeps of a pod: the labels a pass reads, owner, timestamps, the phase, a
+/// What the Jobs stores keep of a Job: metadata and status.
+pub type StoredJob = Stored<Job, JobStatus>;
+
+/// What the pods store keeps of a pod (see [`StoredPod::from`]).
+pub type StoredPod = Stored<Pod, PodStatus>;
+
+impl<K: kube::Resource<DynamicType = ()>, S> kube::Resource for Stored<K, S> {
+    type DynamicType = ();
+    type Scope = K::Scope;
+
+    fn kind(dt: &()) -> Cow<'_, str> {
+        K::kind(dt)
+    }
+
+    fn group(dt: &()) -> Cow<'_, str> {
+        K::group(dt)
+    }
+
+    fn version(dt: &()) -> Cow<'_, str> {
+        K::version(dt)
+    }
+
+    fn plural(dt: &()) -> Cow<'_, str> {
+        K::plural(dt)
+    }
+
+    fn meta(&self) -> &ObjectMeta {
+        &self.metadata
+    }
+
+    fn meta_mut(&mut self) -> &mut ObjectMeta {
+        &mut self.metadata
+    }
+}
+
+impl<K, S> Stored<K, S> {
+    fn new(mut metadata: ObjectMeta, status: Option<S>) -> Self {
+        metadata.managed_fields = None;
+        Stored {
+            metadata,
+            status,
+            kind: PhantomData,
+        }
+    }
+}
+
+impl From<Job> for StoredJob {
+    fn from(j: Job) -> Self {
+        Stored::new(j.metadata, j.status)
+    }
+}
+
+impl StoredJob {
+    /// The Job as a pass reads it: no spec.
+    pub fn to_job(&self) -> Job {
+        Job {
+            metadata: self.metadata.clone(),
+            spec: None,
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// Of a pod the store keeps the labels a pass reads, owner, timestamps, the phase, a
 /// `DisruptionTarget` condition and the terminated containers' exit code, reason and message
 /// (the runner's result). At 10,000 objects the rest was a tenth of the controller's memory.
-pub fn strip_pod(p: &mut Pod) {
-    p.metadata.managed_fields = None;
-    p.metadata.annotations = None;
-    p.metadata.generate_name = None;
-    if let Some(l) = p.metadata.labels.as_mut() {
-        l.retain(|k, _| {
-            [
-                keys::LABEL_KIND,
-                keys::LABEL_OBJECT,
-                "batch.kubernetes.io/job-name",
-                "job-name",
-            ]
-            .contains(&k.as_str())
-        });
-    }
-    p.spec = None;
-    if let Some(st) = p.status.take() {
-        let disruption = st.conditions.map(|cs| {
-            cs.into_iter()
-                .filter(|c| c.type_ == outcome::DISRUPTION_TARGET)
-                .collect()
-        });
-        let terminated = st.container_statuses.map(|cs| {
-            cs.into_iter()
-                .filter_map(|c| {
-                    let t = c.state?.terminated?;
-                    Some(ContainerStatus {
-                        name: c.name,
-                        state: Some(ContainerState {
-                            terminated: Some(ContainerStateTerminated {
-                                exit_code: t.exit_code,
-                                reason: t.reason,
-                                message: t.message,
+impl From<Pod> for StoredPod {
+    fn from(p: Pod) -> Self {
+        let mut metadata = p.metadata;
+        metadata.annotations = None;
+        metadata.generate_name = None;
+        if let Some(l) = metadata.labels.as_mut() {
+            l.retain(|k, _| {
+                [
+                    keys::LABEL_KIND,
+                    keys::LABEL_OBJECT,
+                    "batch.kubernetes.io/job-name",
+                    "job-name",
+                ]
+                .contains(&k.as_str())
+            });
+        }
+        let status = p.status.map(|st| {
+            let disruption = st.conditions.map(|cs| {
+                cs.into_iter()
+                    .filter(|c| c.type_ == outcome::DISRUPTION_TARGET)
+                    .collect()
+            });
+            let terminated = st.container_statuses.map(|cs| {
+                cs.into_iter()
+                    .filter_map(|c| {
+                        let t = c.state?.terminated?;
+                        Some(ContainerStatus {
+                            name: c.name,
+                            state: Some(ContainerState {
+                                terminated: Some(ContainerStateTerminated {
+                                    exit_code: t.exit_code,
+                                    reason: t.reason,
+                                    message: t.message,
+                                    ..Default::default()
+                                }),
                                 ..Default::default()
                             }),
                             ..Default::default()
-                        }),
-                        ..Default::default()
+                        })
                     })
-                })
-                .collect()
+                    .collect()
+            });
+            PodStatus {
+                phase: st.phase,
+                conditions: disruption,
+                container_statuses: terminated,
+                ..Default::default()
+            }
         });
-        p.status = Some(PodStatus {
-            phase: st.phase,
-            conditions: disruption,
-            container_statuses: terminated,
-            ..Default::default()
-        });
+        Stored::new(metadata, status)
+    }
+}
+
+impl StoredPod {
+    /// The pod as a pass reads it: no spec.
+    pub fn to_pod(&self) -> Pod {
+        Pod {
+            metadata: self.metadata.clone(),
+            spec: None,
+            status: self.status.clone(),
+        }
+    }
+}
+
+/// A watch event with its object turned into what a store keeps.
+fn stored<A, B: From<A>>(ev: watcher::Event<A>) -> watcher::Event<B> {
+    match ev {
+        watcher::Event::Apply(o) => watcher::Event::Apply(o.into()),
+        watcher::Event::Delete(o) => watcher::Event::Delete(o.into()),
+        watcher::Event::Init => watcher::Event::Init,
+        watcher::Event::InitApply(o) => watcher::Event::InitApply(o.into()),
+        watcher::Event::InitDone => watcher::Event::InitDone,
     }
 }
 
@@ -411,16 +509,16 @@ impl FeedStreams {
     pub fn jobs_stream(
         &self,
         kind: Kind,
-        writer: Writer<Job>,
+        writer: Writer<StoredJob>,
         api: Api<Job>,
-    ) -> impl Stream<Item = Result<Job, watcher::Error>> + Send + 'static {
-        let mut mark = self.mark::<Job>(FEED_JOBS + slot(kind));
+    ) -> impl Stream<Item = Result<StoredJob, watcher::Error>> + Send + 'static {
+        let mut mark = self.mark::<StoredJob>(FEED_JOBS + slot(kind));
         let mut by_object = self.idx.jobs_by_object[slot(kind)].writer();
         let mut by_cluster = self.idx.jobs_by_cluster[slot(kind)].writer();
         let mut running = self.idx.running.writer(kind);
         let wc = watcher::Config::default().labels(&format!("{}={}", keys::LABEL_KIND, kind.as_str()));
         watcher(api, wc)
-            .modify(strip_job)
+            .map_ok(stored::<Job, StoredJob>)
             .reflect(writer)
             .inspect(move |ev| {
                 if let Ok(e) = ev {
@@ -435,12 +533,12 @@ impl FeedStreams {
 
     /// Feed of the pods store (label `captf.io/kind`). Pods trigger nothing (their Jobs do), so
     /// this stream must be driven on its own; it backs off on errors.
-    pub fn pods_stream(&self, writer: Writer<Pod>, api: Api<Pod>) -> impl Stream<Item = ()> + Send + 'static {
-        let mut mark = self.mark::<Pod>(FEED_PODS);
+    pub fn pods_stream(&self, writer: Writer<StoredPod>, api: Api<Pod>) -> impl Stream<Item = ()> + Send + 'static {
+        let mut mark = self.mark::<StoredPod>(FEED_PODS);
         let mut by_object = self.idx.pods_by_object.writer();
         watcher(api, watcher::Config::default().labels(keys::LABEL_KIND))
             .default_backoff()
-            .modify(strip_pod)
+            .map_ok(stored::<Pod, StoredPod>)
             .reflect(writer)
             .inspect(move |ev| {
                 if let Ok(e) = ev {
@@ -479,7 +577,7 @@ impl Caches {
             .filter_map(|n| store.get(&ObjectRef::new(&n).within(&id.namespace)))
             .filter(|j| label(&j.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str()))
             .filter(|j| binding::owned_by(&j.metadata, &id.uid))
-            .map(|j| (*j).clone())
+            .map(|j| j.to_job())
             .collect()
     }
 
@@ -494,7 +592,7 @@ impl Caches {
                 label(&p.metadata.labels, keys::LABEL_KIND) == Some(id.kind.as_str())
                     && label(&p.metadata.labels, keys::LABEL_OBJECT) == Some(id.object_id.as_str())
             })
-            .map(|p| (*p).clone())
+            .map(|p| p.to_pod())
             .collect()
     }
 
@@ -529,7 +627,8 @@ impl Caches {
                     .filter_map(move |n| store.get(&ObjectRef::new(&n).within(ns)))
             })
             .find(|j| {
-                label(&j.metadata.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster) && outcome::terminal(j).is_none()
+                label(&j.metadata.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster)
+                    && outcome::terminal_status(j.status.as_ref()).is_none()
             })
             .and_then(|j| j.metadata.name.clone())
     }
@@ -761,12 +860,13 @@ mod tests {
     }
 
     /// A list as a watch delivers it, into a store and its indexes.
-    fn fill<K>(w: &mut Writer<K>, indexes: &[&LabelIndex], objects: Vec<K>)
+    fn fill<K, T>(w: &mut Writer<K>, indexes: &[&LabelIndex], objects: Vec<T>)
     where
         K: kube::Resource<DynamicType = ()> + Clone + 'static,
+        T: Into<K>,
     {
         let mut events = vec![watcher::Event::Init];
-        events.extend(objects.into_iter().map(watcher::Event::InitApply));
+        events.extend(objects.into_iter().map(|o| watcher::Event::InitApply(o.into())));
         events.push(watcher::Event::InitDone);
         let mut writers: Vec<IndexWriter> = indexes.iter().map(|i| i.writer()).collect();
         for e in &events {
@@ -911,7 +1011,7 @@ mod tests {
             &[&ix2[0], &ix2[1]],
             vec![job_of(&done, Op::Apply, 1, true)],
         );
-        fill(&mut feeds.machines, &[], vec![]);
+        fill::<_, Meta<TerraformMachine>>(&mut feeds.machines, &[], vec![]);
         let labelled: Vec<(Kind, Option<String>)> = caches
             .labelled_members("default", "prod-eu")
             .into_iter()
@@ -931,12 +1031,16 @@ mod tests {
     #[test]
     fn the_stores_keep_no_job_or_pod_spec_and_no_managed_fields() {
         let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
-        let mut j = job_of(&me, Op::Apply, 1, true);
-        j.metadata.managed_fields = Some(vec![Default::default()]);
-        strip_job(&mut j);
+        let mut full = job_of(&me, Op::Apply, 1, true);
+        full.metadata.managed_fields = Some(vec![Default::default()]);
+        let j = StoredJob::from(full.clone()).to_job();
         assert_eq!((j.spec.is_none(), j.metadata.managed_fields.is_none()), (true, true));
+        assert_eq!(
+            (&j.metadata.name, &j.metadata.labels),
+            (&full.metadata.name, &full.metadata.labels)
+        );
         assert!(outcome::terminal(&j).is_some(), "the status stays");
-        let mut p = Pod {
+        let p = Pod {
             metadata: ObjectMeta {
                 annotations: Some([("a".to_string(), "b".to_string())].into()),
                 ..meta("default", "p", &[("batch.kubernetes.io/job-name", "j")])
@@ -955,7 +1059,7 @@ mod tests {
             }))
             .unwrap()),
         };
-        strip_pod(&mut p);
+        let p = StoredPod::from(p).to_pod();
         assert_eq!((p.spec.is_none(), p.metadata.annotations.is_none()), (true, true));
         assert_eq!(snapshot::pod_job_name(&p), Some("j"));
         assert!(pod_settled(&p));
@@ -979,7 +1083,7 @@ mod tests {
         let (caches, feeds) = caches();
         assert!(!caches.synced());
         for i in 0..FEEDS {
-            let mut mark = feeds.streams.mark::<Job>(i);
+            let mut mark = feeds.streams.mark::<StoredJob>(i);
             mark(&Ok(watcher::Event::Init));
             assert!(!caches.synced(), "a list that has not ended marks nothing");
             mark(&Ok(watcher::Event::InitDone));

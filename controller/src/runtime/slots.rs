@@ -22,7 +22,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use futures::{Stream, StreamExt};
-use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::jiff::Timestamp;
 use kube::runtime::watcher;
 use tokio::sync::watch;
@@ -30,6 +29,7 @@ use tokio::sync::watch;
 use captf_core::queue::{self, Candidate, Class, Key, Limits, Load, Place};
 use captf_shared::Kind;
 
+use super::gather::StoredJob;
 use super::retry::ObjectKey;
 
 /// How long a created Job that no store has shown counts as running (a watch that lost the
@@ -112,7 +112,7 @@ impl RunningState {
         self.jobs.iter().any(|m| m.contains_key(key)) || self.gone_set.contains(key)
     }
 
-    fn started(&mut self, j: &Job) {
+    fn started(&mut self, j: &StoredJob) {
         if let (Some(ns), Some(t)) = (&j.metadata.namespace, &j.metadata.creation_timestamp) {
             let e = self.last_start.entry(ns.clone()).or_insert(t.0);
             *e = (*e).max(t.0);
@@ -129,11 +129,11 @@ impl Default for RunningJobs {
     }
 }
 
-fn is_running(j: &Job) -> bool {
-    captf_core::outcome::terminal(j).is_none()
+fn is_running(j: &StoredJob) -> bool {
+    captf_core::outcome::terminal_status(j.status.as_ref()).is_none()
 }
 
-fn key_of(j: &Job) -> (String, String) {
+fn key_of(j: &StoredJob) -> (String, String) {
     (
         j.metadata.namespace.clone().unwrap_or_default(),
         j.metadata.name.clone().unwrap_or_default(),
@@ -182,7 +182,7 @@ pub struct RunningWriter {
 }
 
 impl RunningWriter {
-    pub fn apply(&mut self, ev: &watcher::Event<Job>) {
+    pub fn apply(&mut self, ev: &watcher::Event<StoredJob>) {
         let freed = match ev {
             watcher::Event::Apply(j) => {
                 let mut st = self.index.state.write().unwrap_or_else(|p| p.into_inner());
@@ -519,7 +519,7 @@ impl Slots {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
-    use k8s_openapi::api::batch::v1::JobStatus;
+    use k8s_openapi::api::batch::v1::{Job, JobStatus};
     use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 
     fn ts(s: i64) -> Timestamp {
@@ -534,7 +534,7 @@ mod tests {
         }
     }
 
-    fn job(ns: &str, name: &str, finished: bool) -> Job {
+    fn job(ns: &str, name: &str, finished: bool) -> StoredJob {
         Job {
             metadata: ObjectMeta {
                 namespace: Some(ns.into()),
@@ -551,6 +551,7 @@ mod tests {
             }),
             ..Default::default()
         }
+        .into()
     }
 
     fn slots(total: u32, per_ns: u32) -> (Arc<Slots>, RunningJobs) {
