@@ -21,6 +21,7 @@
 //! | [`leader`] | leader election |
 //! | [`retry`] | per-object exponential backoff with jitter after a failed pass |
 //! | [`slots`] | runner slots: the one admission point of Job starts under the limits, the queue, its wakes |
+//! | [`stored`] | what the stores keep of a Job and a pod: metadata and the status a pass reads |
 
 pub mod book;
 pub mod clock;
@@ -40,6 +41,7 @@ pub mod metrics_auth;
 pub mod owners;
 pub mod retry;
 pub mod slots;
+pub mod stored;
 
 use std::net::SocketAddr;
 use std::sync::Arc;

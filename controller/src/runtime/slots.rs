@@ -29,8 +29,8 @@ use tokio::sync::watch;
 use captf_core::queue::{self, Candidate, Class, Key, Limits, Load, Place};
 use captf_shared::Kind;
 
-use super::gather::StoredJob;
 use super::retry::ObjectKey;
+use super::stored::StoredJob;
 
 /// How long a created Job that no store has shown counts as running (a watch that lost the
 /// Job's whole life: created, finished and deleted while it was down).
