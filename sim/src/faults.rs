@@ -1,9 +1,10 @@
-//! Fault injection: error responses on chosen requests, dropped watch streams, added latency.
+//! Fault injection: error responses on chosen requests, dropped watch streams, added latency,
+//! and requests held until a test lets them through.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use tokio::sync::watch;
+use tokio::sync::{Notify, watch};
 
 use crate::error::ApiError;
 
@@ -86,10 +87,32 @@ impl FaultRule {
     }
 }
 
+/// A request held before the API server acts on it: a test waits until a client's request
+/// reaches the server ([`Hold::reached`]), changes the world meanwhile, then lets it through
+/// ([`Hold::release`]). It holds the first matching request only.
+#[derive(Clone, Debug)]
+pub struct Hold {
+    reached: Arc<Notify>,
+    released: Arc<Notify>,
+}
+
+impl Hold {
+    /// Wait until a matching request is held.
+    pub async fn reached(&self) {
+        self.reached.notified().await;
+    }
+
+    /// Let the held request through (or the next one, when none is held yet).
+    pub fn release(&self) {
+        self.released.notify_one();
+    }
+}
+
 /// The fault injector of a simulator.
 #[derive(Debug)]
 pub struct Faults {
     rules: Mutex<Vec<FaultRule>>,
+    holds: Mutex<Vec<(FaultRule, Hold)>>,
     latency: Mutex<Duration>,
     drops: watch::Sender<u64>,
 }
@@ -98,6 +121,7 @@ impl Default for Faults {
     fn default() -> Self {
         Faults {
             rules: Mutex::new(Vec::new()),
+            holds: Mutex::new(Vec::new()),
             latency: Mutex::new(Duration::ZERO),
             drops: watch::channel(0).0,
         }
@@ -109,6 +133,31 @@ impl Faults {
     pub fn inject(&self, rule: FaultRule) {
         if let Ok(mut r) = self.rules.lock() {
             r.push(rule);
+        }
+    }
+
+    /// Hold the next request that `rule` matches (its status and count are not used) until the
+    /// returned [`Hold`] is released.
+    pub fn hold(&self, rule: FaultRule) -> Hold {
+        let hold = Hold {
+            reached: Arc::new(Notify::new()),
+            released: Arc::new(Notify::new()),
+        };
+        if let Ok(mut h) = self.holds.lock() {
+            h.push((FaultRule { count: 1, ..rule }, hold.clone()));
+        }
+        hold
+    }
+
+    /// If a hold matches this request, say it was reached and wait for its release.
+    pub(crate) async fn wait_if_held(&self, verb: Verb, resource: &str, ns: &str, name: &str) {
+        let hold = self.holds.lock().ok().and_then(|mut holds| {
+            let i = holds.iter().position(|(r, _)| r.matches(verb, resource, ns, name))?;
+            Some(holds.remove(i).1)
+        });
+        if let Some(h) = hold {
+            h.reached.notify_one();
+            h.released.notified().await;
         }
     }
 
@@ -170,5 +219,31 @@ mod tests {
         assert_eq!(f.check(Verb::Create, "jobs", "d", "y").map(|e| e.code), Some(500));
         assert_eq!(f.check(Verb::Create, "jobs", "d", "x"), None);
         assert_eq!(f.remaining(), 0);
+    }
+
+    #[tokio::test]
+    async fn a_held_request_waits_for_its_release_and_only_the_first_match_is_held() {
+        let f = Arc::new(Faults::default());
+        let hold = f.hold(FaultRule::new(Verb::Create, "jobs", 0, 1).named("x"));
+        // Not matching: through at once.
+        f.wait_if_held(Verb::Create, "jobs", "d", "y").await;
+        let (tx, mut rx) = tokio::sync::oneshot::channel();
+        let held = {
+            let f = f.clone();
+            tokio::spawn(async move {
+                f.wait_if_held(Verb::Create, "jobs", "d", "x").await;
+                let _ = tx.send(());
+            })
+        };
+        hold.reached().await;
+        assert!(
+            rx.try_recv().is_err(),
+            "the held request went through before its release"
+        );
+        // A second match is not held.
+        f.wait_if_held(Verb::Create, "jobs", "d", "x").await;
+        hold.release();
+        held.await.expect("the held request ends");
+        assert!(rx.try_recv().is_ok());
     }
 }

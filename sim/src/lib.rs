@@ -56,7 +56,7 @@ pub mod store;
 pub mod table;
 
 pub use error::ApiError;
-pub use faults::{FaultRule, Faults, Verb};
+pub use faults::{FaultRule, Faults, Hold, Verb};
 pub use process::ProcessImage;
 pub use runner::{JobMatch, RunnerAction, RunnerScript};
 pub use sim::{Sim, SimBuilder, SimError};

@@ -302,6 +302,14 @@ async fn handle_inner(
             .and_then(|v| v.pointer("/metadata/name").and_then(Value::as_str).map(String::from)),
         _ => None,
     };
+    sh.faults
+        .wait_if_held(
+            verb,
+            &fault_res,
+            t.ns.as_deref().unwrap_or(""),
+            t.name.as_deref().or(body_name.as_deref()).unwrap_or(""),
+        )
+        .await;
     if let Some(e) = sh.faults.check(
         verb,
         &fault_res,
@@ -376,7 +384,7 @@ async fn handle_inner(
             if query.get("dryRun").is_some_and(|d| d == "All") {
                 return Ok(json_response(201, &obj));
             }
-            let created = sh.lock()?.create(&t.def, &ns, obj)?;
+            let created = sh.lock()?.create_collected(&t.def, &ns, obj)?;
             Ok(json_response(201, &created))
         }
         Verb::Update => {
@@ -841,7 +849,7 @@ async fn patch(
                 };
                 let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
                 crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &obj)?;
-                return Ok(json_response(201, &sh.lock()?.create(&t.def, ns, obj)?));
+                return Ok(json_response(201, &sh.lock()?.create_collected(&t.def, ns, obj)?));
             }
             Err(e) => return Err(e),
         };

@@ -592,6 +592,28 @@ impl World {
         Ok(obj)
     }
 
+    /// [`World::create`] for a client's request, then garbage collection of a dependent created
+    /// after its owners went (a client that read the owner before its deletion): when every
+    /// owner is absent it is deleted at once, in the background, as kube-controller-manager's
+    /// collector does a moment later. Direct writes ([`World::put`]) plant what a test says and
+    /// are not collected.
+    pub fn create_collected(&mut self, def: &ResourceDef, ns: &str, obj: Value) -> Result<Value, ApiError> {
+        let created = self.create(def, ns, obj)?;
+        let owners = owner_uids(&created);
+        if !owners.is_empty() && owners.iter().all(|u| !self.uids.contains_key(u)) {
+            let _ = self.delete(
+                def,
+                ns,
+                meta_str(&created, "name").unwrap_or_default(),
+                &DeleteOpts {
+                    propagation: Some(Propagation::Background),
+                    ..Default::default()
+                },
+            );
+        }
+        Ok(created)
+    }
+
     /// Replace an object (PUT, or the result of a patch). `sub` picks main resource or status.
     pub fn update(&mut self, def: &ResourceDef, ns: &str, name: &str, new: Value, sub: Sub) -> Result<Value, ApiError> {
         let ns = if def.namespaced { ns } else { "" };

@@ -343,6 +343,33 @@ async fn owner_deletion_propagates_background_foreground_and_orphan() {
 }
 
 #[tokio::test]
+async fn a_dependent_created_after_its_owner_went_is_collected_at_once() {
+    let sim = Sim::start().await.unwrap();
+    let client = sim.client().unwrap();
+    let tcs: Api<DynamicObject> = Api::default_namespaced_with(client.clone(), &tc_resource());
+    let secrets: Api<Secret> = Api::default_namespaced(client);
+    let owner = tcs.create(&PostParams::default(), &tc("o")).await.unwrap();
+    let alive = tcs.create(&PostParams::default(), &tc("p")).await.unwrap();
+    tcs.delete("o", &DeleteParams::default()).await.unwrap();
+    // The create succeeds, as on a real API server; the collector deletes it.
+    let created = secrets
+        .create(&PostParams::default(), &owned_secret("dangling", &owner))
+        .await
+        .unwrap();
+    assert_eq!(created.metadata.name.as_deref(), Some("dangling"));
+    assert!(secrets.get_opt("dangling").await.unwrap().is_none());
+    // One owner still there is enough to keep it.
+    let mut both = owned_secret("kept", &owner);
+    let refs = both.metadata.owner_references.get_or_insert_default();
+    let mut second = refs[0].clone();
+    second.name = alive.metadata.name.clone().unwrap();
+    second.uid = alive.metadata.uid.clone().unwrap();
+    refs.push(second);
+    secrets.create(&PostParams::default(), &both).await.unwrap();
+    assert!(secrets.get_opt("kept").await.unwrap().is_some());
+}
+
+#[tokio::test]
 async fn list_filters_by_label_and_field_selectors() {
     let sim = Sim::start().await.unwrap();
     let api: Api<ConfigMap> = Api::default_namespaced(sim.client().unwrap());
