@@ -31,6 +31,7 @@
 //! | [`plan`] | one whole pass: book, decide, prune, the status to write (docs/architecture.md) |
 //! | [`status`] | the status and its conditions after a pass (docs/api.md) |
 //! | [`job`] | the runner Job a `Start` creates (docs/runner.md) |
+//! | [`fence`] | the last look at the object before its Job is created (docs/rules.md) |
 //! | [`inputs_secret`] | the durable inputs Secret |
 //! | [`lease`] | who may take CAPTF's run and cluster leases |
 //! | [`explain`](mod@explain) | a pass planned from files, and its rendering |
@@ -40,6 +41,7 @@ pub mod backoff;
 pub mod book;
 pub mod decide;
 pub mod explain;
+pub mod fence;
 pub mod finalizer;
 pub mod ident;
 pub mod inputs;

@@ -37,6 +37,7 @@ use super::owners::{self, OwnerKind};
 use super::retry::ObjectKey;
 use super::slots::Ask;
 use super::stored::StoredJob;
+use captf_core::fence;
 use captf_core::ident::Ident;
 use captf_core::interrupted::Checked;
 use captf_core::job::{JobParams, build_job, owner_reference, runner_account};
@@ -575,6 +576,36 @@ async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &Terraf
         .map_err(|e| Error::api(ApiAction::PatchStatus, id.what(), e))
 }
 
+/// Read the object live and compare it with the object the pass planned from
+/// (`captf_core::fence::may_create`).
+async fn still_as_read(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result<(), fence::Moved>, Error> {
+    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
+    let live = api
+        .get_opt(&id.name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetObject, id.what(), e))?;
+    let read = object_status(object);
+    let planned = fence::Seen {
+        uid: &id.uid,
+        deleting: object.metadata().deletion_timestamp.is_some(),
+        active_job: read.and_then(|s| s.active_job.as_deref()),
+        last_job_seq: read.and_then(|s| s.last_job_seq),
+        served: true,
+    };
+    let now = live.as_ref().map(|o| fence::Seen {
+        uid: o.metadata.uid.as_deref().unwrap_or_default(),
+        deleting: o.metadata.deletion_timestamp.is_some(),
+        active_job: o.data.pointer("/status/activeJob").and_then(|v| v.as_str()),
+        last_job_seq: o
+            .data
+            .pointer("/status/lastJobSeq")
+            .and_then(serde_json::Value::as_u64)
+            .and_then(|n| u32::try_from(n).ok()),
+        served: captf_core::sharding::serves(ctx.config.served.as_ref(), o.metadata.labels.as_ref()),
+    });
+    Ok(fence::may_create(&planned, now.as_ref()))
+}
+
 /// What starting a Job came to.
 enum Started {
     Job(String),
@@ -585,8 +616,9 @@ enum Started {
 }
 
 /// docs/rules.md: check what is under the object's names (nothing of another object is used),
-/// write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease,
-/// create the Job, emit `JobStarted` (and `ForceUnlocked`).
+/// write the inputs Secret, take the cluster lease (a TerraformCluster) and the run lease, look
+/// at the object once more (`captf_core::fence`), create the Job, emit `JobStarted` (and
+/// `ForceUnlocked`).
 #[allow(clippy::too_many_arguments)]
 async fn start_job(
     ctx: &Ctx,
@@ -608,6 +640,14 @@ async fn start_job(
             run_lease,
             found,
         } => {
+            // Binding the state to this object outlives it (the state Secret has no owner): not
+            // for an object that went meanwhile (`captf_core::fence`). Nothing is taken yet.
+            if (state_secret.is_some() || lock_lease.is_some())
+                && let Err(moved) = still_as_read(ctx, id, object).await?
+            {
+                tracing::info!("not starting {job_name}: {moved}");
+                return Ok(Started::Later);
+            }
             identity::stamp(&ctx.client, id, state_secret, lock_lease).await?;
             (run_lease, found)
         }
@@ -664,6 +704,14 @@ async fn start_job(
             leases::release(&ctx.client, &id.namespace, &run_lease, &job_name).await?;
             return Ok(Started::Later);
         }
+    }
+    // The last look (`captf_core::fence`): the object may have moved on while this pass ran.
+    // Before the runner identity and the state objects, which would outlive an object that is
+    // gone (the state Secret has no owner) and bind its name to it.
+    if let Err(moved) = still_as_read(ctx, id, object).await? {
+        tracing::info!("not starting {job_name}: {moved}");
+        leases::release_job(&ctx.client, id, &job_name).await?;
+        return Ok(Started::Later);
     }
     let spec = object.terraform_spec();
     if own {

@@ -1281,3 +1281,96 @@ async fn a_clock_step_reconciles_only_the_objects_whose_wake_it_reached() -> Res
     }
     Ok(())
 }
+
+/// Hold the create of the object's inputs Secret, which only a pass that starts the object's
+/// first Job makes, so the test can change the world while that pass runs.
+fn hold_the_start_of(env: &Env, name: &str) -> captf_sim::Hold {
+    let suffix = captf_shared::names::suffix(Kind::TerraformCluster, NS, name);
+    let inputs = captf_shared::names::inputs_secret_name(&suffix);
+    env.sim
+        .faults()
+        .hold(FaultRule::new(Verb::Create, "secrets", 0, 1).named(&inputs))
+}
+
+/// An Env whose runners run as one shared account, so that a pass creates nothing of the
+/// object's own before its Job but Secrets and Leases.
+async fn env_with_a_shared_runner_account() -> Result<Env> {
+    let mut a = args();
+    a.policy.runner_service_account = "terraform".into();
+    Env::with_args(Sim::builder(), &a).await
+}
+
+/// Every Job ever created, as (name, owner uid): a Job created for an object that is gone is
+/// collected at once, so only its creation shows it.
+fn record_created_jobs(env: &Env) -> Arc<std::sync::Mutex<Vec<(String, String)>>> {
+    let created = Arc::new(std::sync::Mutex::new(Vec::new()));
+    let seen = created.clone();
+    env.sim.observe(move |_, ev| {
+        if ev.res == "batch/jobs" && ev.kind == captf_sim::store::EventType::Added {
+            let s = |p: &str| {
+                ev.object
+                    .pointer(p)
+                    .and_then(Value::as_str)
+                    .unwrap_or_default()
+                    .to_string()
+            };
+            if let Ok(mut c) = seen.lock() {
+                c.push((s("/metadata/name"), s("/metadata/ownerReferences/0/uid")));
+            }
+        }
+    });
+    created
+}
+
+/// What another controller instance does when it has destroyed an object: its finalizer goes,
+/// and the object with it.
+async fn remove_for_good(env: &Env, name: &str) -> Result<()> {
+    env.delete::<TerraformCluster>(name).await?;
+    env.merge_patch::<TerraformCluster>(name, json!({"metadata": {"finalizers": null}}))
+        .await?;
+    assert!(env.object("terraformclusters", name).is_none());
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_job_is_created_for_an_object_removed_while_its_pass_ran() -> Result<()> {
+    let env = env_with_a_shared_runner_account().await?;
+    let created = record_created_jobs(&env);
+    let hold = hold_the_start_of(&env, "gone");
+    env.sim.put(cluster_json("gone", json!({})))?;
+    hold.reached().await;
+    remove_for_good(&env, "gone").await?;
+    hold.release();
+    env.until_idle().await?;
+    let created = created.lock().map(|c| c.clone()).unwrap_or_default();
+    assert!(
+        created.is_empty(),
+        "a Job was created for an object that is gone: {created:?}"
+    );
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_object_created_again_while_a_pass_of_the_old_one_ran_gets_its_own_job() -> Result<()> {
+    let env = env_with_a_shared_runner_account().await?;
+    let created = record_created_jobs(&env);
+    let hold = hold_the_start_of(&env, "again");
+    env.sim.put(cluster_json("again", json!({})))?;
+    hold.reached().await;
+    remove_for_good(&env, "again").await?;
+    env.sim.put(cluster_json("again", json!({})))?;
+    let uid = env.cluster("again")["metadata"]["uid"]
+        .as_str()
+        .unwrap_or_default()
+        .to_string();
+    hold.release();
+    let job = env.job(Kind::TerraformCluster, "again", Op::Apply, 1).await?;
+    env.run_until_booked(&job, "succeeded").await?;
+    env.until_ready("again").await?;
+    let created = created.lock().map(|c| c.clone()).unwrap_or_default();
+    assert!(
+        created.iter().all(|(_, owner)| *owner == uid),
+        "a Job of the old object was created: {created:?} (the new one is {uid})"
+    );
+    Ok(())
+}
