@@ -203,8 +203,9 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         return Ok(Action::requeue(RACE_REQUEUE));
     }
     book::prune(ctx, &id, &plan.prune).await?;
-    let Some(acted) = act(ctx, &id, &object, &read, &plan, now).await? else {
-        return Ok(Action::await_change());
+    let acted = match act(ctx, &id, &object, &read, &plan, now).await? {
+        Ok(acted) => acted,
+        Err(over) => return Ok(over),
     };
     let new = if acted.as_planned {
         plan.status.clone()
@@ -414,8 +415,8 @@ async fn give_up_unstarted(ctx: &Ctx, id: &Ident, key: &ObjectKey, now: Timestam
     Ok(())
 }
 
-/// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize` (`None`: the
-/// pass is over), or requeue for a `Wait`.
+/// Act phase: start the Job of a `Start`, remove the finalizer of a `Finalize`, or requeue for
+/// a `Wait`. `Err`: the pass is over, with this action, and writes nothing more.
 async fn act(
     ctx: &Ctx,
     id: &Ident,
@@ -423,7 +424,7 @@ async fn act(
     read: &Read,
     plan: &Plan,
     now: Timestamp,
-) -> Result<Option<Acted>, Error> {
+) -> Result<Result<Acted, Action>, Error> {
     let booked_active = plan.booked.active_job().map(str::to_string);
     let mut acted = Acted {
         // Each arm below says how the pass ends.
@@ -457,7 +458,7 @@ async fn act(
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
                 ctx.forget_claims_read(&key);
                 tracing::info!("removed the finalizer of {}", id.what());
-                return Ok(None);
+                return Ok(Err(Action::await_change()));
             }
             acted.action = Action::requeue(RACE_REQUEUE);
         }
@@ -505,7 +506,7 @@ async fn act(
                                 ctx.look_again(id, Wake::At(wake::after(now, captf_core::queue::QUEUE_LOOK)));
                             acted.as_planned = false;
                             acted.queued = Some(place);
-                            return Ok(Some(acted));
+                            return Ok(Ok(acted));
                         }
                     };
                     let started = start_job(
@@ -529,6 +530,9 @@ async fn act(
                             acted.action = Action::requeue(RACE_REQUEUE);
                             acted.as_planned = false;
                         }
+                        // What this pass would write describes an object that moved on (or
+                        // another incarnation of its name): the next pass starts afresh.
+                        Started::Moved => return Ok(Err(Action::requeue(RACE_REQUEUE))),
                         Started::Conflict(message) => {
                             let hold = captf_core::decide::HOLD_REQUEUE;
                             acted.decision = Decision::Wait(Wait {
@@ -547,7 +551,7 @@ async fn act(
             }
         }
     }
-    Ok(Some(acted))
+    Ok(Ok(acted))
 }
 
 /// The StateLocked message when the condition just became StateLocked (or its holder changed).
@@ -611,6 +615,9 @@ enum Started {
     Job(String),
     /// A lease is held or the Job already exists: requeue, no failure.
     Later,
+    /// The object moved on since the pass read it (`captf_core::fence`): the pass ends without
+    /// writing its status.
+    Moved,
     /// Something under the object's names is another object's (the message names it).
     Conflict(String),
 }
@@ -646,7 +653,7 @@ async fn start_job(
                 && let Err(moved) = still_as_read(ctx, id, object).await?
             {
                 tracing::info!("not starting {job_name}: {moved}");
-                return Ok(Started::Later);
+                return Ok(Started::Moved);
             }
             identity::stamp(&ctx.client, id, state_secret, lock_lease).await?;
             (run_lease, found)
@@ -711,7 +718,7 @@ async fn start_job(
     if let Err(moved) = still_as_read(ctx, id, object).await? {
         tracing::info!("not starting {job_name}: {moved}");
         leases::release_job(&ctx.client, id, &job_name).await?;
-        return Ok(Started::Later);
+        return Ok(Started::Moved);
     }
     let spec = object.terraform_spec();
     if own {
