@@ -570,6 +570,26 @@ pub fn an_interrupted_apply_is_applied_again(h: &History, end: Timestamp) -> Vec
     out
 }
 
+/// What an object's last status says it waits for: its next action and Ready condition, to
+/// read a stuck object from the report alone.
+fn waits_for(status: &serde_json::Value) -> String {
+    let text = |p: &str| status.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("-");
+    let ready = status
+        .pointer("/conditions")
+        .and_then(serde_json::Value::as_array)
+        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let field = |c: Option<&serde_json::Value>, f: &str| c.and_then(|c| c[f].as_str()).unwrap_or("-").to_string();
+    format!(
+        "next action {} {}, activeJob {}, Ready {} {}: {}",
+        text("/nextAction/op"),
+        text("/nextAction/reason"),
+        text("/activeJob"),
+        field(ready, "status"),
+        field(ready, "reason"),
+        field(ready, "message"),
+    )
+}
+
 /// Every object whose deletion was asked for is gone; with `deletionPolicy: Delete` a destroy
 /// of that very object succeeded first, with `Orphan` none ran.
 pub fn every_deleted_object_is_destroyed_and_released(h: &History, end: Timestamp) -> Vec<Violation> {
@@ -582,8 +602,10 @@ pub fn every_deleted_object_is_destroyed_and_released(h: &History, end: Timestam
                 end,
                 &id,
                 format!(
-                    "deletion asked at {:?}, the object is still there",
-                    o.deletion_requested
+                    "deletion asked at {:?}, the object is still there (shard {:?}; {})",
+                    o.deletion_requested,
+                    o.shards.last().and_then(|(_, _, s)| s.as_deref()),
+                    waits_for(&o.status)
                 ),
             ));
             continue;
@@ -1042,7 +1064,20 @@ mod tests {
     fn every_deleted_object_is_destroyed_and_released_wants_a_successful_destroy_first() {
         let mut h = history(vec![job("x1", "destroy", (0, 10), Some((30, 20)), Some(End::Failure))]);
         h.objects[0].deletion_requested = Some(t(0));
-        assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)).len(), 1);
+        h.objects[0].status = serde_json::json!({
+            "nextAction": {"op": "destroy", "reason": "MembersExist"},
+            "conditions": [{"type": "Ready", "status": "False", "reason": "MembersExist", "message": "m1 exists"}],
+        });
+        let stuck = every_deleted_object_is_destroyed_and_released(&h, t(100));
+        assert_eq!(stuck.len(), 1);
+        // What it waits for is in the report.
+        assert!(
+            stuck[0]
+                .detail
+                .contains("next action destroy MembersExist, activeJob -, Ready False MembersExist: m1 exists"),
+            "{}",
+            stuck[0]
+        );
         h.objects[0].removed = Some(t(40));
         assert_eq!(every_deleted_object_is_destroyed_and_released(&h, t(100)).len(), 1);
         h.jobs
