@@ -106,6 +106,14 @@ pub async fn lease(client: &kube::Client, ns: &str, name: &str) -> Result<Option
         .map_err(|e| Error::api(ApiAction::GetLease, format!("{ns}/{name}"), e))
 }
 
+/// The object `id` names, read live, `None` when it does not exist.
+pub async fn object(client: &kube::Client, id: &Ident) -> Result<Option<DynamicObject>, Error> {
+    Api::<DynamicObject>::namespaced_with(client.clone(), &id.namespace, &crate::kinds::api_resource(id.kind))
+        .get_opt(&id.name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetObject, id.what(), e))
+}
+
 /// A Job read live, `None` when it does not exist.
 pub async fn job(client: &kube::Client, ns: &str, name: &str) -> Result<Option<Job>, Error> {
     Api::<Job>::namespaced(client.clone(), ns)

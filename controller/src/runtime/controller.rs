@@ -583,11 +583,7 @@ async fn write_status(ctx: &Ctx, id: &Ident, old: &TerraformStatus, new: &Terraf
 /// Read the object live and compare it with the object the pass planned from
 /// (`captf_core::fence::may_create`).
 async fn still_as_read(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result<(), fence::Moved>, Error> {
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
-    let live = api
-        .get_opt(&id.name)
-        .await
-        .map_err(|e| Error::api(ApiAction::GetObject, id.what(), e))?;
+    let live = api::object(&ctx.client, id).await?;
     let read = object_status(object);
     let planned = fence::Seen {
         uid: &id.uid,

@@ -5,17 +5,13 @@
 use captf_read::api;
 use std::collections::BTreeMap;
 
-use kube::api::Api;
-use kube::core::DynamicObject;
-
 use captf_shared::keys;
 
 use super::ctx::Ctx;
 use super::leases;
 use captf_core::ident::Ident;
 use captf_core::interrupted::{ActiveJobCheck, ActiveJobReads, Checked, LiveJob, check_active_job};
-use captf_read::errors::{ApiAction, Error};
-use captf_read::kinds::api_resource;
+use captf_read::errors::Error;
 
 /// Run the check for a `status.activeJob` that is not among the listed Jobs.
 pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[String]) -> Result<Checked, Error> {
@@ -29,11 +25,7 @@ pub async fn check(ctx: &Ctx, id: &Ident, active_job: Option<&str>, listed: &[St
         Some(_) => LiveJob::Found,
         None => LiveJob::NotFound,
     };
-    let api: Api<DynamicObject> = Api::namespaced_with(ctx.client.clone(), &id.namespace, &api_resource(id.kind));
-    let live = api
-        .get_opt(&id.name)
-        .await
-        .map_err(|e| Error::api(ApiAction::GetObject, id.what(), e))?;
+    let live = api::object(&ctx.client, id).await?;
     let live_active = live
         .as_ref()
         .and_then(|o| o.data.pointer("/status/activeJob"))
