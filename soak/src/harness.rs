@@ -1247,9 +1247,8 @@ impl Soak {
         for (kind, name, _) in self.live_objects() {
             let o = self.sim.get(&id(kind), NS, &name).unwrap_or_default();
             let ready = o
-                .pointer("/status/conditions")
-                .and_then(Value::as_array)
-                .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"))
+                .get("status")
+                .and_then(|st| crate::history::condition(st, "Ready"))
                 .cloned();
             if ready.as_ref().and_then(|r| r["status"].as_str()) != Some("True") {
                 // Held for a name conflict: how the state Secret's binding came to be.

@@ -250,6 +250,15 @@ fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
 }
 
 /// The condition `type_` of `v` when it is `True`, with its reason.
+/// The condition of this type in an object's status, if any.
+pub(crate) fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
+    status
+        .get("conditions")?
+        .as_array()?
+        .iter()
+        .find(|c| c["type"] == type_)
+}
+
 pub(crate) fn condition_true(v: &Value, type_: &str) -> Option<Option<String>> {
     v.pointer("/status/conditions")?
         .as_array()?

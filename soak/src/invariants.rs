@@ -574,10 +574,7 @@ pub fn an_interrupted_apply_is_applied_again(h: &History, end: Timestamp) -> Vec
 /// read a stuck object from the report alone.
 fn waits_for(status: &serde_json::Value) -> String {
     let text = |p: &str| status.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("-");
-    let ready = status
-        .pointer("/conditions")
-        .and_then(serde_json::Value::as_array)
-        .and_then(|cs| cs.iter().find(|c| c["type"] == "Ready"));
+    let ready = crate::history::condition(status, "Ready");
     let field = |c: Option<&serde_json::Value>, f: &str| c.and_then(|c| c[f].as_str()).unwrap_or("-").to_string();
     format!(
         "next action {} {}, activeJob {}, Ready {} {}: {}",
