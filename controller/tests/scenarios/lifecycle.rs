@@ -1300,9 +1300,12 @@ async fn env_with_a_shared_runner_account() -> Result<Env> {
     Env::with_args(Sim::builder(), &a).await
 }
 
-/// Every Job ever created, as (name, owner uid): a Job created for an object that is gone is
-/// collected at once, so only its creation shows it.
-fn record_created_jobs(env: &Env) -> Arc<std::sync::Mutex<Vec<(String, String)>>> {
+/// Every Job ever created, as (name, owner uid).
+type CreatedJobs = Arc<std::sync::Mutex<Vec<(String, String)>>>;
+
+/// Record every Job created: a Job created for an object that is gone is collected at once, so
+/// only its creation shows it.
+fn record_created_jobs(env: &Env) -> CreatedJobs {
     let created = Arc::new(std::sync::Mutex::new(Vec::new()));
     let seen = created.clone();
     env.sim.observe(move |_, ev| {
@@ -1332,14 +1335,21 @@ async fn remove_for_good(env: &Env, name: &str) -> Result<()> {
     Ok(())
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn no_job_is_created_for_an_object_removed_while_its_pass_ran() -> Result<()> {
+/// A cluster `name` created, and removed for good while the pass starting its first Job is held:
+/// the environment, the Jobs it ever created, and the hold to release that pass with.
+async fn removed_while_its_first_pass_starts(name: &str) -> Result<(Env, CreatedJobs, captf_sim::Hold)> {
     let env = env_with_a_shared_runner_account().await?;
     let created = record_created_jobs(&env);
-    let hold = hold_the_start_of(&env, "gone");
-    env.sim.put(cluster_json("gone", json!({})))?;
+    let hold = hold_the_start_of(&env, name);
+    env.sim.put(cluster_json(name, json!({})))?;
     hold.reached().await;
-    remove_for_good(&env, "gone").await?;
+    remove_for_good(&env, name).await?;
+    Ok((env, created, hold))
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_job_is_created_for_an_object_removed_while_its_pass_ran() -> Result<()> {
+    let (env, created, hold) = removed_while_its_first_pass_starts("gone").await?;
     hold.release();
     env.until_idle().await?;
     let created = created.lock().map(|c| c.clone()).unwrap_or_default();
@@ -1352,12 +1362,7 @@ async fn no_job_is_created_for_an_object_removed_while_its_pass_ran() -> Result<
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_created_again_while_a_pass_of_the_old_one_ran_gets_its_own_job() -> Result<()> {
-    let env = env_with_a_shared_runner_account().await?;
-    let created = record_created_jobs(&env);
-    let hold = hold_the_start_of(&env, "again");
-    env.sim.put(cluster_json("again", json!({})))?;
-    hold.reached().await;
-    remove_for_good(&env, "again").await?;
+    let (env, created, hold) = removed_while_its_first_pass_starts("again").await?;
     env.sim.put(cluster_json("again", json!({})))?;
     let uid = env.cluster("again")["metadata"]["uid"]
         .as_str()
