@@ -11,13 +11,15 @@
 #   dist/SHA256SUMS                                   over every other file in dist/
 #
 # Reproducible: the same commit, tools and Debian package versions give the same digests. Every
-# time in the images and the chart is SOURCE_DATE_EPOCH (default: the commit's time).
+# time in the images and the chart is SOURCE_DATE_EPOCH (default: the commit's time). A commit
+# that only pins a release (scripts/release/pin.sh) gives the same bytes as the one before it.
 #
 # Refuses (and says why): a dirty git tree; a VERSION other than the workspace Cargo.toml's, the
 # chart's version or appVersion, or a release series of metadata.yaml; a missing tool.
 #
 # Environment:
-#   SOURCE_DATE_EPOCH        the time written into images and archives (default: git log -1 --format=%ct)
+#   SOURCE_DATE_EPOCH        the time written into images and archives (default: the time of the
+#                            newest commit that changed more than what scripts/release/pin.sh writes)
 #   CAPTF_IMAGE_REPOSITORY   where the images will be pushed (default: ghcr.io/captf)
 #   CAPTF_TOOLS_BIN          the pinned tools (default: .tools/bin, from scripts/setup-tools.sh)
 #   CAPTF_RELEASE_CACHE      downloaded Debian packages (default: .tools/release-cache beside CAPTF_TOOLS_BIN)
@@ -105,9 +107,15 @@ tofu_version="$(env -u TF_CLI_CONFIG_FILE TF_CLI_CONFIG_FILE=/dev/null "$tools_b
   die "$tools_bin/tofu is OpenTofu $tofu_version, but $tofu_wrapper pins $tofu_pin: run scripts/setup-tools.sh"
 
 # ---- inputs ----------------------------------------------------------------------------------
-export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct)}"
+# The files scripts/release/pin.sh writes (the chart's default images and the references to them
+# in the clusterctl files and the examples) go into no image: a commit that only pins a release's digests changes no byte
+# of the release. So the images' revision and every time in the release come from the newest
+# commit that changed anything else.
+mapfile -t pinned < <(bash scripts/release/pin.sh --files)
+commit="$(git log -1 --format=%H -- . "${pinned[@]/#/:(exclude)}")"
+[ -n "$commit" ] || die "no commit changed anything but ${pinned[*]}"
+export SOURCE_DATE_EPOCH="${SOURCE_DATE_EPOCH:-$(git log -1 --format=%ct "$commit")}"
 epoch="$SOURCE_DATE_EPOCH"
-commit="$(git rev-parse HEAD)"
 source_url="$(sed -n '/^sources:/{n;s/^ *- *//p}' charts/captf/Chart.yaml)"
 export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$root/target/release-images}"
 cache="${CAPTF_RELEASE_CACHE:-$(dirname "$tools_bin")/release-cache}"
@@ -117,7 +125,7 @@ cache="$(cd "$cache" && pwd -P)"
 tool="$root/scripts/release/imagetool.py"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-echo "release: CAPTF $version at $commit, SOURCE_DATE_EPOCH=$epoch, images for $repo" >&2
+echo "release: CAPTF $version at $(git rev-parse HEAD) (sources of $commit), SOURCE_DATE_EPOCH=$epoch, images for $repo" >&2
 
 # ---- binaries --------------------------------------------------------------------------------
 # Static (musl). The paths of the cargo registry and the build directory are mapped to fixed
@@ -231,12 +239,16 @@ for name in controller webhook runner; do
     --cargo-tree "$work/$name.crates" "${extra[@]}"
 done
 
-# ---- the chart -------------------------------------------------------------------------------
+# ---- the chart and the clusterctl repository, pinned ----------------------------------------
+# The chart's default images, and every reference to them in the clusterctl files, become the
+# images just built, by digest.
 mkdir -p "$work/chart" "$work/pkg"
 cp -a charts/captf "$work/chart/captf"
-python3 "$tool" set-image-digests --tag "$version" "$work/chart/captf/values.yaml" \
-  "webhook=${digest[webhook]}" "controller=${digest[controller]}" "runner=${digest[runner]}"
-sed -i "s#^\(    repository: \)ghcr.io/captf/#\1$repo/#" "$work/chart/captf/values.yaml"
+out="dist/clusterctl/infrastructure-terraform/v$version"
+mkdir -p "$out"
+cp "$clusterctl_dir"/*.yaml "$out/"
+python3 "$tool" pin --values "$work/chart/captf/values.yaml" --images dist/images/images.txt --tag "$version" \
+  "$out"/*.yaml
 "$tools_bin/helm" package "$work/chart/captf" --version "$version" --app-version "$version" -d "$work/pkg" >/dev/null
 python3 "$tool" retar --epoch "$epoch" "$work/pkg/captf-$version.tgz" "dist/chart/captf-$version.tgz"
 rendered="$("$tools_bin/helm" template captf "dist/chart/captf-$version.tgz" --namespace captf-system)"
@@ -245,20 +257,17 @@ for name in controller webhook runner; do
     die "the packaged chart does not render $repo/$name@${digest[$name]}"
 done
 
-# ---- the clusterctl repository ---------------------------------------------------------------
-out="dist/clusterctl/infrastructure-terraform/v$version"
-mkdir -p "$out"
-for f in "$clusterctl_dir"/*.yaml; do
-  sed -e "s#ghcr.io/captf/controller:$version#$repo/controller@${digest[controller]}#g" \
-    -e "s#ghcr.io/captf/webhook:$version#$repo/webhook@${digest[webhook]}#g" \
-    -e "s#ghcr.io/captf/runner:$version#$repo/runner@${digest[runner]}#g" "$f" >"$out/$(basename "$f")"
-done
 for name in controller webhook runner; do
   grep -qF "$repo/$name@${digest[$name]}" "$out/infrastructure-components.yaml" ||
-    die "$clusterctl_dir/infrastructure-components.yaml names no ghcr.io/captf/$name:$version to pin"
+    die "$clusterctl_dir/infrastructure-components.yaml does not name the chart's default $name image, so it cannot be pinned (regenerate it: cargo run -p captf-chart-tests --bin captf-components)"
 done
 
 # ---- checksums -------------------------------------------------------------------------------
 (cd dist && find . -type f ! -name SHA256SUMS | sed 's#^\./##' | LC_ALL=C sort | xargs sha256sum >SHA256SUMS)
 echo "release: dist/ for CAPTF $version:" >&2
 cat dist/images/images.txt >&2
+if bash scripts/release/pin.sh --check dist 2>/dev/null; then
+  echo "release: the committed chart and clusterctl defaults are these images" >&2
+else
+  echo "release: the committed chart and clusterctl defaults are not these images; for a release commit, run scripts/release/pin.sh and commit its change alone" >&2
+fi

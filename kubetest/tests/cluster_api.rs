@@ -39,10 +39,12 @@ const NODE: &str = "cluster-api";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
 const CAPTF_VERSION: &str = "v0.1.0";
 const NAMESPACE: &str = "default";
-/// The images of the chart's defaults, which the kubelet maps when CAPTF is installed by Helm.
-const CHART_CONTROLLER_IMAGE: &str = "ghcr.io/captf/controller:0.1.0";
-const CHART_WEBHOOK_IMAGE: &str = "ghcr.io/captf/webhook:0.1.0";
-const CHART_RUNNER_IMAGE: &str = "ghcr.io/captf/runner:0.1.0";
+
+/// The image the chart's defaults name for a component (by tag, or by digest on a release
+/// commit), which the kubelet maps when CAPTF is installed by Helm.
+fn chart_image(component: &str) -> String {
+    captf_chart_tests::default_image(component).unwrap_or_else(|e| panic!("{e}"))
+}
 
 /// The tests here take turns: each runs one or two whole management clusters (a control plane,
 /// Cluster API's manager, CAPTF, real OpenTofu), and several at once on a small machine starve
@@ -295,13 +297,13 @@ impl Management {
         if install == Install::Helm {
             // The chart's images are the workspace's binaries and the runner's image.
             kubelet_options = kubelet_options
-                .image(CHART_RUNNER_IMAGE, image.clone())
+                .image(chart_image("runner"), image.clone())
                 .image(
-                    CHART_CONTROLLER_IMAGE,
+                    chart_image("controller"),
                     ProcessImage::new("/captf-controller").file("/captf-controller", common::controller_binary()),
                 )
                 .image(
-                    CHART_WEBHOOK_IMAGE,
+                    chart_image("webhook"),
                     ProcessImage::new("/captf-webhook")
                         .file("/captf-webhook", common::webhook::binary("captf-webhook")),
                 );

@@ -13,7 +13,12 @@ use std::process::{Command, Output};
 use std::sync::Mutex;
 
 /// The files of the working tree laid over the clone.
-pub const RELEASE_MACHINERY: [&str; 3] = [".gitignore", "scripts/release.sh", "scripts/release/imagetool.py"];
+pub const RELEASE_MACHINERY: [&str; 4] = [
+    ".gitignore",
+    "scripts/release.sh",
+    "scripts/release/imagetool.py",
+    "scripts/release/pin.sh",
+];
 
 /// The workspace root.
 pub fn workspace_root() -> PathBuf {

@@ -1,5 +1,5 @@
-//! `scripts/release.sh` (docs/release.md): two builds of one commit give the same bytes, and the
-//! script refuses what it must, saying why. Every build runs in a clean clone
+//! `scripts/release.sh` (docs/release.md): two builds give the same bytes, also when the second
+//! is of a commit that pins the first's images, and the script refuses what it must, saying why. Every build runs in a clean clone
 //! (`captf_release_tests::clean_clone`); the slow part (a second build, compared with the release
 //! the other tests use) is one test.
 
@@ -7,7 +7,7 @@ use std::path::Path;
 use std::process::Command;
 
 use captf_release_tests::{
-    clean_clone, commit_all, images, release_command, release_prerequisites, run, workspace_version,
+    clean_clone, commit_all, git_out, images, release_command, release_prerequisites, run, workspace_version,
 };
 
 /// Runs release.sh, which must fail; returns its stderr.
@@ -101,31 +101,64 @@ fn release_refuses_a_dirty_tree_a_version_mismatch_and_a_missing_tool() {
     assert_says(&err, &format!("missing pinned tool tofu ({}/tofu)", empty.display()));
 }
 
-/// Two builds of one commit, in two clones at different paths: every file of `dist/` is the same
-/// (so are the image digests), and what the release holds is what docs/release.md says.
+/// Two builds in two clones at different paths: of this tree, and of a commit on it that pins the
+/// first build's images (`scripts/release/pin.sh`, as a release commit does). Every file of
+/// `dist/` is the same (so are the image digests): a build is reproducible, and pinning a
+/// release changes no byte of it, so the pinning commit's chart defaults are the digests its own
+/// release produces. Then what the release holds is what docs/release.md says.
 #[test]
-fn two_builds_of_one_commit_are_identical() {
+fn a_release_is_reproducible_and_its_pinning_commit_builds_the_same_release() {
     if let Some(why) = release_prerequisites() {
         captf_testsupport::cannot_run(why);
         return;
     }
     let version = workspace_version();
     // Build 1: the release of this tree the other tests use (built now from a clean clone, or
-    // kept from earlier in this run); build 2: another clean clone, at another path, built now.
+    // kept from earlier in this run); build 2: another clean clone, at another path, pinned to
+    // build 1 and committed, built now.
     let (first, built) = captf_release_tests::release_dist().unwrap_or_else(|why| panic!("{why}"));
     eprintln!("build 1 at {} (built now: {built})", first.display());
     let tmp = tempfile::tempdir().expect("tempdir");
     let b = tmp.path().join("b/captf");
     clean_clone(&b);
+    let pin = |check: bool, dist: &Path| {
+        let mut c = Command::new("bash");
+        c.current_dir(&b).arg("scripts/release/pin.sh");
+        if check {
+            c.arg("--check");
+        }
+        c.arg(dist).output().expect("bash")
+    };
+    // On a release commit the tree is pinned to build 1 already: then build 2 is of the same commit.
+    if pin(true, &first).status.success() {
+        eprintln!("this tree is pinned to its own release already");
+    } else {
+        let pinned = pin(false, &first);
+        assert!(
+            pinned.status.success(),
+            "pin.sh: {}",
+            String::from_utf8_lossy(&pinned.stderr)
+        );
+        let changed = git_out(&b, &["status", "--porcelain"]);
+        for file in ["charts/captf/values.yaml", "infrastructure-components.yaml"] {
+            assert!(changed.contains(file), "pin.sh did not change {file}: {changed}");
+        }
+        commit_all(&b, "Pin the release's images");
+    }
     let t = std::time::Instant::now();
-    run(&mut release_command(&b, &version));
+    let out = run(&mut release_command(&b, &version));
     eprintln!("release.sh in {} took {:?}", b.display(), t.elapsed());
+    assert!(
+        String::from_utf8_lossy(&out.stderr).contains("the committed chart and clusterctl defaults are these images"),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     let sums = |d: &Path| std::fs::read_to_string(d.join("SHA256SUMS")).expect("SHA256SUMS");
     let (sa, sb) = (sums(&first), sums(&b.join("dist")));
     let (ia, ib) = (images(&first), images(&b.join("dist")));
     eprintln!("images of build 1: {ia:#?}\nimages of build 2: {ib:#?}");
-    assert_eq!(ia, ib, "two builds of one commit gave different images");
-    assert_eq!(sa, sb, "two builds of one commit gave different dist/ files");
+    assert_eq!(ia, ib, "the two builds gave different images");
+    assert_eq!(sa, sb, "the two builds gave different dist/ files");
     // Every file, not only the listed sums: the same bytes.
     let diff = Command::new("diff")
         .args(["-r", "--brief"])
@@ -138,6 +171,17 @@ fn two_builds_of_one_commit_are_identical() {
         "the two dist/ differ:\n{}",
         String::from_utf8_lossy(&diff.stdout)
     );
+    // The pinning commit's own chart defaults are its release's: the packaged values.yaml is the
+    // committed one, and pinning again changes nothing.
+    let packaged = Command::new("tar")
+        .current_dir(b.join("dist"))
+        .args(["-xzOf", &format!("chart/captf-{version}.tgz"), "captf/values.yaml"])
+        .output()
+        .expect("tar");
+    let committed = std::fs::read_to_string(b.join("charts/captf/values.yaml")).expect("values.yaml");
+    assert_eq!(String::from_utf8_lossy(&packaged.stdout), committed);
+    let check = pin(true, &b.join("dist"));
+    assert!(check.status.success(), "{}", String::from_utf8_lossy(&check.stderr));
 
     // What the release holds.
     let dist = first.clone();

@@ -19,9 +19,10 @@
   retar    --epoch SECONDS IN.tgz OUT.tgz
       Rewrites a gzip tar (the chart helm packaged) with every time set to SECONDS and owners
       0:0, entries in their order, gzip header without a time.
-  set-image-digests VALUES webhook=sha256:... controller=sha256:... runner=sha256:...
-      Sets `<component>.image.digest` (and `tag`, with --tag) in the chart's values.yaml, line by
-      line, so its comments stay.
+  pin --values VALUES --images IMAGES_TXT --tag VERSION [--check] [FILE...]
+      Points the chart's defaults (`<component>.image.repository`, `tag`, `digest` in values.yaml,
+      rewritten line by line so its comments stay) and every reference to the images they named
+      in FILE at the release's images; --check writes nothing and fails if anything would change.
 """
 
 import argparse
@@ -594,41 +595,97 @@ def retar(args):
 
 
 # ---------------------------------------------------------------------------------------------
-# set-image-digests
+# pin
+
+COMPONENTS = ("webhook", "controller", "runner")
+IMAGE_FIELDS = ("repository", "tag", "digest")
 
 
-def set_image_digests(args):
-    wanted = {}
-    for a in args.digest:
-        component, _, digest = a.partition("=")
-        if not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
-            die(f"not a digest: {a}")
-        wanted[component] = digest
-    with open(args.values) as f:
-        lines = f.read().split("\n")
-    section, in_image, done = None, False, set()
+def chart_images(lines, path):
+    """Each component's image in the chart's values.yaml: {component: {field: (line index, value)}}.
+    values.yaml is read line by line (`<component>:` at the top, `  image:` under it, its fields
+    four spaces in) so that rewriting it keeps its comments."""
+    images, section, in_image = {}, None, False
     for i, line in enumerate(lines):
         top = re.match(r"^([A-Za-z][A-Za-z0-9]*):", line)
         if top:
             section, in_image = top.group(1), False
             continue
-        if section not in wanted:
+        if section not in COMPONENTS:
             continue
         if re.match(r"^  image:\s*$", line):
             in_image = True
             continue
         if re.match(r"^  \S", line):
             in_image = False
-        if in_image and re.match(r"^    digest:", line):
-            lines[i] = f'    digest: "{wanted[section]}"'
-            done.add(section)
-        if in_image and args.tag and re.match(r"^    tag:", line):
-            lines[i] = f'    tag: "{args.tag}"'
-    missing = set(wanted) - done
+        field = re.match(r"^    (repository|tag|digest):\s*(.*?)\s*$", line) if in_image else None
+        if field:
+            value = field.group(2).strip('"').strip("'")
+            images.setdefault(section, {})[field.group(1)] = (i, value)
+    for component in COMPONENTS:
+        missing = [f for f in IMAGE_FIELDS if f not in images.get(component, {})]
+        if missing:
+            die(f"{path} has no {', '.join(f'{component}.image.{f}' for f in missing)}")
+    return images
+
+
+def reference(image):
+    """What the chart's `captf.image` renders: repository@digest when a digest is set, else repository:tag."""
+    repository, tag, digest = (image[f][1] for f in IMAGE_FIELDS)
+    return f"{repository}@{digest}" if digest else f"{repository}:{tag}"
+
+
+def built_images(path):
+    """{name: (repository, digest)} from a release's images/images.txt."""
+    built = {}
+    with open(path) as f:
+        for n, line in enumerate(f, 1):
+            fields = line.split()
+            if not fields:
+                continue
+            repository, _, digest = fields[1].partition("@") if len(fields) > 1 else ("", "", "")
+            if fields[0] not in COMPONENTS or not repository or not re.fullmatch(r"sha256:[0-9a-f]{64}", digest):
+                die(f"{path}:{n}: not '<webhook|controller|runner> <repository>@sha256:<64 hex> ...': {line.strip()}")
+            built[fields[0]] = (repository, digest)
+    missing = [c for c in COMPONENTS if c not in built]
     if missing:
-        die(f"no <component>.image.digest in {args.values} for {', '.join(sorted(missing))}")
-    with open(args.values, "w") as f:
-        f.write("\n".join(lines))
+        die(f"{path} lists no image for {', '.join(missing)}")
+    return built
+
+
+def pin(args):
+    """Points the chart's defaults (values.yaml: repository, tag and digest of each image) and every
+    reference to them in FILES at a release's images. With --check, writes nothing and fails if
+    anything would change."""
+    built = built_images(args.images)
+    with open(args.values) as f:
+        text = f.read()
+    lines = text.split("\n")
+    images = chart_images(lines, args.values)
+    old = {c: reference(images[c]) for c in COMPONENTS}
+    for c in COMPONENTS:
+        repository, digest = built[c]
+        for field, value in (("repository", repository), ("tag", f'"{args.tag}"'), ("digest", f'"{digest}"')):
+            lines[images[c][field][0]] = f"    {field}: {value}"
+    new = {c: f"{built[c][0]}@{built[c][1]}" for c in COMPONENTS}
+    changes = {args.values: "\n".join(lines)} if "\n".join(lines) != text else {}
+    for path in args.files:
+        with open(path) as f:
+            before = f.read()
+        after = before
+        for c in COMPONENTS:
+            after = after.replace(old[c], new[c])
+        if after != before:
+            changes[path] = after
+    for c in COMPONENTS:
+        print(f"{c}: {old[c]}" + (f" -> {new[c]}" if old[c] != new[c] else " (unchanged)"), file=sys.stderr)
+    if args.check:
+        if changes:
+            die(f"not pinned to {args.images}: {', '.join(sorted(changes))} would change")
+        return
+    for path, content in changes.items():
+        with open(path, "w") as f:
+            f.write(content)
 
 
 def main():
@@ -661,12 +718,14 @@ def main():
     r.add_argument("--epoch", type=int, required=True)
     r.add_argument("input")
     r.add_argument("output")
-    v = sub.add_parser("set-image-digests")
-    v.add_argument("--tag")
-    v.add_argument("values")
-    v.add_argument("digest", nargs="+")
+    v = sub.add_parser("pin")
+    v.add_argument("--values", required=True, help="the chart's values.yaml")
+    v.add_argument("--images", required=True, help="a release's images/images.txt")
+    v.add_argument("--tag", required=True, help="the release's version")
+    v.add_argument("--check", action="store_true", help="write nothing; fail if anything would change")
+    v.add_argument("files", nargs="*", help="more files whose references to the chart's images follow")
     args = p.parse_args()
-    {"debroot": debroot, "image": image, "sbom": sbom, "retar": retar, "set-image-digests": set_image_digests}[
+    {"debroot": debroot, "image": image, "sbom": sbom, "retar": retar, "pin": pin}[
         args.cmd
     ](args)
 

@@ -15,11 +15,11 @@
 //! ServiceAccount and Role itself.
 
 use std::collections::BTreeMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use serde_json::{Value, json};
 
-use crate::{Rendered, ToolError, helm_template_release, parse_documents, workspace_root};
+use crate::{Rendered, ToolError, helm_template_chart, parse_documents, workspace_root};
 
 /// The provider's clusterctl name (`infrastructure-<name>`), as the provider label's value and
 /// the repository folder.
@@ -40,14 +40,33 @@ pub const METADATA_FILE: &str = "metadata.yaml";
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
     pub name: &'static str,
-    pub default: &'static str,
+    pub default: Default,
     pub doc: &'static str,
 }
 
+/// A variable's default.
+#[derive(Clone, Copy, Debug)]
+pub enum Default {
+    /// This text.
+    Text(&'static str),
+    /// The image the chart's defaults name for this component ([`crate::default_image`]): by tag,
+    /// or by digest once a release has pinned it, so the components file and the chart always
+    /// name the same images.
+    ChartImage(&'static str),
+}
+
 impl Variable {
-    /// `${NAME:=default}`.
-    pub fn reference(&self) -> String {
-        format!("${{{}:={}}}", self.name, self.default)
+    /// The default's text, for the chart at `chart`.
+    pub fn default_value(&self, chart: &Path) -> Result<String, GenerateError> {
+        match self.default {
+            Default::Text(text) => Ok(text.to_string()),
+            Default::ChartImage(component) => crate::default_image_of(chart, component).map_err(GenerateError::Values),
+        }
+    }
+
+    /// `${NAME:=default}`, for the chart at `chart`.
+    pub fn reference(&self, chart: &Path) -> Result<String, GenerateError> {
+        Ok(format!("${{{}:={}}}", self.name, self.default_value(chart)?))
     }
 }
 
@@ -55,62 +74,59 @@ impl Variable {
 pub const VARIABLES: [Variable; 10] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
-        default: "ghcr.io/captf/controller:0.1.0",
+        default: Default::ChartImage("controller"),
         doc: "the controller image",
     },
     Variable {
         name: "CAPTF_WEBHOOK_IMAGE",
-        default: "ghcr.io/captf/webhook:0.1.0",
+        default: Default::ChartImage("webhook"),
         doc: "the webhook image",
     },
     Variable {
         name: "CAPTF_RUNNER_IMAGE",
-        default: "ghcr.io/captf/runner:0.1.0",
+        default: Default::ChartImage("runner"),
         doc: "the runner image of Jobs, which a spec may always name (--runner-image of the controller and the webhook)",
     },
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
-        default: "\"\"",
+        default: Default::Text("\"\""),
         doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
     },
     Variable {
         name: "CAPTF_WATCH_FILTER",
-        default: "\"\"",
+        default: Default::Text("\"\""),
         doc: "Cluster API's watch filter (--watch-filter): serve only the objects labelled cluster.x-k8s.io/watch-filter=<value>; empty: every object",
     },
     Variable {
         name: "CAPTF_LOG_LEVEL",
-        default: "info",
+        default: Default::Text("info"),
         doc: "RUST_LOG of the controller and the webhook (e.g. debug, or info,captf_controller=debug)",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
-        default: "\"\"",
+        default: Default::Text("\"\""),
         doc: "the runner pods' ServiceAccount, which a spec may always name (--runner-service-account of the controller and the webhook); empty: each object's own",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
-        default: "\"\"",
+        default: Default::Text("\"\""),
         doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS",
-        default: "0",
+        default: Default::Text("0"),
         doc: "runner Jobs running at once in all namespaces together (--max-running-jobs); 0: no limit",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
-        default: "10",
+        default: Default::Text("10"),
         doc: "runner Jobs running at once in each namespace (--max-running-jobs-per-namespace); 0: no limit",
     },
 ];
 
-fn variable(name: &str) -> String {
-    VARIABLES
-        .iter()
-        .find(|v| v.name == name)
-        .map(Variable::reference)
-        .unwrap_or_default()
+/// Every variable's `${NAME:=default}`, by name, for the chart at `chart`.
+fn references(chart: &Path) -> Result<BTreeMap<&'static str, String>, GenerateError> {
+    VARIABLES.iter().map(|v| Ok((v.name, v.reference(chart)?))).collect()
 }
 
 /// `clusterctl/infrastructure-terraform/v<chart version>/`.
@@ -159,6 +175,8 @@ pub enum GenerateError {
     },
     #[error("{file} has no string field {field}")]
     Field { file: &'static str, field: &'static str },
+    #[error("{0}")]
+    Values(String),
     #[error("the chart rendered no {what}")]
     Missing { what: String },
 }
@@ -180,18 +198,29 @@ pub fn generate() -> Result<Vec<(PathBuf, String)>, GenerateError> {
 
 /// The components file's text.
 pub fn components_yaml() -> Result<String, GenerateError> {
-    let rendered = helm_template_release(
+    components_yaml_of(&crate::chart_dir())
+}
+
+/// The components file's text, of the chart at `chart` (a scratch copy).
+pub fn components_yaml_of(chart: &Path) -> Result<String, GenerateError> {
+    let rendered = helm_template_chart(
         RELEASE,
+        chart,
         &["--include-crds", "--set", "controller.watchAllNamespaces=true"],
     )?;
-    let docs = components(&rendered)?;
+    let docs = components(&rendered, chart)?;
     let mut out = String::from(
         "# Generated from charts/captf by `cargo run -p captf-chart-tests --bin captf-components`. Do not edit.\n",
     );
     // No variable syntax in comments: clusterctl lists every reference in the raw text.
     out.push_str("# clusterctl variables:\n");
     for v in VARIABLES {
-        out.push_str(&format!("#   {}: {} (default: {})\n", v.name, v.doc, v.default));
+        out.push_str(&format!(
+            "#   {}: {} (default: {})\n",
+            v.name,
+            v.doc,
+            v.default_value(chart)?
+        ));
     }
     for doc in docs {
         out.push_str("---\n");
@@ -203,9 +232,9 @@ pub fn components_yaml() -> Result<String, GenerateError> {
     Ok(out)
 }
 
-/// The components' documents, from the chart rendered with `--include-crds` and the controller
-/// bound in every namespace.
-pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
+/// The components' documents, from the chart at `chart` rendered with `--include-crds` and the
+/// controller bound in every namespace.
+pub fn components(rendered: &Rendered, chart: &Path) -> Result<Vec<Value>, GenerateError> {
     let namespace = json!({
         "apiVersion": "v1",
         "kind": "Namespace",
@@ -224,6 +253,7 @@ pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
     }
     docs.extend(crds.into_iter().cloned());
     docs.extend(rest.into_iter().cloned());
+    let vars = references(chart)?;
     let mut found_manager = false;
     for doc in &mut docs {
         relabel(&mut doc["metadata"]);
@@ -235,7 +265,7 @@ pub fn components(rendered: &Rendered) -> Result<Vec<Value>, GenerateError> {
             if let Some(containers) = doc["spec"]["template"]["spec"]["containers"].as_array_mut() {
                 for c in containers {
                     found_manager |= c["name"] == "manager";
-                    set_variables(c);
+                    set_variables(c, &vars);
                 }
             }
         }
@@ -286,7 +316,8 @@ fn relabel(metadata: &mut Value) {
 
 /// Images, the watch namespace and filter, the runner's image and service account, the runner Job
 /// limits and the log level become clusterctl variables.
-fn set_variables(container: &mut Value) {
+fn set_variables(container: &mut Value, vars: &BTreeMap<&'static str, String>) {
+    let variable = |name: &str| vars.get(name).cloned().unwrap_or_default();
     let image = match container["name"].as_str() {
         Some("manager") => Some(variable("CAPTF_CONTROLLER_IMAGE")),
         Some("webhook") => Some(variable("CAPTF_WEBHOOK_IMAGE")),

@@ -112,6 +112,36 @@ pub fn chart_dir() -> PathBuf {
     workspace_root().join("charts/captf")
 }
 
+/// The image reference the chart's defaults name for `component` (`webhook`, `controller` or
+/// `runner`), as its `captf.image` template renders it: `repository@digest` once a release has
+/// pinned the digest into `values.yaml` (`scripts/release/pin.sh`), else `repository:tag`.
+pub fn default_image(component: &str) -> Result<String, String> {
+    default_image_of(&chart_dir(), component)
+}
+
+/// [`default_image`] of the chart at `chart` (a scratch copy).
+pub fn default_image_of(chart: &Path, component: &str) -> Result<String, String> {
+    let path = chart.join("values.yaml");
+    let text = std::fs::read_to_string(&path).map_err(|e| format!("cannot read {}: {e}", path.display()))?;
+    let values: Value = serde_yaml_ng::from_str(&text).map_err(|e| format!("{} is not YAML: {e}", path.display()))?;
+    let image = &values[component]["image"];
+    let field = |name: &str| image[name].as_str().unwrap_or_default();
+    let repository = field("repository");
+    if repository.is_empty() {
+        return Err(format!("{} has no {component}.image.repository", path.display()));
+    }
+    Ok(match (field("digest"), field("tag")) {
+        ("", "") => {
+            return Err(format!(
+                "{} has neither {component}.image.digest nor tag",
+                path.display()
+            ));
+        }
+        ("", tag) => format!("{repository}:{tag}"),
+        (digest, _) => format!("{repository}@{digest}"),
+    })
+}
+
 /// `examples/`.
 pub fn examples_dir() -> PathBuf {
     workspace_root().join("examples")

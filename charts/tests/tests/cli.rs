@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use captf_chart_tests::{helm_template, strings};
+use captf_chart_tests::{default_image, helm_template, strings};
 use clap::Parser;
 
 fn args_of(extra: &[&str], deployment: &str) -> Vec<String> {
@@ -28,7 +28,7 @@ fn controller_accepts_the_charts_arguments_with_leader_election_on() {
     let run = parse_controller(&args_of(&[], "captf-controller"));
     assert!(run.leader_elect);
     assert_eq!(run.watch_namespaces(), ["captf-system"], "the release namespace");
-    assert_eq!(run.policy.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.policy.runner_image, default_image("runner").unwrap());
     assert_eq!(run.metrics_addr.port(), 8080);
     assert_eq!(run.health_addr.port(), 8081);
     assert_eq!(run.concurrency, 4);
@@ -155,7 +155,12 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
     assert_eq!(from_webhook, from_controller);
     assert_eq!(
         from_controller.runner_image_prefixes,
-        ["registry.corp/captf/runner:0.1.0", "registry.corp/"]
+        [
+            default_image("runner")
+                .unwrap()
+                .replacen("ghcr.io/captf/runner", "registry.corp/captf/runner", 1),
+            "registry.corp/".to_string()
+        ]
     );
     assert_eq!(from_controller.runner_service_accounts, ["runners", "deployer"]);
     assert!(!from_controller.env_from_secrets);
@@ -175,7 +180,7 @@ fn by_default_only_the_charts_runner_image_may_be_named_and_no_service_account()
         p,
         "the webhook's is the same"
     );
-    assert_eq!(p.runner_image_prefixes, ["ghcr.io/captf/runner:0.1.0"]);
+    assert_eq!(p.runner_image_prefixes, [default_image("runner").unwrap()]);
     assert_eq!(p.runner_service_accounts, Vec::<String>::new());
     assert!(p.env_from_secrets);
     assert!(p.variables_from_secrets, "variablesFrom may read Secrets by default");

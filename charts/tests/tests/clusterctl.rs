@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 use captf_chart_tests::clusterctl::{
     self, COMPONENTS_FILE, METADATA_FILE, PROVIDER, PROVIDER_LABEL, TARGET_NAMESPACE, VARIABLES,
 };
-use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, kubernetes_validate, strings, workspace_root};
+use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, default_image, kubernetes_validate, strings, workspace_root};
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -141,7 +141,7 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
         run.watch_namespaces().is_empty(),
         "an empty --namespace watches all namespaces"
     );
-    assert_eq!(run.policy.runner_image, "ghcr.io/captf/runner:0.1.0");
+    assert_eq!(run.policy.runner_image, default_image("runner").unwrap());
     assert_eq!(run.policy.runner_service_account, "", "each object's own account");
     // With the variables set.
     let values = BTreeMap::from([
@@ -221,11 +221,12 @@ fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
         strings(&c["args"])
     };
     let args = webhook_args(&components());
+    let chart_runner = default_image("runner").unwrap();
     for want in [
-        "--runner-image=${CAPTF_RUNNER_IMAGE:=ghcr.io/captf/runner:0.1.0}",
-        "--runner-service-account=${CAPTF_RUNNER_SERVICE_ACCOUNT:=\"\"}",
+        format!("--runner-image=${{CAPTF_RUNNER_IMAGE:={chart_runner}}}"),
+        "--runner-service-account=${CAPTF_RUNNER_SERVICE_ACCOUNT:=\"\"}".to_string(),
     ] {
-        assert!(args.iter().any(|a| a == want), "{want} missing from {args:?}");
+        assert!(args.contains(&want), "{want} missing from {args:?}");
     }
     for values in [
         BTreeMap::new(),
@@ -241,10 +242,7 @@ fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
         assert_eq!(webhook.serve.policy, run.policy, "{values:?}");
         let policy = webhook.serve.to_config().unwrap().policy;
         assert_eq!(policy, run.policy.to_policy(), "{values:?}");
-        let image = values
-            .get("CAPTF_RUNNER_IMAGE")
-            .copied()
-            .unwrap_or("ghcr.io/captf/runner:0.1.0");
+        let image = values.get("CAPTF_RUNNER_IMAGE").copied().unwrap_or(&chart_runner);
         assert_eq!(policy.runner_image_prefixes, [image], "{values:?}");
     }
 }
@@ -435,4 +433,73 @@ fn metadata_matches_the_real_clusterctl_metadata_crd_schema() {
         format!("{}/v1alpha3", crd["spec"]["group"].as_str().unwrap())
     );
     assert_eq!(metadata["kind"], crd["spec"]["names"]["kind"]);
+}
+
+/// A release commit pins the chart's default images and the components' ones together
+/// (`scripts/release/pin.sh`): the components file it writes is what the generator makes of the
+/// pinned chart, so the freshness check above holds on a release commit too, and the chart and
+/// clusterctl name the same images.
+#[test]
+fn pinning_a_release_keeps_the_components_file_generated_from_the_chart() {
+    let tmp = tempfile::tempdir().unwrap();
+    let chart = tmp.path().join("captf");
+    let copied = std::process::Command::new("cp")
+        .arg("-a")
+        .arg(captf_chart_tests::chart_dir())
+        .arg(&chart)
+        .status()
+        .unwrap();
+    assert!(copied.success());
+    let components = tmp.path().join(COMPONENTS_FILE);
+    std::fs::write(&components, committed(COMPONENTS_FILE)).unwrap();
+    let digest = |c: char| format!("sha256:{}", c.to_string().repeat(64));
+    let images = tmp.path().join("images.txt");
+    std::fs::write(
+        &images,
+        format!(
+            "controller registry.example/captf/controller@{} 1 2\nwebhook registry.example/captf/webhook@{} 1 2\n\
+             runner registry.example/captf/runner@{} 1 2\n",
+            digest('a'),
+            digest('b'),
+            digest('c')
+        ),
+    )
+    .unwrap();
+    let version = clusterctl::chart_version().unwrap();
+    let pin = std::process::Command::new("python3")
+        .arg(workspace_root().join("scripts/release/imagetool.py"))
+        .arg("pin")
+        .arg("--values")
+        .arg(chart.join("values.yaml"))
+        .arg("--images")
+        .arg(&images)
+        .args(["--tag", &version])
+        .arg(&components)
+        .output()
+        .unwrap();
+    assert!(pin.status.success(), "{}", String::from_utf8_lossy(&pin.stderr));
+
+    let pinned = std::fs::read_to_string(&components).unwrap();
+    assert_eq!(
+        pinned,
+        clusterctl::components_yaml_of(&chart).unwrap(),
+        "the pinned components file is not what the generator makes of the pinned chart"
+    );
+    for (component, c) in [("controller", 'a'), ("webhook", 'b'), ("runner", 'c')] {
+        let want = format!("registry.example/captf/{component}@{}", digest(c));
+        assert_eq!(captf_chart_tests::default_image_of(&chart, component).unwrap(), want);
+        assert!(pinned.contains(&want), "the components do not name {want}");
+    }
+    assert!(
+        !pinned.contains("ghcr.io/captf/"),
+        "an image reference was left unpinned"
+    );
+    // The chart renders the pinned images, and nothing by tag.
+    let rendered = captf_chart_tests::helm_template_chart("captf", &chart, &[]).unwrap();
+    assert!(
+        rendered
+            .yaml
+            .contains(&format!("registry.example/captf/runner@{}", digest('c')))
+    );
+    assert!(!rendered.yaml.contains("ghcr.io/captf/"));
 }

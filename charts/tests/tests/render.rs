@@ -201,9 +201,10 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
     let d = r.get("Deployment", "captf-controller").unwrap();
     let c = &d["spec"]["template"]["spec"]["containers"][0];
     let args = captf_chart_tests::strings(&c["args"]);
+    let runner = format!("--runner-image={}", captf_chart_tests::default_image("runner").unwrap());
     for want in [
         "--leader-elect",
-        "--runner-image=ghcr.io/captf/runner:0.1.0",
+        &runner,
         "--metrics-addr=0.0.0.0:8080",
         "--health-addr=0.0.0.0:8081",
         "--concurrency=4",
@@ -216,6 +217,10 @@ fn controller_runs_with_leader_election_and_the_pinned_runner_image() {
     assert!(
         args.iter().any(|a| a == "--namespace=captf-system"),
         "the release namespace by default: {args:?}"
+    );
+    assert_eq!(
+        c["image"].as_str(),
+        Some(captf_chart_tests::default_image("controller").unwrap().as_str())
     );
     assert_eq!(c["readinessProbe"]["httpGet"]["path"], "/readyz");
     assert_eq!(c["livenessProbe"]["httpGet"]["path"], "/healthz");

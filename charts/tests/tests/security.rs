@@ -58,7 +58,7 @@ fn every_container_has_requests_and_a_memory_limit() {
 }
 
 #[test]
-fn images_are_pinned_to_the_chart_app_version_by_default() {
+fn images_are_pinned_to_the_chart_app_version_or_a_release_digest_by_default() {
     let r = helm_template(&[]).unwrap();
     let chart: Value =
         serde_yaml_ng::from_str(&std::fs::read_to_string(captf_chart_tests::chart_dir().join("Chart.yaml")).unwrap())
@@ -81,10 +81,28 @@ fn images_are_pinned_to_the_chart_app_version_by_default() {
         4,
         "webhook, controller, and the runner (--runner-image of both): {images:?}"
     );
+    // By tag, the chart's appVersion; or, on a release commit, by the digest the release built.
     for image in images {
-        let (_, tag) = image.rsplit_once(':').unwrap();
-        assert_eq!(tag, version, "{image}");
+        match image.split_once('@') {
+            Some((_, digest)) => {
+                let hex = digest.strip_prefix("sha256:").unwrap_or_default();
+                assert!(
+                    hex.len() == 64 && hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()),
+                    "{image}"
+                );
+            }
+            None => assert_eq!(image.rsplit_once(':').unwrap().1, version, "{image}"),
+        }
     }
+    // The tags stay the appVersion when digests are pinned.
+    for component in ["webhook", "controller", "runner"] {
+        assert_eq!(chart_values()[component]["image"]["tag"], version, "{component}");
+    }
+}
+
+fn chart_values() -> Value {
+    serde_yaml_ng::from_str(&std::fs::read_to_string(captf_chart_tests::chart_dir().join("values.yaml")).unwrap())
+        .unwrap()
 }
 
 #[test]
