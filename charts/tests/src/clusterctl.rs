@@ -40,13 +40,13 @@ pub const METADATA_FILE: &str = "metadata.yaml";
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
     pub name: &'static str,
-    pub default: Default,
+    pub default: DefaultValue,
     pub doc: &'static str,
 }
 
 /// A variable's default.
 #[derive(Clone, Copy, Debug)]
-pub enum Default {
+pub enum DefaultValue {
     /// This text.
     Text(&'static str),
     /// The image the chart's defaults name for this component ([`crate::default_image`]): by tag,
@@ -59,8 +59,10 @@ impl Variable {
     /// The default's text, for the chart at `chart`.
     pub fn default_value(&self, chart: &Path) -> Result<String, GenerateError> {
         match self.default {
-            Default::Text(text) => Ok(text.to_string()),
-            Default::ChartImage(component) => crate::default_image_of(chart, component).map_err(GenerateError::Values),
+            DefaultValue::Text(text) => Ok(text.to_string()),
+            DefaultValue::ChartImage(component) => {
+                crate::default_image_of(chart, component).map_err(GenerateError::Values)
+            }
         }
     }
 
@@ -74,52 +76,52 @@ impl Variable {
 pub const VARIABLES: [Variable; 10] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
-        default: Default::ChartImage("controller"),
+        default: DefaultValue::ChartImage("controller"),
         doc: "the controller image",
     },
     Variable {
         name: "CAPTF_WEBHOOK_IMAGE",
-        default: Default::ChartImage("webhook"),
+        default: DefaultValue::ChartImage("webhook"),
         doc: "the webhook image",
     },
     Variable {
         name: "CAPTF_RUNNER_IMAGE",
-        default: Default::ChartImage("runner"),
+        default: DefaultValue::ChartImage("runner"),
         doc: "the runner image of Jobs, which a spec may always name (--runner-image of the controller and the webhook)",
     },
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
-        default: Default::Text("\"\""),
+        default: DefaultValue::Text("\"\""),
         doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
     },
     Variable {
         name: "CAPTF_WATCH_FILTER",
-        default: Default::Text("\"\""),
+        default: DefaultValue::Text("\"\""),
         doc: "Cluster API's watch filter (--watch-filter): serve only the objects labelled cluster.x-k8s.io/watch-filter=<value>; empty: every object",
     },
     Variable {
         name: "CAPTF_LOG_LEVEL",
-        default: Default::Text("info"),
+        default: DefaultValue::Text("info"),
         doc: "RUST_LOG of the controller and the webhook (e.g. debug, or info,captf_controller=debug)",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
-        default: Default::Text("\"\""),
+        default: DefaultValue::Text("\"\""),
         doc: "the runner pods' ServiceAccount, which a spec may always name (--runner-service-account of the controller and the webhook); empty: each object's own",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
-        default: Default::Text("\"\""),
+        default: DefaultValue::Text("\"\""),
         doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS",
-        default: Default::Text("0"),
+        default: DefaultValue::Text("0"),
         doc: "runner Jobs running at once in all namespaces together (--max-running-jobs); 0: no limit",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
-        default: Default::Text("10"),
+        default: DefaultValue::Text("10"),
         doc: "runner Jobs running at once in each namespace (--max-running-jobs-per-namespace); 0: no limit",
     },
 ];
