@@ -231,6 +231,8 @@ async fn workstation_lock_reports_state_locked_and_is_never_unlocked() -> Result
             .contains("Lease default/lock-tfstate-default-ws-tc")
     );
     bind_to_object(&env, "coordination.k8s.io/leases", "lock-tfstate-default-ws-tc", "ws")?;
+    // The hold's retry is set when its pass ends: move the clock only once the pass has ended.
+    env.until_idle().await?;
     env.advance(30);
     let j1 = env.job(k, "ws", Op::Apply, 1).await?;
     assert!(annotations(&j1).get("captf.io/force-unlock").is_none());

@@ -572,8 +572,9 @@ async fn real_runner_a_workstation_holding_the_lock_is_reported_as_state_locked_
         "lock-tfstate-default-prod-eu-tc",
         "prod-eu",
     )?;
-    env.advance(30);
-    let j1 = env.job(Kind::TerraformCluster, "prod-eu", Op::Apply, 1).await?;
+    // The hold is retried after a simulated delay; a pass still finishing when the clock moved
+    // would set its retry after the move, so wait for quiet before each step of the clock.
+    let j1 = real.advance_until_job("prod-eu", Op::Apply, 1).await?;
     assert!(annotations(&j1).get("captf.io/force-unlock").is_none());
     // The runner waits its lock timeout (real time, 2s) and fails; the controller names the holder.
     real.booked(job_name(&j1), "failed").await?;
