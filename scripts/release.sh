@@ -108,9 +108,9 @@ tofu_version="$(env -u TF_CLI_CONFIG_FILE TF_CLI_CONFIG_FILE=/dev/null "$tools_b
 
 # ---- inputs ----------------------------------------------------------------------------------
 # The files scripts/release/pin.sh writes (the chart's default images and the references to them
-# in the clusterctl files and the examples) go into no image: a commit that only pins a release's digests changes no byte
-# of the release. So the images' revision and every time in the release come from the newest
-# commit that changed anything else.
+# in the clusterctl files and the examples) go into no image: a commit that only pins a
+# release's digests changes no byte of the release. So the images' revision and every time in
+# the release come from the newest commit that changed anything else.
 mapfile -t pinned < <(bash scripts/release/pin.sh --files)
 commit="$(git log -1 --format=%H -- . "${pinned[@]/#/:(exclude)}")"
 [ -n "$commit" ] || die "no commit changed anything but ${pinned[*]}"

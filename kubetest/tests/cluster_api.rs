@@ -40,12 +40,6 @@ const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
 const CAPTF_VERSION: &str = "v0.1.0";
 const NAMESPACE: &str = "default";
 
-/// The image the chart's defaults name for a component (by tag, or by digest on a release
-/// commit), which the kubelet maps when CAPTF is installed by Helm.
-fn chart_image(component: &str) -> String {
-    captf_chart_tests::default_image(component).unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// The tests here take turns: each runs one or two whole management clusters (a control plane,
 /// Cluster API's manager, CAPTF, real OpenTofu), and several at once on a small machine starve
 /// each other's webhooks into timeouts, which Cluster API answers with its growing backoff.
@@ -297,13 +291,13 @@ impl Management {
         if install == Install::Helm {
             // The chart's images are the workspace's binaries and the runner's image.
             kubelet_options = kubelet_options
-                .image(chart_image("runner"), image.clone())
+                .image(common::chart::default_image("runner"), image.clone())
                 .image(
-                    chart_image("controller"),
+                    common::chart::default_image("controller"),
                     ProcessImage::new("/captf-controller").file("/captf-controller", common::controller_binary()),
                 )
                 .image(
-                    chart_image("webhook"),
+                    common::chart::default_image("webhook"),
                     ProcessImage::new("/captf-webhook")
                         .file("/captf-webhook", common::webhook::binary("captf-webhook")),
                 );

@@ -32,12 +32,6 @@ use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
 const PATIENCE: Duration = Duration::from_secs(240);
 const RELEASE_NAMESPACE: &str = "captf-system";
 
-/// The image the chart's defaults name for a component (by tag, or by digest on a release
-/// commit): what the kubelet maps to the workspace's files.
-fn chart_image(component: &str) -> String {
-    captf_chart_tests::default_image(component).unwrap_or_else(|e| panic!("{e}"))
-}
-
 /// Waits (wall time) until `probe` gives a value, failing with `what` and `context()`.
 async fn until<T, F, Fut>(what: &str, context: impl Fn() -> String, mut probe: F) -> T
 where
@@ -149,13 +143,13 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     let _kubelet = cp
         .start_kubelet(
             cp.kubelet_options("helm", root.path())
-                .image(chart_image("runner"), runner.image.clone())
+                .image(common::chart::default_image("runner"), runner.image.clone())
                 .image(
-                    chart_image("controller"),
+                    common::chart::default_image("controller"),
                     ProcessImage::new("/captf-controller").file("/captf-controller", &controller),
                 )
                 .image(
-                    chart_image("webhook"),
+                    common::chart::default_image("webhook"),
                     ProcessImage::new("/captf-webhook").file("/captf-webhook", &webhook),
                 ),
         )

@@ -1,7 +1,7 @@
 //! `scripts/release.sh` (docs/release.md): two builds give the same bytes, also when the second
-//! is of a commit that pins the first's images, and the script refuses what it must, saying why. Every build runs in a clean clone
-//! (`captf_release_tests::clean_clone`); the slow part (a second build, compared with the release
-//! the other tests use) is one test.
+//! is of a commit that pins the first's images, and the script refuses what it must, saying why.
+//! Every build runs in a clean clone (`captf_release_tests::clean_clone`); the slow part (a second
+//! build, compared with the release the other tests use) is one test.
 
 use std::path::Path;
 use std::process::Command;

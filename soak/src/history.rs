@@ -249,7 +249,6 @@ fn annotation<'a>(v: &'a Value, key: &str) -> Option<&'a str> {
         .and_then(Value::as_str)
 }
 
-/// The condition `type_` of `v` when it is `True`, with its reason.
 /// The condition of this type in an object's status, if any.
 pub(crate) fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value> {
     status
@@ -259,6 +258,7 @@ pub(crate) fn condition<'a>(status: &'a Value, type_: &str) -> Option<&'a Value>
         .find(|c| c["type"] == type_)
 }
 
+/// The condition `type_` of `v` when it is `True`, with its reason.
 pub(crate) fn condition_true(v: &Value, type_: &str) -> Option<Option<String>> {
     v.pointer("/status/conditions")?
         .as_array()?

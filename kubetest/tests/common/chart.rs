@@ -18,6 +18,12 @@ const PATIENCE: Duration = Duration::from_secs(90);
 /// The chart's controller account (release `captf`).
 pub const CONTROLLER: &str = "captf-controller";
 
+/// The image the chart's defaults name for a component (by tag, or by digest on a release
+/// commit): what the kubelet maps to the workspace's files when the tests install the chart.
+pub fn default_image(component: &str) -> String {
+    captf_chart_tests::default_image(component).unwrap_or_else(|e| panic!("{e}"))
+}
+
 /// The API resource of a document the tests create, by its apiVersion and kind.
 pub fn resource_of(doc: &Value) -> (ApiResource, bool) {
     let api_version = doc["apiVersion"].as_str().unwrap();
