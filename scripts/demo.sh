@@ -9,14 +9,26 @@
 # (root, for the private namespaces a pod gets): this script installs OpenTofu (built from its Go
 # module), Terraform 1.0.3 and the protoc the test provider's build needs with scripts/setup-tools.sh and builds captf-runner
 # and the test provider. If either fails, the demo still runs, with scripted runners, and says why.
+# --serve and --scripted run only scripted runners, so they build and install none of that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet -p captf-webhook -p captf-controller -p captf-demo
 
+case " $* " in
+  *" --serve "* | *" --scripted "*)
+    exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@" ;;
+  *" --runner-image"*)
+    # The released image is unpacked with umoci and gets a static (musl) test provider: the
+    # release's tools, without the real control plane.
+    tools_args=() tools_env=(CAPTF_NO_CONTROL_PLANE=1) ;;
+  *)
+    # Only protoc and the newest OpenTofu.
+    tools_args=(--demo) tools_env=() ;;
+esac
+
 echo "demo.sh: checking the tools for real OpenTofu (scripts/setup-tools.sh)" >&2
 tools_log="$(mktemp)"
-# The demo needs no real control plane: leave its build out.
-if bin="$(CAPTF_NO_CONTROL_PLANE=1 bash scripts/setup-tools.sh 2>"$tools_log")"; then
+if bin="$(env "${tools_env[@]}" bash scripts/setup-tools.sh "${tools_args[@]}" 2>"$tools_log")"; then
   export CAPTF_TOOLS_BIN="$bin"
   if ! cargo build --quiet -p captf-runner -p captf-testprovider --bins; then
     echo "demo.sh: building captf-runner and the test provider failed; the runners will be scripted" >&2

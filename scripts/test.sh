@@ -3,15 +3,41 @@
 # kubectl, kubernetes-validate, Terraform; etcd, kube-apiserver and kube-controller-manager
 # built from their Go modules) into .tools/, then checks formatting and lints, and runs
 # every test of the workspace.
+#
+# At the end it prints where the time went: each set-up step's wall time (tools, fmt, clippy,
+# build) and each test binary's, slowest first (scripts/timetable.py; also kept in
+# target/test-times.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
-bin="$(bash scripts/setup-tools.sh)"
+# Cargo's build directory: unless CARGO_TARGET_DIR says otherwise, a per-user one outside the
+# clone, shared by every clone on the machine, so a fresh clone compiles only the workspace's own
+# crates, not its dependencies again (a fresh machine builds everything, as before). Run one suite
+# at a time on a machine: two at once share the built binaries.
+export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/captf/target}"
+mkdir -p target
+steps="target/test-steps.tsv"
+: >"$steps"
+# timed NAME CMD...: runs CMD and records its wall time under NAME.
+timed() {
+  local name="$1" t0 rc=0
+  shift
+  t0="$(date +%s.%N)"
+  "$@" || rc=$?
+  printf '%s\t%s\n' "$name" "$(awk -v a="$t0" -v b="$(date +%s.%N)" 'BEGIN { printf "%.1f", b - a }')" >>"$steps"
+  return "$rc"
+}
+
+bin="$(timed "tools (scripts/setup-tools.sh)" bash scripts/setup-tools.sh)"
 export PATH="$bin:$PATH"
 export CAPTF_TOOLS_BIN="$bin"
 
 echo "== cargo fmt --check"
-cargo fmt --all -- --check
+timed "cargo fmt --check" cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
-cargo clippy --workspace --all-targets --locked -- -D warnings
+timed "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+echo "== cargo test --no-run (the build)"
+timed "build (cargo test --no-run)" \
+  cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >target/test-artifacts.json
 echo "== cargo test"
-cargo test --workspace --locked
+exec python3 scripts/timetable.py --steps "$steps" --artifacts target/test-artifacts.json \
+  --out target/test-times.txt -- cargo test --workspace --locked

@@ -1,7 +1,7 @@
 //! Helpers of the release tests (docs/release.md): a clean git clone of the workspace to run
 //! `scripts/release.sh` in, what the script needs on this machine, and one release built for
-//! every test that needs its images (kept under `target/captf-release-tests/`, by the tree it
-//! was built from).
+//! every test that needs its images, kept in a per-user cache outside the clone ([`cache_dir`])
+//! by the commit it was built from, so every clone of that commit on the machine shares it.
 //!
 //! The clone is of `HEAD`, with the working tree's release machinery (`.gitignore`, `scripts/release.sh`,
 //! `scripts/release/`) laid over it and committed when it differs, so the script under test is the
@@ -26,6 +26,17 @@ pub fn workspace_root() -> PathBuf {
         .parent()
         .expect("the crate is inside the workspace")
         .to_path_buf()
+}
+
+/// The per-user cache the release tests share between clones: `$CAPTF_CACHE`, else
+/// `$XDG_CACHE_HOME/captf`, else `$HOME/.cache/captf` (the same root as the Go-built parts of
+/// `scripts/build-go-part.sh`); the workspace's `target/` if none of them is set.
+pub fn cache_dir() -> PathBuf {
+    let var = |v: &str| std::env::var_os(v).filter(|d| !d.is_empty()).map(PathBuf::from);
+    var("CAPTF_CACHE")
+        .or_else(|| var("XDG_CACHE_HOME").map(|d| d.join("captf")))
+        .or_else(|| var("HOME").map(|d| d.join(".cache/captf")))
+        .unwrap_or_else(|| workspace_root().join("target"))
 }
 
 /// `$CAPTF_TOOLS_BIN`, else the workspace's `.tools/bin`, as an absolute path.
@@ -135,15 +146,16 @@ pub fn clean_clone(dest: &Path) {
     }
 }
 
-/// `scripts/release.sh VERSION` in `dir`, with the tests' tools and a shared cargo build
-/// directory (warm from one run to the next; the script maps its path out of the binaries).
+/// `scripts/release.sh VERSION` in `dir`, with the tests' tools and a cargo build directory in the
+/// per-user cache, shared by every clone (warm from one run to the next; the script maps its
+/// path out of the binaries, and cargo locks it while a build uses it).
 pub fn release_command(dir: &Path, version: &str) -> Command {
     let mut c = Command::new("bash");
     c.current_dir(dir)
         .arg("scripts/release.sh")
         .arg(version)
         .env("CAPTF_TOOLS_BIN", tools_bin())
-        .env("CARGO_TARGET_DIR", workspace_root().join("target/captf-release"))
+        .env("CARGO_TARGET_DIR", cache_dir().join("release-target"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env_remove("SOURCE_DATE_EPOCH")
         .env_remove("CAPTF_IMAGE_REPOSITORY")
@@ -196,11 +208,14 @@ pub fn images(dist: &Path) -> Vec<Image> {
         .collect()
 }
 
-/// Where a release built from a tree is kept for the tests of this and other crates.
-fn kept_dist(tree: &str) -> PathBuf {
-    workspace_root()
-        .join("target/captf-release-tests")
-        .join(format!("dist-{}", &tree[..16]))
+/// How many releases the cache keeps: the newest by the time they were last used.
+const KEPT_RELEASES: usize = 3;
+
+/// Where the release built from a commit is kept for the tests of this and other crates, and of
+/// other clones. Keyed by the commit, not only its tree: the images' revision label and times
+/// come from the commit.
+fn kept_dist(commit: &str) -> PathBuf {
+    cache_dir().join("releases").join(format!("dist-{}", &commit[..16]))
 }
 
 static BUILD: Mutex<()> = Mutex::new(());
@@ -215,8 +230,10 @@ pub fn release_dist() -> Result<(PathBuf, bool), String> {
     let tmp = tempfile::tempdir().expect("tempdir");
     let clone = tmp.path().join("captf");
     clean_clone(&clone);
-    let kept = kept_dist(&git_out(&clone, &["rev-parse", "HEAD^{tree}"]));
+    let kept = kept_dist(&git_out(&clone, &["rev-parse", "HEAD"]));
     if kept.join("SHA256SUMS").is_file() {
+        // Marks it used, for the pruning below.
+        run(Command::new("touch").arg(&kept));
         return Ok((kept, false));
     }
     run(&mut release_command(&clone, &workspace_version()));
@@ -224,8 +241,24 @@ pub fn release_dist() -> Result<(PathBuf, bool), String> {
     Ok((kept, true))
 }
 
+/// Copies `dist` to `kept` whole or not at all (another clone may read the cache meanwhile), then
+/// drops all but the newest [`KEPT_RELEASES`] releases.
 fn keep(dist: &Path, kept: &Path) {
+    let parent = kept.parent().expect("a parent");
+    std::fs::create_dir_all(parent).expect("mkdir");
+    let partial = parent.join(format!(".partial-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&partial);
+    run(Command::new("cp").arg("-a").arg(dist).arg(&partial));
     let _ = std::fs::remove_dir_all(kept);
-    std::fs::create_dir_all(kept.parent().expect("a parent")).expect("mkdir");
-    run(Command::new("cp").arg("-a").arg(dist).arg(kept));
+    std::fs::rename(&partial, kept).unwrap_or_else(|e| panic!("keep {}: {e}", kept.display()));
+    let mut releases: Vec<(std::time::SystemTime, PathBuf)> = std::fs::read_dir(parent)
+        .expect("the releases cache")
+        .filter_map(Result::ok)
+        .filter(|e| e.file_name().to_string_lossy().starts_with("dist-"))
+        .filter_map(|e| Some((e.metadata().ok()?.modified().ok()?, e.path())))
+        .collect();
+    releases.sort_by_key(|r| std::cmp::Reverse(r.0));
+    for (_, old) in releases.into_iter().skip(KEPT_RELEASES) {
+        let _ = std::fs::remove_dir_all(old);
+    }
 }
