@@ -322,8 +322,12 @@ QyNTUxOQAAACBhbm90aGVyLWtleS1mb3ItdGVzdGluZy1vbmx5LW5vdC1yZWFsAAAAmLk=\n\
                     prop_assert!(!out.contains(line.as_str()), "{:?} left in {:?}", line, out);
                 }
             }
-            let text = format!("x {value} y");
-            prop_assert!(!redact(&text, &masks).contains(&value));
+            // A value under the minimum is not masked at all (two one-character lines are three
+            // characters).
+            if value.len() >= MIN_SECRET_LEN {
+                let text = format!("x {value} y");
+                prop_assert!(!redact(&text, &masks).contains(&value));
+            }
         }
     }
 }
