@@ -146,9 +146,10 @@ pub fn clean_clone(dest: &Path) {
     }
 }
 
-/// `scripts/release.sh VERSION` in `dir`, with the tests' tools and a cargo build directory in the
-/// per-user cache, shared by every clone (warm from one run to the next; the script maps its
-/// path out of the binaries, and cargo locks it while a build uses it).
+/// `scripts/release.sh VERSION` in `dir`, with the tests' tools and, in the per-user cache shared
+/// by every clone, a cargo build directory (warm from one run to the next; the script maps its
+/// path out of the binaries, and cargo locks it while a build uses it) and the downloaded Debian
+/// packages (kept by their SHA-256).
 pub fn release_command(dir: &Path, version: &str) -> Command {
     let mut c = Command::new("bash");
     c.current_dir(dir)
@@ -156,6 +157,7 @@ pub fn release_command(dir: &Path, version: &str) -> Command {
         .arg(version)
         .env("CAPTF_TOOLS_BIN", tools_bin())
         .env("CARGO_TARGET_DIR", cache_dir().join("release-target"))
+        .env("CAPTF_RELEASE_CACHE", cache_dir().join("release-downloads"))
         .env("GIT_CONFIG_NOSYSTEM", "1")
         .env_remove("SOURCE_DATE_EPOCH")
         .env_remove("CAPTF_IMAGE_REPOSITORY")
