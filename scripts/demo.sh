@@ -6,13 +6,14 @@
 # --scripted, --runner-image dist/images/runner.oci.tar).
 #
 # The runner pods run the real captf-runner with real OpenTofu where the machine allows it
-# (root, for the private namespaces a pod gets): this script installs OpenTofu (built from its Go
-# module), Terraform 1.0.3 and the protoc the test provider's build needs with scripts/setup-tools.sh and builds captf-runner
-# and the test provider. If either fails, the demo still runs, with scripted runners, and says why.
+# (root, for the private namespaces a pod gets): this script installs the newest OpenTofu (built
+# from its Go module) and the protoc the test provider's build needs with
+# `scripts/setup-tools.sh --demo`, and builds captf-runner and the test provider. If either fails, the demo still runs, with scripted runners, and says why.
 # --serve and --scripted run only scripted runners, so they build and install none of that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 cargo build --quiet -p captf-webhook -p captf-controller -p captf-demo
+demo="${CARGO_TARGET_DIR:-target}/debug/captf-demo"
 
 # The runner image's archive, if one is named: when it is not there, the demo refuses at once with
 # the reason (exit 2), so there is nothing to install or build for it.
@@ -24,12 +25,12 @@ for arg in "$@"; do
   prev="$arg"
 done
 if [ -n "$image" ] && [ ! -f "$image" ]; then
-  exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@"
+  exec "$demo" "$@"
 fi
 
 case " $* " in
   *" --serve "* | *" --scripted "*)
-    exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@" ;;
+    exec "$demo" "$@" ;;
   *" --runner-image"*)
     # The released image is unpacked with umoci and gets a static (musl) test provider: the
     # release's tools, without the real control plane.
@@ -59,4 +60,4 @@ case " $* " in
     cargo build --quiet -p captf-testprovider --bin terraform-provider-captftest --target x86_64-unknown-linux-musl ;;
 esac
 
-exec "${CARGO_TARGET_DIR:-target}/debug/captf-demo" "$@"
+exec "$demo" "$@"

@@ -77,8 +77,9 @@ def lines_of(proc, exited, quiet_after_exit=2.0):
                 yield line + b"\n"
             continue
         if proc.poll() is not None:
-            exited_at = exited_at or time.monotonic()
-            exited.append(exited_at)
+            if exited_at is None:
+                exited_at = time.monotonic()
+                exited.append(exited_at)
             if time.monotonic() - exited_at >= quiet_after_exit:
                 break
     if buf:
