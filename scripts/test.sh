@@ -4,9 +4,10 @@
 # built from their Go modules) into .tools/, then checks formatting and lints, and runs
 # every test of the workspace.
 #
+# The test binaries run a few at a time ($CAPTF_TEST_JOBS, default the CPU count), slowest first
+# by the last run's times, each one's output printed whole when it ends (scripts/run-tests.py).
 # At the end it prints where the time went: each set-up step's wall time (tools, fmt, clippy,
-# build) and each test binary's, slowest first (scripts/timetable.py; also kept in
-# target/test-times.txt).
+# build) and each test binary's, slowest first (also kept in target/test-times.txt).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 # Cargo's build directory: unless CARGO_TARGET_DIR says otherwise, a per-user one outside the
@@ -38,6 +39,6 @@ timed "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warni
 echo "== cargo test --no-run (the build)"
 timed "build (cargo test --no-run)" \
   cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >target/test-artifacts.json
-echo "== cargo test"
-exec python3 scripts/timetable.py --steps "$steps" --artifacts target/test-artifacts.json \
-  --out target/test-times.txt -- cargo test --workspace --locked
+echo "== the test binaries, and the doc-tests"
+exec python3 scripts/run-tests.py --steps "$steps" --artifacts target/test-artifacts.json \
+  --out target/test-times.txt -- cargo test --workspace --locked --doc

@@ -10,7 +10,6 @@
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Output};
-use std::sync::Mutex;
 
 /// The files of the working tree laid over the clone.
 pub const RELEASE_MACHINERY: [&str; 4] = [
@@ -220,15 +219,19 @@ fn kept_dist(commit: &str) -> PathBuf {
     cache_dir().join("releases").join(format!("dist-{}", &commit[..16]))
 }
 
-static BUILD: Mutex<()> = Mutex::new(());
-
 /// The `dist/` of a release of a clean clone (built by `release.sh` unless one from the same tree
-/// is kept), and whether it was built now. `Err`: why it cannot be built here.
+/// is kept), and whether it was built now. `Err`: why it cannot be built here. One build at a
+/// time on the machine: test binaries run side by side (scripts/run-tests.py), so the second to
+/// ask waits on a lock file in the cache and then finds the first one's release kept.
 pub fn release_dist() -> Result<(PathBuf, bool), String> {
     if let Some(why) = release_prerequisites() {
         return Err(why);
     }
-    let _one_at_a_time = BUILD.lock().unwrap_or_else(|p| p.into_inner());
+    let releases = cache_dir().join("releases");
+    std::fs::create_dir_all(&releases).expect("the releases cache");
+    let lock = std::fs::File::create(releases.join(".build.lock")).expect("the build lock file");
+    // Released when `lock` is dropped (or the process ends).
+    lock.lock().expect("lock the release build");
     let tmp = tempfile::tempdir().expect("tempdir");
     let clone = tmp.path().join("captf");
     clean_clone(&clone);
