@@ -9,4 +9,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 export CAPTF_SCALE_SIZES="${1:-${CAPTF_SCALE_SIZES:-1000,10000,100000}}"
 export CAPTF_SCALE_SHARDS="${2-${CAPTF_SCALE_SHARDS:-1,2,4}}"
-exec cargo bench --quiet -p captf-controller --bench scale
+# The controller follows the simulator's clock: only a build with the sim-clock feature has the flag.
+exec cargo bench --quiet -p captf-controller --features sim-clock --bench scale

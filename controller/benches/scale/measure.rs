@@ -1,7 +1,7 @@
 //! The scale runs, shared by the bench that prints their figures (`benches/scale/main.rs`) and
 //! the short version `cargo test` runs (`tests/scale.rs`). Each run starts its own simulator in
 //! this process and the real `captf-controller` binary as its own processes (KUBECONFIG at the
-//! simulator, the hidden `--sim-clock-url`), so a controller's memory and CPU are its own.
+//! simulator, the hidden `--sim-clock-url` of a build with the `sim-clock` feature), so a controller's memory and CPU are its own.
 //!
 //! Nothing here judges a figure: a run fails only when what it waits for never happens.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]

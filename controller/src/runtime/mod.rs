@@ -50,7 +50,7 @@ use std::time::Duration;
 
 use tokio::sync::watch;
 
-use clock::{SharedClock, SystemClock, WatchClock};
+use clock::{SharedClock, SystemClock};
 pub use controller::run_controllers;
 pub use ctx::{Config, Ctx};
 
@@ -126,7 +126,9 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "CAPTF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// Test and demo only: follow the simulator's clock at this URL (`http://127.0.0.1:port`).
+    /// The scale bench only, in a build with the `sim-clock` feature (never a shipped one):
+    /// follow the simulator's clock at this URL (`http://127.0.0.1:port`).
+    #[cfg(feature = "sim-clock")]
     #[arg(long, env = "CAPTF_SIM_CLOCK_URL", hide = true)]
     pub sim_clock_url: Option<String>,
     /// Resource requests of runner pods (`cpu=100m,memory=256Mi`); a resource spec.jobs.resources
@@ -511,10 +513,13 @@ async fn run_all(
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
     init_logging(args.log_format);
     let client = kube::Client::try_default().await.map_err(RunError::Client)?;
+    #[cfg(feature = "sim-clock")]
     let clock: SharedClock = match &args.sim_clock_url {
-        Some(url) => Arc::new(WatchClock::from_sim_url(client.clone(), url, Duration::from_millis(100)).await?),
+        Some(url) => Arc::new(clock::WatchClock::from_sim_url(client.clone(), url, Duration::from_millis(100)).await?),
         None => Arc::new(SystemClock),
     };
+    #[cfg(not(feature = "sim-clock"))]
+    let clock: SharedClock = Arc::new(SystemClock);
     let handle = start(client, &args, clock).await?;
     tracing::info!(
         metrics = %handle.metrics_addr,
@@ -670,5 +675,19 @@ mod namespace_tests {
                 String::from_utf8_lossy(&out.stderr)
             );
         }
+    }
+}
+
+#[cfg(all(test, not(feature = "sim-clock")))]
+mod clock_flag_tests {
+    /// Whoever could serve the URL of `--sim-clock-url` could move the controller's clock (start
+    /// drift checks and retries early, or never): a controller built as it ships has no such flag,
+    /// so passing it is an error, not a hidden switch.
+    #[test]
+    fn a_shipped_controller_refuses_the_simulator_clock_flag() {
+        let err = super::RunArgs::from_flags(["--sim-clock-url", "http://127.0.0.1:9"])
+            .err()
+            .unwrap_or_else(|| panic!("--sim-clock-url was accepted"));
+        assert_eq!(err.kind(), clap::error::ErrorKind::UnknownArgument, "{err}");
     }
 }
