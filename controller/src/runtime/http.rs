@@ -65,7 +65,8 @@ pub async fn serve(
         .map_err(|source| BindError { addr, source })?;
     let bound = listener.local_addr().map_err(|source| BindError { addr, source })?;
     tokio::spawn(async move {
-        let _ = axum::serve(listener, router)
+        // With the client's address, which the metrics guard bounds reviews by.
+        let _ = axum::serve(listener, router.into_make_service_with_connect_info::<SocketAddr>())
             .with_graceful_shutdown(async move {
                 let _ = shutdown.wait_for(|s| *s).await;
             })

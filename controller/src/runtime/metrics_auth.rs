@@ -12,8 +12,10 @@
 //! Decisions, allowed and refused, are cached for [`CACHE_TTL`], at most [`CACHE_ENTRIES`] of
 //! them, keyed by the SHA-256 of the token (the token itself is never kept, logged or answered),
 //! so a scraper costs one review pair per [`CACHE_TTL`]. At most [`MAX_REVIEWS_IN_FLIGHT`] review
-//! pairs run at once, and an `Authorization` header longer than [`MAX_AUTHORIZATION_BYTES`] is
-//! refused before any review.
+//! pairs run at once, at most [`MAX_REVIEWS_PER_PEER`] of them for one client address (more from
+//! that address: 429 at once), so a client sending a new forged token with every request cannot
+//! keep the real scraper waiting; an `Authorization` header longer than
+//! [`MAX_AUTHORIZATION_BYTES`] is refused before any review.
 //!
 //! The decisions are pure ([`bearer_token`], [`token_key`], [`authenticated`], [`access_review`],
 //! [`authorized`], [`Decision::status`], [`DecisionCache`]); the two API calls are
@@ -21,11 +23,12 @@
 
 use std::collections::HashMap;
 use std::future::Future;
+use std::net::{IpAddr, SocketAddr};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::{Duration, Instant};
 
 use axum::Router;
-use axum::extract::{Request, State};
+use axum::extract::{ConnectInfo, Request, State};
 use axum::http::{HeaderMap, StatusCode, header};
 use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
@@ -61,6 +64,9 @@ pub const CACHE_TTL: Duration = Duration::from_secs(10);
 pub const CACHE_ENTRIES: usize = 1000;
 /// Review pairs running at once; more wait up to [`REVIEW_WAIT`].
 pub const MAX_REVIEWS_IN_FLIGHT: usize = 8;
+/// Review pairs running or waiting at once for requests from one client address: a quarter of
+/// [`MAX_REVIEWS_IN_FLIGHT`], so one address never holds every turn.
+pub const MAX_REVIEWS_PER_PEER: usize = 2;
 /// How long a request waits for its turn to be reviewed, and how long the reviews may take.
 pub const REVIEW_WAIT: Duration = Duration::from_secs(5);
 
@@ -75,6 +81,8 @@ pub enum Decision {
     Forbidden(String),
     /// 503: the API server could not be asked; never cached.
     Unavailable(String),
+    /// 429: the client's address has [`MAX_REVIEWS_PER_PEER`] reviews going; never cached.
+    Busy(String),
 }
 
 impl Decision {
@@ -85,6 +93,7 @@ impl Decision {
             Decision::Unauthenticated(_) => StatusCode::UNAUTHORIZED,
             Decision::Forbidden(_) => StatusCode::FORBIDDEN,
             Decision::Unavailable(_) => StatusCode::SERVICE_UNAVAILABLE,
+            Decision::Busy(_) => StatusCode::TOO_MANY_REQUESTS,
         }
     }
 
@@ -92,13 +101,13 @@ impl Decision {
     pub fn reason(&self) -> &str {
         match self {
             Decision::Allowed { .. } => "",
-            Decision::Unauthenticated(r) | Decision::Forbidden(r) | Decision::Unavailable(r) => r,
+            Decision::Unauthenticated(r) | Decision::Forbidden(r) | Decision::Unavailable(r) | Decision::Busy(r) => r,
         }
     }
 
     /// Whether the decision may be reused for the same token.
     pub fn cacheable(&self) -> bool {
-        !matches!(self, Decision::Unavailable(_))
+        !matches!(self, Decision::Unavailable(_) | Decision::Busy(_))
     }
 }
 
@@ -290,11 +299,32 @@ impl Reviewer for KubeReviewer {
     }
 }
 
-/// The decisions of one metrics server: the reviewer, the cache, the bound on reviews in flight.
+/// The decisions of one metrics server: the reviewer, the cache, the bounds on reviews in flight
+/// (in all, and per client address).
 pub struct Authorizer<R> {
     reviewer: R,
     cache: Mutex<DecisionCache>,
     reviews: Semaphore,
+    /// Reviews running or waiting, per client address; an address leaves the map with its last.
+    peers: Mutex<HashMap<IpAddr, usize>>,
+}
+
+/// One review of a client address's, counted in [`Authorizer::peers`] until dropped.
+struct PeerTurn<'a> {
+    peers: &'a Mutex<HashMap<IpAddr, usize>>,
+    peer: IpAddr,
+}
+
+impl Drop for PeerTurn<'_> {
+    fn drop(&mut self) {
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(n) = peers.get_mut(&self.peer) {
+            *n -= 1;
+            if *n == 0 {
+                peers.remove(&self.peer);
+            }
+        }
+    }
 }
 
 impl<R: Reviewer> Authorizer<R> {
@@ -303,11 +333,28 @@ impl<R: Reviewer> Authorizer<R> {
             reviewer,
             cache: Mutex::new(DecisionCache::new(CACHE_TTL, CACHE_ENTRIES)),
             reviews: Semaphore::new(MAX_REVIEWS_IN_FLIGHT),
+            peers: Mutex::new(HashMap::new()),
         }
     }
 
-    /// The decision for a request's headers: from the cache, else from a review pair.
-    pub async fn decide(&self, headers: &HeaderMap) -> Decision {
+    /// A review turn for `peer`, unless it has [`MAX_REVIEWS_PER_PEER`] already. PURE but for the
+    /// count.
+    fn peer_turn(&self, peer: IpAddr) -> Option<PeerTurn<'_>> {
+        let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
+        let n = peers.entry(peer).or_insert(0);
+        if *n >= MAX_REVIEWS_PER_PEER {
+            return None;
+        }
+        *n += 1;
+        Some(PeerTurn {
+            peers: &self.peers,
+            peer,
+        })
+    }
+
+    /// The decision for a request's headers: from the cache, else from a review pair, if the
+    /// client's address (`peer`; `None`: not known, as in-process) has a turn left.
+    pub async fn decide(&self, headers: &HeaderMap, peer: Option<IpAddr>) -> Decision {
         let token = match bearer_token(headers) {
             Ok(t) => t,
             Err(d) => return d,
@@ -316,6 +363,15 @@ impl<R: Reviewer> Authorizer<R> {
         if let Some(d) = self.cached(&key) {
             return d;
         }
+        let _peer_turn = match peer.map(|p| self.peer_turn(p)) {
+            Some(None) => {
+                return Decision::Busy(format!(
+                    "{MAX_REVIEWS_PER_PEER} tokens from this address are being reviewed already, try again"
+                ));
+            }
+            Some(Some(turn)) => Some(turn),
+            None => None,
+        };
         let reviewed = tokio::time::timeout(REVIEW_WAIT, async {
             let Ok(_turn) = self.reviews.acquire().await else {
                 return Decision::Unavailable("the metrics server is shutting down".to_string());
@@ -376,7 +432,11 @@ pub fn guard<R: Reviewer>(router: Router, authorizer: Arc<Authorizer<R>>) -> Rou
 }
 
 async fn check<R: Reviewer>(State(authorizer): State<Arc<Authorizer<R>>>, request: Request, next: Next) -> Response {
-    match authorizer.decide(request.headers()).await {
+    let peer = request
+        .extensions()
+        .get::<ConnectInfo<SocketAddr>>()
+        .map(|ConnectInfo(addr)| addr.ip());
+    match authorizer.decide(request.headers(), peer).await {
         Decision::Allowed { .. } => next.run(request).await,
         refused => {
             tracing::debug!(
@@ -625,6 +685,8 @@ mod tests {
         tokens: AtomicUsize,
         accesses: AtomicUsize,
         down: bool,
+        /// Never answers for a token it does not know (an API server slow on forged tokens).
+        hang_on_unknown: bool,
     }
 
     impl Reviewer for Arc<Fake> {
@@ -636,6 +698,7 @@ mod tests {
             let name = match token {
                 "reader-token" => "system:serviceaccount:monitoring:reader",
                 "other-token" => "system:serviceaccount:default:other",
+                _ if self.hang_on_unknown => std::future::pending().await,
                 _ => return Ok(Some(TokenReviewStatus::default())),
             };
             Ok(Some(TokenReviewStatus {
@@ -666,9 +729,17 @@ mod tests {
     }
 
     async fn get(app: &Router, authorization: Option<&str>) -> (StatusCode, String) {
+        get_from(app, authorization, None).await
+    }
+
+    /// A request as the server receives it from the client at `peer`.
+    async fn get_from(app: &Router, authorization: Option<&str>, peer: Option<SocketAddr>) -> (StatusCode, String) {
         let mut req = axum::http::Request::get("/metrics");
         if let Some(a) = authorization {
             req = req.header(header::AUTHORIZATION, a);
+        }
+        if let Some(p) = peer {
+            req = req.extension(ConnectInfo(p));
         }
         let res = app.clone().oneshot(req.body(Body::empty()).unwrap()).await.unwrap();
         let status = res.status();
@@ -708,6 +779,57 @@ mod tests {
             2,
             "one SubjectAccessReview per user"
         );
+    }
+
+    /// One client sends a new forged token with every request, and the API server is slow to
+    /// answer for them: it gets [`MAX_REVIEWS_PER_PEER`] reviews going and 429 for the rest, so
+    /// the review turns left serve the real scraper at once (without the bound it waited
+    /// [`REVIEW_WAIT`] and got 503).
+    #[tokio::test]
+    async fn forged_tokens_from_one_address_cannot_keep_the_scraper_from_its_review() {
+        let fake = Arc::new(Fake {
+            hang_on_unknown: true,
+            ..Fake::default()
+        });
+        let app = app(&fake);
+        let attacker: SocketAddr = "10.0.0.66:40000".parse().unwrap();
+        let scraper: SocketAddr = "10.0.0.9:40000".parse().unwrap();
+        let forged: Vec<_> = (0..MAX_REVIEWS_IN_FLIGHT)
+            .map(|i| {
+                let app = app.clone();
+                tokio::spawn(async move { get_from(&app, Some(&format!("Bearer forged-{i}")), Some(attacker)).await })
+            })
+            .collect();
+        let over = MAX_REVIEWS_IN_FLIGHT - MAX_REVIEWS_PER_PEER;
+        let deadline = Instant::now() + REVIEW_WAIT;
+        while forged.iter().filter(|f| f.is_finished()).count() < over && Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        }
+        let refused = forged.iter().filter(|f| f.is_finished()).count();
+        assert_eq!(
+            refused, over,
+            "all but {MAX_REVIEWS_PER_PEER} forged tokens answered at once"
+        );
+        assert_eq!(fake.tokens.load(Ordering::SeqCst), MAX_REVIEWS_PER_PEER);
+        let mut answers = Vec::new();
+        for f in forged {
+            if f.is_finished() {
+                answers.push(f.await.unwrap());
+            } else {
+                f.abort();
+            }
+        }
+        for (status, body) in &answers {
+            assert_eq!(*status, StatusCode::TOO_MANY_REQUESTS, "{body}");
+            assert!(
+                body.contains("being reviewed already") && !body.contains("forged"),
+                "{body}"
+            );
+        }
+
+        let t = Instant::now();
+        let (status, body) = get_from(&app, Some("Bearer reader-token"), Some(scraper)).await;
+        assert_eq!(status, StatusCode::OK, "the scraper after {:?}: {body}", t.elapsed());
     }
 
     #[tokio::test]
