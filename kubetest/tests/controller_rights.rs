@@ -293,6 +293,26 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
             } } },
         })
     };
+    // An owned runner Job of the object's own account with `change` merged into it: what a
+    // stolen controller token would try to get node root with.
+    let runner_job = |change: Value| {
+        let mut j = job(&format!("captf-runner-{suffix}"), false, owner.clone());
+        merge(&mut j, &change);
+        j
+    };
+    let pod = |spec: Value| runner_job(json!({ "spec": { "template": { "spec": spec } } }));
+    let container = |c: Value| {
+        let mut base = json!({ "name": "runner", "image": "ghcr.io/captf/runner:0.1.0" });
+        merge(&mut base, &c);
+        pod(json!({ "containers": [base] }))
+    };
+    let owned_secret = |name: &str, type_: &str| {
+        json!({
+            "apiVersion": "v1", "kind": "Secret", "type": type_,
+            "metadata": { "name": name, "namespace": "default", "ownerReferences": owner.clone(),
+                          "annotations": { "kubernetes.io/service-account.name": "default" } },
+        })
+    };
     // (what, document, a part of the policy's message)
     // What the controller makes passes: the runner Role with the runner's rules.
     create(
@@ -367,6 +387,63 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
             job(&format!("captf-runner-{suffix}"), true, owner.clone()),
             "may not use the host's network",
         ),
+        (
+            "an inputs-named Secret of type service-account-token (the API server would mint a token into it)",
+            owned_secret(&format!("captf-inputs-{suffix}"), "kubernetes.io/service-account-token"),
+            "writes only Secrets of type Opaque, not kubernetes.io/service-account-token",
+        ),
+        (
+            "an Opaque inputs-named Secret without CAPTF's marks",
+            json!({ "apiVersion": "v1", "kind": "Secret", "type": "Opaque",
+                    "metadata": { "name": "captf-inputs-unmarked-tc", "namespace": "default" } }),
+            "must be owned by a TerraformCluster, TerraformMachinePool or TerraformMachine or labelled tfstate=true",
+        ),
+        (
+            "a Job pinned to a node",
+            pod(json!({ "nodeName": "node-1" })),
+            "may not choose its node by nodeName",
+        ),
+        (
+            "a Job opening a host port",
+            container(json!({ "ports": [{ "containerPort": 80, "hostPort": 80 }] })),
+            "may not open host ports",
+        ),
+        (
+            "a Job adding a capability",
+            container(json!({ "securityContext": { "capabilities": { "add": ["SYS_ADMIN"] } } })),
+            "may not add Linux capabilities",
+        ),
+        (
+            "a Job running as root",
+            pod(json!({ "securityContext": { "runAsUser": 0 } })),
+            "may not run as user 0",
+        ),
+        (
+            "a Job whose container runs as root",
+            container(json!({ "securityContext": { "runAsUser": 0 } })),
+            "may not run as user 0",
+        ),
+        (
+            "a Job without seccomp",
+            pod(json!({ "securityContext": { "seccompProfile": { "type": "Unconfined" } } })),
+            "may not run Unconfined by seccomp or AppArmor",
+        ),
+        (
+            "a Job without AppArmor",
+            container(json!({ "securityContext": { "appArmorProfile": { "type": "Unconfined" } } })),
+            "may not run Unconfined by seccomp or AppArmor",
+        ),
+        (
+            "a Job without AppArmor by annotation",
+            runner_job(json!({ "spec": { "template": { "metadata": { "annotations": {
+                "container.apparmor.security.beta.kubernetes.io/runner": "unconfined" } } } } })),
+            "may not run Unconfined by seccomp or AppArmor",
+        ),
+        (
+            "a Job mounting an NFS volume",
+            pod(json!({ "volumes": [{ "name": "n", "nfs": { "server": "10.0.0.1", "path": "/" } }] })),
+            "may use only the volume kinds",
+        ),
     ];
     for (what, doc, message) in refused {
         let got = refusal(create(&controller, &doc).await, what);
@@ -380,6 +457,18 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
     create(&controller, &job(&format!("captf-runner-{suffix}"), false, owner))
         .await
         .unwrap();
+}
+
+/// `change` merged into `doc`: objects key by key, anything else replaced.
+fn merge(doc: &mut Value, change: &Value) {
+    match (doc, change) {
+        (Value::Object(d), Value::Object(c)) => {
+            for (k, v) in c {
+                merge(d.entry(k.clone()).or_insert(Value::Null), v);
+            }
+        }
+        (d, c) => *d = c.clone(),
+    }
 }
 
 /// The values of the namespaced install: the controller is bound in two namespaces.
