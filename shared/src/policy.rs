@@ -7,9 +7,11 @@
 //! The pod runs with the controller's authority to create Jobs, so each choice is a right:
 //! - `spec.jobs.image`: which code runs with the runner's token and the inputs;
 //! - `spec.jobs.serviceAccountName`: which rights that code has;
-//! - `spec.jobs.env[].valueFrom.secretKeyRef`, `spec.jobs.envFrom[].secretRef`,
-//!   `spec.jobs.volumes[].secret` and `spec.jobs.volumes[].projected.sources[].secret`: which
-//!   Secrets of the namespace it reads (one switch, `env_from_secrets`, for all of them);
+//! - every other Secret the spec names for the pod (`crate::references::secret_references`):
+//!   `spec.jobs.env[].valueFrom.secretKeyRef`, `spec.jobs.envFrom[].secretRef`, Secret, projected
+//!   and CSI volumes, `spec.module.credentials.secretRef` and the `spec.stateEncryption`
+//!   passphrases: which Secrets of the namespace it reads (the module's code runs in the same pod,
+//!   so it can read them too; one switch, `env_from_secrets`, for all of them);
 //! - `spec.variablesFrom[].secretRef`: which Secrets the controller copies into the object's
 //!   inputs for it (`variables_from_secrets`).
 //!
@@ -34,7 +36,8 @@ pub struct TenantPolicy {
     /// Names `spec.jobs.serviceAccountName` may be; `*` allows any. Empty: it may not be set.
     pub runner_service_accounts: Vec<String>,
     /// Whether the runner pod may read Secrets the spec names: `spec.jobs.env[].valueFrom.secretKeyRef`,
-    /// `spec.jobs.envFrom[].secretRef`, `spec.jobs.volumes[].secret` and projected Secret sources.
+    /// `spec.jobs.envFrom[].secretRef`, Secret, projected and CSI volumes, module credentials and
+    /// state encryption passphrases.
     pub env_from_secrets: bool,
     /// Whether `spec.variablesFrom[].secretRef` may name Secrets (the controller reads them and
     /// writes their values into the object's inputs, which the runner reads).
@@ -82,112 +85,74 @@ impl TenantPolicy {
     /// or `spec.template.spec` for a template).
     pub fn check_spec(&self, spec: &TerraformSpec, prefix: &str) -> Vec<Violation> {
         let mut out = vec![];
+        // Every Secret the spec names goes through this one check, whatever field names it.
+        let (variables, runner): (Vec<_>, Vec<_>) = crate::references::secret_references(spec, prefix)
+            .into_iter()
+            .partition(|r| r.field.starts_with(&format!("{prefix}.variablesFrom[")));
         if !self.variables_from_secrets {
-            for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
-                if let Some(r) = &entry.secret_ref {
-                    out.push(Violation {
-                        field: format!("{prefix}.variablesFrom[{i}].secretRef"),
-                        message: format!(
-                            "reads Secret {:?} into the inputs, and the policy allows no variables from Secrets (a configMapRef may be used)",
-                            r.name
-                        ),
-                    });
-                }
+            for r in variables {
+                out.push(Violation {
+                    message: format!(
+                        "reads Secret {:?} into the inputs, and the policy allows no variables from Secrets (a configMapRef may be used)",
+                        r.name
+                    ),
+                    field: r.field,
+                });
             }
         }
-        let Some(jobs) = &spec.jobs else { return out };
-        if let Some(image) = &jobs.image
-            && !image_allowed(&self.runner_image_prefixes, image)
-        {
-            out.push(Violation {
-                field: format!("{prefix}.jobs.image"),
-                message: format!(
-                    "image {image:?} is outside the runner image policy ({})",
-                    describe(
-                        &self.runner_image_prefixes,
-                        "no image may be set; the controller's runner image is used"
-                    )
-                ),
-            });
+        if let Some(jobs) = &spec.jobs {
+            if let Some(image) = &jobs.image
+                && !image_allowed(&self.runner_image_prefixes, image)
+            {
+                out.push(Violation {
+                    field: format!("{prefix}.jobs.image"),
+                    message: format!(
+                        "image {image:?} is outside the runner image policy ({})",
+                        describe(
+                            &self.runner_image_prefixes,
+                            "no image may be set; the controller's runner image is used"
+                        )
+                    ),
+                });
+            }
+            if let Some(sa) = &jobs.service_account_name
+                && sa.starts_with(OWN_RUNNER_ACCOUNT_PREFIX)
+            {
+                // Whatever the policy: these are the objects' own accounts, each able to touch one
+                // object's state; naming one would run as another object.
+                out.push(Violation {
+                    field: format!("{prefix}.jobs.serviceAccountName"),
+                    message: format!(
+                        "service account {sa:?} is reserved: names starting with {OWN_RUNNER_ACCOUNT_PREFIX:?} are the \
+                         runner accounts the controller makes for each object; leave serviceAccountName unset to run \
+                         as this object's own"
+                    ),
+                });
+            } else if let Some(sa) = &jobs.service_account_name
+                && !self.runner_service_accounts.iter().any(|a| a == "*" || a == sa)
+            {
+                out.push(Violation {
+                    field: format!("{prefix}.jobs.serviceAccountName"),
+                    message: format!(
+                        "service account {sa:?} is outside the runner service account policy ({})",
+                        describe(
+                            &self.runner_service_accounts,
+                            "no service account may be set; the controller's runner service account is used"
+                        )
+                    ),
+                });
+            }
+            self.check_placement(jobs, prefix, &mut out);
         }
-        if let Some(sa) = &jobs.service_account_name
-            && sa.starts_with(OWN_RUNNER_ACCOUNT_PREFIX)
-        {
-            // Whatever the policy: these are the objects' own accounts, each able to touch one
-            // object's state; naming one would run as another object.
-            out.push(Violation {
-                field: format!("{prefix}.jobs.serviceAccountName"),
-                message: format!(
-                    "service account {sa:?} is reserved: names starting with {OWN_RUNNER_ACCOUNT_PREFIX:?} are the \
-                     runner accounts the controller makes for each object; leave serviceAccountName unset to run \
-                     as this object's own"
-                ),
-            });
-        } else if let Some(sa) = &jobs.service_account_name
-            && !self.runner_service_accounts.iter().any(|a| a == "*" || a == sa)
-        {
-            out.push(Violation {
-                field: format!("{prefix}.jobs.serviceAccountName"),
-                message: format!(
-                    "service account {sa:?} is outside the runner service account policy ({})",
-                    describe(
-                        &self.runner_service_accounts,
-                        "no service account may be set; the controller's runner service account is used"
-                    )
-                ),
-            });
-        }
-        self.check_placement(jobs, prefix, &mut out);
         if !self.env_from_secrets {
-            for (i, e) in jobs.env.iter().flatten().enumerate() {
-                if let Some(r) = e.value_from.as_ref().and_then(|v| v.secret_key_ref.as_ref()) {
-                    out.push(Violation {
-                        field: format!("{prefix}.jobs.env[{i}].valueFrom.secretKeyRef"),
-                        message: format!(
-                            "env {:?} reads Secret {:?}, and the policy allows no env from Secrets",
-                            e.name, r.name
-                        ),
-                    });
-                }
-            }
-            for (i, e) in jobs.env_from.iter().flatten().enumerate() {
-                if let Some(r) = &e.secret_ref {
-                    out.push(Violation {
-                        field: format!("{prefix}.jobs.envFrom[{i}].secretRef"),
-                        message: format!(
-                            "envFrom reads Secret {:?}, and the policy allows no env from Secrets",
-                            r.name
-                        ),
-                    });
-                }
-            }
-            for (i, v) in jobs.volumes.iter().flatten().enumerate() {
-                if let Some(secret) = &v.secret {
-                    out.push(Violation {
-                        field: format!("{prefix}.jobs.volumes[{i}].secret"),
-                        message: format!(
-                            "volume {:?} mounts Secret {:?}, and the policy allows no env from Secrets (nor Secret volumes)",
-                            v.name,
-                            secret.secret_name.as_deref().unwrap_or_default()
-                        ),
-                    });
-                }
-                let sources = v
-                    .projected
-                    .as_ref()
-                    .and_then(|p| p.sources.as_deref())
-                    .unwrap_or_default();
-                for (j, source) in sources.iter().enumerate() {
-                    if let Some(secret) = &source.secret {
-                        out.push(Violation {
-                            field: format!("{prefix}.jobs.volumes[{i}].projected.sources[{j}].secret"),
-                            message: format!(
-                                "volume {:?} projects Secret {:?}, and the policy allows no env from Secrets (nor Secret volumes)",
-                                v.name, secret.name
-                            ),
-                        });
-                    }
-                }
+            for r in runner {
+                out.push(Violation {
+                    message: format!(
+                        "names Secret {:?} for the runner pod to read, and the policy lets runner pods read no Secret a spec names (env, envFrom, Secret volumes, module credentials, state encryption passphrases)",
+                        r.name
+                    ),
+                    field: r.field,
+                });
             }
         }
         out
@@ -611,6 +576,40 @@ mod tests {
 
     fn jobs(json: serde_json::Value) -> TerraformSpec {
         spec(serde_json::from_value(json).unwrap())
+    }
+
+    /// With both Secret switches off, a module could still read any Secret of the namespace by
+    /// naming it as the previous state passphrase (or as module credentials, or a CSI volume's
+    /// publish Secret): every Secret reference goes through the one check.
+    #[test]
+    fn state_encryption_module_credentials_and_csi_secrets_are_secret_reads_the_policy_may_forbid() {
+        let s: TerraformSpec = serde_json::from_value(serde_json::json!({
+            "module": {"source": "git::ssh://git@example.com/m.git", "credentials": {"secretRef": {"name": "git-key"}}},
+            "stateEncryption": {
+                "passphraseSecretRef": {"name": "passphrase"},
+                "previousPassphraseSecretRef": {"name": "db-password", "key": "password"},
+            },
+            "jobs": {"volumes": [{"name": "v", "csi": {"driver": "x", "nodePublishSecretRef": {"name": "cloud-creds"}}}]},
+        }))
+        .unwrap();
+        let closed = TenantPolicy {
+            env_from_secrets: false,
+            variables_from_secrets: false,
+            ..policy()
+        };
+        let v = closed.check_spec(&s, "spec");
+        let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.module.credentials.secretRef",
+                "spec.jobs.volumes[0].csi.nodePublishSecretRef",
+                "spec.stateEncryption.passphraseSecretRef",
+                "spec.stateEncryption.previousPassphraseSecretRef",
+            ]
+        );
+        assert!(v[3].message.contains("\"db-password\""), "{}", v[3]);
+        assert!(policy().check_spec(&s, "spec").is_empty(), "allowed by default");
     }
 
     #[test]

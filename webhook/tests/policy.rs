@@ -234,6 +234,45 @@ async fn variables_from_a_secret_is_refused_when_the_policy_forbids_it() {
     assert_eq!(resp["response"]["allowed"], true, "{resp}");
 }
 
+/// The attack: with both Secret switches off, a spec names the namespace's `db-password` as its
+/// previous state passphrase (or its module credentials), which the runner pod would mount where
+/// the module's code can read it. Refused naming each field, like every other Secret read.
+#[tokio::test]
+async fn a_state_passphrase_or_module_credentials_naming_any_secret_are_refused_when_the_policy_allows_no_secret_reads()
+{
+    let mut review = fixture("cluster-create-accepted");
+    let spec = &mut review["request"]["object"]["spec"];
+    spec["stateEncryption"] = json!({
+        "passphraseSecretRef": {"name": "state-key", "key": "passphrase"},
+        "previousPassphraseSecretRef": {"name": "db-password", "key": "password"},
+        "mode": "Encrypt",
+    });
+    spec["module"]["credentials"] = json!({"secretRef": {"name": "teammates-git-key"}});
+    spec["jobs"] = json!({"binary": "tofu"});
+    let closed = TenantPolicy {
+        variables_from_secrets: false,
+        ..policy()
+    };
+    let resp = validate(closed, &review).await;
+    assert_eq!(resp["response"]["allowed"], false, "{resp}");
+    let msg = resp["response"]["status"]["message"].as_str().unwrap();
+    for (field, name) in [
+        ("spec.stateEncryption.previousPassphraseSecretRef", "db-password"),
+        ("spec.stateEncryption.passphraseSecretRef", "state-key"),
+        ("spec.module.credentials.secretRef", "teammates-git-key"),
+    ] {
+        assert!(
+            msg.contains(&format!("{field}: names Secret \"{name}\"")),
+            "{field}: {msg}"
+        );
+    }
+    let resp = validate(TenantPolicy::unrestricted(), &review).await;
+    assert_eq!(
+        resp["response"]["allowed"], true,
+        "allowed when runner pods may read Secrets: {resp}"
+    );
+}
+
 /// Pod fields that would leave the namespace's reach or the policy: a `gitRepo` volume (the
 /// kubelet runs git on the node), a `system-` priority class and a toleration of every taint are
 /// refused naming each field, the first two whatever the policy.

@@ -41,7 +41,8 @@ pub struct TenantPolicyArgs {
     #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
     pub allowed_runner_service_accounts: Vec<String>,
     /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
-    /// spec.jobs.envFrom (secretRef) and spec.jobs.volumes (secret, projected secret sources).
+    /// spec.jobs.envFrom (secretRef), spec.jobs.volumes (secret, projected secret sources, CSI
+    /// publish Secrets), spec.module.credentials and the spec.stateEncryption passphrases.
     #[arg(long, env = "CAPTF_ALLOW_ENV_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub allow_env_from_secrets: bool,
     /// Whether spec.variablesFrom may name Secrets (secretRef): the controller reads them and
