@@ -34,7 +34,9 @@ fn args() -> RunArgs {
         "--health-addr=127.0.0.1:0",
         "--concurrency=4",
         "--log-format=text",
-        "--allow-env-from-secrets=false",
+        // The chart's default: runner pods may read Secrets a spec names (state encryption's
+        // passphrase among them).
+        "--allow-env-from-secrets=true",
         "--runner-requests=cpu=100m",
     ])
     .expect("the plugin tests' controller flags parse")

@@ -1132,7 +1132,13 @@ async fn a_runner_message_is_copied_into_conditions_and_events_bounded() -> Resu
 /// once usable, the first Job mounts it for the runner. Under the chart's RBAC.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_or_unusable_module_credentials_secret_holds_the_object_and_starts_no_job() -> Result<()> {
-    let env = Env::with_realistic_runners().await?;
+    // Module credentials are a Secret the runner pod reads: the chart's default policy allows
+    // that, the scenarios' restrictive one does not.
+    let mut allowing = args();
+    allowing.policy.allow_env_from_secrets = true;
+    let env = Env::with_args(captf_sim::Sim::builder(), &allowing).await?;
+    env.sim
+        .set_default_script(captf_sim::RunnerScript::realistic_with_outputs(outputs()));
     let creds = json!({"credentials": {"secretRef": {"name": "git-ssh"}}});
     let mut spec = json!({"source": "git::ssh://git@git.example.com/net.git"});
     spec.as_object_mut().unwrap().extend(creds.as_object().unwrap().clone());
