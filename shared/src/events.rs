@@ -32,6 +32,9 @@ pub mod reason {
     pub const REFRESHED: &str = "Refreshed";
     /// A destroy succeeded: the infrastructure is gone (Normal).
     pub const DESTROYED: &str = "Destroyed";
+    /// A person's request (`captf.io/refresh`, `captf.io/reconcile-now`) is dated later than the
+    /// controller's clock allows, and is ignored (Warning; once per value).
+    pub const REQUEST_IGNORED: &str = "RequestIgnored";
     /// A Job force-unlocks a stale state lock left by a dead runner (Warning).
     pub const FORCE_UNLOCKED: &str = "ForceUnlocked";
     /// Something under the object's names belongs to another object (Warning).
@@ -46,4 +49,6 @@ pub mod action {
     pub const START_JOB: &str = "StartJob";
     pub const CHECK_NAMES: &str = "CheckNames";
     pub const CHECK_LOCK: &str = "CheckLock";
+    /// Reading the object's requests and spec in a pass.
+    pub const RECONCILE: &str = "Reconcile";
 }

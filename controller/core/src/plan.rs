@@ -57,6 +57,9 @@ pub struct Plan {
     /// The request annotations a booked Job used up, to remove from the object
     /// ([`crate::requests`]).
     pub used_requests: Vec<&'static str>,
+    /// The requests dated later than the clock allows, which this pass ignored
+    /// ([`crate::requests::take_future`]).
+    pub future_requests: Vec<crate::requests::FutureRequest>,
 }
 
 impl Plan {
@@ -80,7 +83,7 @@ impl Plan {
 /// ([`Snapshot::stored_inputs_hash`]) is what a successful apply records as applied when it ran
 /// with them.
 pub fn plan(snap: &Snapshot, now: Timestamp) -> Plan {
-    let (booked, accounting, durable_changes) = book_pass(snap, now);
+    let (booked, accounting, durable_changes, future_requests) = book_pass(snap, now);
     let lock_checked = booked.active_job().is_none();
     let decision = decide(&booked, now);
     let next_seq = booked
@@ -112,6 +115,7 @@ pub fn plan(snap: &Snapshot, now: Timestamp) -> Plan {
         prune,
         status: TerraformStatus::default(),
         used_requests: Vec::new(),
+        future_requests,
     };
     p.used_requests = crate::requests::used(&p.booked);
     let active = p.new_job().or_else(|| p.booked.active_job().map(str::to_string));
@@ -132,8 +136,18 @@ pub fn status_with(p: &Plan, decision: &Decision, active_job: Option<&str>, now:
 
 /// Booking, PURE: the effects of every finished Job to book or replay, oldest first, on the
 /// status and the durable record.
-fn book_pass(snap: &Snapshot, now: Timestamp) -> (Snapshot, Vec<Accounted>, BTreeMap<&'static str, Option<String>>) {
+#[allow(clippy::type_complexity)]
+fn book_pass(
+    snap: &Snapshot,
+    now: Timestamp,
+) -> (
+    Snapshot,
+    Vec<Accounted>,
+    BTreeMap<&'static str, Option<String>>,
+    Vec<crate::requests::FutureRequest>,
+) {
     let mut s = snap.clone();
+    let future = crate::requests::take_future(&mut s, now);
     let baseline = record::watermark_baseline(&s.jobs, record::status_watermark(&s.status));
     record::mark_accounted(&mut s.jobs, baseline);
     let recorded_interrupted = s.durable.interrupted_apply.clone();
@@ -166,7 +180,7 @@ fn book_pass(snap: &Snapshot, now: Timestamp) -> (Snapshot, Vec<Accounted>, BTre
     s.status.last_booked_job_seq = Some(watermark);
     s.status.active_job = s.active_job().map(str::to_string);
     apply_durable(&mut s.durable, &changes);
-    (s, accounting, changes)
+    (s, accounting, changes, future)
 }
 
 /// The durable record after the annotations booking writes.

@@ -7,9 +7,59 @@
 //! meanwhile stays.
 
 use captf_shared::{Op, keys};
+use jiff::{SignedDuration, Timestamp};
 
 use crate::outcome::Outcome;
 use crate::snapshot::Snapshot;
+
+/// How far past the controller's clock a request's time may be and still count: the clocks of
+/// the requester's machine, the API server and the controller differ by that much at most.
+pub const MAX_REQUEST_SKEW: SignedDuration = SignedDuration::from_secs(120);
+
+/// A request annotation whose time is later than the controller's clock allows.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct FutureRequest {
+    pub key: &'static str,
+    pub at: Timestamp,
+}
+
+/// The requests of `s` dated later than `now` plus [`MAX_REQUEST_SKEW`], taken out of `s`: such
+/// a request is no request. A refresh asked for in the year 9999 would otherwise be due after
+/// every refresh (none starts after it), and a reconcile-now would skip every backoff (no Job is
+/// created after it), for ever. The annotation stays; the controller says why it is ignored.
+/// PURE.
+pub fn take_future(s: &mut Snapshot, now: Timestamp) -> Vec<FutureRequest> {
+    let limit = now.checked_add(MAX_REQUEST_SKEW).unwrap_or(now);
+    let mut out = Vec::new();
+    for (key, asked) in [
+        (keys::ANNOTATION_REFRESH, &mut s.refresh_requested),
+        (keys::ANNOTATION_RECONCILE_NOW, &mut s.reconcile_requested),
+    ] {
+        if let Some(at) = *asked
+            && at > limit
+        {
+            *asked = None;
+            out.push(FutureRequest { key, at });
+        }
+    }
+    out
+}
+
+/// The note of the Event that says a request is ignored.
+pub fn future_request_note(r: &FutureRequest, now: Timestamp) -> String {
+    format!(
+        "{}={} is ignored: it is dated later than the controller's clock ({now}) allows ({}s ahead at most); \
+         set it to the current time (kubectl captf {}) to ask again",
+        r.key,
+        r.at,
+        MAX_REQUEST_SKEW.as_secs(),
+        if r.key == keys::ANNOTATION_REFRESH {
+            "refresh"
+        } else {
+            "reconcile"
+        },
+    )
+}
 
 /// The request annotations the booked Jobs of `s` used up.
 pub fn used(s: &Snapshot) -> Vec<&'static str> {
@@ -94,6 +144,35 @@ pub(crate) mod tests {
         assert_eq!(used(&s), [keys::ANNOTATION_REFRESH]);
         s.refresh_requested = started.checked_add(jiff::SignedDuration::from_secs(1)).ok();
         assert!(used(&s).is_empty(), "asked after that refresh started");
+    }
+
+    /// The attack: `captf.io/refresh` and `captf.io/reconcile-now` dated in the year 9999 would
+    /// never be used up (no Job starts after them), so refreshes would run back to back and
+    /// backoff would be off for good. Later than now plus the skew, a request is no request.
+    #[test]
+    fn a_request_dated_past_the_clock_skew_is_no_request_and_one_within_it_counts() {
+        let now: Timestamp = "2026-01-01T00:00:00Z".parse().unwrap_or_else(|e| panic!("{e}"));
+        let far: Timestamp = "9999-01-01T00:00:00Z".parse().unwrap_or_else(|e| panic!("{e}"));
+        let mut s = base();
+        s.refresh_requested = Some(far);
+        s.reconcile_requested = Some(far);
+        let taken = take_future(&mut s, now);
+        assert_eq!(
+            taken.iter().map(|r| r.key).collect::<Vec<_>>(),
+            [keys::ANNOTATION_REFRESH, keys::ANNOTATION_RECONCILE_NOW]
+        );
+        assert_eq!((s.refresh_requested, s.reconcile_requested), (None, None));
+        assert!(future_request_note(&taken[0], now).contains("captf.io/refresh=9999-01-01T00:00:00Z is ignored"));
+        // At the edge of the skew a request still counts; a second past it does not.
+        let edge = now.checked_add(MAX_REQUEST_SKEW).unwrap_or_else(|e| panic!("{e}"));
+        s.refresh_requested = Some(edge);
+        s.reconcile_requested = edge.checked_add(SignedDuration::from_secs(1)).ok();
+        let taken = take_future(&mut s, now);
+        assert_eq!(
+            taken.iter().map(|r| r.key).collect::<Vec<_>>(),
+            [keys::ANNOTATION_RECONCILE_NOW]
+        );
+        assert_eq!(s.refresh_requested, Some(edge));
     }
 
     #[test]

@@ -196,6 +196,15 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     let now = ctx.clock.now();
     let plan = plan::plan(&read.snap, now);
     tracing::debug!(object = %id.what(), decision = ?plan.decision, prune = ?plan.prune, "planned");
+    for r in &plan.future_requests {
+        ctx.event_once(
+            &id,
+            captf_shared::events::reason::REQUEST_IGNORED,
+            &captf_core::requests::future_request_note(r, now),
+            &super::events::request_event_name(&id, r.key, &r.at.to_string()),
+        )
+        .await;
+    }
 
     // Before any write to the object in this pass, so the resourceVersion read still holds.
     deletion::remove_used_requests(&ctx.client, &id, &object, &plan.used_requests).await?;

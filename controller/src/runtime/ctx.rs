@@ -153,6 +153,21 @@ impl Ctx {
         self.events.publish(id, &e, self.clock.now()).await;
     }
 
+    /// Publish a Warning about the object under the fixed `name`, once: the same name again (the
+    /// next pass that sees the same thing) creates nothing. Failures are logged, never fatal.
+    pub async fn event_once(&self, id: &Ident, reason: &str, note: &str, name: &str) {
+        let e = Emission {
+            warning: true,
+            reason,
+            action: captf_shared::events::action::RECONCILE,
+            note,
+            job: None,
+        };
+        if let Err(err) = self.events.publish_once(id, &e, self.clock.now(), name).await {
+            tracing::warn!(error = %err, reason, "failed to publish event for {}", id.what());
+        }
+    }
+
     /// How the pass over `id` ends for its [`Wake`]. With the system clock a wake at a time is
     /// a requeue. Under a simulated clock it waits for that clock (see [`Ctx::due`]), so an
     /// object whose next look is hours away costs nothing until the clock gets there.

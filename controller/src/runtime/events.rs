@@ -85,6 +85,15 @@ pub fn booking_event_name(job: &str, job_uid: &str) -> String {
     format!("{job}.{}", uid.to_ascii_lowercase())
 }
 
+/// The name of the Event about one value of one request annotation on the object: the same
+/// value seen again by the next pass gives the same name, so it is said once. A DNS subdomain
+/// of at most 253 characters whatever the object's name.
+pub fn request_event_name(id: &Ident, key: &str, value: &str) -> String {
+    let hash = captf_shared::names::hex_sha256(&format!("{}\n{key}\n{value}", id.uid), 12);
+    let name: String = id.name.chars().take(200).collect();
+    format!("{}.request-{hash}", name.trim_end_matches(['.', '-']))
+}
+
 /// Writes Events. Ordinary ones are a courtesy: failures are logged, never fatal. A booking's
 /// Event is part of the booking ([`Events::publish_once`]).
 #[derive(Clone)]
@@ -143,6 +152,24 @@ mod tests {
             object_id: "o".into(),
             cluster_name: None,
         }
+    }
+
+    #[test]
+    fn a_request_event_name_is_one_per_value_and_a_dns_subdomain_for_the_longest_object_name() {
+        let id = ident();
+        let a = request_event_name(&id, "captf.io/refresh", "9999-01-01T00:00:00Z");
+        assert_eq!(a, request_event_name(&id, "captf.io/refresh", "9999-01-01T00:00:00Z"));
+        assert_ne!(a, request_event_name(&id, "captf.io/refresh", "9999-01-02T00:00:00Z"));
+        assert_ne!(
+            a,
+            request_event_name(&id, "captf.io/reconcile-now", "9999-01-01T00:00:00Z")
+        );
+        let long = Ident {
+            name: format!("{}.x", "a".repeat(251)),
+            ..ident()
+        };
+        let n = request_event_name(&long, "captf.io/refresh", "v");
+        assert!(n.len() <= 253 && !n.contains(".."), "{n}");
     }
 
     #[test]

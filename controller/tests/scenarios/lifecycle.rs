@@ -1387,3 +1387,43 @@ async fn an_object_created_again_while_a_pass_of_the_old_one_ran_gets_its_own_jo
     );
     Ok(())
 }
+
+/// The attack: `captf.io/refresh` dated in the year 9999 is never used up (no refresh starts
+/// after it), so refreshes would run back to back for ever, each a Job and a provider API round.
+/// Dated later than the clock allows, the request is ignored with one Warning Event, and the
+/// object stays idle; a later pass says nothing again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_refresh_request_dated_in_the_far_future_is_ignored_with_one_event_not_run_for_ever() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.create_applied_cluster("later").await?;
+    env.until_ready("later").await?;
+    let far = "9999-01-01T00:00:00Z";
+    env.merge_patch::<TerraformCluster>(
+        "later",
+        json!({"metadata": {"annotations": {"captf.io/refresh": far, "captf.io/reconcile-now": far}}}),
+    )
+    .await?;
+    let ignored = captf_shared::events::reason::REQUEST_IGNORED;
+    env.until("both requests ignored", |e| {
+        (e.events(ignored).len() == 2).then_some(())
+    })
+    .await?;
+    for _ in 0..3 {
+        env.advance(60);
+        env.until_idle().await?;
+    }
+    let names = env.job_names(Kind::TerraformCluster, "later");
+    assert_eq!(names.len(), 1, "only the first apply ran: {names:?}");
+    let events = env.events(ignored);
+    assert_eq!(events.len(), 2, "said once per request: {events:?}");
+    for key in ["captf.io/refresh", "captf.io/reconcile-now"] {
+        let said = format!("{key}={far} is ignored");
+        assert!(
+            events
+                .iter()
+                .any(|e| e["type"] == "Warning" && e["note"].as_str().is_some_and(|n| n.contains(&said))),
+            "{said}: {events:?}"
+        );
+    }
+    Ok(())
+}
