@@ -23,6 +23,40 @@ pub enum Kept {
     Unreadable(String),
 }
 
+/// `text` as it may reach a person's terminal: the runner (so the module's code) wrote it, so
+/// every control character but newline and tab goes (an escape sequence could move the cursor,
+/// recolour or rewrite what was printed above, a carriage return overwrite a line), and so do
+/// Unicode's bidirectional overrides (which make text read in another order than it is).
+/// PURE.
+pub fn printable(text: &str) -> String {
+    text.chars()
+        .filter(|c| {
+            !((c.is_control() && *c != '\n' && *c != '\t')
+                || matches!(*c, '\u{202A}'..='\u{202E}' | '\u{2066}'..='\u{2069}' | '\u{200E}' | '\u{200F}'))
+        })
+        .collect()
+}
+
+/// Whether the kept list of changes adds up to the counts the controller recorded for the plan
+/// with its hash (from the runner's result, next to the hash): when it does not, the list (which
+/// the runner's pod wrote into the outputs Secret) cannot be taken for that plan. PURE.
+pub fn matches_recorded(plan: &KeptPlan, recorded: &captf_shared::types::PendingPlan) -> bool {
+    if plan.more > 0 {
+        // Not all listed: only the summary can be compared.
+        let s = &plan.summary;
+        return (s.add, s.change, s.destroy, s.replace)
+            == (recorded.adds, recorded.changes, recorded.destroys, recorded.replaces);
+    }
+    let count = |a: &str| plan.changes.iter().filter(|c| c.action() == a).count() as u64;
+    (count("create"), count("update"), count("destroy"), count("replace"))
+        == (
+            u64::from(recorded.adds),
+            u64::from(recorded.changes),
+            u64::from(recorded.destroys),
+            u64::from(recorded.replaces),
+        )
+}
+
 /// The name of the Secret the plan of `kind` `namespace`/`name` is kept in.
 pub fn secret_name(kind: Kind, namespace: &str, name: &str) -> String {
     names::outputs_secret_name(&names::suffix(kind, namespace, name))
@@ -34,16 +68,20 @@ pub fn kept(secret: Option<&Secret>, hash: &str) -> Kept {
     let Some(record) = data.and_then(|d| d.get(PLAN_KEY)) else {
         return Kept::Nothing;
     };
-    let plan: KeptPlan = match serde_json::from_slice(&record.0) {
+    let mut plan: KeptPlan = match serde_json::from_slice(&record.0) {
         Ok(p) => p,
         Err(e) => return Kept::Unreadable(format!("{PLAN_KEY} is not a plan record: {e}")),
     };
+    for c in &mut plan.changes {
+        c.address = printable(&c.address);
+    }
+    plan.hash = printable(&plan.hash);
     if !plan.hash.eq_ignore_ascii_case(hash) {
         return Kept::Other { hash: plan.hash };
     }
     let text = data
         .and_then(|d| d.get(PLAN_TEXT_KEY))
-        .map(|t| String::from_utf8_lossy(&t.0).into_owned())
+        .map(|t| printable(&String::from_utf8_lossy(&t.0)))
         .unwrap_or_default();
     Kept::This { plan, text }
 }
@@ -117,6 +155,52 @@ mod tests {
             other => panic!("expected the kept plan, got {other:?}"),
         }
         assert_eq!(kept(Some(&s), "9999"), Kept::Other { hash: "3F2A".into() });
+    }
+
+    /// The attack: the module's code writes `plan.txt` (and the addresses of `plan.json`) with
+    /// terminal escapes that would rewrite what the approver sees, or a list that shows a benign
+    /// plan under the real hash. Escapes and bidirectional overrides never reach the terminal,
+    /// and a list that does not add up to the counts the controller recorded is said to be
+    /// unverifiable.
+    #[test]
+    fn a_kept_plan_is_printed_without_control_characters_and_checked_against_the_recorded_counts() {
+        let text = "# aws_instance.a will be destroyed\n\u{1b}[1A\u{1b}[2K\r# nothing to do\u{202E}\t!\n";
+        let s = secret(Some(&record("3f2a")), Some(text));
+        let Kept::This { plan, text } = kept(Some(&s), "3f2a") else {
+            panic!("expected the kept plan")
+        };
+        assert_eq!(text, "# aws_instance.a will be destroyed\n[1A[2K# nothing to do\t!\n");
+        assert_eq!(printable("a\u{7}b\u{9b}c\u{2066}d"), "abcd");
+        let recorded = |destroys: u32, adds: u32| captf_shared::types::PendingPlan {
+            hash: "3f2a".into(),
+            destroys,
+            adds,
+            ..Default::default()
+        };
+        assert!(matches_recorded(&plan, &recorded(1, 0)));
+        assert!(
+            !matches_recorded(&plan, &recorded(3, 0)),
+            "the real plan destroys three"
+        );
+        assert!(!matches_recorded(&plan, &recorded(1, 2)));
+        let question = crate::approval_question(
+            &recorded(3, 0),
+            "TerraformCluster default/a",
+            &Kept::This {
+                plan: plan.clone(),
+                text: String::new(),
+            },
+        );
+        assert!(question.contains("cannot be verified"), "{question}");
+        let question = crate::approval_question(
+            &recorded(1, 0),
+            "TerraformCluster default/a",
+            &Kept::This {
+                plan,
+                text: String::new(),
+            },
+        );
+        assert!(!question.contains("cannot be verified"), "{question}");
     }
 
     #[test]

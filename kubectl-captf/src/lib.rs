@@ -321,11 +321,20 @@ async fn plan(conn: &Conn, t: &Target, typed: &str, json: bool, now: Timestamp) 
                     address: c.address.clone(),
                 })
                 .collect();
-            let note = if plan.more > 0 {
+            let mut note = if plan.more > 0 {
                 format!("{} more changes are not listed; the full plan is below", plan.more)
             } else {
                 String::new()
             };
+            if !kept::matches_recorded(plan, &p) {
+                let unverified = "the kept list does not add up to the counts the controller recorded with the hash, \
+                                  so it cannot be verified (the runner's pod wrote it)";
+                note = [note.as_str(), unverified]
+                    .into_iter()
+                    .filter(|n| !n.is_empty())
+                    .collect::<Vec<_>>()
+                    .join("; ");
+            }
             (changes, format!("kept in {kept_where}"), note)
         }
         other => {
@@ -500,6 +509,12 @@ pub fn approval_question(p: &captf_shared::types::PendingPlan, what: &str, kept:
         p.hash, p.adds, p.changes, p.destroys, p.replaces, p.job
     );
     if let kept::Kept::This { plan, .. } = kept {
+        if !kept::matches_recorded(plan, p) {
+            q.push_str(
+                "  The kept list below does not add up to these counts, which the controller recorded with the hash: \
+                 it cannot be verified (the runner's pod wrote it); read the full plan before approving.\n",
+            );
+        }
         for c in plan.changes.iter().take(50) {
             q.push_str(&format!("  {:<8} {}\n", c.action(), c.address));
         }
