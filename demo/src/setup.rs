@@ -255,7 +255,9 @@ pub async fn start_at(
         extra_env: Vec::new(),
     };
     let log = work.path().join("controller.log");
-    let real = find("captf-controller")?;
+    // The controller's runtime with the simulator's clock (the shipped captf-controller only
+    // runs on the system clock).
+    let real = find("captf-controller-sim")?;
     let controller = procs::start_controller(&real, &["run"], &env, log).await?;
     say(&format!(
         "captf-controller running as ServiceAccount {}/{} under the chart's RBAC (KUBECONFIG={}, following the simulator's clock; metrics on http://{}/metrics)",

@@ -1,7 +1,8 @@
 //! The scale runs, shared by the bench that prints their figures (`benches/scale/main.rs`) and
 //! the short version `cargo test` runs (`tests/scale.rs`). Each run starts its own simulator in
 //! this process and the real `captf-controller` binary as its own processes (KUBECONFIG at the
-//! simulator, the hidden `--sim-clock-url` of a build with the `sim-clock` feature), so a controller's memory and CPU are its own.
+//! simulator, through `captf-controller-sim`: the controller's runtime with the simulator's clock,
+//! built by scripts/bench-scale.sh next to `captf-controller`), so a controller's memory and CPU are its own.
 //!
 //! Nothing here judges a figure: a run fails only when what it waits for never happens.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
@@ -493,7 +494,9 @@ pub async fn shard_run(o: &Options, n: usize, shards: usize) -> Result<ShardRun>
     })
 }
 
-/// Where `cargo` put the controller binary for this package's benches and tests.
+/// The demo's `captf-controller-sim` (the controller's runtime following the simulator's clock),
+/// next to the controller binary cargo built for this package's benches: scripts/bench-scale.sh
+/// builds it there first.
 pub fn controller_bin() -> PathBuf {
-    Path::new(env!("CARGO_BIN_EXE_captf-controller")).to_path_buf()
+    Path::new(env!("CARGO_BIN_EXE_captf-controller")).with_file_name("captf-controller-sim")
 }

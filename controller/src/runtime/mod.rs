@@ -126,11 +126,6 @@ pub struct RunArgs {
     /// Log format.
     #[arg(long, env = "CAPTF_LOG_FORMAT", value_enum, default_value_t = LogFormat::Text)]
     pub log_format: LogFormat,
-    /// The scale bench only, in a build with the `sim-clock` feature (never a shipped one):
-    /// follow the simulator's clock at this URL (`http://127.0.0.1:port`).
-    #[cfg(feature = "sim-clock")]
-    #[arg(long, env = "CAPTF_SIM_CLOCK_URL", hide = true)]
-    pub sim_clock_url: Option<String>,
     /// Resource requests of runner pods (`cpu=100m,memory=256Mi`); a resource spec.jobs.resources
     /// names replaces its default. Empty: none.
     #[arg(long, env = "CAPTF_RUNNER_REQUESTS", default_value = "cpu=100m,memory=256Mi", value_parser = parse_quantities)]
@@ -509,17 +504,22 @@ async fn run_all(
 }
 
 /// `captf-controller run`: the process (client from KUBECONFIG or in-cluster), until SIGTERM
-/// or Ctrl-C.
+/// or Ctrl-C, on the system clock. The binary has no way to take another clock: one served over
+/// HTTP could be moved by whoever reaches it.
 pub async fn run(args: RunArgs) -> Result<(), RunError> {
+    run_with_sim_clock(args, None).await
+}
+
+/// [`run`], following the simulator's clock at `sim_clock_url` (`http://127.0.0.1:port`) when
+/// given: for the demo's `captf-controller-sim` and the scale bench, which run the controller
+/// against the simulator. Never reachable from the `captf-controller` binary.
+pub async fn run_with_sim_clock(args: RunArgs, sim_clock_url: Option<&str>) -> Result<(), RunError> {
     init_logging(args.log_format);
     let client = kube::Client::try_default().await.map_err(RunError::Client)?;
-    #[cfg(feature = "sim-clock")]
-    let clock: SharedClock = match &args.sim_clock_url {
+    let clock: SharedClock = match sim_clock_url {
         Some(url) => Arc::new(clock::WatchClock::from_sim_url(client.clone(), url, Duration::from_millis(100)).await?),
         None => Arc::new(SystemClock),
     };
-    #[cfg(not(feature = "sim-clock"))]
-    let clock: SharedClock = Arc::new(SystemClock);
     let handle = start(client, &args, clock).await?;
     tracing::info!(
         metrics = %handle.metrics_addr,
@@ -678,7 +678,7 @@ mod namespace_tests {
     }
 }
 
-#[cfg(all(test, not(feature = "sim-clock")))]
+#[cfg(test)]
 mod clock_flag_tests {
     /// Whoever could serve the URL of `--sim-clock-url` could move the controller's clock (start
     /// drift checks and retries early, or never): a controller built as it ships has no such flag,
