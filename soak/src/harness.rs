@@ -58,7 +58,7 @@ pub struct Config {
     pub runners: RunnerWeights,
     /// The controllers' leader lease (wall seconds).
     pub lease_seconds: u64,
-    /// Where `captf-controller` and `captf-webhook` are (default: next to this executable).
+    /// Where `captf-controller-sim` and `captf-webhook` are (default: next to this executable).
     pub bin_dir: Option<PathBuf>,
     /// Keep the controllers' and webhook's logs in this folder.
     pub logs: Option<PathBuf>,
@@ -478,10 +478,10 @@ impl Soak {
         std::fs::create_dir_all(&logs)?;
         let bin_dir = match &cfg.bin_dir {
             Some(d) => d.clone(),
-            None => procs::sibling("captf-controller")?
+            None => procs::sibling("captf-controller-sim")?
                 .parent()
                 .map(PathBuf::from)
-                .context("the folder of captf-controller")?,
+                .context("the folder of captf-controller-sim")?,
         };
         let sim = Sim::builder()
             .start_time(START_TIME.parse()?)
@@ -645,7 +645,8 @@ impl Soak {
             extra_env,
         };
         let log = self.logs.join(format!("{identity}.log"));
-        let proc = procs::start_controller(&self.bin_dir.join("captf-controller"), &["run"], &env, log).await?;
+        // The controller's runtime on the simulator's clock (the demo's captf-controller-sim).
+        let proc = procs::start_controller(&self.bin_dir.join("captf-controller-sim"), &["run"], &env, log).await?;
         if let Some(pid) = proc.pid() {
             lock(&self.trap).pids.insert(identity.clone(), pid);
         }

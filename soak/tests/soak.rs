@@ -24,10 +24,13 @@ fn bin_dir() -> PathBuf {
         })
         .expect("the test's folder")
         .to_path_buf();
-    for bin in ["captf-controller", "captf-webhook"] {
+    for (bin, package) in [
+        ("captf-controller-sim", "captf-demo"),
+        ("captf-webhook", "captf-webhook"),
+    ] {
         assert!(
             dir.join(bin).is_file(),
-            "{} not found: build it with `cargo build -p {bin}` (cargo test --workspace does)",
+            "{} not found: build it with `cargo build -p {package}` (cargo test --workspace does)",
             dir.join(bin).display()
         );
     }
