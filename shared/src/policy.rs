@@ -89,16 +89,18 @@ impl TenantPolicy {
         let (variables, runner): (Vec<_>, Vec<_>) = crate::references::secret_references(spec, prefix)
             .into_iter()
             .partition(|r| r.field.starts_with(&format!("{prefix}.variablesFrom[")));
+        let refuse = |out: &mut Vec<Violation>, refs: Vec<crate::references::SecretReference>, why: &str| {
+            out.extend(refs.into_iter().map(|r| Violation {
+                message: format!("{:?} {why}", r.name),
+                field: r.field,
+            }));
+        };
         if !self.variables_from_secrets {
-            for r in variables {
-                out.push(Violation {
-                    message: format!(
-                        "reads Secret {:?} into the inputs, and the policy allows no variables from Secrets (a configMapRef may be used)",
-                        r.name
-                    ),
-                    field: r.field,
-                });
-            }
+            refuse(
+                &mut out,
+                variables,
+                "is a Secret read into the inputs, and the policy allows no variables from Secrets (a configMapRef may be used)",
+            );
         }
         if let Some(jobs) = &spec.jobs {
             if let Some(image) = &jobs.image
@@ -145,15 +147,12 @@ impl TenantPolicy {
             self.check_placement(jobs, prefix, &mut out);
         }
         if !self.env_from_secrets {
-            for r in runner {
-                out.push(Violation {
-                    message: format!(
-                        "names Secret {:?} for the runner pod to read, and the policy lets runner pods read no Secret a spec names (env, envFrom, Secret volumes, module credentials, state encryption passphrases)",
-                        r.name
-                    ),
-                    field: r.field,
-                });
-            }
+            refuse(
+                &mut out,
+                runner,
+                "is a Secret for the runner pod to read, and the policy lets runner pods read no Secret a spec names \
+                 (env, envFrom, Secret volumes, module credentials, state encryption passphrases)",
+            );
         }
         out
     }

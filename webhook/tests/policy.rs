@@ -262,7 +262,7 @@ async fn a_state_passphrase_or_module_credentials_naming_any_secret_are_refused_
         ("spec.module.credentials.secretRef", "teammates-git-key"),
     ] {
         assert!(
-            msg.contains(&format!("{field}: names Secret \"{name}\"")),
+            msg.contains(&format!("{field}: \"{name}\" is a Secret")),
             "{field}: {msg}"
         );
     }
