@@ -337,8 +337,8 @@ impl<R: Reviewer> Authorizer<R> {
         }
     }
 
-    /// A review turn for `peer`, unless it has [`MAX_REVIEWS_PER_PEER`] already. PURE but for the
-    /// count.
+    /// A review turn for `peer`, counted until the turn is dropped, unless the address has
+    /// [`MAX_REVIEWS_PER_PEER`] already.
     fn peer_turn(&self, peer: IpAddr) -> Option<PeerTurn<'_>> {
         let mut peers = self.peers.lock().unwrap_or_else(PoisonError::into_inner);
         let n = peers.entry(peer).or_insert(0);
@@ -615,8 +615,9 @@ mod tests {
     }
 
     #[test]
-    fn decisions_map_to_200_401_403_and_503_and_only_503_is_never_cached() {
+    fn decisions_map_to_200_401_403_429_and_503_and_only_429_and_503_are_never_cached() {
         let cases = [
+            (Decision::Busy("x".into()), StatusCode::TOO_MANY_REQUESTS, false),
             (Decision::Allowed { user: "u".into() }, StatusCode::OK, true),
             (Decision::Unauthenticated("x".into()), StatusCode::UNAUTHORIZED, true),
             (Decision::Forbidden("x".into()), StatusCode::FORBIDDEN, true),
