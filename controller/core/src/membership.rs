@@ -15,10 +15,16 @@
 //!
 //! Everything else is an unverified claim: it still gets a log line, but it never holds the
 //! deletion.
+//!
+//! The same goes for a member's running Job holding the cluster's own apply and destroy
+//! (`MemberJobActive`, and the members that joined the cluster lease): a Job counts only when
+//! it is the Job of a verified member. A Job is recognised by its controller owner reference
+//! ([`job_owner`]) and the owner's UID, never by its labels or its name: anyone who may create
+//! Jobs in the namespace can copy those.
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 
-use captf_shared::keys;
+use captf_shared::{Kind, keys, names};
 
 /// The Cluster API API group of `Machine` and `MachinePool`.
 pub const CAPI_GROUP: &str = "cluster.x-k8s.io";
@@ -54,6 +60,27 @@ pub fn belongs(member: &ObjectMeta, cluster_uid: &str, cluster_name: &str, capi_
         (Some(r), Some(owner)) => owner.uid.as_deref() == Some(r.uid.as_str()) && labelled(owner),
         _ => false,
     }
+}
+
+/// The CAPTF object a Job was created for, as its controller owner reference says: one of
+/// `kinds`, in CAPTF's API group, and an object whose Job names include this Job's name (PURE).
+/// `None` for anything else. The reference is only a claim until its UID is checked against the
+/// object itself (a co-tenant who can read an object can copy its UID), but a Job with no such
+/// reference is never one of the controller's.
+pub fn job_owner<'a>(job: &'a ObjectMeta, kinds: &[Kind]) -> Option<(Kind, &'a OwnerReference)> {
+    let group = |v: &str| v.split('/').next().map(str::to_owned);
+    let ns = job.namespace.as_deref()?;
+    let name = job.name.as_deref()?;
+    let r = job
+        .owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.controller == Some(true))?;
+    let kind = kinds.iter().copied().find(|k| k.as_str() == r.kind)?;
+    let ours = group(&r.api_version) == group(keys::API_VERSION)
+        && !r.uid.is_empty()
+        && names::parse_job_name(kind, ns, &r.name, name).is_some();
+    ours.then_some((kind, r))
 }
 
 #[cfg(test)]
@@ -117,6 +144,53 @@ mod tests {
             assert!(!belongs(&m, "tc-uid", "prod", Some(&capi("another-uid", "prod"))));
             assert!(!belongs(&m, "tc-uid", "prod", None));
         }
+    }
+
+    fn job(ns: &str, name: &str, owner: Option<(&str, &str, &str, &str)>) -> ObjectMeta {
+        ObjectMeta {
+            namespace: Some(ns.into()),
+            name: Some(name.into()),
+            owner_references: owner.map(|(v, kind, n, uid)| {
+                vec![OwnerReference {
+                    api_version: v.into(),
+                    kind: kind.into(),
+                    name: n.into(),
+                    uid: uid.into(),
+                    controller: Some(true),
+                    ..OwnerReference::default()
+                }]
+            }),
+            ..ObjectMeta::default()
+        }
+    }
+
+    #[test]
+    fn a_job_is_recognised_by_its_controller_owner_not_by_its_labels_or_name() {
+        let kinds = [Kind::TerraformMachinePool, Kind::TerraformMachine];
+        let pool = Kind::TerraformMachinePool;
+        let name = names::job_name(pool, "team-a", "workers", captf_shared::Op::Apply, 3);
+        let v = keys::API_VERSION;
+        // The controller's own Job: owned by the object whose name it carries.
+        let own = job("team-a", &name, Some((v, pool.as_str(), "workers", "pool-uid")));
+        let (kind, r) = job_owner(&own, &kinds).expect("the controller's Job");
+        assert_eq!((kind, r.uid.as_str()), (pool, "pool-uid"));
+        // The same name and labels with no owner, another group, a kind not asked for, an owner
+        // whose Jobs have other names, an owner reference that is not the controller, or no UID.
+        assert!(job_owner(&job("team-a", &name, None), &kinds).is_none());
+        let other_group = job("team-a", &name, Some(("example.com/v1", pool.as_str(), "workers", "u")));
+        assert!(job_owner(&other_group, &kinds).is_none());
+        assert!(job_owner(&own, &[Kind::TerraformCluster]).is_none());
+        let other_owner = job("team-a", &name, Some((v, pool.as_str(), "other-pool", "u")));
+        assert!(job_owner(&other_owner, &kinds).is_none());
+        let other_namespace = job("team-b", &name, Some((v, pool.as_str(), "workers", "u")));
+        assert!(job_owner(&other_namespace, &kinds).is_none());
+        let no_uid = job("team-a", &name, Some((v, pool.as_str(), "workers", "")));
+        assert!(job_owner(&no_uid, &kinds).is_none());
+        let mut not_controller = own.clone();
+        if let Some(r) = not_controller.owner_references.as_mut().and_then(|o| o.first_mut()) {
+            r.controller = Some(false);
+        }
+        assert!(job_owner(&not_controller, &kinds).is_none());
     }
 
     #[test]

@@ -363,11 +363,7 @@ pub async fn verified_members(
     let mut out = Vec::new();
     for (kind, meta) in candidates {
         let name = meta.name.clone().unwrap_or_default();
-        let owner = match captf_core::membership::capi_controller(&meta) {
-            Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
-            None => None,
-        };
-        if captf_core::membership::belongs(&meta, &id.uid, cluster, owner.as_ref()) {
+        if is_member(client, id, cluster, &meta).await? {
             out.push(format!("{kind}/{name}"));
         } else {
             tracing::info!(
@@ -379,6 +375,65 @@ pub async fn verified_members(
     }
     out.sort();
     Ok(out)
+}
+
+/// Whether `member`, a machine pool or machine, belongs to the TerraformCluster `id` of the
+/// cluster `cluster` (`captf_core::membership::belongs`; its Cluster API owner read live).
+pub async fn is_member(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    member: &kube::core::ObjectMeta,
+) -> Result<bool, Error> {
+    let owner = match captf_core::membership::capi_controller(member) {
+        Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
+        None => None,
+    };
+    Ok(captf_core::membership::belongs(
+        member,
+        &id.uid,
+        cluster,
+        owner.as_ref(),
+    ))
+}
+
+/// Whether the Job `job` is the Job of a verified member of the TerraformCluster `id`: its
+/// controller owner reference names a machine pool or machine (`captf_core::membership::job_owner`)
+/// that exists with that UID (`owner`: its metadata as a cache holds it; `None`: read live) and
+/// belongs to the cluster ([`is_member`]). Labels and names are never enough.
+pub async fn is_member_job(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    job: &kube::core::ObjectMeta,
+    owner: Option<kube::core::ObjectMeta>,
+) -> Result<bool, Error> {
+    let Some((kind, r)) = captf_core::membership::job_owner(job, &[Kind::TerraformMachinePool, Kind::TerraformMachine])
+    else {
+        return Ok(false);
+    };
+    let owner = match owner {
+        Some(m) => Some(m),
+        None => object_meta(client, kind, &id.namespace, &r.name).await?,
+    };
+    match owner {
+        Some(m) if m.uid.as_deref() == Some(r.uid.as_str()) => is_member(client, id, cluster, &m).await,
+        _ => Ok(false),
+    }
+}
+
+/// The metadata of one of CAPTF's objects, read live; `None` when it does not exist.
+pub async fn object_meta(
+    client: &kube::Client,
+    kind: Kind,
+    ns: &str,
+    name: &str,
+) -> Result<Option<kube::core::ObjectMeta>, Error> {
+    Api::<DynamicObject>::namespaced_with(client.clone(), ns, &crate::kinds::api_resource(kind))
+        .get_metadata_opt(name)
+        .await
+        .map(|m| m.map(|m| m.metadata))
+        .map_err(|e| Error::api(ApiAction::GetObject, format!("{kind} {ns}/{name}"), e))
 }
 
 /// The metadata of a member's Cluster API owner (`Machine` or `MachinePool`), read live; `None`
@@ -406,14 +461,31 @@ async fn capi_owner_meta(
     }
 }
 
-/// The live Job holding the cluster lease of `cluster`, if any (both read live).
+/// The live Job holding the cluster lease of `cluster`, if any (both read live): a Job that has
+/// not finished, controlled by a TerraformCluster of that cluster name whose UID its owner
+/// reference names (`captf_core::membership::job_owner`). A Job of that name made by anyone
+/// else holds nothing.
 pub async fn cluster_lease_holder(client: &kube::Client, ns: &str, cluster: &str) -> Result<Option<String>, Error> {
     let lease = lease(client, ns, &names::cluster_lease_name(ns, cluster)).await?;
     if let Some(holder) = lease.and_then(|l| l.spec?.holder_identity).filter(|h| !h.is_empty()) {
         let live = job(client, ns, &holder).await?;
-        if live.as_ref().is_some_and(|j| outcome::terminal(j).is_none()) {
+        if let Some(j) = live.filter(|j| outcome::terminal(j).is_none())
+            && is_cluster_job(client, cluster, &j.metadata).await?
+        {
             return Ok(Some(holder));
         }
     }
     Ok(None)
+}
+
+/// Whether `job` is the Job of a TerraformCluster of the cluster `cluster`: its controller owner
+/// reference names one that exists with that UID and that cluster name.
+pub async fn is_cluster_job(client: &kube::Client, cluster: &str, job: &kube::core::ObjectMeta) -> Result<bool, Error> {
+    let Some((kind, r)) = captf_core::membership::job_owner(job, &[Kind::TerraformCluster]) else {
+        return Ok(false);
+    };
+    let ns = job.namespace.as_deref().unwrap_or_default();
+    Ok(object_meta(client, kind, ns, &r.name).await?.is_some_and(|m| {
+        m.uid.as_deref() == Some(r.uid.as_str()) && core_inputs::cluster_name(kind, &m).as_deref() == Some(cluster)
+    }))
 }

@@ -121,11 +121,17 @@ pub async fn holds(client: &kube::Client, id: &Ident, deleting: bool) -> Result<
                         .list(&lp)
                         .await
                         .map_err(|e| Error::api(ApiAction::ListJobs, format!("of the members of {}", id.what()), e))?;
-                    holds.member_job_active = jobs
+                    // Only a verified member's Job holds the cluster; the labels are a claim.
+                    for j in jobs
                         .items
                         .into_iter()
-                        .find(|j| captf_core::outcome::terminal(j).is_none())
-                        .and_then(|j| j.metadata.name);
+                        .filter(|j| captf_core::outcome::terminal(j).is_none())
+                    {
+                        if gather::is_member_job(client, id, cluster, &j.metadata, None).await? {
+                            holds.member_job_active = j.metadata.name;
+                            break;
+                        }
+                    }
                 }
             }
             holds.members = gather::verified_members(client, id, cluster, candidates).await?;

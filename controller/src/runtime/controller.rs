@@ -697,17 +697,7 @@ async fn start_job(
         let took = match id.kind {
             Kind::TerraformCluster => {
                 let exclusive = matches!(start.op, Op::Apply | Op::Destroy);
-                leases::take_cluster(
-                    &ctx.client,
-                    &id.namespace,
-                    &cl,
-                    &job_name,
-                    &run_lease,
-                    active,
-                    exclusive,
-                    now,
-                )
-                .await?
+                leases::take_cluster(&ctx.client, id, c, &cl, &job_name, &run_lease, active, exclusive, now).await?
             }
             _ => leases::join_cluster(&ctx.client, &id.namespace, &cl, &job_name, &run_lease).await?,
         };

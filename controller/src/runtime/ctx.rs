@@ -104,7 +104,7 @@ impl Ctx {
         terms: watch::Receiver<u64>,
     ) -> (Ctx, Feeds) {
         let instance = std::env::var("POD_NAME").unwrap_or_else(|_| "captf-controller".into());
-        let (caches, feeds) = gather::caches();
+        let (caches, feeds) = gather::caches(config.selector.is_some());
         let ctx = Ctx {
             events: Events::new(client.clone(), instance),
             client,

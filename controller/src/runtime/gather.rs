@@ -61,7 +61,9 @@ use captf_shared::{Kind, binding, keys, names};
 use captf_core::ident::Ident;
 use captf_core::outcome;
 use captf_core::snapshot::{self, Holds};
-use captf_read::api::{cluster_lease_holder, job, live_jobs_and_pods, live_pods, own_pods, verified_members};
+use captf_read::api::{
+    cluster_lease_holder, is_member_job, job, live_jobs_and_pods, live_pods, own_pods, verified_members,
+};
 use captf_read::errors::{ApiAction, Error};
 
 use super::slots::RunningJobs;
@@ -222,14 +224,14 @@ struct Indexes {
 }
 
 impl Indexes {
-    fn new() -> Indexes {
+    fn new(running: RunningJobs) -> Indexes {
         let by = |label| [LabelIndex::new(label), LabelIndex::new(label), LabelIndex::new(label)];
         Indexes {
             jobs_by_object: by(keys::LABEL_OBJECT),
             jobs_by_cluster: by(keys::LABEL_CLUSTER_NAME),
             pods_by_object: LabelIndex::new(keys::LABEL_OBJECT),
             objects_by_cluster: by(keys::LABEL_CLUSTER_NAME),
-            running: RunningJobs::default(),
+            running,
         }
     }
 }
@@ -267,17 +269,32 @@ pub struct FeedStreams {
     idx: Indexes,
 }
 
-/// New, empty stores and their writers.
-pub fn caches() -> (Caches, Feeds) {
-    let (clusters, cw) = reflector::store();
-    let (pools, pw) = reflector::store();
-    let (machines, mw) = reflector::store();
+/// New, empty stores and their writers; `partial`: the kinds' stores are fed by a label
+/// selector, so they hold only some of the objects.
+pub fn caches(partial: bool) -> (Caches, Feeds) {
+    let (clusters, cw) = reflector::store::<Meta<TerraformCluster>>();
+    let (pools, pw) = reflector::store::<Meta<TerraformMachinePool>>();
+    let (machines, mw) = reflector::store::<Meta<TerraformMachine>>();
     let (j0, jw0) = reflector::store();
     let (j1, jw1) = reflector::store();
     let (j2, jw2) = reflector::store();
     let (pods, podw) = reflector::store();
     let synced = Arc::new(Synced::default());
-    let idx = Indexes::new();
+    let owner_uid: super::slots::OwnerUid = {
+        let (c, p, m) = (clusters.clone(), pools.clone(), machines.clone());
+        Arc::new(move |kind: Kind, ns: &str, name: &str| match kind {
+            Kind::TerraformCluster => c
+                .get(&ObjectRef::new(name).within(ns))
+                .and_then(|o| o.metadata.uid.clone()),
+            Kind::TerraformMachinePool => p
+                .get(&ObjectRef::new(name).within(ns))
+                .and_then(|o| o.metadata.uid.clone()),
+            Kind::TerraformMachine => m
+                .get(&ObjectRef::new(name).within(ns))
+                .and_then(|o| o.metadata.uid.clone()),
+        })
+    };
+    let idx = Indexes::new(RunningJobs::new(owner_uid, partial));
     (
         Caches {
             clusters,
@@ -459,8 +476,11 @@ impl Caches {
         pools.chain(machines).collect()
     }
 
-    /// An active (not finished) Job of a member of the cluster, from the members' Jobs stores.
-    fn member_job_active(&self, ns: &str, cluster: &str) -> Option<String> {
+    /// The active (not finished) Jobs labelled with the cluster, from the members' Jobs stores,
+    /// each with the object its controller owner reference names as the kinds' stores hold it
+    /// (`None`: not there, or another UID): the claims of `MemberJobActive`, which hold the
+    /// cluster only once verified ([`is_member_job`]).
+    fn member_jobs_active(&self, ns: &str, cluster: &str) -> Vec<(StoredJob, Option<kube::core::ObjectMeta>)> {
         [Kind::TerraformMachinePool, Kind::TerraformMachine]
             .into_iter()
             .flat_map(|k| {
@@ -470,11 +490,31 @@ impl Caches {
                     .into_iter()
                     .filter_map(move |n| store.get(&ObjectRef::new(&n).within(ns)))
             })
-            .find(|j| {
+            .filter(|j| {
                 label(&j.metadata.labels, keys::LABEL_CLUSTER_NAME) == Some(cluster)
                     && outcome::terminal_status(j.status.as_ref()).is_none()
             })
-            .and_then(|j| j.metadata.name.clone())
+            .map(|j| {
+                let owner = captf_core::membership::job_owner(
+                    &j.metadata,
+                    &[Kind::TerraformMachinePool, Kind::TerraformMachine],
+                )
+                .and_then(|(kind, r)| {
+                    let meta = match kind {
+                        Kind::TerraformMachinePool => self
+                            .pools
+                            .get(&ObjectRef::new(&r.name).within(ns))
+                            .map(|o| o.metadata.clone()),
+                        _ => self
+                            .machines
+                            .get(&ObjectRef::new(&r.name).within(ns))
+                            .map(|o| o.metadata.clone()),
+                    };
+                    meta.filter(|m| m.uid.as_deref() == Some(r.uid.as_str()))
+                });
+                ((*j).clone(), owner)
+            })
+            .collect()
     }
 }
 
@@ -634,13 +674,37 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident, deleting:
                 let candidates = caches.labelled_members(&id.namespace, cluster);
                 holds.members = verified_members(client, id, cluster, candidates).await?;
             }
-            holds.member_job_active = caches.member_job_active(&id.namespace, cluster);
+            holds.member_job_active =
+                verified_member_job(client, id, cluster, caches.member_jobs_active(&id.namespace, cluster)).await?;
         }
         Kind::TerraformMachinePool | Kind::TerraformMachine => {
             holds.cluster_lease_holder = cluster_lease_holder(client, &id.namespace, cluster).await?;
         }
     }
     Ok(holds)
+}
+
+/// The first of the `candidates` (active Jobs labelled with the cluster, with their owners from
+/// the caches) that is a verified member's Job; the others are claims and hold nothing.
+async fn verified_member_job(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    candidates: Vec<(StoredJob, Option<kube::core::ObjectMeta>)>,
+) -> Result<Option<String>, Error> {
+    for (job, owner) in candidates {
+        // Not in the store with the UID it names: not a member's Job (a member's store entry
+        // always precedes its Jobs).
+        let Some(owner) = owner else {
+            tracing::debug!(job = ?job.metadata.name, "a Job labelled with cluster {cluster} is not owned by a machine pool or machine the controller knows: it does not hold {}", id.what());
+            continue;
+        };
+        if is_member_job(client, id, cluster, &job.metadata, Some(owner)).await? {
+            return Ok(job.metadata.name.clone());
+        }
+        tracing::info!(job = ?job.metadata.name, "a Job labelled with cluster {cluster} is not the Job of a verified member: it does not hold {}", id.what());
+    }
+    Ok(None)
 }
 
 #[cfg(test)]
@@ -729,7 +793,7 @@ mod tests {
 
     #[test]
     fn the_cached_history_of_an_object_holds_only_its_own_jobs() {
-        let (caches, mut feeds) = caches();
+        let (caches, mut feeds) = caches(false);
         let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
         let other = ident(Kind::TerraformCluster, "default", "prod-us", None);
         let elsewhere = ident(Kind::TerraformCluster, "team-b", "prod-eu", None);
@@ -781,7 +845,7 @@ mod tests {
 
     #[test]
     fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_not_its_own() {
-        let (caches, mut feeds) = caches();
+        let (caches, mut feeds) = caches(false);
         let me = ident(Kind::TerraformCluster, "default", "prod-eu", None);
         let mut planted = job_of(&me, Op::Apply, 7, true);
         planted.metadata.owner_references = Some(vec![captf_core::job::owner_reference(
@@ -826,10 +890,13 @@ mod tests {
 
     #[test]
     fn a_clusters_members_and_their_active_jobs_come_from_the_stores() {
-        let (caches, mut feeds) = caches();
+        let (caches, mut feeds) = caches(false);
         let pool = |ns: &str, name: &str, cluster: &str| Meta::<TerraformMachinePool> {
             types: None,
-            metadata: meta(ns, name, &[(keys::LABEL_CLUSTER_NAME, cluster)]),
+            metadata: ObjectMeta {
+                uid: Some(format!("uid-of-{ns}-{name}")),
+                ..meta(ns, name, &[(keys::LABEL_CLUSTER_NAME, cluster)])
+            },
             _phantom: std::marker::PhantomData,
         };
         let pools_ix = feeds.streams.idx.objects_by_cluster[slot(Kind::TerraformMachinePool)].clone();
@@ -848,7 +915,17 @@ mod tests {
         fill(
             &mut feeds.jobs[1],
             &[&ix1[0], &ix1[1]],
-            vec![job_of(&workers, Op::Apply, 3, false)],
+            vec![job_of(&workers, Op::Apply, 3, false), {
+                // A co-tenant's Job with the member's labels and a name it could produce, owned
+                // by another UID: a claim, with no owner the stores know.
+                let mut forged = job_of(&workers, Op::Apply, 4, false);
+                forged.metadata.owner_references = Some(vec![captf_core::job::owner_reference(
+                    workers.kind,
+                    &workers.name,
+                    "forged",
+                )]);
+                forged
+            }],
         );
         fill(
             &mut feeds.jobs[2],
@@ -865,11 +942,28 @@ mod tests {
             labelled,
             vec![(Kind::TerraformMachinePool, Some("workers".to_string()))]
         );
+        let active: Vec<(Option<String>, Option<Option<String>>)> = caches
+            .member_jobs_active("default", "prod-eu")
+            .into_iter()
+            .map(|(j, owner)| (j.metadata.name, owner.map(|m| m.name)))
+            .collect();
+        let owned = Some(Some("workers".to_string()));
+        let mut active = active;
+        active.sort();
         assert_eq!(
-            caches.member_job_active("default", "prod-eu"),
-            Some(names::job_name(workers.kind, "default", "workers", Op::Apply, 3))
+            active,
+            vec![
+                (
+                    Some(names::job_name(workers.kind, "default", "workers", Op::Apply, 3)),
+                    owned
+                ),
+                (
+                    Some(names::job_name(workers.kind, "default", "workers", Op::Apply, 4)),
+                    None
+                ),
+            ]
         );
-        assert_eq!(caches.member_job_active("default", "prod-us"), None);
+        assert!(caches.member_jobs_active("default", "prod-us").is_empty());
     }
 
     #[test]
@@ -924,7 +1018,7 @@ mod tests {
 
     #[test]
     fn no_decision_until_every_store_has_listed_once() {
-        let (caches, feeds) = caches();
+        let (caches, feeds) = caches(false);
         assert!(!caches.synced());
         for i in 0..FEEDS {
             let mut mark = feeds.streams.mark::<StoredJob>(i);

@@ -134,20 +134,86 @@ async fn in_flight(client: &kube::Client, ns: &str, job: &str, run_lease: Option
     Ok(phase(client, ns, job, run_lease).await? != Phase::Over)
 }
 
-/// The members still starting or running, with where each is.
+/// The members still starting or running, with where each is. With `cluster` (the
+/// TerraformCluster taking the lease, and its cluster name), only verified members count
+/// ([`verified_member_phase`]): anyone whose machine pool carries the cluster's label can join.
 async fn live_members(
     client: &kube::Client,
     ns: &str,
     lease: &Lease,
+    cluster: Option<(&Ident, &str)>,
 ) -> Result<BTreeMap<String, (String, Phase)>, Error> {
     let mut live = BTreeMap::new();
     for (job, run_lease) in members(lease) {
-        let p = phase(client, ns, &job, Some(&run_lease)).await?;
+        let p = match cluster {
+            Some((id, c)) => verified_member_phase(client, id, c, &job, &run_lease).await?,
+            None => phase(client, ns, &job, Some(&run_lease)).await?,
+        };
         if p != Phase::Over {
             live.insert(job, (run_lease, p));
         }
     }
     Ok(live)
+}
+
+/// Where a member that joined the cluster lease of `id` is ([`phase`]), counting it only when it
+/// is a verified member of the cluster `cluster`: a running Job by its controller owner
+/// (`api::is_member_job`); a Job not created yet by the owner of the run lease that names it
+/// (the controller takes it with the object's owner reference). Any other member is `Over`,
+/// so it neither holds the cluster's apply nor stays in the lease.
+async fn verified_member_phase(
+    client: &kube::Client,
+    id: &Ident,
+    cluster: &str,
+    job: &str,
+    run_lease: &str,
+) -> Result<Phase, Error> {
+    let ns = id.namespace.as_str();
+    if let Some(j) = api::job(client, ns, job).await? {
+        if outcome::terminal(&j).is_some() {
+            return Ok(Phase::Over);
+        }
+        let member = api::is_member_job(client, id, cluster, &j.metadata, None).await?;
+        if !member {
+            tracing::info!(
+                "Job {ns}/{job} joined the cluster lease of {} but is not the Job of a verified member: it does not hold the cluster",
+                id.what()
+            );
+        }
+        return Ok(if member { Phase::Running } else { Phase::Over });
+    }
+    let Some(lease) = api::lease(client, ns, run_lease).await? else {
+        return Ok(Phase::Over);
+    };
+    if lease.spec.as_ref().and_then(|s| s.holder_identity.as_deref()) != Some(job) {
+        return Ok(Phase::Over);
+    }
+    // The run lease stands for the Job: it must be the lease of the object that will own it,
+    // and that object a verified member.
+    let as_job = ObjectMeta {
+        name: Some(job.to_string()),
+        namespace: Some(ns.to_string()),
+        owner_references: lease.metadata.owner_references.clone(),
+        ..Default::default()
+    };
+    let Some((kind, r)) = captf_core::membership::job_owner(
+        &as_job,
+        &[
+            captf_shared::Kind::TerraformMachinePool,
+            captf_shared::Kind::TerraformMachine,
+        ],
+    ) else {
+        return Ok(Phase::Over);
+    };
+    let own_lease = captf_shared::names::run_lease_name(&captf_shared::names::suffix(kind, ns, &r.name));
+    if own_lease != run_lease {
+        return Ok(Phase::Over);
+    }
+    Ok(if api::is_member_job(client, id, cluster, &as_job, None).await? {
+        Phase::Starting
+    } else {
+        Phase::Over
+    })
 }
 
 fn run_leases(live: &BTreeMap<String, (String, Phase)>) -> BTreeMap<String, String> {
@@ -156,11 +222,13 @@ fn run_leases(live: &BTreeMap<String, (String, Phase)>) -> BTreeMap<String, Stri
 
 /// A TerraformCluster's Job `me` (run lease `my_run_lease`, already taken) takes the cluster
 /// lease `name`. A member Job still starting holds it off (a member never starts beside a
-/// cluster Job); with `exclusive`, an apply or destroy, so does a member Job still running.
+/// cluster Job); with `exclusive`, an apply or destroy, so does a member Job still running. Only
+/// verified members of `id` (the TerraformCluster, of the cluster `cluster`) count.
 #[allow(clippy::too_many_arguments)]
 pub async fn take_cluster(
     client: &kube::Client,
-    ns: &str,
+    id: &Ident,
+    cluster: &str,
     name: &str,
     me: &str,
     my_run_lease: &str,
@@ -168,6 +236,7 @@ pub async fn take_cluster(
     exclusive: bool,
     now: Timestamp,
 ) -> Result<Take, Error> {
+    let ns = id.namespace.as_str();
     let Some(mut lease) = api::lease(client, ns, name).await? else {
         let mut l = new_lease(ns, name, me, None, now);
         l.metadata.annotations = Some(BTreeMap::from([(
@@ -184,7 +253,7 @@ pub async fn take_cluster(
             return Ok(Take::Held(format!("{name} is held by {h}")));
         }
     }
-    let live = live_members(client, ns, &lease).await?;
+    let live = live_members(client, ns, &lease, Some((id, cluster))).await?;
     if let Some((job, (_, p))) = live.iter().find(|(_, (_, p))| exclusive || *p == Phase::Starting) {
         let doing = if *p == Phase::Starting { "starting" } else { "running" };
         return Ok(Take::Held(format!("member Job {job} is {doing}")));
@@ -233,7 +302,7 @@ pub async fn join_cluster(
             return Ok(Take::Held(format!("cluster Job {h} holds {name}")));
         }
     }
-    let mut live = run_leases(&live_members(client, ns, &lease).await?);
+    let mut live = run_leases(&live_members(client, ns, &lease, None).await?);
     if live.get(me).map(String::as_str) == Some(my_run_lease) && live.len() == members(&lease).len() {
         return Ok(Take::Taken);
     }

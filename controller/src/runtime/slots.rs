@@ -53,21 +53,51 @@ fn slot(kind: Kind) -> usize {
     }
 }
 
-/// The CAPTF Jobs the stores hold and whether each runs, with the running ones counted per
-/// namespace, kept from the Jobs feeds' events (cheap to clone; one per set of stores).
-#[derive(Clone, Debug)]
+/// The UID of the object of a kind, namespace and name in the kinds' stores, if they hold it.
+pub type OwnerUid = Arc<dyn Fn(Kind, &str, &str) -> Option<String> + Send + Sync>;
+
+/// The CAPTF Jobs the stores hold and whether each runs, with the running ones and the object
+/// each claims to run for, kept from the Jobs feeds' events (cheap to clone; one per set of
+/// stores). A running Job counts against the slots only when it is the controller's: its
+/// controller owner reference names one of CAPTF's objects whose Jobs carry its name
+/// (`captf_core::membership::job_owner`), and that object is in the kinds' stores with that UID.
+/// Labels are a claim anyone who may create Jobs can make, so a Job with CAPTF's labels and no
+/// such owner takes no slot. When the stores hold only some objects (a shard's label selector),
+/// a Job whose owner they do not hold is another shard's and counts (docs/operating.md,
+/// "Sharding": every instance counts every runner Job it sees).
+#[derive(Clone)]
 pub struct RunningJobs {
     state: Arc<RwLock<RunningState>>,
     /// Bumped whenever a running Job finishes or leaves a store.
     freed: Arc<watch::Sender<u64>>,
+    owner_uid: OwnerUid,
+    /// The kinds' stores hold only the objects of a label selector.
+    partial: bool,
+}
+
+impl std::fmt::Debug for RunningJobs {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("RunningJobs")
+            .field("state", &self.state)
+            .field("partial", &self.partial)
+            .finish_non_exhaustive()
+    }
+}
+
+/// The object a running Job claims to run for (its controller owner reference).
+#[derive(Clone, Debug, PartialEq, Eq)]
+struct Claim {
+    kind: Kind,
+    name: String,
+    uid: String,
 }
 
 #[derive(Debug, Default)]
 struct RunningState {
     /// Per kind: (namespace, name) → running.
     jobs: [HashMap<(String, String), bool>; 3],
-    /// Running Jobs per namespace, every kind.
-    running: HashMap<String, u32>,
+    /// The running Jobs that claim an owner, every kind.
+    running: HashMap<(String, String), Claim>,
     /// The newest creation time of a Job seen per namespace (whose turn it was last).
     last_start: HashMap<String, Timestamp>,
     gone: VecDeque<(String, String)>,
@@ -75,29 +105,31 @@ struct RunningState {
 }
 
 impl RunningState {
-    /// Set (or, with `None`, remove) one Job; true when a running Job stopped running.
-    fn set(&mut self, kind: usize, key: (String, String), running: Option<bool>) -> bool {
+    /// Set (or, with `None`, remove) one Job: whether it runs, and the owner it claims; true
+    /// when a running Job stopped running.
+    fn set(&mut self, kind: usize, key: (String, String), running: Option<JobState>) -> bool {
         let Some(jobs) = self.jobs.get_mut(kind) else {
             return false;
         };
-        let old = match running {
+        let (flag, claim) = match running {
+            Some((r, c)) => (Some(r), c.filter(|_| r)),
+            None => (None, None),
+        };
+        let old = match flag {
             Some(r) => jobs.insert(key.clone(), r),
             None => jobs.remove(&key),
         };
         let was = old == Some(true);
-        let is = running == Some(true);
-        if was != is {
-            let n = self.running.entry(key.0.clone()).or_default();
-            if is {
-                *n += 1;
-            } else {
-                *n = n.saturating_sub(1);
-                if *n == 0 {
-                    self.running.remove(&key.0);
-                }
+        let is = flag == Some(true);
+        match claim {
+            Some(c) => {
+                self.running.insert(key.clone(), c);
+            }
+            None => {
+                self.running.remove(&key);
             }
         }
-        if running.is_none() && old.is_some() && self.gone_set.insert(key.clone()) {
+        if flag.is_none() && old.is_some() && self.gone_set.insert(key.clone()) {
             self.gone.push_back(key);
             while self.gone.len() > GONE_MEMORY {
                 if let Some(k) = self.gone.pop_front() {
@@ -120,17 +152,26 @@ impl RunningState {
     }
 }
 
-impl Default for RunningJobs {
-    fn default() -> Self {
-        RunningJobs {
-            state: Arc::default(),
-            freed: Arc::new(watch::channel(0).0),
-        }
-    }
-}
-
 fn is_running(j: &StoredJob) -> bool {
     captf_core::outcome::terminal_status(j.status.as_ref()).is_none()
+}
+
+/// Whether a Job runs, and the CAPTF object its controller owner reference claims.
+type JobState = (bool, Option<Claim>);
+
+/// Whether `j` runs, and the CAPTF object its controller owner reference claims.
+fn state_of(j: &StoredJob) -> JobState {
+    let kinds = [
+        Kind::TerraformCluster,
+        Kind::TerraformMachinePool,
+        Kind::TerraformMachine,
+    ];
+    let claim = captf_core::membership::job_owner(&j.metadata, &kinds).map(|(kind, r)| Claim {
+        kind,
+        name: r.name.clone(),
+        uid: r.uid.clone(),
+    });
+    (is_running(j), claim)
 }
 
 fn key_of(j: &StoredJob) -> (String, String) {
@@ -141,6 +182,25 @@ fn key_of(j: &StoredJob) -> (String, String) {
 }
 
 impl RunningJobs {
+    /// An empty index over the Jobs of the kinds' stores `owner_uid` looks into; `partial`:
+    /// those stores hold only some objects (a label selector).
+    pub fn new(owner_uid: OwnerUid, partial: bool) -> RunningJobs {
+        RunningJobs {
+            state: Arc::default(),
+            freed: Arc::new(watch::channel(0).0),
+            owner_uid,
+            partial,
+        }
+    }
+
+    /// Whether a running Job that claims `c` in `ns` is the controller's (see the type's doc).
+    fn counts(&self, ns: &str, c: &Claim) -> bool {
+        match (self.owner_uid)(c.kind, ns, &c.name) {
+            Some(uid) => uid == c.uid,
+            None => self.partial,
+        }
+    }
+
     /// The writer fed by one kind's Jobs stream.
     pub fn writer(&self, kind: Kind) -> RunningWriter {
         RunningWriter {
@@ -157,8 +217,10 @@ impl RunningJobs {
         for (ns, t) in &st.last_start {
             out.entry(ns.clone()).or_default().last_start = Some(*t);
         }
-        for (ns, n) in &st.running {
-            out.entry(ns.clone()).or_default().running = *n;
+        for ((ns, _), c) in &st.running {
+            if self.counts(ns, c) {
+                out.entry(ns.clone()).or_default().running += 1;
+            }
         }
         out
     }
@@ -178,7 +240,7 @@ impl RunningJobs {
 pub struct RunningWriter {
     index: RunningJobs,
     kind: usize,
-    relist: Option<HashMap<(String, String), bool>>,
+    relist: Option<HashMap<(String, String), JobState>>,
 }
 
 impl RunningWriter {
@@ -187,7 +249,7 @@ impl RunningWriter {
             watcher::Event::Apply(j) => {
                 let mut st = self.index.state.write().unwrap_or_else(|p| p.into_inner());
                 st.started(j);
-                st.set(self.kind, key_of(j), Some(is_running(j)))
+                st.set(self.kind, key_of(j), Some(state_of(j)))
             }
             watcher::Event::Delete(j) => {
                 let mut st = self.index.state.write().unwrap_or_else(|p| p.into_inner());
@@ -201,7 +263,7 @@ impl RunningWriter {
                 self.index.state.write().unwrap_or_else(|p| p.into_inner()).started(j);
                 self.relist
                     .get_or_insert_with(HashMap::new)
-                    .insert(key_of(j), is_running(j));
+                    .insert(key_of(j), state_of(j));
                 false
             }
             watcher::Event::InitDone => {
@@ -534,11 +596,24 @@ mod tests {
         }
     }
 
-    fn job(ns: &str, name: &str, finished: bool) -> StoredJob {
+    /// The name of the Job `seq` of the TerraformCluster `object`.
+    fn jn(ns: &str, object: &str, seq: u32) -> String {
+        captf_shared::names::job_name(Kind::TerraformCluster, ns, object, captf_shared::Op::Apply, seq)
+    }
+
+    /// The Job `seq` of the TerraformCluster `object` (UID `uid-<object>`), as the controller
+    /// creates it.
+    fn job(ns: &str, object: &str, seq: u32, finished: bool) -> StoredJob {
+        owned_job(ns, object, seq, finished, Some(&format!("uid-{object}")))
+    }
+
+    fn owned_job(ns: &str, object: &str, seq: u32, finished: bool, owner_uid: Option<&str>) -> StoredJob {
         Job {
             metadata: ObjectMeta {
                 namespace: Some(ns.into()),
-                name: Some(name.into()),
+                name: Some(jn(ns, object, seq)),
+                owner_references: owner_uid
+                    .map(|u| vec![captf_core::job::owner_reference(Kind::TerraformCluster, object, u)]),
                 ..Default::default()
             },
             status: finished.then(|| JobStatus {
@@ -554,9 +629,17 @@ mod tests {
         .into()
     }
 
+    /// Stores that hold every TerraformCluster except those named `gone-*`, each with the UID
+    /// `uid-<name>`.
+    fn stores() -> OwnerUid {
+        Arc::new(|kind: Kind, _ns: &str, name: &str| {
+            (kind == Kind::TerraformCluster && !name.starts_with("gone-")).then(|| format!("uid-{name}"))
+        })
+    }
+
     fn slots(total: u32, per_ns: u32) -> (Arc<Slots>, RunningJobs) {
         let s = Arc::new(Slots::new(Limits::from_flags(total, per_ns)));
-        let r = RunningJobs::default();
+        let r = RunningJobs::new(stores(), false);
         s.register(r.clone());
         (s, r)
     }
@@ -616,21 +699,21 @@ mod tests {
         let (s, r) = slots(0, 2);
         let mut w = r.writer(Kind::TerraformCluster);
         w.apply(&watcher::Event::Init);
-        w.apply(&watcher::Event::InitApply(job("a", "old-1", false)));
-        w.apply(&watcher::Event::InitApply(job("a", "old-2", false)));
-        w.apply(&watcher::Event::InitApply(job("a", "done-1", true)));
+        w.apply(&watcher::Event::InitApply(job("a", "old", 1, false)));
+        w.apply(&watcher::Event::InitApply(job("a", "old", 2, false)));
+        w.apply(&watcher::Event::InitApply(job("a", "done", 1, true)));
         w.apply(&watcher::Event::InitDone);
-        queued(s.ask(&key("a", "x"), Class::Other, "x-apply-1", ts(0)));
+        queued(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(0)));
         let freed = r.freed.subscribe();
         // One finishes: the slot frees, the waiting object is due and woken.
-        w.apply(&watcher::Event::Apply(job("a", "old-1", true)));
+        w.apply(&watcher::Event::Apply(job("a", "old", 1, true)));
         assert!(freed.has_changed().unwrap());
         assert_eq!(s.due(Kind::TerraformCluster, None, ts(1)), [key("a", "x")]);
         assert!(s.due(Kind::TerraformMachine, None, ts(1)).is_empty());
-        let p = started(s.ask(&key("a", "x"), Class::Other, "x-apply-1", ts(1)));
+        let p = started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(1)));
         p.commit();
         // Its Job appears in the store: counted once, not twice.
-        w.apply(&watcher::Event::Apply(job("a", "x-apply-1", false)));
+        w.apply(&watcher::Event::Apply(job("a", "x", 1, false)));
         let mut inner = lock(&s.inner);
         assert_eq!(s.running(&mut inner).get("a").map(|l| l.running), Some(2));
         assert!(inner.reserved.is_empty());
@@ -639,12 +722,58 @@ mod tests {
     #[test]
     fn runner_slots_a_created_job_whose_life_the_store_missed_stops_counting_once_seen_gone() {
         let (s, r) = slots(1, 0);
-        started(s.ask(&key("a", "x"), Class::Other, "x-apply-1", ts(0))).commit();
-        queued(s.ask(&key("b", "y"), Class::Other, "y-apply-1", ts(0)));
+        started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(0))).commit();
+        queued(s.ask(&key("b", "y"), Class::Other, &jn("b", "y", 1), ts(0)));
         let mut w = r.writer(Kind::TerraformCluster);
-        w.apply(&watcher::Event::Apply(job("a", "x-apply-1", true)));
-        w.apply(&watcher::Event::Delete(job("a", "x-apply-1", true)));
-        started(s.ask(&key("b", "y"), Class::Other, "y-apply-1", ts(1)));
+        w.apply(&watcher::Event::Apply(job("a", "x", 1, true)));
+        w.apply(&watcher::Event::Delete(job("a", "x", 1, true)));
+        started(s.ask(&key("b", "y"), Class::Other, &jn("b", "y", 1), ts(1)));
+    }
+
+    #[test]
+    fn runner_slots_fake_jobs_with_captf_labels_take_no_slot() {
+        // A tenant who may create Jobs makes running ones with CAPTF's labels: without an owner,
+        // owned by an object's name with another UID, or by an object that does not exist.
+        let (s, r) = slots(2, 0);
+        let mut w = r.writer(Kind::TerraformCluster);
+        w.apply(&watcher::Event::Init);
+        w.apply(&watcher::Event::InitApply(owned_job("a", "x", 1, false, None)));
+        w.apply(&watcher::Event::InitApply(owned_job(
+            "a",
+            "y",
+            1,
+            false,
+            Some("forged"),
+        )));
+        w.apply(&watcher::Event::InitApply(job("a", "gone-z", 1, false)));
+        w.apply(&watcher::Event::InitDone);
+        // Every slot is still free for the controller's own Jobs, in any namespace.
+        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit();
+        started(s.ask(&key("c", "q"), Class::Other, &jn("c", "q", 1), ts(0))).commit();
+        // And the controller's own running Jobs do count.
+        w.apply(&watcher::Event::Apply(job("b", "p", 1, false)));
+        w.apply(&watcher::Event::Apply(job("c", "q", 1, false)));
+        let p = queued(s.ask(&key("d", "r"), Class::Other, &jn("d", "r", 1), ts(1)));
+        assert_eq!(p.running, 2);
+    }
+
+    #[test]
+    fn runner_slots_a_shard_counts_the_jobs_of_objects_it_does_not_hold() {
+        // Stores of a shard's label selector: a Job whose owner they do not hold is another
+        // shard's, and every instance counts every runner Job it sees; a wrong UID for an object
+        // it holds is still not counted.
+        let s = Arc::new(Slots::new(Limits::from_flags(2, 0)));
+        let r = RunningJobs::new(stores(), true);
+        s.register(r.clone());
+        let mut w = r.writer(Kind::TerraformCluster);
+        w.apply(&watcher::Event::Apply(job("a", "gone-other-shard", 1, false)));
+        w.apply(&watcher::Event::Apply(owned_job("a", "y", 1, false, Some("forged"))));
+        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit();
+        w.apply(&watcher::Event::Apply(job("b", "p", 1, false)));
+        assert_eq!(
+            queued(s.ask(&key("c", "q"), Class::Other, &jn("c", "q", 1), ts(1))).running,
+            2
+        );
     }
 
     #[test]

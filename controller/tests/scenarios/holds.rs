@@ -2,7 +2,7 @@
 //! that cannot be read, which holds a deletion (docs/rules.md).
 
 use anyhow::Result;
-use serde_json::json;
+use serde_json::{Value, json};
 
 use captf_shared::types::TerraformCluster;
 use captf_shared::{Kind, Op, names};
@@ -178,102 +178,159 @@ async fn a_watched_cluster_wakes_its_objects_when_it_is_unpaused() -> Result<()>
 /// Each side now writes its claim into the same Lease it checked (a 409 if the other wrote
 /// first), a holder or member whose Job does not exist yet still counts while its object's run
 /// lease names it, and a starting member holds off even a drift check. This plays the interleavings one step at a time, under the chart's RBAC.
+/// A pool in the cluster's namespace, labelled `name`'s member; with `owned`, owned by the
+/// TerraformCluster `name` (a verified member); without, only labelled (a co-tenant's claim).
+fn member_pool(env: &Env, pool: &str, cluster: &str, owned: bool) -> Value {
+    let mut p = cluster_json(pool, json!({}));
+    p["kind"] = json!("TerraformMachinePool");
+    p["metadata"]["labels"] = json!({"cluster.x-k8s.io/cluster-name": cluster});
+    if owned {
+        p["metadata"]["ownerReferences"] = owned_by_cluster(env, cluster);
+    }
+    p
+}
+
+/// What the cluster's next start came to: its Job, or the reason it waits.
+async fn next_apply_or_wait(env: &Env, name: &str, seq: u32) -> Result<Result<String, String>> {
+    env.until(&format!("{name}'s apply {seq} or a wait"), |e| {
+        let job = names::job_name(Kind::TerraformCluster, NS, name, Op::Apply, seq);
+        if e.job_names(Kind::TerraformCluster, name).contains(&job) {
+            return Some(Ok(job));
+        }
+        let c = e.cluster(name);
+        let reason = c.pointer("/status/nextAction/reason")?.as_str()?;
+        (reason == "MemberJobActive").then(|| Err(reason.to_string()))
+    })
+    .await
+}
+
+/// A co-tenant who may create TerraformMachinePools in the namespace labels one with another
+/// team's cluster and keeps its Job running: only a verified member's running Job holds the
+/// cluster's apply, so the victim's change still starts; a member its cluster owns still holds it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_co_tenants_pool_labelled_with_another_teams_cluster_does_not_hold_its_apply() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.create_applied_cluster("victim").await?;
+    // The co-tenant's pool: its Job runs (the clock stands still).
+    env.create(
+        Kind::TerraformMachinePool,
+        member_pool(&env, "squatter", "victim", false),
+    )
+    .await?;
+    env.merge_patch::<TerraformCluster>("victim", json!({"spec": {"variables": {"region": "eu-west-2"}}}))
+        .await?;
+    let started = next_apply_or_wait(&env, "victim", 2).await?;
+    assert!(
+        started.is_ok(),
+        "the squatter's Job held the victim's apply: {started:?}"
+    );
+    let j2 = env.job(Kind::TerraformCluster, "victim", Op::Apply, 2).await?;
+    env.run_until_booked(&j2, "succeeded").await?;
+
+    // A member the cluster owns: its running Job holds the cluster's next apply.
+    env.create(Kind::TerraformMachinePool, member_pool(&env, "workers", "victim", true))
+        .await?;
+    env.merge_patch::<TerraformCluster>("victim", json!({"spec": {"variables": {"region": "eu-west-3"}}}))
+        .await?;
+    let held = next_apply_or_wait(&env, "victim", 3).await?;
+    assert_eq!(held, Err("MemberJobActive".to_string()));
+    env.no_denials()?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_cluster_lease_first() -> Result<()> {
     use captf_controller::runtime::leases::{self, Take};
-    let env = Env::with(captf_sim::SimBuilder::default()).await?;
-    // The controller's own reconciles are not part of this: only the lease steps run.
+    use captf_core::job::owner_reference;
+    let mut env = Env::with(captf_sim::SimBuilder::default()).await?;
+    // The controller's own reconciles are not part of this: only the lease steps run, for
+    // objects that exist (a member counts only when its cluster owns it).
+    if let Some(h) = env.handle.take() {
+        h.abort();
+    }
     let client = env.controller_client()?;
     let now = env.now();
+    env.sim.put(cluster_json("prod", json!({})))?;
+    env.sim.put(member_pool(&env, "pool", "prod", true))?;
+    let object = |kind: Kind, name: &str| ident(&env, kind, name);
+    let (tc, pool) = (
+        object(Kind::TerraformCluster, "prod")?,
+        object(Kind::TerraformMachinePool, "pool")?,
+    );
     let cl = names::cluster_lease_name(NS, "prod");
-    let (tc_job, tc_run) = ("tc-prod-0aa000-apply-1", "captf-run-tc-prod");
-    let (pool_job, pool_run) = ("tmp-pool-0bb000-apply-1", "captf-run-tmp-pool");
+    let tc_job = |op: Op, seq: u32| names::job_name(tc.kind, NS, &tc.name, op, seq);
+    let tc_run = names::run_lease_name(&tc.suffix);
+    let pool_job = names::job_name(pool.kind, NS, &pool.name, Op::Apply, 1);
+    let pool_run = names::run_lease_name(&pool.suffix);
+    let tc_owner = || Some(owner_reference(tc.kind, &tc.name, &tc.uid));
     let taken = |t: Take| t == Take::Taken;
+    let leader = "captf-controller-leader";
 
     // 1. The cluster's start took its run lease and the cluster lease; its Job is not created
     //    yet. A member may not join.
+    let first = tc_job(Op::Apply, 1);
     assert!(taken(
-        leases::take(&client, NS, tc_run, tc_job, None, None, "captf-controller-leader", now).await?
+        leases::take(&client, NS, &tc_run, &first, None, tc_owner(), leader, now).await?
     ));
     assert!(taken(
-        leases::take_cluster(&client, NS, &cl, tc_job, tc_run, None, true, now).await?
+        leases::take_cluster(&client, &tc, "prod", &cl, &first, &tc_run, None, true, now).await?
     ));
+    let pool_owner = Some(owner_reference(pool.kind, &pool.name, &pool.uid));
     assert!(taken(
-        leases::take(
-            &client,
-            NS,
-            pool_run,
-            pool_job,
-            None,
-            None,
-            "captf-controller-leader",
-            now
-        )
-        .await?
+        leases::take(&client, NS, &pool_run, &pool_job, None, pool_owner, leader, now).await?
     ));
-    let refused = leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?;
+    let refused = leases::join_cluster(&client, NS, &cl, &pool_job, &pool_run).await?;
     assert!(
-        matches!(&refused, Take::Held(why) if why.contains(tc_job)),
+        matches!(&refused, Take::Held(why) if why.contains(&first)),
         "{refused:?}"
     );
 
     // 2. The cluster's start gave up (its run lease moved on): the member joins.
-    leases::release(&client, NS, tc_run, tc_job).await?;
-    assert!(taken(leases::join_cluster(&client, NS, &cl, pool_job, pool_run).await?));
+    leases::release(&client, NS, &tc_run, &first).await?;
+    assert!(taken(
+        leases::join_cluster(&client, NS, &cl, &pool_job, &pool_run).await?
+    ));
 
     // 3. The member joined; its Job is not created yet. Neither the cluster's apply nor its
     //    drift check may take the lease: a member never starts beside a cluster Job.
-    for (job, exclusive) in [("tc-prod-0aa000-apply-2", true), ("tc-prod-0aa000-drift-2", false)] {
+    for (job, exclusive) in [(tc_job(Op::Apply, 2), true), (tc_job(Op::Drift, 2), false)] {
         assert!(taken(
-            leases::take(&client, NS, tc_run, job, None, None, "captf-controller-leader", now).await?
+            leases::take(&client, NS, &tc_run, &job, None, tc_owner(), leader, now).await?
         ));
-        let refused = leases::take_cluster(&client, NS, &cl, job, tc_run, None, exclusive, now).await?;
+        let refused = leases::take_cluster(&client, &tc, "prod", &cl, &job, &tc_run, None, exclusive, now).await?;
         assert!(
             matches!(&refused, Take::Held(why) if why.contains(&format!("{pool_job} is starting"))),
             "{refused:?}"
         );
-        leases::release(&client, NS, tc_run, job).await?;
+        leases::release(&client, NS, &tc_run, &job).await?;
     }
     // Once the member's Job runs, the cluster's drift check may overlap it (it only reads), its
     // apply may not.
-    env.sim.put(json!({"apiVersion": "batch/v1", "kind": "Job",
-        "metadata": {"name": pool_job, "namespace": NS},
-        "spec": {"template": {"spec": {"restartPolicy": "Never",
-            "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}}))?;
+    let runner = |name: &str, owner: Value| {
+        json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": NS, "ownerReferences": owner},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}})
+    };
+    let pool_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+        "name": "pool", "uid": pool.uid, "controller": true}]);
+    env.sim.put(runner(&pool_job, pool_ref))?;
+    let apply3 = tc_job(Op::Apply, 3);
     assert!(taken(
-        leases::take(
-            &client,
-            NS,
-            tc_run,
-            "tc-prod-0aa000-apply-3",
-            None,
-            None,
-            "captf-controller-leader",
-            now
-        )
-        .await?
+        leases::take(&client, NS, &tc_run, &apply3, None, tc_owner(), leader, now).await?
     ));
-    let refused = leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-3", tc_run, None, true, now).await?;
+    let refused = leases::take_cluster(&client, &tc, "prod", &cl, &apply3, &tc_run, None, true, now).await?;
     assert!(
         matches!(&refused, Take::Held(why) if why.contains(&format!("{pool_job} is running"))),
         "{refused:?}"
     );
-    leases::release(&client, NS, tc_run, "tc-prod-0aa000-apply-3").await?;
+    leases::release(&client, NS, &tc_run, &apply3).await?;
+    let drift3 = tc_job(Op::Drift, 3);
     assert!(taken(
-        leases::take(
-            &client,
-            NS,
-            tc_run,
-            "tc-prod-0aa000-drift-3",
-            None,
-            None,
-            "captf-controller-leader",
-            now
-        )
-        .await?
+        leases::take(&client, NS, &tc_run, &drift3, None, tc_owner(), leader, now).await?
     ));
     assert!(taken(
-        leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-drift-3", tc_run, None, false, now).await?
+        leases::take_cluster(&client, &tc, "prod", &cl, &drift3, &tc_run, None, false, now).await?
     ));
     let lease = env
         .sim
@@ -282,35 +339,61 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
     assert!(
         lease["metadata"]["annotations"]["captf.io/member-jobs"]
             .as_str()
-            .is_some_and(|m| m.contains(pool_job)),
+            .is_some_and(|m| m.contains(&pool_job)),
         "{lease}"
     );
-    leases::release(&client, NS, &cl, "tc-prod-0aa000-drift-3").await?;
-    leases::release(&client, NS, tc_run, "tc-prod-0aa000-drift-3").await?;
+    leases::release(&client, NS, &cl, &drift3).await?;
+    leases::release(&client, NS, &tc_run, &drift3).await?;
 
     // 4. The member's Job is gone (booked and pruned) and its run lease released: it no longer
     //    holds the cluster's apply off, and leaving removes it.
     kube::Api::<k8s_openapi::api::batch::v1::Job>::namespaced(env.sim.client()?, NS)
-        .delete(pool_job, &Default::default())
+        .delete(&pool_job, &Default::default())
         .await?;
-    leases::release(&client, NS, pool_run, pool_job).await?;
+    leases::release(&client, NS, &pool_run, &pool_job).await?;
+    let apply4 = tc_job(Op::Apply, 4);
     assert!(taken(
-        leases::take(
-            &client,
-            NS,
-            tc_run,
-            "tc-prod-0aa000-apply-4",
-            None,
-            None,
-            "captf-controller-leader",
-            now
-        )
-        .await?
+        leases::take(&client, NS, &tc_run, &apply4, None, tc_owner(), leader, now).await?
     ));
     assert!(taken(
-        leases::take_cluster(&client, NS, &cl, "tc-prod-0aa000-apply-4", tc_run, None, true, now).await?
+        leases::take_cluster(&client, &tc, "prod", &cl, &apply4, &tc_run, None, true, now).await?
     ));
-    leases::leave_cluster(&client, NS, &cl, pool_job).await?;
+    leases::leave_cluster(&client, NS, &cl, &pool_job).await?;
+    let lease = env
+        .sim
+        .get("coordination.k8s.io/leases", NS, &cl)
+        .expect("the cluster lease");
+    assert!(
+        lease.pointer("/metadata/annotations/captf.io~1member-jobs").is_none(),
+        "{lease}"
+    );
+    leases::release(&client, NS, &cl, &apply4).await?;
+    leases::release(&client, NS, &tc_run, &apply4).await?;
+
+    // 5. A co-tenant's pool, only labelled with the cluster, joins the lease and runs a Job; a
+    //    Job made by hand with the member's name and labels joins too. Neither holds the
+    //    cluster's apply, and taking the lease drops them from it.
+    env.sim.put(member_pool(&env, "squatter", "prod", false))?;
+    let squatter = object(Kind::TerraformMachinePool, "squatter")?;
+    let sq_job = names::job_name(squatter.kind, NS, "squatter", Op::Apply, 1);
+    let sq_run = names::run_lease_name(&squatter.suffix);
+    let sq_owner = Some(owner_reference(squatter.kind, "squatter", &squatter.uid));
+    assert!(taken(
+        leases::take(&client, NS, &sq_run, &sq_job, None, sq_owner, leader, now).await?
+    ));
+    assert!(taken(leases::join_cluster(&client, NS, &cl, &sq_job, &sq_run).await?));
+    let sq_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+        "name": "squatter", "uid": squatter.uid, "controller": true}]);
+    env.sim.put(runner(&sq_job, sq_ref))?;
+    let forged = names::job_name(pool.kind, NS, &pool.name, Op::Apply, 9);
+    env.sim.put(runner(&forged, json!([])))?;
+    assert!(taken(leases::join_cluster(&client, NS, &cl, &forged, &pool_run).await?));
+    let apply5 = tc_job(Op::Apply, 5);
+    assert!(taken(
+        leases::take(&client, NS, &tc_run, &apply5, None, tc_owner(), leader, now).await?
+    ));
+    let took = leases::take_cluster(&client, &tc, "prod", &cl, &apply5, &tc_run, None, true, now).await?;
+    assert_eq!(took, Take::Taken, "an unverified member held the cluster's apply");
     let lease = env
         .sim
         .get("coordination.k8s.io/leases", NS, &cl)

@@ -494,7 +494,18 @@ async fn a_claim_for_a_job_never_created_is_given_up_when_its_object_waits() -> 
         Take::Taken
     );
     assert_eq!(
-        leases::take_cluster(&client, NS, &cl, &never, &run, None, true, now).await?,
+        leases::take_cluster(
+            &client,
+            &ident(&env, k, "stale")?,
+            "stale",
+            &cl,
+            &never,
+            &run,
+            None,
+            true,
+            now
+        )
+        .await?,
         Take::Taken
     );
     // The controller that takes over is a new process: it knows nothing of its predecessor's

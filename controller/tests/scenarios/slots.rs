@@ -274,3 +274,58 @@ async fn under_the_controller_wide_limit_two_namespaces_take_turns() -> Result<(
     );
     env.no_denials()
 }
+
+/// A tenant who may create Jobs (the built-in `edit` role may) makes unfinished Jobs with
+/// CAPTF's labels and Job names. They are not the controller's (no controller owner reference to
+/// a watched object of that UID), so they take no runner slot: another namespace's object starts
+/// at once under a controller-wide limit they would otherwise fill.
+#[tokio::test]
+async fn a_tenants_fake_jobs_with_captf_labels_do_not_fill_the_runner_slots() -> Result<()> {
+    use captf_shared::{Kind, Op, names};
+    let mut a = args();
+    a.namespace = vec![NS.into(), TEAM.into()];
+    a.max_running_jobs = 2;
+    a.max_running_jobs_per_namespace = 0;
+    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
+    for ns in [NS, TEAM] {
+        sim.create_namespace(ns);
+    }
+    sim.load_rbac(CHART_RBAC)?;
+    quick_runners(&sim);
+    let mut env = Env { sim, handle: None };
+    env.start_controller_with(&a).await?;
+    let fake = |object: &str, owner: Value| {
+        let name = names::job_name(Kind::TerraformCluster, TEAM, object, Op::Apply, 1);
+        serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
+            "metadata": {"name": name, "namespace": TEAM, "ownerReferences": owner, "labels": {
+                "captf.io/kind": "TerraformCluster",
+                "captf.io/object": names::object_id(Kind::TerraformCluster, TEAM, object),
+                "captf.io/op": "apply"}},
+            "spec": {"template": {"spec": {"restartPolicy": "Never",
+                "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}})
+    };
+    env.sim.put(fake("ghost-0", serde_json::json!([])))?;
+    for ghost in ["ghost-1", "ghost-2"] {
+        env.sim.put(fake(
+            ghost,
+            serde_json::json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+                "kind": "TerraformCluster", "name": ghost, "uid": "made-up", "controller": true}]),
+        ))?;
+    }
+    assert_eq!(jobs_in(&env, TEAM), 3);
+    env.until_idle().await?;
+
+    let victim = vec!["victim".to_string()];
+    env.sim.put(cluster_in(NS, "victim"))?;
+    let started = env
+        .until("victim's Job or its place in the queue", |e| {
+            if jobs_in(e, NS) == 1 {
+                return Some(Ok(()));
+            }
+            queued_in(e, NS, &victim).remove("victim").map(Err)
+        })
+        .await?;
+    assert_eq!(started, Ok(()), "the fake Jobs took the runner slots");
+    env.no_denials()?;
+    Ok(())
+}

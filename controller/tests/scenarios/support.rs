@@ -536,3 +536,22 @@ pub(crate) fn crd_dir_with(extra: &[(&str, Value)]) -> Result<tempfile::TempDir>
     }
     Ok(dir)
 }
+
+/// Who the stored TerraformCluster or TerraformMachinePool `name` is, as a pass sees it.
+pub(crate) fn ident(env: &Env, kind: Kind, name: &str) -> Result<captf_core::ident::Ident> {
+    use captf_shared::types::CaptfObject;
+    let resource = match kind {
+        Kind::TerraformCluster => TC,
+        Kind::TerraformMachinePool => TMP,
+        Kind::TerraformMachine => "infrastructure.cluster.x-k8s.io/terraformmachines",
+    };
+    let v = env
+        .object(resource, name)
+        .ok_or_else(|| anyhow::anyhow!("{kind} {name} is not stored"))?;
+    let o = match kind {
+        Kind::TerraformCluster => CaptfObject::Cluster(serde_json::from_value(v)?),
+        Kind::TerraformMachinePool => CaptfObject::MachinePool(serde_json::from_value(v)?),
+        Kind::TerraformMachine => CaptfObject::Machine(serde_json::from_value(v)?),
+    };
+    Ok(captf_core::ident::Ident::of(&o, kind)?)
+}
