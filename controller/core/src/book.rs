@@ -99,11 +99,13 @@ fn fitting(outputs: impl IntoIterator<Item = (String, Value)>) -> BTreeMap<Strin
 
 /// The non-sensitive outputs of a `tofu output -json` document (`{"name": {"sensitive",
 /// "value"}}`; an output without a `sensitive` flag counts as sensitive), by name, as many as
-/// fit in [`MAX_STATUS_OUTPUTS_BYTES`], with every value of a sensitive output masked in them in
-/// each form it may take ([`captf_shared::mask`]): a public output built from a sensitive one
-/// (`postgres://app:<password>@host`) never carries it into the status (PURE).
-pub fn outputs_from_doc(doc: &Value) -> BTreeMap<String, Value> {
-    let secrets = sensitive_values(doc);
+/// fit in [`MAX_STATUS_OUTPUTS_BYTES`], with every value of a sensitive output and every value
+/// in `from_secrets` (the inputs' values that came from Secrets,
+/// [`crate::inputs::secret_input_values`]) masked in them in each form it may take
+/// ([`captf_shared::mask`]): a public output built from a secret (`postgres://app:<password>@host`)
+/// never carries it into the status (PURE).
+pub fn outputs_from_doc(doc: &Value, from_secrets: &[String]) -> BTreeMap<String, Value> {
+    let secrets = secrets_of(doc, from_secrets);
     let entries = doc.as_object().into_iter().flatten();
     fitting(entries.filter(|(_, e)| !is_sensitive(e)).filter_map(|(name, e)| {
         let mut value = e.get("value")?.clone();
@@ -115,48 +117,44 @@ pub fn outputs_from_doc(doc: &Value) -> BTreeMap<String, Value> {
 /// The public outputs the controller puts in the status from the outputs Secret's data (PURE):
 /// the runner's masked copy ([`PUBLIC_OUTPUTS_KEY`], masked like its result: every value from a
 /// Secret) when there is one; else, from a runner that wrote none, the raw document read with
-/// [`outputs_from_doc`] (sensitive outputs' values masked). `None` when neither parses.
-pub fn status_outputs(data: &BTreeMap<String, k8s_openapi::ByteString>) -> Option<BTreeMap<String, Value>> {
+/// [`outputs_from_doc`]. Either way the values of sensitive outputs and `from_secrets` (the
+/// inputs' values that came from Secrets) are masked in them. `None` when neither parses.
+pub fn status_outputs(
+    data: &BTreeMap<String, k8s_openapi::ByteString>,
+    from_secrets: &[String],
+) -> Option<BTreeMap<String, Value>> {
+    let doc = data
+        .get(OUTPUTS_SECRET_KEY)
+        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
     if let Some(public) = data.get(PUBLIC_OUTPUTS_KEY)
         && let Ok(map) = serde_json::from_slice::<BTreeMap<String, Value>>(&public.0)
     {
-        // The raw document's sensitive values are masked in it too, for a runner that knew
-        // fewer secrets than the document holds.
-        let masked = data
-            .get(OUTPUTS_SECRET_KEY)
-            .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok())
-            .map(|doc| {
-                let secrets = sensitive_values(&doc);
-                map.iter()
-                    .map(|(k, v)| {
-                        let mut v = v.clone();
-                        captf_shared::mask::redact_json(&mut v, &secrets);
-                        (k.clone(), v)
-                    })
-                    .collect::<Vec<_>>()
-            })
-            .unwrap_or_else(|| map.clone().into_iter().collect());
+        // Masked again here, for a runner that knew fewer secrets than the document holds.
+        let secrets = secrets_of(doc.as_ref().unwrap_or(&Value::Null), from_secrets);
+        let masked = map.into_iter().map(|(k, mut v)| {
+            captf_shared::mask::redact_json(&mut v, &secrets);
+            (k, v)
+        });
         return Some(fitting(masked));
     }
-    let doc = serde_json::from_slice::<Value>(&data.get(OUTPUTS_SECRET_KEY)?.0).ok()?;
-    Some(outputs_from_doc(&doc))
+    Some(outputs_from_doc(&doc?, from_secrets))
+}
+
+/// Every form of every value of the document's sensitive outputs and of `from_secrets` (PURE).
+fn secrets_of(doc: &Value, from_secrets: &[String]) -> Vec<String> {
+    let sensitive = doc
+        .as_object()
+        .into_iter()
+        .flatten()
+        .filter(|(_, e)| is_sensitive(e))
+        .filter_map(|(_, e)| e.get("value"))
+        .flat_map(captf_shared::mask::value_strings);
+    captf_shared::mask::mask_list(sensitive.chain(from_secrets.iter().cloned()))
 }
 
 /// Whether an `output -json` entry is sensitive (no flag: it is).
 fn is_sensitive(entry: &Value) -> bool {
     entry.get("sensitive").and_then(Value::as_bool).unwrap_or(true)
-}
-
-/// Every form of every value of the document's sensitive outputs (PURE).
-fn sensitive_values(doc: &Value) -> Vec<String> {
-    captf_shared::mask::mask_list(
-        doc.as_object()
-            .into_iter()
-            .flatten()
-            .filter(|(_, e)| is_sensitive(e))
-            .filter_map(|(_, e)| e.get("value"))
-            .flat_map(captf_shared::mask::value_strings),
-    )
 }
 
 /// What booking one Job changes in the status (PURE). `applied` is the inputs hash of a
@@ -725,7 +723,7 @@ mod tests {
             "unflagged": {"type": "string", "value": "x"},
             "huge": {"sensitive": false, "type": "string", "value": "y".repeat(MAX_STATUS_OUTPUTS_BYTES)},
         });
-        let o = outputs_from_doc(&doc);
+        let o = outputs_from_doc(&doc, &[]);
         assert_eq!(o, BTreeMap::from([("host".to_string(), json!("10.0.0.1"))]));
     }
 
@@ -738,7 +736,7 @@ mod tests {
             "key": {"sensitive": true, "type": "string", "value": "-----BEGIN KEY-----\nAAAAB3NzaC1yc2EAAAADAQAB\n-----END KEY-----\n"},
             "banner": {"sensitive": false, "type": ["list", "string"], "value": ["  AAAAB3NzaC1yc2EAAAADAQAB", "ok"]},
         });
-        let o = outputs_from_doc(&doc);
+        let o = outputs_from_doc(&doc, &[]);
         assert_eq!(o["db_url"], json!("postgres://app:***@db.internal:5432/app"));
         assert_eq!(o["banner"], json!(["  ***", "ok"]));
         assert!(!o.contains_key("db_password") && !o.contains_key("key"));
@@ -761,20 +759,71 @@ mod tests {
                 ByteString(public.to_string().into_bytes()),
             ),
         ]);
-        let o = status_outputs(&data).unwrap();
+        let o = status_outputs(&data, &[]).unwrap();
         assert_eq!(o["url"], json!("https://u:***@h/"));
         assert_eq!(
             o["echo"],
             json!("pw=***"),
             "sensitive outputs are masked in the copy too"
         );
-        // An older runner wrote no copy: the raw document, sensitive outputs' values masked
-        // (the values from Secrets are the runner's to know: only its copy masks those).
+        // An older runner wrote no copy: the raw document, sensitive outputs' values masked.
         let old = BTreeMap::from([(OUTPUTS_SECRET_KEY.to_string(), ByteString(raw.to_string().into_bytes()))]);
-        let o = status_outputs(&old).unwrap();
+        let o = status_outputs(&old, &[]).unwrap();
         assert_eq!(o["echo"], json!("pw=***"));
-        assert_eq!(o["url"], json!("https://u:from-a-secret-var@h/"));
-        assert_eq!(status_outputs(&BTreeMap::new()), None);
+        assert_eq!(status_outputs(&BTreeMap::new(), &[]), None);
+    }
+
+    #[test]
+    fn a_secret_input_echoed_by_an_output_is_masked_without_public_outputs() {
+        use captf_shared::inputs::{Inputs, ModuleRef};
+        use captf_shared::types::TerraformSpec;
+        use k8s_openapi::ByteString;
+        // `password` came from a Secret (it is not in spec.variables); `region` is written in
+        // the spec. A module echoes both in non-sensitive outputs, one of them base64-encoded.
+        let spec = TerraformSpec {
+            variables: Some(BTreeMap::from([("region".to_string(), json!("eu-west-1"))])),
+            ..TerraformSpec::default()
+        };
+        let inputs = Inputs {
+            state_encryption: None,
+            module: ModuleRef::default(),
+            variables: BTreeMap::from([
+                ("region".to_string(), json!("eu-west-1")),
+                ("password".to_string(), json!("from-a-secret-var")),
+            ]),
+        };
+        let from_secrets = crate::inputs::secret_input_values(&spec, &inputs);
+        let raw = json!({
+            "url": {"sensitive": false, "type": "string", "value": "https://u:from-a-secret-var@h/"},
+            "whole": {"sensitive": false, "type": "string", "value": "from-a-secret-var"},
+            "encoded": {"sensitive": false, "type": "string", "value": "ZnJvbS1hLXNlY3JldC12YXI="},
+            "region": {"sensitive": false, "type": "string", "value": "eu-west-1"},
+        });
+        // A runner that wrote no masked copy: only the raw document is there.
+        let data = BTreeMap::from([(OUTPUTS_SECRET_KEY.to_string(), ByteString(raw.to_string().into_bytes()))]);
+        let o = status_outputs(&data, &from_secrets).unwrap();
+        assert_eq!(o["url"], json!("https://u:***@h/"));
+        assert_eq!(o["whole"], json!("***"));
+        assert!(!o["encoded"].to_string().contains("ZnJvbS1hLXNlY3JldC12YXI"), "{o:?}");
+        assert_eq!(o["region"], json!("eu-west-1"), "a value written in the spec stays");
+    }
+
+    proptest::proptest! {
+        /// Whatever a public output wraps a value from a Secret in, the value never reaches the
+        /// status through the raw document.
+        #[test]
+        fn no_secret_input_reaches_the_status_through_the_raw_document(
+            secret in "[A-Za-z0-9:/@._-]{4,40}",
+            before in "[ -~]{0,20}",
+            after in "[ -~]{0,20}",
+        ) {
+            use k8s_openapi::ByteString;
+            let raw = json!({"echo": {"sensitive": false, "type": "string", "value": format!("{before}{secret}{after}")}});
+            let data = BTreeMap::from([(OUTPUTS_SECRET_KEY.to_string(), ByteString(raw.to_string().into_bytes()))]);
+            let o = status_outputs(&data, std::slice::from_ref(&secret)).unwrap();
+            let text = o["echo"].as_str().unwrap_or_default().to_string();
+            proptest::prop_assert!(!text.contains(&secret), "{} left in {}", secret, text);
+        }
     }
 
     #[test]

@@ -364,6 +364,17 @@ pub fn sensitive_variables(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String>
         .collect()
 }
 
+/// The values the runner masks because they came from `variablesFrom` (PURE): every string in
+/// the value of each of the [`sensitive_variables`] (and, for a structured value, its JSON text),
+/// as [`captf_shared::mask::value_strings`] gives them.
+pub fn secret_input_values(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String> {
+    sensitive_variables(spec, inputs)
+        .iter()
+        .filter_map(|name| inputs.variables.get(name))
+        .flat_map(captf_shared::mask::value_strings)
+        .collect()
+}
+
 fn json_type(v: &Value) -> &'static str {
     match v {
         Value::Null => "null",

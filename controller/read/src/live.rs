@@ -194,7 +194,13 @@ impl Source for Live<'_> {
         })
     }
 
-    async fn read_outputs(&self, _id: &Ident, _records: &mut [JobRecord], _baseline: u32) -> Result<(), Error> {
+    async fn read_outputs(
+        &self,
+        _id: &Ident,
+        _records: &mut [JobRecord],
+        _baseline: u32,
+        _from_secrets: &[String],
+    ) -> Result<(), Error> {
         Ok(())
     }
 

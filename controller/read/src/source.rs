@@ -56,8 +56,15 @@ pub trait Source {
     /// The check of `status.activeJob` when it is not among the `listed` Jobs.
     async fn check_active(&self, id: &Ident, active: Option<&str>, listed: &[String]) -> Result<Checked, Error>;
 
-    /// The outputs that did not fit a runner's result, for the Jobs this pass books.
-    async fn read_outputs(&self, id: &Ident, records: &mut [JobRecord], baseline: u32) -> Result<(), Error>;
+    /// The outputs that did not fit a runner's result, for the Jobs this pass books, with
+    /// `from_secrets` (the inputs' values that came from Secrets) masked in them.
+    async fn read_outputs(
+        &self,
+        id: &Ident,
+        records: &mut [JobRecord],
+        baseline: u32,
+        from_secrets: &[String],
+    ) -> Result<(), Error>;
 
     /// A cluster's members and their active Jobs, or a member's cluster lease.
     async fn member_holds(&self, id: &Ident, deleting: bool) -> Result<Holds, Error>;
@@ -141,9 +148,15 @@ pub async fn read(source: &impl Source, object: &CaptfObject, id: Ident) -> Resu
         status.active_job = None;
     }
 
-    // Outputs that did not fit a result, for the Jobs this pass books.
+    // Outputs that did not fit a result, for the Jobs this pass books: the values the Jobs were
+    // given from Secrets (the inputs Secret they mounted) are masked in them.
     let baseline = record::watermark_baseline(&records, record::status_watermark(&status));
-    source.read_outputs(&id, &mut records, baseline).await?;
+    let from_secrets = inputs_secret
+        .as_ref()
+        .and_then(captf_core::inputs_secret::stored_inputs)
+        .map(|inputs| captf_core::inputs::secret_input_values(object.terraform_spec(), &inputs))
+        .unwrap_or_default();
+    source.read_outputs(&id, &mut records, baseline, &from_secrets).await?;
 
     // The lock check, only when no Job is active (docs/rules.md).
     let lock = if assemble::lock_is_checked(&records, status.active_job.as_deref()) {

@@ -91,11 +91,18 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
 }
 
 /// Read the outputs that did not fit a runner's result from the outputs Secret, for the
-/// succeeded applies and refreshes this pass will book or replay (part of the pass's reads).
-pub async fn read_outputs(ctx: &Ctx, id: &Ident, records: &mut [JobRecord], baseline: u32) -> Result<(), Error> {
+/// succeeded applies and refreshes this pass will book or replay (part of the pass's reads), with
+/// `from_secrets` (the inputs' values that came from Secrets) masked in them.
+pub async fn read_outputs(
+    ctx: &Ctx,
+    id: &Ident,
+    records: &mut [JobRecord],
+    baseline: u32,
+    from_secrets: &[String],
+) -> Result<(), Error> {
     for (i, _) in record::accounting_plan(records, baseline) {
         if let Some(outcome) = records[i].outcome {
-            read_outputs_secret(ctx, id, &mut records[i], outcome).await?;
+            read_outputs_secret(ctx, id, &mut records[i], outcome, from_secrets).await?;
         }
     }
     Ok(())
@@ -103,7 +110,13 @@ pub async fn read_outputs(ctx: &Ctx, id: &Ident, records: &mut [JobRecord], base
 
 /// A successful apply or refresh whose outputs did not fit the runner's result: read them from
 /// the outputs Secret the runner wrote.
-async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome: Outcome) -> Result<(), Error> {
+async fn read_outputs_secret(
+    ctx: &Ctx,
+    id: &Ident,
+    rec: &mut JobRecord,
+    outcome: Outcome,
+    from_secrets: &[String],
+) -> Result<(), Error> {
     if outcome == Outcome::Succeeded
         && matches!(rec.op, Op::Apply | Op::Refresh)
         && let Some(result) = rec.result.as_mut()
@@ -112,7 +125,9 @@ async fn read_outputs_secret(ctx: &Ctx, id: &Ident, rec: &mut JobRecord, outcome
     {
         let name = names::outputs_secret_name(&id.suffix);
         let secret = api::secret(&ctx.client, &id.namespace, &name).await?;
-        result.outputs = secret.and_then(|s| s.data).as_ref().and_then(status_outputs);
+        result.outputs = secret
+            .and_then(|s| s.data)
+            .and_then(|data| status_outputs(&data, from_secrets));
     }
     Ok(())
 }

@@ -286,8 +286,14 @@ impl Source for Cached<'_> {
         interrupted::check(self.ctx, id, active, listed).await
     }
 
-    async fn read_outputs(&self, id: &Ident, records: &mut [JobRecord], baseline: u32) -> Result<(), Error> {
-        book::read_outputs(self.ctx, id, records, baseline).await
+    async fn read_outputs(
+        &self,
+        id: &Ident,
+        records: &mut [JobRecord],
+        baseline: u32,
+        from_secrets: &[String],
+    ) -> Result<(), Error> {
+        book::read_outputs(self.ctx, id, records, baseline, from_secrets).await
     }
 
     async fn member_holds(&self, id: &Ident, deleting: bool) -> Result<Holds, Error> {
