@@ -21,7 +21,7 @@
 //! | [`runner_identity`] | each object's runner ServiceAccount and Role, its pre-created state objects |
 //! | [`state_encryption`] | OpenTofu's client-side state encryption: passphrase files and rules |
 //! | [`protocol`] | the runner's result JSON and exit codes |
-//! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset) in text |
+//! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset, wrapped or line by line) in text |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
 pub mod binding;

@@ -11,7 +11,16 @@
 //!   as a **substring** of a longer encoded text. Base64 turns each 3 bytes into 4 characters, so a
 //!   value that starts at byte offset 1 or 2 (mod 3) of an encoded document (`user:password`, a
 //!   key inside a kubeconfig) is encoded differently; for each offset the characters that depend
-//!   only on the value's bytes are masked (the ones that mix in neighbouring bytes are not known).
+//!   only on the value's bytes are masked (the ones that mix in neighbouring bytes are not known);
+//! - base64 **wrapped** at the widths tools wrap it at ([`BASE64_WRAP_WIDTHS`]: PEM's 64, the
+//!   `base64` command's and MIME's 76): each line of the wrapped encoding on its own (the log is
+//!   written line by line) and the whole of it with `\n` and `\r\n` line breaks, raw and
+//!   JSON-escaped. Only the value's own encoding is wrapped this way, the one that starts a line;
+//!   a value inside a longer encoded document that is then wrapped is not;
+//! - when it spans lines, **each line base64-encoded on its own** (standard and URL-safe), for
+//!   the lines long enough to be masked on their own.
+//!
+//! Every rule makes a number of forms, and of characters, linear in the value's length.
 //!
 //! Values shorter than [`MIN_SECRET_LEN`] are not masked.
 
@@ -24,6 +33,9 @@ pub const MIN_SECRET_LEN: usize = 4;
 pub const MIN_LINE_LEN: usize = 8;
 /// Base64 fragments shorter than this are not masked on their own.
 pub const MIN_BASE64_FRAGMENT: usize = 6;
+/// The widths base64 is wrapped at by the tools that wrap it: PEM (64) and MIME or the `base64`
+/// command (76).
+pub const BASE64_WRAP_WIDTHS: [usize; 2] = [64, 76];
 /// What a masked value becomes.
 pub const MASK: &str = "***";
 
@@ -50,6 +62,36 @@ pub fn base64_fragment(value: &[u8], shift: usize, engine: &impl base64::Engine)
     encoded.get(start..end.max(start)).unwrap_or_default().to_string()
 }
 
+/// `encoded` (ASCII base64) cut into lines of `width` characters.
+fn wrap_lines(encoded: &str, width: usize) -> Vec<String> {
+    encoded
+        .as_bytes()
+        .chunks(width.max(1))
+        .map(|line| String::from_utf8_lossy(line).into_owned())
+        .collect()
+}
+
+/// The forms of `value`'s own base64 encoding wrapped at each of [`BASE64_WRAP_WIDTHS`]: each
+/// line of it that is long enough, and the whole of it with each line break, raw and
+/// JSON-escaped. What is wrapped is the characters the value alone decides (so a value encoded
+/// with a trailing newline, as `echo … | base64` does, is masked too); an encoding that fits
+/// one line is not wrapped, and is a form already.
+fn wrapped_base64_forms(value: &[u8], out: &mut Vec<String>) {
+    let encoded = base64_fragment(value, 0, &STANDARD_NO_PAD);
+    for width in BASE64_WRAP_WIDTHS {
+        if encoded.len() <= width {
+            continue;
+        }
+        let lines = wrap_lines(&encoded, width);
+        for sep in ["\n", "\r\n"] {
+            let whole = lines.join(sep);
+            out.push(json_escaped(&whole));
+            out.push(whole);
+        }
+        out.extend(lines.into_iter().filter(|l| l.len() >= MIN_BASE64_FRAGMENT));
+    }
+}
+
 /// Every string `value` is masked as (see the module documentation), unsorted.
 pub fn forms(value: &str) -> Vec<String> {
     if value.len() < MIN_SECRET_LEN {
@@ -70,7 +112,22 @@ pub fn forms(value: &str) -> Vec<String> {
                 out.push(json_escaped(line));
             }
         }
+        // Each line encoded on its own (as it is, and trimmed): the characters that line alone
+        // decides, so that one encoded with its line break is masked too.
+        for line in value.lines() {
+            let trimmed = line.trim();
+            if trimmed.len() < MIN_LINE_LEN {
+                continue;
+            }
+            for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
+                out.push(base64_fragment(trimmed.as_bytes(), 0, engine));
+                if line != trimmed {
+                    out.push(base64_fragment(line.as_bytes(), 0, engine));
+                }
+            }
+        }
     }
+    wrapped_base64_forms(value.as_bytes(), &mut out);
     for engine in [&STANDARD_NO_PAD, &URL_SAFE_NO_PAD] {
         out.push(engine.encode(value));
         for shift in 0..3 {
@@ -271,6 +328,80 @@ QyNTUxOQAAACBhbm90aGVyLWtleS1mb3ItdGVzdGluZy1vbmx5LW5vdC1yZWFsAAAAmLk=\n\
         assert!(s.contains(&v.to_string()), "the JSON text too");
     }
 
+    /// The characters of the base64 alphabet left in `text` (padding aside).
+    fn alphabet_left(text: &str) -> usize {
+        text.chars()
+            .filter(|c| c.is_ascii_alphanumeric() || matches!(c, '+' | '/' | '-' | '_'))
+            .count()
+    }
+
+    /// `base64 file` with GNU coreutils: padded, wrapped at 76 with `\n`.
+    fn wrapped(bytes: &[u8], width: usize, sep: &str) -> String {
+        let encoded = STANDARD.encode(bytes);
+        wrap_lines(&encoded, width).join(sep)
+    }
+
+    #[test]
+    fn a_secret_base64_wrapped_at_76_columns_is_masked() {
+        let masks = mask_list([KEY.to_string()]);
+        // `base64 key.pem`, and `echo "$KEY" | base64` (one more newline).
+        for input in [KEY.to_string(), format!("{KEY}\n")] {
+            let encoded = wrapped(input.as_bytes(), 76, "\n");
+            assert!(encoded.lines().count() > 2, "{encoded}");
+            // Whole, in a JSON document (an output) and one line at a time (the log).
+            let whole = redact(&format!("data: {encoded}\n"), &masks);
+            assert!(alphabet_left(&whole) <= 4 + 4, "{whole}");
+            let json = redact(&serde_json::to_string(&encoded).unwrap(), &masks);
+            assert!(alphabet_left(&json) < 8, "{json}");
+            for line in encoded.lines() {
+                let out = redact(&format!("  {line}"), &masks);
+                assert!(alphabet_left(&out) < 8, "{line} became {out}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_secret_base64_wrapped_at_64_columns_with_crlf_is_masked() {
+        let secret = "postgres://admin:Tr0ub4dor&3-correct-horse-battery@db.internal:5432/app?sslmode=require";
+        let masks = mask_list([secret.to_string()]);
+        let encoded = wrapped(secret.as_bytes(), 64, "\r\n");
+        let out = redact(&format!("-----BEGIN X-----\r\n{encoded}\r\n-----END X-----"), &masks);
+        let body: String = out.lines().filter(|l| !l.starts_with("-----")).collect();
+        assert!(alphabet_left(&body) < 8, "{out}");
+        assert!(!out.contains(&encoded[..64]), "{out}");
+    }
+
+    #[test]
+    fn each_line_of_a_multi_line_secret_base64_encoded_on_its_own_is_masked() {
+        let masks = mask_list([KEY.to_string()]);
+        for line in KEY.lines() {
+            for engine in [&STANDARD, &URL_SAFE] {
+                for encoded in [engine.encode(line), engine.encode(format!("{line}\n"))] {
+                    let out = redact(&format!("line: {encoded}"), &masks);
+                    assert!(
+                        alphabet_left(&out) <= "line".len() + 3,
+                        "{line:?}: {encoded} became {out}"
+                    );
+                }
+            }
+        }
+        // A line too short to be masked on its own is not masked encoded either.
+        let masks = mask_list(["first-line-long\nend\n".to_string()]);
+        let end = STANDARD.encode("end");
+        assert_eq!(redact(&end, &masks), end);
+    }
+
+    #[test]
+    fn the_forms_of_a_value_grow_linearly_with_its_length() {
+        for len in [1_000usize, 10_000, 100_000] {
+            let value: String = KEY.chars().cycle().take(len).collect();
+            let forms = forms(&value);
+            let chars: usize = forms.iter().map(String::len).sum();
+            assert!(forms.len() <= 60 + len / 8, "{len}: {} forms", forms.len());
+            assert!(chars <= 60 * len, "{len}: {chars} characters");
+        }
+    }
+
     proptest! {
         /// After masking, a value of at least 4 characters appears in no text, JSON document or
         /// base64 encoding of it.
@@ -305,6 +436,51 @@ QyNTUxOQAAACBhbm90aGVyLWtleS1mb3ItdGVzdGluZy1vbmx5LW5vdC1yZWFsAAAAmLk=\n\
                 prop_assert!(doc.contains(&fragment));
                 let out = redact(&doc, &masks);
                 prop_assert!(!out.contains(&fragment), "{} left in {}", fragment, out);
+            }
+        }
+
+        /// A value's encoding wrapped at a width tools use leaves at most a few characters of
+        /// its end unmasked (the ones that mix in what follows it, and a last line too short to
+        /// mask), whether the text is masked whole or one line at a time.
+        #[test]
+        fn no_wrapped_encoding_of_a_value_survives(
+            value in proptest::collection::vec(any::<u8>(), 48..400)
+                .prop_map(|b| b.iter().map(|c| char::from(b' ' + c % 95)).collect::<String>()),
+            width in proptest::sample::select(BASE64_WRAP_WIDTHS.to_vec()),
+            newline in any::<bool>(),
+            crlf in any::<bool>(),
+        ) {
+            let masks = mask_list([value.clone()]);
+            let input = if newline { format!("{value}\n") } else { value.clone() };
+            let sep = if crlf { "\r\n" } else { "\n" };
+            let encoded = wrapped(input.as_bytes(), width, sep);
+            let whole = redact(&encoded, &masks);
+            prop_assert!(alphabet_left(&whole) < MIN_BASE64_FRAGMENT + 3, "{:?} became {:?}", encoded, whole);
+            let mut left = 0;
+            for line in encoded.split(sep) {
+                left += alphabet_left(&redact(line, &masks));
+            }
+            prop_assert!(left < MIN_BASE64_FRAGMENT + 3, "{} characters left of {:?}", left, encoded);
+        }
+
+        /// Each long enough line of a multi-line value, base64-encoded on its own, is masked.
+        #[test]
+        fn each_long_line_of_a_multi_line_value_encoded_on_its_own_is_masked(
+            lines in proptest::collection::vec("[ -~]{1,40}", 2..6),
+            newline in any::<bool>(),
+        ) {
+            let value = lines.join("\n");
+            let masks = mask_list([value.clone()]);
+            for line in &lines {
+                if line.trim().len() < MIN_LINE_LEN || line.trim() != line {
+                    continue;
+                }
+                let input = if newline { format!("{line}\n") } else { line.clone() };
+                for engine in [&STANDARD, &URL_SAFE] {
+                    let encoded = engine.encode(&input);
+                    let out = redact(&encoded, &masks);
+                    prop_assert!(alphabet_left(&out) <= 3, "{:?}: {} became {}", line, encoded, out);
+                }
             }
         }
 
