@@ -2,7 +2,7 @@
 //! Pure: plain JSON in, plain data out.
 
 use captf_shared::inputs::canonical_hash;
-use captf_shared::protocol::{PLAN_CHANGES_LIMIT, PlanSummary, PlannedChange};
+use captf_shared::protocol::{KeptPlan, PLAN_CHANGES_LIMIT, PlanSummary, PlannedChange};
 use captf_shared::types::DestructiveGuard;
 use serde_json::Value;
 
@@ -19,6 +19,30 @@ pub struct PlanFacts {
     pub changes: Vec<PlannedChange>,
     /// Such changes left out of `changes`.
     pub more: usize,
+}
+
+impl PlanFacts {
+    /// The record kept for a person to approve, with `secrets` (the run's masked forms,
+    /// [`captf_shared::mask::mask_list`]) masked in every address: an instance key can be a
+    /// value from a Secret (`module.db["<password>"]`). The hash stays the plan's own, what an
+    /// approval names.
+    pub fn kept(&self, truncated: bool, secrets: &[String]) -> KeptPlan {
+        let changes = self
+            .changes
+            .iter()
+            .map(|c| PlannedChange {
+                address: captf_shared::mask::redact(&c.address, secrets),
+                actions: c.actions.clone(),
+            })
+            .collect();
+        KeptPlan {
+            hash: self.hash.clone(),
+            summary: self.summary,
+            changes,
+            more: self.more,
+            truncated,
+        }
+    }
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
@@ -142,6 +166,30 @@ mod tests {
 
     fn plan(changes: Vec<Value>) -> Value {
         json!({"format_version": "1.2", "resource_changes": changes})
+    }
+
+    #[test]
+    fn a_secret_in_a_resource_address_is_masked_in_the_kept_plan() {
+        let secret = "hunter2-\"quoted\"-password";
+        let secrets = captf_shared::mask::mask_list([secret.to_string()]);
+        // Terraform quotes a string instance key: `"` and `\` are escaped in the address.
+        let key = serde_json::to_string(secret).unwrap();
+        let p = plan(vec![
+            rc(&format!("module.db[{key}].null_resource.x"), &["delete"]),
+            rc(&format!("null_resource.raw[\"{secret}\"]"), &["create"]),
+            rc("null_resource.plain", &["create"]),
+        ]);
+        let facts = plan_facts(&p).unwrap();
+        let kept = facts.kept(true, &secrets);
+        let record = serde_json::to_string(&kept).unwrap();
+        assert!(!record.contains("hunter2"), "{record}");
+        assert_eq!(kept.changes[0].address, "module.db[\"***\"].null_resource.x");
+        assert_eq!(kept.changes[2].address, "null_resource.plain");
+        assert_eq!(
+            (kept.hash, kept.truncated),
+            (facts.hash, true),
+            "the hash is the plan's"
+        );
     }
 
     #[test]
@@ -286,6 +334,19 @@ mod tests {
     }
 
     proptest! {
+        /// Whatever instance key a value from a Secret becomes, the kept record never holds it.
+        #[test]
+        fn no_secret_in_an_instance_key_reaches_the_kept_plan(
+            secret in "[ -~]{4,30}",
+            module in "[a-z]{1,8}",
+        ) {
+            let secrets = captf_shared::mask::mask_list([secret.clone()]);
+            let key = serde_json::to_string(&secret).unwrap();
+            let facts = plan_facts(&plan(vec![rc(&format!("module.{module}[{key}].null_resource.x"), &["create"])])).unwrap();
+            let kept = facts.kept(false, &secrets);
+            prop_assert!(!kept.changes[0].address.contains(&secret), "{}", kept.changes[0].address);
+            prop_assert!(!kept.changes[0].address.contains(&key[1..key.len() - 1]), "{}", kept.changes[0].address);
+        }
         #[test]
         fn block_stops_exactly_the_plans_with_a_delete(sets in prop::collection::vec(action_set(), 0..12)) {
             let changes: Vec<Value> = sets.iter().enumerate().map(|(i, a)| rc(&format!("r{i}"), a)).collect();

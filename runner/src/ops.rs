@@ -5,7 +5,7 @@
 
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
-use captf_shared::protocol::{KeptPlan, PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
+use captf_shared::protocol::{PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
 use captf_shared::{keys, names};
 
 use crate::config::Config;
@@ -204,13 +204,8 @@ impl<S: OutputsStore> Steps<'_, S> {
     /// Keep the plan a person must approve next to the object. The run's result does not depend
     /// on it: a plan that cannot be kept is still in this Job's log, and the log says so.
     async fn keep_plan(&self, facts: &guard::PlanFacts, planned: &Finished) {
-        let kept = KeptPlan {
-            hash: facts.hash.clone(),
-            summary: facts.summary,
-            changes: facts.changes.clone(),
-            more: facts.more,
-            truncated: planned.cut,
-        };
+        // Masked as the log is: the addresses come from `plan.json`, unmasked.
+        let kept = facts.kept(planned.cut, self.log().secrets());
         match self.store.store_plan(&kept, &planned.stdout).await {
             Ok(()) => self.log().note(&format!(
                 "plan {} kept in {} for review",
@@ -544,6 +539,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::outputs::OutputsError;
+    use captf_shared::protocol::KeptPlan;
     use captf_shared::types::DestructiveGuard;
     use std::path::{Path, PathBuf};
     use tokio::sync::watch;
