@@ -13,12 +13,19 @@
 //!   passphrases: which Secrets of the namespace it reads (the module's code runs in the same pod,
 //!   so it can read them too; one switch, `env_from_secrets`, for all of them);
 //! - `spec.variablesFrom[].secretRef`: which Secrets the controller copies into the object's
-//!   inputs for it (`variables_from_secrets`).
+//!   inputs for it (`variables_from_secrets`);
+//! - `spec.jobs.priorityClassName`, `tolerations`, `nodeSelector` and `affinity`: which pods it
+//!   may preempt and which nodes it may aim at. Each is an allowlist ([`TenantPolicy::check_spec`]
+//!   refuses what is not on it), so a key the list does not name (a node's hostname, the etcd or
+//!   `CriticalAddonsOnly` taint, a taint that appears in a later release) is refused without the
+//!   policy having to know it.
 //!
 //! Whatever the policy, no reference may name a Secret that is CAPTF's own
 //! ([`crate::references`]).
 
 use std::fmt;
+
+use k8s_openapi::api::core::v1::{PodAffinityTerm, WeightedPodAffinityTerm};
 
 use crate::types::{CaptfObject, JobsSpec, TerraformSpec};
 
@@ -46,11 +53,47 @@ pub struct TenantPolicy {
     /// Whatever this says, `system-` classes (`system-node-critical`, `system-cluster-critical`)
     /// are refused: they let a runner preempt or outlast the node's own critical pods.
     pub priority_classes: Vec<String>,
-    /// Whether runner pods may be placed on control-plane nodes: tolerations of the
-    /// control-plane taints or of every taint (an empty key with `Exists`), and node selectors or
-    /// node affinity choosing control-plane nodes.
-    pub control_plane_placement: bool,
+    /// Node label keys `spec.jobs.nodeSelector` and the `matchExpressions` of
+    /// `spec.jobs.affinity.nodeAffinity` may name, whatever the operator; `*` allows any. Empty:
+    /// no node may be chosen by label. A key that names one node (`kubernetes.io/hostname`) or a
+    /// node's role (`node-role.kubernetes.io/control-plane`) lets a spec aim its runner, and the
+    /// module's code, at that node.
+    pub node_label_keys: Vec<String>,
+    /// Whether the node affinity terms of `spec.jobs.affinity.nodeAffinity` may use
+    /// `matchFields`, which choose nodes by name (`metadata.name`).
+    pub node_match_fields: bool,
+    /// Taint keys `spec.jobs.tolerations` may name; `*` allows any, and is the only entry that
+    /// allows a toleration with an empty key (which, with `Exists`, tolerates every taint).
+    /// Empty: no toleration may be set. A taint keeps pods off nodes kept for others: the control
+    /// plane (`node-role.kubernetes.io/control-plane`, `node-role.kubernetes.io/etcd`), the
+    /// cluster's critical add-ons (`CriticalAddonsOnly`), another team's dedicated nodes.
+    pub toleration_keys: Vec<String>,
+    /// Whether the pod affinity and anti-affinity terms of `spec.jobs.affinity` may reach pods of
+    /// other namespaces (`namespaces`, `namespaceSelector`). Without them a term means the pods of
+    /// the object's own namespace, which its tenant runs anyway; with them, a runner could follow
+    /// the control plane's pods (`kube-system`) onto their node, or steer off every other node
+    /// until only that one is left.
+    pub cross_namespace_pod_affinity: bool,
 }
+
+/// The node label keys a spec may choose nodes by unless the platform team lists others
+/// (`--allowed-runner-node-label-keys`): where a node is, what it runs and what kind of machine
+/// it is, none of which names one node or its role. `iam.gke.io/gke-metadata-server-enabled`
+/// keeps a runner on GKE nodes whose metadata server hides the node's own credentials.
+pub const DEFAULT_NODE_LABEL_KEYS: [&str; 6] = [
+    "topology.kubernetes.io/zone",
+    "topology.kubernetes.io/region",
+    "kubernetes.io/arch",
+    "kubernetes.io/os",
+    "node.kubernetes.io/instance-type",
+    "iam.gke.io/gke-metadata-server-enabled",
+];
+
+/// The taint keys a spec may tolerate unless the platform team lists others
+/// (`--allowed-runner-toleration-keys`): the node lifecycle controller's taints of a node that
+/// stopped answering, which every pod tolerates for 300 s anyway; tolerating them only changes
+/// how long a runner stays on such a node.
+pub const DEFAULT_TOLERATION_KEYS: [&str; 2] = ["node.kubernetes.io/not-ready", "node.kubernetes.io/unreachable"];
 
 impl TenantPolicy {
     /// No limits (what the webhook library does unless told otherwise; the binaries' flags,
@@ -63,21 +106,28 @@ impl TenantPolicy {
             env_from_secrets: true,
             variables_from_secrets: true,
             priority_classes: vec!["*".into()],
-            control_plane_placement: true,
+            node_label_keys: vec!["*".into()],
+            node_match_fields: true,
+            toleration_keys: vec!["*".into()],
+            cross_namespace_pod_affinity: true,
         }
     }
 
     /// Only the given runner image and runner ServiceAccount (which the controller uses when the
-    /// spec leaves them unset) may be named; env and `variablesFrom` may read Secrets; any
-    /// priority class but the `system-` ones; no control-plane placement.
+    /// spec leaves them unset) may be named; env and `variablesFrom` may read Secrets; no
+    /// priority class; nodes chosen only by [`DEFAULT_NODE_LABEL_KEYS`], no `matchFields`; only
+    /// [`DEFAULT_TOLERATION_KEYS`] tolerated; pod affinity only within the object's namespace.
     pub fn only_defaults(runner_image: &str, runner_service_account: &str) -> Self {
         TenantPolicy {
             runner_image_prefixes: vec![runner_image.to_string()],
             runner_service_accounts: vec![runner_service_account.to_string()],
             env_from_secrets: true,
             variables_from_secrets: true,
-            priority_classes: vec!["*".into()],
-            control_plane_placement: false,
+            priority_classes: vec![],
+            node_label_keys: DEFAULT_NODE_LABEL_KEYS.map(String::from).to_vec(),
+            node_match_fields: false,
+            toleration_keys: DEFAULT_TOLERATION_KEYS.map(String::from).to_vec(),
+            cross_namespace_pod_affinity: false,
         }
     }
 
@@ -158,85 +208,148 @@ impl TenantPolicy {
     }
 
     /// Where the runner pods may run and what they may preempt: `priorityClassName`,
-    /// `tolerations`, `nodeSelector` and node affinity.
+    /// `tolerations`, `nodeSelector`, node affinity and pod (anti-)affinity. Every key is held to
+    /// an allowlist, so what the list does not name is refused, however the spec names it.
     fn check_placement(&self, jobs: &JobsSpec, prefix: &str, out: &mut Vec<Violation>) {
+        let mut refuse = |field: String, message: String| {
+            out.push(Violation {
+                field: format!("{prefix}.jobs.{field}"),
+                message,
+            })
+        };
         if let Some(pc) = &jobs.priority_class_name {
-            let field = format!("{prefix}.jobs.priorityClassName");
             if pc.starts_with(SYSTEM_PRIORITY_CLASS_PREFIX) {
-                out.push(Violation {
-                    field,
-                    message: format!(
+                refuse(
+                    "priorityClassName".into(),
+                    format!(
                         "priority class {pc:?} is reserved: {SYSTEM_PRIORITY_CLASS_PREFIX}* classes are for the cluster's critical pods, which a runner could preempt"
                     ),
-                });
-            } else if !self.priority_classes.iter().any(|a| a == "*" || a == pc) {
-                out.push(Violation {
-                    field,
-                    message: format!(
+                );
+            } else if !allowed(&self.priority_classes, pc) {
+                refuse(
+                    "priorityClassName".into(),
+                    format!(
                         "priority class {pc:?} is outside the runner priority class policy ({})",
                         describe(&self.priority_classes, "no priority class may be set")
                     ),
-                });
+                );
             }
         }
-        if self.control_plane_placement {
-            return;
-        }
-        const WHY: &str = "and the policy allows no runner pods on control-plane nodes";
         for (i, t) in jobs.tolerations.iter().flatten().enumerate() {
             let key = t.key.as_deref().unwrap_or_default();
-            let field = format!("{prefix}.jobs.tolerations[{i}]");
-            if key.is_empty() && t.operator.as_deref() == Some("Exists") {
-                out.push(Violation {
-                    field,
-                    message: format!(
-                        "an empty key with operator Exists tolerates every taint, the control plane's included, {WHY}"
+            let tolerations = describe(&self.toleration_keys, "no toleration may be set");
+            if key.is_empty() && !self.toleration_keys.iter().any(|k| k == "*") {
+                refuse(
+                    format!("tolerations[{i}]"),
+                    format!(
+                        "an empty key (with operator Exists) tolerates every taint, the control plane's included, \
+                         and the runner toleration policy allows that only with \"*\" ({tolerations})"
                     ),
-                });
-            } else if CONTROL_PLANE_NODE_KEYS.contains(&key) {
-                out.push(Violation {
-                    field,
-                    message: format!("tolerates the control-plane taint {key:?}, {WHY}"),
-                });
+                );
+            } else if !key.is_empty() && !allowed(&self.toleration_keys, key) {
+                refuse(
+                    format!("tolerations[{i}]"),
+                    format!("taint key {key:?} is outside the runner toleration policy ({tolerations})"),
+                );
             }
         }
+        let labels = || describe(&self.node_label_keys, "no node may be chosen by label");
         for key in jobs.node_selector.iter().flatten().map(|(k, _)| k) {
-            if CONTROL_PLANE_NODE_KEYS.contains(&key.as_str()) {
-                out.push(Violation {
-                    field: format!("{prefix}.jobs.nodeSelector[{key}]"),
-                    message: format!("selects control-plane nodes, {WHY}"),
-                });
+            if !allowed(&self.node_label_keys, key) {
+                refuse(
+                    format!("nodeSelector[{key}]"),
+                    format!(
+                        "node label key {key:?} is outside the runner node label policy ({})",
+                        labels()
+                    ),
+                );
             }
         }
-        let node_affinity = jobs.affinity.as_ref().and_then(|a| a.node_affinity.as_ref());
+        let affinity = jobs.affinity.as_ref();
+        let node_affinity = affinity.and_then(|a| a.node_affinity.as_ref());
         let required = node_affinity
             .and_then(|n| n.required_during_scheduling_ignored_during_execution.as_ref())
-            .map(|r| r.node_selector_terms.iter().collect::<Vec<_>>())
+            .map(|r| r.node_selector_terms.as_slice())
             .unwrap_or_default();
         let preferred = node_affinity
-            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_ref())
-            .map(|p| p.iter().map(|t| &t.preference).collect::<Vec<_>>())
+            .and_then(|n| n.preferred_during_scheduling_ignored_during_execution.as_deref())
             .unwrap_or_default();
         let terms = required
-            .into_iter()
-            .map(|t| ("requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms", t))
-            .chain(
-                preferred
-                    .into_iter()
-                    .map(|t| ("preferredDuringSchedulingIgnoredDuringExecution.preference", t)),
-            );
-        let mut counters = std::collections::BTreeMap::new();
+            .iter()
+            .enumerate()
+            .map(|(i, t)| {
+                (
+                    format!(
+                        "affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[{i}]"
+                    ),
+                    t,
+                )
+            })
+            .chain(preferred.iter().enumerate().map(|(i, t)| {
+                (
+                    format!("affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[{i}].preference"),
+                    &t.preference,
+                )
+            }));
         for (path, term) in terms {
-            let n = counters.entry(path).or_insert(0usize);
-            let at = *n;
-            *n += 1;
             for (j, e) in term.match_expressions.iter().flatten().enumerate() {
-                if CONTROL_PLANE_NODE_KEYS.contains(&e.key.as_str()) && matches!(e.operator.as_str(), "In" | "Exists") {
-                    out.push(Violation {
-                        field: format!("{prefix}.jobs.affinity.nodeAffinity.{path}[{at}].matchExpressions[{j}]"),
-                        message: format!("selects control-plane nodes ({} {}), {WHY}", e.key, e.operator),
-                    });
+                if !allowed(&self.node_label_keys, &e.key) {
+                    refuse(
+                        format!("{path}.matchExpressions[{j}]"),
+                        format!(
+                            "node label key {:?} ({}) is outside the runner node label policy ({})",
+                            e.key,
+                            e.operator,
+                            labels()
+                        ),
+                    );
                 }
+            }
+            if !self.node_match_fields {
+                for (j, f) in term.match_fields.iter().flatten().enumerate() {
+                    refuse(
+                        format!("{path}.matchFields[{j}]"),
+                        format!(
+                            "chooses nodes by the field {:?} ({}), and the runner node policy allows no matchFields \
+                             (they choose nodes by name): choose by node label ({})",
+                            f.key,
+                            f.operator,
+                            labels()
+                        ),
+                    );
+                }
+            }
+        }
+        if self.cross_namespace_pod_affinity {
+            return;
+        }
+        let pod_affinity = affinity.and_then(|a| a.pod_affinity.as_ref());
+        let pod_anti_affinity = affinity.and_then(|a| a.pod_anti_affinity.as_ref());
+        let terms = pod_affinity_terms(
+            "podAffinity",
+            pod_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            pod_affinity.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+        )
+        .into_iter()
+        .chain(pod_affinity_terms(
+            "podAntiAffinity",
+            pod_anti_affinity.and_then(|a| a.required_during_scheduling_ignored_during_execution.as_ref()),
+            pod_anti_affinity.and_then(|a| a.preferred_during_scheduling_ignored_during_execution.as_ref()),
+        ));
+        const OWN: &str = "and the runner pod affinity policy allows terms only over the pods of the object's own \
+                           namespace: leave namespaces and namespaceSelector unset, which means that namespace";
+        for (path, term) in terms {
+            if let Some(namespaces) = term.namespaces.as_ref().filter(|n| !n.is_empty()) {
+                refuse(
+                    format!("{path}.namespaces"),
+                    format!("names the namespaces {namespaces:?}, {OWN}"),
+                );
+            }
+            if term.namespace_selector.is_some() {
+                refuse(
+                    format!("{path}.namespaceSelector"),
+                    format!("chooses namespaces by label (an empty selector: every namespace), {OWN}"),
+                );
             }
         }
     }
@@ -254,12 +367,6 @@ pub const OWN_RUNNER_ACCOUNT_PREFIX: &str = "captf-runner-";
 /// Priority classes with this prefix are the cluster's own (`system-node-critical`,
 /// `system-cluster-critical`); no spec may name one.
 pub const SYSTEM_PRIORITY_CLASS_PREFIX: &str = "system-";
-
-/// The node label and taint keys of control-plane nodes (kubeadm's, and the older `master`).
-pub const CONTROL_PLANE_NODE_KEYS: [&str; 2] = [
-    "node-role.kubernetes.io/control-plane",
-    "node-role.kubernetes.io/master",
-];
 
 /// One way a spec leaves the policy.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -279,6 +386,33 @@ impl fmt::Display for Violation {
 /// Every violation, `; `-separated (for a condition message or an admission denial).
 pub fn message(violations: &[Violation]) -> String {
     violations.iter().map(|v| v.to_string()).collect::<Vec<_>>().join("; ")
+}
+
+/// The required and preferred terms of a `podAffinity` or `podAntiAffinity` (`kind`), each with
+/// its path under `jobs`.
+fn pod_affinity_terms<'a>(
+    kind: &str,
+    required: Option<&'a Vec<PodAffinityTerm>>,
+    preferred: Option<&'a Vec<WeightedPodAffinityTerm>>,
+) -> Vec<(String, &'a PodAffinityTerm)> {
+    let required = required.into_iter().flatten().enumerate().map(|(i, t)| {
+        (
+            format!("affinity.{kind}.requiredDuringSchedulingIgnoredDuringExecution[{i}]"),
+            t,
+        )
+    });
+    let preferred = preferred.into_iter().flatten().enumerate().map(|(i, t)| {
+        (
+            format!("affinity.{kind}.preferredDuringSchedulingIgnoredDuringExecution[{i}].podAffinityTerm"),
+            &t.pod_affinity_term,
+        )
+    });
+    required.chain(preferred).collect()
+}
+
+/// Whether `list` allows `name`: names it, or holds `*`.
+fn allowed(list: &[String], name: &str) -> bool {
+    list.iter().any(|a| a == "*" || a == name)
 }
 
 fn describe(allowed: &[String], none: &str) -> String {
@@ -614,76 +748,303 @@ mod tests {
     #[test]
     fn system_priority_classes_are_refused_whatever_the_policy_and_others_by_the_list() {
         let critical = jobs(serde_json::json!({"priorityClassName": "system-node-critical"}));
-        for p in [policy(), TenantPolicy::unrestricted()] {
+        let system_listed = TenantPolicy {
+            priority_classes: vec!["system-node-critical".into()],
+            ..policy()
+        };
+        for p in [policy(), TenantPolicy::unrestricted(), system_listed] {
             let v = p.check_spec(&critical, "spec");
             assert_eq!(v.len(), 1, "{v:?}");
             assert_eq!(v[0].field, "spec.jobs.priorityClassName");
             assert!(v[0].message.contains("reserved"), "{}", v[0]);
         }
         let batch = jobs(serde_json::json!({"priorityClassName": "batch-low"}));
-        assert!(
-            policy().check_spec(&batch, "spec").is_empty(),
-            "any other class by default"
-        );
         let listed = TenantPolicy {
-            priority_classes: vec!["infra-high".into()],
+            priority_classes: vec!["infra-high".into(), "batch-low".into()],
             ..policy()
         };
-        let v = listed.check_spec(&batch, "spec");
-        assert!(v[0].message.contains("allowed: infra-high"), "{}", v[0]);
-        let none = TenantPolicy {
-            priority_classes: vec![],
+        assert!(listed.check_spec(&batch, "spec").is_empty(), "a listed class");
+        let any = TenantPolicy {
+            priority_classes: vec!["*".into()],
             ..policy()
         };
+        assert!(any.check_spec(&batch, "spec").is_empty(), "`*`: any but system-");
+    }
+
+    /// The attack: a class the platform team keeps for its own workloads (`platform-critical`)
+    /// lets a runner preempt them. Only listed classes may be named, and by default none.
+    #[test]
+    fn a_priority_class_outside_the_allowlist_is_refused() {
+        let s = jobs(serde_json::json!({"priorityClassName": "platform-critical"}));
+        let v = policy().check_spec(&s, "spec");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.jobs.priorityClassName");
+        assert!(v[0].message.contains("no priority class may be set"), "{}", v[0]);
+        let listed = TenantPolicy {
+            priority_classes: vec!["batch-low".into()],
+            ..policy()
+        };
+        let v = listed.check_spec(&s, "spec");
+        assert_eq!(v.len(), 1, "{v:?}");
         assert!(
-            none.check_spec(&batch, "spec")[0]
-                .message
-                .contains("no priority class may be set")
+            v[0].message
+                .contains("\"platform-critical\" is outside the runner priority class policy (allowed: batch-low)"),
+            "{}",
+            v[0]
         );
     }
 
+    /// The attack: `kubernetes.io/hostname` names one node, so a runner (and the module's code)
+    /// can be aimed at the node of a pod it wants to sit next to.
     #[test]
-    fn tolerating_every_taint_or_choosing_control_plane_nodes_is_refused_unless_the_policy_allows_it() {
-        let s = jobs(serde_json::json!({
-            "tolerations": [
-                {"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"},
-                {"operator": "Exists"},
-                {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
-                {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
-            ],
-            "nodeSelector": {"kubernetes.io/os": "linux", "node-role.kubernetes.io/control-plane": ""},
-            "affinity": {"nodeAffinity": {
-                "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
-                    {"matchExpressions": [
-                        {"key": "node-role.kubernetes.io/control-plane", "operator": "DoesNotExist"},
-                        {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists"},
-                    ]},
-                ]},
+    fn a_node_selector_on_hostname_is_refused_by_default() {
+        let s = jobs(serde_json::json!({"nodeSelector": {"kubernetes.io/hostname": "cp-0"}}));
+        let v = policy().check_spec(&s, "spec");
+        assert_eq!(v.len(), 1, "{v:?}");
+        assert_eq!(v[0].field, "spec.jobs.nodeSelector[kubernetes.io/hostname]");
+        assert!(
+            v[0].message
+                .contains("node label key \"kubernetes.io/hostname\" is outside the runner node label policy"),
+            "{}",
+            v[0]
+        );
+        assert!(
+            v[0].message.contains("allowed: topology.kubernetes.io/zone"),
+            "{}",
+            v[0]
+        );
+        // The same key in node affinity, whatever the operator.
+        for op in ["In", "NotIn", "Exists", "DoesNotExist"] {
+            let s = jobs(serde_json::json!({"affinity": {"nodeAffinity": {
                 "preferredDuringSchedulingIgnoredDuringExecution": [
                     {"weight": 1, "preference": {"matchExpressions": [
-                        {"key": "node-role.kubernetes.io/master", "operator": "In", "values": [""]},
+                        {"key": "kubernetes.io/os", "operator": "In", "values": ["linux"]},
+                        {"key": "kubernetes.io/hostname", "operator": op, "values": ["cp-0"]},
                     ]}},
                 ],
-            }},
-        }));
-        let fields: Vec<String> = policy().check_spec(&s, "spec").into_iter().map(|v| v.field).collect();
+            }}}));
+            let fields: Vec<String> = policy().check_spec(&s, "spec").into_iter().map(|v| v.field).collect();
+            assert_eq!(
+                fields,
+                [
+                    "spec.jobs.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].preference.matchExpressions[1]"
+                ],
+                "{op}"
+            );
+        }
+    }
+
+    /// The attack: `matchFields` on `metadata.name` chooses a node by name, whatever its labels.
+    #[test]
+    fn match_fields_are_refused_by_default() {
+        let s = jobs(serde_json::json!({"affinity": {"nodeAffinity": {
+            "requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "kubernetes.io/arch", "operator": "In", "values": ["amd64"]}]},
+                {"matchFields": [{"key": "metadata.name", "operator": "In", "values": ["cp-0"]}]},
+            ]},
+        }}}));
+        let v = policy().check_spec(&s, "spec");
+        assert_eq!(v.len(), 1, "{v:?}");
         assert_eq!(
-            fields,
-            [
-                "spec.jobs.tolerations[1]",
-                "spec.jobs.tolerations[2]",
-                "spec.jobs.tolerations[3]",
-                "spec.jobs.nodeSelector[node-role.kubernetes.io/control-plane]",
-                "spec.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[1]",
-                "spec.jobs.affinity.nodeAffinity.preferredDuringSchedulingIgnoredDuringExecution.preference[0].matchExpressions[0]",
-            ],
-            "a dedicated-node toleration, an OS selector and steering away from the control plane are fine"
+            v[0].field,
+            "spec.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[1].matchFields[0]"
         );
+        assert!(v[0].message.contains("\"metadata.name\""), "{}", v[0]);
+        assert!(v[0].message.contains("allows no matchFields"), "{}", v[0]);
         let allowed = TenantPolicy {
-            control_plane_placement: true,
+            node_match_fields: true,
             ..policy()
         };
         assert!(allowed.check_spec(&s, "spec").is_empty());
+    }
+
+    /// The attack: the control plane's etcd nodes and the nodes kept for the cluster's critical
+    /// add-ons are tainted with keys a denylist of two control-plane keys did not know. By
+    /// default a spec tolerates no taint but a node's going unreachable, and never every taint.
+    #[test]
+    fn the_etcd_and_critical_addons_taints_are_not_tolerated_by_default() {
+        let s = jobs(serde_json::json!({"tolerations": [
+            {"key": "node-role.kubernetes.io/etcd", "operator": "Exists", "effect": "NoExecute"},
+            {"key": "CriticalAddonsOnly", "operator": "Exists"},
+            {"key": "node-role.kubernetes.io/control-plane", "operator": "Exists", "effect": "NoSchedule"},
+            {"key": "node-role.kubernetes.io/master", "operator": "Exists"},
+            {"operator": "Exists"},
+            {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 60},
+        ]}));
+        let v = policy().check_spec(&s, "spec");
+        let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            (0..5)
+                .map(|i| format!("spec.jobs.tolerations[{i}]"))
+                .collect::<Vec<_>>(),
+            "all but the unreachable toleration: {v:?}"
+        );
+        assert!(
+            v[0].message
+                .contains("taint key \"node-role.kubernetes.io/etcd\" is outside the runner toleration policy"),
+            "{}",
+            v[0]
+        );
+        assert!(
+            v[0].message
+                .contains("allowed: node.kubernetes.io/not-ready, node.kubernetes.io/unreachable"),
+            "{}",
+            v[0]
+        );
+        assert!(v[4].message.contains("tolerates every taint"), "{}", v[4]);
+        for key in [
+            "node-role.kubernetes.io/control-plane",
+            "node-role.kubernetes.io/master",
+            "node-role.kubernetes.io/etcd",
+            "CriticalAddonsOnly",
+            "",
+        ] {
+            assert!(!DEFAULT_TOLERATION_KEYS.contains(&key), "{key}");
+        }
+        for key in ["kubernetes.io/hostname", "node-role.kubernetes.io/control-plane", "*"] {
+            assert!(!DEFAULT_NODE_LABEL_KEYS.contains(&key), "{key}");
+        }
+    }
+
+    /// The attack: a pod affinity term over `kube-system`'s API server pods puts the runner on a
+    /// control-plane node (where the control plane runs untainted), and an anti-affinity term over
+    /// other namespaces' pods can steer it off every other node. Terms over the object's own
+    /// namespace stay allowed: its tenant's pods.
+    #[test]
+    fn pod_affinity_to_control_plane_pods_is_refused_by_default() {
+        let s = jobs(serde_json::json!({"affinity": {
+            "podAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"component": "kube-apiserver"}},
+                     "namespaces": ["kube-system"], "topologyKey": "kubernetes.io/hostname"},
+                ],
+                "preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 100, "podAffinityTerm": {
+                        "labelSelector": {"matchLabels": {"component": "etcd"}},
+                        "namespaceSelector": {}, "topologyKey": "kubernetes.io/hostname"}},
+                ],
+            },
+            "podAntiAffinity": {
+                "requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"captf.io/kind": "TerraformCluster"}},
+                     "topologyKey": "kubernetes.io/hostname"},
+                    {"labelSelector": {"matchLabels": {"app": "web"}},
+                     "namespaceSelector": {"matchLabels": {"team": "b"}}, "topologyKey": "kubernetes.io/hostname"},
+                ],
+            },
+        }}));
+        let v = policy().check_spec(&s, "spec");
+        let fields: Vec<&str> = v.iter().map(|v| v.field.as_str()).collect();
+        assert_eq!(
+            fields,
+            [
+                "spec.jobs.affinity.podAffinity.requiredDuringSchedulingIgnoredDuringExecution[0].namespaces",
+                "spec.jobs.affinity.podAffinity.preferredDuringSchedulingIgnoredDuringExecution[0].podAffinityTerm.namespaceSelector",
+                "spec.jobs.affinity.podAntiAffinity.requiredDuringSchedulingIgnoredDuringExecution[1].namespaceSelector",
+            ],
+            "anti-affinity among the object's own pods is fine: {v:?}"
+        );
+        assert!(v[0].message.contains("[\"kube-system\"]"), "{}", v[0]);
+        assert!(
+            v[0].message.contains("leave namespaces and namespaceSelector unset"),
+            "{}",
+            v[0]
+        );
+        let allowed = TenantPolicy {
+            cross_namespace_pod_affinity: true,
+            ..policy()
+        };
+        assert!(allowed.check_spec(&s, "spec").is_empty());
+    }
+
+    /// What a tenant places by without asking: zones, architecture, OS, instance type, the
+    /// lifecycle taints, spreading and anti-affinity among its own pods.
+    #[test]
+    fn the_default_keys_and_own_namespace_pod_affinity_pass() {
+        let s = jobs(serde_json::json!({
+            "nodeSelector": {"kubernetes.io/os": "linux", "kubernetes.io/arch": "arm64",
+                             "node.kubernetes.io/instance-type": "m7g.large"},
+            "tolerations": [
+                {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+                {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute", "tolerationSeconds": 30},
+            ],
+            "affinity": {
+                "nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                    {"matchExpressions": [
+                        {"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["eu-west-1a"]},
+                        {"key": "topology.kubernetes.io/region", "operator": "Exists"},
+                    ]},
+                ]}},
+                "podAffinity": {"preferredDuringSchedulingIgnoredDuringExecution": [
+                    {"weight": 1, "podAffinityTerm": {"labelSelector": {"matchLabels": {"team": "a"}},
+                     "namespaces": [], "topologyKey": "topology.kubernetes.io/zone"}},
+                ]},
+                "podAntiAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": [
+                    {"labelSelector": {"matchLabels": {"captf.io/kind": "TerraformCluster"}},
+                     "topologyKey": "kubernetes.io/hostname"},
+                ]},
+            },
+            "topologySpreadConstraints": [
+                {"maxSkew": 1, "topologyKey": "kubernetes.io/hostname", "whenUnsatisfiable": "ScheduleAnyway"},
+            ],
+        }));
+        assert_eq!(policy().check_spec(&s, "spec"), []);
+    }
+
+    /// The platform team's own lists replace the defaults: a dedicated-node taint and label
+    /// allowed, the default zone key no longer; `*` allows any key, and only `*` the toleration of
+    /// every taint; empty lists allow none.
+    #[test]
+    fn the_platform_teams_allowlists_replace_the_defaults() {
+        let s = jobs(serde_json::json!({
+            "nodeSelector": {"pool.corp/dedicated": "infra"},
+            "tolerations": [{"key": "dedicated", "operator": "Equal", "value": "infra", "effect": "NoSchedule"}],
+            "affinity": {"nodeAffinity": {"requiredDuringSchedulingIgnoredDuringExecution": {"nodeSelectorTerms": [
+                {"matchExpressions": [{"key": "topology.kubernetes.io/zone", "operator": "In", "values": ["a"]}]},
+            ]}}},
+        }));
+        let fields =
+            |p: &TenantPolicy| -> Vec<String> { p.check_spec(&s, "spec").into_iter().map(|v| v.field).collect() };
+        assert_eq!(
+            fields(&policy()),
+            [
+                "spec.jobs.tolerations[0]",
+                "spec.jobs.nodeSelector[pool.corp/dedicated]"
+            ],
+            "not in the defaults"
+        );
+        let team = TenantPolicy {
+            node_label_keys: vec!["pool.corp/dedicated".into()],
+            toleration_keys: vec!["dedicated".into()],
+            ..policy()
+        };
+        assert_eq!(
+            fields(&team),
+            [
+                "spec.jobs.affinity.nodeAffinity.requiredDuringSchedulingIgnoredDuringExecution.nodeSelectorTerms[0].matchExpressions[0]"
+            ]
+        );
+        let v = team.check_spec(&s, "spec");
+        assert!(v[0].message.contains("(allowed: pool.corp/dedicated)"), "{}", v[0]);
+        let every = jobs(serde_json::json!({"tolerations": [{"operator": "Exists"}]}));
+        assert_eq!(team.check_spec(&every, "spec").len(), 1, "a listed key is not `*`");
+        let any = TenantPolicy {
+            node_label_keys: vec!["*".into()],
+            toleration_keys: vec!["*".into()],
+            ..policy()
+        };
+        assert!(any.check_spec(&s, "spec").is_empty());
+        assert!(any.check_spec(&every, "spec").is_empty());
+        let none = TenantPolicy {
+            node_label_keys: vec![],
+            toleration_keys: vec![],
+            ..policy()
+        };
+        let v = none.check_spec(&s, "spec");
+        assert_eq!(v.len(), 3, "{v:?}");
+        assert!(v[0].message.contains("no toleration may be set"), "{}", v[0]);
+        assert!(v[1].message.contains("no node may be chosen by label"), "{}", v[1]);
     }
 
     #[test]
@@ -694,7 +1055,10 @@ mod tests {
             env_from_secrets: false,
             variables_from_secrets: false,
             priority_classes: vec![],
-            control_plane_placement: false,
+            node_label_keys: vec![],
+            node_match_fields: false,
+            toleration_keys: vec![],
+            cross_namespace_pod_affinity: false,
         };
         let mut s = secret_env();
         if let Some(j) = s.jobs.as_mut() {
@@ -732,6 +1096,33 @@ mod tests {
                 ..JobsSpec::default()
             });
             prop_assert!(TenantPolicy::unrestricted().check_spec(&s, "spec").is_empty());
+        }
+
+        /// Whatever the allowlist (the default one or a platform team's), a nodeSelector key
+        /// outside it is refused at its field, and the same key listed is allowed.
+        #[test]
+        fn a_node_selector_key_outside_the_allowlist_is_refused(
+            key in "([a-z0-9]([a-z0-9.-]{0,20}[a-z0-9])?/)?[A-Za-z0-9]([A-Za-z0-9._-]{0,30}[A-Za-z0-9])?",
+            value in "[a-z0-9]{0,10}",
+            listed in proptest::collection::vec("[a-z0-9.]{1,12}/[a-z0-9-]{1,12}", 0..4),
+            own_list in any::<bool>(),
+        ) {
+            let base = policy();
+            let keys = if own_list { listed } else { base.node_label_keys.clone() };
+            prop_assume!(!keys.contains(&key));
+            let s = spec(JobsSpec {
+                node_selector: Some([(key.clone(), value)].into()),
+                ..JobsSpec::default()
+            });
+            let p = TenantPolicy { node_label_keys: keys.clone(), ..base };
+            let v = p.check_spec(&s, "spec");
+            prop_assert_eq!(v.len(), 1, "{:?}", v);
+            prop_assert_eq!(&v[0].field, &format!("spec.jobs.nodeSelector[{key}]"));
+            prop_assert!(v[0].message.contains(&format!("{key:?}")), "{}", v[0]);
+            let mut with_key = keys;
+            with_key.push(key);
+            let p = TenantPolicy { node_label_keys: with_key, ..p };
+            prop_assert!(p.check_spec(&s, "spec").is_empty());
         }
     }
 }

@@ -274,8 +274,8 @@ async fn a_state_passphrase_or_module_credentials_naming_any_secret_are_refused_
 }
 
 /// Pod fields that would leave the namespace's reach or the policy: a `gitRepo` volume (the
-/// kubelet runs git on the node), a `system-` priority class and a toleration of every taint are
-/// refused naming each field, the first two whatever the policy.
+/// kubelet runs git on the node), a `system-` priority class, a toleration of every taint and a
+/// control-plane node selector are refused naming each field, the first two whatever the policy.
 #[tokio::test]
 async fn git_repo_volumes_system_priority_classes_and_tolerating_every_taint_are_refused() {
     let jobs = json!({
@@ -300,13 +300,13 @@ async fn git_repo_volumes_system_priority_classes_and_tolerating_every_taint_are
     );
     assert!(
         !msg.contains("tolerations"),
-        "the unrestricted policy allows control-plane placement: {msg}"
+        "the unrestricted policy allows any toleration and node label: {msg}"
     );
     let resp = validate(policy(), &create_with_jobs(no_git)).await;
     assert_eq!(resp["response"]["allowed"], false, "{resp}");
     let msg = resp["response"]["status"]["message"].as_str().unwrap();
     assert!(
-        msg.contains("spec.jobs.tolerations[0]: an empty key with operator Exists"),
+        msg.contains("spec.jobs.tolerations[0]: an empty key (with operator Exists) tolerates every taint"),
         "{msg}"
     );
     assert!(

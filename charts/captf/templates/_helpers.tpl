@@ -341,7 +341,10 @@ uses when a spec leaves them unset, which a spec may always name, and runner.pol
 - --allow-env-from-secrets={{ .Values.runner.policy.allowEnvFromSecrets }}
 - --allow-variables-from-secrets={{ .Values.runner.policy.allowVariablesFromSecrets }}
 - --allowed-runner-priority-classes={{ join "," .Values.runner.policy.allowedPriorityClasses }}
-- --allow-runner-control-plane-placement={{ .Values.runner.policy.allowControlPlanePlacement }}
+- --allowed-runner-node-label-keys={{ join "," .Values.runner.policy.allowedNodeLabelKeys }}
+- --allow-runner-node-match-fields={{ .Values.runner.policy.allowNodeMatchFields }}
+- --allowed-runner-toleration-keys={{ join "," .Values.runner.policy.allowedTolerationKeys }}
+- --allow-runner-cross-namespace-pod-affinity={{ .Values.runner.policy.allowCrossNamespacePodAffinity }}
 {{- end }}
 
 {{/* "name=value,..." of a map (sorted by name): resource quantities, annotations. */}}

@@ -145,7 +145,13 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
         "--set",
         "runner.policy.allowedPriorityClasses={batch-low}",
         "--set",
-        "runner.policy.allowControlPlanePlacement=true",
+        "runner.policy.allowedNodeLabelKeys={pool.corp/dedicated,kubernetes.io/os}",
+        "--set",
+        "runner.policy.allowNodeMatchFields=true",
+        "--set",
+        "runner.policy.allowedTolerationKeys={dedicated}",
+        "--set",
+        "runner.policy.allowCrossNamespacePodAffinity=true",
     ];
     let run = parse_controller(&args_of(&extra, "captf-controller"));
     let webhook = parse_webhook(&args_of(&extra, "captf-webhook"));
@@ -166,7 +172,13 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
     assert!(!from_controller.env_from_secrets);
     assert!(!from_controller.variables_from_secrets);
     assert_eq!(from_controller.priority_classes, ["batch-low"]);
-    assert!(from_controller.control_plane_placement);
+    assert_eq!(
+        from_controller.node_label_keys,
+        ["pool.corp/dedicated", "kubernetes.io/os"]
+    );
+    assert!(from_controller.node_match_fields);
+    assert_eq!(from_controller.toleration_keys, ["dedicated"]);
+    assert!(from_controller.cross_namespace_pod_affinity);
 }
 
 #[test]
@@ -184,10 +196,17 @@ fn by_default_only_the_charts_runner_image_may_be_named_and_no_service_account()
     assert_eq!(p.runner_service_accounts, Vec::<String>::new());
     assert!(p.env_from_secrets);
     assert!(p.variables_from_secrets, "variablesFrom may read Secrets by default");
-    assert_eq!(p.priority_classes, ["*"]);
-    assert!(
-        !p.control_plane_placement,
-        "no runner on control-plane nodes by default"
+    assert!(p.priority_classes.is_empty(), "no priority class by default");
+    assert_eq!(p.node_label_keys, captf_shared::policy::DEFAULT_NODE_LABEL_KEYS);
+    assert_eq!(p.toleration_keys, captf_shared::policy::DEFAULT_TOLERATION_KEYS);
+    assert!(!p.node_match_fields && !p.cross_namespace_pod_affinity);
+    assert_eq!(
+        p,
+        captf_controller::runtime::RunArgs::from_flags(["--runner-image", p.runner_image_prefixes[0].as_str()])
+            .unwrap()
+            .policy
+            .to_policy(),
+        "the chart's defaults are the flags' own"
     );
 }
 
@@ -277,13 +296,20 @@ fn the_same_policy_flags_give_both_binaries_the_same_policy() {
             "--allow-env-from-secrets=false",
             "--allow-variables-from-secrets=false",
             "--allowed-runner-priority-classes=batch-low",
-            "--allow-runner-control-plane-placement=true",
+            "--allowed-runner-node-label-keys=pool.corp/dedicated",
+            "--allow-runner-node-match-fields=true",
+            "--allowed-runner-toleration-keys=*",
+            "--allow-runner-cross-namespace-pod-affinity=true",
         ],
         &[
             "--allowed-runner-image-prefixes=*",
             "--allowed-runner-service-accounts=*",
         ],
-        &["--allowed-runner-priority-classes="],
+        &[
+            "--allowed-runner-priority-classes=",
+            "--allowed-runner-node-label-keys=",
+            "--allowed-runner-toleration-keys=",
+        ],
     ];
     let policies = |flags: &[&str]| -> (TenantPolicy, TenantPolicy) {
         let mut webhook_args = vec!["--tls-cert-file=c".to_string(), "--tls-key-file=k".to_string()];

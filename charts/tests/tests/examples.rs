@@ -199,7 +199,8 @@ fn the_full_cluster_example_sets_every_field_of_the_spec() {
     assert!(jobs.pod_labels.is_some() && jobs.pod_annotations.is_some());
     assert!(jobs.volumes.is_some() && jobs.volume_mounts.is_some());
     assert!(jobs.affinity.is_some() && jobs.topology_spread_constraints.is_some());
-    assert!(jobs.priority_class_name.is_some() && jobs.image_pull_secrets.is_some());
+    // Nor a priority class: in a comment only.
+    assert!(jobs.priority_class_name.is_none() && jobs.image_pull_secrets.is_some());
     assert!(jobs.terraform_cli_config.is_some());
     let drift = spec.drift.as_ref().unwrap();
     assert!(drift.interval.is_some() && drift.remediation.is_some());

@@ -9,7 +9,7 @@
 //! webhook reads them only for this, and must be given the controller's values (the chart and the
 //! clusterctl components pass both the same).
 
-use super::TenantPolicy;
+use super::{DEFAULT_NODE_LABEL_KEYS, DEFAULT_TOLERATION_KEYS, TenantPolicy};
 
 /// The runner image of Jobs whose `spec.jobs.image` is unset, unless `--runner-image` says
 /// otherwise: the runner of this release.
@@ -49,19 +49,42 @@ pub struct TenantPolicyArgs {
     /// writes their values into the object's inputs.
     #[arg(long, env = "CAPTF_ALLOW_VARIABLES_FROM_SECRETS", default_value_t = true, action = clap::ArgAction::Set)]
     pub allow_variables_from_secrets: bool,
-    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). `system-` classes are
-    /// refused whatever this says.
+    /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). Empty (the default):
+    /// no priority class may be set. `system-` classes are refused whatever this says.
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES", value_delimiter = ',')]
+    pub allowed_runner_priority_classes: Vec<String>,
+    /// Node label keys spec.jobs.nodeSelector and the matchExpressions of
+    /// spec.jobs.affinity.nodeAffinity may name, whatever the operator (comma-separated; `*`: any;
+    /// empty: no node may be chosen by label). The default names no single node
+    /// (kubernetes.io/hostname) and no node role (node-role.kubernetes.io/*).
     #[arg(
         long,
-        env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
+        env = "CAPTF_ALLOWED_RUNNER_NODE_LABEL_KEYS",
         value_delimiter = ',',
-        default_value = "*"
+        default_values = DEFAULT_NODE_LABEL_KEYS
     )]
-    pub allowed_runner_priority_classes: Vec<String>,
-    /// Whether runner pods may be placed on control-plane nodes (tolerations of the control-plane
-    /// taints or of every taint, control-plane node selectors and node affinity).
-    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CONTROL_PLANE_PLACEMENT", default_value_t = false, action = clap::ArgAction::Set)]
-    pub allow_runner_control_plane_placement: bool,
+    pub allowed_runner_node_label_keys: Vec<String>,
+    /// Whether spec.jobs.affinity.nodeAffinity terms may use matchFields, which choose nodes by
+    /// name (metadata.name).
+    #[arg(long, env = "CAPTF_ALLOW_RUNNER_NODE_MATCH_FIELDS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_runner_node_match_fields: bool,
+    /// Taint keys spec.jobs.tolerations may name (comma-separated; `*`: any, and a toleration
+    /// with an empty key, which tolerates every taint; empty: no toleration may be set). The
+    /// default tolerates no control-plane (node-role.kubernetes.io/control-plane, master, etcd),
+    /// CriticalAddonsOnly or dedicated-node taint.
+    #[arg(
+        long,
+        env = "CAPTF_ALLOWED_RUNNER_TOLERATION_KEYS",
+        value_delimiter = ',',
+        default_values = DEFAULT_TOLERATION_KEYS
+    )]
+    pub allowed_runner_toleration_keys: Vec<String>,
+    /// Whether spec.jobs.affinity podAffinity and podAntiAffinity terms may reach pods of other
+    /// namespaces (namespaces, namespaceSelector). False: only the pods of the object's own
+    /// namespace, so a runner cannot follow another namespace's pods (the control plane's) onto
+    /// their node.
+    #[arg(long, env = "CAPTF_ALLOW_RUNNER_CROSS_NAMESPACE_POD_AFFINITY", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_runner_cross_namespace_pod_affinity: bool,
 }
 
 impl TenantPolicyArgs {
@@ -78,7 +101,10 @@ impl TenantPolicyArgs {
             env_from_secrets: self.allow_env_from_secrets,
             variables_from_secrets: self.allow_variables_from_secrets,
             priority_classes: listed(None, &self.allowed_runner_priority_classes),
-            control_plane_placement: self.allow_runner_control_plane_placement,
+            node_label_keys: listed(None, &self.allowed_runner_node_label_keys),
+            node_match_fields: self.allow_runner_node_match_fields,
+            toleration_keys: listed(None, &self.allowed_runner_toleration_keys),
+            cross_namespace_pod_affinity: self.allow_runner_cross_namespace_pod_affinity,
         }
     }
 }
@@ -160,8 +186,18 @@ mod tests {
         assert_eq!(p.runner_image_prefixes, [DEFAULT_RUNNER_IMAGE]);
         assert!(p.runner_service_accounts.is_empty(), "each object's own account");
         assert!(p.env_from_secrets && p.variables_from_secrets);
-        assert_eq!(p.priority_classes, ["*"]);
-        assert!(!p.control_plane_placement);
+        assert!(p.priority_classes.is_empty(), "no priority class");
+        assert_eq!(p.node_label_keys, DEFAULT_NODE_LABEL_KEYS);
+        assert_eq!(p.toleration_keys, DEFAULT_TOLERATION_KEYS);
+        assert!(!p.node_match_fields && !p.cross_namespace_pod_affinity);
+        assert_eq!(
+            p,
+            TenantPolicy {
+                runner_service_accounts: vec![],
+                ..TenantPolicy::only_defaults(DEFAULT_RUNNER_IMAGE, "")
+            },
+            "the flags' defaults are the library's"
+        );
         assert!(p.check_spec(&with(Some(DEFAULT_RUNNER_IMAGE), None), "spec").is_empty());
         assert_eq!(p.check_spec(&with(Some("other/runner:1"), None), "spec").len(), 1);
         assert_eq!(p.check_spec(&with(None, Some("deployer")), "spec").len(), 1);
@@ -211,18 +247,29 @@ mod tests {
             "--allow-env-from-secrets=false",
             "--allow-variables-from-secrets=false",
             "--allowed-runner-priority-classes=batch-low,,batch-low,infra",
-            "--allow-runner-control-plane-placement=true",
+            "--allowed-runner-node-label-keys=pool.corp/dedicated,kubernetes.io/os",
+            "--allow-runner-node-match-fields=true",
+            "--allowed-runner-toleration-keys=dedicated,node-role.kubernetes.io/control-plane",
+            "--allow-runner-cross-namespace-pod-affinity=true",
         ])
         .to_policy();
         assert!(!p.env_from_secrets);
         assert!(!p.variables_from_secrets);
         assert_eq!(p.priority_classes, ["batch-low", "infra"]);
-        assert!(p.control_plane_placement);
-        assert!(
-            parse(&["--allowed-runner-priority-classes="])
-                .to_policy()
-                .priority_classes
-                .is_empty()
+        assert_eq!(p.node_label_keys, ["pool.corp/dedicated", "kubernetes.io/os"]);
+        assert!(p.node_match_fields);
+        assert_eq!(
+            p.toleration_keys,
+            ["dedicated", "node-role.kubernetes.io/control-plane"]
         );
+        assert!(p.cross_namespace_pod_affinity);
+        let none = parse(&[
+            "--allowed-runner-priority-classes=",
+            "--allowed-runner-node-label-keys=",
+            "--allowed-runner-toleration-keys=",
+        ])
+        .to_policy();
+        assert!(none.priority_classes.is_empty());
+        assert!(none.node_label_keys.is_empty() && none.toleration_keys.is_empty());
     }
 }
