@@ -5,8 +5,9 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
-//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address |
-//! | [`budget`] | requests and body bytes in flight, in all and per source address (429 past them) |
+//! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address and reserved for the API server, idle ones closed to make room |
+//! | [`budget`] | requests and body bytes in flight, in all, reserved for the API server, and per source address (429 past them) |
+//! | [`trust`] | who is the API server: a verified client certificate, or a configured address |
 //! | [`rate`] | the minimum rate a request body must arrive at (408 below it) |
 //! | [`fuzzing`] | the fuzz entry point, also replayed over the committed corpus by `cargo test` |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
@@ -27,6 +28,7 @@ pub mod rate;
 pub mod routes;
 pub mod server;
 pub mod tls;
+pub mod trust;
 
 pub use routes::{AppState, router};
 pub use server::{Bound, Config, ServeError, bind, serve};
