@@ -1,12 +1,19 @@
 //! The in-flight budget: how many requests, and how many body bytes, the server holds at once, in
-//! all and per source address.
+//! all, for the API server's identity, and per source address.
 //!
 //! Each review request takes an [`Admission`] before its body is read and reserves its body's
 //! bytes as they arrive (never the declared `Content-Length`: a client that declares the largest
 //! body and sends one byte holds one byte); dropping the admission gives everything back. Past
 //! any bound the request is refused (429) instead of queued, so a burst of large bodies cannot
-//! grow memory without limit, and one source address (a pod that is not the API server) can hold
-//! at most its share: the rest stays free for everyone else.
+//! grow memory without limit.
+//!
+//! Who asks decides the bounds ([`Who`]). A *trusted* client (one the server can tell is the API
+//! server: a verified client certificate, or a configured address) is bounded only by the bounds
+//! in all, and part of them (the reserve) is never given to anyone else. Every other source
+//! address holds at most its small share, and all of them together at most the bounds less the
+//! reserve. So whatever other pods hold, the API server finds its reserve free; and without a
+//! trusted identity, the shares are small enough that many pods leave room for it. The decision
+//! is the pure [`decide`].
 
 use std::collections::HashMap;
 use std::net::IpAddr;
@@ -16,10 +23,23 @@ use std::sync::{Arc, Mutex, PoisonError};
 pub const DEFAULT_MAX_IN_FLIGHT_REQUESTS: usize = 64;
 /// Four bodies at the default body limit (7 MiB).
 pub const DEFAULT_MAX_IN_FLIGHT_BYTES: usize = 28 * 1024 * 1024;
-/// Half the requests: one address never holds all of them.
-pub const DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS: usize = 32;
-/// Two bodies at the default body limit: half the bytes.
-pub const DEFAULT_MAX_PEER_IN_FLIGHT_BYTES: usize = 14 * 1024 * 1024;
+/// A sixteenth of the requests: eight addresses at their share leave half of them.
+pub const DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS: usize = 4;
+/// An UPDATE of two objects at etcd's 1.5 MiB: eight addresses at their share leave 4 MiB.
+pub const DEFAULT_MAX_PEER_IN_FLIGHT_BYTES: usize = 3 * 1024 * 1024;
+/// Requests only a trusted client may hold (when one is configured): a quarter.
+pub const DEFAULT_RESERVED_IN_FLIGHT_REQUESTS: usize = 16;
+/// Bytes only a trusted client may hold (when one is configured): two bodies at the body limit.
+pub const DEFAULT_RESERVED_IN_FLIGHT_BYTES: usize = 14 * 1024 * 1024;
+
+/// Who a request (or connection) counts against.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+pub enum Who {
+    /// The API server's identity: a verified client certificate or a configured address.
+    Trusted,
+    /// Anyone else, by source address (`None`: unknown, one shared peer).
+    Peer(Option<IpAddr>),
+}
 
 /// Why a request was refused by the budget.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, thiserror::Error)]
@@ -28,6 +48,12 @@ pub enum Refused {
     Requests { max: usize },
     #[error("review request bodies in flight would exceed {max} bytes; retry shortly")]
     Bytes { max: usize },
+    #[error("too many review requests in flight from clients other than the API server (at most {max}); retry shortly")]
+    SharedRequests { max: usize },
+    #[error(
+        "review request bodies in flight from clients other than the API server would exceed {max} bytes; retry shortly"
+    )]
+    SharedBytes { max: usize },
     #[error("too many review requests in flight from this address (at most {max}); retry shortly")]
     PeerRequests { max: usize },
     #[error("review request bodies in flight from this address would exceed {max} bytes; retry shortly")]
@@ -41,6 +67,10 @@ pub struct Bounds {
     pub bytes: usize,
     pub peer_requests: usize,
     pub peer_bytes: usize,
+    /// Of `requests`, held back for [`Who::Trusted`] (0: no reserve, e.g. nobody is trusted).
+    pub reserved_requests: usize,
+    /// Of `bytes`, held back for [`Who::Trusted`].
+    pub reserved_bytes: usize,
 }
 
 impl Default for Bounds {
@@ -50,22 +80,101 @@ impl Default for Bounds {
             bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             peer_requests: DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS,
             peer_bytes: DEFAULT_MAX_PEER_IN_FLIGHT_BYTES,
+            reserved_requests: 0,
+            reserved_bytes: 0,
         }
     }
 }
 
 /// Requests and bytes held.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-struct Held {
-    requests: usize,
-    bytes: usize,
+pub struct Held {
+    pub requests: usize,
+    pub bytes: usize,
+}
+
+/// What [`decide`] reads: what is held in all, by the trusted identity, and by the asker.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Counts {
+    pub total: Held,
+    pub trusted: Held,
+    /// What the asker holds (for [`Who::Trusted`], the same as `trusted`).
+    pub asker: Held,
+}
+
+/// One dimension of the rule: may `add` more be taken? `Err(which)`: 0 the bound in all, 1 the
+/// shared pool, 2 the asker's share.
+fn allows(bound: usize, reserved: usize, share: usize, trusted: bool, c: [usize; 3], add: usize) -> Result<(), u8> {
+    let [total, trusted_held, asker] = c;
+    if total.checked_add(add).is_none_or(|t| t > bound) {
+        return Err(0);
+    }
+    if trusted {
+        return Ok(());
+    }
+    // What everyone but the trusted identity's reserve holds: the others, and whatever the
+    // trusted identity holds past its reserve.
+    let reserved = reserved.min(bound);
+    let shared = total.saturating_sub(trusted_held.min(reserved));
+    if shared.checked_add(add).is_none_or(|s| s > bound - reserved) {
+        return Err(1);
+    }
+    if asker.checked_add(add).is_none_or(|a| a > share) {
+        return Err(2);
+    }
+    Ok(())
+}
+
+/// The decision, pure: may `who`, given `counts`, take `add` more (requests and bytes)?
+pub fn decide(b: &Bounds, who: Who, counts: Counts, add: Held) -> Result<(), Refused> {
+    let trusted = matches!(who, Who::Trusted);
+    let c = |f: fn(&Held) -> usize| [f(&counts.total), f(&counts.trusted), f(&counts.asker)];
+    let shared_requests = b.requests - b.reserved_requests.min(b.requests);
+    let shared_bytes = b.bytes - b.reserved_bytes.min(b.bytes);
+    allows(
+        b.requests,
+        b.reserved_requests,
+        b.peer_requests,
+        trusted,
+        c(|h| h.requests),
+        add.requests,
+    )
+    .map_err(|which| match which {
+        0 => Refused::Requests { max: b.requests },
+        1 => Refused::SharedRequests { max: shared_requests },
+        _ => Refused::PeerRequests { max: b.peer_requests },
+    })?;
+    allows(
+        b.bytes,
+        b.reserved_bytes,
+        b.peer_bytes,
+        trusted,
+        c(|h| h.bytes),
+        add.bytes,
+    )
+    .map_err(|which| match which {
+        0 => Refused::Bytes { max: b.bytes },
+        1 => Refused::SharedBytes { max: shared_bytes },
+        _ => Refused::PeerBytes { max: b.peer_bytes },
+    })
 }
 
 #[derive(Debug, Default)]
 struct Counters {
     total: Held,
-    /// Only peers holding something: at most one entry per request in flight.
-    peers: HashMap<Option<IpAddr>, Held>,
+    /// Only askers holding something: at most one entry per request in flight.
+    held: HashMap<Who, Held>,
+}
+
+impl Counters {
+    fn counts(&self, who: Who) -> Counts {
+        let of = |w: &Who| self.held.get(w).copied().unwrap_or_default();
+        Counts {
+            total: self.total,
+            trusted: of(&Who::Trusted),
+            asker: of(&who),
+        }
+    }
 }
 
 /// The counters, shared by every connection.
@@ -95,56 +204,48 @@ impl Budget {
         (c.total.requests, c.total.bytes)
     }
 
-    /// Requests and bytes `peer` holds now.
-    pub fn peer_in_flight(&self, peer: Option<IpAddr>) -> (usize, usize) {
+    /// Requests and bytes `who` holds now.
+    pub fn held_by(&self, who: Who) -> (usize, usize) {
         let c = self.lock();
-        c.peers.get(&peer).map_or((0, 0), |h| (h.requests, h.bytes))
+        c.held.get(&who).map_or((0, 0), |h| (h.requests, h.bytes))
     }
 
-    /// Take a request slot for a request from `peer` (`None`: address unknown, one shared peer).
-    pub fn admit(self: &Arc<Self>, peer: Option<IpAddr>) -> Result<Admission, Refused> {
-        let b = self.bounds;
+    /// Requests and bytes the address `peer` holds now (as an untrusted peer).
+    pub fn peer_in_flight(&self, peer: Option<IpAddr>) -> (usize, usize) {
+        self.held_by(Who::Peer(peer))
+    }
+
+    /// Take a request slot for a request from `who`.
+    pub fn admit(self: &Arc<Self>, who: Who) -> Result<Admission, Refused> {
         let mut c = self.lock();
-        if c.total.requests >= b.requests {
-            return Err(Refused::Requests { max: b.requests });
-        }
-        let held = c.peers.get(&peer).copied().unwrap_or_default();
-        if held.requests >= b.peer_requests {
-            return Err(Refused::PeerRequests { max: b.peer_requests });
-        }
+        let one = Held { requests: 1, bytes: 0 };
+        decide(&self.bounds, who, c.counts(who), one)?;
         c.total.requests += 1;
-        c.peers.entry(peer).or_default().requests += 1;
+        c.held.entry(who).or_default().requests += 1;
         Ok(Admission {
             budget: self.clone(),
-            peer,
+            who,
             bytes: 0,
         })
     }
 
-    fn reserve(&self, peer: Option<IpAddr>, n: usize) -> Result<(), Refused> {
-        let b = self.bounds;
+    fn reserve(&self, who: Who, n: usize) -> Result<(), Refused> {
         let mut c = self.lock();
-        if c.total.bytes.checked_add(n).is_none_or(|t| t > b.bytes) {
-            return Err(Refused::Bytes { max: b.bytes });
-        }
-        let held = c.peers.get(&peer).copied().unwrap_or_default();
-        if held.bytes.checked_add(n).is_none_or(|t| t > b.peer_bytes) {
-            return Err(Refused::PeerBytes { max: b.peer_bytes });
-        }
+        decide(&self.bounds, who, c.counts(who), Held { requests: 0, bytes: n })?;
         c.total.bytes += n;
-        c.peers.entry(peer).or_default().bytes += n;
+        c.held.entry(who).or_default().bytes += n;
         Ok(())
     }
 
-    fn release(&self, peer: Option<IpAddr>, bytes: usize) {
+    fn release(&self, who: Who, bytes: usize) {
         let mut c = self.lock();
         c.total.requests = c.total.requests.saturating_sub(1);
         c.total.bytes = c.total.bytes.saturating_sub(bytes);
-        if let Some(h) = c.peers.get_mut(&peer) {
+        if let Some(h) = c.held.get_mut(&who) {
             h.requests = h.requests.saturating_sub(1);
             h.bytes = h.bytes.saturating_sub(bytes);
             if h.requests == 0 {
-                c.peers.remove(&peer);
+                c.held.remove(&who);
             }
         }
     }
@@ -154,14 +255,14 @@ impl Budget {
 #[derive(Debug)]
 pub struct Admission {
     budget: Arc<Budget>,
-    peer: Option<IpAddr>,
+    who: Who,
     bytes: usize,
 }
 
 impl Admission {
     /// Reserve `n` more body bytes for this request (as they arrive).
     pub fn reserve(&mut self, n: usize) -> Result<(), Refused> {
-        self.budget.reserve(self.peer, n)?;
+        self.budget.reserve(self.who, n)?;
         self.bytes += n;
         Ok(())
     }
@@ -174,7 +275,7 @@ impl Admission {
 
 impl Drop for Admission {
     fn drop(&mut self) {
-        self.budget.release(self.peer, self.bytes);
+        self.budget.release(self.who, self.bytes);
     }
 }
 
@@ -190,11 +291,41 @@ mod tests {
             bytes,
             peer_requests,
             peer_bytes,
+            reserved_requests: 0,
+            reserved_bytes: 0,
         }
     }
 
-    fn ip(last: u8) -> Option<IpAddr> {
-        Some(IpAddr::from([10, 0, 0, last]))
+    fn ip(last: u8) -> Who {
+        Who::Peer(Some(IpAddr::from([10, 0, 0, last])))
+    }
+
+    const MI: usize = 1024 * 1024;
+
+    /// The defaults, with the reserve a trusted identity gets.
+    fn reserved() -> Bounds {
+        Bounds {
+            reserved_requests: DEFAULT_RESERVED_IN_FLIGHT_REQUESTS,
+            reserved_bytes: DEFAULT_RESERVED_IN_FLIGHT_BYTES,
+            ..Bounds::default()
+        }
+    }
+
+    /// Every peer in `peers` takes as many requests, and as many bytes on them, as it may.
+    fn fill(b: &Arc<Budget>, peers: impl IntoIterator<Item = Who>) -> Vec<Admission> {
+        let mut held = vec![];
+        for who in peers {
+            while let Ok(mut a) = b.admit(who) {
+                let mut chunk = MI;
+                while chunk > 0 {
+                    if a.reserve(chunk).is_err() {
+                        chunk /= 2;
+                    }
+                }
+                held.push(a);
+            }
+        }
+        held
     }
 
     #[test]
@@ -225,7 +356,7 @@ mod tests {
     #[test]
     fn a_reservation_that_would_overflow_is_refused() {
         let b = Budget::new(bounds(1, usize::MAX, 1, usize::MAX));
-        let mut a = b.admit(None).unwrap();
+        let mut a = b.admit(Who::Peer(None)).unwrap();
         a.reserve(usize::MAX).unwrap();
         assert!(a.reserve(1).is_err());
     }
@@ -240,8 +371,8 @@ mod tests {
         assert_eq!(first.reserve(1).unwrap_err(), Refused::PeerBytes { max: 50 });
         let mut other = b.admit(ip(2)).unwrap();
         other.reserve(50).unwrap();
-        assert_eq!(b.peer_in_flight(ip(1)), (2, 50));
-        assert_eq!(b.peer_in_flight(ip(2)), (1, 50));
+        assert_eq!(b.held_by(ip(1)), (2, 50));
+        assert_eq!(b.held_by(ip(2)), (1, 50));
     }
 
     #[test]
@@ -251,8 +382,100 @@ mod tests {
             let mut a = b.admit(ip(last)).unwrap();
             a.reserve(10).unwrap();
         }
-        assert!(b.lock().peers.is_empty());
+        assert!(b.lock().held.is_empty());
         assert_eq!(b.in_flight(), (0, 0));
+    }
+
+    #[test]
+    fn eight_addresses_at_their_default_share_leave_room_for_a_ninth() {
+        let b = Budget::new(Bounds::default());
+        let held = fill(&b, (1..=8).map(ip));
+        assert_eq!(b.in_flight(), (8 * 4, 8 * 3 * MI));
+        let mut api_server = b.admit(ip(100)).unwrap();
+        api_server.reserve(3 * MI).unwrap();
+        drop(held);
+    }
+
+    #[test]
+    fn with_a_reserve_no_number_of_addresses_takes_the_trusted_share() {
+        let b = Budget::new(reserved());
+        let held = fill(&b, (1..=200).map(ip));
+        // The others together hold the bounds less the reserve, and no more.
+        assert_eq!(b.in_flight(), (64 - 16, 28 * MI - 14 * MI));
+        assert_eq!(b.admit(ip(201)).unwrap_err(), Refused::SharedRequests { max: 48 });
+        let mut trusted: Vec<Admission> = (0..16).map(|_| b.admit(Who::Trusted).unwrap()).collect();
+        trusted[0].reserve(7 * MI).unwrap();
+        trusted[1].reserve(7 * MI).unwrap();
+        assert_eq!(trusted[2].reserve(1).unwrap_err(), Refused::Bytes { max: 28 * MI });
+        assert_eq!(b.admit(Who::Trusted).unwrap_err(), Refused::Requests { max: 64 });
+        drop(held);
+        // Once the others let go, the trusted identity may use the whole budget.
+        trusted.extend((0..48).map(|_| b.admit(Who::Trusted).unwrap()));
+        trusted[2].reserve(14 * MI).unwrap();
+        assert_eq!(b.held_by(Who::Trusted), (64, 28 * MI));
+    }
+
+    #[test]
+    fn what_the_trusted_identity_holds_past_its_reserve_comes_out_of_the_shared_pool() {
+        let b = Budget::new(bounds(10, 100, 10, 100));
+        let b = Budget::new(Bounds {
+            reserved_requests: 4,
+            reserved_bytes: 40,
+            ..b.bounds
+        });
+        let _trusted: Vec<Admission> = (0..6).map(|_| b.admit(Who::Trusted).unwrap()).collect();
+        // 2 past the reserve: the others share 6 - 2.
+        let _others: Vec<Admission> = (0..4).map(|i| b.admit(ip(i)).unwrap()).collect();
+        assert_eq!(b.admit(ip(9)).unwrap_err(), Refused::Requests { max: 10 });
+    }
+
+    #[test]
+    fn a_reserve_larger_than_the_bound_leaves_the_others_nothing_and_does_not_panic() {
+        let b = Budget::new(Bounds {
+            reserved_requests: usize::MAX,
+            reserved_bytes: usize::MAX,
+            ..bounds(2, 10, 2, 10)
+        });
+        assert_eq!(b.admit(ip(1)).unwrap_err(), Refused::SharedRequests { max: 0 });
+        let mut t = b.admit(Who::Trusted).unwrap();
+        t.reserve(10).unwrap();
+    }
+
+    proptest! {
+        /// Whatever the other addresses (and the trusted identity itself) hold, the trusted
+        /// identity can still top itself up to its whole reserve of requests and bytes.
+        #[test]
+        fn the_reserve_is_always_free_for_the_trusted_identity(
+            reserved_requests in 1usize..8,
+            reserved_bytes in 0usize..100,
+            steps in proptest::collection::vec((0u8..6, 0usize..60, 0u8..4), 1..80)
+        ) {
+            let bounds = Bounds { reserved_requests, reserved_bytes, ..bounds(8, 100, 3, 40) };
+            let b = Budget::new(bounds);
+            let mut held: Vec<Admission> = vec![];
+            for (peer, n, action) in steps {
+                let who = if action == 1 { Who::Trusted } else { ip(peer) };
+                if action == 0 && !held.is_empty() {
+                    held.remove(n % held.len());
+                } else if let Ok(mut a) = b.admit(who) {
+                    let _ = a.reserve(n);
+                    held.push(a);
+                }
+                let (requests, bytes) = b.in_flight();
+                prop_assert!(requests <= bounds.requests && bytes <= bounds.bytes);
+                let (tr, tb) = b.held_by(Who::Trusted);
+                let mut top = vec![];
+                for _ in tr..reserved_requests {
+                    let a = b.admit(Who::Trusted);
+                    prop_assert!(a.is_ok(), "{:?}", a.err());
+                    top.extend(a);
+                }
+                if let Some(a) = top.first_mut().or_else(|| held.iter_mut().find(|a| a.who == Who::Trusted)) {
+                    let r = a.reserve(reserved_bytes.saturating_sub(tb));
+                    prop_assert!(r.is_ok(), "{:?}", r);
+                }
+            }
+        }
     }
 
     proptest! {
@@ -277,7 +500,7 @@ mod tests {
                 let (requests, bytes) = b.in_flight();
                 prop_assert!(requests <= bounds.requests && bytes <= bounds.bytes);
                 for p in 0..4 {
-                    let (r, by) = b.peer_in_flight(ip(p));
+                    let (r, by) = b.held_by(ip(p));
                     prop_assert!(r <= bounds.peer_requests && by <= bounds.peer_bytes);
                 }
             }

@@ -28,7 +28,8 @@ use http_body_util::BodyExt;
 use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
 use crate::budget::{
     Admission, Bounds, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS,
-    DEFAULT_MAX_PEER_IN_FLIGHT_BYTES, DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS, Refused,
+    DEFAULT_MAX_PEER_IN_FLIGHT_BYTES, DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS, DEFAULT_RESERVED_IN_FLIGHT_BYTES,
+    DEFAULT_RESERVED_IN_FLIGHT_REQUESTS, Refused, Who,
 };
 use crate::metrics::{Metrics, RequestLabels};
 use crate::rate::MinRate;
@@ -64,6 +65,10 @@ pub struct Limits {
     pub max_peer_in_flight_requests: usize,
     /// Body bytes held at once by requests from one source address; more get 429.
     pub max_peer_in_flight_bytes: usize,
+    /// Of the requests in flight, those only the trusted identity (the API server) may hold.
+    pub reserved_in_flight_requests: usize,
+    /// Of the body bytes in flight, those only the trusted identity may hold.
+    pub reserved_in_flight_bytes: usize,
     /// The rate a body must arrive at after its grace; slower ones get 408.
     pub min_body_rate: MinRate,
 }
@@ -76,6 +81,17 @@ impl Limits {
             bytes: self.max_in_flight_bytes,
             peer_requests: self.max_peer_in_flight_requests,
             peer_bytes: self.max_peer_in_flight_bytes,
+            reserved_requests: self.reserved_in_flight_requests,
+            reserved_bytes: self.reserved_in_flight_bytes,
+        }
+    }
+
+    /// The same limits without a reserve: when no client can be trusted, nobody would use it.
+    pub fn without_reserve(self) -> Self {
+        Limits {
+            reserved_in_flight_requests: 0,
+            reserved_in_flight_bytes: 0,
+            ..self
         }
     }
 }
@@ -84,6 +100,12 @@ impl Limits {
 /// the server (absent when a test drives the router directly: all such requests share one peer).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Peer(pub std::net::IpAddr);
+
+/// Put in a request's extensions by the server when its connection is the API server's: it
+/// presented a verified client certificate, or comes from a configured API server address. Such
+/// a request may use the budget's reserve and is not held to an address's share.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Trusted;
 
 impl Default for Limits {
     fn default() -> Self {
@@ -96,6 +118,8 @@ impl Default for Limits {
             max_in_flight_bytes: DEFAULT_MAX_IN_FLIGHT_BYTES,
             max_peer_in_flight_requests: DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS,
             max_peer_in_flight_bytes: DEFAULT_MAX_PEER_IN_FLIGHT_BYTES,
+            reserved_in_flight_requests: DEFAULT_RESERVED_IN_FLIGHT_REQUESTS,
+            reserved_in_flight_bytes: DEFAULT_RESERVED_IN_FLIGHT_BYTES,
             min_body_rate: MinRate::default(),
         }
     }
@@ -294,9 +318,13 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
 
 async fn answer(route: Route, state: &AppState, req: Request) -> Result<admission::Reviewed, RejectError> {
     check_content_type(req.headers())?;
-    let peer = req.extensions().get::<Peer>().map(|p| p.0);
+    let who = if req.extensions().get::<Trusted>().is_some() {
+        Who::Trusted
+    } else {
+        Who::Peer(req.extensions().get::<Peer>().map(|p| p.0))
+    };
     let (parts, mut body) = req.into_parts();
-    let mut admission = match state.budget.admit(peer) {
+    let mut admission = match state.budget.admit(who) {
         Ok(a) => a,
         Err(refused) => {
             // Read and drop (at most a body's worth) so the client reads the 429.

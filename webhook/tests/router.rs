@@ -365,11 +365,17 @@ async fn body_over_the_limit_is_413_whether_declared_or_streamed() {
             }
         }
     });
-    let (status, _) = rejected(post(VALIDATE_PATH, Body::new(body))).await;
+    // From the API server: any other address is held to its share of bytes first.
+    let mut streamed = post(VALIDATE_PATH, Body::new(body));
+    streamed.extensions_mut().insert(captf_webhook::routes::Trusted);
+    let (status, _) = rejected(streamed).await;
     assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE);
     feeder.await.unwrap();
-    // Exactly the limit's worth of whitespace is read (and then is not JSON).
-    let (status, _) = rejected(post(VALIDATE_PATH, vec![b' '; DEFAULT_MAX_BODY_BYTES])).await;
+    // Exactly the limit's worth of whitespace is read (and then is not JSON), from the API
+    // server (any one address holds less).
+    let mut whole = post(VALIDATE_PATH, vec![b' '; DEFAULT_MAX_BODY_BYTES]);
+    whole.extensions_mut().insert(captf_webhook::routes::Trusted);
+    let (status, _) = rejected(whole).await;
     assert_eq!(status, StatusCode::BAD_REQUEST);
 }
 
@@ -651,8 +657,9 @@ async fn a_spec_that_does_not_parse_is_reported_by_field_without_its_status() {
 
 // ---- body limit, in-flight budget, large reviews ----
 
+/// The defaults as a server that cannot tell the API server apart runs them (no reserve).
 fn limits() -> captf_webhook::routes::Limits {
-    captf_webhook::routes::Limits::default()
+    captf_webhook::routes::Limits::default().without_reserve()
 }
 
 #[tokio::test]
@@ -764,13 +771,13 @@ async fn a_declared_length_holds_no_budget_until_its_bytes_arrive() {
         bytes <= 8,
         "a 7 MiB declaration holds only what arrived, not {bytes} bytes"
     );
-    // Meanwhile the rest of the budget still fits other bodies (from two addresses: one holds
-    // at most half).
-    let half = st.limits.max_in_flight_bytes / 2;
-    let mut a = st.budget.admit(Some([10, 0, 0, 1].into())).unwrap();
-    let mut b = st.budget.admit(Some([10, 0, 0, 2].into())).unwrap();
-    a.reserve(half).unwrap();
-    b.reserve(half - 8).unwrap();
+    // Meanwhile the rest of the budget still fits other bodies, each address up to its share.
+    use captf_webhook::budget::Who;
+    let share = st.limits.max_peer_in_flight_bytes;
+    let mut a = st.budget.admit(Who::Peer(Some([10, 0, 0, 1].into()))).unwrap();
+    let mut b = st.budget.admit(Who::Peer(Some([10, 0, 0, 2].into()))).unwrap();
+    a.reserve(share).unwrap();
+    b.reserve(share).unwrap();
     drop((a, b));
     drop(tx);
     assert_eq!(held.await.unwrap().0, StatusCode::BAD_REQUEST);
