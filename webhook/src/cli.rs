@@ -9,6 +9,7 @@ use clap::{Args, Parser, Subcommand, ValueEnum};
 
 use crate::server::Config;
 use crate::tls::CertFiles;
+use crate::trust::{ApiServerAddresses, Cidr};
 use crate::{DEFAULT_ADDR, DEFAULT_METRICS_ADDR};
 
 #[derive(Debug, Parser)]
@@ -83,10 +84,16 @@ pub struct ServeArgs {
     /// Connections open at once; past it new connections are closed right after accept.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTIONS", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS)]
     pub max_connections: usize,
-    /// Connections open at once from one source address; past it new ones from it are closed
-    /// right after accept.
+    /// Connections open at once from one source address (other than the API server's); past
+    /// it, a new one from it takes the place of its oldest idle one, or is closed right after
+    /// accept. When all connections are open, a new one takes the place of an idle one of the
+    /// address with the most; one is refused only when none it could replace is idle.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTIONS_PER_PEER", default_value_t = crate::conn::DEFAULT_MAX_CONNECTIONS_PER_PEER)]
     pub max_connections_per_peer: usize,
+    /// Of --max-connections, those only the API server may hold. Applies only when the webhook
+    /// can tell the API server apart (--client-ca-file or --api-server-cidrs).
+    #[arg(long, env = "CAPTF_WEBHOOK_RESERVED_CONNECTIONS", default_value_t = crate::conn::DEFAULT_RESERVED_CONNECTIONS)]
+    pub reserved_connections: usize,
     /// HTTP/2 streams (concurrent requests) a client may open on one connection.
     #[arg(long, env = "CAPTF_WEBHOOK_HTTP2_MAX_STREAMS", default_value_t = crate::conn::DEFAULT_HTTP2_MAX_STREAMS)]
     pub http2_max_streams: u32,
@@ -100,13 +107,23 @@ pub struct ServeArgs {
     /// requests get 429.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_IN_FLIGHT_BYTES", default_value = "28Mi", value_parser = parse_bytes)]
     pub max_in_flight_bytes: usize,
-    /// Review requests in flight at once from one source address; past it its requests get 429.
+    /// Review requests in flight at once from one source address (other than the API
+    /// server's); past it its requests get 429.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_PEER_IN_FLIGHT_REQUESTS", default_value_t = crate::budget::DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS)]
     pub max_peer_in_flight_requests: usize,
-    /// Request body bytes held at once by one source address (bytes, or Ki/Mi); past it its
-    /// requests get 429.
-    #[arg(long, env = "CAPTF_WEBHOOK_MAX_PEER_IN_FLIGHT_BYTES", default_value = "14Mi", value_parser = parse_bytes)]
+    /// Request body bytes held at once by one source address other than the API server's
+    /// (bytes, or Ki/Mi); past it its requests get 429.
+    #[arg(long, env = "CAPTF_WEBHOOK_MAX_PEER_IN_FLIGHT_BYTES", default_value = "3Mi", value_parser = parse_bytes)]
     pub max_peer_in_flight_bytes: usize,
+    /// Of --max-in-flight-requests, those only the API server may hold: whatever other clients
+    /// hold, this many are free for it. Applies only when the webhook can tell the API server
+    /// apart (--client-ca-file or --api-server-cidrs).
+    #[arg(long, env = "CAPTF_WEBHOOK_RESERVED_IN_FLIGHT_REQUESTS", default_value_t = crate::budget::DEFAULT_RESERVED_IN_FLIGHT_REQUESTS)]
+    pub reserved_in_flight_requests: usize,
+    /// Of --max-in-flight-bytes, those only the API server may hold (bytes, or Ki/Mi). Applies
+    /// only when the webhook can tell the API server apart.
+    #[arg(long, env = "CAPTF_WEBHOOK_RESERVED_IN_FLIGHT_BYTES", default_value = "14Mi", value_parser = parse_bytes)]
+    pub reserved_in_flight_bytes: usize,
     /// Bytes per second a request body must average once its grace has passed (bytes, or
     /// Ki/Mi; 0: no minimum); slower bodies get 408 and their connection is closed.
     #[arg(long, env = "CAPTF_WEBHOOK_MIN_BODY_RATE", default_value = "64Ki", value_parser = parse_bytes)]
@@ -115,9 +132,16 @@ pub struct ServeArgs {
     #[arg(long, env = "CAPTF_WEBHOOK_MIN_BODY_RATE_GRACE", default_value = "2s", value_parser = parse_duration)]
     pub min_body_rate_grace: Duration,
     /// PEM CA bundle: when set, every client (the API server) must present a certificate that
-    /// chains to it, and the handshake fails for any other. Read once at start.
+    /// chains to it, and the handshake fails for any other. Read once at start. The recommended
+    /// way to tell the API server apart: its connections may use the reserved shares.
     #[arg(long, env = "CAPTF_WEBHOOK_CLIENT_CA_FILE")]
     pub client_ca_file: Option<PathBuf>,
+    /// Comma-separated addresses or address blocks (10.0.0.5, 10.0.0.0/24, fd00::/64) the API
+    /// server connects from, where it cannot present a client certificate: their connections
+    /// may use the reserved shares and are not held to one address's share. Everything else
+    /// sending from them is trusted too.
+    #[arg(long, env = "CAPTF_WEBHOOK_API_SERVER_CIDRS", value_delimiter = ',', value_parser = parse_cidr)]
+    pub api_server_cidrs: Vec<Cidr>,
     /// Reviews with bodies over 64 KiB answered at once (on the blocking pool).
     #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEWS", default_value_t = crate::routes::DEFAULT_LARGE_REVIEWS, value_parser = parse_at_least_one)]
     pub large_reviews: usize,
@@ -152,6 +176,10 @@ pub enum LogFormat {
 
 fn parse_duration(s: &str) -> Result<Duration, String> {
     captf_shared::duration::parse(s).map_err(|e| e.to_string())
+}
+
+fn parse_cidr(s: &str) -> Result<Cidr, String> {
+    s.parse()
 }
 
 fn parse_at_least_one(s: &str) -> Result<usize, String> {
@@ -201,7 +229,9 @@ impl ServeArgs {
         config.max_requests_per_connection = self.max_requests_per_connection;
         config.max_connections = self.max_connections;
         config.max_connections_per_peer = self.max_connections_per_peer;
+        config.reserved_connections = self.reserved_connections;
         config.client_ca_file = self.client_ca_file.clone();
+        config.api_server_addresses = ApiServerAddresses(self.api_server_cidrs.clone());
         config.http2_max_streams = self.http2_max_streams;
         config.limits = crate::routes::Limits {
             max_body_bytes: self.max_body_bytes,
@@ -212,6 +242,8 @@ impl ServeArgs {
             max_in_flight_bytes: self.max_in_flight_bytes,
             max_peer_in_flight_requests: self.max_peer_in_flight_requests,
             max_peer_in_flight_bytes: self.max_peer_in_flight_bytes,
+            reserved_in_flight_requests: self.reserved_in_flight_requests,
+            reserved_in_flight_bytes: self.reserved_in_flight_bytes,
             min_body_rate: crate::rate::MinRate {
                 bytes_per_sec: u64::try_from(self.min_body_rate).unwrap_or(u64::MAX),
                 grace: self.min_body_rate_grace,

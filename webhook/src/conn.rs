@@ -13,12 +13,14 @@
 //! pure [`check`] over times measured from the connection's start; [`Activity`] is what the
 //! service updates and the connection's task reads.
 //!
-//! [`PeerConnections`] counts the connections open from each source address: past its bound a new
-//! one is closed right after accept, so one pod cannot take the whole connection cap.
+//! [`ConnTable`] counts the connections open, by source address and for the API server's
+//! identity, and [`place`] decides, purely, whether a new one is admitted, admitted in place of an
+//! idle one, or closed right after accept: one pod cannot take the whole connection cap, and no
+//! flood of idle connections can keep the API server out.
 
 use std::collections::HashMap;
 use std::net::IpAddr;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
@@ -37,66 +39,334 @@ pub const DEFAULT_HTTP2_MAX_STREAMS: u32 = 32;
 /// server, which keeps a few connections per replica, has room to spare, and one pod holds at
 /// most this much).
 pub const DEFAULT_MAX_CONNECTIONS_PER_PEER: usize = 32;
+/// Default: connections only the trusted identity (the API server) may hold, when one is
+/// configured.
+pub const DEFAULT_RESERVED_CONNECTIONS: usize = 32;
 
-/// Connections open per source address, bounded.
-#[derive(Debug)]
-pub struct PeerConnections {
-    max: usize,
-    open: Mutex<HashMap<IpAddr, usize>>,
+/// The connection bounds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct ConnBounds {
+    /// Connections open at once.
+    pub max: usize,
+    /// Connections open at once from one untrusted source address.
+    pub per_peer: usize,
+    /// Of `max`, held back for the trusted identity (0: no reserve).
+    pub reserved: usize,
 }
 
-impl PeerConnections {
-    pub fn new(max: usize) -> Arc<Self> {
-        Arc::new(PeerConnections {
-            max,
-            open: Mutex::new(HashMap::new()),
-        })
+/// What [`place`] reads about the open connections.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct ConnCounts {
+    /// Open in all.
+    pub total: usize,
+    /// Open as the trusted identity, and how many of those are idle.
+    pub trusted: usize,
+    pub trusted_idle: usize,
+    /// Open from the new connection's address (untrusted), and how many of those are idle.
+    pub peer: usize,
+    pub peer_idle: usize,
+    /// Of the other untrusted addresses that have an idle connection, the most connections one
+    /// of them has open (0: none has an idle connection).
+    pub busiest_idle: usize,
+}
+
+/// Which idle connection makes room.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Victim {
+    /// The oldest idle connection of the newcomer's own address (or of the trusted identity,
+    /// for a trusted newcomer).
+    Own,
+    /// The oldest idle connection of the untrusted address with the most connections open.
+    Busiest,
+    /// The oldest idle connection of the trusted identity, which holds more than its reserve.
+    TrustedSurplus,
+}
+
+/// What to do with a new connection.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Place {
+    Admit,
+    /// Close that idle connection (it has no request in flight) and admit the new one.
+    Evict(Victim),
+    Refuse,
+}
+
+/// The decision for a new connection, pure. `trusted`: it is the API server's (known at accept
+/// only by address; a connection whose client certificate proves it is promoted after its
+/// handshake).
+///
+/// - Untrusted connections together hold at most `max - reserved`, and one address at most
+///   `per_peer`; the trusted identity may hold any free connection.
+/// - When there is no room, an *idle* connection (no request in flight: a handshake, a request
+///   whose headers have not all arrived, or a keep-alive connection between requests) is closed
+///   to make it: the oldest of the address with the most connections, as long as that address
+///   holds more than the newcomer's would; else one the trusted identity holds past its reserve;
+///   else the newcomer's own oldest. A connection with a request in flight is never closed for
+///   another.
+///
+/// So a flood of idle connections, from any number of addresses or from the API server's own,
+/// never refuses the API server: its new connection takes the place of the flood's oldest.
+pub fn place(b: &ConnBounds, trusted: bool, c: ConnCounts) -> Place {
+    let reserved = b.reserved.min(b.max);
+    if trusted {
+        return if c.total < b.max {
+            Place::Admit
+        } else if c.busiest_idle > 0 {
+            Place::Evict(Victim::Busiest)
+        } else if c.trusted_idle > 0 {
+            Place::Evict(Victim::Own)
+        } else {
+            Place::Refuse
+        };
+    }
+    let own = if c.peer_idle > 0 {
+        Place::Evict(Victim::Own)
+    } else {
+        Place::Refuse
+    };
+    if c.peer >= b.per_peer {
+        return own;
+    }
+    // What the untrusted addresses hold, with whatever the trusted identity holds past its
+    // reserve.
+    let shared = c.total.saturating_sub(c.trusted.min(reserved));
+    if shared < b.max - reserved && c.total < b.max {
+        return Place::Admit;
+    }
+    if c.busiest_idle > c.peer.saturating_add(1) {
+        Place::Evict(Victim::Busiest)
+    } else if c.trusted > reserved && c.trusted_idle > 0 {
+        Place::Evict(Victim::TrustedSurplus)
+    } else {
+        own
+    }
+}
+
+/// Whom a connection counts against: the trusted identity or its source address.
+#[derive(Clone, Copy, Debug, Hash, PartialEq, Eq)]
+enum Owner {
+    Trusted,
+    Peer(IpAddr),
+}
+
+/// What the table and a connection's task share.
+#[derive(Debug, Default)]
+pub struct ConnHandle {
+    in_flight: AtomicUsize,
+    evicted: AtomicBool,
+    evict: Notify,
+}
+
+impl ConnHandle {
+    /// A request starts on the connection; the guard marks its end when dropped.
+    pub fn begin(self: &Arc<Self>) -> BusyGuard {
+        self.in_flight.fetch_add(1, Ordering::AcqRel);
+        BusyGuard { handle: self.clone() }
     }
 
-    /// A slot for one more connection from `peer`, or `None` when it has `max` open.
-    pub fn open(self: &Arc<Self>, peer: IpAddr) -> Option<PeerSlot> {
-        let mut open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        let n = open.entry(peer).or_insert(0);
-        if *n >= self.max {
-            if *n == 0 {
-                open.remove(&peer);
+    fn idle(&self) -> bool {
+        self.in_flight.load(Ordering::Acquire) == 0
+    }
+
+    /// Whether the connection was closed to make room for another.
+    pub fn is_evicted(&self) -> bool {
+        self.evicted.load(Ordering::Acquire)
+    }
+
+    /// Resolves once the connection is closed to make room for another.
+    pub async fn evicted(&self) {
+        loop {
+            let notified = self.evict.notified();
+            if self.is_evicted() {
+                return;
             }
-            return None;
+            notified.await;
         }
-        *n += 1;
-        Some(PeerSlot {
-            peers: self.clone(),
-            peer,
+    }
+}
+
+/// Marks a request's end on its connection when dropped.
+#[derive(Debug)]
+pub struct BusyGuard {
+    handle: Arc<ConnHandle>,
+}
+
+impl Drop for BusyGuard {
+    fn drop(&mut self) {
+        self.handle.in_flight.fetch_sub(1, Ordering::AcqRel);
+    }
+}
+
+#[derive(Debug)]
+struct Entry {
+    id: u64,
+    owner: Owner,
+    handle: Arc<ConnHandle>,
+}
+
+#[derive(Debug, Default)]
+struct Open {
+    next_id: u64,
+    /// In the order they were opened: the oldest first. At most `max` entries.
+    entries: Vec<Entry>,
+}
+
+impl Open {
+    fn counts(&self, peer: IpAddr) -> ConnCounts {
+        let mut c = ConnCounts {
+            total: self.entries.len(),
+            ..ConnCounts::default()
+        };
+        let mut others: HashMap<IpAddr, (usize, bool)> = HashMap::new();
+        for e in &self.entries {
+            let idle = e.handle.idle();
+            match e.owner {
+                Owner::Trusted => {
+                    c.trusted += 1;
+                    c.trusted_idle += usize::from(idle);
+                }
+                Owner::Peer(p) if p == peer => {
+                    c.peer += 1;
+                    c.peer_idle += usize::from(idle);
+                }
+                Owner::Peer(p) => {
+                    let o = others.entry(p).or_default();
+                    o.0 += 1;
+                    o.1 |= idle;
+                }
+            }
+        }
+        c.busiest_idle = others.values().filter(|o| o.1).map(|o| o.0).max().unwrap_or(0);
+        c
+    }
+
+    /// The oldest idle connection of the victim's owner, taken out of the table.
+    fn evict(&mut self, victim: Victim, trusted: bool, peer: IpAddr) -> bool {
+        let owner = match victim {
+            Victim::Own if trusted => Some(Owner::Trusted),
+            Victim::Own => Some(Owner::Peer(peer)),
+            Victim::TrustedSurplus => Some(Owner::Trusted),
+            Victim::Busiest => {
+                let mut open: HashMap<IpAddr, (usize, bool)> = HashMap::new();
+                for e in &self.entries {
+                    if let Owner::Peer(p) = e.owner
+                        && p != peer
+                    {
+                        let o = open.entry(p).or_default();
+                        o.0 += 1;
+                        o.1 |= e.handle.idle();
+                    }
+                }
+                open.into_iter()
+                    .filter(|(_, o)| o.1)
+                    .max_by_key(|(_, o)| o.0)
+                    .map(|(p, _)| Owner::Peer(p))
+            }
+        };
+        let Some(i) = owner.and_then(|owner| self.entries.iter().position(|e| e.owner == owner && e.handle.idle()))
+        else {
+            return false;
+        };
+        let e = self.entries.remove(i);
+        e.handle.evicted.store(true, Ordering::Release);
+        e.handle.evict.notify_one();
+        true
+    }
+}
+
+/// The open connections, by owner, bounded by [`ConnBounds`] and placed by [`place`].
+#[derive(Debug)]
+pub struct ConnTable {
+    bounds: ConnBounds,
+    open: Mutex<Open>,
+}
+
+impl ConnTable {
+    pub fn new(bounds: ConnBounds) -> Arc<Self> {
+        Arc::new(ConnTable {
+            bounds,
+            open: Mutex::new(Open::default()),
         })
     }
 
-    /// Connections open from `peer` now.
-    pub fn open_from(&self, peer: IpAddr) -> usize {
-        let open = self.open.lock().unwrap_or_else(PoisonError::into_inner);
-        open.get(&peer).copied().unwrap_or(0)
+    fn lock(&self) -> std::sync::MutexGuard<'_, Open> {
+        self.open.lock().unwrap_or_else(PoisonError::into_inner)
     }
 
-    /// Addresses with a connection open now.
-    pub fn peers(&self) -> usize {
-        self.open.lock().unwrap_or_else(PoisonError::into_inner).len()
-    }
-}
-
-/// One connection's place in [`PeerConnections`]; dropping it frees the place.
-#[derive(Debug)]
-pub struct PeerSlot {
-    peers: Arc<PeerConnections>,
-    peer: IpAddr,
-}
-
-impl Drop for PeerSlot {
-    fn drop(&mut self) {
-        let mut open = self.peers.open.lock().unwrap_or_else(PoisonError::into_inner);
-        if let Some(n) = open.get_mut(&self.peer) {
-            *n = n.saturating_sub(1);
-            if *n == 0 {
-                open.remove(&self.peer);
+    /// A place for a new connection from `peer` (`trusted`: known by its address to be the API
+    /// server's), closing an idle one to make it if need be; `None` when it is refused.
+    pub fn open(self: &Arc<Self>, peer: IpAddr, trusted: bool) -> Option<ConnSlot> {
+        let mut open = self.lock();
+        match place(&self.bounds, trusted, open.counts(peer)) {
+            Place::Admit => {}
+            Place::Evict(victim) => {
+                if !open.evict(victim, trusted, peer) {
+                    return None;
+                }
             }
+            Place::Refuse => return None,
+        }
+        let id = open.next_id;
+        open.next_id = open.next_id.wrapping_add(1);
+        let handle = Arc::new(ConnHandle::default());
+        open.entries.push(Entry {
+            id,
+            owner: if trusted { Owner::Trusted } else { Owner::Peer(peer) },
+            handle: handle.clone(),
+        });
+        Some(ConnSlot {
+            table: self.clone(),
+            id,
+            handle,
+        })
+    }
+
+    /// Connections open now (closed-to-make-room ones no longer count).
+    pub fn len(&self) -> usize {
+        self.lock().entries.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+
+    /// Connections open now from `peer` as an untrusted address, and as the trusted identity.
+    pub fn open_from(&self, peer: IpAddr) -> (usize, usize) {
+        let open = self.lock();
+        let from = open.entries.iter().filter(|e| e.owner == Owner::Peer(peer)).count();
+        let trusted = open.entries.iter().filter(|e| e.owner == Owner::Trusted).count();
+        (from, trusted)
+    }
+}
+
+/// One connection's place in the [`ConnTable`]; dropping it frees the place.
+#[derive(Debug)]
+pub struct ConnSlot {
+    table: Arc<ConnTable>,
+    id: u64,
+    handle: Arc<ConnHandle>,
+}
+
+impl ConnSlot {
+    pub fn handle(&self) -> &Arc<ConnHandle> {
+        &self.handle
+    }
+
+    /// The connection proved to be the API server's (its client certificate): count it as the
+    /// trusted identity's from now on. It keeps its place: the total does not change.
+    pub fn promote(&self) {
+        let mut open = self.table.lock();
+        if let Some(e) = open.entries.iter_mut().find(|e| e.id == self.id) {
+            e.owner = Owner::Trusted;
+        }
+    }
+}
+
+impl Drop for ConnSlot {
+    fn drop(&mut self) {
+        let mut open = self.table.lock();
+        if let Some(i) = open.entries.iter().position(|e| e.id == self.id) {
+            open.entries.remove(i);
         }
     }
 }
@@ -125,6 +395,9 @@ pub enum CloseReason {
     MaxRequests,
     /// The server is shutting down (never a [`check`] verdict).
     Shutdown,
+    /// Closed while idle to make room for a new connection ([`place`]; never a [`check`]
+    /// verdict).
+    Evicted,
 }
 
 impl CloseReason {
@@ -135,6 +408,7 @@ impl CloseReason {
             CloseReason::MaxAge => "maximum age",
             CloseReason::MaxRequests => "maximum requests",
             CloseReason::Shutdown => "server shutting down",
+            CloseReason::Evicted => "closed while idle to make room for another connection",
         }
     }
 }
@@ -267,31 +541,237 @@ mod tests {
         }
     }
 
-    #[test]
-    fn a_peer_past_its_connection_bound_is_refused_and_others_are_not() {
-        let peers = PeerConnections::new(2);
-        let a: IpAddr = [10, 0, 0, 1].into();
-        let b: IpAddr = [10, 0, 0, 2].into();
-        let first = peers.open(a).unwrap();
-        let _second = peers.open(a).unwrap();
-        assert!(peers.open(a).is_none());
-        assert!(peers.open(b).is_some());
-        drop(first);
-        assert_eq!(peers.open_from(a), 1);
-        assert!(peers.open(a).is_some());
+    fn addr(last: u8) -> IpAddr {
+        [10, 0, 0, last].into()
+    }
+
+    const API_SERVER: u8 = 200;
+
+    /// The defaults: 256 connections, 32 per address, and 32 for the API server when it is known.
+    fn defaults(reserved: usize) -> ConnBounds {
+        ConnBounds {
+            max: DEFAULT_MAX_CONNECTIONS,
+            per_peer: DEFAULT_MAX_CONNECTIONS_PER_PEER,
+            reserved,
+        }
+    }
+
+    /// `peers` addresses open `each` connections, kept idle (no request in flight).
+    fn flood(t: &Arc<ConnTable>, peers: std::ops::Range<u8>, each: usize) -> Vec<ConnSlot> {
+        let mut held = vec![];
+        for p in peers {
+            for _ in 0..each {
+                held.extend(t.open(addr(p), false));
+            }
+        }
+        held
     }
 
     #[test]
-    fn closed_connections_leave_no_address_behind() {
-        let peers = PeerConnections::new(1);
+    fn a_peer_past_its_connection_bound_is_refused_while_busy_and_others_are_not() {
+        let t = ConnTable::new(ConnBounds {
+            max: 10,
+            per_peer: 2,
+            reserved: 0,
+        });
+        let first = t.open(addr(1), false).unwrap();
+        let second = t.open(addr(1), false).unwrap();
+        let _busy = (first.handle().begin(), second.handle().begin());
+        assert!(t.open(addr(1), false).is_none());
+        assert!(t.open(addr(2), false).is_some());
+        drop(first);
+        assert_eq!(t.open_from(addr(1)), (1, 0));
+        assert!(t.open(addr(1), false).is_some());
+    }
+
+    #[test]
+    fn a_peer_past_its_bound_replaces_its_own_oldest_idle_connection() {
+        let t = ConnTable::new(ConnBounds {
+            max: 10,
+            per_peer: 2,
+            reserved: 0,
+        });
+        let oldest = t.open(addr(1), false).unwrap();
+        let next = t.open(addr(1), false).unwrap();
+        let newest = t.open(addr(1), false).unwrap();
+        assert!(oldest.handle().is_evicted());
+        assert!(!next.handle().is_evicted() && !newest.handle().is_evicted());
+        assert_eq!(t.open_from(addr(1)), (2, 0));
+        // The evicted slot's drop frees nothing twice.
+        drop(oldest);
+        assert_eq!(t.len(), 2);
+    }
+
+    #[test]
+    fn closed_connections_leave_nothing_behind() {
+        let t = ConnTable::new(ConnBounds {
+            max: 4,
+            per_peer: 1,
+            reserved: 0,
+        });
         for last in 0..=255u8 {
-            drop(peers.open([10, 0, 1, last].into()));
+            drop(t.open(addr(last), false));
         }
-        assert!(peers.open([10, 0, 0, 9].into()).is_some_and(|_| peers.peers() == 1));
-        assert_eq!(peers.peers(), 0);
-        let none = PeerConnections::new(0);
-        assert!(none.open([10, 0, 0, 1].into()).is_none());
-        assert_eq!(none.peers(), 0);
+        assert!(t.is_empty());
+        let none = ConnTable::new(ConnBounds {
+            max: 0,
+            per_peer: 0,
+            reserved: 0,
+        });
+        assert!(none.open(addr(1), false).is_none());
+        assert!(none.open(addr(1), true).is_none());
+        assert!(none.is_empty());
+    }
+
+    #[test]
+    fn eight_addresses_with_32_idle_connections_each_cannot_refuse_the_api_server() {
+        for reserved in [0, DEFAULT_RESERVED_CONNECTIONS] {
+            let t = ConnTable::new(defaults(reserved));
+            let flood = flood(&t, 1..9, 32);
+            let live = |f: &[ConnSlot]| f.iter().filter(|s| !s.handle().is_evicted()).count();
+            assert_eq!(live(&flood), 256 - reserved, "reserve {reserved}");
+            // Known by its address, or (reserve 0, or a client certificate still to be shown)
+            // as one more address.
+            let mut api = vec![];
+            for (n, trusted) in [true, false].into_iter().enumerate() {
+                api.extend(t.open(addr(API_SERVER), trusted));
+                assert_eq!(api.len(), n + 1, "reserve {reserved}, trusted {trusted}");
+                assert!(t.len() <= 256);
+            }
+            // Without a reserve each took the place of a flood connection; with one, the trusted
+            // connection took a reserved place and only the other had to.
+            let evicted = 256 - reserved - live(&flood);
+            assert_eq!(evicted, if reserved == 0 { 2 } else { 1 });
+        }
+    }
+
+    #[test]
+    fn with_a_reserve_the_api_server_needs_no_eviction_and_others_get_no_more_than_the_rest() {
+        let t = ConnTable::new(defaults(32));
+        let _flood = flood(&t, 1..100, 32);
+        assert_eq!(t.len(), 224);
+        let api: Vec<ConnSlot> = (0..32).filter_map(|_| t.open(addr(API_SERVER), true)).collect();
+        assert_eq!(api.len(), 32);
+        assert!(api.iter().all(|s| !s.handle().is_evicted()));
+        assert_eq!(t.len(), 256);
+    }
+
+    #[test]
+    fn an_idle_flood_from_the_api_servers_own_address_cannot_refuse_it() {
+        let t = ConnTable::new(defaults(32));
+        let flood: Vec<ConnSlot> = (0..300).filter_map(|_| t.open(addr(API_SERVER), true)).collect();
+        assert!(t.len() <= 256);
+        let api = t.open(addr(API_SERVER), true).unwrap();
+        assert!(!api.handle().is_evicted());
+        assert!(flood.iter().any(|s| s.handle().is_evicted()));
+    }
+
+    #[test]
+    fn busy_connections_are_never_closed_for_another() {
+        let t = ConnTable::new(ConnBounds {
+            max: 4,
+            per_peer: 4,
+            reserved: 0,
+        });
+        let busy: Vec<ConnSlot> = (0..4).map(|i| t.open(addr(i), false).unwrap()).collect();
+        let _guards: Vec<BusyGuard> = busy.iter().map(|s| s.handle().begin()).collect();
+        assert!(t.open(addr(9), false).is_none());
+        assert!(t.open(addr(9), true).is_none());
+        assert!(busy.iter().all(|s| !s.handle().is_evicted()));
+    }
+
+    #[test]
+    fn a_promoted_connection_counts_as_the_trusted_identity() {
+        let t = ConnTable::new(defaults(32));
+        let slot = t.open(addr(API_SERVER), false).unwrap();
+        assert_eq!(t.open_from(addr(API_SERVER)), (1, 0));
+        slot.promote();
+        assert_eq!(t.open_from(addr(API_SERVER)), (0, 1));
+        drop(slot);
+        assert!(t.is_empty());
+    }
+
+    #[test]
+    fn the_decision_with_the_default_numbers() {
+        let b = defaults(32);
+        let full = |peer, peer_idle, busiest_idle| ConnCounts {
+            total: 224,
+            peer,
+            peer_idle,
+            busiest_idle,
+            ..ConnCounts::default()
+        };
+        // Seven addresses at 32: the untrusted part (224) is full; the reserve is free.
+        assert_eq!(place(&b, true, full(0, 0, 32)), Place::Admit);
+        assert_eq!(place(&b, false, full(0, 0, 32)), Place::Evict(Victim::Busiest));
+        assert_eq!(place(&b, false, full(0, 0, 0)), Place::Refuse);
+        // An address as busy as the busiest does not take from it.
+        assert_eq!(place(&b, false, full(31, 0, 32)), Place::Refuse);
+        assert_eq!(place(&b, false, full(31, 1, 32)), Place::Evict(Victim::Own));
+        assert_eq!(place(&b, false, full(32, 0, 32)), Place::Refuse);
+        // Everything taken, the trusted identity past its reserve.
+        let all = ConnCounts {
+            total: 256,
+            trusted: 40,
+            trusted_idle: 1,
+            ..ConnCounts::default()
+        };
+        assert_eq!(place(&b, true, all), Place::Evict(Victim::Own));
+        assert_eq!(place(&b, false, all), Place::Evict(Victim::TrustedSurplus));
+        assert_eq!(place(&b, false, ConnCounts { trusted: 32, ..all }), Place::Refuse);
+        // A reserve larger than the cap is the cap.
+        let odd = ConnBounds {
+            max: 2,
+            per_peer: 2,
+            reserved: 9,
+        };
+        assert_eq!(place(&odd, false, ConnCounts::default()), Place::Refuse);
+        assert_eq!(place(&odd, true, ConnCounts::default()), Place::Admit);
+    }
+
+    proptest::proptest! {
+        /// Whatever connections come and go, and whichever are busy: the cap and the per-address
+        /// bound hold, the untrusted ones never take the reserve, and the API server is refused
+        /// only when every connection it could take the place of is busy.
+        #[test]
+        fn the_api_server_is_refused_only_when_everything_is_busy(
+            reserved in 0usize..6,
+            steps in proptest::collection::vec((0u8..5, 0usize..100, 0u8..5), 1..120)
+        ) {
+            let b = ConnBounds { max: 12, per_peer: 4, reserved };
+            let t = ConnTable::new(b);
+            let mut held: Vec<(ConnSlot, Option<BusyGuard>)> = vec![];
+            for (peer, n, action) in steps {
+                match action {
+                    0 if !held.is_empty() => {
+                        held.remove(n % held.len());
+                    }
+                    1 if !held.is_empty() => {
+                        let i = n % held.len();
+                        let busy = if held[i].1.is_some() { None } else { Some(held[i].0.handle().begin()) };
+                        held[i].1 = busy;
+                    }
+                    2 => {
+                        let all_busy = held.iter().filter(|h| !h.0.handle().is_evicted()).all(|h| h.1.is_some());
+                        let trusted_before = t.open_from(addr(API_SERVER)).1;
+                        let slot = t.open(addr(API_SERVER), true);
+                        proptest::prop_assert!(slot.is_some() || (all_busy && trusted_before >= reserved.min(12)));
+                        held.extend(slot.map(|s| (s, None)));
+                    }
+                    _ => {
+                        held.extend(t.open(addr(peer), false).map(|s| (s, None)));
+                    }
+                }
+                held.retain(|h| !h.0.handle().is_evicted());
+                proptest::prop_assert_eq!(t.len(), held.len());
+                proptest::prop_assert!(t.len() <= b.max);
+                let (_, trusted) = t.open_from(addr(API_SERVER));
+                proptest::prop_assert!(t.len() - trusted.min(reserved) <= b.max - reserved.min(b.max));
+                for p in 0..5 {
+                    proptest::prop_assert!(t.open_from(addr(p)).0 <= b.per_peer);
+                }
+            }
+        }
     }
 
     #[test]

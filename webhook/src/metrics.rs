@@ -61,6 +61,7 @@ impl prometheus_client::encoding::EncodeLabelValue for CloseReason {
                 CloseReason::MaxAge => "max_age",
                 CloseReason::MaxRequests => "max_requests",
                 CloseReason::Shutdown => "shutdown",
+                CloseReason::Evicted => "evicted",
             },
         )
     }

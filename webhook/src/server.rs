@@ -14,17 +14,19 @@ use std::time::Duration;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
 use hyper_util::server::conn::auto;
 use tokio::net::TcpListener;
-use tokio::sync::{Semaphore, watch};
+use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
 use crate::conn::{
-    Activity, CloseReason, ConnLimits, DEFAULT_HTTP2_MAX_STREAMS, DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS,
-    DEFAULT_MAX_CONNECTIONS_PER_PEER, DEFAULT_MAX_REQUESTS_PER_CONNECTION, PeerConnections, Verdict, check,
+    Activity, CloseReason, ConnBounds, ConnHandle, ConnLimits, ConnTable, DEFAULT_HTTP2_MAX_STREAMS,
+    DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER,
+    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_RESERVED_CONNECTIONS, Verdict, check,
 };
 use crate::metrics::{Metrics, metrics_router};
-use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, Peer, router};
+use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, Peer, Trusted, router};
 use crate::tls::{CertFiles, CertReloader, DEFAULT_RELOAD_INTERVAL, TlsError, client_verifier, server_config};
+use crate::trust::ApiServerAddresses;
 use captf_shared::policy::TenantPolicy;
 
 /// Everything the server needs; [`Config::new`] fills in the defaults.
@@ -35,8 +37,15 @@ pub struct Config {
     pub metrics_addr: Option<SocketAddr>,
     pub cert_files: CertFiles,
     /// PEM CA bundle that client certificates must chain to; `None`: no client certificate asked
-    /// for. Read once at start.
+    /// for. Read once at start. A connection whose certificate it verified is the API server's:
+    /// it may use the reserved shares.
     pub client_ca_file: Option<std::path::PathBuf>,
+    /// Source addresses whose connections are the API server's (may use the reserved shares),
+    /// for clusters where it cannot present a client certificate.
+    pub api_server_addresses: ApiServerAddresses,
+    /// Of `max_connections`, those only the API server may hold (with a client CA or API server
+    /// addresses; else none are held back).
+    pub reserved_connections: usize,
     /// How often the certificate files are re-read.
     pub reload_interval: Duration,
     /// A client must complete the TLS handshake within this.
@@ -80,6 +89,8 @@ impl Config {
             metrics_addr: None,
             cert_files,
             client_ca_file: None,
+            api_server_addresses: ApiServerAddresses::default(),
+            reserved_connections: DEFAULT_RESERVED_CONNECTIONS,
             reload_interval: DEFAULT_RELOAD_INTERVAL,
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
@@ -95,6 +106,36 @@ impl Config {
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             close_grace: Duration::from_secs(5),
             policy: TenantPolicy::unrestricted(),
+        }
+    }
+}
+
+impl Config {
+    /// Whether the server can tell the API server from other clients (a client CA, or API server
+    /// addresses). Without it nobody may use the reserved shares, so none are held back.
+    pub fn knows_the_api_server(&self) -> bool {
+        self.client_ca_file.is_some() || !self.api_server_addresses.is_empty()
+    }
+
+    /// The connection bounds, with the reserve only when the API server can be told apart.
+    pub fn conn_bounds(&self) -> ConnBounds {
+        ConnBounds {
+            max: self.max_connections,
+            per_peer: self.max_connections_per_peer,
+            reserved: if self.knows_the_api_server() {
+                self.reserved_connections
+            } else {
+                0
+            },
+        }
+    }
+
+    /// The request limits, with the reserve only when the API server can be told apart.
+    pub fn effective_limits(&self) -> Limits {
+        if self.knows_the_api_server() {
+            self.limits
+        } else {
+            self.limits.without_reserve()
         }
     }
 }
@@ -161,7 +202,7 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
     };
     let state = AppState::new(metrics)
         .with_body_timeout(config.body_timeout)
-        .with_limits(config.limits)
+        .with_limits(config.effective_limits())
         .with_policy(config.policy.clone());
     Ok(Bound {
         config,
@@ -250,8 +291,9 @@ impl Bound {
             max_requests: config.max_requests_per_connection,
             close_grace: config.close_grace,
         };
-        let slots = Arc::new(Semaphore::new(config.max_connections));
-        let peers = PeerConnections::new(config.max_connections_per_peer);
+        let table = ConnTable::new(config.conn_bounds());
+        // Every connection's task holds a sender: once all are gone, every connection has ended.
+        let (alive, mut all_ended) = mpsc::channel::<()>(1);
         let (stop_tx, stop_rx) = watch::channel(false);
 
         tokio::pin!(shutdown);
@@ -281,17 +323,14 @@ impl Bound {
                     }
                 },
             };
-            let Ok(slot) = slots.clone().try_acquire_owned() else {
-                // At the limit: closed at once (the client can retry another replica) rather than
-                // left waiting in the backlog.
+            let ip = peer.ip().to_canonical();
+            let by_address = config.api_server_addresses.contains(ip);
+            let Some(slot) = table.open(ip, by_address) else {
+                // No room, and every connection that could make it has a request in flight:
+                // closed at once (the client can retry another replica) rather than left
+                // waiting in the backlog.
                 state.metrics.connection_refused();
-                tracing::debug!(%peer, "connection refused: {} connections open", config.max_connections);
-                drop(tcp);
-                continue;
-            };
-            let Some(peer_slot) = peers.open(peer.ip()) else {
-                state.metrics.connection_refused();
-                tracing::debug!(%peer, "connection refused: {} connections open from this address", config.max_connections_per_peer);
+                tracing::debug!(%peer, "connection refused: no room ({} connections open)", table.len());
                 drop(tcp);
                 continue;
             };
@@ -303,25 +342,44 @@ impl Bound {
             let metrics = state.metrics.clone();
             let handshake_timeout = config.handshake_timeout;
             let shutdown_grace = config.shutdown_grace;
+            let alive = alive.clone();
             metrics.connection(true);
             tokio::spawn(async move {
-                let tls = match tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)).await {
-                    Ok(Ok(tls)) => Some(tls),
-                    Ok(Err(e)) => {
-                        tracing::debug!(%peer, "TLS handshake failed: {e}");
-                        None
-                    }
-                    Err(_) => {
-                        tracing::debug!(%peer, "TLS handshake timed out");
+                let handle = slot.handle().clone();
+                let tls = tokio::select! {
+                    r = tokio::time::timeout(handshake_timeout, acceptor.accept(tcp)) => match r {
+                        Ok(Ok(tls)) => Some(tls),
+                        Ok(Err(e)) => {
+                            tracing::debug!(%peer, "TLS handshake failed: {e}");
+                            None
+                        }
+                        Err(_) => {
+                            tracing::debug!(%peer, "TLS handshake timed out");
+                            None
+                        }
+                    },
+                    () = handle.evicted() => {
+                        tracing::debug!(%peer, "closing connection: {}", CloseReason::Evicted.as_str());
+                        metrics.connection_closing(CloseReason::Evicted);
                         None
                     }
                 };
                 if let Some(tls) = tls {
-                    serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), peer, &metrics).await;
+                    // With a client CA every handshake that completes verified a certificate.
+                    let certified = tls.get_ref().1.peer_certificates().is_some_and(|c| !c.is_empty());
+                    if certified {
+                        slot.promote();
+                    }
+                    let who = Who {
+                        peer,
+                        trusted: by_address || certified,
+                        handle,
+                    };
+                    serve_connection(&builder, tls, app, limits, (stop, shutdown_grace), who, &metrics).await;
                 }
                 metrics.connection(false);
-                drop(peer_slot);
                 drop(slot);
+                drop(alive);
             });
         }
 
@@ -329,8 +387,8 @@ impl Bound {
         state.ready.store(false, Ordering::Relaxed);
         drop(listener);
         let _ = stop_tx.send(true);
-        let all = u32::try_from(config.max_connections).unwrap_or(u32::MAX);
-        if tokio::time::timeout(config.shutdown_grace, slots.acquire_many(all))
+        drop(alive);
+        if tokio::time::timeout(config.shutdown_grace, all_ended.recv())
             .await
             .is_err()
         {
@@ -347,26 +405,39 @@ impl Bound {
     }
 }
 
+/// Whose a connection is: its peer, whether it is the API server's, and its place in the table.
+struct Who {
+    peer: SocketAddr,
+    trusted: bool,
+    handle: Arc<ConnHandle>,
+}
+
 /// Serve one TLS connection under its [`ConnLimits`], until it ends, is closed by them (then
-/// within the close grace), or the server stops (then within the shutdown grace). A close is
-/// counted by its reason when it begins.
+/// within the close grace), is closed to make room for another (at once when it has no request
+/// in flight, else within the close grace), or the server stops (then within the shutdown
+/// grace). A close is counted by its reason when it begins.
 async fn serve_connection<IO>(
     builder: &auto::Builder<TokioExecutor>,
     io: IO,
     app: axum::Router,
     limits: ConnLimits,
     (mut stop, shutdown_grace): (watch::Receiver<bool>, Duration),
-    peer: SocketAddr,
+    who: Who,
     metrics: &Metrics,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    let Who { peer, trusted, handle } = who;
     let activity = Arc::new(Activity::new(tokio::time::Instant::now()));
     let service = hyper::service::service_fn({
         let activity = activity.clone();
+        let handle = handle.clone();
         move |mut req: hyper::Request<hyper::body::Incoming>| {
-            req.extensions_mut().insert(Peer(peer.ip()));
-            let guard = activity.begin();
+            req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
+            if trusted {
+                req.extensions_mut().insert(Trusted);
+            }
+            let guard = (activity.begin(), handle.begin());
             let app = app.clone();
             async move {
                 let resp = app.oneshot(req).await;
@@ -395,6 +466,15 @@ async fn serve_connection<IO>(
             () = tokio::time::sleep_until(until) => {}
             () = activity.changed() => {}
             _ = stop.changed() => {}
+            () = handle.evicted() => {
+                // Its place is already another's: an idle connection goes at once.
+                let grace = if activity.seen(tokio::time::Instant::now()).in_flight == 0 {
+                    Duration::ZERO
+                } else {
+                    limits.close_grace
+                };
+                break (CloseReason::Evicted, grace);
+            }
         }
     };
     tracing::debug!(%peer, "closing connection: {}", reason.as_str());

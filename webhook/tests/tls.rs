@@ -819,16 +819,38 @@ async fn a_busy_connection_is_closed_at_its_maximum_age() {
 }
 
 #[tokio::test]
-async fn connections_past_the_cap_are_refused_until_one_closes() {
+async fn connections_past_the_cap_are_refused_while_none_is_idle_until_one_closes() {
+    use tokio::io::{AsyncReadExt as _, AsyncWriteExt as _};
     let a = certs("CA A");
     let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
     let mut config = test_config(volume.files());
     config.max_connections = 2;
     let server = start(config).await;
     let client = client_config(&[&a.ca_pem], BOTH);
-    let mut first = connect(server.addr, client.clone()).await;
-    let mut second = connect(server.addr, client.clone()).await;
-    assert!(first.review_allowed().await && second.review_allowed().await);
+    // Two connections, each with a request in flight (its body still to come): neither is idle,
+    // so neither may be closed to make room.
+    let head = format!(
+        "POST {VALIDATE_PATH} HTTP/1.1\r\nHost: localhost\r\nContent-Type: application/json\r\nContent-Length: 100\r\nExpect: 100-continue\r\n\r\n"
+    );
+    let mut busy = vec![];
+    for _ in 0..2 {
+        let mut tls = tls_connect(server.addr, client.clone()).await;
+        tls.write_all(head.as_bytes()).await.unwrap();
+        tls.flush().await.unwrap();
+        // `100 Continue` comes once the handler reads the body: the request is in flight.
+        let mut got = vec![];
+        while !String::from_utf8_lossy(&got).contains("100 Continue") {
+            let mut buf = [0u8; 256];
+            let n = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf))
+                .await
+                .expect("100 Continue within 5 s")
+                .unwrap();
+            assert!(n > 0, "closed before 100 Continue: {:?}", String::from_utf8_lossy(&got));
+            got.extend_from_slice(&buf[..n]);
+        }
+        tls.write_all(b"{").await.unwrap();
+        busy.push(tls);
+    }
     // The third is closed right after accept: its handshake fails.
     let tcp = TcpStream::connect(server.addr).await.unwrap();
     let third = TlsConnector::from(client.clone())
@@ -836,7 +858,7 @@ async fn connections_past_the_cap_are_refused_until_one_closes() {
         .await;
     assert!(third.is_err(), "a third connection was served");
     wait_for_metric(&server.metrics, "captf_webhook_connections_refused_total 1").await;
-    drop(first);
+    drop(busy.remove(0));
     let deadline = Instant::now() + Duration::from_secs(5);
     while server.metrics.connections_open() > 1 {
         assert!(
