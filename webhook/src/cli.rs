@@ -326,6 +326,39 @@ mod tests {
     }
 
     #[test]
+    fn the_api_server_is_told_apart_by_a_client_ca_or_addresses_and_only_then_gets_a_reserve() {
+        let base = ["captf-webhook", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        let config = Cli::try_parse_from(base).unwrap().serve.to_config().unwrap();
+        assert!(!config.knows_the_api_server());
+        assert_eq!(config.conn_bounds().reserved, 0);
+        assert_eq!(config.effective_limits().bounds().reserved_bytes, 0);
+        assert_eq!(config.limits.reserved_in_flight_bytes, 14 * 1024 * 1024);
+        assert_eq!(config.reserved_connections, 32);
+
+        let by_address = Cli::try_parse_from(base.into_iter().chain(["--api-server-cidrs", "10.0.0.0/24,192.0.2.7"]))
+            .unwrap()
+            .serve
+            .to_config()
+            .unwrap();
+        assert!(by_address.knows_the_api_server());
+        assert!(by_address.api_server_addresses.contains([10, 0, 0, 9].into()));
+        assert!(by_address.api_server_addresses.contains([192, 0, 2, 7].into()));
+        assert!(!by_address.api_server_addresses.contains([192, 0, 2, 8].into()));
+        assert_eq!(by_address.conn_bounds().reserved, 32);
+        assert_eq!(by_address.effective_limits().bounds().reserved_requests, 16);
+
+        let by_certificate = Cli::try_parse_from(base.into_iter().chain(["--client-ca-file", "ca.crt"]))
+            .unwrap()
+            .serve
+            .to_config()
+            .unwrap();
+        assert!(by_certificate.knows_the_api_server());
+
+        let bad = Cli::try_parse_from(base.into_iter().chain(["--api-server-cidrs", "10.0.0.0/33"])).unwrap_err();
+        assert!(bad.to_string().contains("not an address"), "{bad}");
+    }
+
+    #[test]
     fn serving_without_certificate_flags_is_a_usage_error() {
         assert!(Cli::try_parse_from(["captf-webhook"]).is_err());
     }
