@@ -240,6 +240,8 @@ fn the_webhook_limit_values_default_to_the_binarys_own_defaults() {
     assert_eq!(chart.limits, binary.limits);
     assert_eq!(chart.max_connections, binary.max_connections);
     assert_eq!(chart.max_connections_per_peer, binary.max_connections_per_peer);
+    assert_eq!(chart.reserved_connections, binary.reserved_connections);
+    assert_eq!(chart.api_server_addresses, binary.api_server_addresses);
     assert_eq!(chart.header_read_timeout, binary.header_read_timeout);
     assert_eq!(chart.body_timeout, binary.body_timeout);
     assert_eq!(chart.idle_timeout, binary.idle_timeout);
@@ -286,6 +288,14 @@ fn each_webhook_limit_value_reaches_its_flag() {
         "webhook.limits.minBodyRateGrace=3s",
         "--set",
         "webhook.limits.maxConnectionsPerPeer=11",
+        "--set",
+        "webhook.limits.reservedInFlightRequests=12",
+        "--set",
+        "webhook.limits.reservedInFlightBytes=5Mi",
+        "--set",
+        "webhook.limits.reservedConnections=13",
+        "--set",
+        "webhook.apiServerCIDRs={10.0.0.0/24,192.0.2.7}",
     ]);
     assert_eq!(c.limits.max_body_bytes, 3 * 1024 * 1024);
     // Large numbers are written as integers, not in exponent form.
@@ -305,6 +315,11 @@ fn each_webhook_limit_value_reaches_its_flag() {
     assert_eq!(c.limits.min_body_rate.bytes_per_sec, 16 * 1024);
     assert_eq!(c.limits.min_body_rate.grace, Duration::from_secs(3));
     assert_eq!(c.max_connections_per_peer, 11);
+    assert_eq!(c.limits.reserved_in_flight_requests, 12);
+    assert_eq!(c.limits.reserved_in_flight_bytes, 5 * 1024 * 1024);
+    assert_eq!(c.reserved_connections, 13);
+    let blocks: Vec<String> = c.api_server_addresses.0.iter().map(ToString::to_string).collect();
+    assert_eq!(blocks, ["10.0.0.0/24", "192.0.2.7/32"]);
 }
 
 #[test]
