@@ -23,6 +23,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::NameConflict => {
             "an object under this object's names (its runner account, Secrets, Leases or a Job) belongs to another object and is never adopted"
         }
+        Reason::ReleasedStateNotAdopted => {
+            "state a deleted object of this name released (with what it kept) is under this object's names; it is used only when the object's captf.io/adopt-state annotation names that object's UID"
+        }
         Reason::RunnerConfigUnavailable => {
             "the ConfigMap holding the runner's Terraform CLI configuration, or its key, is missing from the namespace"
         }
@@ -280,6 +283,11 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
             "{}: {}",
             reason_words(w.reason),
             s.name_conflict.as_deref().unwrap_or("?")
+        ),
+        Decision::Wait(w) if w.reason == Reason::ReleasedStateNotAdopted => format!(
+            "{}: {}",
+            reason_words(w.reason),
+            s.unadopted_state.as_deref().unwrap_or("?")
         ),
         Decision::Wait(w) if w.reason == Reason::RunnerConfigUnavailable => format!(
             "{}: {}",

@@ -64,6 +64,9 @@ pub enum Verdict {
     Stamp,
     /// Someone else's: never adopted; the message says whose.
     Foreign(String),
+    /// Released by the finalized object of this UID (`captf.io/released-by`) and bound to
+    /// nobody: whether this object may take it over is `captf_core::adoption`'s to say.
+    Released(String),
 }
 
 /// The controller owner reference's UID, if any.
@@ -90,7 +93,7 @@ pub fn annotation(m: &ObjectMeta) -> Option<&str> {
 }
 
 /// The UID of the object that released `m` when its finalizer went, if one did.
-fn released_by(m: &ObjectMeta) -> Option<&str> {
+pub fn released_by(m: &ObjectMeta) -> Option<&str> {
     annotation_value(m, keys::ANNOTATION_RELEASED_BY)
 }
 
@@ -113,19 +116,21 @@ pub fn verdict(found: Option<&ObjectMeta>, binding: Binding, uid: &str, history:
                 "is bound to another object ({} {u})",
                 keys::ANNOTATION_OWNER_UID
             )),
-            None if history.own_inputs => Verdict::Stamp,
             // Released by the object itself (a late pass of an object on its way out): it is
             // its successor's now, never taken back.
             None if released_by(m) == Some(uid) => Verdict::Foreign(format!(
                 "was released by this object ({} {uid}) for a successor of its name",
                 keys::ANNOTATION_RELEASED_BY
             )),
-            // Released by a finalized object of the same name: its successor takes it over.
-            None if released_by(m).is_some() => Verdict::Stamp,
-            None => Verdict::Foreign(format!(
-                "existed before this object's first Job and has no {} annotation",
-                keys::ANNOTATION_OWNER_UID
-            )),
+            None => match released_by(m) {
+                // Released by a finalized object of the same name: never by the name alone.
+                Some(by) => Verdict::Released(by.to_string()),
+                None if history.own_inputs => Verdict::Stamp,
+                None => Verdict::Foreign(format!(
+                    "existed before this object's first Job and has no {} annotation",
+                    keys::ANNOTATION_OWNER_UID
+                )),
+            },
         },
     }
 }
@@ -185,7 +190,7 @@ mod tests {
     }
 
     #[test]
-    fn a_state_object_released_by_a_destroyed_object_is_taken_over_by_the_next_of_its_name() {
+    fn a_state_object_released_by_a_finalized_object_is_released_not_stamped() {
         let fresh = History::default();
         let released = ObjectMeta {
             annotations: Some(BTreeMap::from([(
@@ -196,7 +201,16 @@ mod tests {
         };
         assert_eq!(
             verdict(Some(&released), Binding::Annotation, "u1", &fresh),
-            Verdict::Stamp
+            Verdict::Released("u0".into())
+        );
+        // Whatever the object's own history: a released state is never stamped by name alone.
+        let ran = History {
+            own_inputs: true,
+            recorded_uid: None,
+        };
+        assert_eq!(
+            verdict(Some(&released), Binding::Annotation, "u1", &ran),
+            Verdict::Released("u0".into())
         );
         // A late pass of the object that released it never takes it back.
         assert!(matches!(

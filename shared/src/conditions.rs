@@ -36,6 +36,9 @@ pub mod reason {
     pub const FORBIDDEN_REFERENCE: &str = "ForbiddenReference";
     /// Something under the object's names belongs to another object (no Job starts).
     pub const NAME_CONFLICT: &str = "NameConflict";
+    /// State released under the object's names by a deleted object of the same name is not
+    /// adopted by this one (`captf.io/adopt-state`; no Job starts).
+    pub const RELEASED_STATE_NOT_ADOPTED: &str = "ReleasedStateNotAdopted";
     pub const PAUSED: &str = "Paused";
     pub const DELETION_HELD: &str = "DeletionHeld";
     /// The object is due to start a Job and waits for a runner slot (the limits on running

@@ -39,6 +39,8 @@ pub mod reason {
     pub const FORCE_UNLOCKED: &str = "ForceUnlocked";
     /// Something under the object's names belongs to another object (Warning).
     pub const NAME_CONFLICT: &str = crate::conditions::reason::NAME_CONFLICT;
+    /// Released state under the object's names is not adopted by it (Warning).
+    pub const RELEASED_STATE_NOT_ADOPTED: &str = crate::conditions::reason::RELEASED_STATE_NOT_ADOPTED;
     /// Somebody else holds the state lock (Warning).
     pub const STATE_LOCKED: &str = crate::conditions::reason::STATE_LOCKED;
 }

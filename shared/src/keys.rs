@@ -44,8 +44,11 @@ pub const ANNOTATION_APPROVED_PLAN: &str = "captf.io/approved-plan";
 /// The UID of the object a state Secret or lock Lease belongs to (they have no owner: they
 /// outlive the object); also recorded on the inputs Secret (`crate::binding`).
 pub const ANNOTATION_OWNER_UID: &str = "captf.io/owner-uid";
-/// On a state Secret and lock Lease whose object was destroyed and went (the UID it had): the
-/// state holds nothing, so a new object of the same name may take them over and bind them.
+/// On a state Secret and lock Lease whose object went through its finalizer (the UID it had):
+/// no object is bound to them. After a destroy the state Secret is emptied as well, and a new
+/// object of the same name takes both over; after an orphaning the state describes the kept
+/// infrastructure and is taken over only by an object that names this UID in
+/// [`ANNOTATION_ADOPT_STATE`].
 pub const ANNOTATION_RELEASED_BY: &str = "captf.io/released-by";
 
 // Cluster lease annotations.
@@ -62,6 +65,10 @@ pub const ANNOTATION_CLAIMED_BY: &str = "captf.io/claimed-by";
 // Object annotations set by people.
 /// `kubectl annotate … captf.io/approve-plan=<hash>` approves a destructive plan.
 pub const ANNOTATION_APPROVE_PLAN: &str = "captf.io/approve-plan";
+/// `captf.io/adopt-state=<uid>` on an object: take over the state Secret and lock Lease released
+/// under its names by the object of that UID (their `captf.io/released-by`). Without it (or
+/// naming another UID) released state that still holds something is never used.
+pub const ANNOTATION_ADOPT_STATE: &str = "captf.io/adopt-state";
 /// Who set `captf.io/approve-plan`: written by the admission webhook from the request's user
 /// (a value a person wrote is replaced), else by `kubectl captf approve` with its own user;
 /// copied onto the apply Job that carries the approval.

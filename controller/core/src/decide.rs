@@ -267,6 +267,15 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
     if s.name_conflict.is_some() {
         return wait(Reason::NameConflict, Some(HOLD_REQUEUE));
     }
+    // State an earlier object of the name released and this one does not adopt
+    // (`crate::adoption`): no Job may use it. The object never bound it, so it has nothing of
+    // its own to destroy: deleted, it just goes (its finalizer leaves the state as it is).
+    if s.unadopted_state.is_some() {
+        if s.deletion_timestamp.is_some() && !s.paused && s.active_job().is_none() {
+            return Decision::Finalize;
+        }
+        return wait(Reason::ReleasedStateNotAdopted, Some(HOLD_REQUEUE));
+    }
     // A pod that mounts a missing ConfigMap never starts: no Job, a destroy included, until it
     // is there. ConfigMaps are not watched, so look again now and then.
     if s.runner_config_unavailable.is_some() {
@@ -788,6 +797,22 @@ mod tests {
         assert_eq!((w.reason, w.requeue_after), (Reason::NameConflict, Some(HOLD_REQUEUE)));
         s.deletion_timestamp = Some(ts(1));
         assert_eq!(as_wait(decide(&s, ts(2))).reason, Reason::NameConflict);
+    }
+
+    #[test]
+    fn released_state_not_adopted_starts_no_job_and_its_deletion_destroys_nothing() {
+        let mut s = snap(3, vec![], 0);
+        s.unadopted_state = Some("Secret default/tfstate-default-x-tc was released".into());
+        let w = as_wait(decide(&s, ts(1)));
+        assert_eq!(
+            (w.reason, w.requeue_after),
+            (Reason::ReleasedStateNotAdopted, Some(HOLD_REQUEUE))
+        );
+        // Deleted: no destroy of the released state (a co-tenant's way to destroy what was kept).
+        s.deletion_timestamp = Some(ts(1));
+        assert_eq!(decide(&s, ts(2)), Decision::Finalize);
+        s.paused = true;
+        assert_eq!(as_wait(decide(&s, ts(2))).reason, Reason::ReleasedStateNotAdopted);
     }
 
     #[test]

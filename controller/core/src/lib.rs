@@ -31,11 +31,13 @@
 //! | [`plan`] | one whole pass: book, decide, prune, the status to write (docs/architecture.md) |
 //! | [`status`] | the status and its conditions after a pass (docs/api.md) |
 //! | [`job`] | the runner Job a `Start` creates (docs/runner.md) |
+//! | [`adoption`] | whose state an object may use: bound to it, or released and adopted (docs/trust.md) |
 //! | [`fence`] | the last look at the object before its Job is created (docs/rules.md) |
 //! | [`inputs_secret`] | the durable inputs Secret |
 //! | [`lease`] | who may take CAPTF's run and cluster leases |
 //! | [`explain`](mod@explain) | a pass planned from files, and its rendering |
 
+pub mod adoption;
 pub mod assemble;
 pub mod backoff;
 pub mod book;

@@ -24,6 +24,7 @@ reasons!(
     PolicyViolation,
     ForbiddenReference,
     NameConflict,
+    ReleasedStateNotAdopted,
     RunnerConfigUnavailable,
     Paused,
     JobActive,

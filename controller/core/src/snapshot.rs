@@ -135,6 +135,9 @@ pub struct Snapshot {
     /// Something under the object's names belongs to another object (`captf_shared::binding`),
     /// naming it; set by the caller, which reads those objects.
     pub name_conflict: Option<String>,
+    /// State released under the object's names by an earlier object of its name, which the
+    /// object does not adopt (`crate::adoption`), saying how to; set by the caller.
+    pub unadopted_state: Option<String>,
     /// `spec.paused`, the Cluster API pause annotation or the paused Cluster.
     pub paused: bool,
     pub status: TerraformStatus,
@@ -198,6 +201,7 @@ impl Snapshot {
             forbidden_reference: None,
             runner_config_unavailable: None,
             name_conflict: None,
+            unadopted_state: None,
             status,
             durable,
             inputs_hash,

@@ -363,6 +363,12 @@ fn ready(
         (Status::False, reasons::FORBIDDEN_REFERENCE.to_string(), v.clone())
     } else if let Some(v) = &s.name_conflict {
         (Status::False, reasons::NAME_CONFLICT.to_string(), v.clone())
+    } else if let Some(v) = &s.unadopted_state {
+        (
+            Status::False,
+            reasons::RELEASED_STATE_NOT_ADOPTED.to_string(),
+            v.clone(),
+        )
     } else if let Some(v) = &s.runner_config_unavailable {
         (Status::False, reasons::RUNNER_CONFIG_UNAVAILABLE.to_string(), v.clone())
     } else if s.paused {
