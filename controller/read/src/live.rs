@@ -218,6 +218,7 @@ impl Source for Live<'_> {
         Ok(Verdicts {
             policy_violation: last_verdict(object, conditions::reason::POLICY_VIOLATION),
             name_conflict: foreign_inputs.or_else(|| last_verdict(object, conditions::reason::NAME_CONFLICT)),
+            unadopted_state: last_verdict(object, conditions::reason::RELEASED_STATE_NOT_ADOPTED),
             runner_config_unavailable: last_verdict(object, conditions::reason::RUNNER_CONFIG_UNAVAILABLE),
         })
     }

@@ -39,6 +39,8 @@ pub struct Verdicts {
     pub policy_violation: Option<String>,
     /// Something under the object's names is another object's.
     pub name_conflict: Option<String>,
+    /// State released under the object's names that it does not adopt (`captf_core::adoption`).
+    pub unadopted_state: Option<String>,
     /// What the runner pods mount from the namespace is missing.
     pub runner_config_unavailable: Option<String>,
 }
@@ -194,6 +196,7 @@ pub async fn read(source: &impl Source, object: &CaptfObject, id: Ident) -> Resu
         .await?;
     snap.policy_violation = v.policy_violation;
     snap.name_conflict = v.name_conflict;
+    snap.unadopted_state = v.unadopted_state;
     snap.runner_config_unavailable = v.runner_config_unavailable;
     Ok(Ok(Read {
         id,

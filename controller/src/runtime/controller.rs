@@ -37,6 +37,7 @@ use super::owners::{self, OwnerKind};
 use super::retry::ObjectKey;
 use super::slots::Ask;
 use super::stored::StoredJob;
+use captf_core::adoption::{self, NameHold};
 use captf_core::fence;
 use captf_core::ident::Ident;
 use captf_core::interrupted::Checked;
@@ -222,9 +223,9 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         let mut held = plan.clone();
         held.booked.holds.queued = Some(place.clone());
         plan::status_with(&held, &acted.decision, acted.active_job.as_deref(), now)
-    } else if let Some(conflict) = &acted.name_conflict {
+    } else if let Some(hold) = &acted.name_hold {
         let mut held = plan.clone();
-        held.booked.name_conflict = Some(conflict.clone());
+        hold.set_on(&mut held.booked);
         plan::status_with(&held, &acted.decision, acted.active_job.as_deref(), now)
     } else {
         plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
@@ -232,17 +233,10 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
     write_status(ctx, &id, &read.original, &new).await?;
     let block = moving::blocks_move(read.snap.paused, acted.active_job.as_deref(), read.snap.lock.holder());
     deletion::set_block_move(&ctx.client, &id, &object, block).await?;
-    if let Some(msg) = name_conflict_transition(&read.original, &new) {
+    if let Some((reason, msg)) = name_hold_transition(&read.original, &new) {
         tracing::warn!("holding {}: {msg}", id.what());
-        ctx.event(
-            &id,
-            true,
-            events::reason::NAME_CONFLICT,
-            events::action::CHECK_NAMES,
-            &msg,
-            None,
-        )
-        .await;
+        ctx.event(&id, true, reason, events::action::CHECK_NAMES, &msg, None)
+            .await;
     }
     if let Some(msg) = state_locked_transition(&read.original, &new) {
         ctx.event(
@@ -311,12 +305,18 @@ impl Source for Cached<'_> {
         // The tenant policy again, for a spec that reached the API past the webhook: no Job starts.
         let violations = ctx.config.policy.check(object);
         let policy_violation = (!violations.is_empty()).then(|| policy::message(&violations));
-        // A hold for a name conflict is lifted only by reading the names again.
+        // A hold for a name conflict or released state is lifted only by reading the names
+        // again (the object's adopt-state annotation as this pass read it).
         let original = object_status(object).cloned().unwrap_or_default();
-        let name_conflict = match foreign_inputs {
-            Some(m) => Some(m),
-            None if held_for_name_conflict(&original) => name_conflict(ctx, id, object, inputs_secret).await?,
+        let hold = match foreign_inputs {
+            Some(m) => Some(NameHold::Conflict(m)),
+            None if held_for_names(&original) => name_hold(ctx, id, object, inputs_secret).await?,
             None => None,
+        };
+        let (name_conflict, unadopted_state) = match hold {
+            Some(NameHold::Conflict(m)) => (Some(m), None),
+            Some(NameHold::NotAdopted(m)) => (None, Some(m)),
+            None => (None, None),
         };
         let runner_config_unavailable = api::runner_config_problem(
             &ctx.client,
@@ -328,6 +328,7 @@ impl Source for Cached<'_> {
         Ok(Verdicts {
             policy_violation,
             name_conflict,
+            unadopted_state,
             runner_config_unavailable,
         })
     }
@@ -343,13 +344,17 @@ async fn read_pass(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Result
     })
 }
 
-fn held_for_name_conflict(status: &TerraformStatus) -> bool {
+/// Held by what is under the object's names: another object's, or released and not adopted.
+fn held_for_names(status: &TerraformStatus) -> bool {
     status
         .conditions
         .as_deref()
         .and_then(|cs| conditions::find(cs, conditions::READY))
-        .is_some_and(|c| c.status == "False" && c.reason == reasons::NAME_CONFLICT)
+        .is_some_and(|c| c.status == "False" && NAME_HOLDS.contains(&c.reason.as_str()))
 }
+
+/// The Ready reasons of a hold by what is under the object's names (each also an Event's).
+const NAME_HOLDS: [&str; 2] = [reasons::NAME_CONFLICT, reasons::RELEASED_STATE_NOT_ADOPTED];
 
 /// Whether the object's pods run as its own runner identity.
 fn own_identity(ctx: &Ctx, object: &CaptfObject, id: &Ident) -> bool {
@@ -361,32 +366,39 @@ fn own_identity(ctx: &Ctx, object: &CaptfObject, id: &Ident) -> bool {
     .own
 }
 
-/// The conflict under the object's names, if any (`identity::check`).
-async fn name_conflict(
+/// The hold by what is under the object's names, if any (`identity::check`).
+async fn name_hold(
     ctx: &Ctx,
     id: &Ident,
     object: &CaptfObject,
     inputs_secret: Option<&Secret>,
-) -> Result<Option<String>, Error> {
+) -> Result<Option<NameHold>, Error> {
+    let adopt = adoption::adopts(object.metadata());
     Ok(
-        match identity::check(&ctx.client, id, inputs_secret, own_identity(ctx, object, id)).await? {
-            Claims::Conflict(m) => Some(m),
+        match identity::check(&ctx.client, id, inputs_secret, own_identity(ctx, object, id), adopt).await? {
+            Claims::Held(hold) => Some(hold),
             Claims::Bound { .. } => None,
         },
     )
 }
 
-/// The NameConflict message when the object just became held for one (or its message changed).
-fn name_conflict_transition(old: &TerraformStatus, new: &TerraformStatus) -> Option<String> {
+/// The reason and message when the object just became held by what is under its names (or the
+/// message changed): `NameConflict` or `ReleasedStateNotAdopted`.
+fn name_hold_transition(old: &TerraformStatus, new: &TerraformStatus) -> Option<(&'static str, String)> {
     let ready = |s: &TerraformStatus| {
         s.conditions
             .as_deref()
             .and_then(|cs| conditions::find(cs, conditions::READY))
-            .filter(|c| c.status == "False" && c.reason == reasons::NAME_CONFLICT)
-            .map(|c| c.message.clone())
+            .filter(|c| c.status == "False")
+            .and_then(|c| {
+                NAME_HOLDS
+                    .iter()
+                    .find(|r| **r == c.reason)
+                    .map(|r| (*r, c.message.clone()))
+            })
     };
     let now = ready(new)?;
-    (ready(old).as_deref() != Some(now.as_str())).then_some(now)
+    (ready(old).as_ref() != Some(&now)).then_some(now)
 }
 
 /// What acting on the decision came to.
@@ -397,8 +409,9 @@ struct Acted {
     active_job: Option<String>,
     /// The plan's status applies unchanged.
     as_planned: bool,
-    /// The Job did not start: something under the object's names is another object's.
-    name_conflict: Option<String>,
+    /// The Job did not start: something under the object's names is another object's, or
+    /// released state the object does not adopt.
+    name_hold: Option<NameHold>,
     /// The Job did not start: no runner slot (the object's place, in words).
     queued: Option<String>,
 }
@@ -447,7 +460,7 @@ async fn act(
         decision: plan.decision.clone(),
         active_job: booked_active.clone(),
         as_planned: true,
-        name_conflict: None,
+        name_hold: None,
         queued: None,
     };
     let key = ObjectKey::of(id);
@@ -466,9 +479,9 @@ async fn act(
             acted.action = ctx.look_again(id, wake::wake(w, now));
         }
         Decision::Finalize => {
-            // A destroyed object's state holds nothing; an orphaned one describes what it kept,
-            // for the next object of its name to take over (docs/trust.md).
-            identity::release(&ctx.client, id).await?;
+            // A destroyed object's state is emptied as it is released; an orphaned one describes
+            // what it kept, for an object that adopts it by this object's UID (docs/trust.md).
+            identity::release(&ctx.client, id, adoption::release_empties(&plan.booked)).await?;
             if deletion::remove_finalizer(&ctx.client, id, object).await? {
                 ctx.metrics.forget_object(id.kind, &id.namespace, &id.name);
                 ctx.forget_claims_read(&key);
@@ -548,10 +561,10 @@ async fn act(
                         // What this pass would write describes an object that moved on (or
                         // another incarnation of its name): the next pass starts afresh.
                         Started::Moved => return Ok(Err(Action::requeue(RACE_REQUEUE))),
-                        Started::Conflict(message) => {
+                        Started::Held(name_hold) => {
                             let hold = captf_core::decide::HOLD_REQUEUE;
                             acted.decision = Decision::Wait(Wait {
-                                reason: Reason::NameConflict,
+                                reason: name_hold.reason(),
                                 op: Some(start.op),
                                 requeue_after: Some(hold),
                                 not_before: None,
@@ -559,7 +572,7 @@ async fn act(
                             });
                             acted.action = ctx.look_again(id, Wake::At(wake::after(now, hold)));
                             acted.as_planned = false;
-                            acted.name_conflict = Some(message);
+                            acted.name_hold = Some(name_hold);
                         }
                     }
                 }
@@ -629,8 +642,9 @@ enum Started {
     /// The object moved on since the pass read it (`captf_core::fence`): the pass ends without
     /// writing its status.
     Moved,
-    /// Something under the object's names is another object's (the message names it).
-    Conflict(String),
+    /// Something under the object's names is another object's, or released state the object
+    /// does not adopt (the message names it).
+    Held(NameHold),
 }
 
 /// docs/rules.md: check what is under the object's names (nothing of another object is used),
@@ -650,8 +664,9 @@ async fn start_job(
 ) -> Result<Started, Error> {
     let job_name = names::job_name(id.kind, &id.namespace, &id.name, start.op, seq);
     let own = own_identity(ctx, object, id);
-    let (run_lease_read, found) = match identity::check(&ctx.client, id, existing_secret, own).await? {
-        Claims::Conflict(m) => return Ok(Started::Conflict(m)),
+    let adopt = adoption::adopts(object.metadata());
+    let (run_lease_read, found) = match identity::check(&ctx.client, id, existing_secret, own, adopt).await? {
+        Claims::Held(hold) => return Ok(Started::Held(hold)),
         Claims::Bound {
             state_secret,
             lock_lease,
@@ -761,10 +776,10 @@ async fn start_job(
                     Verdict::Foreign(why) => why,
                     _ => "is not owned by this object".to_string(),
                 };
-                return Ok(Started::Conflict(binding::conflict_message(
+                return Ok(Started::Held(NameHold::Conflict(binding::conflict_message(
                     &format!("Job {}/{job_name}", id.namespace),
                     &why,
-                )));
+                ))));
             }
             return Ok(Started::Later);
         }

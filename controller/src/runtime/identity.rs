@@ -7,8 +7,10 @@
 //! overwritten: they may hold state, a lock or outputs.
 //!
 //! Before any of it, [`check`] reads what is under the object's names and holds the object
-//! (`NameConflict`) when any of it is bound to another object (`captf_shared::binding`): nothing
-//! of another object is ever adopted, written to or handed to a runner.
+//! (`NameConflict`) when any of it is bound to another object (`captf_shared::binding`), or
+//! (`ReleasedStateNotAdopted`) when it is state an earlier object of the name released and this
+//! one does not adopt (`captf_core::adoption`): nothing of another object is ever adopted,
+//! written to or handed to a runner without the object asking for it by UID.
 
 use std::collections::BTreeMap;
 
@@ -24,6 +26,7 @@ use captf_shared::binding::{self, Binding, History, Verdict};
 use captf_shared::runner_identity::{runner_identity, state_objects};
 use captf_shared::{keys, names};
 
+use captf_core::adoption::{self, NameHold};
 use captf_core::ident::Ident;
 use captf_core::job::owner_reference;
 use captf_read::errors::{ApiAction, Error};
@@ -179,8 +182,8 @@ pub enum Claims {
         run_lease: Option<Box<Lease>>,
         found: Box<Found>,
     },
-    /// Bound to another object: the `NameConflict` message naming it.
-    Conflict(String),
+    /// Bound to another object, or released state not adopted: the hold naming it.
+    Held(NameHold),
 }
 
 async fn get_opt<K>(client: &kube::Client, ns: &str, name: &str, action: ApiAction) -> Result<Option<K>, Error>
@@ -196,32 +199,18 @@ where
         .map_err(|e| Error::api(action, format!("{} {ns}/{name}", K::kind(&())), e))
 }
 
-/// The first conflict among `found` (kind, name, metadata, binding), or the verdicts (PURE).
-pub fn first_conflict<'a>(
-    ns: &str,
-    found: impl IntoIterator<Item = (&'a str, &'a str, Option<&'a kube::core::ObjectMeta>, Binding)>,
-    uid: &str,
-    history: &History,
-) -> Result<Vec<Verdict>, String> {
-    let mut out = Vec::new();
-    for (kind, name, meta, b) in found {
-        match binding::verdict(meta, b, uid, history) {
-            Verdict::Foreign(why) => return Err(binding::conflict_message(&format!("{kind} {ns}/{name}"), &why)),
-            v => out.push(v),
-        }
-    }
-    Ok(out)
-}
-
 /// Read what is under the object's names (its inputs Secret as this pass read it) and judge it:
 /// the inputs and outputs Secrets, the run lease and, when its pods run as it, the runner
 /// ServiceAccount, Role and RoleBinding must be owned by the object; the state Secret and lock
-/// Lease must carry its UID (or be stamped: see `captf_shared::binding::verdict`).
+/// Lease must carry its UID, or be stamped: see `captf_shared::binding::verdict`, and for state
+/// released by an earlier object of the name, `captf_core::adoption::judge` with the UID the
+/// object's `captf.io/adopt-state` names (`adopt`).
 pub async fn check(
     client: &kube::Client,
     id: &Ident,
     inputs_secret: Option<&Secret>,
     own_identity: bool,
+    adopt: Option<&str>,
 ) -> Result<Claims, Error> {
     let ns = id.namespace.as_str();
     let history = History::of_inputs(inputs_secret.map(|s| &s.metadata), &id.uid);
@@ -246,55 +235,47 @@ pub async fn check(
     } else {
         (None, None, None)
     };
+    let owned = |kind, name, meta, empty| adoption::Found {
+        kind,
+        name,
+        meta,
+        binding: Binding::Owner,
+        empty,
+        state: false,
+    };
     let found = [
-        (
-            "Secret",
-            inputs.as_str(),
-            inputs_secret.map(|s| &s.metadata),
-            Binding::Owner,
-        ),
-        (
+        owned("Secret", inputs.as_str(), inputs_secret.map(|s| &s.metadata), false),
+        owned(
             "Secret",
             outputs.as_str(),
             outputs_secret.as_ref().map(|s| &s.metadata),
-            Binding::Owner,
+            false,
         ),
-        (
-            "Secret",
-            state.as_str(),
-            state_secret.as_ref().map(|s| &s.metadata),
-            Binding::Annotation,
-        ),
-        (
-            "Lease",
-            lock.as_str(),
-            lock_lease.as_ref().map(|l| &l.metadata),
-            Binding::Annotation,
-        ),
-        (
-            "Lease",
-            run.as_str(),
-            run_lease.as_ref().map(|l| &l.metadata),
-            Binding::Owner,
-        ),
-        (
+        adoption::Found {
+            kind: "Secret",
+            name: state.as_str(),
+            meta: state_secret.as_ref().map(|s| &s.metadata),
+            binding: Binding::Annotation,
+            empty: state_secret.as_ref().is_none_or(secret_is_empty),
+            state: true,
+        },
+        adoption::Found {
+            kind: "Lease",
+            name: lock.as_str(),
+            meta: lock_lease.as_ref().map(|l| &l.metadata),
+            binding: Binding::Annotation,
+            empty: lock_lease.as_ref().is_none_or(lease_is_free),
+            state: false,
+        },
+        owned("Lease", run.as_str(), run_lease.as_ref().map(|l| &l.metadata), false),
+        owned(
             "ServiceAccount",
             account.as_str(),
             sa.as_ref().map(|o| &o.metadata),
-            Binding::Owner,
+            false,
         ),
-        (
-            "Role",
-            account.as_str(),
-            role.as_ref().map(|o| &o.metadata),
-            Binding::Owner,
-        ),
-        (
-            "RoleBinding",
-            account.as_str(),
-            rb.as_ref().map(|o| &o.metadata),
-            Binding::Owner,
-        ),
+        owned("Role", account.as_str(), role.as_ref().map(|o| &o.metadata), false),
+        owned("RoleBinding", account.as_str(), rb.as_ref().map(|o| &o.metadata), false),
     ];
     let present = Found {
         state_secret: state_secret.is_some(),
@@ -304,8 +285,8 @@ pub async fn check(
         role: role.clone(),
         role_binding: rb.is_some(),
     };
-    Ok(match first_conflict(ns, found, &id.uid, &history) {
-        Err(message) => Claims::Conflict(message),
+    Ok(match adoption::judge(ns, &found, &id.uid, &history, adopt) {
+        Err(hold) => Claims::Held(hold),
         Ok(v) => Claims::Bound {
             found: Box::new(present),
             state_secret: state_secret.filter(|_| v[2] == Verdict::Stamp).map(Box::new),
@@ -315,9 +296,23 @@ pub async fn check(
     })
 }
 
+/// A state Secret that holds no state (what the controller makes, or empties on release).
+fn secret_is_empty(s: &Secret) -> bool {
+    s.data.as_ref().is_none_or(BTreeMap::is_empty) && s.string_data.as_ref().is_none_or(BTreeMap::is_empty)
+}
+
+/// A lock Lease nobody holds.
+fn lease_is_free(l: &Lease) -> bool {
+    l.spec
+        .as_ref()
+        .and_then(|s| s.holder_identity.as_deref())
+        .is_none_or(str::is_empty)
+}
+
 /// Stamp the object's UID on the state Secret and lock Lease [`check`] found unstamped (made by
-/// an older CAPTF or the backend for this object, or moved with it). Each write carries the
-/// read resourceVersion, so an object replaced meanwhile is not stamped (the write fails).
+/// an older CAPTF or the backend for this object, moved with it, or released and taken over:
+/// the `captf.io/released-by` goes). Each write carries the read resourceVersion, so an object
+/// replaced meanwhile is not stamped (the write fails).
 pub async fn stamp(
     client: &kube::Client,
     id: &Ident,
@@ -329,7 +324,7 @@ pub async fn stamp(
         let name = s.metadata.name.clone().unwrap_or_default();
         let patch = serde_json::json!({"metadata": {
             "resourceVersion": s.metadata.resource_version,
-            "annotations": {keys::ANNOTATION_OWNER_UID: id.uid},
+            "annotations": {keys::ANNOTATION_OWNER_UID: id.uid, keys::ANNOTATION_RELEASED_BY: null},
         }});
         Api::<Secret>::namespaced(client.clone(), ns)
             .patch(&name, &PatchParams::default(), &Patch::Merge(&patch))
@@ -339,10 +334,9 @@ pub async fn stamp(
     }
     if let Some(mut l) = lock_lease {
         let name = l.metadata.name.clone().unwrap_or_default();
-        l.metadata
-            .annotations
-            .get_or_insert_with(BTreeMap::new)
-            .insert(keys::ANNOTATION_OWNER_UID.to_string(), id.uid.clone());
+        let a = l.metadata.annotations.get_or_insert_with(BTreeMap::new);
+        a.insert(keys::ANNOTATION_OWNER_UID.to_string(), id.uid.clone());
+        a.remove(keys::ANNOTATION_RELEASED_BY);
         l.metadata.managed_fields = None;
         Api::<Lease>::namespaced(client.clone(), ns)
             .replace(&name, &PostParams::default(), &*l)
@@ -353,12 +347,15 @@ pub async fn stamp(
     Ok(())
 }
 
-/// Release the object's state Secret and lock Lease just before its finalizer goes (its destroy
-/// succeeded, or `deletionPolicy: Orphan` kept the infrastructure for a successor to adopt): the UID binding is replaced by `captf.io/released-by`, so a new object of
-/// the same name (a GitOps tool re-creating it) takes them over instead of being held with
-/// `NameConflict` forever. What is absent, or bound to another object, is left alone. A state
+/// Release the object's state Secret and lock Lease just before its finalizer goes: the UID
+/// binding is replaced by `captf.io/released-by`, so the next object of the name is not held
+/// with `NameConflict` forever. With `empty` (its destroy succeeded) the state Secret's data
+/// goes in the same write: the next object takes over nothing, as if it were new, and no state
+/// the destroy Job's module may have written is handed on. Without it (`deletionPolicy: Orphan`
+/// kept the infrastructure) the state stays, for an object that adopts it by this object's UID
+/// (`captf_core::adoption`). What is absent, or bound to another object, is left alone. A state
 /// whose finalizer a person removed by hand is never released: it may still hold resources.
-pub async fn release(client: &kube::Client, id: &Ident) -> Result<(), Error> {
+pub async fn release(client: &kube::Client, id: &Ident, empty: bool) -> Result<(), Error> {
     let ns = id.namespace.as_str();
     let (state, lock) = (names::state_secret_name(&id.suffix), names::lock_lease_name(&id.suffix));
     let ours = |m: &k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta| {
@@ -367,10 +364,13 @@ pub async fn release(client: &kube::Client, id: &Ident) -> Result<(), Error> {
     if let Some(s) = get_opt::<Secret>(client, ns, &state, ApiAction::GetSecret).await?
         && ours(&s.metadata)
     {
-        let patch = serde_json::json!({"metadata": {
+        let mut patch = serde_json::json!({"metadata": {
             "resourceVersion": s.metadata.resource_version,
             "annotations": {keys::ANNOTATION_OWNER_UID: null, keys::ANNOTATION_RELEASED_BY: id.uid},
         }});
+        if empty {
+            patch["data"] = serde_json::Value::Null;
+        }
         Api::<Secret>::namespaced(client.clone(), ns)
             .patch(&state, &PatchParams::default(), &Patch::Merge(&patch))
             .await
