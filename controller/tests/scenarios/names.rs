@@ -298,8 +298,9 @@ async fn destroyed(env: &Env, name: &str, seq: u32) -> Result<()> {
 }
 
 /// Deleted after a successful destroy and created again under the same name (as a GitOps tool
-/// does): the new object takes over the state its predecessor released and becomes Ready; a
-/// state bound to a live other object is still never taken (the tests above).
+/// does): the state its predecessor released was emptied as it was released, so the new object
+/// takes it over as if new and becomes Ready; a state bound to a live other object is still
+/// never taken (the tests above), nor one that still holds what an orphaning kept (below).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_object_created_again_after_its_destroy_takes_over_the_released_state() -> Result<()> {
     let env = Env::with_realistic_runners().await?;
@@ -312,6 +313,10 @@ async fn an_object_created_again_after_its_destroy_takes_over_the_released_state
         released["metadata"]["annotations"]["captf.io/released-by"].is_string()
             && released["metadata"]["annotations"]["captf.io/owner-uid"].is_null(),
         "{released}"
+    );
+    assert!(
+        released["data"].as_object().is_none_or(serde_json::Map::is_empty),
+        "emptied as it was released: {released}"
     );
 
     env.create_applied_cluster("again").await?;
@@ -379,6 +384,109 @@ async fn a_state_object_that_appeared_after_the_check_is_judged_before_any_job()
         still["metadata"]["annotations"]["captf.io/owner-uid"], "uid-of-the-attacker",
         "{still}"
     );
+    env.no_denials()?;
+    Ok(())
+}
+
+/// An object deleted with `deletionPolicy: Orphan` keeps its infrastructure, and its released
+/// state describes it. Whoever creates the name next (a co-tenant racing the GitOps re-create,
+/// or having released crafted state under a name another team will create) gets nothing by the
+/// name alone: the new object is held with `Ready=False/ReleasedStateNotAdopted`, saying which
+/// annotation and UID adopt it, starts no Job (deleting it destroys nothing) and leaves the
+/// state as it was. Only the annotation naming the releasing object's UID takes it over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn state_kept_by_an_orphan_deletion_is_not_taken_by_whoever_creates_the_name_next() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    let kept = "kept";
+    let first = env.create_cluster(kept, json!({"deletionPolicy": "Orphan"})).await?;
+    env.run_until_booked(&first, "succeeded").await?;
+    env.until_ready(kept).await?;
+    let old_uid = env.cluster(kept)["metadata"]["uid"].as_str().unwrap().to_string();
+    env.delete::<TerraformCluster>(kept).await?;
+    env.until("the object gone", |e| e.object(TC, kept).is_none().then_some(()))
+        .await?;
+    let state = names::state_secret_name(&suffix(kept));
+    let lock = names::lock_lease_name(&suffix(kept));
+    let released = env.sim.get("/secrets", NS, &state).unwrap();
+    assert_eq!(
+        released["metadata"]["annotations"]["captf.io/released-by"],
+        old_uid.as_str()
+    );
+    assert!(
+        released["data"]["tfstate"].is_string(),
+        "the kept state stays: {released}"
+    );
+
+    // The next object of the name, without the annotation: held, no Job, nothing touched.
+    env.sim.put(cluster_json(kept, json!({"deletionPolicy": "Orphan"})))?;
+    let c = env.until_reason(kept, "Ready", "ReleasedStateNotAdopted").await?;
+    let (status, _, message) = condition(&c, "Ready").unwrap();
+    assert_eq!(status, "False");
+    assert!(message.contains(&format!("{NS}/{state}")), "{message}");
+    assert!(
+        message.contains(&format!("captf.io/adopt-state={old_uid}")),
+        "says how to adopt: {message}"
+    );
+    env.until("a ReleasedStateNotAdopted event", |e| {
+        e.events("ReleasedStateNotAdopted").into_iter().next()
+    })
+    .await?;
+    let untouched = |env: &Env| {
+        for (resource, name) in [("/secrets", &state), ("coordination.k8s.io/leases", &lock)] {
+            let o = env.sim.get(resource, NS, name).unwrap();
+            assert!(o["metadata"]["annotations"]["captf.io/owner-uid"].is_null(), "{o}");
+            assert_eq!(
+                o["metadata"]["annotations"]["captf.io/released-by"],
+                old_uid.as_str(),
+                "{o}"
+            );
+        }
+        assert_eq!(env.sim.get("/secrets", NS, &state).unwrap()["data"], released["data"]);
+    };
+    env.advance(60);
+    env.until_idle().await?;
+    assert!(env.job_names(K, kept).is_empty(), "no Job starts");
+    untouched(&env);
+
+    // Naming another UID adopts nothing either.
+    env.merge_patch::<TerraformCluster>(
+        kept,
+        json!({"metadata": {"annotations": {"captf.io/adopt-state": "some-other-uid"}}}),
+    )
+    .await?;
+    env.until_cluster(kept, "the wrong UID named", |c| {
+        condition(c, "Ready").is_some_and(|(_, r, m)| r == "ReleasedStateNotAdopted" && m.contains("some-other-uid"))
+    })
+    .await?;
+    assert!(env.job_names(K, kept).is_empty(), "no Job starts");
+    untouched(&env);
+
+    // Deleted while held: it goes without a destroy of what it never adopted.
+    env.delete::<TerraformCluster>(kept).await?;
+    env.until("the held object gone", |e| e.object(TC, kept).is_none().then_some(()))
+        .await?;
+    assert!(env.job_names(K, kept).is_empty(), "no destroy Job");
+    untouched(&env);
+
+    // Adopted deliberately, by the releasing object's UID: bound to the new object, which runs.
+    let mut adopting = cluster_json(kept, json!({"deletionPolicy": "Orphan"}));
+    adopting["metadata"]["annotations"] = json!({"captf.io/adopt-state": old_uid});
+    env.sim.put(adopting)?;
+    let j = env.job(K, kept, Op::Apply, 1).await?;
+    let new_uid = env.cluster(kept)["metadata"]["uid"].as_str().unwrap().to_string();
+    assert_ne!(new_uid, old_uid);
+    for (resource, name) in [("/secrets", &state), ("coordination.k8s.io/leases", &lock)] {
+        let o = env.sim.get(resource, NS, name).unwrap();
+        assert_eq!(
+            o["metadata"]["annotations"]["captf.io/owner-uid"],
+            new_uid.as_str(),
+            "{o}"
+        );
+        assert!(o["metadata"]["annotations"]["captf.io/released-by"].is_null(), "{o}");
+    }
+    assert_eq!(env.sim.get("/secrets", NS, &state).unwrap()["data"], released["data"]);
+    env.run_until_booked(&j, "succeeded").await?;
+    env.until_ready(kept).await?;
     env.no_denials()?;
     Ok(())
 }
