@@ -730,7 +730,16 @@ impl Soak {
             let uid = m["metadata"]["uid"].as_str().unwrap_or_default().to_string();
             self.machine_uids.insert(group, uid);
         }
-        let obj = self.object_json(group, member);
+        let mut obj = self.object_json(group, member);
+        // State an orphaning released under the name still holds what was kept: the person
+        // re-creating the object adopts it deliberately, by the UID that released it.
+        let state = names::state_secret_name(&names::suffix(member.kind(), NS, &member.name(group)));
+        if let Some(s) = self.sim.get("/secrets", NS, &state)
+            && s["metadata"]["annotations"][keys::ANNOTATION_OWNER_UID].is_null()
+            && let Some(by) = s["metadata"]["annotations"][keys::ANNOTATION_RELEASED_BY].as_str()
+        {
+            obj["metadata"]["annotations"] = json!({keys::ANNOTATION_ADOPT_STATE: by});
+        }
         let api: Api<DynamicObject> = Api::namespaced_with(self.client.clone(), NS, &resource(member.kind()));
         let dynamic: DynamicObject = serde_json::from_value(obj)?;
         match api.create(&PostParams::default(), &dynamic).await {
