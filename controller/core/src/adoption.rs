@@ -147,7 +147,7 @@ fn not_adopted_message(what: &str, by: &str, adopt: Option<&str>) -> String {
     format!(
         "{what} was released by a deleted object of this name (uid {by}, {released} {by}) and still holds \
          what it kept; it is never used by name alone{asked}. To take it over with its infrastructure, annotate \
-         this object {adopt_key}={by} (kubectl captf adopt); to start without it, remove it. No Job starts until then",
+         this object {adopt_key}={by}; to start without it, remove it. No Job starts until then",
         released = keys::ANNOTATION_RELEASED_BY,
         adopt_key = keys::ANNOTATION_ADOPT_STATE,
     )
