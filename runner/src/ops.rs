@@ -234,6 +234,11 @@ impl<S: OutputsStore> Steps<'_, S> {
         let verdict = guard::verdict(self.cfg.guard, &facts, approved);
         if verdict != Verdict::Apply {
             self.keep_plan(&facts, &planned).await;
+        } else if let Err(e) = self.store.clear_plan().await {
+            // Whatever an earlier run kept for review (approved, or superseded by this plan) is
+            // not what runs now, and it would share the Secret's size with the outputs.
+            self.log()
+                .note(&format!("the plan kept for review earlier could not be removed: {e}"));
         }
         let stop = |result: RunResult, message: String| {
             let mut r = RunnerResult::new(result, Phase::Guard, message);
@@ -267,12 +272,6 @@ impl<S: OutputsStore> Steps<'_, S> {
             Verdict::Apply => {}
         }
         self.ok(Phase::Apply, self.cmd.apply_plan(), Stdout::Stream).await?;
-        if approved.is_some()
-            && let Err(e) = self.store.clear_plan().await
-        {
-            self.log()
-                .note(&format!("the approved plan kept for review could not be removed: {e}"));
-        }
         let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, format!("applied: {what}"));
         r.plan_hash = Some(facts.hash.clone());
         r.summary = Some(facts.summary);

@@ -93,8 +93,14 @@ impl OutputsStore for SecretStore {
     }
 
     async fn clear_plan(&self) -> Result<(), OutputsError> {
-        self.merge_data(serde_json::json!({PLAN_KEY: null, PLAN_TEXT_KEY: null}))
-            .await
+        let api = self.api().await?;
+        let patch = serde_json::json!({"data": {PLAN_KEY: null, PLAN_TEXT_KEY: null}});
+        match api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+            Ok(_) => Ok(()),
+            // No outputs Secret yet (a first apply): nothing was kept.
+            Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),
+            Err(e) => Err(self.error(e)),
+        }
     }
 
     fn describe(&self) -> String {
@@ -266,6 +272,21 @@ mod tests {
         store_for(&url).clear_plan().await.unwrap();
         let body: serde_json::Value = serde_json::from_slice(&server.await.unwrap().body).unwrap();
         assert_eq!(body, serde_json::json!({"data": {PLAN_KEY: null, PLAN_TEXT_KEY: null}}));
+    }
+
+    #[tokio::test]
+    async fn removing_a_kept_plan_before_any_outputs_secret_exists_is_not_an_error() {
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "secrets \"captf-outputs-prod-eu-tc\" not found", "reason": "NotFound", "code": 404});
+        let (url, server) = one_request_server("404 Not Found", status.to_string()).await;
+        store_for(&url).clear_plan().await.unwrap();
+        server.await.unwrap();
+        // Any other refusal still is one.
+        let status = serde_json::json!({"kind": "Status", "apiVersion": "v1", "status": "Failure",
+            "message": "forbidden", "reason": "Forbidden", "code": 403});
+        let (url, server) = one_request_server("403 Forbidden", status.to_string()).await;
+        assert!(store_for(&url).clear_plan().await.is_err());
+        server.await.unwrap();
     }
 
     #[tokio::test]

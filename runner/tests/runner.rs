@@ -246,6 +246,20 @@ fn an_approved_plan_once_applied_is_no_longer_kept_and_a_plan_that_deletes_nothi
 }
 
 #[test]
+fn a_kept_plan_is_removed_once_a_later_plan_supersedes_it_without_approval() {
+    // A blocked plan is kept; the spec then changes so the next plan deletes nothing and runs
+    // without approval: the old plan is no longer what anyone approves, and it must not share
+    // the outputs Secret's size with the outputs.
+    let mut case = Case::new("apply");
+    case.plan(&destructive_changes());
+    assert!(case.run().kept_plan.is_some());
+    case.plan(&[rc("new", &["create"])]);
+    let applied = case.run();
+    assert_eq!(applied.result.result, RunResult::Succeeded, "{}", applied.stdout);
+    assert!(applied.kept_plan.is_none(), "the superseded plan is still kept");
+}
+
+#[test]
 fn destructive_plan_is_applied_with_the_matching_approved_hash() {
     let hash = canonical_hash(&Value::Array(destructive_changes()));
     let r = Case::new("apply")
