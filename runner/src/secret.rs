@@ -95,7 +95,10 @@ impl OutputsStore for SecretStore {
     async fn clear_plan(&self) -> Result<(), OutputsError> {
         let api = self.api().await?;
         let patch = serde_json::json!({"data": {PLAN_KEY: null, PLAN_TEXT_KEY: null}});
-        match api.patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch)).await {
+        match api
+            .patch(&self.name, &PatchParams::default(), &Patch::Merge(&patch))
+            .await
+        {
             Ok(_) => Ok(()),
             // No outputs Secret yet (a first apply): nothing was kept.
             Err(kube::Error::Api(e)) if e.code == 404 => Ok(()),

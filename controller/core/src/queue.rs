@@ -16,7 +16,12 @@
 //!    controller-wide limit, even when that limit is 1.
 //! 2. **Urgency**, in its turn: a destroy (the object is being deleted) goes before an object
 //!    that never applied, which goes before the rest (re-applies, drift remediation, drift
-//!    checks, refreshes). Between namespaces it only breaks a tie of the turns.
+//!    checks, refreshes). Between namespaces it only breaks a tie of the turns, except for
+//!    destroys: a waiting destroy takes the next free slot whatever its namespace runs (turns
+//!    still go between namespaces' destroys), so when one namespace may take every slot
+//!    (`--max-running-jobs-per-namespace` at or above `--max-running-jobs`), a deletion
+//!    elsewhere waits for one Job to finish, not for that namespace's backlog. Destroys are
+//!    bounded by the objects being deleted, so they cannot hold the others off for good.
 //! 3. **Oldest waiting first** within a class; then namespace and name, so the order is the
 //!    same on every pass.
 
@@ -187,9 +192,10 @@ pub struct Load {
 /// admission in order (a start now is more recent than any Job's creation).
 type Served = (Option<Timestamp>, u32);
 
-/// The order key of a namespace's next candidate: fewest running first, then the namespace
-/// served longest ago, then urgency, then the oldest waiting, then namespace and name.
-type Turn<'a> = (u32, Served, Class, Timestamp, &'a str, &'a str);
+/// The order key of a namespace's next candidate: a destroy first, then fewest running, then
+/// the namespace served longest ago, then urgency, then the oldest waiting, then namespace and
+/// name.
+type Turn<'a> = (bool, u32, Served, Class, Timestamp, &'a str, &'a str);
 
 /// Who may start now, and the place of every other waiting object (PURE). `load` is what runs
 /// per namespace (any namespace may be missing: nothing). A candidate listed twice counts once,
@@ -228,6 +234,7 @@ pub fn admit(load: &BTreeMap<String, Load>, waiting: &[Candidate], limits: Limit
     ) -> Option<Turn<'a>> {
         queues.get(ns).and_then(|q| q.get(i)).map(|c| {
             (
+                c.class != Class::Destroy,
                 counts.get(ns).copied().unwrap_or(0),
                 served.get(ns).copied().unwrap_or_default(),
                 c.class,
@@ -263,7 +270,7 @@ pub fn admit(load: &BTreeMap<String, Load>, waiting: &[Candidate], limits: Limit
         }
     }
     loop {
-        let Some((_, _, _, _, ns, _)) = turns.pop_first() else {
+        let Some((_, _, _, _, _, ns, _)) = turns.pop_first() else {
             if admitting {
                 admitting = false;
                 turns.extend(held.drain(..));
@@ -678,6 +685,27 @@ mod tests {
             }
             let bound = (total as usize) + others + 1;
             prop_assert!(started_b.is_some_and(|r| r <= bound), "b started at {started_b:?}, bound {bound}");
+        }
+
+        #[test]
+        fn runner_slots_a_waiting_destroy_takes_the_next_free_slot_whatever_its_namespace_runs(
+            running in running_strategy(),
+            waiting in candidates(),
+            total in 1..8u32,
+        ) {
+            // One namespace may take every slot (no per-namespace limit): a destroy waiting
+            // anywhere starts before any other object, however much its namespace runs.
+            let a = admit(&running, &waiting, Limits::from_flags(total, 0));
+            // A candidate listed twice counts with its first entry.
+            let class_of = |k: &Key| waiting.iter().find(|c| &c.key == k).map(|c| c.class);
+            let destroys: std::collections::BTreeSet<&Key> =
+                waiting.iter().map(|c| &c.key).filter(|k| class_of(k) == Some(Class::Destroy)).collect();
+            let n = a.start.len().min(destroys.len());
+            prop_assert!(a.start.iter().take(n).all(|k| class_of(k) == Some(Class::Destroy)));
+            // No destroy waits while an object of another class started.
+            if a.places.keys().any(|k| class_of(k) == Some(Class::Destroy)) {
+                prop_assert!(a.start.iter().all(|k| class_of(k) == Some(Class::Destroy)));
+            }
         }
 
         #[test]
