@@ -138,7 +138,7 @@ impl TenantPolicy {
         // Every Secret the spec names goes through this one check, whatever field names it.
         let (variables, runner): (Vec<_>, Vec<_>) = crate::references::secret_references(spec, prefix)
             .into_iter()
-            .partition(|r| r.field.starts_with(&format!("{prefix}.variablesFrom[")));
+            .partition(|r| r.reader == crate::references::Reader::Controller);
         let refuse = |out: &mut Vec<Violation>, refs: Vec<crate::references::SecretReference>, why: &str| {
             out.extend(refs.into_iter().map(|r| Violation {
                 message: format!("{:?} {why}", r.name),

@@ -38,6 +38,18 @@ pub struct SecretReference {
     pub field: String,
     /// The Secret's name.
     pub name: String,
+    /// Who reads it.
+    pub reader: Reader,
+}
+
+/// Who reads a Secret a spec names.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Reader {
+    /// The controller, which copies its values into the object's inputs
+    /// (`variablesFrom[].secretRef`).
+    Controller,
+    /// The runner pod: env, envFrom, volumes, module credentials, state passphrases.
+    RunnerPod,
 }
 
 /// Every Secret `spec` names for its runner to read, directly or through the controller or
@@ -49,30 +61,44 @@ pub struct SecretReference {
 /// `stateEncryption.passphraseSecretRef` and `stateEncryption.previousPassphraseSecretRef`.
 pub fn secret_references(spec: &TerraformSpec, prefix: &str) -> Vec<SecretReference> {
     let mut out = vec![];
-    let mut push = |field: String, name: &str| {
+    let mut push = |field: String, name: &str, reader: Reader| {
         out.push(SecretReference {
             field,
             name: name.to_string(),
+            reader,
         })
     };
     if let Some(c) = &spec.module.credentials {
-        push(format!("{prefix}.module.credentials.secretRef"), &c.secret_ref.name);
+        push(
+            format!("{prefix}.module.credentials.secretRef"),
+            &c.secret_ref.name,
+            Reader::RunnerPod,
+        );
     }
     for (i, entry) in spec.variables_from.iter().flatten().enumerate() {
         if let Some(r) = &entry.secret_ref {
-            push(format!("{prefix}.variablesFrom[{i}].secretRef"), &r.name);
+            push(
+                format!("{prefix}.variablesFrom[{i}].secretRef"),
+                &r.name,
+                Reader::Controller,
+            );
         }
     }
     if let Some(jobs) = &spec.jobs {
-        job_secret_references(jobs, prefix, &mut push);
+        job_secret_references(jobs, prefix, &mut |field, name| push(field, name, Reader::RunnerPod));
     }
     if let Some(e) = &spec.state_encryption {
         push(
             format!("{prefix}.stateEncryption.passphraseSecretRef"),
             &e.passphrase_secret_ref.name,
+            Reader::RunnerPod,
         );
         if let Some(r) = &e.previous_passphrase_secret_ref {
-            push(format!("{prefix}.stateEncryption.previousPassphraseSecretRef"), &r.name);
+            push(
+                format!("{prefix}.stateEncryption.previousPassphraseSecretRef"),
+                &r.name,
+                Reader::RunnerPod,
+            );
         }
     }
     out
