@@ -348,10 +348,19 @@ async fn deletion_destroys_removes_the_finalizer_and_the_garbage_collector_takes
         }
     })
     .await;
+    // The state Secret stays, released by the object, and its data went with the destroy: the
+    // next object of the name takes over nothing a destroy Job's module may have written.
     let state = secrets.get("tfstate-default-doomed-tc").await.unwrap();
+    let released_by = state
+        .metadata
+        .annotations
+        .as_ref()
+        .and_then(|a| a.get("captf.io/released-by"))
+        .cloned();
+    assert!(released_by.is_some_and(|u| !u.is_empty()), "{:?}", state.metadata);
     assert!(
-        state.data.is_some(),
-        "the state Secret stays, with the destroyed state in it"
+        state.data.as_ref().is_none_or(|d| d.is_empty()),
+        "the destroyed state's data is dropped as it is released"
     );
     let mut controller = full.controller;
     assert!(controller.try_wait().unwrap().is_none(), "the controller exited");
