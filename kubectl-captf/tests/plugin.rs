@@ -587,10 +587,14 @@ async fn explain_sees_the_cluster_lease_and_a_members_running_job_live() -> Resu
         .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
     env.create_cluster("c", NS)?;
     let cluster_job = env.until_job("c", Op::Apply, 1).await?;
+    // A member the cluster owns (a label alone would be a claim that holds nothing).
+    let owner = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "name": "c", "uid": env.cluster("c")["metadata"]["uid"]}]);
     env.sim.put(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
         "kind": "TerraformMachinePool",
-        "metadata": {"name": "p", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "metadata": {"name": "p", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"},
+            "ownerReferences": owner},
         "spec": {"module": {"source": "git::https://example.com/pool.git"}, "drift": {"interval": "0"}},
     }))?;
     let pools = "infrastructure.cluster.x-k8s.io/terraformmachinepools";
