@@ -251,22 +251,3 @@ impl Cli {
         Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit())
     }
 }
-
-/// Write the completion script of `kubectl-captf` for `shell`, made for the binary's own name
-/// (clap's scripts break on a two-word name such as `kubectl captf`). clap_complete's bash
-/// script names a subcommand's case `kubectl__subcmd__captf__…` where its dispatch looks for
-/// `kubectl__captf__…` (the `-` of the name); the script is written with one spelling. For bash,
-/// a function that asks `kubectl-captf __complete` (object names listed live) then takes over
-/// from clap's static one, which stays defined.
-pub fn completion(shell: clap_complete::Shell, out: &mut dyn std::io::Write) -> std::io::Result<()> {
-    let mut buf = Vec::new();
-    clap_complete::generate(shell, &mut Cli::command(), "kubectl-captf", &mut buf);
-    let script = String::from_utf8_lossy(&buf);
-    let script = match shell {
-        clap_complete::Shell::Bash => {
-            script.replace("kubectl__subcmd__captf", "kubectl__captf") + crate::complete::BASH_DYNAMIC
-        }
-        _ => script.into_owned(),
-    };
-    out.write_all(script.as_bytes())
-}

@@ -26,35 +26,6 @@ pub mod directive {
     pub const DEFAULT: u32 = 0;
 }
 
-/// Appended to clap's bash script by `kubectl-captf completion bash`: completion through
-/// `kubectl-captf __complete`, so bash completes object names too. It reads cobra's format: the
-/// candidates (a description after a tab is dropped), then `:<directive>` (error: nothing; no
-/// space after a kind prefix).
-pub const BASH_DYNAMIC: &str = r#"
-# Through `kubectl-captf __complete`: subcommands, flags, kinds and object names listed live.
-_kubectl_captf_dynamic() {
-    local out line directive
-    local -a candidates=()
-    out=$(kubectl-captf __complete "${COMP_WORDS[@]:1:COMP_CWORD}" 2>/dev/null)
-    directive=${out##*:}
-    [[ "$directive" =~ ^[0-9]+$ ]] || directive=1
-    (( directive & 1 )) && return 0
-    while IFS= read -r line; do
-        [[ -z "$line" || "$line" == :* ]] && continue
-        candidates+=("${line%%$'	'*}")
-    done <<< "$out"
-    COMPREPLY=("${candidates[@]}")
-    if (( directive & 2 )); then
-        compopt -o nospace 2>/dev/null
-    fi
-    if (( ${#COMPREPLY[@]} == 0 )) && ! (( directive & 4 )); then
-        compopt -o default 2>/dev/null
-    fi
-    return 0
-}
-complete -F _kubectl_captf_dynamic kubectl-captf
-"#;
-
 /// How long a completion waits for the API server's listing.
 pub const LIVE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(5);
 

@@ -10,6 +10,7 @@
 pub mod cli;
 pub mod clock;
 pub mod complete;
+pub mod completion_script;
 pub mod errors;
 pub mod kept;
 pub mod rules;

@@ -30,7 +30,7 @@ fn main() -> ExitCode {
         return complete(&all);
     }
     if let Command::Completion { shell } = cli.command {
-        return match kubectl_captf::cli::completion(shell, &mut std::io::stdout()) {
+        return match kubectl_captf::completion_script::write(shell, &mut std::io::stdout()) {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 eprintln!("error: cannot write the script: {e}");

@@ -896,7 +896,7 @@ async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed()
 fn completion_and_help_need_no_cluster() {
     use clap::CommandFactory;
     let mut buf = Vec::new();
-    kubectl_captf::cli::completion(clap_complete::Shell::Bash, &mut buf).unwrap();
+    kubectl_captf::completion_script::write(clap_complete::Shell::Bash, &mut buf).unwrap();
     let script = String::from_utf8(buf).unwrap();
     assert!(script.contains("complete -F _kubectl__captf"), "{script}");
     // A subcommand's dispatch names the case its options are listed under.
