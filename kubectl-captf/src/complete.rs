@@ -305,7 +305,7 @@ async fn live(typed: &Typed, want: &Want) -> Result<Vec<String>, String> {
     }
     argv.push("status".into());
     let cli = <Cli as clap::Parser>::try_parse_from(argv).map_err(|e| e.to_string())?;
-    let conn = crate::connect(&cli).await.map_err(|e| e.to_string())?;
+    let conn = crate::conn::connect(&cli).await.map_err(|e| e.to_string())?;
     let lp = ListParams::default().limit(MAX_NAMES);
     match want {
         Want::Names { kind, typed_kind } => {

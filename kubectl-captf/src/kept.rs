@@ -183,7 +183,7 @@ mod tests {
             "the real plan destroys three"
         );
         assert!(!matches_recorded(&plan, &recorded(1, 2)));
-        let question = crate::approval_question(
+        let question = crate::approve::approval_question(
             &recorded(3, 0),
             "TerraformCluster default/a",
             &Kept::This {
@@ -192,7 +192,7 @@ mod tests {
             },
         );
         assert!(question.contains("cannot be verified"), "{question}");
-        let question = crate::approval_question(
+        let question = crate::approve::approval_question(
             &recorded(1, 0),
             "TerraformCluster default/a",
             &Kept::This {

@@ -10,9 +10,11 @@ use captf_read::kinds::api_resource;
 use captf_shared::keys;
 use captf_shared::types::CaptfObject;
 
+use crate::conn::Conn;
 use crate::errors::{PluginError, from_kube};
+use crate::live_read::get_object;
+use crate::printed::{Printed, pretty};
 use crate::target::Target;
-use crate::{Conn, Printed, get_object, pretty};
 
 /// What suspending means, said once for `suspend` (PURE).
 pub const SUSPEND_MEANS: &str = "The running Job, if any, finishes and is booked; no new Job starts \

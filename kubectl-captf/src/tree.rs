@@ -16,9 +16,11 @@ use captf_read::live::{self, LiveRead};
 use captf_shared::types::CaptfObject;
 use captf_shared::{Kind, keys};
 
+use crate::conn::Conn;
 use crate::errors::{PluginError, from_kube, from_runtime};
+use crate::live_read::explanation;
+use crate::status::{observed, row};
 use crate::target::parse_target;
-use crate::{Conn, explanation, observed, row};
 
 /// One runner Job of a node: the active one, or the newest of an op.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize)]
@@ -356,7 +358,7 @@ pub async fn read_tree(conn: &Conn, typed: &str, now: Timestamp) -> Result<TreeN
     } else {
         let t = parse_target(typed)
             .map_err(|e| PluginError::Usage(format!("{e}; or cluster/<name> for a Cluster API Cluster")))?;
-        let object = crate::get_object(conn, &t).await?;
+        let object = crate::live_read::get_object(conn, &t).await?;
         if t.kind != Kind::TerraformCluster {
             let label = captf_core::inputs::cluster_name(t.kind, object.metadata());
             return Err(PluginError::Usage(match label {

@@ -18,9 +18,11 @@ use captf_read::kinds::api_resource;
 use captf_shared::{Kind, keys};
 
 use crate::cli::{Cli, Command, Output};
+use crate::conn::Conn;
 use crate::errors::{PluginError, from_kube};
+use crate::printed::Printed;
+use crate::run;
 use crate::target::parse_target;
-use crate::{Conn, Printed, run};
 
 /// Whether the command keeps printing until it is stopped (or, `logs -f`, until the log ends).
 pub fn streams(cli: &Cli) -> bool {
@@ -199,7 +201,7 @@ async fn follow_logs(
     out: &mut dyn FnMut(&Printed),
 ) -> Result<(), PluginError> {
     let ns = conn.namespace.as_str();
-    let picked = crate::log_pod(conn, t, op, false).await?;
+    let picked = crate::logs::log_pod(conn, t, op, false).await?;
     out(&Printed {
         stderr: picked.banner(),
         ..Default::default()

@@ -1,0 +1,394 @@
+//! `status`: one line per object, what is next and when, failures and the last success.
+
+use std::collections::BTreeMap;
+
+use k8s_openapi::jiff::Timestamp;
+use kube::api::ListParams;
+use serde_json::json;
+
+use captf_core::decide::Decision;
+use captf_core::explain::Explanation;
+use captf_core::lock::LockState;
+use captf_read::live;
+use captf_shared::types::CaptfObject;
+use captf_shared::{Kind, keys, names};
+
+use crate::cli::{Output, SortKey};
+use crate::conn::Conn;
+use crate::errors::{PluginError, from_runtime};
+use crate::live_read::explanation;
+use crate::printed::{Printed, pretty};
+use crate::words;
+
+/// One line of `status`.
+#[derive(Clone, Debug, PartialEq, serde::Serialize)]
+#[serde(rename_all = "camelCase")]
+pub struct Row {
+    pub kind: String,
+    pub namespace: String,
+    pub name: String,
+    /// The `Ready` condition's status (`True`, `False`, `Unknown`), as `kubectl get` shows it.
+    pub ready: Option<String>,
+    /// `status.ready`: the infrastructure was provisioned once (Cluster API's contract field).
+    pub provisioned: Option<bool>,
+    /// Whether a controller has looked at the object (its finalizer or an observed generation).
+    pub observed: bool,
+    pub next: String,
+    pub reason: Option<String>,
+    /// When the next step happens (`None`: on a change, or a person's action).
+    pub when: Option<String>,
+    #[serde(skip)]
+    pub when_at: Option<Timestamp>,
+    pub when_words: String,
+    pub consecutive_failures: BTreeMap<String, u32>,
+    pub last_success: Option<String>,
+    #[serde(skip)]
+    pub last_success_at: Option<Timestamp>,
+    /// The state lock's holder when it is not one of the object's runners.
+    pub foreign_lock_holder: Option<String>,
+    pub active_job: Option<String>,
+    pub pending_plan: Option<String>,
+}
+
+/// The `Ready` condition's status of a status, as `kubectl get` prints it.
+pub fn ready_condition(s: &captf_shared::types::TerraformStatus) -> Option<String> {
+    let cs = s.conditions.as_deref()?;
+    captf_shared::conditions::find(cs, captf_shared::conditions::READY).map(|c| c.status.clone())
+}
+
+/// Whether a controller has looked at `object`: it carries CAPTF's finalizer, or its status an
+/// observed generation (PURE). An object no controller watches has neither.
+pub fn observed(object: &CaptfObject) -> bool {
+    captf_core::finalizer::has_finalizer(object)
+        || captf_core::snapshot::object_status(object).is_some_and(|s| s.observed_generation.is_some())
+}
+
+/// What `status` and `explain` say of an object no controller has observed.
+pub const NOT_OBSERVED: &str =
+    "not observed: no controller has looked at this object (none runs, or none watches its namespace)";
+
+/// The row of one explained object (PURE). `observed`: see [`observed`].
+pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: Timestamp) -> Row {
+    let s = &e.plan.booked;
+    let counts = s.status.consecutive_failures.unwrap_or_default();
+    let last = words::last_success(s).map(|(_, t)| t);
+    let when_at = words::next_time(&e.decision, now);
+    Row {
+        kind: s.kind.to_string(),
+        namespace: s.namespace.clone(),
+        name: s.name.clone(),
+        ready: ready_condition(&s.status),
+        provisioned: s.status.ready,
+        observed,
+        next: if observed {
+            words::next_short(&e.decision)
+        } else {
+            "not observed".to_string()
+        },
+        reason: e.decision.reason().map(|r| r.to_string()),
+        when: match &e.decision {
+            Decision::Wait(w) if w.not_before.is_none() && w.requeue_after.is_none() => None,
+            _ => when_at.map(|t| t.to_string()),
+        },
+        when_at,
+        when_words: words::when_words(&e.decision, now),
+        consecutive_failures: captf_shared::Op::ALL
+            .iter()
+            .map(|op| (op.as_str().to_string(), counts.get(*op)))
+            .filter(|(_, n)| *n > 0)
+            .collect(),
+        last_success: last.map(|t| t.to_string()),
+        last_success_at: last,
+        foreign_lock_holder: match (&s.lock, waited_on) {
+            (LockState::Foreign { holder, .. }, _) if s.active_job().is_none() => Some(holder.clone()),
+            (_, Some(LockState::Foreign { holder, .. })) => Some(holder.clone()),
+            _ => None,
+        },
+        active_job: s.active_job().map(str::to_string),
+        pending_plan: s.status.pending_plan.as_ref().map(|p| p.hash.clone()),
+    }
+}
+
+/// Order rows by `key` (PURE); ties by namespace, then name.
+pub fn sort_rows(rows: &mut [Row], key: SortKey) {
+    let total = |r: &Row| r.consecutive_failures.values().sum::<u32>();
+    rows.sort_by(|a, b| {
+        let by_name = (&a.namespace, &a.name, &a.kind).cmp(&(&b.namespace, &b.name, &b.kind));
+        let first = match key {
+            SortKey::Name => std::cmp::Ordering::Equal,
+            SortKey::Kind => a.kind.cmp(&b.kind),
+            // The soonest first; no time (a change or a person ends the wait) last.
+            SortKey::Next => match (
+                a.when_at.filter(|_| a.when.is_some()),
+                b.when_at.filter(|_| b.when.is_some()),
+            ) {
+                (Some(x), Some(y)) => x.cmp(&y),
+                (Some(_), None) => std::cmp::Ordering::Less,
+                (None, Some(_)) => std::cmp::Ordering::Greater,
+                (None, None) => std::cmp::Ordering::Equal,
+            },
+            SortKey::Failures => total(b).cmp(&total(a)),
+            // Never succeeded first, then the oldest success.
+            SortKey::LastSuccess => a.last_success_at.cmp(&b.last_success_at),
+        };
+        first.then(by_name)
+    });
+}
+
+/// The `status` table (PURE).
+pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timestamp) -> String {
+    let mut header = vec![];
+    if all_namespaces {
+        header.push("NAMESPACE");
+    }
+    header.extend([
+        "KIND",
+        "NAME",
+        "READY",
+        "PROVISIONED",
+        "NEXT",
+        "WHEN",
+        "FAILURES",
+        "LAST SUCCESS",
+        "FOREIGN LOCK",
+    ]);
+    if wide {
+        header.extend(["ACTIVE JOB", "PENDING PLAN"]);
+    }
+    let cells: Vec<Vec<String>> = rows
+        .iter()
+        .map(|r| {
+            let mut c = vec![];
+            if all_namespaces {
+                c.push(r.namespace.clone());
+            }
+            let failures = if r.consecutive_failures.is_empty() {
+                "0".to_string()
+            } else {
+                r.consecutive_failures
+                    .iter()
+                    .map(|(op, n)| format!("{op}:{n}"))
+                    .collect::<Vec<_>>()
+                    .join(",")
+            };
+            c.extend([
+                r.kind.clone(),
+                r.name.clone(),
+                r.ready.clone().unwrap_or_else(|| "-".to_string()),
+                r.provisioned.map_or("-".to_string(), |b| b.to_string()),
+                r.next.clone(),
+                r.when_words.clone(),
+                failures,
+                r.last_success_at.map_or("never".to_string(), |t| words::age(now, t)),
+                r.foreign_lock_holder.clone().unwrap_or_else(|| "-".into()),
+            ]);
+            if wide {
+                c.push(r.active_job.clone().unwrap_or_else(|| "-".into()));
+                c.push(r.pending_plan.as_deref().map_or("-".to_string(), |h| names::cut(h, 12)));
+            }
+            c
+        })
+        .collect();
+    words::table(&header, &cells)
+}
+
+pub(crate) async fn status(
+    conn: &Conn,
+    all_namespaces: bool,
+    sort_by: SortKey,
+    output: Option<Output>,
+    now: Timestamp,
+) -> Result<Printed, PluginError> {
+    let ns = (!all_namespaces).then_some(conn.namespace.as_str());
+    let mut rows = Vec::new();
+    let mut unread = Vec::new();
+    let mut elsewhere = 0usize;
+    for kind in Kind::ALL {
+        let objects = live::list_objects(&conn.client, kind, ns, &ListParams::default())
+            .await
+            .map_err(|e| from_runtime(e, ns))?;
+        for object in objects {
+            let managed_elsewhere = object
+                .metadata()
+                .labels
+                .as_ref()
+                .is_some_and(|l| l.contains_key(keys::LABEL_MANAGED_BY));
+            if managed_elsewhere {
+                elsewhere += 1;
+                continue;
+            }
+            let meta = object.metadata().clone();
+            let status = captf_core::snapshot::object_status(&object)
+                .cloned()
+                .unwrap_or_default();
+            let seen = observed(&object);
+            match live::read(&conn.client, object).await {
+                Ok(r) => rows.push(row(&explanation(&r, now), seen, r.waited_on.as_ref(), now)),
+                // One object that cannot be read does not hide the others.
+                Err(e) => {
+                    let (ns, name) = (meta.namespace.unwrap_or_default(), meta.name.unwrap_or_default());
+                    unread.push(format!("{kind} {ns}/{name}: {}", from_runtime(e, Some(&ns))));
+                    rows.push(unread_row(kind, ns, name, &status, seen));
+                }
+            }
+        }
+    }
+    sort_rows(&mut rows, sort_by);
+    let mut stderr = String::new();
+    for u in &unread {
+        stderr.push_str(&format!("cannot read {u}\n"));
+    }
+    if rows.is_empty() {
+        let where_ = ns.map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
+        stderr.push_str(&format!(
+            "No TerraformClusters, TerraformMachinePools or TerraformMachines in {where_}.\n"
+        ));
+    }
+    if elsewhere > 0 {
+        stderr.push_str(&format!(
+            "Left out: {elsewhere} object(s) labelled {}, which the controller leaves alone.\n",
+            keys::LABEL_MANAGED_BY
+        ));
+    }
+    let stdout = if Output::is_document(output) {
+        pretty(&json!(rows))
+    } else if rows.is_empty() {
+        String::new()
+    } else {
+        status_table(&rows, all_namespaces, output == Some(Output::Wide), now)
+    };
+    Ok(Printed {
+        stdout,
+        stderr,
+        partial: !unread.is_empty(),
+    })
+}
+
+/// The row of an object whose reads failed: only what its listing shows.
+fn unread_row(
+    kind: Kind,
+    namespace: String,
+    name: String,
+    status: &captf_shared::types::TerraformStatus,
+    observed: bool,
+) -> Row {
+    Row {
+        kind: kind.to_string(),
+        namespace,
+        name,
+        ready: ready_condition(status),
+        provisioned: status.ready,
+        observed,
+        next: "unknown (cannot read; see below)".to_string(),
+        reason: None,
+        when: None,
+        when_at: None,
+        when_words: "-".to_string(),
+        consecutive_failures: BTreeMap::new(),
+        last_success: None,
+        last_success_at: None,
+        foreign_lock_holder: None,
+        active_job: None,
+        pending_plan: None,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn r(name: &str, when: Option<&str>, failures: u32, last: Option<&str>) -> Row {
+        let t = |s: &str| s.parse::<Timestamp>().ok();
+        Row {
+            kind: "TerraformCluster".into(),
+            namespace: "default".into(),
+            name: name.into(),
+            ready: Some("True".into()),
+            provisioned: Some(true),
+            observed: true,
+            next: "wait (Idle)".into(),
+            reason: None,
+            when: when.map(String::from),
+            when_at: when.and_then(t),
+            when_words: String::new(),
+            consecutive_failures: if failures > 0 {
+                [("apply".to_string(), failures)].into()
+            } else {
+                BTreeMap::new()
+            },
+            last_success: last.map(String::from),
+            last_success_at: last.and_then(t),
+            foreign_lock_holder: None,
+            active_job: None,
+            pending_plan: None,
+        }
+    }
+
+    #[test]
+    fn status_sorts_by_the_key_asked_for_and_then_by_name() {
+        let rows = vec![
+            r("b", Some("2026-03-01T10:05:00Z"), 0, Some("2026-03-01T09:00:00Z")),
+            r("a", None, 3, None),
+            r("c", Some("2026-03-01T10:01:00Z"), 1, Some("2026-03-01T08:00:00Z")),
+        ];
+        let names = |key| {
+            let mut rs = rows.clone();
+            sort_rows(&mut rs, key);
+            rs.into_iter().map(|r| r.name).collect::<Vec<_>>()
+        };
+        assert_eq!(names(SortKey::Name), ["a", "b", "c"]);
+        assert_eq!(names(SortKey::Next), ["c", "b", "a"], "soonest first, no time last");
+        assert_eq!(names(SortKey::Failures), ["a", "c", "b"]);
+        assert_eq!(names(SortKey::LastSuccess), ["a", "c", "b"], "never first, then oldest");
+    }
+
+    #[test]
+    fn status_shows_ready_as_kubectl_get_does_and_provisioned_under_its_own_name() {
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap_or_default();
+        let mut row = r("a", None, 0, None);
+        row.ready = Some("False".into());
+        row.provisioned = Some(true);
+        let t = status_table(&[row], false, false, now);
+        let lines: Vec<&str> = t.lines().collect();
+        let header: Vec<&str> = lines[0].split_whitespace().collect();
+        let cells: Vec<&str> = lines[1].split_whitespace().collect();
+        assert_eq!(&header[2..4], ["READY", "PROVISIONED"], "{t}");
+        assert_eq!(&cells[2..4], ["False", "true"], "{t}");
+    }
+
+    #[test]
+    fn an_object_without_the_finalizer_or_an_observed_generation_was_never_observed() {
+        let mut c: captf_shared::types::TerraformCluster = serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta2",
+            "kind": "TerraformCluster",
+            "metadata": {"name": "a", "namespace": "default"},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}}
+        }))
+        .unwrap_or_else(|e| panic!("{e}"));
+        assert!(!observed(&CaptfObject::Cluster(c.clone())));
+        c.metadata.finalizers = Some(vec![keys::FINALIZER.to_string()]);
+        assert!(observed(&CaptfObject::Cluster(c.clone())));
+        c.metadata.finalizers = None;
+        c.status = Some(captf_shared::types::TerraformStatus {
+            observed_generation: Some(1),
+            ..Default::default()
+        });
+        assert!(observed(&CaptfObject::Cluster(c)));
+    }
+
+    #[test]
+    fn status_wide_adds_the_active_job_and_the_pending_plan() {
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap_or_default();
+        let mut row = r("a", None, 2, Some("2026-03-01T09:00:00Z"));
+        row.pending_plan = Some("0123456789abcdef".into());
+        let narrow = status_table(std::slice::from_ref(&row), false, false, now);
+        assert!(narrow.starts_with("KIND"), "{narrow}");
+        assert!(narrow.contains("apply:2"), "{narrow}");
+        assert!(narrow.contains("1h0m ago"), "{narrow}");
+        assert!(!narrow.contains("PENDING PLAN"), "{narrow}");
+        let wide = status_table(&[row], true, true, now);
+        assert!(wide.starts_with("NAMESPACE"), "{wide}");
+        assert!(wide.contains("PENDING PLAN"), "{wide}");
+        assert!(wide.contains("0123456789ab"), "{wide}");
+    }
+}
