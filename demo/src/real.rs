@@ -91,7 +91,7 @@ pub const WORKERS: &str = "demo-workers";
 /// The runner image (its files made under `dir`) when the runner pods can run real Terraform
 /// here; else why they cannot.
 pub fn runner_image_here(dir: &Path) -> Result<RunnerImage, String> {
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         return Err(format!("{why} (the process kubelet needs root)"));
     }
     runner_image(dir).map_err(|e| e.to_string())
@@ -101,7 +101,7 @@ pub fn runner_image_here(dir: &Path) -> Result<RunnerImage, String> {
 /// `version` inside) with the test provider's mirror added, when the runner pods can run it
 /// here; else why not.
 pub fn released_runner_image_here(dir: &Path, archive: &Path, version: &str) -> Result<RunnerImage, String> {
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         return Err(format!("{why} (running an image needs root for its mounts)"));
     }
     released_runner_image(dir, archive, version).map_err(|e| e.to_string())

@@ -103,7 +103,7 @@ fn readme_main_command_plays_every_step_and_exits_zero() {
     // The timeline is stamped with the simulated clock, which starts at 10:00:00.
     assert!(stdout.contains("10:00:00  TerraformCluster/demo"), "{stdout}");
     assert_eq!(rows[0].runners, "no Job", "admission starts no Job");
-    match captf_sim::process::namespaces_unavailable() {
+    match captf_sim::process_kubelet::namespaces_unavailable() {
         None => {
             // Real OpenTofu (the runner image's binary) ran wherever a step can be real; the
             // failures on cue are scripted.
@@ -171,7 +171,7 @@ fn forced_scripted_mode_plays_every_step_with_scripted_runners() {
 
 #[test]
 fn the_demo_runs_its_real_jobs_from_the_released_runner_image() {
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         captf_testsupport::cannot_run(format!("{why}; running an image needs root for its mounts"));
         return;
     }
@@ -217,7 +217,7 @@ fn a_runner_image_that_is_not_there_stops_the_demo_with_the_reason() {
         stderr.contains("captf-demo: cannot run the runner image /nonexistent/runner.oci.tar: "),
         "{stderr}"
     );
-    if captf_sim::process::namespaces_unavailable().is_none() {
+    if captf_sim::process_kubelet::namespaces_unavailable().is_none() {
         assert!(
             stderr.contains("does not exist: build a release first: scripts/release.sh"),
             "{stderr}"

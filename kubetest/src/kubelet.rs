@@ -1,5 +1,5 @@
 //! A kubelet for the real control plane: the simulator's process kubelet
-//! ([`captf_sim::process::ProcessRuntime`]: a pod's first container as a real process in private
+//! ([`captf_sim::process_kubelet::ProcessRuntime`]: a pod's first container as a real process in private
 //! mount, UTS and PID namespaces) driven through a real API server.
 //!
 //! It registers a Node (Ready, capacity, addresses) and renews its Lease in `kube-node-lease`;
@@ -21,7 +21,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use captf_sim::ProcessImage;
-use captf_sim::process::{ApiAccess, ContainerEvents, Exit, Objects, PodKey, ProcessRuntime};
+use captf_sim::process_kubelet::{ApiAccess, ContainerEvents, Exit, Objects, PodKey, ProcessRuntime};
 use k8s_openapi::api::authentication::v1::{BoundObjectReference, TokenRequest, TokenRequestSpec};
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{ConfigMap, Node, Pod, Secret, ServiceAccount};
@@ -37,7 +37,7 @@ pub const HOST_IP: Ipv4Addr = Ipv4Addr::LOCALHOST;
 /// The grace period of a pod that says none.
 pub const DEFAULT_GRACE: Duration = Duration::from_secs(30);
 /// The exit code of a container that could not be started (as container runtimes report it).
-pub const CANNOT_RUN_EXIT_CODE: i32 = captf_sim::process::CANNOT_RUN_EXIT_CODE;
+pub const CANNOT_RUN_EXIT_CODE: i32 = captf_sim::process_kubelet::CANNOT_RUN_EXIT_CODE;
 /// The most of a container's log that `FallbackToLogsOnError` puts in its termination message.
 pub const FALLBACK_LOG_BYTES: usize = 2048;
 
@@ -843,7 +843,7 @@ impl State {
     async fn fetch(&self, pod: &Value) -> Result<Objects, String> {
         let ns = str_at(pod, "/metadata/namespace");
         let mut out = Objects::default();
-        for (resource, name, optional) in captf_sim::process::referenced_objects(pod) {
+        for (resource, name, optional) in captf_sim::process_kubelet::referenced_objects(pod) {
             let got = if resource == "/secrets" {
                 Api::<Secret>::namespaced(self.client.clone(), ns)
                     .get_opt(&name)
@@ -869,7 +869,7 @@ impl State {
             "" => "default",
             s => s,
         };
-        for (audience, expiration) in captf_sim::process::token_audiences(pod) {
+        for (audience, expiration) in captf_sim::process_kubelet::token_audiences(pod) {
             let request = TokenRequest {
                 spec: TokenRequestSpec {
                     audiences: if audience.is_empty() {

@@ -19,7 +19,7 @@ use std::time::Duration;
 
 use captf_kubetest::standin::{CertStandIn, host_address, route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
-use captf_sim::process::ProcessImage;
+use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -254,7 +254,7 @@ impl Management {
                 return None;
             }
         }
-        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
             captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
             return None;
         }

@@ -52,7 +52,7 @@ struct Full {
 impl Full {
     async fn start() -> Option<Full> {
         let tools = tools_or_skip()?;
-        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
             captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
             return None;
         }

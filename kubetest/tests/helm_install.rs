@@ -18,7 +18,7 @@ use std::time::Duration;
 
 use captf_kubetest::standin::{CertStandIn, host_address, route_service};
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
-use captf_sim::process::ProcessImage;
+use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, runner_image, tar_gz};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
@@ -114,7 +114,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
             return;
         }
     }
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
         return;
     }

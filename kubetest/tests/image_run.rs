@@ -7,7 +7,7 @@
 
 use std::time::{Duration, Instant};
 
-use captf_sim::process::namespaces_unavailable;
+use captf_sim::process_kubelet::namespaces_unavailable;
 use captf_sim::{ProcessImage, Sim};
 use serde_json::{Value, json};
 

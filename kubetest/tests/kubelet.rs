@@ -47,7 +47,7 @@ impl Setup {
 /// A control plane and a kubelet mapping [`IMAGE`] to `sh`, renewing its Lease every second.
 async fn setup() -> Option<Setup> {
     let tools = tools_or_skip()?;
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
         return None;
     }
@@ -511,7 +511,7 @@ output "control_plane_endpoint" {
 async fn the_real_runner_applies_a_terraformcluster_in_a_pod_under_the_objects_own_service_account() {
     use captf_testprovider::runner_image::{ModuleServer, runner_image, tar_gz};
     let Some(tools) = tools_or_skip() else { return };
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
         return;
     }

@@ -376,7 +376,7 @@ fn print_table(rows: &[(&str, Usage, f64)], wall: f64) {
 /// The whole measurement; `None` when the machine cannot run it (skipped, or failed under CI).
 async fn run(cfg: &Config) -> Option<Figures> {
     let tools = tools_or_skip()?;
-    if let Some(why) = captf_sim::process::namespaces_unavailable() {
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
         captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
         return None;
     }

@@ -46,7 +46,7 @@ const PATIENCE: Duration = Duration::from_secs(120);
 /// Why these tests can't run here, if they can't: making the namespaces needs root (the
 /// simulator's process kubelet has the same need and the same check).
 fn namespaces_unavailable() -> Option<String> {
-    captf_sim::process::namespaces_unavailable()
+    captf_sim::process_kubelet::namespaces_unavailable()
 }
 
 /// What the controller makes before an object's first Job: its runner ServiceAccount, Role and

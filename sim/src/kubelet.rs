@@ -83,7 +83,7 @@ pub struct Kubelet {
     /// Pods whose container runs as a process, by (namespace, pod).
     processes: BTreeMap<(String, String), ProcPod>,
     /// The process kubelet, when the simulator runs some images as processes.
-    pub process: Option<std::sync::Arc<crate::process::ProcessKubelet>>,
+    pub process: Option<std::sync::Arc<crate::process_kubelet::ProcessKubelet>>,
     /// Logs a test gave pods (`Sim::set_pod_log`), by (namespace, pod).
     pub logs: BTreeMap<(String, String), String>,
     /// The Jobs whose pod was started as a process, by (namespace, Job).
@@ -827,7 +827,7 @@ impl World {
 
 impl World {
     /// Start the container of a process pod, or end the pod as `ContainerCannotRun`.
-    fn start_process(&mut self, pk: &crate::process::ProcessKubelet, r: Runner, _job: &Value) {
+    fn start_process(&mut self, pk: &crate::process_kubelet::ProcessKubelet, r: Runner, _job: &Value) {
         let key = (r.ns.clone(), r.pod.clone());
         let Some(pod) = self.try_get(PODS, &r.ns, &r.pod).cloned() else {
             return;
@@ -835,7 +835,7 @@ impl World {
         let grace = pod
             .pointer("/spec/terminationGracePeriodSeconds")
             .and_then(Value::as_i64)
-            .unwrap_or(crate::process::DEFAULT_GRACE_SECONDS)
+            .unwrap_or(crate::process_kubelet::DEFAULT_GRACE_SECONDS)
             .max(0) as u64;
         let p = ProcPod {
             runner: r.clone(),
@@ -864,7 +864,7 @@ impl World {
         self.end(
             &p.runner,
             PodEnd {
-                exit_code: crate::process::CANNOT_RUN_EXIT_CODE,
+                exit_code: crate::process_kubelet::CANNOT_RUN_EXIT_CODE,
                 reason: "ContainerCannotRun",
                 message: Some(format!("the container could not be started: {why}")),
                 job_failure: Some(BACKOFF),
@@ -873,7 +873,7 @@ impl World {
     }
 
     /// A container process ended: its pod ends with the real exit code and termination message.
-    pub(crate) fn process_exited(&mut self, key: &(String, String), exit: crate::process::Exit) {
+    pub(crate) fn process_exited(&mut self, key: &(String, String), exit: crate::process_kubelet::Exit) {
         if let Some(pk) = &self.kubelet.process {
             pk.forget(key);
         }

@@ -21,7 +21,7 @@
 //! | [`store`] | objects, resourceVersions, status subresource, finalizers, GC, watch history |
 //! | [`kubelet`] | the simulated Job controller and kubelet |
 //! | [`runner`] | runner scripts and how they are chosen |
-//! | [`process`] | the process kubelet: images that run as real processes |
+//! | [`process_kubelet`] | the process kubelet: images that run as real processes |
 //! | [`admission`] | calling admission webhooks over TLS |
 //! | [`events`] | the events.k8s.io/v1 view of core/v1 Events |
 //! | [`faults`] | injected errors, dropped watches, latency |
@@ -44,7 +44,7 @@ pub mod faults;
 pub mod https;
 pub mod kubelet;
 pub mod paging;
-pub mod process;
+pub mod process_kubelet;
 pub mod protobuf;
 pub mod rbac;
 pub mod resources;
@@ -57,6 +57,6 @@ pub mod table;
 
 pub use error::ApiError;
 pub use faults::{FaultRule, Faults, Hold, Verb};
-pub use process::ProcessImage;
+pub use process_kubelet::ProcessImage;
 pub use runner::{JobMatch, RunnerAction, RunnerScript};
 pub use sim::{Sim, SimBuilder, SimError};

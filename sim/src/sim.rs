@@ -49,7 +49,7 @@ pub struct SimBuilder {
     crd_dir: Option<PathBuf>,
     history: usize,
     https: bool,
-    process_images: std::collections::BTreeMap<String, crate::process::ProcessImage>,
+    process_images: std::collections::BTreeMap<String, crate::process_kubelet::ProcessImage>,
     process_root: Option<PathBuf>,
 }
 
@@ -128,7 +128,7 @@ impl SimBuilder {
     /// Run the pods whose container image is `image` as real processes (the process kubelet,
     /// `crate::process`) instead of scripted runners. Needs [`Self::process_root`]; turns on
     /// [`Self::https`], which the processes reach the API through.
-    pub fn process_image(mut self, image: impl Into<String>, files: crate::process::ProcessImage) -> Self {
+    pub fn process_image(mut self, image: impl Into<String>, files: crate::process_kubelet::ProcessImage) -> Self {
         self.process_images.insert(image.into(), files);
         self.https = true;
         self
@@ -183,7 +183,7 @@ impl SimBuilder {
         if let (Some(root), Some(endpoint)) = (self.process_root.clone(), https.clone())
             && !self.process_images.is_empty()
         {
-            let pk = crate::process::ProcessKubelet::new(
+            let pk = crate::process_kubelet::ProcessKubelet::new(
                 self.process_images.clone(),
                 root,
                 endpoint,

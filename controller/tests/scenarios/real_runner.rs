@@ -75,7 +75,7 @@ output "padding" {
 
 macro_rules! require_namespaces {
     () => {
-        if let Some(why) = captf_sim::process::namespaces_unavailable() {
+        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
             captf_testsupport::cannot_run(format!(
                 "{why}; running the real runner as a pod needs root for a private mount namespace"
             ));
