@@ -34,6 +34,7 @@ pub mod fuzzing;
 pub mod inputs;
 pub mod keys;
 pub mod kind;
+pub mod limits;
 pub mod mask;
 pub mod module_credentials;
 pub mod names;

@@ -12,7 +12,7 @@ pub const CLI_CONFIG_DIR: &str = "/captf/terraform";
 /// The file name of the Terraform CLI configuration under [`CLI_CONFIG_DIR`].
 pub const CLI_CONFIG_FILE_NAME: &str = "terraform.rc";
 /// The ConfigMap key of the Terraform CLI configuration when a reference names none.
-pub const DEFAULT_CLI_CONFIG_KEY: &str = "terraform.rc";
+pub const DEFAULT_CLI_CONFIG_KEY: &str = crate::types::DEFAULT_CLI_CONFIG_MAP_KEY;
 /// The environment variable Terraform and OpenTofu read the CLI configuration's path from.
 pub const TF_CLI_CONFIG_FILE: &str = "TF_CLI_CONFIG_FILE";
 /// The runner's work directory (an emptyDir).

@@ -360,9 +360,8 @@ impl TenantPolicy {
     }
 }
 
-/// The prefix of each object's own runner ServiceAccount (`captf-runner-<suffix>`), which no
-/// spec may name.
-pub const OWN_RUNNER_ACCOUNT_PREFIX: &str = "captf-runner-";
+/// The prefix of each object's own runner ServiceAccount, which no spec may name.
+pub use crate::runner_identity::OWN_RUNNER_ACCOUNT_PREFIX;
 
 /// Priority classes with this prefix are the cluster's own (`system-node-critical`,
 /// `system-cluster-critical`); no spec may name one.

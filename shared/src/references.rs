@@ -193,7 +193,7 @@ pub fn captf_mark(meta: &ObjectMeta, type_: Option<&str>) -> Option<String> {
         .as_ref()
         .and_then(|a| a.get("kubernetes.io/service-account.name"));
     if type_ == Some("kubernetes.io/service-account-token")
-        && let Some(sa) = account.filter(|sa| sa.starts_with(crate::policy::OWN_RUNNER_ACCOUNT_PREFIX))
+        && let Some(sa) = account.filter(|sa| sa.starts_with(crate::runner_identity::OWN_RUNNER_ACCOUNT_PREFIX))
     {
         return Some(format!("it holds a token of the runner account {sa}"));
     }

@@ -30,6 +30,10 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference}
 
 use crate::{keys, names};
 
+/// The prefix of each object's own runner ServiceAccount (`captf-runner-<suffix>`), which no
+/// spec may name (the tenant policy refuses it, and a Secret holding its token is CAPTF's own).
+pub const OWN_RUNNER_ACCOUNT_PREFIX: &str = "captf-runner-";
+
 /// The labels Terraform's kubernetes backend puts on the state Secret it creates; the
 /// controller's pre-created Secret carries the same, so the backend's workspace listing (by
 /// `tfstate` and `tfstateSecretSuffix`) finds it.

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use crate::types::{EncryptionMode, SecretKeyRef, StateEncryption};
 
 /// The key read when a `SecretKeyRef` names none.
-pub const DEFAULT_KEY: &str = "passphrase";
+pub const DEFAULT_KEY: &str = crate::types::DEFAULT_SECRET_KEY;
 /// Where the runner pod mounts the passphrases (read-only, mode 0400): under CAPTF's own
 /// `/captf`, which no tenant mount may touch.
 pub const MOUNT_PATH: &str = "/captf/state-encryption";

@@ -12,7 +12,6 @@ mod values;
 
 use std::borrow::Cow;
 use std::fmt;
-use std::time::Duration;
 
 use serde::Serialize;
 use serde_json::Value;
@@ -32,42 +31,8 @@ pub use parse::parse_object;
 pub use path::FieldPath;
 pub use values::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, too_many_values};
 
-/// `module.source` is at most this many characters.
-pub const MAX_MODULE_SOURCE_CHARS: usize = 2048;
-/// `variables`, serialized as JSON, is at most this many bytes (512 KiB).
-pub const MAX_VARIABLES_BYTES: usize = 512 * 1024;
-/// `jobs.activeDeadlineSeconds` bounds.
-pub const MIN_ACTIVE_DEADLINE_SECONDS: i64 = 60;
-pub const MAX_ACTIVE_DEADLINE_SECONDS: i64 = 604_800;
-/// `drift.interval` bounds (when not `0`).
-pub const MIN_DRIFT_INTERVAL: Duration = Duration::from_secs(60);
-pub const MAX_DRIFT_INTERVAL: Duration = Duration::from_secs(168 * 3600);
-/// A drift interval below this (and not `0`) draws a warning.
-pub const WARN_DRIFT_INTERVAL_BELOW: Duration = Duration::from_secs(5 * 60);
-/// Env names with this prefix are the runner's own.
-pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
-/// At most this many `variablesFrom` entries (bounds the CRD's CEL rule over them).
-pub const MAX_VARIABLES_FROM: usize = 32;
-/// At most this many `jobs.env` entries (bounds the CRD's CEL rule over them).
-pub const MAX_ENV: usize = 256;
-/// At most this many `jobs.envFrom` entries.
-pub const MAX_ENV_FROM: usize = 32;
-/// At most this many `jobs.volumes` and `jobs.volumeMounts` entries.
-pub const MAX_VOLUMES: usize = 32;
-/// `drift.interval` is at most this many characters (bounds the CRD's CEL `duration()`).
-pub const MAX_DRIFT_INTERVAL_CHARS: usize = 64;
-/// DNS-1123 subdomains (object names) are at most this long.
-pub const MAX_DNS1123_SUBDOMAIN_LEN: usize = 253;
-/// Secret and ConfigMap data keys are at most this long.
-pub const MAX_DATA_KEY_LEN: usize = 253;
-/// The CRD pattern of a DNS-1123 subdomain (Kubernetes' own expression).
-pub const DNS1123_SUBDOMAIN_PATTERN: &str = r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*$";
-/// The CRD pattern of a data key (Kubernetes' `IsConfigMapKey` expression; `.` and `..` are left
-/// to the webhook).
-pub const DATA_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
-/// The CRD pattern of `module.source`: no whitespace, not starting like a local path (`./`,
-/// `../`, `/`). The address forms are left to the webhook.
-pub const MODULE_SOURCE_PATTERN: &str = r"^[^\s./]\S*$";
+pub use crate::limits::*;
+
 /// Offending values longer than this are cut in messages.
 const MAX_RENDERED_VALUE_CHARS: usize = 200;
 

@@ -6,7 +6,7 @@
 //! The schemars attributes put the table's numeric, length and pattern rules into the generated
 //! CRDs as a first line of defence beside the webhook, and bound every string and list a CEL rule
 //! reads (the API server refuses a CRD whose CEL cost estimate is unbounded). The constants come
-//! from [`crate::validation`], which checks the same limits, so the two cannot disagree.
+//! from [`crate::limits`], which validation checks too, so the two cannot disagree.
 
 use k8s_openapi::api::core::v1::{
     Affinity, EnvFromSource, EnvVar, LocalObjectReference, ResourceRequirements, Toleration, TopologySpreadConstraint,
@@ -16,7 +16,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 use std::collections::BTreeMap;
 
-use crate::validation::{
+use crate::limits::{
     DATA_KEY_PATTERN, DNS1123_SUBDOMAIN_PATTERN, MAX_ACTIVE_DEADLINE_SECONDS, MAX_DATA_KEY_LEN,
     MAX_DNS1123_SUBDOMAIN_LEN, MAX_DRIFT_INTERVAL_CHARS, MAX_ENV, MAX_ENV_FROM, MAX_MODULE_SOURCE_CHARS,
     MAX_VARIABLES_FROM, MAX_VOLUMES, MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
@@ -100,10 +100,14 @@ pub struct SecretKeyRef {
     pub key: Option<String>,
 }
 
+/// The key read when a `SecretKeyRef` names none (`state_encryption::DEFAULT_KEY`). The types
+/// hold the defaults of their own fields, so they import no module that imports them.
+pub const DEFAULT_SECRET_KEY: &str = "passphrase";
+
 impl SecretKeyRef {
     /// The key, `passphrase` when unset.
     pub fn key_or_default(&self) -> &str {
-        self.key.as_deref().unwrap_or(crate::state_encryption::DEFAULT_KEY)
+        self.key.as_deref().unwrap_or(DEFAULT_SECRET_KEY)
     }
 }
 
@@ -289,10 +293,14 @@ pub struct CliConfigRef {
     pub key: Option<String>,
 }
 
+/// The ConfigMap key of the Terraform CLI configuration when a reference names none
+/// (`pod::DEFAULT_CLI_CONFIG_KEY`).
+pub const DEFAULT_CLI_CONFIG_MAP_KEY: &str = "terraform.rc";
+
 impl CliConfigRef {
     /// The key, `terraform.rc` when unset.
     pub fn key_or_default(&self) -> &str {
-        self.key.as_deref().unwrap_or(crate::pod::DEFAULT_CLI_CONFIG_KEY)
+        self.key.as_deref().unwrap_or(DEFAULT_CLI_CONFIG_MAP_KEY)
     }
 }
 
