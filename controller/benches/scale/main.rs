@@ -1,5 +1,5 @@
-//! Controller scale (docs/architecture.md, "Scale"), a measurement that prints figures and
-//! asserts no timing:
+//! Controller scale (docs/architecture.md, "Targets"; the figures in README.md, "Performance"),
+//! a measurement that prints figures and asserts no timing:
 //!
 //! ```text
 //! scripts/bench-scale.sh                       # 1,000, 10,000 and 100,000 objects; 1, 2, 4 shards on 10,000
