@@ -12,10 +12,11 @@ use captf_shared::defaults::apply_defaults;
 use captf_shared::keys;
 use captf_shared::policy::{self, TenantPolicy, Violation};
 use captf_shared::references::{self, ForbiddenReference};
-use captf_shared::types::{CaptfObject, SERVED_KINDS, TerraformCluster};
+use captf_shared::types::{CaptfObject, DestructiveGuard, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update_request};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation};
+use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
 use kube::Resource;
 use kube::core::admission::{AdmissionRequest, Operation};
@@ -25,6 +26,8 @@ use serde::de::IgnoredAny;
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use serde_json::value::RawValue;
+
+use crate::approval::{self, ApproveCheck};
 
 /// The only AdmissionReview version served.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -193,6 +196,34 @@ pub struct Reviewed {
     pub namespace: String,
     pub name: String,
     pub message: Option<String>,
+    /// Set on an allowed validation that approves a plan or turns the guard to `Allow`: admitted
+    /// only if the user may `approve` the object ([`crate::approval::enforce`] asks).
+    pub approve: Option<ApproveCheck>,
+}
+
+impl Reviewed {
+    /// The same review refused (403 `Forbidden`) with this message, as a denial of the webhook's own.
+    pub fn refused(&self, message: &str) -> Reviewed {
+        let message = captf_shared::validation::cut_to_bytes(message, MAX_MESSAGE_BYTES);
+        let decision = Decision {
+            allowed: false,
+            status: Status::failure(&message, "Forbidden").with_code(403),
+            warnings: Vec::new(),
+            patch: None,
+            result: ResultLabel::Denied,
+        };
+        Reviewed {
+            body: serialize(&self.uid, &decision),
+            kind: self.kind,
+            operation: self.operation,
+            result: ResultLabel::Denied,
+            uid: self.uid.clone(),
+            namespace: self.namespace.clone(),
+            name: self.name.clone(),
+            message: Some(message.into_owned()),
+            approve: None,
+        }
+    }
 }
 
 /// The answer before serialization.
@@ -677,6 +708,10 @@ fn answer(route: Route, view: View<'_>) -> Result<Reviewed, ReviewError> {
     let operation = operation_label(&view.operation);
     let decision = decide(route, &view)?;
     let message = (!decision.allowed).then(|| decision.status.message.clone());
+    let approve = match route {
+        Route::Validate if decision.allowed => approve_check(&view),
+        _ => None,
+    };
     Ok(Reviewed {
         body: serialize(view.uid, &decision),
         kind,
@@ -686,7 +721,108 @@ fn answer(route: Route, view: View<'_>) -> Result<Reviewed, ReviewError> {
         namespace: view.namespace.to_string(),
         name: view.name.to_string(),
         message,
+        approve,
     })
+}
+
+/// Whether an admitted CREATE or UPDATE of a served kind needs the `approve` verb
+/// ([`approval::needs_approve`]): it sets `captf.io/approve-plan` to a new value, or turns
+/// `spec.guard.destructive` to `Allow`. An old object that cannot be read counts as neither.
+fn approve_check(view: &View<'_>) -> Option<ApproveCheck> {
+    let kind = served_kind(view)?;
+    if view.has_sub_resource {
+        return None;
+    }
+    let new = side(kind, view.object.as_ref()?);
+    let old = match view.operation {
+        Operation::Create => None,
+        Operation::Update => Some(view.old_object.as_ref().map(|o| side(kind, o)).unwrap_or_default()),
+        Operation::Delete | Operation::Connect => return None,
+    };
+    approval::needs_approve(kind, view.namespace, view.name, old, new, || {
+        user_info(view.body, view.username)
+    })
+}
+
+/// What the approval decision reads of one of the request's objects.
+fn side<'o>(kind: &str, object: &'o Obj<'_>) -> approval::Side<'o> {
+    let approve_plan = marks(object)
+        .and_then(|m| m.stamped[0].0.as_ref())
+        .map(|s| s.0.as_ref());
+    let guard_allows = match object {
+        Obj::Parts(ObjectParts { spec: Some(spec), .. }) if spec.get().len() <= MAX_SPEC_BYTES => {
+            guard_allows(kind, spec.get())
+        }
+        _ => false,
+    };
+    approval::Side {
+        approve_plan,
+        guard_allows,
+    }
+}
+
+/// `spec.guard` as the approval decision reads it (other fields skipped).
+#[derive(Default, Deserialize)]
+struct GuardParts<'a> {
+    #[serde(borrow, default)]
+    guard: Option<DestructiveOnly<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+struct DestructiveOnly<'a> {
+    #[serde(borrow, default)]
+    destructive: Option<Str<'a>>,
+}
+
+/// A template's `spec.template.spec.guard`.
+#[derive(Default, Deserialize)]
+struct TemplateGuardParts<'a> {
+    #[serde(borrow, default)]
+    template: Option<TemplateSpecGuard<'a>>,
+}
+
+#[derive(Default, Deserialize)]
+struct TemplateSpecGuard<'a> {
+    #[serde(borrow, default)]
+    spec: Option<GuardParts<'a>>,
+}
+
+/// Whether a raw spec of the kind sets its guard to `Allow`.
+fn guard_allows(kind: &str, spec: &str) -> bool {
+    let guard = if kind.ends_with("Template") {
+        serde_json::from_str::<TemplateGuardParts<'_>>(spec)
+            .ok()
+            .and_then(|t| t.template)
+            .and_then(|t| t.spec)
+    } else {
+        serde_json::from_str::<GuardParts<'_>>(spec).ok()
+    };
+    guard
+        .and_then(|g| g.guard)
+        .and_then(|g| g.destructive)
+        .is_some_and(|d| d.0 == DestructiveGuard::Allow.as_str())
+}
+
+/// The requesting user as the SubjectAccessReview needs it (name, uid, groups, extra), read from
+/// the body again: the review itself keeps only the name. Read only when a check is needed.
+fn user_info(body: &[u8], username: Option<&str>) -> UserInfo {
+    #[derive(Deserialize)]
+    struct Outer {
+        request: Inner,
+    }
+    #[derive(Deserialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Inner {
+        #[serde(default)]
+        user_info: Option<UserInfo>,
+    }
+    serde_json::from_slice::<Outer>(body)
+        .ok()
+        .and_then(|o| o.request.user_info)
+        .unwrap_or_else(|| UserInfo {
+            username: username.map(str::to_string),
+            ..UserInfo::default()
+        })
 }
 
 /// The served kind of the request, if CAPTF serves it (by group and kind).

@@ -154,6 +154,20 @@ pub struct ServeArgs {
     /// Time open connections get to finish on shutdown.
     #[arg(long, env = "CAPTF_WEBHOOK_SHUTDOWN_GRACE", default_value = "20s", value_parser = parse_duration)]
     pub shutdown_grace: Duration,
+    /// Approving a destructive plan (`captf.io/approve-plan`) and setting
+    /// `spec.guard.destructive: Allow` need the `approve` verb on the object's kind, checked with a
+    /// SubjectAccessReview (the webhook's account needs `create` on subjectaccessreviews; the
+    /// API server is found by KUBECONFIG or in-cluster). A check that cannot be made refuses the
+    /// request. Off by default here, so the webhook runs without an API server (tests, the demo
+    /// on the simulator); the chart turns it on.
+    #[arg(long, env = "CAPTF_WEBHOOK_AUTHORIZE_APPROVALS", default_value_t = false, action = clap::ArgAction::Set)]
+    pub authorize_approvals: bool,
+    /// The ClusterRole that grants `approve`, named in a refusal (the chart's `<release>-approver`).
+    #[arg(long, env = "CAPTF_WEBHOOK_APPROVER_CLUSTER_ROLE", default_value = crate::approval::DEFAULT_APPROVER_ROLE)]
+    pub approver_cluster_role: String,
+    /// How long an approval's SubjectAccessReview may take before the request is refused.
+    #[arg(long, env = "CAPTF_WEBHOOK_AUTHORIZE_TIMEOUT", default_value = "3s", value_parser = parse_duration)]
+    pub authorize_timeout: Duration,
     // What tenants may choose for runner pods: the controller's flags, declared once in
     // captf-shared, so both read the same values the same way (`--runner-image` and
     // `--runner-service-account` included: a spec may always name them).
@@ -209,6 +223,8 @@ pub fn parse_bytes(s: &str) -> Result<usize, String> {
 pub enum CliError {
     #[error("--tls-cert-file and --tls-key-file are required to serve")]
     MissingCertificate,
+    #[error("--authorize-approvals needs the API server (KUBECONFIG or the pod's in-cluster account): {0}")]
+    NoApiServer(String),
 }
 
 impl ServeArgs {
@@ -250,7 +266,24 @@ impl ServeArgs {
             },
         };
         config.policy = self.policy.to_policy();
+        config.approvals.approver_role = self.approver_cluster_role.clone();
         Ok(config)
+    }
+
+    /// With `--authorize-approvals`, the client that asks the API server (KUBECONFIG, else the
+    /// pod's in-cluster account): set on the config, which leaves approvals unchecked otherwise.
+    pub async fn connect_authorizer(&self, config: &mut Config) -> Result<(), CliError> {
+        if !self.authorize_approvals {
+            return Ok(());
+        }
+        let client = kube::Client::try_default()
+            .await
+            .map_err(|e| CliError::NoApiServer(e.to_string()))?;
+        config.approvals.authorizer = Some(std::sync::Arc::new(crate::approval::KubeAuthorizer::new(
+            client,
+            self.authorize_timeout,
+        )));
+        Ok(())
     }
 }
 
@@ -356,6 +389,26 @@ mod tests {
 
         let bad = Cli::try_parse_from(base.into_iter().chain(["--api-server-cidrs", "10.0.0.0/33"])).unwrap_err();
         assert!(bad.to_string().contains("not an address"), "{bad}");
+    }
+
+    #[test]
+    fn approvals_are_authorized_only_when_asked_and_refusals_name_the_approver_role() {
+        let base = ["captf-webhook", "--tls-cert-file", "c", "--tls-key-file", "k"];
+        let cli = Cli::try_parse_from(base).unwrap();
+        assert!(!cli.serve.authorize_approvals);
+        assert_eq!(cli.serve.authorize_timeout, crate::approval::DEFAULT_AUTHORIZE_TIMEOUT);
+        assert_eq!(cli.serve.authorize_timeout, Duration::from_secs(3));
+        let config = cli.serve.to_config().unwrap();
+        assert!(config.approvals.authorizer.is_none());
+        assert_eq!(config.approvals.approver_role, "captf-approver");
+        let on = Cli::try_parse_from(base.into_iter().chain([
+            "--authorize-approvals=true",
+            "--approver-cluster-role",
+            "x-approver",
+        ]))
+        .unwrap();
+        assert!(on.serve.authorize_approvals);
+        assert_eq!(on.serve.to_config().unwrap().approvals.approver_role, "x-approver");
     }
 
     #[test]

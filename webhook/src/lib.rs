@@ -3,6 +3,7 @@
 //! | module | what it holds |
 //! | --- | --- |
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
+//! | [`approval`] | who may approve: a plan approval or a guard set to `Allow` needs the `approve` verb (a SubjectAccessReview) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
 //! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
 //! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address and reserved for the API server, idle ones closed to make room |
@@ -17,6 +18,7 @@
 //! | [`devcerts`] | a development CA and serving certificate (rcgen) |
 
 pub mod admission;
+pub mod approval;
 pub mod budget;
 pub mod cli;
 pub mod conn;

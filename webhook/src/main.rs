@@ -35,7 +35,14 @@ async fn run(cli: Cli) -> Result<(), Box<dyn std::error::Error>> {
         );
         return Ok(());
     }
-    let bound = captf_webhook::bind(cli.serve.to_config()?).await?;
+    let mut config = cli.serve.to_config()?;
+    cli.serve.connect_authorizer(&mut config).await?;
+    if !cli.serve.authorize_approvals {
+        tracing::warn!(
+            "approvals are not authorized (--authorize-approvals=false): whoever may write an object may approve its destructive plans"
+        );
+    }
+    let bound = captf_webhook::bind(config).await?;
     // One line on stdout, so a parent process started with `--addr 127.0.0.1:0` finds the port.
     // Written without `println!`: a parent that closed the pipe after reading must not kill us.
     let mut out = std::io::stdout();

@@ -26,6 +26,7 @@ use axum::routing::{get, post};
 use http_body_util::BodyExt;
 
 use crate::admission::{self, KindLabel, OperationLabel, ResultLabel, Route};
+use crate::approval::Approvals;
 use crate::budget::{
     Admission, Bounds, Budget, DEFAULT_MAX_IN_FLIGHT_BYTES, DEFAULT_MAX_IN_FLIGHT_REQUESTS,
     DEFAULT_MAX_PEER_IN_FLIGHT_BYTES, DEFAULT_MAX_PEER_IN_FLIGHT_REQUESTS, DEFAULT_RESERVED_IN_FLIGHT_BYTES,
@@ -139,6 +140,8 @@ pub struct AppState {
     pub large_slots: Arc<Semaphore>,
     /// What tenants may choose for runner pods.
     pub policy: Arc<TenantPolicy>,
+    /// Whether and how approvals are authorized (the `approve` verb).
+    pub approvals: Approvals,
 }
 
 impl AppState {
@@ -151,7 +154,13 @@ impl AppState {
             budget: Budget::new(Limits::default().bounds()),
             large_slots: Arc::new(Semaphore::new(DEFAULT_LARGE_REVIEWS)),
             policy: Arc::new(TenantPolicy::unrestricted()),
+            approvals: Approvals::default(),
         }
+    }
+
+    pub fn with_approvals(mut self, approvals: Approvals) -> Self {
+        self.approvals = approvals;
+        self
     }
 
     pub fn with_policy(mut self, policy: TenantPolicy) -> Self {
@@ -339,6 +348,8 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
         review_large(route, state, body).await?
     };
     drop(admission);
+    // The body is no longer held: only the check (user and object) waits for the API server.
+    let reviewed = crate::approval::enforce(reviewed, &state.approvals).await;
     match &reviewed.message {
         Some(message) => tracing::info!(
             route = route.as_str(),

@@ -18,6 +18,7 @@ use tokio::sync::{mpsc, watch};
 use tokio_rustls::TlsAcceptor;
 use tower::ServiceExt as _;
 
+use crate::approval::Approvals;
 use crate::conn::{
     Activity, CloseReason, ConnBounds, ConnHandle, ConnLimits, ConnTable, DEFAULT_HTTP2_MAX_STREAMS,
     DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER,
@@ -80,6 +81,9 @@ pub struct Config {
     pub close_grace: Duration,
     /// What tenants may choose for runner pods (default: anything; the binary's flags narrow it).
     pub policy: TenantPolicy,
+    /// Whether and how plan approvals and `guard.destructive: Allow` are authorized (default:
+    /// not checked; the binary's `--authorize-approvals` turns it on).
+    pub approvals: Approvals,
 }
 
 impl Config {
@@ -106,6 +110,7 @@ impl Config {
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             close_grace: Duration::from_secs(5),
             policy: TenantPolicy::unrestricted(),
+            approvals: Approvals::default(),
         }
     }
 }
@@ -203,7 +208,8 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
     let state = AppState::new(metrics)
         .with_body_timeout(config.body_timeout)
         .with_limits(config.effective_limits())
-        .with_policy(config.policy.clone());
+        .with_policy(config.policy.clone())
+        .with_approvals(config.approvals.clone());
     Ok(Bound {
         config,
         listener,
