@@ -56,6 +56,10 @@ app.kubernetes.io/component: {{ .component }}
 {{- printf "%s-webhook" (include "captf.fullname" .) }}
 {{- end }}
 
+{{- define "captf.approver.name" -}}
+{{- printf "%s-approver" (include "captf.fullname" .) }}
+{{- end }}
+
 {{- define "captf.controller.name" -}}
 {{- printf "%s-controller" (include "captf.fullname" .) }}
 {{- end }}

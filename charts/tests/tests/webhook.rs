@@ -196,25 +196,107 @@ fn own_certificate_replaces_cert_manager_with_the_given_secret_and_ca_bundle() {
     }
 }
 
+/// Every rule bound to the webhook's account, as (group, resource, verbs).
+fn webhook_grants(r: &Rendered) -> Vec<(Vec<String>, Vec<String>, Vec<String>)> {
+    let mut grants = Vec::new();
+    for binding in r
+        .of_kind("ClusterRoleBinding")
+        .into_iter()
+        .chain(r.of_kind("RoleBinding"))
+    {
+        if !binding["subjects"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|s| s["name"] == "captf-webhook")
+        {
+            continue;
+        }
+        let role = r
+            .get(
+                binding["roleRef"]["kind"].as_str().unwrap(),
+                binding["roleRef"]["name"].as_str().unwrap(),
+            )
+            .unwrap();
+        for rule in role["rules"].as_array().unwrap() {
+            grants.push((
+                strings(&rule["apiGroups"]),
+                strings(&rule["resources"]),
+                strings(&rule["verbs"]),
+            ));
+        }
+    }
+    grants
+}
+
 #[test]
-fn webhook_needs_no_api_access() {
+fn the_webhooks_one_right_is_to_ask_who_may_approve() {
     let r = helm_template(&[]).unwrap();
     let sa = r.get("ServiceAccount", "captf-webhook").unwrap();
-    assert_eq!(sa["automountServiceAccountToken"], false);
-    let deploy = r.get("Deployment", "captf-webhook").unwrap();
     assert_eq!(
-        deploy["spec"]["template"]["spec"]["automountServiceAccountToken"],
-        false
+        sa["automountServiceAccountToken"], false,
+        "mounted only into the webhook's pod"
+    );
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    assert_eq!(deploy["spec"]["template"]["spec"]["automountServiceAccountToken"], true);
+    assert_eq!(
+        webhook_grants(&r),
+        [(
+            vec!["authorization.k8s.io".to_string()],
+            vec!["subjectaccessreviews".to_string()],
+            vec!["create".to_string()]
+        )]
+    );
+    let config = webhook_config(&[]);
+    assert_eq!(config.approvals.approver_role, "captf-approver");
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.contains(&"--authorize-approvals=true".to_string()), "{args:?}");
+    assert!(args.contains(&"--authorize-timeout=3s".to_string()), "{args:?}");
+
+    // The approver ClusterRole: the verb and nothing else, bound to nobody, not aggregated.
+    let approver = r.get("ClusterRole", "captf-approver").unwrap();
+    let rules = approver["rules"].as_array().unwrap();
+    assert_eq!(rules.len(), 1);
+    assert_eq!(strings(&rules[0]["verbs"]), ["approve"]);
+    assert_eq!(strings(&rules[0]["apiGroups"]), ["infrastructure.cluster.x-k8s.io"]);
+    assert_eq!(strings(&rules[0]["resources"]).len(), 6);
+    assert!(
+        approver["metadata"]["labels"]
+            .get("rbac.authorization.k8s.io/aggregate-to-admin")
+            .is_none()
     );
     for binding in r
         .of_kind("ClusterRoleBinding")
         .into_iter()
         .chain(r.of_kind("RoleBinding"))
     {
-        for s in binding["subjects"].as_array().unwrap() {
-            assert_ne!(s["name"], "captf-webhook", "the webhook is bound to nothing");
-        }
+        assert_ne!(
+            binding["roleRef"]["name"], "captf-approver",
+            "the chart binds approvers to nobody"
+        );
     }
+    let aggregated = helm_template(&["--set", "approvals.aggregateToAdmin=true"]).unwrap();
+    assert_eq!(
+        aggregated.get("ClusterRole", "captf-approver").unwrap()["metadata"]["labels"]["rbac.authorization.k8s.io/aggregate-to-admin"],
+        "true"
+    );
+}
+
+#[test]
+fn with_approvals_unchecked_the_webhook_needs_no_api_access() {
+    let r = helm_template(&["--set", "approvals.authorize=false"]).unwrap();
+    let deploy = r.get("Deployment", "captf-webhook").unwrap();
+    assert_eq!(
+        deploy["spec"]["template"]["spec"]["automountServiceAccountToken"],
+        false
+    );
+    assert!(webhook_grants(&r).is_empty(), "the webhook is bound to nothing");
+    let args = strings(&deploy["spec"]["template"]["spec"]["containers"][0]["args"]);
+    assert!(args.contains(&"--authorize-approvals=false".to_string()), "{args:?}");
+    assert!(
+        r.get("ClusterRole", "captf-approver").is_some(),
+        "the role is there to bind anyway"
+    );
 }
 
 /// The webhook's container args, parsed by the binary's own flags into its config.
