@@ -58,6 +58,11 @@ pub fn parse_forbidden(message: &str) -> Option<(String, String, String)> {
     Some((verb.to_string(), resource.to_string(), group))
 }
 
+/// Whether a message is the API server's report of an admission webhook's denial.
+fn is_webhook_denial(message: &str) -> bool {
+    message.contains("admission webhook \"") && message.contains("denied the request")
+}
+
 /// The verb, resource and group of the runtime's API actions, for a 403 whose message does not
 /// say (a table, so an action added to the runtime falls back to its own words).
 const ACTION_RBAC: &[(ApiAction, (&str, &str, &str))] = &[
@@ -104,8 +109,13 @@ fn action_rbac(action: ApiAction) -> (&'static str, &'static str, &'static str) 
 }
 
 /// A 403 as a [`PluginError::Forbidden`]: from the API server's message when it has the usual
-/// shape, else from what was being done.
+/// shape, else from what was being done. A refusal by an admission webhook is printed as it
+/// came: the webhook says what is missing (CAPTF's names the `approve` verb and the role that
+/// grants it), and the write itself was allowed, so no patch rule is suggested.
 pub fn forbidden(message: &str, fallback: (&str, &str, &str), namespace: Option<&str>) -> PluginError {
+    if parse_forbidden(message).is_none() && is_webhook_denial(message) {
+        return PluginError::Forbidden(message.to_string());
+    }
     let (verb, resource, group) = parse_forbidden(message)
         .unwrap_or_else(|| (fallback.0.to_string(), fallback.1.to_string(), fallback.2.to_string()));
     let can_i = match (resource.split_once('/'), group.is_empty()) {
@@ -162,6 +172,18 @@ mod tests {
             "{e}"
         );
         assert!(e.contains("kubectl auth can-i get secrets -n team-a"), "{e}");
+    }
+
+    #[test]
+    fn a_webhooks_refusal_to_approve_is_printed_as_it_came() {
+        let msg = "admission webhook \"validate.infrastructure.cluster.x-k8s.io\" denied the request: user \"eve\" may not approve plan \"h1\" (captf.io/approve-plan): that needs the \"approve\" verb on terraformclusters.infrastructure.cluster.x-k8s.io \"c\" in namespace \"team-a\"";
+        let e = forbidden(
+            msg,
+            ("patch", "terraformclusters", captf_shared::keys::GROUP),
+            Some("team-a"),
+        )
+        .to_string();
+        assert_eq!(e, msg);
     }
 
     #[test]
