@@ -1169,6 +1169,11 @@ async fn start_clusterctl_installed_captf(
         std::fs::write(tls.join(k), v).unwrap();
     }
     let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
+    // Under its own account too: it asks the API server who may approve (SubjectAccessReview).
+    let webhook_kubeconfig = cp
+        .service_account_kubeconfig("captf-system", "captf-webhook")
+        .await
+        .unwrap();
     let webhook_port = free_port();
     let webhook = spawn(
         &common::webhook::binary("captf-webhook"),
@@ -1189,7 +1194,7 @@ async fn start_clusterctl_installed_captf(
                 "--log-format=text".into(),
             ],
         ),
-        &[],
+        &[("KUBECONFIG", webhook_kubeconfig.display().to_string())],
         &work.join("captf-webhook.log"),
     );
     route_service(&admin, "captf-system", "captf-webhook", host, webhook_port)

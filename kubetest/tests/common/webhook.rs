@@ -37,6 +37,12 @@ impl Drop for Webhook {
 }
 
 pub fn start_webhook(dir: &Path) -> Webhook {
+    start_webhook_with(dir, &[], &[])
+}
+
+/// [`start_webhook`] with more flags and environment (e.g. `--authorize-approvals=true` and the
+/// `KUBECONFIG` of the account it asks the API server with).
+pub fn start_webhook_with(dir: &Path, args: &[&str], env: &[(&str, &Path)]) -> Webhook {
     let certs = dir.join("webhook-certs");
     let made = std::process::Command::new(binary("captf-webhook"))
         .args(["dev-certs", "--ip", "127.0.0.1", "--out-dir"])
@@ -55,6 +61,8 @@ pub fn start_webhook(dir: &Path) -> Webhook {
         .arg(certs.join("tls.crt"))
         .arg("--tls-key-file")
         .arg(certs.join("tls.key"))
+        .args(args)
+        .envs(env.iter().copied())
         .stdout(std::process::Stdio::piped())
         .stderr(std::fs::File::create(dir.join("webhook.log")).unwrap())
         .spawn()
