@@ -10,7 +10,7 @@
 //!
 //! [`needs_approve`] is the pure decision (old and new object in, the reasons to ask out);
 //! [`Authorizer`] is the question, behind a trait so tests answer it without an API server;
-//! [`KubeAuthorizer`] asks the API server; [`enforce`] applies the answer to a review.
+//! [`KubeAuthorizer`] asks the API server; [`enforce`] turns the answer into a refusal or none.
 
 use std::collections::BTreeMap;
 use std::fmt;
@@ -24,8 +24,6 @@ use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
 use kube::Resource as _;
-
-use crate::admission::Reviewed;
 
 /// The custom verb checked.
 pub const APPROVE_VERB: &str = "approve";
@@ -279,21 +277,16 @@ impl Default for Approvals {
     }
 }
 
-/// A review after its check: unchanged when no check is needed, the check is off, or the user may
-/// approve; refused (403) when the user may not, or when the API server could not say.
-pub async fn enforce(reviewed: Reviewed, approvals: &Approvals) -> Reviewed {
-    let Some(check) = reviewed.approve.as_ref() else {
-        return reviewed;
-    };
-    let Some(authorizer) = approvals.authorizer.as_deref() else {
-        return reviewed;
-    };
-    let message = match authorizer.authorize(check).await {
-        Ok(v) if v.allowed => return reviewed,
-        Ok(v) => refusal(check, &v, &approvals.approver_role),
-        Err(e) => unavailable(check, &e),
-    };
-    reviewed.refused(&message)
+/// Why a review that needs `check` is refused: `None` when the check is off or the user may
+/// approve; the refusal when the user may not, or when the API server could not say (the caller
+/// answers 403 with it).
+pub async fn enforce(check: &ApproveCheck, approvals: &Approvals) -> Option<String> {
+    let authorizer = approvals.authorizer.as_deref()?;
+    match authorizer.authorize(check).await {
+        Ok(v) if v.allowed => None,
+        Ok(v) => Some(refusal(check, &v, &approvals.approver_role)),
+        Err(e) => Some(unavailable(check, &e)),
+    }
 }
 
 fn user_name(check: &ApproveCheck) -> String {

@@ -349,7 +349,14 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     };
     drop(admission);
     // The body is no longer held: only the check (user and object) waits for the API server.
-    let reviewed = crate::approval::enforce(reviewed, &state.approvals).await;
+    let refused = match reviewed.approve.as_ref() {
+        Some(check) => crate::approval::enforce(check, &state.approvals).await,
+        None => None,
+    };
+    let reviewed = match refused {
+        Some(message) => reviewed.refused(&message),
+        None => reviewed,
+    };
     match &reviewed.message {
         Some(message) => tracing::info!(
             route = route.as_str(),
