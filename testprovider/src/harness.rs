@@ -302,7 +302,10 @@ impl Sandbox {
         ));
         let target_dir = target.parent().unwrap_or(&base).to_path_buf();
         std::fs::create_dir_all(&target_dir).map_err(io(&target_dir))?;
-        std::os::unix::fs::symlink(&provider, &target).map_err(io(&target))?;
+        // A copy, not a link: a `cargo build` elsewhere (the demo's) may replace the built
+        // provider while this sandbox's Terraform has its checksum in a lock file, and a changed
+        // package fails every later init of the sandbox.
+        std::fs::copy(&provider, &target).map_err(io(&target))?;
         let cli_config = base.join("terraform.tfrc");
         let mirror = base.join("mirror");
         let text = format!(

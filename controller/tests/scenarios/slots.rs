@@ -203,8 +203,9 @@ async fn with_two_slots_per_namespace_five_new_objects_run_two_at_a_time_queue_w
     env.no_denials()
 }
 
-#[tokio::test]
-async fn under_the_controller_wide_limit_two_namespaces_take_turns() -> Result<()> {
+/// A controller watching `NS` and `TEAM` with two runner slots in all (no per-namespace limit),
+/// quick runners, and the peak of what ran at once.
+async fn two_namespaces_two_slots() -> Result<(Env, Arc<Mutex<Peak>>)> {
     let mut a = args();
     a.namespace = vec![NS.into(), TEAM.into()];
     a.max_running_jobs = 2;
@@ -218,6 +219,12 @@ async fn under_the_controller_wide_limit_two_namespaces_take_turns() -> Result<(
     let peak = watch_peak(&sim);
     let mut env = Env { sim, handle: None };
     env.start_controller_with(&a).await?;
+    Ok((env, peak))
+}
+
+#[tokio::test]
+async fn under_the_controller_wide_limit_two_namespaces_take_turns() -> Result<()> {
+    let (env, peak) = two_namespaces_two_slots().await?;
 
     // Four objects in the first namespace: two run, two wait.
     let many: Vec<String> = (0..4).map(|i| format!("a{i}")).collect();
@@ -282,18 +289,7 @@ async fn under_the_controller_wide_limit_two_namespaces_take_turns() -> Result<(
 #[tokio::test]
 async fn a_tenants_fake_jobs_with_captf_labels_do_not_fill_the_runner_slots() -> Result<()> {
     use captf_shared::{Kind, Op, names};
-    let mut a = args();
-    a.namespace = vec![NS.into(), TEAM.into()];
-    a.max_running_jobs = 2;
-    a.max_running_jobs_per_namespace = 0;
-    let sim = Sim::builder().start_time(T0.parse()?).start().await?;
-    for ns in [NS, TEAM] {
-        sim.create_namespace(ns);
-    }
-    sim.load_rbac(CHART_RBAC)?;
-    quick_runners(&sim);
-    let mut env = Env { sim, handle: None };
-    env.start_controller_with(&a).await?;
+    let (env, _) = two_namespaces_two_slots().await?;
     let fake = |object: &str, owner: Value| {
         let name = names::job_name(Kind::TerraformCluster, TEAM, object, Op::Apply, 1);
         serde_json::json!({"apiVersion": "batch/v1", "kind": "Job",
