@@ -14,8 +14,11 @@
 #   - Cluster API's CRDs, from the module pinned in realparts/cluster-api/go.mod, into
 #     .tools/capi/crds (for the tests that check the templates and clusterctl files);
 #   - clusterctl and Cluster API's core manager from the same module, kustomize, the core
-#     provider's components rendered as a local clusterctl repository, and cert-manager's CRDs
-#     (for the tests that run the real Cluster API; skipped with CAPTF_NO_CONTROL_PLANE=1);
+#     provider's components rendered as a local clusterctl repository (for the tests that run the
+#     real Cluster API; skipped with CAPTF_NO_CONTROL_PLANE=1);
+#   - cert-manager's controller, webhook and cainjector, built from its released source tree, and
+#     its chart rendered as its release renders it (scripts/build-cert-manager.sh; skipped with
+#     CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH;
 #   - for scripts/release.sh: umoci and musl-tools (Debian, as root with apt-get), the Rust
@@ -175,8 +178,8 @@ done
 # it with the providers it installs); kustomize (realparts/kustomize) to render the core
 # provider's components from the kustomization inside that module, written with its metadata as a
 # local clusterctl repository under .tools/capi/repository/cluster-api/<version>/, and the kubeadm
-# providers' CRDs under .tools/capi/kubeadm-crds/; and the CRDs of
-# cert-manager (realparts/cert-manager), which clusterctl looks for before it installs a provider.
+# providers' CRDs under .tools/capi/kubeadm-crds/; and cert-manager, which clusterctl installs
+# before any provider.
 # Left out with CAPTF_NO_CONTROL_PLANE=1, like the control plane they run on.
 if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
   capi_version="$(cd "$root/realparts/cluster-api" && go list -m -f '{{.Version}}' sigs.k8s.io/cluster-api)"
@@ -200,15 +203,9 @@ if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
     "$tools/bin/kustomize" build "$capi_dir/$part/kubeadm/config/crd" >"$tools/capi/kubeadm-crds/$part.yaml.partial"
     mv "$tools/capi/kubeadm-crds/$part.yaml.partial" "$tools/capi/kubeadm-crds/$part.yaml"
   done
-  cm_json="$(cd "$root/realparts/cert-manager" && go mod download -json github.com/cert-manager/cert-manager)" || {
-    echo "setup-tools: could not download the github.com/cert-manager/cert-manager pin of realparts/cert-manager/go.mod: $cm_json" >&2
-    exit 1
-  }
-  cm_dir="$(printf '%s' "$cm_json" | python3 -c 'import json,sys; print(json.load(sys.stdin)["Dir"])')"
-  mkdir -p "$tools/cert-manager/crds"
-  for crd in "$cm_dir"/deploy/crds/*.yaml; do
-    install -m 0644 "$crd" "$tools/cert-manager/crds/"
-  done
+  # cert-manager's controller, webhook and cainjector and its rendered chart, built from its
+  # released source tree (scripts/build-cert-manager.sh says where it looks for the tree).
+  "$root/scripts/build-cert-manager.sh"
 fi
 # ---- end of Cluster API's binaries ----
 

@@ -8,11 +8,12 @@ use crate::pki::KUBERNETES_SERVICE_IP;
 /// The controllers kube-controller-manager runs: what CAPTF's objects rely on (Jobs, owner
 /// references, namespace deletion, service accounts and their tokens, the `kube-root-ca.crt`
 /// ConfigMap a projected token volume reads, finished-Job clean-up), the aggregation of
-/// ClusterRoles that Cluster API's manager role is built by, and the Deployments and ReplicaSets
-/// that make an installed chart's pods. Not the EndpointSlice controller: pods get loopback
-/// addresses here, which an EndpointSlice may not hold, so a test routes a Service itself
-/// (`standin::route_service`).
-pub const CONTROLLERS: [&str; 10] = [
+/// ClusterRoles that Cluster API's manager role is built by, the Deployments and ReplicaSets that
+/// make an installed chart's pods, and the EndpointSlices that put ready pods behind their
+/// Services (pods on the host's network have addresses an EndpointSlice may hold; a loopback
+/// pod's is refused, and a component run as a process, not a pod, is routed by the test:
+/// `route::route_service`).
+pub const CONTROLLERS: [&str; 11] = [
     "job-controller",
     "garbage-collector-controller",
     "namespace-controller",
@@ -23,6 +24,7 @@ pub const CONTROLLERS: [&str; 10] = [
     "clusterrole-aggregation-controller",
     "deployment-controller",
     "replicaset-controller",
+    "endpointslice-controller",
 ];
 
 /// The admission plugins the API server runs, beyond which it would run by default: the

@@ -10,6 +10,17 @@
 //! and on a pod's deletion (or an eviction, which is a deletion) sends SIGTERM, SIGKILL when the
 //! grace period ends, and then deletes the pod for good as a kubelet does.
 //!
+//! It runs the readiness and liveness probes a pod's container declares ([`crate::probe`]): a
+//! pod with a readiness probe is Ready only while the probe passes, so a Service's endpoints
+//! leave it when it fails; a failed liveness probe ends the container with SIGTERM. This kubelet
+//! does not restart containers: the pod ends `Failed`, and its ReplicaSet makes a new one.
+//!
+//! Pods get a loopback address of their own (`127.0.x.y`), or, with
+//! [`KubeletOptions::host_network`], this machine's address, as every pod shared the host's
+//! network (`hostNetwork: true`): then the EndpointSlice controller can put them behind their
+//! Services (the API server refuses loopback addresses in an EndpointSlice), and their ports
+//! must not collide.
+//!
 //! It polls the pod list (every [`KubeletOptions::sync_every`]) instead of watching. What to do
 //! with a pod is decided by pure functions ([`next_action`], [`grace_period`],
 //! [`running_status`], [`waiting_status`], [`terminated_status`], [`next_pod_ip`]).
@@ -29,6 +40,8 @@ use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, Preconditions};
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
+
+use crate::probe::{Kind, Probe, Tracker, check, probe_of};
 
 /// The namespace of the nodes' Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -63,6 +76,13 @@ pub struct KubeletOptions {
     pub status_every: Duration,
     /// How often the pods are listed and the grace periods checked.
     pub sync_every: Duration,
+    /// Every pod's address, as if each had `hostNetwork: true` (this machine's own address, one
+    /// an EndpointSlice may hold); `None`: a loopback address of its own per pod.
+    pub host_network: Option<Ipv4Addr>,
+    /// How often the Secret and ConfigMap volumes of running pods are written again from the API
+    /// (a kubelet's is about a minute; shorter here, so that a renewed certificate reaches its
+    /// pod within a test's patience).
+    pub volume_sync_every: Duration,
 }
 
 impl KubeletOptions {
@@ -85,7 +105,15 @@ impl KubeletOptions {
             renew_every: Duration::from_secs(10),
             status_every: Duration::from_secs(60),
             sync_every: Duration::from_millis(200),
+            host_network: None,
+            volume_sync_every: Duration::from_secs(3),
         }
+    }
+
+    /// Every pod shares the host's network at `address` (see [`KubeletOptions::host_network`]).
+    pub fn host_network(mut self, address: Ipv4Addr) -> Self {
+        self.host_network = Some(address);
+        self
     }
 
     /// Run the pods whose first container's image is `image` as `files` says.
@@ -230,6 +258,31 @@ struct PodState {
     /// A status not written yet (the API server did not take it): written again at every sync,
     /// and before the pod is deleted for good.
     unwritten: Option<Value>,
+    /// The running container's probes.
+    probes: BTreeMap<Kind, Tracker>,
+}
+
+/// One probe's result for the pod `key` (the pod of uid `uid`).
+struct ProbeResult {
+    key: PodKey,
+    uid: String,
+    kind: Kind,
+    ok: bool,
+}
+
+/// A probe that never runs (it is kept in flight): for a readiness probe this kubelet cannot run.
+fn unreachable_probe() -> Probe {
+    Probe {
+        handler: crate::probe::Handler::Tcp {
+            host: HOST_IP.to_string(),
+            port: 0,
+        },
+        initial_delay: Duration::ZERO,
+        period: Duration::from_secs(3600),
+        timeout: Duration::from_secs(1),
+        success_threshold: 1,
+        failure_threshold: 1,
+    }
 }
 
 /// What to do with a pod now.
@@ -365,20 +418,29 @@ pub fn waiting_status(pod: &Value, ip: Ipv4Addr, reason: &str, message: &str, no
     }})
 }
 
-/// The status of a pod whose container runs (a strategic merge patch body).
-pub fn running_status(pod: &Value, ip: Ipv4Addr, container_id: &str, started_at: &str) -> Value {
+/// The status of a pod whose container runs (a strategic merge patch body): Ready as `ready`
+/// says (since `ready_since`; its readiness probe passes, or it has none).
+pub fn running_status(
+    pod: &Value,
+    ip: Ipv4Addr,
+    container_id: &str,
+    started_at: &str,
+    ready: bool,
+    ready_since: &str,
+) -> Value {
     let (name, image) = container_of(pod);
+    let not_ready = (!ready).then_some("ContainersNotReady");
     json!({ "status": {
         "phase": "Running", "hostIP": HOST_IP.to_string(), "hostIPs": ips(HOST_IP),
         "podIP": ip.to_string(), "podIPs": ips(ip), "startTime": started_at,
         "conditions": [
             condition("PodReadyToStartContainers", true, None, started_at),
             condition("Initialized", true, None, started_at),
-            condition("ContainersReady", true, None, started_at),
-            condition("Ready", true, None, started_at),
+            condition("ContainersReady", ready, not_ready, ready_since),
+            condition("Ready", ready, not_ready, ready_since),
         ],
         "containerStatuses": [{ "name": name, "image": image, "imageID": "", "containerID": container_id,
-            "ready": true, "started": true, "restartCount": 0,
+            "ready": ready, "started": true, "restartCount": 0,
             "state": { "waiting": null, "terminated": null, "running": { "startedAt": started_at } } }],
     }})
 }
@@ -479,8 +541,8 @@ fn container_id(key: &PodKey) -> String {
     format!("captf-process://{}_{}", key.0, key.1)
 }
 
-/// The Node's status: Ready, no pressure, this machine's CPUs and memory, loopback addresses.
-pub fn node_status(node: &str, now: &str) -> Value {
+/// The Node's status: Ready, no pressure, this machine's CPUs and memory, its `address`.
+pub fn node_status(node: &str, address: Ipv4Addr, now: &str) -> Value {
     let cpus = std::thread::available_parallelism().map_or(1, |n| n.get());
     let memory_ki = std::fs::read_to_string("/proc/meminfo")
         .ok()
@@ -504,7 +566,7 @@ pub fn node_status(node: &str, now: &str) -> Value {
             cond("PIDPressure", "False", "KubeletHasSufficientPID", "kubelet has sufficient PID available"),
             cond("Ready", "True", "KubeletReady", "kubelet is posting ready status"),
         ],
-        "addresses": [{ "type": "InternalIP", "address": HOST_IP.to_string() },
+        "addresses": [{ "type": "InternalIP", "address": address.to_string() },
                       { "type": "Hostname", "address": node }],
         "daemonEndpoints": { "kubeletEndpoint": { "Port": 0 } },
         "nodeInfo": { "machineID": "", "systemUUID": "", "bootID": "", "kernelVersion": "",
@@ -533,7 +595,7 @@ async fn register_node(client: &kube::Client, opts: &KubeletOptions) -> Result<S
         .patch_status(
             name,
             &PatchParams::default(),
-            &Patch::Merge(json!({ "status": node_status(name, &now_time()) })),
+            &Patch::Merge(json!({ "status": node_status(name, opts.host_network.unwrap_or(HOST_IP), &now_time()) })),
         )
         .await?;
     Ok(patched.metadata.uid.unwrap_or_default())
@@ -550,6 +612,9 @@ struct State {
 
 impl State {
     async fn run(mut self, mut exits: mpsc::UnboundedReceiver<(PodKey, Exit)>) {
+        let (probe_tx, mut probe_rx) = mpsc::unbounded_channel();
+        let mut volumes = tokio::time::interval(self.opts.volume_sync_every);
+        volumes.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut sync = tokio::time::interval(self.opts.sync_every);
         sync.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         let mut renew = tokio::time::interval(self.opts.renew_every);
@@ -561,13 +626,18 @@ impl State {
             tokio::select! {
                 biased;
                 Some((key, exit)) = exits.recv() => self.exited(key, exit).await,
+                Some(result) = probe_rx.recv() => self.probed(result).await,
                 _ = renew.tick() => {
                     self.renew_lease().await;
                     if self.last_status.is_none_or(|t| t.elapsed() >= self.opts.status_every) {
                         self.write_node_status().await;
                     }
                 }
-                _ = sync.tick() => self.sync(&mut exits).await,
+                _ = sync.tick() => {
+                    self.sync(&mut exits).await;
+                    self.start_due_probes(&probe_tx);
+                }
+                _ = volumes.tick() => self.refresh_volumes().await,
             }
         }
     }
@@ -597,7 +667,8 @@ impl State {
     async fn write_node_status(&mut self) {
         let nodes: Api<Node> = Api::all(self.client.clone());
         let name = &self.opts.node_name;
-        let body = json!({ "status": node_status(name, &now_time()) });
+        let address = self.opts.host_network.unwrap_or(HOST_IP);
+        let body = json!({ "status": node_status(name, address, &now_time()) });
         if nodes
             .patch_status(name, &PatchParams::default(), &Patch::Merge(&body))
             .await
@@ -743,6 +814,9 @@ impl State {
         if let Some(p) = self.pods.get(key) {
             return Some(p.ip);
         }
+        if let Some(address) = self.opts.host_network {
+            return Some(address);
+        }
         let used: BTreeSet<Ipv4Addr> = self.pods.values().map(|p| p.ip).collect();
         next_pod_ip(&used)
     }
@@ -766,6 +840,7 @@ impl State {
                     started_at: now_time(),
                     local: Local::Waiting(format!("{reason}: {message}")),
                     unwritten: None,
+                    probes: BTreeMap::new(),
                 },
             );
         }
@@ -804,14 +879,37 @@ impl State {
             .runtime
             .prepare(&objects, &pod, &image, &access)
             .and_then(|prep| self.runtime.spawn(key.clone(), prep));
+        let mut probes = BTreeMap::new();
         let (local, body) = match spawned {
-            Ok(_) => (
-                Local::Running {
-                    kill_at: None,
-                    killed: false,
-                },
-                running_status(&pod, ip, &id, &started_at),
-            ),
+            Ok(_) => {
+                let now = Instant::now();
+                for kind in [Kind::Readiness, Kind::Liveness] {
+                    match probe_of(&pod, kind, ip) {
+                        None => {}
+                        Some(Ok(probe)) => {
+                            probes.insert(kind, Tracker::new(probe, kind, now));
+                        }
+                        // A probe this kubelet cannot run: a readiness probe keeps the pod
+                        // unready, as a failing one would; the pod's log says why.
+                        Some(Err(why)) => {
+                            self.note(key, &why);
+                            if kind == Kind::Readiness {
+                                let mut never = Tracker::new(unreachable_probe(), kind, now);
+                                never.take_due(now);
+                                probes.insert(kind, never);
+                            }
+                        }
+                    }
+                }
+                let ready = !probes.contains_key(&Kind::Readiness);
+                (
+                    Local::Running {
+                        kill_at: None,
+                        killed: false,
+                    },
+                    running_status(&pod, ip, &id, &started_at, ready, &started_at),
+                )
+            }
             Err(why) => {
                 let end = ContainerEnd {
                     exit_code: CANNOT_RUN_EXIT_CODE,
@@ -833,38 +931,107 @@ impl State {
                 started_at,
                 local,
                 unwritten: None,
+                probes,
             },
         );
         self.set_status(key, body).await;
     }
 
+    /// A line of the kubelet's own in the pod's log.
+    fn note(&self, key: &PodKey, text: &str) {
+        use std::io::Write as _;
+        let path = self.opts.root.join("logs").join(format!("{}_{}.log", key.0, key.1));
+        if let Ok(mut f) = std::fs::OpenOptions::new().create(true).append(true).open(path) {
+            let _ = writeln!(f, "kubelet: {text}");
+        }
+    }
+
+    /// Starts every probe that is due, each in a task of its own (a slow probe holds nothing
+    /// else up); the results come back through `results`.
+    fn start_due_probes(&mut self, results: &mpsc::UnboundedSender<ProbeResult>) {
+        let now = Instant::now();
+        for (key, p) in &mut self.pods {
+            if !matches!(p.local, Local::Running { kill_at: None, .. }) {
+                continue;
+            }
+            for (kind, tracker) in &mut p.probes {
+                if tracker.take_due(now) {
+                    let probe = tracker.probe.clone();
+                    let (key, uid, kind, results) = (key.clone(), p.uid.clone(), *kind, results.clone());
+                    tokio::spawn(async move {
+                        let ok = check(&probe).await;
+                        let _ = results.send(ProbeResult { key, uid, kind, ok });
+                    });
+                }
+            }
+        }
+    }
+
+    /// A probe's result: a readiness change is written to the pod's status; a failed liveness
+    /// probe ends the container (SIGTERM, SIGKILL after the grace period).
+    async fn probed(&mut self, result: ProbeResult) {
+        let Some(p) = self.pods.get_mut(&result.key) else {
+            return;
+        };
+        if p.uid != result.uid || !matches!(p.local, Local::Running { kill_at: None, .. }) {
+            return;
+        }
+        let Some(tracker) = p.probes.get_mut(&result.kind) else {
+            return;
+        };
+        let Some(passing) = tracker.record(result.ok, Instant::now()) else {
+            return;
+        };
+        match result.kind {
+            Kind::Readiness => {
+                let body = running_status(
+                    &p.pod,
+                    p.ip,
+                    &container_id(&result.key),
+                    &p.started_at,
+                    passing,
+                    &now_time(),
+                );
+                self.set_status(&result.key, body).await;
+            }
+            Kind::Liveness => {
+                p.local = Local::Running {
+                    kill_at: Some(Instant::now() + grace_period(&p.pod)),
+                    killed: false,
+                };
+                self.runtime.terminate(&result.key);
+                self.note(&result.key, "the liveness probe failed: the container is ended");
+            }
+        }
+    }
+
+    /// The Secret and ConfigMap volumes of every running pod, written again from the API.
+    async fn refresh_volumes(&mut self) {
+        let running: Vec<Value> = self
+            .pods
+            .values()
+            .filter(|p| matches!(p.local, Local::Running { kill_at: None, .. }))
+            .filter(|p| {
+                p.pod["spec"]["volumes"].as_array().is_some_and(|v| {
+                    v.iter()
+                        .any(|v| v.get("secret").is_some() || v.get("configMap").is_some())
+                })
+            })
+            .map(|p| p.pod.clone())
+            .collect();
+        for pod in running {
+            let Ok(objects) = self.fetch_objects(&pod).await else {
+                continue;
+            };
+            let _ = self.runtime.refresh_volumes(&objects, &pod);
+        }
+    }
+
     /// The Secrets and ConfigMaps a pod needs, and its projected tokens (TokenRequest, bound to
     /// the pod). An error names what is missing.
     async fn fetch(&self, pod: &Value) -> Result<Objects, String> {
+        let mut out = self.fetch_objects(pod).await?;
         let ns = str_at(pod, "/metadata/namespace");
-        let mut out = Objects::default();
-        for (resource, name, optional) in captf_sim::process_kubelet::referenced_objects(pod) {
-            let got = if resource == "/secrets" {
-                Api::<Secret>::namespaced(self.client.clone(), ns)
-                    .get_opt(&name)
-                    .await
-                    .map(|o| o.and_then(|o| serde_json::to_value(o).ok()))
-            } else {
-                Api::<ConfigMap>::namespaced(self.client.clone(), ns)
-                    .get_opt(&name)
-                    .await
-                    .map(|o| o.and_then(|o| serde_json::to_value(o).ok()))
-            };
-            let kind = if resource == "/secrets" { "secret" } else { "configmap" };
-            match got {
-                Ok(Some(v)) => {
-                    out.objects.insert((resource.to_string(), ns.to_string(), name), v);
-                }
-                Ok(None) if optional => {}
-                Ok(None) => return Err(format!("{kind} {name:?} not found")),
-                Err(e) => return Err(format!("{kind} {name:?}: {e}")),
-            }
-        }
         let sa = match str_at(pod, "/spec/serviceAccountName") {
             "" => "default",
             s => s,
@@ -893,6 +1060,35 @@ impl State {
                 .map_err(|e| format!("a token of the service account {sa:?}: {e}"))?;
             let token = answer.status.map(|s| s.token).unwrap_or_default();
             out.tokens.insert(audience, token);
+        }
+        Ok(out)
+    }
+
+    /// The Secrets and ConfigMaps a pod names (not its tokens).
+    async fn fetch_objects(&self, pod: &Value) -> Result<Objects, String> {
+        let ns = str_at(pod, "/metadata/namespace");
+        let mut out = Objects::default();
+        for (resource, name, optional) in captf_sim::process_kubelet::referenced_objects(pod) {
+            let got = if resource == "/secrets" {
+                Api::<Secret>::namespaced(self.client.clone(), ns)
+                    .get_opt(&name)
+                    .await
+                    .map(|o| o.and_then(|o| serde_json::to_value(o).ok()))
+            } else {
+                Api::<ConfigMap>::namespaced(self.client.clone(), ns)
+                    .get_opt(&name)
+                    .await
+                    .map(|o| o.and_then(|o| serde_json::to_value(o).ok()))
+            };
+            let kind = if resource == "/secrets" { "secret" } else { "configmap" };
+            match got {
+                Ok(Some(v)) => {
+                    out.objects.insert((resource.to_string(), ns.to_string(), name), v);
+                }
+                Ok(None) if optional => {}
+                Ok(None) => return Err(format!("{kind} {name:?} not found")),
+                Err(e) => return Err(format!("{kind} {name:?}: {e}")),
+            }
         }
         Ok(out)
     }
@@ -1094,7 +1290,7 @@ mod tests {
 
     #[test]
     fn a_running_pod_reports_its_ip_the_host_ip_and_ready_conditions() {
-        let s = running_status(&pod(json!({})), Ipv4Addr::new(127, 0, 1, 2), "id", "t");
+        let s = running_status(&pod(json!({})), Ipv4Addr::new(127, 0, 1, 2), "id", "t", true, "t");
         let st = &s["status"];
         assert_eq!(
             (st["phase"].as_str(), st["podIP"].as_str()),
@@ -1154,7 +1350,7 @@ mod tests {
             }
             let _ = grace_period(&pod);
             let ip = Ipv4Addr::new(127, 0, 1, 1);
-            let _ = running_status(&pod, ip, "id", "t");
+            let _ = running_status(&pod, ip, "id", "t", false, "t");
             let _ = waiting_status(&pod, ip, "r", "m", "t");
             let end = container_end(&pod, &exit(code, None, "tail"));
             let _ = terminated_status(&pod, ip, &end, "id", "t", "t");

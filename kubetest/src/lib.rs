@@ -13,11 +13,13 @@
 //! ```
 
 pub mod args;
+pub mod cert_manager;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod pki;
+pub mod probe;
 pub mod process;
-pub mod standin;
+pub mod route;
 pub mod tools;
 
 use std::net::{Ipv4Addr, TcpListener};

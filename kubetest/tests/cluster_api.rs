@@ -5,11 +5,13 @@
 //! clusterctl installed, and the process kubelet runs CAPTF's runner Jobs (real OpenTofu and the
 //! test provider). Then a Cluster whose infrastructure is a TerraformCluster is reconciled by both.
 //!
-//! What stands in for the parts not run here (said in the README): the managers run as processes,
-//! not as the pods of their Deployments, with their Services' EndpointSlices pointing at them; and
-//! the certificates cert-manager would issue and inject come from the harness's stand-in
-//! ([`captf_kubetest::standin`]), as cert-manager's commands cannot be built here. Without the
-//! binaries or root these tests fail under `CI` and skip elsewhere.
+//! `clusterctl init` installs the real cert-manager first, as it does for every user (from a local
+//! repository: cert-manager's chart rendered to one manifest, its binaries built from its released
+//! source; [`captf_kubetest::cert_manager`]), and cert-manager issues every provider's serving
+//! certificate and injects their CA bundles. What differs from a cluster (said in the README): the
+//! managers run as processes, not as the pods of their Deployments, with their Services'
+//! EndpointSlices pointing at them ([`captf_kubetest::route`]). Without the binaries or root these
+//! tests fail under `CI` and skip elsewhere.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -17,7 +19,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use captf_kubetest::standin::{CertStandIn, host_address, route_service, tls_files};
+use captf_kubetest::cert_manager::CertManager;
+use captf_kubetest::route::{host_address, route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
@@ -258,6 +261,22 @@ impl Management {
             captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
             return None;
         }
+        let cert_manager = match CertManager::locate(&bin) {
+            Ok(c) => c,
+            Err(e) => {
+                captf_testsupport::cannot_run(e.to_string());
+                return None;
+            }
+        };
+        // The pods (cert-manager's, the chart's) share the host's network at its address, one an
+        // EndpointSlice may hold; the managers run as processes serve there too.
+        let host = match host_address() {
+            Ok(ip) => ip,
+            Err(e) => {
+                captf_testsupport::cannot_run(e.to_string());
+                return None;
+            }
+        };
         let files = tempfile::tempdir().unwrap();
         let (image, world_dir) = match image {
             Some(shared) => shared,
@@ -287,7 +306,13 @@ impl Management {
         let cp = ControlPlane::start(opts).await.unwrap();
         let admin = cp.admin_client().await.unwrap();
         let root = tempfile::tempdir().unwrap();
-        let mut kubelet_options = cp.kubelet_options(NODE, root.path()).image(RUNNER_IMAGE, image.clone());
+        let mut kubelet_options = cp
+            .kubelet_options(NODE, root.path())
+            .host_network(host)
+            .image(RUNNER_IMAGE, image.clone());
+        for (name, files) in cert_manager.images() {
+            kubelet_options = kubelet_options.image(name, files);
+        }
         if install == Install::Helm {
             // The chart's images are the workspace's binaries and the runner's image.
             kubelet_options = kubelet_options
@@ -306,14 +331,7 @@ impl Management {
         let work = cp.work_dir().to_path_buf();
         let kubeconfig = cp.admin_kubeconfig();
 
-        // cert-manager's CRDs: clusterctl installs a provider only once it finds them.
-        run(std::process::Command::new(bin.join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(&kubeconfig)
-            .args(["apply", "--server-side", "-f"])
-            .arg(tools_root.join("cert-manager/crds")));
-
-        let repo = local_repository(&tools_root, files.path());
+        let repo = local_repository(&tools_root, files.path(), &cert_manager);
         let infrastructure = match install {
             Install::Clusterctl => vec!["--infrastructure".to_string(), format!("terraform:{CAPTF_VERSION}")],
             Install::Helm => vec![],
@@ -332,22 +350,13 @@ impl Management {
             // ClusterClass topology, as most management clusters run it.
             .env("CLUSTER_TOPOLOGY", "true"));
 
-        let host = match host_address() {
-            Ok(ip) => ip.to_string(),
-            Err(e) => {
-                captf_testsupport::cannot_run(e.to_string());
-                return None;
-            }
-        };
-        let standin = CertStandIn::new().unwrap();
-        standin.issue(&admin).await.unwrap();
-        standin.inject(&admin).await.unwrap();
+        let host = host.to_string();
 
         // Cluster API's core manager, as its Deployment runs it, under its own account.
         let capi_args = deployment_args(&admin, "capi-system", "capi-controller-manager", "manager").await;
         let certs = work.join("capi-serving-certs");
         std::fs::create_dir_all(&certs).unwrap();
-        for (k, v) in tls_files(&admin, "capi-system", "capi-webhook-service-cert")
+        for (k, v) in tls_files(&admin, "capi-system", "capi-webhook-service-cert", PATIENCE)
             .await
             .unwrap()
         {
@@ -390,7 +399,7 @@ impl Management {
                 (Some(w), Some(c))
             }
             Install::Helm => {
-                helm_install_captf(&cp, &admin, &bin, &standin, &host).await;
+                helm_install_captf(&cp, &bin).await;
                 (None, None)
             }
         };
@@ -834,7 +843,7 @@ fn capi_version(tools_root: &Path) -> String {
 /// A local clusterctl repository: the core provider from setup-tools, CAPTF's from the
 /// repository's `clusterctl/` tree (as committed, so the test installs what users get), and a
 /// `clusterctl.yaml` naming both.
-fn local_repository(tools_root: &Path, dir: &Path) -> PathBuf {
+fn local_repository(tools_root: &Path, dir: &Path, cert_manager: &CertManager) -> PathBuf {
     let repo = dir.join("repository");
     let core_version = capi_version(tools_root);
     let core = repo.join("cluster-api").join(&core_version);
@@ -860,12 +869,19 @@ fn local_repository(tools_root: &Path, dir: &Path) -> PathBuf {
         let path = entry.unwrap().path();
         std::fs::copy(&path, captf.join(path.file_name().unwrap())).unwrap();
     }
+    // cert-manager, which clusterctl installs before any provider: its chart rendered to the one
+    // manifest clusterctl reads, in the repository layout it expects.
+    let cm = repo.join("cert-manager").join(&cert_manager.version);
+    std::fs::create_dir_all(&cm).unwrap();
+    std::fs::write(cm.join("cert-manager.yaml"), cert_manager.manifest().unwrap()).unwrap();
     std::fs::write(
         repo.join("clusterctl.yaml"),
         format!(
-            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\n",
+            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\ncert-manager:\n  url: file://{}\n  version: {}\n",
             core.join("core-components.yaml").display(),
             captf.join("infrastructure-components.yaml").display(),
+            cm.join("cert-manager.yaml").display(),
+            cert_manager.version,
         ),
     )
     .unwrap();
@@ -897,6 +913,44 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         "the API server warned about the CRDs:\n{}",
         m.init_output
     );
+    assert!(
+        m.init_output.contains("Installing cert-manager"),
+        "clusterctl installs cert-manager itself:\n{}",
+        m.init_output
+    );
+    // Every provider's serving certificate is issued by the real cert-manager (Ready, with the
+    // issuer's CA in the Secret), for the names of its webhook Service.
+    let certificates: Api<DynamicObject> = Api::all_with(
+        m.admin.clone(),
+        &ApiResource {
+            group: "cert-manager.io".into(),
+            version: "v1".into(),
+            api_version: "cert-manager.io/v1".into(),
+            kind: "Certificate".into(),
+            plural: "certificates".into(),
+        },
+    );
+    let issued: Vec<String> = certificates
+        .list(&ListParams::default())
+        .await
+        .unwrap()
+        .items
+        .iter()
+        .filter(|c| is_true(&serde_json::to_value(c).unwrap(), "Ready"))
+        .map(|c| {
+            format!(
+                "{}/{}",
+                c.metadata.namespace.clone().unwrap_or_default(),
+                c.metadata.name.clone().unwrap_or_default()
+            )
+        })
+        .collect();
+    for wanted in ["capi-system/capi-serving-cert", "captf-system/captf-webhook"] {
+        assert!(
+            issued.iter().any(|c| c == wanted),
+            "{wanted} issued by cert-manager: {issued:?}"
+        );
+    }
     m.create_cluster("prod").await;
 
     // CAPTF applies under the Cluster: Ready, with the endpoint and failure domains of the outputs.
@@ -1165,7 +1219,10 @@ async fn start_clusterctl_installed_captf(
     // CAPTF's webhook, with the certificate issued for its Service.
     let tls = work.join("captf-webhook-tls");
     std::fs::create_dir_all(&tls).unwrap();
-    for (k, v) in tls_files(&admin, "captf-system", "captf-webhook-tls").await.unwrap() {
+    for (k, v) in tls_files(&admin, "captf-system", "captf-webhook-tls", PATIENCE)
+        .await
+        .unwrap()
+    {
         std::fs::write(tls.join(k), v).unwrap();
     }
     let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
@@ -1230,9 +1287,10 @@ async fn start_clusterctl_installed_captf(
 }
 
 /// CAPTF installed with `helm install` of the chart (watching every namespace), its pods run by
-/// the kubelet: cert-manager's part played by `standin`, the ports free ones and one webhook
-/// replica (the pods share the host's network), the webhook's Service routed to the host.
-async fn helm_install_captf(cp: &ControlPlane, admin: &kube::Client, bin: &Path, standin: &CertStandIn, host: &str) {
+/// the kubelet: the ports free ones and one webhook replica (the pods share the host's network).
+/// cert-manager issues the webhook's certificate, and the webhook's pod is put behind its Service
+/// once its readiness probe passes.
+async fn helm_install_captf(cp: &ControlPlane, bin: &Path) {
     let webhook_port = free_port();
     let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
     run(std::process::Command::new(bin.join("helm"))
@@ -1251,11 +1309,6 @@ async fn helm_install_captf(cp: &ControlPlane, admin: &kube::Client, bin: &Path,
             "--set",
             "controller.watchAllNamespaces=true",
         ]));
-    standin.issue(admin).await.unwrap();
-    standin.inject(admin).await.unwrap();
-    route_service(admin, "captf-system", "captf-webhook", host, webhook_port)
-        .await
-        .unwrap();
 }
 
 /// Waits (wall time) until `path` exists.

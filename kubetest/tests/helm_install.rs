@@ -1,14 +1,14 @@
-//! `helm install` of the chart on the real control plane, its pods run by the process kubelet:
-//! the webhook's and the controller's Deployments start the workspace's binaries as the chart
-//! says (args, env, volumes, service account, user), the API server calls the webhook through its
-//! Service, and the controller starts real runner Jobs (OpenTofu and the test provider).
+//! Installing CAPTF as its users do, on the real control plane: `helm install cert-manager` from
+//! cert-manager's own chart (its controller, webhook and cainjector built from its released
+//! source), then `helm install captf charts/captf`, every pod run by the process kubelet. The
+//! real cert-manager issues the webhook's certificate for its Service's names and cainjector
+//! writes the CA bundle into both webhook configurations; the webhook's pod becomes Ready through
+//! its own probes and the EndpointSlice controller puts it behind its Service; the API server
+//! calls it there; the controller starts real runner Jobs (OpenTofu and the test provider).
 //!
-//! What stands in (said in the README): cert-manager's controllers, whose commands cannot be built
-//! here, by [`captf_kubetest::standin`] (it issues the Secrets of the chart's Certificates and
-//! injects the CA bundles after the real cert-manager CRDs are installed); and, since the process
-//! kubelet's pods share the host's network and have loopback addresses (which an EndpointSlice
-//! may not hold), the chart's ports are set to free ones, the webhook runs one replica, and its
-//! Service is routed to the host's address by an EndpointSlice the test writes. Without the binaries or root these tests fail under `CI` and skip elsewhere.
+//! What differs from a cluster (said in the README): the process kubelet's pods share the host's
+//! network, so the chart's ports are set to free ones and the webhook runs one replica. Without
+//! the binaries or root these tests fail under `CI` and skip elsewhere.
 #![allow(clippy::unwrap_used)]
 
 mod common;
@@ -16,15 +16,17 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use captf_kubetest::standin::{CertStandIn, host_address, route_service};
+use captf_kubetest::cert_manager::CertManager;
+use captf_kubetest::route::host_address;
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, runner_image, tar_gz};
+use k8s_openapi::api::admissionregistration::v1::{MutatingWebhookConfiguration, ValidatingWebhookConfiguration};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
@@ -56,14 +58,32 @@ fn is_ready(o: &Value) -> bool {
         .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
 }
 
-/// The pods of the release, with their phase and container states, for a failure message.
-async fn pods_report(admin: &kube::Client) -> String {
-    let pods = Api::<Pod>::namespaced(admin.clone(), RELEASE_NAMESPACE)
+/// The DNS names of a PEM certificate.
+fn dns_names(pem: &[u8]) -> Vec<String> {
+    let (_, pem) = x509_parser::pem::parse_x509_pem(pem).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    let Ok(Some(san)) = cert.subject_alternative_name() else {
+        return Vec::new();
+    };
+    san.value
+        .general_names
+        .iter()
+        .filter_map(|n| match n {
+            x509_parser::extensions::GeneralName::DNSName(d) => Some((*d).to_string()),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The pods of `namespace`, with their phase, container states and the end of their logs (in
+/// `logs`, the kubelet's folder), for a failure message.
+async fn pods_report(admin: &kube::Client, namespace: &str, logs: &Path) -> String {
+    let pods = Api::<Pod>::namespaced(admin.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map(|l| l.items)
         .unwrap_or_default();
-    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), RELEASE_NAMESPACE)
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), namespace)
         .list(&ListParams::default())
         .await
         .map(|l| serde_json::to_string(&l.items).unwrap_or_default())
@@ -72,11 +92,15 @@ async fn pods_report(admin: &kube::Client) -> String {
         .iter()
         .map(|p| {
             let st = p.status.clone().unwrap_or_default();
+            let name = p.metadata.name.clone().unwrap_or_default();
+            let log = std::fs::read_to_string(logs.join(format!("{namespace}_{name}.log"))).unwrap_or_default();
+            let tail: Vec<&str> = log.lines().rev().take(15).collect();
+            let tail: Vec<&str> = tail.into_iter().rev().collect();
             format!(
-                "{}: {:?} {}",
-                p.metadata.name.clone().unwrap_or_default(),
+                "{name}: {:?} {}\n  log: {}",
                 st.phase,
-                serde_json::to_string(&st.container_statuses).unwrap_or_default()
+                serde_json::to_string(&st.container_statuses).unwrap_or_default(),
+                tail.join("\n  log: ")
             )
         })
         .collect::<Vec<_>>()
@@ -99,118 +123,265 @@ async fn leader_other_than(leases: &Api<Lease>, old: &str, what: &str) -> String
     .await
 }
 
+/// A control plane with the real cert-manager and CAPTF installed by helm, as the README says.
+struct Installed {
+    cp: ControlPlane,
+    admin: kube::Client,
+    kubeconfig: std::path::PathBuf,
+    bin: std::path::PathBuf,
+    chart: std::path::PathBuf,
+    /// The `--set` arguments of CAPTF's install.
+    set: Vec<String>,
+    webhook_port: u16,
+    host: std::net::Ipv4Addr,
+    modules: ModuleServer,
+    _kubelet: captf_kubetest::Kubelet,
+    root: tempfile::TempDir,
+    _files: tempfile::TempDir,
+}
+
+impl Installed {
+    /// `helm install cert-manager` (its chart, built binaries), waits for its webhook, then
+    /// `helm install captf charts/captf` with the chart's defaults but for its ports and one
+    /// webhook replica (the pods share the host's network here).
+    async fn start() -> Option<Installed> {
+        let tools = tools_or_skip()?;
+        let bin = tools.etcd.parent().unwrap().to_path_buf();
+        for needed in ["helm", "kubectl"] {
+            if !bin.join(needed).is_file() {
+                captf_testsupport::cannot_run(format!(
+                    "{needed} is not in {} (run `bash scripts/setup-tools.sh`)",
+                    bin.display()
+                ));
+                return None;
+            }
+        }
+        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
+            captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
+            return None;
+        }
+        let cert_manager = match CertManager::locate(&bin) {
+            Ok(c) => c,
+            Err(e) => {
+                captf_testsupport::cannot_run(e.to_string());
+                return None;
+            }
+        };
+        // The pods share the host's network at its address (one an EndpointSlice may hold).
+        let host = match host_address() {
+            Ok(ip) => ip,
+            Err(e) => {
+                captf_testsupport::cannot_run(e.to_string());
+                return None;
+            }
+        };
+        let files = tempfile::tempdir().unwrap();
+        let runner = match runner_image(files.path()) {
+            Ok(image) => image,
+            Err(e) => {
+                captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
+                return None;
+            }
+        };
+        let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
+        let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
+            .await
+            .unwrap();
+        let mut opts = Options::new(tools);
+        opts.ready_timeout = TEST_READY_TIMEOUT;
+        let cp = ControlPlane::start(opts).await.unwrap();
+        let admin = cp.admin_client().await.unwrap();
+        let kubeconfig = cp.admin_kubeconfig();
+
+        // The chart's images are the workspace's binaries (the host-binary image mode).
+        let controller = common::controller_binary();
+        let webhook = common::webhook::binary("captf-webhook");
+        let root = tempfile::tempdir().unwrap();
+        let mut kubelet_options = cp.kubelet_options("helm", root.path()).host_network(host);
+        for (image, files) in cert_manager.images() {
+            kubelet_options = kubelet_options.image(image, files);
+        }
+        let _kubelet = cp
+            .start_kubelet(
+                kubelet_options
+                    .image(common::chart::default_image("runner"), runner.image.clone())
+                    .image(
+                        common::chart::default_image("controller"),
+                        ProcessImage::new("/captf-controller").file("/captf-controller", &controller),
+                    )
+                    .image(
+                        common::chart::default_image("webhook"),
+                        ProcessImage::new("/captf-webhook").file("/captf-webhook", &webhook),
+                    ),
+            )
+            .await
+            .unwrap();
+
+        // cert-manager from its chart, as the README says; CAPTF's chart once its webhook answers.
+        let installing = std::time::Instant::now();
+        cert_manager.helm_install(&kubeconfig).unwrap();
+        if let Err(e) = CertManager::until_ready(&admin, PATIENCE).await {
+            panic!(
+                "{e}\npods:\n{}",
+                pods_report(
+                    &admin,
+                    captf_kubetest::cert_manager::NAMESPACE,
+                    &root.path().join("logs")
+                )
+                .await
+            );
+        }
+        eprintln!("cert-manager answers {:?} after its helm install", installing.elapsed());
+        // CAPTF's chart with its defaults but for the ports and the webhook's replicas (the pods
+        // share the host's network here).
+        let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
+        let webhook_port = free_port();
+        let ports = [
+            format!("webhook.port={webhook_port}"),
+            format!("webhook.metricsPort={}", free_port()),
+            format!("controller.metricsPort={}", free_port()),
+            format!("controller.healthPort={}", free_port()),
+            "webhook.replicas=1".to_string(),
+        ];
+        let set: Vec<String> = ports.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
+        let installed = Installed {
+            cp,
+            admin,
+            kubeconfig,
+            bin,
+            chart,
+            set,
+            webhook_port,
+            host,
+            modules,
+            _kubelet,
+            root,
+            _files: files,
+        };
+        installed.helm_install_captf();
+        Some(installed)
+    }
+
+    fn helm_install_captf(&self) {
+        run(std::process::Command::new(self.bin.join("helm"))
+            .arg("install")
+            .arg("captf")
+            .arg(&self.chart)
+            .args(["-n", RELEASE_NAMESPACE, "--create-namespace", "--kubeconfig"])
+            .arg(&self.kubeconfig)
+            .args(&self.set));
+    }
+
+    async fn report(&self, namespace: &str) -> String {
+        pods_report(&self.admin, namespace, &self.root.path().join("logs")).await
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_one_and_survive_uninstall_and_reinstall()
  {
-    let Some(tools) = tools_or_skip() else { return };
-    let bin = tools.etcd.parent().unwrap().to_path_buf();
-    let tools_root = bin.parent().unwrap().to_path_buf();
-    for needed in ["helm", "kubectl"] {
-        if !bin.join(needed).is_file() {
-            captf_testsupport::cannot_run(format!(
-                "{needed} is not in {} (run `bash scripts/setup-tools.sh`)",
-                bin.display()
-            ));
-            return;
-        }
+    let Some(inst) = Installed::start().await else { return };
+    let Installed {
+        cp: _cp,
+        admin,
+        kubeconfig,
+        bin,
+        modules,
+        root,
+        ..
+    } = &inst;
+    let (admin, kubeconfig, bin, root) = (admin.clone(), kubeconfig.clone(), bin.clone(), root);
+
+    // The real cert-manager issues the webhook's certificate for its Service's names, and
+    // cainjector writes its CA into both webhook configurations.
+    let secrets = Api::<Secret>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    let tls = until("cert-manager issues the webhook's certificate", String::new, || {
+        let secrets = secrets.clone();
+        async move { secrets.get_opt("captf-webhook-tls").await.ok().flatten() }
+    })
+    .await;
+    let data = tls.data.unwrap_or_default();
+    let ca = data.get("ca.crt").map(|b| b.0.clone()).unwrap_or_default();
+    assert!(!ca.is_empty(), "the issued Secret carries the CA");
+    let names = dns_names(&data["tls.crt"].0);
+    for name in [
+        "captf-webhook",
+        "captf-webhook.captf-system",
+        "captf-webhook.captf-system.svc",
+    ] {
+        assert!(
+            names.iter().any(|n| n == name),
+            "the certificate names {name}: {names:?}"
+        );
     }
-    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
-        captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
-        return;
-    }
-    let files = tempfile::tempdir().unwrap();
-    let runner = match runner_image(files.path()) {
-        Ok(image) => image,
-        Err(e) => {
-            captf_testsupport::cannot_run(format!("the runner's image cannot be assembled: {e}"));
-            return;
+    let mutating = Api::<MutatingWebhookConfiguration>::all(admin.clone());
+    let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
+    until(
+        "cainjector writes the CA into both webhook configurations",
+        String::new,
+        || {
+            let (mutating, validating, ca) = (mutating.clone(), validating.clone(), ca.clone());
+            async move {
+                let m = mutating.get("captf-webhook").await.ok()?;
+                let v = validating.get("captf-webhook").await.ok()?;
+                let bundles: Vec<Vec<u8>> = m
+                    .webhooks
+                    .unwrap_or_default()
+                    .into_iter()
+                    .filter_map(|w| w.client_config.ca_bundle.map(|b| b.0))
+                    .chain(
+                        v.webhooks
+                            .unwrap_or_default()
+                            .into_iter()
+                            .filter_map(|w| w.client_config.ca_bundle.map(|b| b.0)),
+                    )
+                    .collect();
+                (bundles.len() >= 2 && bundles.iter().all(|b| *b == ca)).then_some(())
+            }
+        },
+    )
+    .await;
+
+    // The webhook's pod is Ready through its own readiness probe, and the EndpointSlice
+    // controller puts it behind its Service.
+    let pods = Api::<Pod>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    let webhook_pod = until("the webhook's pod is Ready", String::new, || {
+        let pods = pods.clone();
+        async move {
+            pods.list(&ListParams::default().labels("app.kubernetes.io/component=webhook"))
+                .await
+                .ok()?
+                .items
+                .into_iter()
+                .find(|p| serde_json::to_value(p).is_ok_and(|v| is_ready(&v)))
         }
-    };
-    let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
-    let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
-        .await
-        .unwrap();
-    let mut opts = Options::new(tools);
-    opts.ready_timeout = TEST_READY_TIMEOUT;
-    let cp = ControlPlane::start(opts).await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let kubeconfig = cp.admin_kubeconfig();
-
-    // The chart's images are the workspace's binaries (the host-binary image mode).
-    let controller = common::controller_binary();
-    let webhook = common::webhook::binary("captf-webhook");
-    let root = tempfile::tempdir().unwrap();
-    let _kubelet = cp
-        .start_kubelet(
-            cp.kubelet_options("helm", root.path())
-                .image(common::chart::default_image("runner"), runner.image.clone())
-                .image(
-                    common::chart::default_image("controller"),
-                    ProcessImage::new("/captf-controller").file("/captf-controller", &controller),
-                )
-                .image(
-                    common::chart::default_image("webhook"),
-                    ProcessImage::new("/captf-webhook").file("/captf-webhook", &webhook),
-                ),
-        )
-        .await
-        .unwrap();
-
-    // cert-manager's CRDs, then the chart with its defaults but for the ports and the webhook's
-    // replicas (the pods share the host's network here).
-    run(std::process::Command::new(bin.join("kubectl"))
-        .arg("--kubeconfig")
-        .arg(&kubeconfig)
-        .args(["apply", "--server-side", "-f"])
-        .arg(tools_root.join("cert-manager/crds")));
-    let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
-    let install = |extra: &[String]| {
-        let mut cmd = std::process::Command::new(bin.join("helm"));
-        cmd.arg("install")
-            .arg("captf")
-            .arg(&chart)
-            .args(["-n", RELEASE_NAMESPACE, "--create-namespace", "--kubeconfig"])
-            .arg(&kubeconfig)
-            .args(extra);
-        run(&mut cmd)
-    };
-    let webhook_port = free_port();
-    let ports = [
-        format!("webhook.port={webhook_port}"),
-        format!("webhook.metricsPort={}", free_port()),
-        format!("controller.metricsPort={}", free_port()),
-        format!("controller.healthPort={}", free_port()),
-        "webhook.replicas=1".to_string(),
-    ];
-    let set: Vec<String> = ports.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
-    install(&set);
-
-    // cert-manager's part: the chart's Certificates issued, the CA bundles injected.
-    let standin = CertStandIn::new().unwrap();
-    let issued = standin.issue(&admin).await.unwrap();
+    })
+    .await;
+    let container = &webhook_pod.spec.as_ref().unwrap().containers[0];
     assert!(
-        !issued.is_empty(),
-        "the chart asks cert-manager for the webhook's certificate"
+        container.readiness_probe.is_some(),
+        "the chart's readiness probe made it Ready"
     );
-    let injected = standin.inject(&admin).await.unwrap();
-    assert!(
-        injected.iter().any(|o| o.contains("MutatingWebhookConfiguration"))
-            && injected.iter().any(|o| o.contains("ValidatingWebhookConfiguration")),
-        "both webhook configurations take the CA from the chart's Certificate: {injected:?}"
-    );
-
-    // Pods have loopback addresses here, which an EndpointSlice may not hold: the webhook's
-    // Service is routed to the host's address and the port its pod listens on.
-    let host = match host_address() {
-        Ok(ip) => ip.to_string(),
-        Err(e) => {
-            captf_testsupport::cannot_run(e.to_string());
-            return;
-        }
-    };
-    route_service(&admin, RELEASE_NAMESPACE, "captf-webhook", &host, webhook_port)
-        .await
-        .unwrap();
+    let slices = Api::<EndpointSlice>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    until(
+        "the webhook's Service has its pod as a ready endpoint",
+        String::new,
+        || {
+            let slices = slices.clone();
+            async move {
+                let list = slices
+                    .list(&ListParams::default().labels("kubernetes.io/service-name=captf-webhook"))
+                    .await
+                    .ok()?;
+                list.items
+                    .iter()
+                    .flat_map(|s| s.endpoints.iter())
+                    .any(|e| e.conditions.as_ref().and_then(|c| c.ready) == Some(true))
+                    .then_some(())
+            }
+        },
+    )
+    .await;
 
     // The webhook answers through its Service: a bad spec is refused with its message (a rule the
     // CRD's schema cannot say, so the answer is the webhook's).
@@ -240,7 +411,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
         Ok(message) => message,
         Err(_) => panic!(
             "the webhook did not refuse a bad spec within {PATIENCE:?}; last answer: {last_error}\npods:\n{}",
-            pods_report(&admin).await
+            pods_report(&admin, RELEASE_NAMESPACE, &root.path().join("logs")).await
         ),
     };
     assert!(
@@ -281,7 +452,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     if ready.is_err() {
         panic!(
             "the example is not Ready within {PATIENCE:?}: {last}\npods:\n{}",
-            pods_report(&admin).await
+            pods_report(&admin, RELEASE_NAMESPACE, &root.path().join("logs")).await
         );
     }
     let jobs = Api::<Job>::namespaced(admin.clone(), RELEASE_NAMESPACE)
@@ -301,7 +472,6 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     run(std::process::Command::new(bin.join("helm"))
         .args(["uninstall", "captf", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
         .arg(&kubeconfig));
-    let secrets = Api::<Secret>::namespaced(admin.clone(), RELEASE_NAMESPACE);
     let states: Vec<String> = secrets
         .list(&ListParams::default().labels("tfstate=true"))
         .await
@@ -320,12 +490,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     // Installed again, a new controller pod takes the Lease once the old holder's term is over,
     // and serves the object from its state: a change is applied by exactly one new Job (a
     // reinstall that re-applied the unchanged inputs would add another).
-    install(&set);
-    standin.issue(&admin).await.unwrap();
-    standin.inject(&admin).await.unwrap();
-    route_service(&admin, RELEASE_NAMESPACE, "captf-webhook", &host, webhook_port)
-        .await
-        .unwrap();
+    inst.helm_install_captf();
     leader_other_than(&leases, &holder, "the reinstalled controller takes the Lease").await;
     let changed = until("the webhook takes a change again", String::new, || {
         let api = api.clone();
@@ -351,4 +516,255 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     .await;
     let new_jobs = after["status"]["lastJobSeq"].as_u64().unwrap() - last_seq;
     assert_eq!(new_jobs, 1, "one Job after the reinstall, the change's apply: {after}");
+}
+
+/// The certificates of cert-manager's `Certificate` kind.
+fn certificates() -> ApiResource {
+    ApiResource {
+        group: "cert-manager.io".into(),
+        version: "v1".into(),
+        api_version: "cert-manager.io/v1".into(),
+        kind: "Certificate".into(),
+        plural: "certificates".into(),
+    }
+}
+
+/// Asks cert-manager to issue the Certificate `name` again now, as `cmctl renew` does: its
+/// `Issuing` condition set by hand.
+async fn renew(admin: &kube::Client, name: &str) {
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &certificates());
+    let current = api.get_status(name).await.unwrap();
+    let mut conditions = current.data["status"]["conditions"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    conditions.retain(|c| c["type"] != "Issuing");
+    conditions.push(json!({
+        "type": "Issuing", "status": "True", "reason": "ManuallyTriggered",
+        "message": "Certificate re-issuance manually triggered",
+        "lastTransitionTime": k8s_openapi::jiff::Timestamp::now().to_string(),
+        "observedGeneration": current.metadata.generation,
+    }));
+    api.patch_status(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({ "status": { "conditions": conditions } })),
+    )
+    .await
+    .unwrap();
+}
+
+/// The serial numbers of the certificates of a PEM text.
+fn serials(pem: &[u8]) -> String {
+    x509_parser::pem::Pem::iter_from_buffer(pem)
+        .filter_map(Result::ok)
+        .filter_map(|p| p.parse_x509().ok().map(|c| c.raw_serial_as_string()))
+        .collect::<Vec<_>>()
+        .join("+")
+}
+
+/// The DER of the first certificate of a PEM text.
+fn der(pem: &[u8]) -> Vec<u8> {
+    x509_parser::pem::parse_x509_pem(pem).unwrap().1.contents
+}
+
+/// The Secret `name`'s key `key`.
+async fn secret_key(admin: &kube::Client, name: &str, key: &str) -> Vec<u8> {
+    let secret = Api::<Secret>::namespaced(admin.clone(), RELEASE_NAMESPACE)
+        .get(name)
+        .await
+        .unwrap();
+    secret
+        .data
+        .unwrap_or_default()
+        .get(key)
+        .map(|b| b.0.clone())
+        .unwrap_or_default()
+}
+
+/// Sends `per_second` dry-run creates of a valid object (each is reviewed by the mutating and
+/// the validating webhook) until `stop`; the failures' messages, and how many were sent.
+fn review_load(
+    api: Api<DynamicObject>,
+    object: DynamicObject,
+    per_second: u32,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<(u64, Vec<String>)> {
+    tokio::spawn(async move {
+        let failures = std::sync::Arc::new(std::sync::Mutex::new(Vec::new()));
+        let mut sent = 0u64;
+        let mut tick = tokio::time::interval(Duration::from_secs(1) / per_second);
+        let mut requests = tokio::task::JoinSet::new();
+        while !*stop.borrow() {
+            tick.tick().await;
+            let (api, object, failures) = (api.clone(), object.clone(), failures.clone());
+            sent += 1;
+            requests.spawn(async move {
+                let params = PostParams {
+                    dry_run: true,
+                    ..PostParams::default()
+                };
+                if let Err(e) = api.create(&params, &object).await {
+                    failures.lock().unwrap().push(e.to_string());
+                }
+            });
+        }
+        while requests.join_next().await.is_some() {}
+        let failures = failures.lock().unwrap().clone();
+        (sent, failures)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_restart_while_no_review_fails() {
+    let Some(inst) = Installed::start().await else { return };
+    let admin = inst.admin.clone();
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": { "name": "rotation", "namespace": RELEASE_NAMESPACE },
+        "spec": { "module": { "source": inst.modules.url("cluster.tar.gz") } },
+    }))
+    .unwrap();
+    let dry_run = PostParams {
+        dry_run: true,
+        ..PostParams::default()
+    };
+    let report = inst.report(RELEASE_NAMESPACE).await;
+    until(
+        "the webhook answers through its Service",
+        move || report.clone(),
+        || {
+            let (api, object, dry_run) = (api.clone(), object.clone(), dry_run.clone());
+            async move { api.create(&dry_run, &object).await.ok() }
+        },
+    )
+    .await;
+    let host = inst.host.to_string();
+    let served = || {
+        let host = host.clone();
+        async move {
+            captf_kubetest::probe::served_certificate(&host, inst.webhook_port)
+                .await
+                .ok()
+        }
+    };
+    let pods = Api::<Pod>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    let webhook_pod = || async {
+        let list = pods
+            .list(&ListParams::default().labels("app.kubernetes.io/component=webhook"))
+            .await
+            .unwrap();
+        assert_eq!(list.items.len(), 1, "one webhook pod");
+        let p = &list.items[0];
+        let status = p
+            .status
+            .clone()
+            .unwrap_or_default()
+            .container_statuses
+            .unwrap_or_default();
+        (
+            p.metadata.uid.clone().unwrap_or_default(),
+            status.first().map(|c| (c.restart_count, c.state.clone())),
+        )
+    };
+    let before = webhook_pod().await;
+    let first = der(&secret_key(&admin, "captf-webhook-tls", "tls.crt").await);
+    assert_eq!(
+        served().await,
+        Some(first.clone()),
+        "the webhook serves the issued certificate"
+    );
+
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let started = std::time::Instant::now();
+    let load = review_load(api.clone(), object.clone(), 25, stop);
+
+    // A renewal of the serving certificate: the webhook serves the new one without a restart.
+    renew(&admin, "captf-webhook").await;
+    let second = until("cert-manager issues the serving certificate again", String::new, || {
+        let (admin, first) = (admin.clone(), first.clone());
+        async move {
+            let now = der(&secret_key(&admin, "captf-webhook-tls", "tls.crt").await);
+            (now != first).then_some(now)
+        }
+    })
+    .await;
+    until("the webhook serves the renewed certificate", String::new, || {
+        let second = second.clone();
+        async move { (served().await == Some(second)).then_some(()) }
+    })
+    .await;
+
+    // A renewal of the issuing CA, then of the serving certificate it signs: the new leaf chains
+    // to the new CA, the webhook serves it, and cainjector puts the new CA in the bundle.
+    let old_ca = secret_key(&admin, "captf-ca", "tls.crt").await;
+    renew(&admin, "captf-ca").await;
+    let new_ca = until("cert-manager issues the CA again", String::new, || {
+        let (admin, old_ca) = (admin.clone(), old_ca.clone());
+        async move {
+            let now = secret_key(&admin, "captf-ca", "tls.crt").await;
+            (!now.is_empty() && now != old_ca).then_some(now)
+        }
+    })
+    .await;
+    renew(&admin, "captf-webhook").await;
+    let third = until("the serving certificate is issued by the new CA", String::new, || {
+        let (admin, new_ca) = (admin.clone(), new_ca.clone());
+        async move {
+            let ca = secret_key(&admin, "captf-webhook-tls", "ca.crt").await;
+            serials(&ca)
+                .split('+')
+                .any(|s| s == serials(&new_ca))
+                .then_some(der(&secret_key(&admin, "captf-webhook-tls", "tls.crt").await))
+        }
+    })
+    .await;
+    until("the webhook serves the certificate of the new CA", String::new, || {
+        let third = third.clone();
+        async move { (served().await == Some(third)).then_some(()) }
+    })
+    .await;
+    let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
+    // (cert-manager keeps the old CA beside the new one in `ca.crt`, so clients that still
+    // hold an older leaf go on verifying.)
+    until("cainjector puts the new CA in the bundle", String::new, || {
+        let (validating, new_ca) = (validating.clone(), new_ca.clone());
+        async move {
+            let v = validating.get("captf-webhook").await.ok()?;
+            let new_serial = serials(&new_ca);
+            v.webhooks
+                .unwrap_or_default()
+                .iter()
+                .all(|w| {
+                    w.client_config
+                        .ca_bundle
+                        .as_ref()
+                        .is_some_and(|b| serials(&b.0).split('+').any(|s| s == new_serial))
+                })
+                .then_some(())
+        }
+    })
+    .await;
+    // A few seconds more of reviews on the new CA, then the tally.
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    stop_tx.send(true).unwrap();
+    let (sent, failures) = load.await.unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!("{sent} dry-run creates in {seconds:.1} s through both rotations");
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} reviews failed during the rotations; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        sent as f64 / seconds >= 20.0,
+        "the load was at least 20 a second: {sent} in {seconds:.1} s"
+    );
+    assert_eq!(
+        webhook_pod().await,
+        before,
+        "the same webhook container served throughout"
+    );
 }

@@ -778,6 +778,40 @@ fn id_field(what: &str, v: Option<&Value>) -> Result<Option<u32>, String> {
     }
 }
 
+/// A `command` or `args` entry with its `$(VAR)` references expanded from the container's
+/// environment, as a kubelet does: a variable the environment does not define is left as written,
+/// and `$$` is a literal `$` (so `$$(VAR)` stays `$(VAR)`).
+pub fn expand_references(text: &str, env: &[(String, String)]) -> String {
+    let mut out = String::with_capacity(text.len());
+    let mut rest = text;
+    while let Some(at) = rest.find('$') {
+        out.push_str(&rest[..at]);
+        let after = &rest[at + 1..];
+        if let Some(tail) = after.strip_prefix('$') {
+            out.push('$');
+            rest = tail;
+        } else if let Some(inner) = after.strip_prefix('(')
+            && let Some(close) = inner.find(')')
+        {
+            let name = &inner[..close];
+            match env.iter().rev().find(|(k, _)| k == name) {
+                Some((_, value)) => out.push_str(value),
+                None => {
+                    out.push_str("$(");
+                    out.push_str(name);
+                    out.push(')');
+                }
+            }
+            rest = &inner[close + 1..];
+        } else {
+            out.push('$');
+            rest = after;
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
 pub(crate) fn identity(pod: &Value, container: &Value, image: &ProcessImage) -> Result<Identity, String> {
     let c = container.get("securityContext");
     let p = pod.pointer("/spec/securityContext");
@@ -897,6 +931,42 @@ fn materialise(store: &dyn Store, pod: &Value, vol: &Value, dir: &Path, fs_group
         write_item(name, dir, &path, &data, mode, fs_group)?;
     }
     Ok(())
+}
+
+/// Makes the files under `to` those under `from`: a file that differs or is new is renamed from
+/// `from` into place, one `from` lacks is removed. Whether anything changed.
+fn replace_changed(from: &Path, to: &Path) -> std::io::Result<bool> {
+    fn files(root: &Path, dir: &Path, out: &mut Vec<PathBuf>) -> std::io::Result<()> {
+        for e in std::fs::read_dir(dir)? {
+            let e = e?;
+            let path = e.path();
+            if e.file_type()?.is_dir() {
+                files(root, &path, out)?;
+            } else if let Ok(rel) = path.strip_prefix(root) {
+                out.push(rel.to_path_buf());
+            }
+        }
+        Ok(())
+    }
+    let (mut new, mut old) = (Vec::new(), Vec::new());
+    files(from, from, &mut new)?;
+    files(to, to, &mut old)?;
+    let mut changed = false;
+    for rel in &new {
+        let (src, dst) = (from.join(rel), to.join(rel));
+        if std::fs::read(&dst).ok() != Some(std::fs::read(&src)?) {
+            if let Some(parent) = dst.parent() {
+                std::fs::create_dir_all(parent)?;
+            }
+            std::fs::rename(&src, &dst)?;
+            changed = true;
+        }
+    }
+    for rel in old.iter().filter(|r| !new.contains(r)) {
+        std::fs::remove_file(to.join(rel))?;
+        changed = true;
+    }
+    Ok(changed)
 }
 
 /// One file of a volume: `path` (relative, no `..`) under `dir` with `mode`, group `fs_group`.
@@ -1261,6 +1331,49 @@ impl ProcessRuntime {
         self.images.get(str_at(pod, "/spec/containers/0/image"))
     }
 
+    /// Writes the Secret and ConfigMap volumes of a pod that runs again from `store`, as a
+    /// kubelet keeps them current: each file whose content changed is replaced by a rename into
+    /// its folder (the container sees the new file at once, never a half-written one), a key
+    /// that is gone is removed. A volume whose object cannot be read now keeps its files, and
+    /// projected and emptyDir volumes are left alone. The names of the volumes that changed.
+    pub fn refresh_volumes(&self, store: &dyn Store, pod: &Value) -> Result<Vec<String>, String> {
+        let ns = str_at(pod, "/metadata/namespace");
+        let name = str_at(pod, "/metadata/name");
+        let uid = str_at(pod, "/metadata/uid");
+        let vol_dir = self
+            .root
+            .join("pods")
+            .join(format!("{ns}_{name}_{uid}"))
+            .join("volumes");
+        let fs_group = pod
+            .pointer("/spec/securityContext/fsGroup")
+            .and_then(Value::as_u64)
+            .and_then(|g| u32::try_from(g).ok());
+        let mut changed = Vec::new();
+        for vol in pod
+            .pointer("/spec/volumes")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter(|v| v.get("secret").is_some() || v.get("configMap").is_some())
+        {
+            let vname = str_at(vol, "/name");
+            let dir = vol_dir.join(vname);
+            if vname.is_empty() || !dir.is_dir() {
+                continue;
+            }
+            let next = vol_dir.join(format!(".{vname}.next"));
+            let _ = std::fs::remove_dir_all(&next);
+            if materialise(store, pod, vol, &next, fs_group).is_ok()
+                && replace_changed(&next, &dir).map_err(|e| format!("volume {vname}: {}: {e}", dir.display()))?
+            {
+                changed.push(vname.to_string());
+            }
+            let _ = std::fs::remove_dir_all(&next);
+        }
+        Ok(changed)
+    }
+
     /// Everything short of starting: the environment, the volumes, the service-account files,
     /// the root's layout. An error is the reason the container cannot run.
     pub fn prepare(
@@ -1305,6 +1418,7 @@ impl ProcessRuntime {
             command
         };
         argv.extend(args);
+        let argv: Vec<String> = argv.iter().map(|a| expand_references(a, &env)).collect();
         let program = argv.first().cloned().unwrap_or_default();
         check_inside("the container's program", &program)?;
         let program_local = image.files.iter().find_map(|(inside, local)| {
@@ -1388,6 +1502,16 @@ impl ProcessRuntime {
             }
         }
         mount_dev_proc_run(&mut s, &r);
+        // A volume under `/var` (cert-manager's config at `/var/cert-manager/config`) takes the
+        // machine's `/var`, and with it the `/var/run` link every image has: made again, so that
+        // what lands under `/var/run/` (the service-account token) is found there.
+        if taken.contains("var") && std::fs::read_link("/var/run").is_ok() {
+            s.push_str(&format!(
+                "mkdir -p {r}/var
+ln -s /run {r}/var/run
+"
+            ));
+        }
         let bind = |s: &mut String, inside: &str, local: &Path, ro: bool| bind_into(s, &r, inside, local, ro);
         for (path, src, ro) in &mounts {
             bind(&mut s, path, src, *ro);
@@ -1506,6 +1630,7 @@ impl ProcessRuntime {
         } else {
             args
         });
+        let argv: Vec<String> = argv.iter().map(|a| expand_references(a, &env)).collect();
         let program = argv
             .first()
             .cloned()
@@ -1785,6 +1910,33 @@ mod tests {
     use super::*;
     use serde_json::json;
 
+    #[test]
+    fn args_expand_the_containers_variables_leave_unknown_ones_and_unescape_double_dollars() {
+        let env = vec![
+            ("POD_NAMESPACE".to_string(), "cert-manager".to_string()),
+            ("A".to_string(), "old".to_string()),
+            ("A".to_string(), "new".to_string()),
+        ];
+        for (arg, want) in [
+            ("--namespace=$(POD_NAMESPACE)", "--namespace=cert-manager"),
+            ("$(A)-$(A)", "new-new"),
+            ("$(MISSING)", "$(MISSING)"),
+            ("$$(POD_NAMESPACE)", "$(POD_NAMESPACE)"),
+            ("cost $5 and $", "cost $5 and $"),
+            ("$(unclosed", "$(unclosed"),
+            ("", ""),
+        ] {
+            assert_eq!(expand_references(arg, &env), want, "{arg}");
+        }
+    }
+
+    proptest::proptest! {
+        #[test]
+        fn text_without_a_dollar_is_kept_as_it_is(text in "[^$]{0,40}") {
+            proptest::prop_assert_eq!(expand_references(&text, &[]), text);
+        }
+    }
+
     fn pod() -> Value {
         json!({
             "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
@@ -1870,6 +2022,56 @@ mod tests {
             .permissions()
             .mode();
         assert_eq!(mode & 0o777, 0o640);
+    }
+
+    struct NoEvents;
+    impl ContainerEvents for NoEvents {
+        fn output(&self, _: &PodKey, _: &str) {}
+        fn exited(&self, _: &PodKey, _: Exit) {}
+    }
+
+    #[test]
+    fn a_secret_volume_is_refreshed_in_place_with_changed_keys_replaced_and_gone_keys_removed() {
+        let root = tempfile::tempdir().unwrap();
+        let runtime = ProcessRuntime::new(BTreeMap::new(), root.path().to_path_buf(), Arc::new(NoEvents));
+        let p = json!({
+            "metadata": {"name": "p", "namespace": "ns", "uid": "u"},
+            "spec": {"volumes": [{"name": "tls", "secret": {"secretName": "cert"}}]},
+        });
+        let mut store = Objects::default();
+        let secret = |crt: &str, extra: Option<&str>| {
+            let mut data = json!({"tls.crt": B64.encode(crt), "tls.key": B64.encode("key")});
+            if let Some(x) = extra {
+                data["old"] = json!(B64.encode(x));
+            }
+            json!({"data": data})
+        };
+        store.objects.insert(
+            ("/secrets".into(), "ns".into(), "cert".into()),
+            secret("one", Some("x")),
+        );
+        let dir = root.path().join("pods/ns_p_u/volumes/tls");
+        materialise(&store, &p, &p["spec"]["volumes"][0], &dir, None).unwrap();
+        let held = std::fs::File::open(&dir).unwrap();
+        assert_eq!(
+            runtime.refresh_volumes(&store, &p).unwrap(),
+            Vec::<String>::new(),
+            "nothing changed"
+        );
+        store
+            .objects
+            .insert(("/secrets".into(), "ns".into(), "cert".into()), secret("two", None));
+        assert_eq!(runtime.refresh_volumes(&store, &p).unwrap(), vec!["tls".to_string()]);
+        assert_eq!(std::fs::read_to_string(dir.join("tls.crt")).unwrap(), "two");
+        assert_eq!(std::fs::read_to_string(dir.join("tls.key")).unwrap(), "key");
+        assert!(!dir.join("old").exists(), "a key that is gone is removed");
+        drop(held);
+        store.objects.clear();
+        assert!(
+            runtime.refresh_volumes(&store, &p).unwrap().is_empty(),
+            "an unreadable Secret keeps the files"
+        );
+        assert_eq!(std::fs::read_to_string(dir.join("tls.crt")).unwrap(), "two");
     }
 
     #[test]
