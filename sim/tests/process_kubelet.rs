@@ -165,6 +165,7 @@ async fn a_process_pod_gets_its_env_volumes_token_and_reports_its_exit_and_termi
     let sim = sim(root.path(), shell_image()).await;
     seed(&sim);
     // The container reads what the kubelet gave it and answers through the API with its token.
+    // (`$$$$` in a container's args is the shell's `$$`: a kubelet turns `$$` into `$`.)
     let script = r#"
         echo "env $LITERAL $OVERRIDDEN $FROM_IMAGE $FROM_SECRET $FROM_CONFIGMAP $POD_NAME host=$(hostname)"
         echo "envFrom $S_password $region"
@@ -173,7 +174,7 @@ async fn a_process_pod_gets_its_env_volumes_token_and_reports_its_exit_and_termi
         echo scratch > /work/s && echo "work $(cat /work/s)"
         echo "namespace $(cat /var/run/secrets/kubernetes.io/serviceaccount/namespace)"
         echo "api $KUBERNETES_SERVICE_HOST:$KUBERNETES_SERVICE_PORT"
-        echo "pid $$"
+        echo "pid $$$$"
         printf 'the end' > /dev/termination-log
         exit 3
     "#;
