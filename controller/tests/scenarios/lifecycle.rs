@@ -1286,12 +1286,23 @@ async fn a_clock_step_reconciles_only_the_objects_whose_wake_it_reached() -> Res
     env.until_idle().await?;
     // The checks are due 5m after each one finished; 2 minutes on, nothing is due.
     let before = env.sim.requests();
+    let kinds_before = env.sim.requests_by_kind();
     env.advance(120);
     env.until_idle().await?;
+    // Which requests came, if any: a failure says what sent them.
+    let sent: Vec<String> = env
+        .sim
+        .requests_by_kind()
+        .into_iter()
+        .filter_map(|(kind, n)| {
+            let was = kinds_before.get(&kind).copied().unwrap_or(0);
+            (n != was).then(|| format!("{kind} +{}", n - was))
+        })
+        .collect();
     assert_eq!(
         env.sim.requests(),
         before,
-        "a clock step that reaches no object's wake sends the API server nothing"
+        "a clock step that reaches no object's wake sends the API server nothing; it sent {sent:?}"
     );
     // 5 minutes on, every check is due and starts.
     env.advance(180);
