@@ -151,9 +151,11 @@ impl CertManager {
         Ok(String::from_utf8_lossy(&out.stdout).into_owned())
     }
 
-    /// `helm install cert-manager <chart> -n cert-manager --create-namespace`, as its docs say.
+    /// `helm install cert-manager <chart> -n cert-manager --create-namespace --wait`, as the
+    /// README says: helm waits until cert-manager's Deployments are available (the webhook's pod
+    /// Ready through its readiness probe).
     pub fn helm_install(&self, kubeconfig: &Path) -> Result<(), CertManagerError> {
-        self.helm(&["install", RELEASE, "--create-namespace"], Some(kubeconfig))
+        self.helm(&["install", RELEASE, "--create-namespace", "--wait"], Some(kubeconfig))
             .map(drop)
     }
 

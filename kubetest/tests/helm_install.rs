@@ -468,6 +468,42 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
         "a runner apply Job ran"
     );
 
+    // A chart value that cannot work is refused with a message that names it: a serving
+    // certificate shorter than its renewal window, refused by cert-manager's own webhook when
+    // the rendered chart is sent to the API server.
+    let rendered = std::process::Command::new(bin.join("helm"))
+        .args(["template", "captf"])
+        .arg(&inst.chart)
+        .args(["-n", RELEASE_NAMESPACE, "--set", "webhook.tls.certManager.duration=1h"])
+        .output()
+        .unwrap();
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    let rendered = String::from_utf8(rendered.stdout).unwrap();
+    let mut apply = std::process::Command::new(bin.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "--dry-run=server", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut apply.stdin.take().unwrap(), rendered.as_bytes()).unwrap();
+    let refused = apply.wait_with_output().unwrap();
+    let message = String::from_utf8_lossy(&refused.stderr);
+    assert!(
+        !refused.status.success(),
+        "a certificate shorter than its renewal window is refused"
+    );
+    assert!(
+        message.contains("webhook.cert-manager.io") && message.contains("renewBefore"),
+        "cert-manager's webhook names the renewal window: {message}"
+    );
+
     // `helm uninstall` keeps the state; installing again picks the object up without an apply.
     run(std::process::Command::new(bin.join("helm"))
         .args(["uninstall", "captf", "-n", RELEASE_NAMESPACE, "--kubeconfig"])
