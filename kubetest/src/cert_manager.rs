@@ -45,6 +45,36 @@ pub enum CertManagerError {
     NotReady { within: Duration, last: String },
 }
 
+/// What a test that installs cert-manager needs before it starts: the binaries `needed` in
+/// `bin` (`.tools/bin`), root for the process kubelet's containers, the built cert-manager and
+/// this machine's address for the pods' shared network. `None` once `cannot_run` has said what is
+/// missing (a failure under `CI`).
+pub fn prerequisites_or_skip(bin: &Path, needed: &[&str]) -> Option<(CertManager, std::net::Ipv4Addr)> {
+    for name in needed {
+        if !bin.join(name).is_file() {
+            captf_testsupport::cannot_run(format!(
+                "{name} is not in {} (run `bash scripts/setup-tools.sh`)",
+                bin.display()
+            ));
+            return None;
+        }
+    }
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
+        captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
+        return None;
+    }
+    let found = CertManager::locate(bin)
+        .map_err(|e| e.to_string())
+        .and_then(|c| Ok((c, crate::route::host_address().map_err(|e| e.to_string())?)));
+    match found {
+        Ok(found) => Some(found),
+        Err(why) => {
+            captf_testsupport::cannot_run(why);
+            None
+        }
+    }
+}
+
 /// A built cert-manager, with the ports one installation of it takes.
 #[derive(Clone, Debug)]
 pub struct CertManager {

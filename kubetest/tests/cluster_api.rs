@@ -19,8 +19,8 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use captf_kubetest::cert_manager::CertManager;
-use captf_kubetest::route::{host_address, route_service, tls_files};
+use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
+use captf_kubetest::route::{route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
@@ -248,35 +248,9 @@ impl Management {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
         let tools_root = bin.parent().unwrap().to_path_buf();
-        for needed in ["clusterctl", "capi-manager", "kubectl"] {
-            if !bin.join(needed).is_file() {
-                captf_testsupport::cannot_run(format!(
-                    "{needed} is not in {} (run `bash scripts/setup-tools.sh`)",
-                    bin.display()
-                ));
-                return None;
-            }
-        }
-        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
-            captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
-            return None;
-        }
-        let cert_manager = match CertManager::locate(&bin) {
-            Ok(c) => c,
-            Err(e) => {
-                captf_testsupport::cannot_run(e.to_string());
-                return None;
-            }
-        };
         // The pods (cert-manager's, the chart's) share the host's network at its address, one an
         // EndpointSlice may hold; the managers run as processes serve there too.
-        let host = match host_address() {
-            Ok(ip) => ip,
-            Err(e) => {
-                captf_testsupport::cannot_run(e.to_string());
-                return None;
-            }
-        };
+        let (cert_manager, host) = prerequisites_or_skip(&bin, &["clusterctl", "capi-manager", "kubectl", "helm"])?;
         let files = tempfile::tempdir().unwrap();
         let (image, world_dir) = match image {
             Some(shared) => shared,

@@ -16,8 +16,7 @@ mod common;
 use std::path::Path;
 use std::time::Duration;
 
-use captf_kubetest::cert_manager::CertManager;
-use captf_kubetest::route::host_address;
+use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, runner_image, tar_gz};
@@ -144,37 +143,13 @@ impl Installed {
     /// `helm install cert-manager` (its chart, built binaries), waits for its webhook, then
     /// `helm install captf charts/captf` with the chart's defaults but for its ports and one
     /// webhook replica (the pods share the host's network here).
-    async fn start() -> Option<Installed> {
+    /// `trust_host`: the chart's `webhook.apiServerCIDRs` names this machine's address, where the
+    /// API server connects from here, as docs/operating.md tells an operator to do.
+    async fn start(trust_host: bool) -> Option<Installed> {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
-        for needed in ["helm", "kubectl"] {
-            if !bin.join(needed).is_file() {
-                captf_testsupport::cannot_run(format!(
-                    "{needed} is not in {} (run `bash scripts/setup-tools.sh`)",
-                    bin.display()
-                ));
-                return None;
-            }
-        }
-        if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
-            captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
-            return None;
-        }
-        let cert_manager = match CertManager::locate(&bin) {
-            Ok(c) => c,
-            Err(e) => {
-                captf_testsupport::cannot_run(e.to_string());
-                return None;
-            }
-        };
         // The pods share the host's network at its address (one an EndpointSlice may hold).
-        let host = match host_address() {
-            Ok(ip) => ip,
-            Err(e) => {
-                captf_testsupport::cannot_run(e.to_string());
-                return None;
-            }
-        };
+        let (cert_manager, host) = prerequisites_or_skip(&bin, &["helm", "kubectl"])?;
         let files = tempfile::tempdir().unwrap();
         let runner = match runner_image(files.path()) {
             Ok(image) => image,
@@ -236,13 +211,16 @@ impl Installed {
         // share the host's network here).
         let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
         let webhook_port = free_port();
-        let ports = [
+        let mut ports = vec![
             format!("webhook.port={webhook_port}"),
             format!("webhook.metricsPort={}", free_port()),
             format!("controller.metricsPort={}", free_port()),
             format!("controller.healthPort={}", free_port()),
             "webhook.replicas=1".to_string(),
         ];
+        if trust_host {
+            ports.push(format!("webhook.apiServerCIDRs={{{host}/32}}"));
+        }
         let set: Vec<String> = ports.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
         let installed = Installed {
             cp,
@@ -280,7 +258,9 @@ impl Installed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_one_and_survive_uninstall_and_reinstall()
  {
-    let Some(inst) = Installed::start().await else { return };
+    let Some(inst) = Installed::start(false).await else {
+        return;
+    };
     let Installed {
         cp: _cp,
         admin,
@@ -653,7 +633,13 @@ fn review_load(
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_restart_while_no_review_fails() {
-    let Some(inst) = Installed::start().await else { return };
+    // The API server told apart by its address (docs/operating.md). With the defaults it is one
+    // address among others, held to one address's share of connections and reviews in flight;
+    // on a loaded machine 23 of 368 creates then failed, the API server writing to a connection
+    // the webhook had closed.
+    let Some(inst) = Installed::start(true).await else {
+        return;
+    };
     let admin = inst.admin.clone();
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
     let object: DynamicObject = serde_json::from_value(json!({
@@ -788,9 +774,22 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
     let (sent, failures) = load.await.unwrap();
     let seconds = started.elapsed().as_secs_f64();
     eprintln!("{sent} dry-run creates in {seconds:.1} s through both rotations");
+    let mut kinds: Vec<&str> = failures
+        .iter()
+        .map(|f| {
+            f.split("failed to call webhook: ")
+                .nth(1)
+                .unwrap_or(f)
+                .split(':')
+                .next()
+                .unwrap_or(f)
+        })
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
     assert!(
         failures.is_empty(),
-        "{} of {sent} reviews failed during the rotations; first: {:?}",
+        "{} of {sent} dry-run creates failed during the rotations; kinds: {kinds:?}; first: {:?}",
         failures.len(),
         failures.first()
     );
