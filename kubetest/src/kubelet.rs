@@ -41,7 +41,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
-use crate::probe::{Kind, Probe, Tracker, check, probe_of};
+use crate::probe::{Kind, Tracker, check, probe_of};
 
 /// The namespace of the nodes' Leases.
 pub const NODE_LEASE_NAMESPACE: &str = "kube-node-lease";
@@ -268,21 +268,6 @@ struct ProbeResult {
     uid: String,
     kind: Kind,
     ok: bool,
-}
-
-/// A probe that never runs (it is kept in flight): for a readiness probe this kubelet cannot run.
-fn unreachable_probe() -> Probe {
-    Probe {
-        handler: crate::probe::Handler::Tcp {
-            host: HOST_IP.to_string(),
-            port: 0,
-        },
-        initial_delay: Duration::ZERO,
-        period: Duration::from_secs(3600),
-        timeout: Duration::from_secs(1),
-        success_threshold: 1,
-        failure_threshold: 1,
-    }
 }
 
 /// What to do with a pod now.
@@ -889,19 +874,14 @@ impl State {
                         Some(Ok(probe)) => {
                             probes.insert(kind, Tracker::new(probe, kind, now));
                         }
-                        // A probe this kubelet cannot run: a readiness probe keeps the pod
-                        // unready, as a failing one would; the pod's log says why.
-                        Some(Err(why)) => {
-                            self.note(key, &why);
-                            if kind == Kind::Readiness {
-                                let mut never = Tracker::new(unreachable_probe(), kind, now);
-                                never.take_due(now);
-                                probes.insert(kind, never);
-                            }
-                        }
+                        // A probe this kubelet cannot run has no tracker: a readiness probe
+                        // then keeps the pod unready (below), as a failing one would; the pod's
+                        // log says why.
+                        Some(Err(why)) => self.note(key, &why),
                     }
                 }
-                let ready = !probes.contains_key(&Kind::Readiness);
+                // Ready at once only without a readiness probe; else when its tracker passes.
+                let ready = probe_of(&pod, Kind::Readiness, ip).is_none();
                 (
                     Local::Running {
                         kill_at: None,
