@@ -124,6 +124,8 @@ async fn leader_other_than(leases: &Api<Lease>, old: &str, what: &str) -> String
 
 /// A control plane with the real cert-manager and CAPTF installed by helm, as the README says.
 struct Installed {
+    /// When cert-manager's helm install began.
+    installing: std::time::Instant,
     cp: ControlPlane,
     admin: kube::Client,
     kubeconfig: std::path::PathBuf,
@@ -223,6 +225,7 @@ impl Installed {
         }
         let set: Vec<String> = ports.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
         let installed = Installed {
+            installing,
             cp,
             admin,
             kubeconfig,
@@ -410,6 +413,10 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     }))
     .unwrap();
     let created = api.create(&PostParams::default(), &good).await.unwrap();
+    eprintln!(
+        "first object admitted {:?} after cert-manager's helm install began",
+        inst.installing.elapsed()
+    );
     let created = serde_json::to_value(&created).unwrap();
     assert_eq!(created["spec"]["jobs"]["activeDeadlineSeconds"], 3600, "{created}");
     assert_eq!(created["spec"]["deletionPolicy"], "Destroy", "{created}");
@@ -482,6 +489,76 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     assert!(
         message.contains("webhook.cert-manager.io") && message.contains("renewBefore"),
         "cert-manager's webhook names the renewal window: {message}"
+    );
+
+    // An issuer that does not exist: the chart renders (the name is only a reference), and the
+    // real cert-manager's CertificateRequest says which issuer it cannot find. Applied in a
+    // namespace of its own, where nothing else uses the certificate.
+    let check = "captf-issuer-check";
+    let rendered = std::process::Command::new(bin.join("helm"))
+        .args(["template", "captf"])
+        .arg(&inst.chart)
+        .args([
+            "-n",
+            check,
+            "--show-only",
+            "templates/certificates.yaml",
+            "--set",
+            "webhook.tls.certManager.issuerRef.name=missing-issuer",
+        ])
+        .output()
+        .unwrap();
+    assert!(
+        rendered.status.success(),
+        "{}",
+        String::from_utf8_lossy(&rendered.stderr)
+    );
+    Api::<k8s_openapi::api::core::v1::Namespace>::all(admin.clone())
+        .create(
+            &PostParams::default(),
+            &serde_json::from_value(json!({ "metadata": { "name": check } })).unwrap(),
+        )
+        .await
+        .unwrap();
+    let mut apply = std::process::Command::new(bin.join("kubectl"))
+        .arg("--kubeconfig")
+        .arg(&kubeconfig)
+        .args(["apply", "-f", "-"])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::io::Write::write_all(&mut apply.stdin.take().unwrap(), &rendered.stdout).unwrap();
+    let applied = apply.wait_with_output().unwrap();
+    assert!(applied.status.success(), "{}", String::from_utf8_lossy(&applied.stderr));
+    let requests: Api<DynamicObject> = Api::namespaced_with(
+        admin.clone(),
+        check,
+        &ApiResource {
+            kind: "CertificateRequest".into(),
+            plural: "certificaterequests".into(),
+            ..certificates()
+        },
+    );
+    let message = until("cert-manager says the issuer does not exist", String::new, || {
+        let requests = requests.clone();
+        async move {
+            let list = requests.list(&ListParams::default()).await.ok()?;
+            list.items.iter().find_map(|r| {
+                let conditions = r.data["status"]["conditions"].as_array()?;
+                conditions.iter().find_map(|c| {
+                    (c["type"] == "Ready" && c["status"] == "False" && c["reason"] == "Pending")
+                        .then(|| c["message"].as_str().unwrap_or_default().to_string())
+                        .filter(|m| m.contains("not found"))
+                })
+            })
+        }
+    })
+    .await;
+    assert!(
+        message.contains(r#"Referenced "Issuer" not found"#) && message.contains(r#""missing-issuer" not found"#),
+        "the CertificateRequest names the missing issuer: {message}"
     );
 
     // `helm uninstall` keeps the state; installing again picks the object up without an apply.

@@ -46,6 +46,13 @@ pub mod features {
         "--set",
         "webhook.tls.caBundle=Q0E=",
     ];
+    /// An issuer the user runs (a ClusterIssuer) signs the serving certificate.
+    pub const OWN_ISSUER: &[&str] = &[
+        "--set",
+        "webhook.tls.certManager.issuerRef.name=corp-ca",
+        "--set",
+        "webhook.tls.certManager.issuerRef.kind=ClusterIssuer",
+    ];
     /// The controller watches one namespace other than the release namespace.
     pub const ONE_NAMESPACE: &[&str] = &["--set", "controller.watchNamespaces={tenant-a}"];
     /// The controller watches two namespaces.

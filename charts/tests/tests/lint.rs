@@ -1,7 +1,7 @@
 //! `helm lint --strict` with the defaults and with every optional feature on.
 
 use captf_chart_tests::features::{
-    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, SHARDS, TWO_NAMESPACES, WEBHOOK_LOCKDOWN,
+    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, OWN_ISSUER, SHARDS, TWO_NAMESPACES, WEBHOOK_LOCKDOWN,
 };
 use captf_chart_tests::{chart_dir, run_ok};
 
@@ -9,6 +9,7 @@ const FEATURES: &[&[&str]] = &[
     &[],
     MONITORING,
     OWN_CERTIFICATE,
+    OWN_ISSUER,
     ONE_NAMESPACE,
     TWO_NAMESPACES,
     ALL_NAMESPACES,

@@ -4,7 +4,7 @@
 #![allow(clippy::unwrap_used)]
 
 use captf_chart_tests::features::{
-    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, PROMETHEUS_RULE, SERVICE_MONITOR, SHARDS,
+    ALL_NAMESPACES, MONITORING, ONE_NAMESPACE, OWN_CERTIFICATE, OWN_ISSUER, PROMETHEUS_RULE, SERVICE_MONITOR, SHARDS,
     TWO_NAMESPACES, WEBHOOK_LOCKDOWN,
 };
 use captf_chart_tests::{
@@ -17,6 +17,7 @@ const SCENARIOS: &[(&str, &[&str])] = &[
     ("service-monitor", SERVICE_MONITOR),
     ("prometheus-rule", PROMETHEUS_RULE),
     ("own-certificate", OWN_CERTIFICATE),
+    ("own-issuer", OWN_ISSUER),
     ("one-namespace", ONE_NAMESPACE),
     ("two-namespaces", TWO_NAMESPACES),
     ("all-namespaces", ALL_NAMESPACES),

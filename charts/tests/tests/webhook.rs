@@ -3,7 +3,7 @@
 
 #![allow(clippy::unwrap_used)]
 
-use captf_chart_tests::features::{OWN_CERTIFICATE, WEBHOOK_LOCKDOWN};
+use captf_chart_tests::features::{OWN_CERTIFICATE, OWN_ISSUER, WEBHOOK_LOCKDOWN};
 use captf_chart_tests::{NAMESPACE, Rendered, helm_template, helm_template_error, strings};
 use serde_json::Value;
 
@@ -194,6 +194,64 @@ fn own_certificate_replaces_cert_manager_with_the_given_secret_and_ca_bundle() {
         );
         assert_eq!(conf["webhooks"][0]["clientConfig"]["caBundle"], "Q0E=");
     }
+}
+
+#[test]
+fn an_issuer_you_run_signs_the_serving_certificate_and_the_charts_own_ca_is_not_rendered() {
+    let r = helm_template(OWN_ISSUER).unwrap();
+    assert!(r.of_kind("Issuer").is_empty(), "no self-signed or CA Issuer");
+    let certificates = r.of_kind("Certificate");
+    assert_eq!(certificates.len(), 1, "only the serving certificate");
+    let serving = certificates[0];
+    assert_eq!(serving["metadata"]["name"], "captf-webhook");
+    assert_eq!(
+        serving["spec"]["issuerRef"],
+        serde_json::json!({ "group": "cert-manager.io", "kind": "ClusterIssuer", "name": "corp-ca" })
+    );
+    let dns = strings(&serving["spec"]["dnsNames"]);
+    assert!(dns.contains(&format!("captf-webhook.{NAMESPACE}.svc")), "{dns:?}");
+    // cainjector still copies the issuer's CA (the Secret's ca.crt) into both configurations.
+    for (_, conf) in configurations(&r) {
+        assert_eq!(
+            conf["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            format!("{NAMESPACE}/captf-webhook")
+        );
+    }
+    // An external issuer keeps its own group.
+    let r = helm_template(&[
+        "--set",
+        "webhook.tls.certManager.issuerRef.name=vault",
+        "--set",
+        "webhook.tls.certManager.issuerRef.kind=VaultIssuer",
+        "--set",
+        "webhook.tls.certManager.issuerRef.group=vault.example.com",
+    ])
+    .unwrap();
+    let serving = r.get("Certificate", "captf-webhook").unwrap();
+    assert_eq!(serving["spec"]["issuerRef"]["group"], "vault.example.com");
+    assert_eq!(serving["spec"]["issuerRef"]["kind"], "VaultIssuer");
+}
+
+#[test]
+fn ports_two_servers_would_share_refuse_to_render_naming_both_values() {
+    let err = helm_template_error(&["--set", "webhook.metricsPort=9443"])
+        .unwrap()
+        .expect("rendering fails");
+    assert!(
+        err.contains("webhook.port and webhook.metricsPort are both 9443"),
+        "{err}"
+    );
+    let err = helm_template_error(&["--set", "webhook.port=8080"])
+        .unwrap()
+        .expect("rendering fails");
+    assert!(err.contains("are both 8080"), "{err}");
+    let err = helm_template_error(&["--set", "controller.healthPort=8080"])
+        .unwrap()
+        .expect("rendering fails");
+    assert!(
+        err.contains("controller.metricsPort and controller.healthPort are both 8080"),
+        "{err}"
+    );
 }
 
 /// Every rule bound to the webhook's account, as (group, resource, verbs).
