@@ -15,11 +15,13 @@
 //! leave it when it fails; a failed liveness probe ends the container with SIGTERM. This kubelet
 //! does not restart containers: the pod ends `Failed`, and its ReplicaSet makes a new one.
 //!
-//! Pods get a loopback address of their own (`127.0.x.y`), or, with
-//! [`KubeletOptions::host_network`], this machine's address, as every pod shared the host's
-//! network (`hostNetwork: true`): then the EndpointSlice controller can put them behind their
-//! Services (the API server refuses loopback addresses in an EndpointSlice), and their ports
-//! must not collide.
+//! Pods get a loopback address of their own (`127.0.x.y`) and share this machine's network;
+//! or, with [`KubeletOptions::host_network`], this machine's address, as every pod shared the
+//! host's network (`hostNetwork: true`): then the EndpointSlice controller can put them behind
+//! their Services (the API server refuses loopback addresses in an EndpointSlice), and their
+//! ports must not collide; or, with [`KubeletOptions::pod_network`], a network namespace and an
+//! address of their own on a bridge ([`crate::podnet`]), so that replicas may use the same
+//! ports.
 //!
 //! It polls the pod list (every [`KubeletOptions::sync_every`]) instead of watching. What to do
 //! with a pod is decided by pure functions ([`next_action`], [`grace_period`],
@@ -41,6 +43,7 @@ use kube::api::{Api, DeleteParams, ListParams, Patch, PatchParams, PostParams, P
 use serde_json::{Value, json};
 use tokio::sync::mpsc;
 
+use crate::podnet::{PodNet, PodNetwork, next_pod_address};
 use crate::probe::{Kind, Tracker, check, probe_of};
 
 /// The namespace of the nodes' Leases.
@@ -79,6 +82,10 @@ pub struct KubeletOptions {
     /// Every pod's address, as if each had `hostNetwork: true` (this machine's own address, one
     /// an EndpointSlice may hold); `None`: a loopback address of its own per pod.
     pub host_network: Option<Ipv4Addr>,
+    /// Each pod in a network of its own ([`crate::podnet`]); the ports listed are this
+    /// machine's loopback ports a pod reaches on its own loopback (the API server's always is).
+    /// `None`: the pods share this machine's network.
+    pub pod_network: Option<Vec<u16>>,
     /// How often the Secret and ConfigMap volumes of running pods are written again from the API
     /// (a kubelet's is about a minute; shorter here, so that a renewed certificate reaches its
     /// pod within a test's patience).
@@ -106,6 +113,7 @@ impl KubeletOptions {
             status_every: Duration::from_secs(60),
             sync_every: Duration::from_millis(200),
             host_network: None,
+            pod_network: None,
             volume_sync_every: Duration::from_secs(3),
         }
     }
@@ -113,6 +121,14 @@ impl KubeletOptions {
     /// Every pod shares the host's network at `address` (see [`KubeletOptions::host_network`]).
     pub fn host_network(mut self, address: Ipv4Addr) -> Self {
         self.host_network = Some(address);
+        self
+    }
+
+    /// Every pod gets a network namespace and an address of its own (see
+    /// [`KubeletOptions::pod_network`]); `forward`: this machine's loopback ports the pods need
+    /// besides the API server's (a module server's, say).
+    pub fn pod_network(mut self, forward: impl IntoIterator<Item = u16>) -> Self {
+        self.pod_network = Some(forward.into_iter().collect());
         self
     }
 
@@ -131,6 +147,8 @@ pub enum KubeletError {
         #[source]
         source: std::io::Error,
     },
+    #[error("failed to make the pods' network: {0}")]
+    PodNetwork(#[from] crate::podnet::PodNetError),
     #[error("failed to register the Node {node}: {source}")]
     Register {
         node: String,
@@ -143,6 +161,7 @@ pub enum KubeletError {
 pub struct Kubelet {
     node: String,
     runtime: Arc<ProcessRuntime>,
+    network: Option<Arc<PodNetwork>>,
     logs: PathBuf,
     task: tokio::task::JoinHandle<()>,
 }
@@ -178,6 +197,16 @@ impl Kubelet {
             exits: tx,
         });
         let runtime = Arc::new(ProcessRuntime::new(opts.images.clone(), opts.root.clone(), events));
+        let network = match &opts.pod_network {
+            Some(forward) => {
+                let mut ports = forward.clone();
+                ports.push(opts.api_port);
+                ports.sort_unstable();
+                ports.dedup();
+                Some(Arc::new(PodNetwork::new(ports)?))
+            }
+            None => None,
+        };
         let node_uid = register_node(&client, &opts)
             .await
             .map_err(|source| KubeletError::Register {
@@ -189,6 +218,7 @@ impl Kubelet {
             opts: opts.clone(),
             runtime: runtime.clone(),
             node_uid,
+            network: network.clone(),
             pods: BTreeMap::new(),
             last_status: None,
         };
@@ -197,6 +227,7 @@ impl Kubelet {
         Ok(Kubelet {
             node: opts.node_name,
             runtime,
+            network,
             logs,
             task,
         })
@@ -204,6 +235,12 @@ impl Kubelet {
 
     pub fn node_name(&self) -> &str {
         &self.node
+    }
+
+    /// With [`KubeletOptions::pod_network`], the pods' bridge address: what this machine sends
+    /// to a pod (an API server's webhook call, say) comes from it.
+    pub fn pod_gateway(&self) -> Option<Ipv4Addr> {
+        self.network.as_ref().map(|n| n.gateway())
     }
 
     /// The outermost pid of every container process running now.
@@ -260,6 +297,9 @@ struct PodState {
     unwritten: Option<Value>,
     /// The running container's probes.
     probes: BTreeMap<Kind, Tracker>,
+    /// The pod's own network namespace, held (and deleted when the pod is forgotten) for as long
+    /// as its container may run in it.
+    _net: Option<PodNet>,
 }
 
 /// One probe's result for the pod `key` (the pod of uid `uid`).
@@ -591,6 +631,8 @@ struct State {
     opts: KubeletOptions,
     runtime: Arc<ProcessRuntime>,
     node_uid: String,
+    /// The pods' bridge, when each pod has a network of its own (dropped after the pods').
+    network: Option<Arc<PodNetwork>>,
     pods: BTreeMap<PodKey, PodState>,
     last_status: Option<Instant>,
 }
@@ -803,7 +845,10 @@ impl State {
             return Some(address);
         }
         let used: BTreeSet<Ipv4Addr> = self.pods.values().map(|p| p.ip).collect();
-        next_pod_ip(&used)
+        match &self.network {
+            Some(net) => next_pod_address(net.subnet(), &used),
+            None => next_pod_ip(&used),
+        }
     }
 
     async fn wait(&mut self, key: &PodKey, pod: &Value, ip: Ipv4Addr, reason: &str, message: String) {
@@ -826,6 +871,7 @@ impl State {
                     local: Local::Waiting(format!("{reason}: {message}")),
                     unwritten: None,
                     probes: BTreeMap::new(),
+                    _net: None,
                 },
             );
         }
@@ -860,9 +906,19 @@ impl State {
         let started_at = now_time();
         let id = container_id(key);
         let uid = str_at(&pod, "/metadata/uid").to_string();
+        let mut net = None;
         let spawned = self
             .runtime
             .prepare(&objects, &pod, &image, &access)
+            .and_then(|prep| match &self.network {
+                Some(network) => {
+                    let attached = network.attach(ip).map_err(|e| e.to_string())?;
+                    let prep = prep.in_network_namespace(attached.path());
+                    net = Some(attached);
+                    Ok(prep)
+                }
+                None => Ok(prep),
+            })
             .and_then(|prep| self.runtime.spawn(key.clone(), prep));
         let mut probes = BTreeMap::new();
         let (local, body) = match spawned {
@@ -912,6 +968,7 @@ impl State {
                 local,
                 unwritten: None,
                 probes,
+                _net: net,
             },
         );
         self.set_status(key, body).await;

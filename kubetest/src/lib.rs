@@ -17,6 +17,7 @@ pub mod cert_manager;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod pki;
+pub mod podnet;
 pub mod probe;
 pub mod process;
 pub mod route;

@@ -13,6 +13,7 @@
 
 mod common;
 
+use std::collections::BTreeSet;
 use std::path::Path;
 use std::time::Duration;
 
@@ -28,7 +29,7 @@ use k8s_openapi::api::discovery::v1::EndpointSlice;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
-use common::{TEST_READY_TIMEOUT, free_port, run_ok as run};
+use common::{TEST_READY_TIMEOUT, run_ok as run};
 
 const PATIENCE: Duration = Duration::from_secs(240);
 const RELEASE_NAMESPACE: &str = "captf-system";
@@ -133,8 +134,6 @@ struct Installed {
     chart: std::path::PathBuf,
     /// The `--set` arguments of CAPTF's install.
     set: Vec<String>,
-    webhook_port: u16,
-    host: std::net::Ipv4Addr,
     modules: ModuleServer,
     _kubelet: captf_kubetest::Kubelet,
     root: tempfile::TempDir,
@@ -143,15 +142,14 @@ struct Installed {
 
 impl Installed {
     /// `helm install cert-manager` (its chart, built binaries), waits for its webhook, then
-    /// `helm install captf charts/captf` with the chart's defaults but for its ports and one
-    /// webhook replica (the pods share the host's network here).
-    /// `trust_host`: the chart's `webhook.apiServerCIDRs` names this machine's address, where the
-    /// API server connects from here, as docs/operating.md tells an operator to do.
-    async fn start(trust_host: bool) -> Option<Installed> {
+    /// `helm install captf charts/captf` with the chart's defaults but for `values`. Every pod has
+    /// a network of its own, so the defaults' ports and replicas serve as in a cluster.
+    /// `trust_api_server`: the chart's `webhook.apiServerCIDRs` names the address the API server
+    /// calls the webhook from (the pods' bridge here), as docs/operating.md tells an operator to do.
+    async fn start(trust_api_server: bool, values: &[&str]) -> Option<Installed> {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
-        // The pods share the host's network at its address (one an EndpointSlice may hold).
-        let (cert_manager, host) = prerequisites_or_skip(&bin, &["helm", "kubectl"])?;
+        let (cert_manager, _) = prerequisites_or_skip(&bin, &["helm", "kubectl"])?;
         let files = tempfile::tempdir().unwrap();
         let runner = match runner_image(files.path()) {
             Ok(image) => image,
@@ -170,15 +168,16 @@ impl Installed {
         let admin = cp.admin_client().await.unwrap();
         let kubeconfig = cp.admin_kubeconfig();
 
-        // The chart's images are the workspace's binaries (the host-binary image mode).
+        // The chart's images are the workspace's binaries (the host-binary image mode); the
+        // runners fetch their module from this machine's loopback.
         let controller = common::controller_binary();
         let webhook = common::webhook::binary("captf-webhook");
         let root = tempfile::tempdir().unwrap();
-        let mut kubelet_options = cp.kubelet_options("helm", root.path()).host_network(host);
+        let mut kubelet_options = cp.kubelet_options("helm", root.path()).pod_network([modules.port()]);
         for (image, files) in cert_manager.images() {
             kubelet_options = kubelet_options.image(image, files);
         }
-        let _kubelet = cp
+        let kubelet = cp
             .start_kubelet(
                 kubelet_options
                     .image(common::chart::default_image("runner"), runner.image.clone())
@@ -209,21 +208,13 @@ impl Installed {
             );
         }
         eprintln!("cert-manager answers {:?} after its helm install", installing.elapsed());
-        // CAPTF's chart with its defaults but for the ports and the webhook's replicas (the pods
-        // share the host's network here).
         let chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
-        let webhook_port = free_port();
-        let mut ports = vec![
-            format!("webhook.port={webhook_port}"),
-            format!("webhook.metricsPort={}", free_port()),
-            format!("controller.metricsPort={}", free_port()),
-            format!("controller.healthPort={}", free_port()),
-            "webhook.replicas=1".to_string(),
-        ];
-        if trust_host {
-            ports.push(format!("webhook.apiServerCIDRs={{{host}/32}}"));
+        let mut values: Vec<String> = values.iter().map(|v| v.to_string()).collect();
+        if trust_api_server {
+            let gateway = kubelet.pod_gateway().unwrap();
+            values.push(format!("webhook.apiServerCIDRs={{{gateway}/32}}"));
         }
-        let set: Vec<String> = ports.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
+        let set: Vec<String> = values.iter().flat_map(|p| ["--set".to_string(), p.clone()]).collect();
         let installed = Installed {
             installing,
             cp,
@@ -232,10 +223,8 @@ impl Installed {
             bin,
             chart,
             set,
-            webhook_port,
-            host,
             modules,
-            _kubelet,
+            _kubelet: kubelet,
             root,
             _files: files,
         };
@@ -261,7 +250,7 @@ impl Installed {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_one_and_survive_uninstall_and_reinstall()
  {
-    let Some(inst) = Installed::start(false).await else {
+    let Some(inst) = Installed::start(false, &[]).await else {
         return;
     };
     let Installed {
@@ -714,7 +703,7 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
     // address among others, held to one address's share of connections and reviews in flight;
     // on a loaded machine 23 of 368 creates then failed, the API server writing to a connection
     // the webhook had closed.
-    let Some(inst) = Installed::start(true).await else {
+    let Some(inst) = Installed::start(true, &[]).await else {
         return;
     };
     let admin = inst.admin.clone();
@@ -739,40 +728,57 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
         },
     )
     .await;
-    let host = inst.host.to_string();
-    let served = || {
-        let host = host.clone();
-        async move {
-            captf_kubetest::probe::served_certificate(&host, inst.webhook_port)
-                .await
-                .ok()
-        }
-    };
     let pods = Api::<Pod>::namespaced(admin.clone(), RELEASE_NAMESPACE);
-    let webhook_pod = || async {
-        let list = pods
-            .list(&ListParams::default().labels("app.kubernetes.io/component=webhook"))
+    let webhook_pods = || async {
+        pods.list(&ListParams::default().labels("app.kubernetes.io/component=webhook"))
             .await
-            .unwrap();
-        assert_eq!(list.items.len(), 1, "one webhook pod");
-        let p = &list.items[0];
-        let status = p
-            .status
-            .clone()
-            .unwrap_or_default()
-            .container_statuses
-            .unwrap_or_default();
-        (
-            p.metadata.uid.clone().unwrap_or_default(),
-            status.first().map(|c| (c.restart_count, c.state.clone())),
-        )
+            .unwrap()
+            .items
+    };
+    // The certificate every webhook pod serves on its TLS port, when they all serve the same.
+    let served = || async {
+        let mut certificates = BTreeSet::new();
+        for p in webhook_pods().await {
+            let ip = p.status.as_ref()?.pod_ip.clone()?;
+            let port = p.spec.as_ref()?.containers[0]
+                .ports
+                .as_ref()?
+                .iter()
+                .find(|port| port.name.as_deref() == Some("https"))?
+                .container_port;
+            let port = u16::try_from(port).ok()?;
+            certificates.insert(captf_kubetest::probe::served_certificate(&ip, port).await.ok()?);
+        }
+        (certificates.len() == 1).then(|| certificates.pop_first()).flatten()
+    };
+    // Each webhook pod's uid, restarts and container state: the same containers throughout.
+    let webhook_pod = || async {
+        let list = webhook_pods().await;
+        assert_eq!(list.len(), 2, "the chart's two webhook pods");
+        let mut containers: Vec<_> = list
+            .iter()
+            .map(|p| {
+                let status = p
+                    .status
+                    .clone()
+                    .unwrap_or_default()
+                    .container_statuses
+                    .unwrap_or_default();
+                (
+                    p.metadata.uid.clone().unwrap_or_default(),
+                    status.first().map(|c| (c.restart_count, c.state.clone())),
+                )
+            })
+            .collect();
+        containers.sort_by(|a, b| a.0.cmp(&b.0));
+        containers
     };
     let before = webhook_pod().await;
     let first = der(&secret_key(&admin, "captf-webhook-tls", "tls.crt").await);
     assert_eq!(
         served().await,
         Some(first.clone()),
-        "the webhook serves the issued certificate"
+        "both webhook pods serve the issued certificate"
     );
 
     let (stop_tx, stop) = tokio::sync::watch::channel(false);
@@ -789,7 +795,7 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
         }
     })
     .await;
-    until("the webhook serves the renewed certificate", String::new, || {
+    until("both webhook pods serve the renewed certificate", String::new, || {
         let second = second.clone();
         async move { (served().await == Some(second)).then_some(()) }
     })
@@ -819,10 +825,14 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
         }
     })
     .await;
-    until("the webhook serves the certificate of the new CA", String::new, || {
-        let third = third.clone();
-        async move { (served().await == Some(third)).then_some(()) }
-    })
+    until(
+        "both webhook pods serve the certificate of the new CA",
+        String::new,
+        || {
+            let third = third.clone();
+            async move { (served().await == Some(third)).then_some(()) }
+        },
+    )
     .await;
     let validating = Api::<ValidatingWebhookConfiguration>::all(admin.clone());
     // (cert-manager keeps the old CA beside the new one in `ca.crt`, so clients that still
@@ -877,6 +887,6 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
     assert_eq!(
         webhook_pod().await,
         before,
-        "the same webhook container served throughout"
+        "the same webhook containers served throughout"
     );
 }

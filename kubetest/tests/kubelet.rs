@@ -679,3 +679,98 @@ async fn a_pod_waits_for_an_unmapped_image_and_for_a_missing_secret_and_runs_onc
     // The same pod IP as while it waited.
     assert_eq!(done["status"]["podIP"], waiting["status"]["podIP"]);
 }
+
+/// A pod that checks it reaches the API server on its own loopback, then answers its name over
+/// HTTP on port 8000.
+fn listening_pod(name: &str) -> Pod {
+    let script = r#"
+import http.server, os, socket
+socket.create_connection(("127.0.0.1", int(os.environ["KUBERNETES_SERVICE_PORT"])), timeout=10).close()
+name = os.environ["POD_NAME"].encode()
+class H(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        self.send_response(200)
+        self.end_headers()
+        self.wfile.write(name)
+http.server.HTTPServer(("0.0.0.0", 8000), H).serve_forever()
+"#;
+    serde_json::from_value(json!({
+        "metadata": { "name": name },
+        "spec": { "restartPolicy": "Never", "terminationGracePeriodSeconds": 1,
+            "containers": [{ "name": "main", "image": "example.com/python:3", "args": ["-c", script],
+                "env": [{ "name": "POD_NAME", "valueFrom": { "fieldRef": { "fieldPath": "metadata.name" } } }],
+                "ports": [{ "name": "http", "containerPort": 8000 }],
+                "readinessProbe": { "httpGet": { "path": "/", "port": "http" }, "periodSeconds": 1 } }] },
+    }))
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pods_in_networks_of_their_own_listen_on_one_port_at_their_own_addresses_and_reach_the_api_server() {
+    let Some(tools) = tools_or_skip() else { return };
+    if let Some(why) = captf_sim::process_kubelet::namespaces_unavailable() {
+        captf_testsupport::cannot_run(format!("{why}; the process kubelet needs root for its containers"));
+        return;
+    }
+    let Some(python) = ["/usr/bin/python3", "/usr/local/bin/python3"]
+        .into_iter()
+        .find(|p| Path::new(p).is_file())
+    else {
+        captf_testsupport::cannot_run("python3 is not installed: the pods' server is a Python script");
+        return;
+    };
+    let mut opts = Options::new(tools);
+    opts.ready_timeout = TEST_READY_TIMEOUT;
+    let cp = ControlPlane::start(opts).await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    let root = tempfile::tempdir().unwrap();
+    let options = cp.kubelet_options(NODE, root.path()).pod_network([]).image(
+        "example.com/python:3",
+        ProcessImage::new("/image/python3").file("/image/python3", python),
+    );
+    let kubelet = cp.start_kubelet(options).await.unwrap();
+    let pods: Api<Pod> = Api::namespaced(admin.clone(), "default");
+    for name in ["first", "second"] {
+        pods.create(&PostParams::default(), &listening_pod(name)).await.unwrap();
+    }
+    let mut addresses = Vec::new();
+    for name in ["first", "second"] {
+        let pod = until_pod(&pods, name, &format!("{name} Ready through its probe"), |p| {
+            p["status"]["conditions"]
+                .as_array()
+                .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+                || terminated(p).is_some()
+        })
+        .await;
+        assert!(
+            terminated(&pod).is_none(),
+            "{name} ended (it reaches the API server on its loopback before it listens): {pod}\n{}",
+            log_of(&kubelet, name)
+        );
+        let ip: std::net::Ipv4Addr = pod["status"]["podIP"].as_str().unwrap().parse().unwrap();
+        assert_eq!(&ip.octets()[..2], &captf_kubetest::podnet::PREFIX, "{ip}");
+        addresses.push((name, ip));
+    }
+    assert_ne!(addresses[0].1, addresses[1].1, "each pod has an address of its own");
+    // Both listen on port 8000; this machine reaches each at its own address.
+    for (name, ip) in &addresses {
+        let mut stream = tokio::net::TcpStream::connect((*ip, 8000)).await.unwrap();
+        tokio::io::AsyncWriteExt::write_all(&mut stream, b"GET / HTTP/1.0\r\n\r\n")
+            .await
+            .unwrap();
+        let mut answer = String::new();
+        tokio::io::AsyncReadExt::read_to_string(&mut stream, &mut answer)
+            .await
+            .unwrap();
+        assert!(answer.ends_with(name), "{ip} answers {name}: {answer:?}");
+    }
+    // Deleted, a pod's namespace goes with it.
+    let [_, _, subnet, host] = addresses[0].1.octets();
+    let netns = Path::new("/run/netns").join(format!("cptf{subnet}p{host}"));
+    assert!(netns.exists(), "{} is the first pod's", netns.display());
+    pods.delete("first", &DeleteParams::default()).await.unwrap();
+    wait_within("the deleted pod's namespace removed", PATIENCE, || async {
+        (pods.get_opt("first").await.unwrap().is_none() && !netns.exists()).then_some(())
+    })
+    .await;
+}

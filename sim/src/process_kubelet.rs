@@ -1109,6 +1109,18 @@ pub struct Prepared {
     env: Vec<(String, String)>,
     pod_dir: PathBuf,
     termination: PathBuf,
+    /// The network namespace (a file such as `/run/netns/<name>`) the container joins; `None`:
+    /// this machine's.
+    netns: Option<PathBuf>,
+}
+
+impl Prepared {
+    /// Run the container in the network namespace `path` (made by whoever gives the pod its
+    /// network, as a CNI plugin does) instead of this machine's.
+    pub fn in_network_namespace(mut self, path: impl Into<PathBuf>) -> Self {
+        self.netns = Some(path.into());
+        self
+    }
 }
 
 impl ProcessKubelet {
@@ -1573,6 +1585,7 @@ ln -s /run {r}/var/run
             env,
             pod_dir,
             termination,
+            netns: None,
         })
     }
 
@@ -1719,6 +1732,7 @@ ln -s /run {r}/var/run
             env,
             pod_dir,
             termination,
+            netns: None,
         })
     }
 
@@ -1730,7 +1744,16 @@ ln -s /run {r}/var/run
         if self.stopping.load(std::sync::atomic::Ordering::SeqCst) {
             return Err("the kubelet is stopping".to_string());
         }
-        let mut cmd = Command::new("unshare");
+        // nsenter joins the pod's network namespace and then becomes unshare (no fork), so the
+        // outermost pid is the same either way.
+        let mut cmd = match &p.netns {
+            Some(netns) => {
+                let mut c = Command::new("nsenter");
+                c.arg(format!("--net={}", netns.display())).arg("unshare");
+                c
+            }
+            None => Command::new("unshare"),
+        };
         cmd.args([
             "--mount",
             "--propagation",

@@ -249,6 +249,11 @@ impl ModuleServer {
         Ok(ModuleServer { addr, task })
     }
 
+    /// The port it listens on (on 127.0.0.1).
+    pub fn port(&self) -> u16 {
+        self.addr.port()
+    }
+
     /// The URL of an archive (a module source Terraform accepts).
     pub fn url(&self, archive: &str) -> String {
         format!("http://{}/{archive}", self.addr)
