@@ -890,3 +890,298 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
         "the same webhook containers served throughout"
     );
 }
+
+/// Watches the runner Jobs of `namespace` until `stop`, and records every moment an object had
+/// two unfinished Jobs at once (a Job is unfinished until its Complete or Failed condition is
+/// True, or it is deleted): each as the object's id and the Jobs' names. Also returns how many
+/// Jobs it saw created.
+fn two_jobs_watch(
+    jobs: Api<Job>,
+    stop: tokio::sync::watch::Receiver<bool>,
+) -> tokio::task::JoinHandle<(usize, Vec<String>)> {
+    use futures::StreamExt as _;
+    tokio::spawn(async move {
+        let finished = |j: &Job| {
+            j.status.as_ref().and_then(|s| s.conditions.as_ref()).is_some_and(|c| {
+                c.iter()
+                    .any(|c| (c.type_ == "Complete" || c.type_ == "Failed") && c.status == "True")
+            })
+        };
+        let object_of = |j: &Job| {
+            j.metadata
+                .labels
+                .as_ref()
+                .and_then(|l| l.get("captf.io/object").cloned())
+        };
+        // name → (object, unfinished)
+        let mut known: std::collections::BTreeMap<String, (String, bool)> = Default::default();
+        let mut overlaps = Vec::new();
+        let mut created = 0usize;
+        let list = jobs.list(&ListParams::default()).await.unwrap();
+        let mut version = list.metadata.resource_version.clone().unwrap_or_default();
+        for j in &list.items {
+            if let (Some(name), Some(object)) = (j.metadata.name.clone(), object_of(j)) {
+                known.insert(name, (object, !finished(j)));
+            }
+        }
+        while !*stop.borrow() {
+            let params = kube::api::WatchParams::default().timeout(30);
+            let Ok(stream) = jobs.watch(&params, &version).await else {
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                continue;
+            };
+            let mut stream = stream.boxed();
+            let mut stop = stop.clone();
+            loop {
+                let event = tokio::select! {
+                    e = stream.next() => e,
+                    _ = stop.changed() => None,
+                };
+                let Some(Ok(event)) = event else { break };
+                let (job, gone) = match event {
+                    kube::api::WatchEvent::Added(j) | kube::api::WatchEvent::Modified(j) => (j, false),
+                    kube::api::WatchEvent::Deleted(j) => (j, true),
+                    kube::api::WatchEvent::Bookmark(b) => {
+                        version = b.metadata.resource_version;
+                        continue;
+                    }
+                    kube::api::WatchEvent::Error(e) => panic!("the Job watch failed: {e:?}"),
+                };
+                version = job.metadata.resource_version.clone().unwrap_or_default();
+                let (Some(name), Some(object)) = (job.metadata.name.clone(), object_of(&job)) else {
+                    continue;
+                };
+                if gone {
+                    known.remove(&name);
+                    continue;
+                }
+                if !known.contains_key(&name) {
+                    created += 1;
+                }
+                known.insert(name, (object.clone(), !finished(&job)));
+                let unfinished: Vec<&String> = known
+                    .iter()
+                    .filter(|(_, (o, running))| *o == object && *running)
+                    .map(|(n, _)| n)
+                    .collect();
+                if unfinished.len() > 1 {
+                    overlaps.push(format!("{object}: {unfinished:?}"));
+                }
+            }
+        }
+        (created, overlaps)
+    })
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over_with_one_job_per_object_and_no_failed_review()
+ {
+    let Some(inst) = Installed::start(true, &["controller.replicas=2"]).await else {
+        return;
+    };
+    let admin = inst.admin.clone();
+    let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
+    let names = ["up-a", "up-b", "up-c"];
+    let object = |name: &str| -> DynamicObject {
+        serde_json::from_value(json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": name, "namespace": RELEASE_NAMESPACE },
+            "spec": {
+                "module": { "source": inst.modules.url("cluster.tar.gz") },
+                "variables": { "name": name, "content": "v1" },
+            },
+        }))
+        .unwrap()
+    };
+    for name in names {
+        let report = inst.report(RELEASE_NAMESPACE).await;
+        let (api, o) = (api.clone(), object(name));
+        until(
+            "the webhook admits the object",
+            move || report.clone(),
+            || {
+                let (api, o) = (api.clone(), o.clone());
+                async move { api.create(&PostParams::default(), &o).await.ok() }
+            },
+        )
+        .await;
+    }
+    // Every object Ready with its generation applied: (name, generation) → the object.
+    let all_applied = |content: &'static str| {
+        let api = api.clone();
+        async move {
+            let mut done = Vec::new();
+            for name in names {
+                let o = serde_json::to_value(api.get(name).await.ok()?).ok()?;
+                let applied = is_ready(&o)
+                    && o["status"]["observedGeneration"] == o["metadata"]["generation"]
+                    && o["spec"]["variables"]["content"] == content;
+                if !applied {
+                    return None;
+                }
+                done.push(o);
+            }
+            Some(done)
+        }
+    };
+    let report = inst.report(RELEASE_NAMESPACE).await;
+    until(
+        "the three objects applied",
+        move || report.clone(),
+        || all_applied("v1"),
+    )
+    .await;
+    let pods = Api::<Pod>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    let pod_names = |component: &'static str| {
+        let pods = pods.clone();
+        async move {
+            let mut names: Vec<String> = pods
+                .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+                .await
+                .unwrap()
+                .items
+                .into_iter()
+                .filter(|p| p.metadata.deletion_timestamp.is_none())
+                .filter_map(|p| p.metadata.name)
+                .collect();
+            names.sort();
+            names
+        }
+    };
+    let old_controllers = pod_names("controller").await;
+    let old_webhooks = pod_names("webhook").await;
+    assert_eq!(old_controllers.len(), 2, "two controller pods: {old_controllers:?}");
+    assert_eq!(old_webhooks.len(), 2, "two webhook pods: {old_webhooks:?}");
+    let leases = Api::<Lease>::namespaced(admin.clone(), RELEASE_NAMESPACE);
+    let holder = leader_other_than(&leases, "", "a controller leads").await;
+    assert!(
+        old_controllers.contains(&holder),
+        "{holder} is one of {old_controllers:?}"
+    );
+
+    // Reviews all along, and every Job watched, while the objects change and the chart is
+    // upgraded with changed values (a new pod template for both Deployments: a rollout).
+    let (stop_tx, stop) = tokio::sync::watch::channel(false);
+    let jobs = two_jobs_watch(Api::namespaced(admin.clone(), RELEASE_NAMESPACE), stop.clone());
+    let started = std::time::Instant::now();
+    let probe_object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": { "name": "upgrade-probe", "namespace": RELEASE_NAMESPACE },
+        "spec": { "module": { "source": inst.modules.url("cluster.tar.gz") } },
+    }))
+    .unwrap();
+    let load = review_load(api.clone(), probe_object, 25, stop);
+    let change = {
+        let api = api.clone();
+        move |content: String| {
+            let api = api.clone();
+            async move {
+                for name in names {
+                    api.patch(
+                        name,
+                        &PatchParams::default(),
+                        &Patch::Merge(&json!({"spec": {"variables": {"content": content}}})),
+                    )
+                    .await
+                    .unwrap();
+                }
+            }
+        }
+    };
+    // Changes every second and a half for as long as the upgrade lasts, so that Jobs are queued
+    // and running while the controller pods are replaced and the lead changes hands.
+    let (upgraded_tx, mut upgraded) = tokio::sync::watch::channel(false);
+    let churn = tokio::spawn({
+        let change = change.clone();
+        async move {
+            let mut round = 0;
+            while !*upgraded.borrow() {
+                round += 1;
+                change(format!("v1.{round}")).await;
+                tokio::select! {
+                    _ = tokio::time::sleep(Duration::from_millis(1500)) => {}
+                    _ = upgraded.changed() => {}
+                }
+            }
+            round
+        }
+    });
+    let upgrading = std::time::Instant::now();
+    run(std::process::Command::new(inst.bin.join("helm"))
+        .args(["upgrade", "captf"])
+        .arg(&inst.chart)
+        .args(["-n", RELEASE_NAMESPACE, "--reuse-values", "--wait", "--timeout", "4m"])
+        .args(["--set", "controller.concurrency=3", "--set", "webhook.logFormat=text"])
+        .args(["--kubeconfig"])
+        .arg(&inst.kubeconfig));
+    eprintln!("helm upgrade --wait took {:?}", upgrading.elapsed());
+    upgraded_tx.send(true).unwrap();
+    let rounds = churn.await.unwrap();
+    change("v2".into()).await;
+    let new_holder = leader_other_than(&leases, &holder, "a new controller pod takes the lead").await;
+    let report = inst.report(RELEASE_NAMESPACE).await;
+    until(
+        "the changes applied across the upgrade",
+        move || report.clone(),
+        || all_applied("v2"),
+    )
+    .await;
+    // After the upgrade, each object's next change is applied once more.
+    change("v3".into()).await;
+    let report = inst.report(RELEASE_NAMESPACE).await;
+    let done = until(
+        "a change applied after the upgrade",
+        move || report.clone(),
+        || all_applied("v3"),
+    )
+    .await;
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    stop_tx.send(true).unwrap();
+    let (sent, failures) = load.await.unwrap();
+    let (created, overlaps) = jobs.await.unwrap();
+    let seconds = started.elapsed().as_secs_f64();
+    eprintln!(
+        "{sent} dry-run creates, {rounds} rounds of changes and {created} Jobs in {seconds:.1} s across the upgrade"
+    );
+
+    // The new pods run the new values; the old ones are gone.
+    let new_controllers = pod_names("controller").await;
+    let new_webhooks = pod_names("webhook").await;
+    assert_eq!(new_controllers.len(), 2, "{new_controllers:?}");
+    assert_eq!(new_webhooks.len(), 2, "{new_webhooks:?}");
+    assert!(
+        new_controllers.iter().all(|p| !old_controllers.contains(p))
+            && new_webhooks.iter().all(|p| !old_webhooks.contains(p)),
+        "every pod replaced: controllers {old_controllers:?} → {new_controllers:?}, webhooks {old_webhooks:?} → {new_webhooks:?}"
+    );
+    assert!(
+        new_controllers.contains(&new_holder),
+        "the lead passed to a new pod: {new_holder} of {new_controllers:?}"
+    );
+    for (component, flag) in [("controller", "--concurrency=3"), ("webhook", "--log-format=text")] {
+        for p in pods
+            .list(&ListParams::default().labels(&format!("app.kubernetes.io/component={component}")))
+            .await
+            .unwrap()
+        {
+            let args = p.spec.unwrap().containers[0].args.clone().unwrap_or_default();
+            assert!(args.iter().any(|a| a == flag), "{component} runs with {flag}: {args:?}");
+        }
+    }
+    assert!(overlaps.is_empty(), "an object had two Jobs at once: {overlaps:?}");
+    for o in &done {
+        let seq = o["status"]["lastJobSeq"].as_u64().unwrap();
+        assert!(seq >= 3, "each object applied v1, v2 and v3: {o}");
+    }
+    assert!(created >= names.len() * 2, "the changes ran Jobs: {created}");
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} dry-run creates failed across the upgrade; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        sent as f64 / seconds >= 20.0,
+        "the load was at least 20 a second: {sent} in {seconds:.1} s"
+    );
+}
