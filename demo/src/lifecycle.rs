@@ -27,6 +27,10 @@ use crate::summary::Row;
 use crate::timeline::{Snapshot, Timeline, clip};
 
 pub const NS: &str = "default";
+/// Every namespace the demo's controller watches: the samples', and `team-a`, where the
+/// examples' workload-identity objects go (the chart's rendered RBAC binds the controller in
+/// both).
+pub const WATCHED: [&str; 2] = [NS, "team-a"];
 pub const CLUSTER: &str = "demo";
 pub const POOL: &str = "demo-workers";
 /// The lock ID the OOM-killed runner leaves behind.

@@ -139,7 +139,10 @@ pub async fn create_samples(client: &kube::Client) -> Result<Vec<Value>, SetupEr
 pub fn serving_lines(kubeconfig: &Path, webhook_log: &Path, controller_log: &Path, samples: &[String]) -> Vec<String> {
     let kc = kubeconfig.display();
     let mut lines = vec![
-        format!("the controller watches namespace {NS}"),
+        format!(
+            "the controller watches namespaces {} (every example in examples/ goes to one of them)",
+            crate::lifecycle::WATCHED.join(", ")
+        ),
         format!("controller log: {}", controller_log.display()),
         format!("webhook log:    {}", webhook_log.display()),
         format!("kubectl --kubeconfig {kc} get terraformclusters"),
@@ -201,7 +204,10 @@ mod tests {
             Path::new("/w/controller.log"),
             &["terraformcluster/outcome-fail (fail)".to_string()],
         );
-        assert_eq!(lines[0], "the controller watches namespace default");
+        assert_eq!(
+            lines[0],
+            "the controller watches namespaces default, team-a (every example in examples/ goes to one of them)"
+        );
         assert!(lines.contains(&"controller log: /w/controller.log".to_string()));
         assert!(lines.contains(&"webhook log:    /w/webhook.log".to_string()));
         let first_kubectl = lines.iter().find(|l| l.starts_with("kubectl --kubeconfig")).unwrap();

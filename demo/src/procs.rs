@@ -101,6 +101,20 @@ fn log_file(path: &Path) -> Result<std::fs::File, ProcError> {
     })
 }
 
+/// The runner policy, which the webhook and the controller must read alike (the same `CAPTF_*`
+/// variables, declared once in captf-shared): the demo's runner image is every object's
+/// default, and any tag of the runner image may be named, as the examples do. The only place
+/// the demo sets it; both children get it.
+pub fn runner_policy_env() -> [(&'static str, String); 2] {
+    [
+        ("CAPTF_RUNNER_IMAGE", crate::real::RUNNER_IMAGE.to_string()),
+        (
+            "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES",
+            crate::real::RUNNER_REPOSITORY_TAGS.to_string(),
+        ),
+    ]
+}
+
 /// The webhook on `127.0.0.1:0`; returns it and the address it printed.
 pub async fn start_webhook(bin: &Path, cert: &Path, key: &Path, log: PathBuf) -> Result<(Proc, SocketAddr), ProcError> {
     let what = "captf-webhook".to_string();
@@ -115,6 +129,7 @@ pub async fn start_webhook(bin: &Path, cert: &Path, key: &Path, log: PathBuf) ->
         // The simulator serves no SubjectAccessReviews, so the webhook does not ask who may
         // approve (the chart turns the check on); it still records who approved.
         .arg("--authorize-approvals=false")
+        .envs(runner_policy_env())
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)
@@ -192,7 +207,7 @@ pub async fn start_controller(
         .env("CAPTF_SIM_CLOCK_URL", &env.sim_url)
         .env("CAPTF_METRICS_ADDR", env.metrics_addr.to_string())
         .env("CAPTF_HEALTH_ADDR", env.health_addr.to_string())
-        .env("CAPTF_RUNNER_IMAGE", crate::real::RUNNER_IMAGE)
+        .envs(runner_policy_env())
         .env("CAPTF_CONCURRENCY", "4")
         .envs(env.extra_env.iter().map(|(k, v)| (k, v)))
         .stdin(Stdio::null())

@@ -18,6 +18,9 @@ use captf_testprovider::world::{Thing, World, WorldError};
 
 /// The image the demo's controller puts in its Jobs.
 pub const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:demo";
+/// Every tag of the runner's repository (an image policy prefix): the examples name the
+/// released tag.
+pub const RUNNER_REPOSITORY_TAGS: &str = "ghcr.io/captf/runner:";
 
 /// The cluster's module: a load balancer (its id makes the control-plane endpoint) and a
 /// control plane whose instance type is in its name (a new type replaces it: a destructive

@@ -214,7 +214,9 @@ pub async fn start_at(
         Err(why) => Runners::Scripted { why },
     };
     let sim = builder.start().await?;
-    sim.create_namespace(crate::lifecycle::NS);
+    for ns in crate::lifecycle::WATCHED {
+        sim.create_namespace(ns);
+    }
     sim.create_namespace(WEBHOOK_NAMESPACE);
     sim.load_rbac(CHART_RBAC)?;
     let kubeconfig = work.path().join("kubeconfig");
@@ -248,7 +250,7 @@ pub async fn start_at(
 
     let env = ControllerEnv {
         kubeconfig: controller_kubeconfig.clone(),
-        namespace: crate::lifecycle::NS.to_string(),
+        namespace: crate::lifecycle::WATCHED.join(","),
         sim_url: sim.url(),
         metrics_addr: procs::free_addr()?,
         health_addr: procs::free_addr()?,

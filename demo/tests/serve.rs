@@ -73,8 +73,9 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
     let captf = wait_line(&rx, "kubectl captf --kubeconfig", &mut all);
     // It names the namespace the controller watches and the logs, which exist.
     assert!(
-        all.iter()
-            .any(|l| l.trim() == "the controller watches namespace default"),
+        all.iter().any(|l| l
+            .trim()
+            .starts_with("the controller watches namespaces default, team-a")),
         "{}",
         all.join("\n")
     );
@@ -181,6 +182,48 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         tokio::time::sleep(Duration::from_millis(200)).await;
     }
 
+    // Every example applied with the real kubectl, as the README invites: each CAPTF object in
+    // it is admitted and acted on, as its comment says.
+    let client = kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap();
+    every_example_is_admitted_and_acted_on(&kc, &client).await;
+    // The webhook and the controller read one runner policy: the controller's default image is
+    // admitted and run, and an image outside the policy is refused by the webhook at once
+    // (before, the webhook allowed only the released tag and the controller only the demo's).
+    let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
+    let with_image = |name: &str, image: &str| -> DynamicObject {
+        serde_json::from_value(serde_json::json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": name },
+            "spec": { "module": { "source": "git::https://example.com/m.git" }, "jobs": { "image": image } },
+        }))
+        .unwrap()
+    };
+    api.create(
+        &PostParams::default(),
+        &with_image("image-demo", "ghcr.io/captf/runner:demo"),
+    )
+    .await
+    .unwrap();
+    let refused = api
+        .create(
+            &PostParams::default(),
+            &with_image("image-other", "example.com/runner:1"),
+        )
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("outside the runner image policy"), "{refused}");
+    let deadline = Instant::now() + Duration::from_secs(60);
+    loop {
+        let o = serde_json::to_value(api.get("image-demo").await.unwrap()).unwrap();
+        match acted_on("TerraformCluster", &o) {
+            Some(Ok(())) => break,
+            Some(Err(why)) => panic!("image-demo: {why}"),
+            None => assert!(Instant::now() < deadline, "image-demo never applied: {}", o["status"]),
+        }
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+
     // The printed `kubectl captf` command works against it: the plugin's status shows the object.
     let words: Vec<&str> = captf.split("   (").next().unwrap().split_whitespace().skip(2).collect();
     let cli = kubectl_captf::cli::Cli::try_parse_from(std::iter::once("kubectl-captf").chain(words)).unwrap();
@@ -214,4 +257,146 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         TcpStream::connect_timeout(&webhook, Duration::from_millis(500)).is_err(),
         "the webhook child still listens after Ctrl-C"
     );
+}
+
+/// `kubectl` from `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`.
+fn kubectl_path() -> std::path::PathBuf {
+    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
+    let k = dir.join("kubectl");
+    assert!(
+        k.is_file(),
+        "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
+        k.display()
+    );
+    k
+}
+
+/// Kinds the playground serves no API for (it has no Cluster API): `kubectl apply` creates the
+/// rest of the file and fails on them, as the example's comment says.
+const UNSERVED_KINDS: [&str; 1] = ["ClusterClass"];
+
+/// What the controller does with an example's object in the playground, from its Ready
+/// condition: `Some(true)` once it is applied; a TerraformMachine outside Cluster API waits for
+/// its Machine's bootstrap data, which the example's comment says; `None` not yet decided.
+fn acted_on(kind: &str, o: &serde_json::Value) -> Option<Result<(), String>> {
+    let conditions = o["status"]["conditions"].as_array()?;
+    let ready = conditions.iter().find(|c| c["type"] == "Ready")?;
+    let (status, reason) = (ready["status"].as_str()?, ready["reason"].as_str()?);
+    let message = ready["message"].as_str().unwrap_or_default();
+    match (kind, status, reason) {
+        (_, _, "PolicyViolation") => Some(Err(format!("held by the policy: {message}"))),
+        ("TerraformMachine", "False", "InputsUnresolved") if message.contains("Cluster API Machine") => Some(Ok(())),
+        (_, "True", _) => Some(Ok(())),
+        _ => None,
+    }
+}
+
+async fn every_example_is_admitted_and_acted_on(kubeconfig: &Path, client: &kube::Client) {
+    let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
+    let mut files: Vec<_> = std::fs::read_dir(&examples)
+        .unwrap()
+        .filter_map(Result::ok)
+        .map(|e| e.path())
+        .filter(|p| p.extension().is_some_and(|x| x == "yaml"))
+        .collect();
+    files.sort();
+    assert!(files.len() >= 9, "{files:?}");
+    let mut waiting = Vec::new();
+    for file in &files {
+        let text = std::fs::read_to_string(file).unwrap();
+        let mut docs: Vec<serde_json::Value> = Vec::new();
+        let mut doc = String::new();
+        for line in text.lines().chain(std::iter::once("---")) {
+            if line == "---" {
+                let v: serde_json::Value = serde_yaml_ng::from_str(&doc).unwrap();
+                if !v.is_null() {
+                    docs.push(v);
+                }
+                doc.clear();
+            } else {
+                doc.push_str(line);
+                doc.push('\n');
+            }
+        }
+        let unserved: Vec<&serde_json::Value> = docs
+            .iter()
+            .filter(|d| UNSERVED_KINDS.contains(&d["kind"].as_str().unwrap_or_default()))
+            .collect();
+        let out = Command::new(kubectl_path())
+            .arg("--kubeconfig")
+            .arg(kubeconfig)
+            .args(["apply", "-f"])
+            .arg(file)
+            .env("HOME", kubeconfig.parent().unwrap())
+            .output()
+            .unwrap();
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(
+            out.status.success(),
+            unserved.is_empty(),
+            "kubectl apply -f {}: {stderr}",
+            file.display()
+        );
+        assert!(
+            !stderr.contains("denied the request"),
+            "{}: the webhook refused: {stderr}",
+            file.display()
+        );
+        if !unserved.is_empty() {
+            let comment: String = text.lines().take_while(|l| l.starts_with('#')).collect();
+            assert!(
+                comment.contains("playground") && comment.contains("ClusterClass"),
+                "{}'s comment says the playground refuses its ClusterClass",
+                file.display()
+            );
+        }
+        for d in &docs {
+            let (Some(kind), Some(name)) = (d["kind"].as_str(), d["metadata"]["name"].as_str()) else {
+                continue;
+            };
+            if !d["apiVersion"]
+                .as_str()
+                .is_some_and(|v| v.starts_with("infrastructure.cluster.x-k8s.io/"))
+            {
+                continue;
+            }
+            let namespace = d["metadata"]["namespace"].as_str().unwrap_or("default");
+            let ar = ApiResource::from_gvk_with_plural(
+                &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", kind),
+                &format!("{}s", kind.to_lowercase()),
+            );
+            let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);
+            let created = api.get_opt(name).await.unwrap();
+            assert!(
+                created.is_some(),
+                "{kind} {namespace}/{name} of {} exists",
+                file.display()
+            );
+            if !kind.ends_with("Template") {
+                waiting.push((file.clone(), kind.to_string(), api, name.to_string()));
+            }
+        }
+    }
+    // The controller acts on every object (templates are only admitted).
+    let deadline = Instant::now() + Duration::from_secs(180);
+    for (file, kind, api, name) in waiting {
+        loop {
+            let o = api.get(&name).await.unwrap();
+            let data = serde_json::to_value(&o).unwrap();
+            match acted_on(&kind, &data) {
+                Some(Ok(())) => break,
+                Some(Err(why)) => panic!("{kind} {name} of {}: {why}", file.display()),
+                None => {}
+            }
+            assert!(
+                Instant::now() < deadline,
+                "the controller never acted on {kind} {name} of {}: {}",
+                file.display(),
+                data["status"]
+            );
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+    }
 }

@@ -137,6 +137,7 @@ impl Registry {
                 b("", "v1", "Namespace", "namespaces", false, true).short(&["ns"]),
                 b("", "v1", "Secret", "secrets", true, false),
                 b("", "v1", "ConfigMap", "configmaps", true, false).short(&["cm"]),
+                b("", "v1", "PersistentVolumeClaim", "persistentvolumeclaims", true, true).short(&["pvc"]),
                 b("", "v1", "Pod", "pods", true, true).short(&["po"]),
                 b("", "v1", "Event", "events", true, false).short(&["ev"]),
                 b("", "v1", "ServiceAccount", "serviceaccounts", true, false).short(&["sa"]),
