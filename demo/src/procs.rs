@@ -130,6 +130,9 @@ pub async fn start_webhook(bin: &Path, cert: &Path, key: &Path, log: PathBuf) ->
         // approve (the chart turns the check on); it still records who approved.
         .arg("--authorize-approvals=false")
         .envs(runner_policy_env())
+        // The namespaces the demo's controller watches (its CAPTF_NAMESPACE): an object created
+        // elsewhere is admitted with a warning.
+        .env("CAPTF_WEBHOOK_WATCHED_NAMESPACES", crate::lifecycle::WATCHED.join(","))
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(stderr)

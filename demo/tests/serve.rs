@@ -186,6 +186,37 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
     // it is admitted and acted on, as its comment says.
     let client = kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap();
     every_example_is_admitted_and_acted_on(&kc, &client).await;
+    // An object where no controller watches is stored with a warning kubectl prints.
+    let kubectl = |args: &[&str], stdin: Option<&str>| {
+        let mut child = Command::new(kubectl_path())
+            .arg("--kubeconfig")
+            .arg(&kc)
+            .args(args)
+            .env("HOME", kc.parent().unwrap())
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut input = child.stdin.take().unwrap();
+        std::io::Write::write_all(&mut input, stdin.unwrap_or_default().as_bytes()).unwrap();
+        drop(input);
+        child.wait_with_output().unwrap()
+    };
+    assert!(kubectl(&["create", "namespace", "team-z"], None).status.success());
+    let applied = kubectl(
+        &["apply", "-f", "-"],
+        Some(
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: TerraformCluster\nmetadata: {name: elsewhere, namespace: team-z}\nspec: {module: {source: \"git::https://example.com/m.git\"}}\n",
+        ),
+    );
+    let stderr = String::from_utf8_lossy(&applied.stderr);
+    assert!(applied.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("Warning: no CAPTF controller watches namespace \"team-z\" (it watches default, team-a)"),
+        "{stderr}"
+    );
+
     // The webhook and the controller read one runner policy: the controller's default image is
     // admitted and run, and an image outside the policy is refused by the webhook at once
     // (before, the webhook allowed only the released tag and the controller only the demo's).

@@ -111,7 +111,14 @@ fn hooks(world: &World, a: &Attributes) -> Vec<Hook> {
     out
 }
 
-/// Run the admission chain. Returns the (possibly mutated) object.
+tokio::task_local! {
+    /// The warnings the webhooks gave while the current request was served: the server sends
+    /// them as `Warning: 299 - "<text>"` headers, as kube-apiserver does, and kubectl prints them.
+    pub static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// Run the admission chain. Returns the (possibly mutated) object. The webhooks' warnings go to
+/// [`WARNINGS`] when the request is served within it.
 pub async fn admit(
     world: &Mutex<World>,
     services: &Services,
@@ -143,6 +150,10 @@ pub async fn admit(
             Err(_) => continue,
         };
         let resp = &answer["response"];
+        if let Some(warnings) = resp.get("warnings").and_then(Value::as_array) {
+            let texts = warnings.iter().filter_map(Value::as_str).map(str::to_string);
+            let _ = WARNINGS.try_with(|w| w.borrow_mut().extend(texts));
+        }
         if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
             return Err(denied(&hook.name, resp.get("status")));
         }

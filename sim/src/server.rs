@@ -92,7 +92,13 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
         Ok(c) => c,
         Err(e) => return error_response(&e),
     };
-    match handle_inner(&sh, &caller, &method, &segs, &query, &headers, body, events_view).await {
+    let (result, warnings) = crate::admission::WARNINGS
+        .scope(std::cell::RefCell::new(Vec::new()), async {
+            let result = handle_inner(&sh, &caller, &method, &segs, &query, &headers, body, events_view).await;
+            (result, crate::admission::WARNINGS.with(|w| w.take()))
+        })
+        .await;
+    let mut response = match result {
         Ok(r) if events_view && !watching => {
             tracing::debug!(%method, %uri, status = r.status().as_u16(), "sim request");
             events_response_to_v1(r).await
@@ -105,7 +111,19 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
             tracing::debug!(%method, %uri, status = e.code, reason = %e.reason, message = %e.message, "sim request failed");
             error_response(&e)
         }
+    };
+    for w in warnings {
+        if let Ok(v) = axum::http::HeaderValue::from_str(&warning_header(&w)) {
+            response.headers_mut().append(header::WARNING, v);
+        }
     }
+    response
+}
+
+/// A `Warning` header value as kube-apiserver writes one: code 299, no agent, the text quoted
+/// (backslashes and quotes escaped).
+fn warning_header(text: &str) -> String {
+    format!("299 - \"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
 }
 
 fn events_body_to_core(headers: &HeaderMap, body: Bytes) -> Bytes {

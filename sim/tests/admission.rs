@@ -41,6 +41,9 @@ async fn review(req: Request<Incoming>, calls: Arc<AtomicUsize>) -> Result<Respo
             json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": B64.encode(patch.to_string())})
         }
         _ if request["operation"] == "DELETE" => json!({"uid": uid, "allowed": true}),
+        _ if obj.pointer("/spec/module/source").and_then(Value::as_str) == Some("warn") => json!({
+            "uid": uid, "allowed": true, "warnings": ["a \"quoted\" warning", "another"]
+        }),
         _ if obj.pointer("/spec/module/source").and_then(Value::as_str) == Some("bad") => json!({
             "uid": uid, "allowed": false,
             "status": {"code": 422, "reason": "Invalid", "message": "spec.module.source: Invalid value: \"bad\": not a module source"}
@@ -208,6 +211,42 @@ async fn webhooks_are_called_over_tls_mutate_and_reject_with_the_webhooks_messag
     .unwrap();
     assert_eq!(wh.calls.load(Ordering::SeqCst), before);
     api.delete("good", &DeleteParams::default()).await.unwrap();
+}
+
+#[tokio::test]
+async fn a_webhooks_warnings_reach_the_client_as_warning_headers_as_kube_apiserver_sends_them() {
+    let wh = webhook().await;
+    let sim = Sim::start().await.unwrap();
+    sim.register_service("captf-system", "captf-webhook", wh.addr);
+    let (m, v) = configs(&wh.ca_pem, "Fail");
+    install(&sim, m, v).await;
+    let body = serde_json::to_vec(&tc("warned", "warn")).unwrap();
+    let request =
+        http::Request::post("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/default/terraformclusters")
+            .header("content-type", "application/json")
+            .body(kube::client::Body::from(body))
+            .unwrap();
+    let response = sim.client().unwrap().send(request).await.unwrap();
+    assert_eq!(response.status(), 201);
+    let warnings: Vec<String> = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    assert_eq!(warnings, [r#"299 - "a \"quoted\" warning""#, r#"299 - "another""#]);
+    // A request no webhook warns about has none.
+    let response = sim
+        .client()
+        .unwrap()
+        .send(
+            http::Request::get("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/default/terraformclusters")
+                .body(kube::client::Body::empty())
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    assert!(response.headers().get("warning").is_none());
 }
 
 #[tokio::test]

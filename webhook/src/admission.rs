@@ -28,6 +28,7 @@ use serde_json::Value;
 use serde_json::value::RawValue;
 
 use crate::approval::{self, ApproveCheck};
+use crate::watched::Watched;
 
 /// The only AdmissionReview version served.
 pub const ADMISSION_API_VERSION: &str = "admission.k8s.io/v1";
@@ -615,6 +616,7 @@ struct View<'a> {
     /// `request.dryRun`: nothing the request writes is stored.
     dry_run: bool,
     policy: &'a TenantPolicy,
+    watched: &'a Watched,
     /// `request.userInfo.username`.
     username: Option<&'a str>,
 }
@@ -626,8 +628,14 @@ pub fn review(route: Route, body: &[u8]) -> Result<Reviewed, ReviewError> {
 }
 
 /// Answer one AdmissionReview body, denying a spec outside the tenant policy (on create, and on
-/// an update that changes the spec). Pure.
+/// an update that changes the spec), with every namespace watched. Pure.
 pub fn review_with(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Reviewed, ReviewError> {
+    review_in(route, body, policy, &Watched::all())
+}
+
+/// [`review_with`], and a create of an object no controller will act on, in a namespace outside
+/// `watched`, admitted with a warning ([`Watched::warning`]). Pure.
+pub fn review_in(route: Route, body: &[u8], policy: &TenantPolicy, watched: &Watched) -> Result<Reviewed, ReviewError> {
     // The body's UTF-8 is checked once, up front (a word at a time while it is ASCII), so the
     // parse does not check every string again, skipped ones included. A body that is not UTF-8
     // goes the slow way, which reports it as before.
@@ -652,13 +660,14 @@ pub fn review_with(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<R
                 old_object: r.old_object.map(Obj::Parts),
                 dry_run: r.dry_run,
                 policy,
+                watched,
                 username: None,
             };
             let username = r.user_info.username.as_ref().map(|u| u.0.as_ref());
             answer(route, View { username, ..view })
         }
         Some(Err(e)) if body.len() > MAX_SLOW_PATH_BYTES => Err(ReviewError::TooLargeToDiagnose(e)),
-        Some(Err(_)) | None => review_slowly(route, body, policy),
+        Some(Err(_)) | None => review_slowly(route, body, policy, watched),
     }
 }
 
@@ -673,7 +682,7 @@ fn check_types(api_version: &str, kind: &str) -> Result<(), ReviewError> {
 }
 
 /// The slow path: kube's types, then each object read as the fast path reads it where it can be.
-fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Reviewed, ReviewError> {
+fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy, watched: &Watched) -> Result<Reviewed, ReviewError> {
     let whole: KubeReview = serde_json::from_slice(body).map_err(|e| diagnose(body, e))?;
     check_types(&whole.api_version, &whole.kind)?;
     let r = whole.request;
@@ -698,6 +707,7 @@ fn review_slowly(route: Route, body: &[u8], policy: &TenantPolicy) -> Result<Rev
         old_object: read(&r.old_object),
         dry_run: r.dry_run,
         policy,
+        watched,
         username: r.user_info.username.as_deref(),
     };
     answer(route, view)
@@ -897,7 +907,17 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
             }
             d
         }
-        Route::Validate => validate(view.body, kind, object, old_object, view.dry_run, view.policy),
+        Route::Validate => {
+            let mut d = validate(view.body, kind, object, old_object, view.dry_run, view.policy);
+            // Only the validating answer warns, so kubectl prints the warning once.
+            if d.allowed
+                && old_object.is_none()
+                && let Some(w) = view.watched.warning(kind, view.namespace)
+            {
+                d.warnings.push(w);
+            }
+            d
+        }
     };
     decision.warnings = bounded_warnings(std::mem::take(&mut decision.warnings), 0);
     Ok(decision)
@@ -1553,7 +1573,7 @@ mod tests {
         let stamp = serde_json::json!([{"op": "add", "path": "/metadata/annotations/captf.io~1approved-by", "value": "alice@example.com"}]);
         assert_eq!(approver_ops(&patch_ops(&body)), stamp.as_array().unwrap().clone());
         // The slow path (kube's types) stamps the same.
-        let slow = review_slowly(Route::Mutate, &body, &TenantPolicy::unrestricted()).unwrap();
+        let slow = review_slowly(Route::Mutate, &body, &TenantPolicy::unrestricted(), &Watched::all()).unwrap();
         let slow: Value = serde_json::from_slice(&slow.body).unwrap();
         let slow_ops: Vec<Value> = serde_json::from_slice(
             &base64::engine::general_purpose::STANDARD
@@ -1772,7 +1792,7 @@ mod tests {
             }
             let body = serde_json::to_vec(&req).unwrap();
             for route in [Route::Mutate, Route::Validate] {
-                match (super::review(route, &body), review_slowly(route, &body, &TenantPolicy::unrestricted())) {
+                match (super::review(route, &body), review_slowly(route, &body, &TenantPolicy::unrestricted(), &Watched::all())) {
                     (Ok(fast), Ok(slow)) => {
                         proptest::prop_assert_eq!(&fast.body, &slow.body);
                         proptest::prop_assert_eq!(

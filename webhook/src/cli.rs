@@ -142,6 +142,11 @@ pub struct ServeArgs {
     /// sending from them is trusted too.
     #[arg(long, env = "CAPTF_WEBHOOK_API_SERVER_CIDRS", value_delimiter = ',', value_parser = parse_cidr)]
     pub api_server_cidrs: Vec<Cidr>,
+    /// The namespaces a CAPTF controller watches, comma-separated (the list its `--namespace`
+    /// gets); an object of a kind the controller acts on, created in any other namespace, is
+    /// admitted with a warning that nothing will act on it. Empty: every namespace.
+    #[arg(long, env = "CAPTF_WEBHOOK_WATCHED_NAMESPACES", value_delimiter = ',')]
+    pub watched_namespaces: Vec<String>,
     /// Reviews with bodies over 64 KiB answered at once (on the blocking pool).
     #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEWS", default_value_t = crate::routes::DEFAULT_LARGE_REVIEWS, value_parser = parse_at_least_one)]
     pub large_reviews: usize,
@@ -266,6 +271,7 @@ impl ServeArgs {
             },
         };
         config.policy = self.policy.to_policy();
+        config.watched = crate::watched::Watched::only(&self.watched_namespaces);
         config.approvals.approver_role = self.approver_cluster_role.clone();
         Ok(config)
     }

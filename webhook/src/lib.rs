@@ -9,6 +9,7 @@
 //! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address and reserved for the API server, idle ones closed to make room |
 //! | [`budget`] | requests and body bytes in flight, in all, reserved for the API server, and per source address (429 past them) |
 //! | [`trust`] | who is the API server: a verified client certificate, or a configured address |
+//! | [`watched`] | the namespaces a controller watches, and the warning for an object created elsewhere |
 //! | [`rate`] | the minimum rate a request body must arrive at (408 below it) |
 //! | [`fuzzing`] | the fuzz entry point, also replayed over the committed corpus by `cargo test` |
 //! | [`tls`] | rustls configuration and the certificate resolver that follows file contents |
@@ -31,6 +32,7 @@ pub mod routes;
 pub mod server;
 pub mod tls;
 pub mod trust;
+pub mod watched;
 
 pub use routes::{AppState, router};
 pub use server::{Bound, Config, ServeError, bind, serve};

@@ -140,6 +140,8 @@ pub struct AppState {
     pub large_slots: Arc<Semaphore>,
     /// What tenants may choose for runner pods.
     pub policy: Arc<TenantPolicy>,
+    /// The namespaces a controller watches.
+    pub watched: Arc<crate::watched::Watched>,
     /// Whether and how approvals are authorized (the `approve` verb).
     pub approvals: Approvals,
 }
@@ -154,6 +156,7 @@ impl AppState {
             budget: Budget::new(Limits::default().bounds()),
             large_slots: Arc::new(Semaphore::new(DEFAULT_LARGE_REVIEWS)),
             policy: Arc::new(TenantPolicy::unrestricted()),
+            watched: Arc::new(crate::watched::Watched::all()),
             approvals: Approvals::default(),
         }
     }
@@ -165,6 +168,11 @@ impl AppState {
 
     pub fn with_policy(mut self, policy: TenantPolicy) -> Self {
         self.policy = Arc::new(policy);
+        self
+    }
+
+    pub fn with_watched(mut self, watched: crate::watched::Watched) -> Self {
+        self.watched = Arc::new(watched);
         self
     }
 
@@ -343,7 +351,7 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     };
     let body = read_body(&parts.headers, body, state, &mut admission).await?;
     let reviewed = if body.len() <= state.limits.inline_body_bytes {
-        admission::review_with(route, &body, &state.policy)?
+        admission::review_in(route, &body, &state.policy, &state.watched)?
     } else {
         review_large(route, state, body).await?
     };
@@ -400,9 +408,9 @@ async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<adm
         Ok(Ok(permit)) => permit,
         Ok(Err(_)) | Err(_) => return Err(RejectError::Busy(wait, state.limits.large_reviews)),
     };
-    let policy = state.policy.clone();
+    let (policy, watched) = (state.policy.clone(), state.watched.clone());
     let answer = tokio::task::spawn_blocking(move || {
-        let answer = admission::review_with(route, &body, &policy);
+        let answer = admission::review_in(route, &body, &policy, &watched);
         drop(permit);
         answer
     })

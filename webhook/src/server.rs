@@ -81,6 +81,9 @@ pub struct Config {
     pub close_grace: Duration,
     /// What tenants may choose for runner pods (default: anything; the binary's flags narrow it).
     pub policy: TenantPolicy,
+    /// The namespaces a controller watches (an object created elsewhere is admitted with a
+    /// warning); empty: every namespace.
+    pub watched: crate::watched::Watched,
     /// Whether and how plan approvals and `guard.destructive: Allow` are authorized (default:
     /// not checked; the binary's `--authorize-approvals` turns it on).
     pub approvals: Approvals,
@@ -110,6 +113,7 @@ impl Config {
             http2_max_streams: DEFAULT_HTTP2_MAX_STREAMS,
             close_grace: Duration::from_secs(5),
             policy: TenantPolicy::unrestricted(),
+            watched: crate::watched::Watched::all(),
             approvals: Approvals::default(),
         }
     }
@@ -209,6 +213,7 @@ pub async fn bind(config: Config) -> Result<Bound, ServeError> {
         .with_body_timeout(config.body_timeout)
         .with_limits(config.effective_limits())
         .with_policy(config.policy.clone())
+        .with_watched(config.watched.clone())
         .with_approvals(config.approvals.clone());
     Ok(Bound {
         config,

@@ -376,6 +376,15 @@ fn set_variables(container: &mut Value, vars: &BTreeMap<&'static str, String>) {
             json!(format!("--watch-filter={}", variable("CAPTF_WATCH_FILTER"))),
         );
     }
+    if !is_manager && let Some(args) = container["args"].as_array_mut() {
+        // The webhook warns about objects created outside the namespaces the controller
+        // watches: the same variable.
+        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--watched-namespaces=")));
+        args.push(json!(format!(
+            "--watched-namespaces={}",
+            variable("CAPTF_WATCH_NAMESPACE")
+        )));
+    }
     let env = &mut container["env"];
     if !env.is_array() {
         *env = json!([]);

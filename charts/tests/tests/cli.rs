@@ -99,6 +99,29 @@ fn controller_accepts_the_charts_arguments_for_listed_namespaces_without_leader_
 }
 
 #[test]
+fn the_webhook_is_told_the_namespaces_the_controller_watches() {
+    use captf_webhook::watched::Watched;
+    let watched = |extra: &[&str]| {
+        parse_webhook(&args_of(extra, "captf-webhook"))
+            .serve
+            .to_config()
+            .unwrap()
+            .watched
+    };
+    assert_eq!(watched(&[]), Watched::only([captf_chart_tests::NAMESPACE]));
+    assert_eq!(
+        watched(captf_chart_tests::features::TWO_NAMESPACES),
+        Watched::only(["tenant-a", "tenant-b"])
+    );
+    assert_eq!(watched(captf_chart_tests::features::ALL_NAMESPACES), Watched::all());
+    let controller = parse_controller(&args_of(
+        captf_chart_tests::features::TWO_NAMESPACES,
+        "captf-controller",
+    ));
+    assert_eq!(controller.watch_namespaces(), ["tenant-a", "tenant-b"]);
+}
+
+#[test]
 fn webhook_accepts_the_charts_arguments() {
     let args = args_of(&[], "captf-webhook");
     let argv = std::iter::once("captf-webhook".to_string()).chain(args.iter().cloned());

@@ -133,6 +133,17 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
     let docs = components();
     let m = manager(&docs);
     assert!(strings(&m["args"]).contains(&"--namespace=${CAPTF_WATCH_NAMESPACE:=\"\"}".to_string()));
+    let webhook = docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .map(|d| &d["spec"]["template"]["spec"]["containers"][0])
+        .find(|c| c["name"] == "webhook")
+        .expect("the webhook's Deployment");
+    assert!(
+        strings(&webhook["args"]).contains(&"--watched-namespaces=${CAPTF_WATCH_NAMESPACE:=\"\"}".to_string()),
+        "the webhook is told the same namespaces: {}",
+        webhook["args"]
+    );
     // As clusterctl installs it (every variable at its default): all namespaces.
     let installed = clusterctl::parse_components(&clusterctl::substitute(&text, &BTreeMap::new()).unwrap()).unwrap();
     let run = run_args(&manager(&installed));
