@@ -82,8 +82,10 @@ impl PodNetwork {
         for subnet in 1..=254u8 {
             let bridge = format!("cptfbr{subnet}");
             // Creating the bridge is the claim: it fails when another process holds the /24.
-            if ip(&["link", "add", &bridge, "type", "bridge"]).is_err() {
-                continue;
+            match ip(&["link", "add", &bridge, "type", "bridge"]) {
+                Ok(()) => {}
+                Err(PodNetError::Ip { message, .. }) if message.contains("File exists") => continue,
+                Err(e) => return Err(e),
             }
             let net = PodNetwork {
                 subnet,
