@@ -31,6 +31,24 @@ pub fn default_lock_timeout_seconds(active_deadline_seconds: i64) -> i64 {
     MAX_DEFAULT_LOCK_TIMEOUT_SECONDS.min(active_deadline_seconds / 2)
 }
 
+/// A lock timeout nobody chose follows a lowered deadline (docs/api.md, "Defaults on update"):
+/// on an update that changes `activeDeadlineSeconds` and leaves `lockTimeoutSeconds` as it was,
+/// when that value is the default of the old deadline and is not below the new one (so the
+/// update would be refused for a value the user most likely never set), it becomes the default of
+/// the new deadline. A value that is not the old default, or that still fits, is kept. Returns
+/// `(old value, new value)` when it changes.
+pub fn rederived_lock_timeout(old: &JobsSpec, new: &JobsSpec) -> Option<(i64, i64)> {
+    let old_deadline = old.active_deadline_seconds.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+    let new_deadline = new.active_deadline_seconds.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+    let lock = new.lock_timeout_seconds?;
+    let rederive = old_deadline != new_deadline
+        && old.lock_timeout_seconds == Some(lock)
+        && lock == default_lock_timeout_seconds(old_deadline)
+        && lock >= new_deadline
+        && new_deadline >= crate::limits::MIN_ACTIVE_DEADLINE_SECONDS;
+    rederive.then(|| (lock, default_lock_timeout_seconds(new_deadline)))
+}
+
 /// Fill in every default of a Terraform spec. Values already set are never changed.
 pub fn apply_spec_defaults(spec: &mut TerraformSpec) {
     spec.variables.get_or_insert_with(BTreeMap::new);
@@ -157,6 +175,78 @@ mod tests {
         assert_eq!(s.paused, Some(false));
         assert_eq!(s.variables, Some(BTreeMap::new()));
         assert_eq!(s.variables_from, Some(vec![]));
+    }
+
+    fn jobs(deadline: Option<i64>, lock: Option<i64>) -> JobsSpec {
+        JobsSpec {
+            active_deadline_seconds: deadline,
+            lock_timeout_seconds: lock,
+            ..Default::default()
+        }
+    }
+
+    #[test]
+    fn a_defaulted_lock_timeout_follows_a_deadline_lowered_below_it() {
+        // The seed's numbers: the deadline defaults to 3600 and the lock timeout to 300; lowered
+        // to 120, the lock timeout becomes 60 instead of refusing the update.
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(3600), Some(300)), &jobs(Some(120), Some(300))),
+            Some((300, 60))
+        );
+        // An unset deadline is the default one.
+        assert_eq!(
+            rederived_lock_timeout(&jobs(None, Some(300)), &jobs(Some(200), Some(300))),
+            Some((300, 100))
+        );
+        // Still below the new deadline: kept.
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(3600), Some(300)), &jobs(Some(600), Some(300))),
+            None
+        );
+        // Not the old default (the user chose it), changed by this update, or no deadline change:
+        // kept, and validation says what is wrong.
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(3600), Some(250)), &jobs(Some(120), Some(250))),
+            None
+        );
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(3600), Some(300)), &jobs(Some(120), Some(200))),
+            None
+        );
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(600), Some(300)), &jobs(Some(600), Some(300))),
+            None
+        );
+        // A deadline below the minimum is refused by validation, not papered over.
+        assert_eq!(
+            rederived_lock_timeout(&jobs(Some(3600), Some(300)), &jobs(Some(30), Some(300))),
+            None
+        );
+    }
+
+    proptest::proptest! {
+        /// Whatever the update, a rederived lock timeout is the new deadline's default, below it,
+        /// and only replaces the old deadline's default left unchanged.
+        #[test]
+        fn a_rederived_lock_timeout_is_the_new_default_and_fits(
+            old_deadline in proptest::option::of(-10i64..100_000),
+            new_deadline in proptest::option::of(-10i64..100_000),
+            lock in proptest::option::of(-10i64..100_000),
+            new_lock in proptest::option::of(-10i64..100_000),
+        ) {
+            let old = jobs(old_deadline, lock);
+            for new in [jobs(new_deadline, lock), jobs(new_deadline, new_lock)] {
+                if let Some((was, now)) = rederived_lock_timeout(&old, &new) {
+                    let d_old = old_deadline.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+                    let d_new = new_deadline.unwrap_or(DEFAULT_ACTIVE_DEADLINE_SECONDS);
+                    proptest::prop_assert_eq!(Some(was), lock);
+                    proptest::prop_assert_eq!(new.lock_timeout_seconds, lock);
+                    proptest::prop_assert_eq!(was, default_lock_timeout_seconds(d_old));
+                    proptest::prop_assert_eq!(now, default_lock_timeout_seconds(d_new));
+                    proptest::prop_assert!(now < d_new && now >= 0);
+                }
+            }
+        }
     }
 
     #[test]

@@ -896,7 +896,7 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     };
     let mut decision = match route {
         Route::Mutate => {
-            let mut d = mutate(view.body, kind, object);
+            let mut d = mutate(view.body, kind, object, old_object);
             let stamps = request_stamps(marks(object), old_object.and_then(marks), view.username);
             if !stamps.is_empty() {
                 d.patch
@@ -1018,7 +1018,35 @@ fn request_stamps(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Op
     ops
 }
 
-fn mutate(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
+/// The defaults, and on an update the lock timeout nobody chose following a lowered deadline
+/// (`captf_shared::defaults::rederived_lock_timeout`), said in a warning.
+fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> Decision {
+    let mut d = defaults_decision(body, kind, object);
+    let rederived = old_object
+        .and_then(|old| parse_obj(body, kind, old, Which::OldObject).ok())
+        .zip(parse_obj(body, kind, object, Which::Object).ok())
+        .filter(|(_, new)| new.spec_path() == "spec")
+        .and_then(|(old, new)| {
+            let jobs = |o: &CaptfObject| o.terraform_spec().jobs.clone().unwrap_or_default();
+            captf_shared::defaults::rederived_lock_timeout(&jobs(&old), &jobs(&new))
+        });
+    if let Some((was, now)) = rederived {
+        d.patch
+            .get_or_insert_with(|| json_patch::Patch(Vec::new()))
+            .0
+            .push(json_patch::PatchOperation::Replace(json_patch::ReplaceOperation {
+                path: json_patch::jsonptr::PointerBuf::from_tokens(["spec", "jobs", "lockTimeoutSeconds"]),
+                value: Value::from(now),
+            }));
+        d.result = ResultLabel::Patched;
+        d.warnings.push(format!(
+            "spec.jobs.lockTimeoutSeconds: {was} was the default for the old activeDeadlineSeconds and must stay below the new one, so it follows it to {now} (the default, min(300, activeDeadlineSeconds / 2)); set it yourself to choose another value"
+        ));
+    }
+    d
+}
+
+fn defaults_decision(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
     // An object that does not parse is not defaulted; the validating webhook denies it.
     let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
         return Decision::allowed(ResultLabel::Allowed);
