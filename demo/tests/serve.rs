@@ -292,16 +292,7 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
 
 /// `kubectl` from `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`.
 fn kubectl_path() -> std::path::PathBuf {
-    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
-        .map(std::path::PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
-    let k = dir.join("kubectl");
-    assert!(
-        k.is_file(),
-        "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
-        k.display()
-    );
-    k
+    captf_testsupport::installed_tool("kubectl").unwrap_or_else(|e| panic!("{e}"))
 }
 
 /// Kinds the playground serves no API for (it has no Cluster API): `kubectl apply` creates the

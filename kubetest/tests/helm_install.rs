@@ -697,6 +697,35 @@ fn review_load(
     })
 }
 
+/// The load's tally: none of the `sent` dry-run creates failed (`during` says when; the failures
+/// are summed up by what the API server said of the webhook call), and they came at least 20 a
+/// second over `seconds`.
+fn assert_every_review_passed(during: &str, sent: u64, failures: &[String], seconds: f64) {
+    let mut kinds: Vec<&str> = failures
+        .iter()
+        .map(|f| {
+            f.split("failed to call webhook: ")
+                .nth(1)
+                .unwrap_or(f)
+                .split(':')
+                .next()
+                .unwrap_or(f)
+        })
+        .collect();
+    kinds.sort_unstable();
+    kinds.dedup();
+    assert!(
+        failures.is_empty(),
+        "{} of {sent} dry-run creates failed {during}; kinds: {kinds:?}; first: {:?}",
+        failures.len(),
+        failures.first()
+    );
+    assert!(
+        sent as f64 / seconds >= 20.0,
+        "the load was at least 20 a second {during}: {sent} in {seconds:.1} s"
+    );
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_restart_while_no_review_fails() {
     // The API server told apart by its address (docs/operating.md). With the defaults it is one
@@ -861,29 +890,7 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
     let (sent, failures) = load.await.unwrap();
     let seconds = started.elapsed().as_secs_f64();
     eprintln!("{sent} dry-run creates in {seconds:.1} s through both rotations");
-    let mut kinds: Vec<&str> = failures
-        .iter()
-        .map(|f| {
-            f.split("failed to call webhook: ")
-                .nth(1)
-                .unwrap_or(f)
-                .split(':')
-                .next()
-                .unwrap_or(f)
-        })
-        .collect();
-    kinds.sort_unstable();
-    kinds.dedup();
-    assert!(
-        failures.is_empty(),
-        "{} of {sent} dry-run creates failed during the rotations; kinds: {kinds:?}; first: {:?}",
-        failures.len(),
-        failures.first()
-    );
-    assert!(
-        sent as f64 / seconds >= 20.0,
-        "the load was at least 20 a second: {sent} in {seconds:.1} s"
-    );
+    assert_every_review_passed("during the rotations", sent, &failures, seconds);
     assert_eq!(
         webhook_pod().await,
         before,
@@ -1174,14 +1181,5 @@ async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over
         assert!(seq >= 3, "each object applied v1, v2 and v3: {o}");
     }
     assert!(created >= names.len() * 2, "the changes ran Jobs: {created}");
-    assert!(
-        failures.is_empty(),
-        "{} of {sent} dry-run creates failed across the upgrade; first: {:?}",
-        failures.len(),
-        failures.first()
-    );
-    assert!(
-        sent as f64 / seconds >= 20.0,
-        "the load was at least 20 a second: {sent} in {seconds:.1} s"
-    );
+    assert_every_review_passed("across the upgrade", sent, &failures, seconds);
 }

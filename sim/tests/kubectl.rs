@@ -7,16 +7,7 @@ use captf_sim::Sim;
 
 /// `kubectl` from `$CAPTF_TOOLS_BIN`, else `<workspace>/.tools/bin`.
 fn kubectl_path() -> PathBuf {
-    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
-    let k = dir.join("kubectl");
-    assert!(
-        k.is_file(),
-        "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
-        k.display()
-    );
-    k
+    captf_testsupport::installed_tool("kubectl").unwrap_or_else(|e| panic!("{e}"))
 }
 
 async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (bool, String, String) {
@@ -203,19 +194,9 @@ async fn kubectl_get_follows_continue_tokens_in_tables_and_in_json() {
 
 /// `kubectl`, or None after `captf_testsupport::cannot_run` said why (under `CI` that fails).
 fn kubectl_or_skip() -> Option<PathBuf> {
-    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
-    let k = dir.join("kubectl");
-    if k.is_file() {
-        Some(k)
-    } else {
-        captf_testsupport::cannot_run(format!(
-            "kubectl not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
-            k.display()
-        ));
-        None
-    }
+    captf_testsupport::installed_tool("kubectl")
+        .map_err(captf_testsupport::cannot_run)
+        .ok()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

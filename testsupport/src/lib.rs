@@ -28,6 +28,23 @@ pub mod proc_stats;
 
 use std::fmt::Display;
 
+/// A tool `scripts/setup-tools.sh` installs (`kubectl`, `helm`, ...): in `$CAPTF_TOOLS_BIN`,
+/// else in the workspace's `.tools/bin`; an error naming where it looked and how to install it.
+pub fn installed_tool(name: &str) -> Result<std::path::PathBuf, String> {
+    let dir = std::env::var_os("CAPTF_TOOLS_BIN")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../.tools/bin"));
+    let path = dir.join(name);
+    if path.is_file() {
+        Ok(path)
+    } else {
+        Err(format!(
+            "{name} not found at {}: run `bash scripts/setup-tools.sh` (or set CAPTF_TOOLS_BIN)",
+            path.display()
+        ))
+    }
+}
+
 /// The environment variable that marks a CI run.
 pub const CI_VAR: &str = "CI";
 
