@@ -64,7 +64,7 @@ pub fn reason_words(r: Reason) -> &'static str {
         | Reason::DriftRemediationBackoff
         | Reason::RefreshRequestedBackoff
         | Reason::DriftCheckDueBackoff => {
-            "the op failed and waits out its backoff (1m doubling, at most 10m; once the cause is fixed, `kubectl captf reconcile` starts it now)"
+            "the op failed and waits out its backoff (1m, doubling with each failure in a row, at most 10m, and 10m once the failures in a row reach failedJobsHistoryLimit; once the cause is fixed, `kubectl captf reconcile` starts it now)"
         }
     }
 }
@@ -254,10 +254,11 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
             let op = w.op.unwrap_or(Op::Apply);
             let b = captf_core::decide::backoff_of(s, op);
             format!(
-                "{op} failed {} in a row; the next attempt ({}) waits {} after the newest failure (`kubectl captf reconcile` starts it now once the cause is fixed)",
+                "{op} failed {} in a row; the next attempt ({}) waits {} after the newest failure ({}; `kubectl captf reconcile` starts it now once the cause is fixed)",
                 plural(b.n, "time"),
                 b.attempt,
-                human(b.delay)
+                human(b.delay),
+                b.rule()
             )
         }
         Decision::Wait(w) if w.reason == Reason::InputsUnresolved => match &s.inputs_hash {

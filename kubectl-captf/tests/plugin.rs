@@ -227,6 +227,13 @@ async fn explain_reads_live_and_answers_as_the_offline_explain_does_on_the_same_
     );
     assert!(text.contains("When:         at 2026-01-01T00:01:30Z (in 1m)"), "{text}");
     assert!(text.contains("apply failed 1 time in a row"), "{text}");
+    // The rule that gave the delay, with the default failedJobsHistoryLimit (3).
+    assert!(
+        text.contains(
+            "waits 1m after the newest failure (1m after the first failure, doubling with each next one, and the cap (10m) from failure 3 in a row (failedJobsHistoryLimit);"
+        ),
+        "{text}"
+    );
     assert!(text.contains("held by alice@laptop"), "{text}");
     assert!(text.contains("Failures:     apply:1"), "{text}");
     // Which state is the object's, to label or restore it.

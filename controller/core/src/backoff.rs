@@ -37,6 +37,11 @@ pub struct Backoff {
 }
 
 impl Backoff {
+    /// Which part of the rule gave [`Backoff::delay`] ([`delay_rule`]).
+    pub fn rule(&self) -> String {
+        delay_rule(self.n, self.limit)
+    }
+
     /// Is `now` still inside the delay?
     pub fn waiting(&self, now: Timestamp) -> bool {
         self.not_before.is_some_and(|nb| now < nb)
@@ -73,6 +78,29 @@ pub fn delay(n: u32, failed_limit: NonZeroU32) -> Duration {
     // 2^(n-1) minutes passes the cap from n = 5 on; stop shifting before it could overflow.
     let exp = (n - 1).min(10);
     BASE.saturating_mul(1u32 << exp).min(CAP)
+}
+
+/// Which part of [`delay`]'s rule gave the delay after `n` failures in a row, in words (what
+/// `explain` and `status` say after the delay).
+pub fn delay_rule(n: u32, failed_limit: NonZeroU32) -> String {
+    let limit = failed_limit.get();
+    let cap = CAP.as_secs() / 60;
+    if n == 0 {
+        "no failure in a row, no delay".to_string()
+    } else if n >= limit {
+        format!("{n} failures in a row reached failedJobsHistoryLimit ({limit}), so the delay is the cap, {cap}m")
+    } else if delay(n, failed_limit) == CAP {
+        format!("1m doubled with each failure after the first reaches the cap, {cap}m")
+    } else if n == 1 {
+        format!(
+            "1m after the first failure, doubling with each next one, and the cap ({cap}m) from failure {limit} in a row (failedJobsHistoryLimit)"
+        )
+    } else {
+        format!(
+            "1m doubled with each of the {} failures after the first, and the cap ({cap}m) from failure {limit} in a row (failedJobsHistoryLimit)",
+            n - 1
+        )
+    }
 }
 
 /// Count the op's failures newest first until a success of that op.
@@ -120,6 +148,27 @@ pub fn backoff(history: &[JobRecord], op: Op, failed_limit: NonZeroU32, last_suc
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_delay_rule_names_the_part_that_applied_with_the_seeds_numbers() {
+        // The seed: failedJobsHistoryLimit 3, so 1m, 2m, then the cap of 10m.
+        let limit = std::num::NonZeroU32::new(3).unwrap();
+        assert_eq!(super::delay(1, limit).as_secs(), 60);
+        assert!(super::delay_rule(1, limit).starts_with("1m after the first failure"));
+        assert_eq!(super::delay(2, limit).as_secs(), 120);
+        assert!(super::delay_rule(2, limit).starts_with("1m doubled with each of the 1 failures"));
+        assert_eq!(super::delay(3, limit).as_secs(), 600);
+        assert_eq!(
+            super::delay_rule(3, limit),
+            "3 failures in a row reached failedJobsHistoryLimit (3), so the delay is the cap, 10m"
+        );
+        // A high limit: the doubling itself reaches the cap (16m > 10m at the fifth failure).
+        let high = std::num::NonZeroU32::new(10).unwrap();
+        assert_eq!(super::delay(5, high).as_secs(), 600);
+        assert!(super::delay_rule(5, high).ends_with("reaches the cap, 10m"));
+        assert_eq!(super::delay_rule(0, limit), "no failure in a row, no delay");
+    }
+
     use crate::record::tests::rec;
     use proptest::prelude::*;
 
