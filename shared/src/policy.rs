@@ -32,7 +32,7 @@ use crate::types::{CaptfObject, JobsSpec, TerraformSpec};
 #[cfg(feature = "cli")]
 mod args;
 #[cfg(feature = "cli")]
-pub use args::{DEFAULT_RUNNER_IMAGE, TenantPolicyArgs, flag_text, parse_flag_text};
+pub use args::{DEFAULT_RUNNER_IMAGE, TenantPolicyArgs, flag_text, parse_flag_text, parse_namespace};
 
 /// The platform team's limits on what a spec may choose.
 #[derive(Clone, Debug, PartialEq, Eq)]

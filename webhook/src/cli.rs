@@ -147,7 +147,7 @@ pub struct ServeArgs {
     /// The namespaces a CAPTF controller watches, comma-separated (the list its `--namespace`
     /// gets); an object of a kind the controller acts on, created in any other namespace, is
     /// admitted with a warning that nothing will act on it. Empty: every namespace.
-    #[arg(long, env = "CAPTF_WEBHOOK_WATCHED_NAMESPACES", value_delimiter = ',')]
+    #[arg(long, env = "CAPTF_WEBHOOK_WATCHED_NAMESPACES", value_delimiter = ',', value_parser = captf_shared::policy::parse_namespace)]
     pub watched_namespaces: Vec<String>,
     /// Reviews with bodies over 64 KiB answered at once (on the blocking pool).
     #[arg(long, env = "CAPTF_WEBHOOK_LARGE_REVIEWS", default_value_t = crate::routes::DEFAULT_LARGE_REVIEWS, value_parser = parse_at_least_one)]

@@ -45,6 +45,20 @@ fn warnings(resp: &Value) -> Vec<String> {
         .unwrap_or_default()
 }
 
+#[test]
+fn the_namespaces_as_clusterctl_and_the_chart_pass_them() {
+    let watched = |arg: &str| {
+        captf_webhook::cli::Cli::try_parse_from(["captf-webhook", "--tls-cert-file=/c", "--tls-key-file=/k", arg])
+            .map(|cli| cli.serve.to_config().unwrap().watched)
+    };
+    // clusterctl's unset variable: `--watched-namespaces=""`, every namespace.
+    assert_eq!(watched("--watched-namespaces=\"\"").unwrap(), Watched::all());
+    assert_eq!(watched("--watched-namespaces=").unwrap(), Watched::all());
+    assert_eq!(watched("--watched-namespaces=a,b").unwrap(), Watched::only(["a", "b"]));
+    let refused = watched("--watched-namespaces=Not_A_Namespace").unwrap_err().to_string();
+    assert!(refused.contains("is not a namespace name"), "{refused}");
+}
+
 #[tokio::test]
 async fn a_create_where_no_controller_watches_is_admitted_with_a_warning_naming_the_namespace() {
     for f in [

@@ -169,6 +169,28 @@ fn the_controller_container_is_named_manager_and_takes_the_watch_namespace_varia
         run_args(&manager(&installed)).watch_namespaces(),
         ["tenant-a", "tenant-b"]
     );
+    // The webhook, as installed, is told the same namespaces: every one when the variable is
+    // unset (its `""`), else the listed ones.
+    let webhook_watched = |values: &BTreeMap<&str, &str>| {
+        let installed = clusterctl::parse_components(&clusterctl::substitute(&text, values).unwrap()).unwrap();
+        let c = installed
+            .iter()
+            .filter(|d| d["kind"] == "Deployment")
+            .map(|d| d["spec"]["template"]["spec"]["containers"][0].clone())
+            .find(|c| c["name"] == "webhook")
+            .unwrap();
+        let args = std::iter::once("captf-webhook".to_string()).chain(strings(&c["args"]));
+        let cli = <captf_webhook::cli::Cli as clap::Parser>::try_parse_from(args).unwrap();
+        cli.serve.to_config().unwrap().watched
+    };
+    assert_eq!(
+        webhook_watched(&BTreeMap::new()),
+        captf_webhook::watched::Watched::all()
+    );
+    assert_eq!(
+        webhook_watched(&values),
+        captf_webhook::watched::Watched::only(["tenant-a", "tenant-b"])
+    );
 }
 
 #[test]

@@ -142,14 +142,7 @@ pub fn parse_annotations(s: &str) -> Result<Annotations, String> {
 /// One `--namespace` value: a namespace name (a DNS-1123 label), blanks around it ignored; empty
 /// is kept, and so is `""` (clusterctl passes `--namespace=""` for all namespaces).
 pub fn parse_namespace(s: &str) -> Result<String, String> {
-    let n = captf_shared::policy::flag_text(s).trim();
-    if n.is_empty() || captf_shared::names::is_dns1123_label(n) {
-        Ok(n.to_string())
-    } else {
-        Err(format!(
-            "{n:?} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)"
-        ))
-    }
+    captf_shared::policy::parse_namespace(s)
 }
 
 /// Parse `cpu=100m,memory=256Mi` (empty: none).

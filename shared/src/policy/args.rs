@@ -120,6 +120,20 @@ pub fn flag_text(s: &str) -> &str {
     }
 }
 
+/// A namespace given in a flag, as clusterctl passes it (`--namespace=""` for an unset
+/// variable reads as empty, meaning every namespace); a name that cannot be a namespace is an
+/// error. The controller's `--namespace` and the webhook's `--watched-namespaces` both read it.
+pub fn parse_namespace(s: &str) -> Result<String, String> {
+    let n = flag_text(s).trim();
+    if n.is_empty() || crate::names::is_dns1123_label(n) {
+        Ok(n.to_string())
+    } else {
+        Err(format!(
+            "{n:?} is not a namespace name (lowercase letters, digits and '-', at most 63, starting and ending with a letter or digit)"
+        ))
+    }
+}
+
 /// [`flag_text`] as a clap value parser.
 pub fn parse_flag_text(s: &str) -> Result<String, std::convert::Infallible> {
     Ok(flag_text(s).to_string())
