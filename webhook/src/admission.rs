@@ -1021,15 +1021,16 @@ fn request_stamps(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Op
 /// The defaults, and on an update the lock timeout nobody chose following a lowered deadline
 /// (`captf_shared::defaults::rederived_lock_timeout`), said in a warning.
 fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> Decision {
-    let mut d = defaults_decision(body, kind, object);
+    // An object that does not parse is not defaulted; the validating webhook denies it.
+    let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
+        return Decision::allowed(ResultLabel::Allowed);
+    };
+    let jobs = |o: &CaptfObject| o.terraform_spec().jobs.clone().unwrap_or_default();
     let rederived = old_object
+        .filter(|_| parsed.spec_path() == "spec")
         .and_then(|old| parse_obj(body, kind, old, Which::OldObject).ok())
-        .zip(parse_obj(body, kind, object, Which::Object).ok())
-        .filter(|(_, new)| new.spec_path() == "spec")
-        .and_then(|(old, new)| {
-            let jobs = |o: &CaptfObject| o.terraform_spec().jobs.clone().unwrap_or_default();
-            captf_shared::defaults::rederived_lock_timeout(&jobs(&old), &jobs(&new))
-        });
+        .and_then(|old| captf_shared::defaults::rederived_lock_timeout(&jobs(&old), &jobs(&parsed)));
+    let mut d = defaults_decision(object, parsed);
     if let Some((was, now)) = rederived {
         d.patch
             .get_or_insert_with(|| json_patch::Patch(Vec::new()))
@@ -1046,11 +1047,8 @@ fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>
     d
 }
 
-fn defaults_decision(body: &[u8], kind: &str, object: &Obj<'_>) -> Decision {
-    // An object that does not parse is not defaulted; the validating webhook denies it.
-    let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
-        return Decision::allowed(ResultLabel::Allowed);
-    };
+/// The defaults of `parsed` (the request's `object`, parsed) as a JSON patch of its raw spec.
+fn defaults_decision(object: &Obj<'_>, parsed: CaptfObject) -> Decision {
     // The defaults never change `variables` (they only add an empty map where there is none), so
     // they are emptied before the copy: the largest part of a spec is not held twice.
     let mut parsed = parsed;
