@@ -88,7 +88,8 @@ impl Activity {
         }
     }
 
-    /// Requests so far by `VERB resource` (`GET secrets`, `WATCH jobs`).
+    /// Requests so far by `VERB resource` (`GET secrets`, `WATCH jobs`), and every other request
+    /// by its class (see [`request_kind`]): one snapshot whose sum is every request counted.
     pub fn requests_by_kind(&self) -> BTreeMap<String, u64> {
         self.by_kind
             .lock()
@@ -137,6 +138,26 @@ impl Activity {
             .lock()
             .is_ok_and(|w| w.iter().filter_map(Weak::upgrade).all(|p| p.caught_up(published)))
     }
+}
+
+/// How a request is counted: by [`verb_and_resource`] for a resource, or, for any other path, by
+/// its method and one of a few fixed classes (`GET /sim/v1`, `GET discovery`, `GET other`), so
+/// that every request is in the count by kind and a client sending odd paths adds no new keys.
+pub fn request_kind(method: &str, segs: &[&str], watching: bool) -> (&'static str, String) {
+    if let Some(kind) = verb_and_resource(method, segs, watching) {
+        return kind;
+    }
+    let verb = match method {
+        "GET" => "GET",
+        "POST" => "POST",
+        _ => "OTHER",
+    };
+    let class = match segs {
+        ["sim", "v1", ..] => "/sim/v1",
+        ["api" | "apis", ..] | ["version"] | ["openapi", ..] => "discovery",
+        _ => "other",
+    };
+    (verb, class.to_string())
 }
 
 /// The Kubernetes verb and the resource (with its subresource: `terraformclusters/status`) of a
@@ -214,6 +235,16 @@ mod tests {
         );
         assert_eq!(v("GET", "/apis", false), None);
         assert_eq!(v("GET", "/sim/v1/clock", false), None);
+        let k = |m: &str, p: &str| {
+            let segs: Vec<&str> = p.split('/').filter(|s| !s.is_empty()).collect();
+            let (v, r) = request_kind(m, &segs, false);
+            format!("{v} {r}")
+        };
+        assert_eq!(k("GET", "/sim/v1/clock"), "GET /sim/v1");
+        assert_eq!(k("GET", "/apis"), "GET discovery");
+        assert_eq!(k("GET", "/healthz"), "GET other");
+        assert_eq!(k("PROPFIND", "/anything/at/all"), "OTHER other");
+        assert_eq!(k("GET", "/api/v1/namespaces/a/secrets/s"), "GET secrets");
         let a = Activity::default();
         a.count("GET", "secrets");
         a.count("GET", "secrets");

@@ -85,9 +85,8 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
         }
         body = events_body_to_core(&headers, body);
     }
-    if let Some((verb, resource)) = crate::activity::verb_and_resource(method.as_str(), &segs, watching) {
-        sh.activity.count(verb, &resource);
-    }
+    let (verb, kind) = crate::activity::request_kind(method.as_str(), &segs, watching);
+    sh.activity.count(verb, &kind);
     let caller = match sh.auth.authenticate(&headers) {
         Ok(c) => c,
         Err(e) => return error_response(&e),

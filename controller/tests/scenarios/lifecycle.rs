@@ -1284,24 +1284,25 @@ async fn a_clock_step_reconciles_only_the_objects_whose_wake_it_reached() -> Res
         env.until_next_action(name, "Idle").await?;
     }
     env.until_idle().await?;
-    // The checks are due 5m after each one finished; 2 minutes on, nothing is due.
-    let before = env.sim.requests();
-    let kinds_before = env.sim.requests_by_kind();
+    // The checks are due 5m after each one finished; 2 minutes on, nothing is due. One snapshot
+    // of the count by kind holds every request (resources and every other path).
+    let before = env.sim.requests_by_kind();
     env.advance(120);
     env.until_idle().await?;
-    // Which requests came, if any: a failure says what sent them.
-    let sent: Vec<String> = env
-        .sim
-        .requests_by_kind()
-        .into_iter()
-        .filter_map(|(kind, n)| {
-            let was = kinds_before.get(&kind).copied().unwrap_or(0);
+    let after = env.sim.requests_by_kind();
+    // Which requests came, if any: a failure says what sent them. Discovery is not the clock's
+    // doing: with no Cluster API served here, the controller asks for its kinds again on wall
+    // time (after 1 s, doubling to a minute), which a slow machine reaches during this step.
+    let sent: Vec<String> = after
+        .iter()
+        .filter(|(kind, _)| kind.as_str() != "GET discovery")
+        .filter_map(|(kind, &n)| {
+            let was = before.get(kind).copied().unwrap_or(0);
             (n != was).then(|| format!("{kind} +{}", n - was))
         })
         .collect();
-    assert_eq!(
-        env.sim.requests(),
-        before,
+    assert!(
+        sent.is_empty(),
         "a clock step that reaches no object's wake sends the API server nothing; it sent {sent:?}"
     );
     // 5 minutes on, every check is due and starts.
