@@ -72,8 +72,10 @@ pub struct ServeArgs {
     #[arg(long, env = "CAPTF_WEBHOOK_BODY_TIMEOUT", default_value = "10s", value_parser = parse_duration)]
     pub body_timeout: Duration,
     /// A connection with no request in flight for this long since its last one is closed;
-    /// bytes, partial requests and HTTP/2 PINGs do not count as requests.
-    #[arg(long, env = "CAPTF_WEBHOOK_IDLE_TIMEOUT", default_value = "60s", value_parser = parse_duration)]
+    /// bytes, partial requests and HTTP/2 PINGs do not count as requests. Longer than the 90 s
+    /// the API server keeps an idle connection, so that it closes first: a connection closed by
+    /// the server just as the client sends on it fails that review.
+    #[arg(long, env = "CAPTF_WEBHOOK_IDLE_TIMEOUT", default_value = "120s", value_parser = parse_duration)]
     pub idle_timeout: Duration,
     /// A connection is closed (gracefully) after this long, however busy.
     #[arg(long, env = "CAPTF_WEBHOOK_MAX_CONNECTION_AGE", default_value = "10m", value_parser = parse_duration)]

@@ -377,10 +377,12 @@ pub struct ConnLimits {
     /// The first request must start within this of the handshake.
     pub first_request_timeout: Duration,
     /// With no request in flight for this long since the last one ended, the connection closes.
+    /// Keep it longer than the client keeps an idle connection (the API server: 90 s), so that
+    /// the client closes first (see [`check`]).
     pub idle_timeout: Duration,
-    /// The connection closes after this long.
+    /// The connection closes after this long: with the response to its next request.
     pub max_age: Duration,
-    /// The connection closes after this many requests.
+    /// The connection closes after this many requests: with the response to the last.
     pub max_requests: u64,
     /// How long a closing connection gets to finish before it is dropped.
     pub close_grace: Duration,
@@ -393,7 +395,8 @@ pub enum CloseReason {
     Idle,
     MaxAge,
     MaxRequests,
-    /// The server is shutting down (never a [`check`] verdict).
+    /// The server is shutting down: with the response in flight while it waits for the
+    /// endpoints to drop it ([`check`] while draining), then every connection left.
     Shutdown,
     /// Closed while idle to make room for a new connection ([`place`]; never a [`check`]
     /// verdict).
@@ -425,22 +428,53 @@ pub enum Verdict {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Seen {
     pub now: Duration,
+    /// Its requests are HTTP/2 (false before the first request and for HTTP/1.x).
+    pub http2: bool,
     pub in_flight: usize,
     pub started: u64,
     /// When the last request ended (or the connection started, before any).
     pub last_end: Duration,
 }
 
-/// The decision, pure: time is a parameter.
-pub fn check(limits: &ConnLimits, seen: Seen) -> Verdict {
-    if seen.now >= limits.max_age {
-        return Verdict::Close(CloseReason::MaxAge);
+/// Why a connection should end now, if it should: the server is draining (told to shut down,
+/// it waits for the endpoints to drop it), or the connection is past its age or request count.
+pub fn retire_reason(limits: &ConnLimits, seen: Seen, draining: bool) -> Option<CloseReason> {
+    if draining {
+        Some(CloseReason::Shutdown)
+    } else if seen.now >= limits.max_age {
+        Some(CloseReason::MaxAge)
+    } else if seen.started >= limits.max_requests {
+        Some(CloseReason::MaxRequests)
+    } else {
+        None
     }
-    if seen.started >= limits.max_requests {
-        return Verdict::Close(CloseReason::MaxRequests);
+}
+
+/// The decision, pure: time is a parameter. `draining`: see [`retire_reason`].
+///
+/// A connection to retire ([`retire_reason`]) must not be closed while idle if it speaks
+/// HTTP/1.1: closing an idle HTTP/1.1 connection races the client's next request on it, which
+/// then fails with `broken pipe`. The API server talks HTTP/1.1 to webhooks, keeps idle
+/// connections 90 s and does not retry a failed review, so the user's write would fail. So an
+/// HTTP/1.1 connection ends with the response to its next request instead, which the service
+/// marks `Connection: close` ([`retire_reason`] again, per request); here it is kept until its
+/// idle timeout, which should exceed the client's. An HTTP/2 connection is closed gracefully
+/// at once: a GOAWAY tells the client which streams were served, and it sends the rest anew.
+pub fn check(limits: &ConnLimits, seen: Seen, draining: bool) -> Verdict {
+    let retire = retire_reason(limits, seen, draining);
+    if let Some(reason) = retire
+        && seen.http2
+    {
+        return Verdict::Close(reason);
     }
     if seen.in_flight > 0 {
-        return Verdict::KeepUntil(limits.max_age);
+        // The request's end wakes the connection's loop anyway; past the age, look again no
+        // sooner than an idle timeout from now (never a deadline already passed).
+        return Verdict::KeepUntil(if retire.is_some() {
+            seen.now.saturating_add(limits.idle_timeout)
+        } else {
+            limits.max_age
+        });
     }
     let (deadline, reason) = if seen.started == 0 {
         (limits.first_request_timeout, CloseReason::NoRequest)
@@ -449,6 +483,8 @@ pub fn check(limits: &ConnLimits, seen: Seen) -> Verdict {
     };
     if seen.now >= deadline {
         Verdict::Close(reason)
+    } else if retire.is_some() || seen.now >= limits.max_age {
+        Verdict::KeepUntil(deadline)
     } else {
         Verdict::KeepUntil(deadline.min(limits.max_age))
     }
@@ -461,6 +497,7 @@ pub struct Activity {
     in_flight: AtomicUsize,
     started: AtomicU64,
     last_end_ms: AtomicU64,
+    http2: std::sync::atomic::AtomicBool,
     changed: Notify,
 }
 
@@ -471,12 +508,16 @@ impl Activity {
             in_flight: AtomicUsize::new(0),
             started: AtomicU64::new(0),
             last_end_ms: AtomicU64::new(0),
+            http2: std::sync::atomic::AtomicBool::new(false),
             changed: Notify::new(),
         }
     }
 
-    /// A request starts; the guard marks its end when dropped.
-    pub fn begin(self: &std::sync::Arc<Self>) -> RequestGuard {
+    /// A request starts (over HTTP/2 or not); the guard marks its end when dropped.
+    pub fn begin(self: &std::sync::Arc<Self>, http2: bool) -> RequestGuard {
+        if http2 {
+            self.http2.store(true, Ordering::Release);
+        }
         self.in_flight.fetch_add(1, Ordering::AcqRel);
         self.started.fetch_add(1, Ordering::AcqRel);
         self.changed.notify_one();
@@ -487,6 +528,7 @@ impl Activity {
     pub fn seen(&self, now: Instant) -> Seen {
         Seen {
             now: now.saturating_duration_since(self.start),
+            http2: self.http2.load(Ordering::Acquire),
             in_flight: self.in_flight.load(Ordering::Acquire),
             started: self.started.load(Ordering::Acquire),
             last_end: Duration::from_millis(self.last_end_ms.load(Ordering::Acquire)),
@@ -535,6 +577,7 @@ mod tests {
     fn seen(now: u64, in_flight: usize, started: u64, last_end: u64) -> Seen {
         Seen {
             now: Duration::from_secs(now),
+            http2: false,
             in_flight,
             started,
             last_end: Duration::from_secs(last_end),
@@ -777,12 +820,12 @@ mod tests {
     #[test]
     fn a_connection_without_a_first_request_closes_at_the_header_timeout_whatever_it_sends() {
         assert_eq!(
-            check(&LIMITS, seen(3, 0, 0, 0)),
+            check(&LIMITS, seen(3, 0, 0, 0), false),
             Verdict::KeepUntil(Duration::from_secs(10))
         );
         // Bytes and pings change nothing check reads: only a started request would.
         assert_eq!(
-            check(&LIMITS, seen(10, 0, 0, 0)),
+            check(&LIMITS, seen(10, 0, 0, 0), false),
             Verdict::Close(CloseReason::NoRequest)
         );
     }
@@ -790,34 +833,103 @@ mod tests {
     #[test]
     fn an_idle_connection_closes_the_idle_timeout_after_its_last_request_ended() {
         assert_eq!(
-            check(&LIMITS, seen(100, 0, 3, 50)),
+            check(&LIMITS, seen(100, 0, 3, 50), false),
             Verdict::KeepUntil(Duration::from_secs(110))
         );
-        assert_eq!(check(&LIMITS, seen(110, 0, 3, 50)), Verdict::Close(CloseReason::Idle));
+        assert_eq!(
+            check(&LIMITS, seen(110, 0, 3, 50), false),
+            Verdict::Close(CloseReason::Idle)
+        );
     }
 
     #[test]
     fn a_request_in_flight_keeps_the_connection_until_its_maximum_age() {
         assert_eq!(
-            check(&LIMITS, seen(500, 1, 3, 0)),
+            check(&LIMITS, seen(500, 1, 3, 0), false),
             Verdict::KeepUntil(Duration::from_secs(600))
         );
-        assert_eq!(check(&LIMITS, seen(600, 1, 3, 0)), Verdict::Close(CloseReason::MaxAge));
     }
 
     #[test]
-    fn a_busy_connection_closes_at_its_maximum_age_and_request_count() {
+    fn a_connection_retires_past_its_age_or_request_count_and_while_the_server_drains() {
         assert_eq!(
-            check(&LIMITS, seen(600, 0, 3, 599)),
+            retire_reason(&LIMITS, seen(600, 0, 3, 599), false),
+            Some(CloseReason::MaxAge)
+        );
+        assert_eq!(
+            retire_reason(&LIMITS, seen(5, 0, 100, 5), false),
+            Some(CloseReason::MaxRequests)
+        );
+        assert_eq!(
+            retire_reason(&LIMITS, seen(5, 0, 3, 5), true),
+            Some(CloseReason::Shutdown)
+        );
+        assert_eq!(retire_reason(&LIMITS, seen(599, 0, 99, 5), false), None);
+    }
+
+    #[test]
+    fn an_http1_connection_to_retire_is_never_closed_while_idle_only_at_its_idle_timeout() {
+        // Its next response says `Connection: close` (the service adds it); until then it is
+        // kept, and looked at again no sooner than the idle timeout.
+        assert_eq!(
+            check(&LIMITS, seen(600, 1, 3, 599), false),
+            Verdict::KeepUntil(Duration::from_secs(660))
+        );
+        assert_eq!(
+            check(&LIMITS, seen(600, 0, 3, 599), false),
+            Verdict::KeepUntil(Duration::from_secs(659))
+        );
+        assert_eq!(
+            check(&LIMITS, seen(5, 0, 100, 5), false),
+            Verdict::KeepUntil(Duration::from_secs(65))
+        );
+        assert_eq!(
+            check(&LIMITS, seen(20, 0, 3, 10), true),
+            Verdict::KeepUntil(Duration::from_secs(70))
+        );
+        assert_eq!(
+            check(&LIMITS, seen(659, 0, 3, 599), false),
+            Verdict::Close(CloseReason::Idle)
+        );
+        assert_eq!(
+            check(&LIMITS, seen(590, 0, 3, 589), false),
+            Verdict::KeepUntil(Duration::from_secs(600))
+        );
+    }
+
+    #[test]
+    fn an_http2_connection_to_retire_is_closed_gracefully_at_once() {
+        let h2 = |s: Seen| Seen { http2: true, ..s };
+        assert_eq!(
+            check(&LIMITS, h2(seen(600, 0, 3, 599)), false),
             Verdict::Close(CloseReason::MaxAge)
         );
         assert_eq!(
-            check(&LIMITS, seen(5, 0, 100, 5)),
+            check(&LIMITS, h2(seen(5, 1, 100, 4)), false),
             Verdict::Close(CloseReason::MaxRequests)
         );
         assert_eq!(
-            check(&LIMITS, seen(590, 0, 3, 589)),
-            Verdict::KeepUntil(Duration::from_secs(600))
+            check(&LIMITS, h2(seen(20, 0, 3, 10)), true),
+            Verdict::Close(CloseReason::Shutdown)
         );
+    }
+
+    proptest::proptest! {
+        /// Whatever its age, requests and the server's state, an HTTP/1.1 connection is closed
+        /// only by its idle (or first-request) timeout, and is never to be looked at again at a
+        /// time already passed.
+        #[test]
+        fn an_http1_connection_is_closed_only_by_its_timeouts(
+            now in 0u64..2000, in_flight in 0usize..3, started in 0u64..300, last_end in 0u64..2000, draining: bool,
+        ) {
+            let last_end = last_end.min(now);
+            match check(&LIMITS, seen(now, in_flight, started, last_end), draining) {
+                Verdict::Close(reason) => proptest::prop_assert!(
+                    in_flight == 0 && matches!(reason, CloseReason::Idle | CloseReason::NoRequest),
+                    "{reason:?}"
+                ),
+                Verdict::KeepUntil(at) => proptest::prop_assert!(at > Duration::from_secs(now), "{at:?} at {now}"),
+            }
+        }
     }
 }

@@ -22,7 +22,7 @@ use crate::approval::Approvals;
 use crate::conn::{
     Activity, CloseReason, ConnBounds, ConnHandle, ConnLimits, ConnTable, DEFAULT_HTTP2_MAX_STREAMS,
     DEFAULT_MAX_CONNECTION_AGE, DEFAULT_MAX_CONNECTIONS, DEFAULT_MAX_CONNECTIONS_PER_PEER,
-    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_RESERVED_CONNECTIONS, Verdict, check,
+    DEFAULT_MAX_REQUESTS_PER_CONNECTION, DEFAULT_RESERVED_CONNECTIONS, Verdict, check, retire_reason,
 };
 use crate::metrics::{Metrics, metrics_router};
 use crate::routes::{AppState, DEFAULT_BODY_TIMEOUT, Limits, Peer, Trusted, router};
@@ -102,7 +102,7 @@ impl Config {
             handshake_timeout: Duration::from_secs(10),
             header_read_timeout: Duration::from_secs(10),
             body_timeout: DEFAULT_BODY_TIMEOUT,
-            idle_timeout: Duration::from_secs(60),
+            idle_timeout: Duration::from_secs(120),
             shutdown_delay: Duration::from_secs(5),
             shutdown_grace: Duration::from_secs(20),
             limits: Limits::default(),
@@ -286,7 +286,11 @@ impl Bound {
         builder
             .http1()
             .timer(TokioTimer::new())
-            .header_read_timeout(config.header_read_timeout)
+            // hyper's header timer starts as soon as it waits for a request, so on a kept
+            // connection it is also an idle timeout: never shorter than ours (conn::check says
+            // why an idle connection must outlive the client's idea of it). The first request's
+            // headers keep their own, shorter bound (conn::check, `NoRequest`).
+            .header_read_timeout(config.header_read_timeout.max(config.idle_timeout))
             .max_buf_size(64 * 1024)
             .keep_alive(true);
         builder
@@ -306,6 +310,9 @@ impl Bound {
         // Every connection's task holds a sender: once all are gone, every connection has ended.
         let (alive, mut all_ended) = mpsc::channel::<()>(1);
         let (stop_tx, stop_rx) = watch::channel(false);
+        // Set when the shutdown is signalled: while the endpoints drop this pod, each connection
+        // is retired with its next response.
+        let (drain_tx, drain_rx) = watch::channel(false);
 
         tokio::pin!(shutdown);
         let mut signalled = false;
@@ -316,6 +323,7 @@ impl Bound {
                 () = &mut shutdown, if !signalled => {
                     signalled = true;
                     state.ready.store(false, Ordering::Relaxed);
+                    let _ = drain_tx.send(true);
                     if config.shutdown_delay.is_zero() {
                         break;
                     }
@@ -349,7 +357,7 @@ impl Bound {
             let acceptor = acceptor.clone();
             let builder = builder.clone();
             let app = app.clone();
-            let stop = stop_rx.clone();
+            let stop = (stop_rx.clone(), drain_rx.clone());
             let metrics = state.metrics.clone();
             let handshake_timeout = config.handshake_timeout;
             let shutdown_grace = config.shutdown_grace;
@@ -432,9 +440,9 @@ async fn serve_connection<IO>(
     io: IO,
     app: axum::Router,
     limits: ConnLimits,
-    (mut stop, shutdown_grace): (watch::Receiver<bool>, Duration),
+    ((mut stop, mut draining), shutdown_grace): ((watch::Receiver<bool>, watch::Receiver<bool>), Duration),
     who: Who,
-    metrics: &Metrics,
+    metrics: &Arc<Metrics>,
 ) where
     IO: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
@@ -443,15 +451,31 @@ async fn serve_connection<IO>(
     let service = hyper::service::service_fn({
         let activity = activity.clone();
         let handle = handle.clone();
+        let draining = draining.clone();
+        let metrics = metrics.clone();
         move |mut req: hyper::Request<hyper::body::Incoming>| {
             req.extensions_mut().insert(Peer(peer.ip().to_canonical()));
             if trusted {
                 req.extensions_mut().insert(Trusted);
             }
-            let guard = (activity.begin(), handle.begin());
-            let app = app.clone();
+            let http2 = req.version() == hyper::Version::HTTP_2;
+            let guard = (activity.begin(http2), handle.begin());
+            let (app, activity, draining, metrics) = (app.clone(), activity.clone(), draining.clone(), metrics.clone());
             async move {
-                let resp = app.oneshot(req).await;
+                let mut resp = app.oneshot(req).await;
+                // An HTTP/1.1 connection to retire ends with this response (conn::check says
+                // why it is never closed while idle): the client sends nothing more on it.
+                if !http2
+                    && let Ok(r) = resp.as_mut()
+                    && let Some(reason) =
+                        retire_reason(&limits, activity.seen(tokio::time::Instant::now()), *draining.borrow())
+                {
+                    r.headers_mut().insert(
+                        axum::http::header::CONNECTION,
+                        axum::http::HeaderValue::from_static("close"),
+                    );
+                    metrics.connection_closing(reason);
+                }
                 drop(guard);
                 resp
             }
@@ -463,7 +487,11 @@ async fn serve_connection<IO>(
         if *stop.borrow() {
             break (CloseReason::Shutdown, shutdown_grace);
         }
-        let until = match check(&limits, activity.seen(tokio::time::Instant::now())) {
+        let drain = *draining.borrow();
+        let until = match check(&limits, activity.seen(tokio::time::Instant::now()), drain) {
+            // Nothing is in flight on a connection closed for its timeouts: it goes at once (a
+            // request whose headers are still arriving is not one to wait for).
+            Verdict::Close(reason @ (CloseReason::NoRequest | CloseReason::Idle)) => break (reason, Duration::ZERO),
             Verdict::Close(reason) => break (reason, limits.close_grace),
             Verdict::KeepUntil(at) => activity.at(at),
         };
@@ -477,6 +505,7 @@ async fn serve_connection<IO>(
             () = tokio::time::sleep_until(until) => {}
             () = activity.changed() => {}
             _ = stop.changed() => {}
+            _ = draining.changed(), if !drain => {}
             () = handle.evicted() => {
                 // Its place is already another's: an idle connection goes at once.
                 let grace = if activity.seen(tokio::time::Instant::now()).in_flight == 0 {

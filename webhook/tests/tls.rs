@@ -625,7 +625,16 @@ async fn after_the_signal_readyz_fails_but_connections_are_accepted_for_the_shut
         .header("host", "localhost")
         .body(Full::new(Bytes::new()))
         .unwrap();
-    assert_eq!(c.sender.send_request(req).await.unwrap().status(), 503);
+    let answer = c.sender.send_request(req).await.unwrap();
+    assert_eq!(answer.status(), 503);
+    // Each connection is retired with its next answer, so the client opens a new one rather than
+    // sending on one the server is about to close.
+    assert_eq!(
+        answer.headers().get("connection").map(|v| v.to_str().unwrap()),
+        Some("close")
+    );
+    drop(c);
+    let mut c = connect(addr, client.clone()).await;
     assert!(
         c.review_allowed().await,
         "still answering reviews while endpoints catch up"
@@ -783,7 +792,7 @@ async fn a_connection_is_closed_after_its_maximum_number_of_requests() {
     config.max_requests_per_connection = 3;
     let server = start(config).await;
     let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
-    let mut answers = 0;
+    let mut answers = Vec::new();
     for _ in 0..10 {
         if tls
             .write_all(b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n")
@@ -794,11 +803,46 @@ async fn a_connection_is_closed_after_its_maximum_number_of_requests() {
         }
         let mut buf = [0u8; 512];
         match tls.read(&mut buf).await {
-            Ok(n) if n > 0 => answers += 1,
+            Ok(n) if n > 0 => answers.push(String::from_utf8_lossy(&buf[..n]).to_lowercase()),
             _ => break,
         }
     }
-    assert_eq!(answers, 3);
+    assert_eq!(answers.len(), 3);
+    // The last answer tells the client the connection ends, so it never sends on it again.
+    assert!(!answers[1].contains("connection: close"), "{}", answers[1]);
+    assert!(answers[2].contains("connection: close"), "{}", answers[2]);
+    server.shutdown().await;
+}
+
+#[tokio::test]
+async fn an_idle_connection_past_its_age_is_kept_for_its_next_request_whose_answer_ends_it() {
+    let a = certs("CA A");
+    let volume = SecretVolume::new(&a.cert_pem, &a.key_pem);
+    let mut config = test_config(volume.files());
+    config.max_connection_age = Duration::from_millis(200);
+    let server = start(config).await;
+    let mut tls = tls_connect(server.addr, client_config(&[&a.ca_pem], BOTH)).await;
+    let get = b"GET /healthz HTTP/1.1\r\nHost: localhost\r\n\r\n";
+    let mut buf = [0u8; 512];
+    tls.write_all(get).await.unwrap();
+    let n = tls.read(&mut buf).await.unwrap();
+    assert!(
+        !String::from_utf8_lossy(&buf[..n])
+            .to_lowercase()
+            .contains("connection: close")
+    );
+    // Idle well past its age: still open, and the next request is answered, saying it ends.
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    tls.write_all(get).await.unwrap();
+    let n = tls.read(&mut buf).await.unwrap();
+    let answer = String::from_utf8_lossy(&buf[..n]).to_lowercase();
+    assert!(answer.starts_with("http/1.1 200"), "{answer}");
+    assert!(answer.contains("connection: close"), "{answer}");
+    // Then it is closed.
+    let closed = tokio::time::timeout(Duration::from_secs(5), tls.read(&mut buf))
+        .await
+        .unwrap();
+    assert!(matches!(closed, Ok(0) | Err(_)), "{closed:?}");
     server.shutdown().await;
 }
 
