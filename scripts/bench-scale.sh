@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Controller scale measurement (docs/architecture.md, "Targets"; figures in README.md, "Performance"): N objects to Ready on one
+# Controller scale measurement (docs/architecture.md, "Targets"; figures in docs/performance.md): N objects to Ready on one
 # controller for each N in the sizes, finish → next-Job latency with 1,000 Jobs running, how
 # each figure grows with N, and applies per minute with 1, 2 and 4 shards. Release builds.
 # Prints figures; asserts nothing. controller/benches/scale/main.rs lists the knobs.

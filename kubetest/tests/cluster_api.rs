@@ -8,7 +8,7 @@
 //! `clusterctl init` installs the real cert-manager first, as it does for every user (from a local
 //! repository: cert-manager's chart rendered to one manifest, its binaries built from its released
 //! source; [`captf_kubetest::cert_manager`]), and cert-manager issues every provider's serving
-//! certificate and injects their CA bundles. What differs from a cluster (said in the README): the
+//! certificate and injects their CA bundles. What differs from a cluster (said in docs/playground.md): the
 //! managers run as processes, not as the pods of their Deployments, with their Services'
 //! EndpointSlices pointing at them ([`captf_kubetest::route`]). Without the binaries or root these
 //! tests fail under `CI` and skip elsewhere.

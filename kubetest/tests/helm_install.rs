@@ -6,7 +6,7 @@
 //! its own probes and the EndpointSlice controller puts it behind its Service; the API server
 //! calls it there; the controller starts real runner Jobs (OpenTofu and the test provider).
 //!
-//! What differs from a cluster (said in the README): the process kubelet's pods share the host's
+//! What differs from a cluster (said in docs/playground.md): the process kubelet's pods share the host's
 //! network, so the chart's ports are set to free ones and the webhook runs one replica. Without
 //! the binaries or root these tests fail under `CI` and skip elsewhere.
 #![allow(clippy::unwrap_used)]
@@ -123,7 +123,7 @@ async fn leader_other_than(leases: &Api<Lease>, old: &str, what: &str) -> String
     .await
 }
 
-/// A control plane with the real cert-manager and CAPTF installed by helm, as the README says.
+/// A control plane with the real cert-manager and CAPTF installed by helm, as docs/install.md says.
 struct Installed {
     /// When cert-manager's helm install began.
     installing: std::time::Instant,
@@ -193,7 +193,7 @@ impl Installed {
             .await
             .unwrap();
 
-        // cert-manager from its chart, as the README says; CAPTF's chart once its webhook answers.
+        // cert-manager from its chart, as docs/install.md says; CAPTF's chart once its webhook answers.
         let installing = std::time::Instant::now();
         cert_manager.helm_install(&kubeconfig).unwrap();
         if let Err(e) = CertManager::until_ready(&admin, PATIENCE).await {

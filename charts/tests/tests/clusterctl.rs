@@ -300,7 +300,7 @@ fn components_bind_the_controller_in_every_namespace_as_clusterctl_providers_are
 #[test]
 fn every_variable_has_a_default_and_the_readme_documents_it() {
     let text = committed(COMPONENTS_FILE);
-    let readme = std::fs::read_to_string(workspace_root().join("README.md")).unwrap();
+    let readme = std::fs::read_to_string(workspace_root().join("docs/install.md")).unwrap();
     let refs = clusterctl::variable_references(&text);
     for r in &refs {
         let (name, default) = r.split_once(":=").unwrap_or_else(|| panic!("${{{r}}} has no default"));
@@ -318,7 +318,7 @@ fn every_variable_has_a_default_and_the_readme_documents_it() {
             "{} is unused",
             v.name
         );
-        assert!(readme.contains(v.name), "README.md does not document {}", v.name);
+        assert!(readme.contains(v.name), "docs/install.md does not document {}", v.name);
     }
     // The images and the log level are variables.
     let docs = components();
