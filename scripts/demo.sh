@@ -12,6 +12,22 @@
 # --serve and --scripted run only scripted runners, so they build and install none of that.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+# Say first what this run builds and roughly how long it takes, so a first run that takes
+# minutes is not a surprise.
+case " $* " in
+  *" --serve "* | *" --scripted "*)
+    runners="scripted runners: nothing else to build" ;;
+  *" --runner-image"*)
+    runners="then, for the released runner image: umoci, protoc and a static test provider" ;;
+  *)
+    if [ -x .tools/bin/tofu ]; then
+      runners="then, for real runners: captf-runner and the test provider (OpenTofu is already in .tools/bin)"
+    else
+      runners="then, for real runners: OpenTofu from its Go module (about 10 min the first time on 2 cores; cached per user after), protoc, captf-runner and the test provider (--scripted or --serve skip these)"
+    fi ;;
+esac
+echo "demo.sh: building captf-webhook, captf-controller and captf-demo with cargo (several minutes the first time, seconds after); $runners" >&2
 cargo build --quiet -p captf-webhook -p captf-controller -p captf-demo
 demo="${CARGO_TARGET_DIR:-target}/debug/captf-demo"
 

@@ -19,6 +19,11 @@ static ONE_AT_A_TIME: std::sync::Mutex<()> = std::sync::Mutex::new(());
 
 /// `./scripts/demo.sh args…`: its stdout, after checking it exited 0.
 fn demo(args: &[&str]) -> String {
+    demo_with_stderr(args).0
+}
+
+/// The demo's stdout and stderr.
+fn demo_with_stderr(args: &[&str]) -> (String, String) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
     let out = Command::new("./scripts/demo.sh")
@@ -27,14 +32,14 @@ fn demo(args: &[&str]) -> String {
         .output()
         .expect("run ./scripts/demo.sh");
     let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
     assert!(out.status.success(), "exit {:?}\n{stdout}\n{stderr}", out.status);
     println!(
         "demo {args:?} took {:?} of real time (build included)",
         started.elapsed()
     );
     assert!(started.elapsed() < Duration::from_secs(600));
-    stdout
+    (stdout, stderr)
 }
 
 /// One summary row: the runners column and the verdict.
@@ -155,7 +160,14 @@ fn readme_main_command_plays_every_step_and_exits_zero() {
 
 #[test]
 fn forced_scripted_mode_plays_every_step_with_scripted_runners() {
-    let stdout = demo(&["--scripted"]);
+    let (stdout, stderr) = demo_with_stderr(&["--scripted"]);
+    // It says first what it builds: with scripted runners, nothing beyond the three binaries.
+    assert!(
+        stderr.lines().next().is_some_and(|l| l
+            .starts_with("demo.sh: building captf-webhook, captf-controller and captf-demo with cargo")
+            && l.ends_with("scripted runners: nothing else to build")),
+        "{stderr}"
+    );
     assert!(stdout.contains("runners: scripted (--scripted)"), "{stdout}");
     let rows = summary_rows(&stdout);
     for (step, row) in STEPS.iter().zip(&rows) {

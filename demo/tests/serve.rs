@@ -29,14 +29,47 @@ fn wait_line(rx: &mpsc::Receiver<String>, prefix: &str, all: &mut Vec<String>) -
     }
 }
 
+/// The quick start, as the README's block marked `quick-start` holds it: one command a line.
+fn quick_start(root: &Path) -> Vec<String> {
+    let readme = std::fs::read_to_string(root.join("README.md")).unwrap();
+    let after = readme
+        .split_once("<!-- quick-start")
+        .expect("README.md marks its quick start with <!-- quick-start ... -->")
+        .1;
+    let block = after.split_once("```sh\n").expect("a ```sh block follows the marker").1;
+    let block = block.split_once("```").expect("the block ends").0;
+    block
+        .lines()
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .map(String::from)
+        .collect()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
-    let root = Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_stops_everything() {
+    let root = std::fs::canonicalize(Path::new(env!("CARGO_MANIFEST_DIR")).join("..")).unwrap();
+    // The README's five lines, played in order from the checkout as a reader would (a second
+    // terminal for lines 2-5): the test holds the README to exactly these.
+    let lines = quick_start(&root);
+    assert_eq!(
+        lines,
+        [
+            "./scripts/demo.sh --serve --no-script",
+            "cargo install --path kubectl-captf",
+            "export KUBECONFIG=$PWD/captf-demo.kubeconfig",
+            "kubectl apply -f examples/terraformcluster-minimal.yaml",
+            "kubectl captf status",
+        ],
+        "the README's quick start changed: play the new lines here"
+    );
+    // Line 3's kubeconfig is the one line 1 writes in the checkout (ignored by git).
+    let kc = root.join(lines[2].trim_start_matches("export KUBECONFIG=$PWD/"));
+    let _ = std::fs::remove_file(&kc);
     let dir = tempfile::tempdir().unwrap();
-    let kc = dir.path().join("kc");
-    let mut child = Command::new("./scripts/demo.sh")
-        .args(["--serve", "--no-script", "--kubeconfig"])
-        .arg(&kc)
+    let words: Vec<&str> = lines[0].split_whitespace().collect();
+    let mut child = Command::new(words[0])
+        .args(&words[1..])
         .current_dir(&root)
         .stdout(Stdio::piped())
         .stderr(Stdio::null())
@@ -104,8 +137,49 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         "terraformclusters",
     );
     let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
-    let obj: DynamicObject = serde_yaml_ng::from_str(captf_demo::lifecycle::MINIMAL_CLUSTER).unwrap();
-    let created = api.create(&PostParams::default(), &obj).await.unwrap();
+    // Line 2: the plugin. `cargo install` would build it again in release mode, minutes on a
+    // small machine; the workspace's own build of the same binary stands in for it, on a PATH
+    // of its own as `cargo install` would put it.
+    assert_eq!(
+        lines[1].split_whitespace().collect::<Vec<_>>(),
+        ["cargo", "install", "--path", "kubectl-captf"]
+    );
+    let built = Command::new(env!("CARGO"))
+        .args(["build", "--quiet", "-p", "kubectl-captf", "--bin", "kubectl-captf"])
+        .current_dir(&root)
+        .status()
+        .unwrap();
+    assert!(built.success(), "cargo build -p kubectl-captf");
+    let target = std::env::var_os("CARGO_TARGET_DIR").map_or_else(|| root.join("target"), std::path::PathBuf::from);
+    let bin = dir.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    std::fs::copy(target.join("debug/kubectl-captf"), bin.join("kubectl-captf")).unwrap();
+    let kubectl_dir = kubectl_path().parent().unwrap().to_path_buf();
+    let path = std::env::join_paths([bin.clone(), kubectl_dir]).unwrap();
+    // Lines 4 and 5, with line 3's KUBECONFIG.
+    let play = |line: &str| {
+        let words: Vec<&str> = line.split_whitespace().collect();
+        let out = Command::new(kubectl_path())
+            .args(&words[1..])
+            .current_dir(&root)
+            .env("KUBECONFIG", &kc)
+            .env("PATH", &path)
+            .env("HOME", dir.path())
+            .output()
+            .unwrap();
+        let (stdout, stderr) = (
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+            String::from_utf8_lossy(&out.stderr).into_owned(),
+        );
+        assert!(out.status.success(), "{line}: {stderr}");
+        stdout
+    };
+    let applied = play(&lines[3]);
+    assert!(
+        applied.contains("terraformcluster.infrastructure.cluster.x-k8s.io/demo created"),
+        "{applied}"
+    );
+    let created = api.get("demo").await.unwrap();
     assert_eq!(
         created.data["spec"]["drift"]["interval"], "30m",
         "defaulted by the webhook"
@@ -127,6 +201,14 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
+    // Line 5: the plugin, run by kubectl, answers with the controller's decision for it.
+    let status = play(&lines[4]);
+    assert!(
+        status
+            .lines()
+            .any(|l| l.starts_with("TerraformCluster") && l.split_whitespace().nth(1) == Some("demo")),
+        "{status}"
+    );
 
     // The samples play their outcomes: `outcome-fail` gets a failed Job, `outcome-block` a
     // destructive plan that waits for approval.
@@ -185,14 +267,14 @@ async fn serve_prints_a_working_kubectl_command_and_ctrl_c_stops_everything() {
     // Every example applied with the real kubectl, as the README invites: each CAPTF object in
     // it is admitted and acted on, as its comment says.
     let client = kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap();
-    every_example_is_admitted_and_acted_on(&kc, &client).await;
+    every_example_is_admitted_and_acted_on(&kc, dir.path(), &client).await;
     // An object where no controller watches is stored with a warning kubectl prints.
     let kubectl = |args: &[&str], stdin: Option<&str>| {
         let mut child = Command::new(kubectl_path())
             .arg("--kubeconfig")
             .arg(&kc)
             .args(args)
-            .env("HOME", kc.parent().unwrap())
+            .env("HOME", dir.path())
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::piped())
@@ -327,7 +409,7 @@ fn acted_on(kind: &str, o: &serde_json::Value) -> Option<Result<(), String>> {
     }
 }
 
-async fn every_example_is_admitted_and_acted_on(kubeconfig: &Path, client: &kube::Client) {
+async fn every_example_is_admitted_and_acted_on(kubeconfig: &Path, home: &Path, client: &kube::Client) {
     let examples = Path::new(env!("CARGO_MANIFEST_DIR")).join("../examples");
     let mut files: Vec<_> = std::fs::read_dir(&examples)
         .unwrap()
@@ -363,7 +445,7 @@ async fn every_example_is_admitted_and_acted_on(kubeconfig: &Path, client: &kube
             .arg(kubeconfig)
             .args(["apply", "-f"])
             .arg(file)
-            .env("HOME", kubeconfig.parent().unwrap())
+            .env("HOME", home)
             .output()
             .unwrap();
         let stderr = String::from_utf8_lossy(&out.stderr);
