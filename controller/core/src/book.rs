@@ -353,9 +353,21 @@ pub fn approval_note(start: &crate::decide::Start, job: &str) -> Option<String> 
 }
 
 /// The note of the `BackoffSkipped` Event of a Job that starts before its backoff ended because
-/// a person asked (`captf.io/reconcile-now`): until when it would have waited, who asked, why.
+/// a person asked (`captf.io/reconcile-now`): until when it would have waited, who asked, why;
+/// or because it applies a plan a person approved after the failures (`decide::approval_skips_backoff`).
 pub fn backoff_skipped_note(start: &crate::decide::Start, s: &crate::snapshot::Snapshot, job: &str) -> Option<String> {
     let until = start.skipped_backoff?;
+    let asked = s.reconcile_requested.is_some_and(|asked| {
+        crate::decide::backoff_of(s, start.op)
+            .newest_failure
+            .is_some_and(|failed| asked >= failed)
+    });
+    if !asked && let Some(plan) = start.approved_plan.as_deref() {
+        let by = start.approved_by.as_deref().unwrap_or("an unrecorded user");
+        return Some(format!(
+            "Job {job} starts now instead of at {until}, the end of its backoff: it applies the plan {plan}, which {by} approved after those failures"
+        ));
+    }
     let by = s.reconcile_by.as_deref().unwrap_or("an unrecorded user");
     let why = s
         .reconcile_reason
@@ -996,6 +1008,16 @@ mod tests {
             backoff_skipped_note(&start, &s, "j-apply-4").as_deref(),
             Some(
                 "Job j-apply-4 starts now instead of at 2026-01-01T00:10:00Z, the end of its backoff: alice@example.com asked at 2026-01-01T00:01:00Z: quota raised"
+            )
+        );
+        // Skipped for an approval given after the failures, nobody asking to reconcile.
+        s.reconcile_requested = None;
+        start.approved_plan = Some("h1".into());
+        start.approved_by = Some("bob@example.com".into());
+        assert_eq!(
+            backoff_skipped_note(&start, &s, "j-apply-4").as_deref(),
+            Some(
+                "Job j-apply-4 starts now instead of at 2026-01-01T00:10:00Z, the end of its backoff: it applies the plan h1, which bob@example.com approved after those failures"
             )
         );
         start.skipped_backoff = None;

@@ -104,6 +104,26 @@ pub fn skips_backoff(s: &Snapshot, b: &Backoff) -> bool {
     s.reconcile_requested
         .zip(b.newest_failure)
         .is_some_and(|(asked, failed)| asked >= failed)
+        || approval_skips_backoff(s, b)
+}
+
+/// An approved apply never waits out the backoff of failures older than the plan it applies: the
+/// approval names a plan a later Job made (and stopped on) after those failures, and a person
+/// gave it after reading that plan, so it is as much a request to go on as `reconcile-now`. Only
+/// failures that finished before that Job are skipped: if the approved apply fails, its own
+/// backoff holds, and the approval (bound to the plan's hash) cannot start a second Job of it.
+pub fn approval_skips_backoff(s: &Snapshot, b: &Backoff) -> bool {
+    if b.op != Op::Apply || approved_plan(s).is_none() {
+        return false;
+    }
+    let stopped = s
+        .jobs
+        .iter()
+        .find(|r| r.op == Op::Apply && matches!(r.outcome, Some(Outcome::Blocked | Outcome::PlanChanged)))
+        .and_then(JobRecord::time);
+    stopped
+        .zip(b.newest_failure)
+        .is_some_and(|(stopped, failed)| stopped >= failed)
 }
 
 /// Any `Start` passes the backoff of its op, then the cluster holds of docs/rules.md.
@@ -612,6 +632,49 @@ mod tests {
         assert_eq!(
             (st.reason, st.approved_plan, st.approved_by),
             (Reason::InputsChanged, None, None)
+        );
+    }
+
+    #[test]
+    fn an_approved_apply_skips_the_backoff_of_failures_older_than_its_plan_but_not_its_own() {
+        // Three failed applies (the cap, 10m, from the third: not before 1180 + 600), then an apply
+        // a reconcile request let start at once, which stopped on a destructive plan.
+        let mut blocked = rec(Op::Apply, 4, Some(Outcome::Blocked));
+        blocked.inputs_hash = Some(OTHER[..16].into());
+        let mut res = RunnerResult::new(RunResult::Blocked, Phase::Guard, "destroys 1");
+        res.plan_hash = Some("plan-1".into());
+        blocked.result = Some(res);
+        let mut jobs = vec![blocked.clone()];
+        jobs.extend(failing(Op::Apply, 1..=3));
+        let mut s = snap(3, jobs, 10_000);
+        s.inputs_hash = InputsHash::Known(OTHER.into());
+        s.status.pending_plan = Some(PendingPlan {
+            hash: "plan-1".into(),
+            job: blocked.name.clone(),
+            ..Default::default()
+        });
+        let now = ts(1_300);
+        assert_eq!(as_wait(decide(&s, now)).reason, Reason::AwaitingApproval);
+        // Approved: it starts now, not at 1780, and says which backoff it skipped.
+        s.approve_plan = Some("plan-1".into());
+        s.approved_by = Some("alice@example.com".into());
+        let st = as_start(decide(&s, now));
+        assert_eq!(
+            (st.attempt, st.approved_plan.as_deref(), st.skipped_backoff),
+            (4, Some("plan-1"), Some(ts(1_780)))
+        );
+        // The approved apply fails: its own backoff holds (the cap after 4 failures).
+        let mut failed = rec(Op::Apply, 5, Some(Outcome::Failed));
+        failed.inputs_hash = Some(OTHER[..16].into());
+        failed.approved_plan = Some("plan-1".into());
+        s.jobs.insert(0, failed.clone());
+        let w = as_wait(decide(&s, failed.finished.unwrap()));
+        assert_eq!(
+            (w.reason, w.not_before),
+            (
+                Reason::InputsChangedBackoff,
+                Some(failed.finished.unwrap() + SignedDuration::from_mins(10))
+            )
         );
     }
 
