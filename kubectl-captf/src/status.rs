@@ -72,7 +72,7 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
     let s = &e.plan.booked;
     let counts = s.status.consecutive_failures.unwrap_or_default();
     let last = words::last_success(s).map(|(_, t)| t);
-    let when_at = words::next_time(&e.decision, now);
+    let (when, when_at, when_words) = when_of(&e.decision, observed, now);
     Row {
         kind: s.kind.to_string(),
         namespace: s.namespace.clone(),
@@ -86,12 +86,9 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
             "not observed".to_string()
         },
         reason: e.decision.reason().map(|r| r.to_string()),
-        when: match &e.decision {
-            Decision::Wait(w) if w.not_before.is_none() && w.requeue_after.is_none() => None,
-            _ => when_at.map(|t| t.to_string()),
-        },
+        when,
         when_at,
-        when_words: words::when_words(&e.decision, now),
+        when_words,
         consecutive_failures: captf_shared::Op::ALL
             .iter()
             .map(|op| (op.as_str().to_string(), counts.get(*op)))
@@ -107,6 +104,23 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
         active_job: s.active_job().map(str::to_string),
         pending_plan: s.status.pending_plan.as_ref().map(|p| p.hash.clone()),
     }
+}
+
+/// What an object does not observed by any controller waits for.
+pub const NOT_OBSERVED_WHEN: &str = "not until a controller watches its namespace";
+
+/// When the decision happens, as a time and in words (PURE). An object no controller has
+/// observed has no "next pass" to wait for: saying "now" would promise what never comes.
+pub fn when_of(decision: &Decision, observed: bool, now: Timestamp) -> (Option<String>, Option<Timestamp>, String) {
+    if !observed {
+        return (None, None, NOT_OBSERVED_WHEN.to_string());
+    }
+    let at = words::next_time(decision, now);
+    let when = match decision {
+        Decision::Wait(w) if w.not_before.is_none() && w.requeue_after.is_none() => None,
+        _ => at.map(|t| t.to_string()),
+    };
+    (when, at, words::when_words(decision, now))
 }
 
 /// Order rows by `key` (PURE); ties by namespace, then name.
@@ -374,6 +388,28 @@ mod tests {
             ..Default::default()
         });
         assert!(observed(&CaptfObject::Cluster(c)));
+    }
+
+    #[test]
+    fn an_object_no_controller_observed_waits_for_a_controller_not_for_now() {
+        let now: Timestamp = "2026-03-01T10:00:00Z".parse().unwrap_or_default();
+        let start = Decision::Start(captf_core::decide::Start {
+            op: captf_shared::Op::Apply,
+            reason: captf_core::reason::Reason::InputsChanged,
+            attempt: 1,
+            drift_remediation: false,
+            force_unlock_id: None,
+            approved_plan: None,
+            approved_by: None,
+            skipped_backoff: None,
+        });
+        let (when, at, words) = when_of(&start, true, now);
+        assert_eq!(words, "now (the controller's next pass)");
+        assert!(at.is_some() && when.is_some());
+        assert_eq!(
+            when_of(&start, false, now),
+            (None, None, "not until a controller watches its namespace".to_string())
+        );
     }
 
     #[test]
