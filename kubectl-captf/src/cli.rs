@@ -187,8 +187,10 @@ pub enum Command {
         watch: bool,
     },
     /// The object tree of a cluster, as `clusterctl describe cluster` draws it: the Cluster API
-    /// Cluster, its TerraformCluster, the cluster's TerraformMachinePools and TerraformMachines,
-    /// each with its Ready condition, what the controller does next, and its runner Jobs.
+    /// Cluster, its TerraformCluster, the cluster's TerraformMachinePools and TerraformMachines
+    /// (the verified members, which hold its deletion), each with its Ready condition, what the
+    /// controller does next, and its runner Jobs. Objects that only carry the cluster's label are
+    /// listed apart: they do not hold its deletion.
     Tree {
         /// cluster/<name> (a Cluster API Cluster) or terraformcluster/<name> (tfc/<name>).
         target: String,
