@@ -170,7 +170,7 @@ pub enum Command {
     Events {
         /// <kind>/<name>.
         target: String,
-        /// Print again whenever an Event about the object comes or changes.
+        /// Then print each Event about the object as it comes (or is seen again), and only those.
         #[arg(short = 'w', long)]
         watch: bool,
     },
@@ -182,7 +182,8 @@ pub enum Command {
         /// Row order.
         #[arg(long, value_enum, default_value_t = SortKey::Name)]
         sort_by: SortKey,
-        /// Print again whenever an object or one of its Jobs changes what is shown.
+        /// Print again whenever an object or one of its Jobs changes what is shown (ages and
+        /// times counted from now, which move with the clock alone, are no change).
         #[arg(short = 'w', long)]
         watch: bool,
     },
@@ -194,7 +195,8 @@ pub enum Command {
     Tree {
         /// cluster/<name> (a Cluster API Cluster) or terraformcluster/<name> (tfc/<name>).
         target: String,
-        /// Print again whenever an object or one of its Jobs changes what is shown.
+        /// Print again whenever an object or one of its Jobs changes what is shown (ages and
+        /// times counted from now, which move with the clock alone, are no change).
         #[arg(short = 'w', long)]
         watch: bool,
     },

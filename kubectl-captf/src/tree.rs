@@ -21,9 +21,11 @@ use captf_read::live::{self, LiveRead};
 use captf_shared::types::CaptfObject;
 use captf_shared::{Kind, keys};
 
+use crate::cli::Output;
 use crate::conn::Conn;
 use crate::errors::{PluginError, from_kube, from_runtime};
 use crate::live_read::explanation;
+use crate::printed::{Printed, pretty};
 use crate::status::{observed, row};
 use crate::target::parse_target;
 
@@ -54,6 +56,9 @@ pub struct TreeNode {
     pub next: Option<String>,
     /// When, in words.
     pub when: Option<String>,
+    /// When a wait ends, as a time that does not move with the clock (a backoff's end).
+    #[serde(skip)]
+    pub not_before: Option<Timestamp>,
     pub jobs: Vec<TreeJob>,
     /// Why part of this node is missing, or what else to know about it.
     pub note: Option<String>,
@@ -64,11 +69,35 @@ pub struct TreeNode {
     pub unverified: Vec<TreeNode>,
 }
 
+impl TreeNode {
+    /// The tree without what moves with the clock alone: the words counted from now (a wait's
+    /// fixed end stays, as `not_before`) (PURE). Two looks whose steady trees are equal show
+    /// nothing new.
+    pub fn steady(&self) -> TreeNode {
+        TreeNode {
+            when: None,
+            children: self.children.iter().map(TreeNode::steady).collect(),
+            unverified: self.unverified.iter().map(TreeNode::steady).collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// What `tree` prints (PURE): the tree drawn, or as a document.
+pub fn print_tree(tree: &TreeNode, output: Option<Output>) -> Printed {
+    Printed::out(if Output::is_document(output) {
+        pretty(&serde_json::json!(tree))
+    } else {
+        render_tree(tree, output == Some(Output::Wide))
+    })
+}
+
 /// What a tree says of the objects labelled with a cluster that are not its verified members.
 pub const UNVERIFIED: &str = "Labelled with this cluster but not verified members: they do not hold its deletion (neither owned by its TerraformCluster nor controlled by a Cluster API Machine or MachinePool of the cluster)";
 
 impl TreeNode {
-    fn bare(kind: &str, namespace: &str, name: &str) -> TreeNode {
+    /// A node with nothing known of it but its name.
+    pub fn bare(kind: &str, namespace: &str, name: &str) -> TreeNode {
         TreeNode {
             kind: kind.to_string(),
             namespace: namespace.to_string(),
@@ -77,6 +106,7 @@ impl TreeNode {
             ready_reason: None,
             next: None,
             when: None,
+            not_before: None,
             jobs: vec![],
             note: None,
             children: vec![],
@@ -134,6 +164,7 @@ pub fn node_of(r: &LiveRead, now: Timestamp) -> TreeNode {
     node.ready_reason = ready.map(|c| c.reason.clone()).filter(|r| !r.is_empty());
     node.next = Some(row.next);
     node.when = Some(row.when_words);
+    node.not_before = row.not_before;
     let jobs: Vec<TreeJob> = r.snap.jobs.iter().map(job_of).collect();
     node.jobs = shown_jobs(&jobs, r.snap.active_job());
     node.note = row.foreign_lock_holder.map(|h| format!("state lock held by {h}"));

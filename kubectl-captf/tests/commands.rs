@@ -235,8 +235,9 @@ async fn tree_watch_prints_again_when_a_member_comes_and_its_job_ends() -> Resul
     Ok(())
 }
 
+/// `events -w`: the history once, then only the Events that come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn events_watch_prints_again_when_an_event_about_the_object_comes() -> Result<()> {
+async fn events_watch_prints_the_history_once_then_only_the_events_that_come() -> Result<()> {
     let env = Env::new(true).await?;
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(common::outputs()));
@@ -254,6 +255,14 @@ async fn events_watch_prints_again_when_an_event_about_the_object_comes() -> Res
     )
     .await?;
     plugin.until_line("the second apply's Event", |l| l.contains(&job2))?;
+    let headers = plugin.stdout.lines().filter(|l| l.starts_with("AGE ")).count();
+    let applied = plugin.stdout.lines().filter(|l| l.contains(" Applied ")).count();
+    assert_eq!(
+        (headers, applied),
+        (1, 1),
+        "the history is not printed again:\n{}",
+        plugin.stdout
+    );
     Ok(())
 }
 
