@@ -169,12 +169,7 @@ fn capi_owner_resource(owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::O
 /// The Cluster API object of `kind` (`Machine`, `MachinePool`) that owns `object`, read live.
 /// `None` while there is none or it cannot be read.
 async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str) -> Option<Value> {
-    let owner = object
-        .metadata()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))?;
+    let owner = core_inputs::capi_owner_ref(object.metadata(), kind)?;
     let ar = capi_owner_resource(owner)?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     match api.get_opt(&owner.name).await {
