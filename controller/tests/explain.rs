@@ -230,6 +230,57 @@ fn failure_target_without_failed_is_still_active() {
 }
 
 #[test]
+fn the_running_job_is_in_the_json_with_its_start_and_its_deadline() {
+    let (d, _) = decision(
+        &args(&[
+            ("-f", "stale-lock/object.yaml"),
+            ("--jobs", "active/jobs.yaml"),
+            ("--now", "2026-11-29T10:20:00Z"),
+        ]),
+        None,
+    );
+    assert_eq!(
+        d["activeJob"],
+        serde_json::json!({
+            "job": "tc-prod-eu-225654031b7f-apply-10", "found": true, "op": "apply",
+            "since": "2026-11-29T10:00:05Z", "activeDeadlineSeconds": 3600,
+            "deadline": "2026-11-29T11:00:05Z",
+        })
+    );
+}
+
+#[test]
+fn a_job_killed_at_its_deadline_is_the_last_failure_with_deadline_exceeded_as_why() {
+    let (d, _) = decision(
+        &args(&[
+            ("-f", "deadline/object.json"),
+            ("--jobs", "deadline/jobs.json"),
+            ("--pods", "deadline/pods.json"),
+            ("--now", "2026-11-29T12:31:00Z"),
+        ]),
+        None,
+    );
+    // apply-7 was evicted (free): the failure is apply-6's, killed at its deadline.
+    let f = &d["lastFailure"];
+    assert_eq!(
+        (f["job"].as_str(), f["outcome"].as_str(), f["reason"].as_str()),
+        (
+            Some("tc-prod-eu-225654031b7f-apply-6"),
+            Some("deadline"),
+            Some("DeadlineExceeded")
+        ),
+        "{f}"
+    );
+    assert!(
+        f["why"]
+            .as_str()
+            .unwrap()
+            .contains("was stopped at its deadline (DeadlineExceeded)"),
+        "{f}"
+    );
+}
+
+#[test]
 fn the_inputs_hash_is_computed_from_spec_variables_and_cluster_name() {
     let (d, _) = decision(
         &args(&[

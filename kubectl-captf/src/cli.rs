@@ -170,7 +170,7 @@ pub enum Command {
     Events {
         /// <kind>/<name>.
         target: String,
-        /// Print again whenever an Event about the object comes or changes.
+        /// Then print each Event about the object as it comes (or is seen again), and only those.
         #[arg(short = 'w', long)]
         watch: bool,
     },
@@ -182,17 +182,21 @@ pub enum Command {
         /// Row order.
         #[arg(long, value_enum, default_value_t = SortKey::Name)]
         sort_by: SortKey,
-        /// Print again whenever an object or one of its Jobs changes what is shown.
+        /// Print again whenever an object or one of its Jobs changes what is shown (ages and
+        /// times counted from now, which move with the clock alone, are no change).
         #[arg(short = 'w', long)]
         watch: bool,
     },
     /// The object tree of a cluster, as `clusterctl describe cluster` draws it: the Cluster API
-    /// Cluster, its TerraformCluster, the cluster's TerraformMachinePools and TerraformMachines,
-    /// each with its Ready condition, what the controller does next, and its runner Jobs.
+    /// Cluster, its TerraformCluster, the cluster's TerraformMachinePools and TerraformMachines
+    /// (the verified members, which hold its deletion), each with its Ready condition, what the
+    /// controller does next, and its runner Jobs. Objects that only carry the cluster's label are
+    /// listed apart: they do not hold its deletion.
     Tree {
         /// cluster/<name> (a Cluster API Cluster) or terraformcluster/<name> (tfc/<name>).
         target: String,
-        /// Print again whenever an object or one of its Jobs changes what is shown.
+        /// Print again whenever an object or one of its Jobs changes what is shown (ages and
+        /// times counted from now, which move with the clock alone, are no change).
         #[arg(short = 'w', long)]
         watch: bool,
     },

@@ -24,6 +24,11 @@ pub struct EventLine {
     pub note: String,
     #[serde(skip)]
     pub at: Option<Timestamp>,
+    /// Which occurrence of which Event this is: the Event's UID (its name without one) and its
+    /// count, so an Event seen again (its series counted up) is a new line and the same one read
+    /// twice is not (what `events -w` prints once).
+    #[serde(skip)]
+    pub key: String,
 }
 
 /// The Events about the object `kind`/`name` with UID `uid` among `all`, oldest first (PURE).
@@ -51,7 +56,15 @@ pub fn event_lines(
                 .map(|s| s.last_observed_time.0)
                 .or(e.event_time.as_ref().map(|t| t.0))
                 .or(e.deprecated_last_timestamp.as_ref().map(|t| t.0));
+            let count = e.series.as_ref().map(|s| s.count).or(e.deprecated_count).unwrap_or(1);
+            let id = e
+                .metadata
+                .uid
+                .clone()
+                .or_else(|| e.metadata.name.clone())
+                .unwrap_or_default();
             EventLine {
+                key: format!("{id}#{count}"),
                 time: at.map(|t| t.to_string()),
                 type_: e.type_.clone().unwrap_or_default(),
                 reason: e.reason.clone().unwrap_or_default(),
@@ -65,9 +78,9 @@ pub fn event_lines(
     lines
 }
 
-/// The `events` table (PURE).
-pub fn events_table(lines: &[EventLine], now: Timestamp) -> String {
-    let rows: Vec<Vec<String>> = lines
+/// The cells of the `events` table (PURE).
+fn event_rows(lines: &[EventLine], now: Timestamp) -> Vec<Vec<String>> {
+    lines
         .iter()
         .map(|l| {
             vec![
@@ -78,29 +91,59 @@ pub fn events_table(lines: &[EventLine], now: Timestamp) -> String {
                 l.note.clone(),
             ]
         })
-        .collect();
-    words::table(&["AGE", "TYPE", "REASON", "JOB", "NOTE"], &rows)
+        .collect()
 }
 
-pub(crate) async fn events(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
+const HEADER: [&str; 5] = ["AGE", "TYPE", "REASON", "JOB", "NOTE"];
+
+/// The `events` table (PURE).
+pub fn events_table(lines: &[EventLine], now: Timestamp) -> String {
+    words::table(&HEADER, &event_rows(lines, now))
+}
+
+/// The lines of the `events` table without its header, to follow a table printed before (PURE).
+pub fn events_rows(lines: &[EventLine], now: Timestamp) -> String {
+    let table = words::table(&HEADER, &event_rows(lines, now));
+    table
+        .split_once('\n')
+        .map(|(_, rows)| rows.to_string())
+        .unwrap_or_default()
+}
+
+/// The Events about the object `t`, oldest first, read live.
+pub(crate) async fn read_events(conn: &Conn, t: &Target) -> Result<Vec<EventLine>, PluginError> {
     let ns = conn.namespace.as_str();
     let object = get_object(conn, t).await?;
     let all = Api::<k8s_openapi::api::events::v1::Event>::namespaced(conn.client.clone(), ns)
         .list(&ListParams::default())
         .await
         .map_err(|e| from_kube(e, "list events", ("list", "events", "events.k8s.io"), Some(ns)))?;
-    let lines = event_lines(&all.items, t.kind, &t.name, object.metadata().uid.as_deref());
+    Ok(event_lines(
+        &all.items,
+        t.kind,
+        &t.name,
+        object.metadata().uid.as_deref(),
+    ))
+}
+
+/// What `events` prints of the Events about the object `t` in namespace `ns` (PURE).
+pub fn print_events(lines: &[EventLine], ns: &str, t: &Target, json: bool, now: Timestamp) -> Printed {
     if json {
-        return Ok(Printed::out(pretty(&json!(lines))));
+        return Printed::out(pretty(&json!(lines)));
     }
     if lines.is_empty() {
-        return Ok(Printed {
+        return Printed {
             stderr: format!(
                 "No Events about {} {ns}/{} (Events expire, by default after an hour).\n",
                 t.kind, t.name
             ),
             ..Default::default()
-        });
+        };
     }
-    Ok(Printed::out(events_table(&lines, now)))
+    Printed::out(events_table(lines, now))
+}
+
+pub(crate) async fn events(conn: &Conn, t: &Target, json: bool, now: Timestamp) -> Result<Printed, PluginError> {
+    let lines = read_events(conn, t).await?;
+    Ok(print_events(&lines, &conn.namespace, t, json, now))
 }

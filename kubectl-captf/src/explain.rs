@@ -24,7 +24,7 @@ pub(crate) async fn explain(
     if json {
         return Ok(Printed::out(pretty(&e.json)));
     }
-    let mut text = words::explain_text(&e, r.waited_on.as_ref(), typed, now);
+    let mut text = words::explain_text(&e, &r.object, r.waited_on.as_ref(), typed, now);
     if !observed(&r.object) {
         text = format!("Note: {NOT_OBSERVED}; below is what a controller would do.\n{text}");
     }

@@ -32,8 +32,6 @@ pub mod watch;
 pub mod words;
 pub mod yaml;
 
-use serde_json::json;
-
 pub use approve::approval_question;
 pub use conn::{Confirm, Conn, connect};
 pub use events::{EventLine, event_lines, events_table};
@@ -45,17 +43,13 @@ pub use status::{NOT_OBSERVED, Row, observed, ready_condition, row, sort_rows, s
 
 use cli::{Cli, Command, Output};
 use errors::PluginError;
-use printed::pretty;
 use target::parse_target;
 
 /// Run one command (not `completion`) against a connection.
 pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
-    let now = match cli.now {
-        Some(now) => now,
-        None => clock::server_now(&conn.client).await?,
-    };
+    let now = now(cli, conn).await?;
     let json = Output::is_document(cli.output);
-    let mut printed = match &cli.command {
+    let printed = match &cli.command {
         Command::Explain { target } => explain::explain(conn, &parse_target(target)?, target, json, now).await,
         Command::Plan { target } => plan::plan(conn, &parse_target(target)?, target, json, now).await,
         Command::Events { target, .. } => events::events(conn, &parse_target(target)?, json, now).await,
@@ -70,14 +64,7 @@ pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
             sort_by,
             ..
         } => status::status(conn, *all_namespaces, *sort_by, cli.output, now).await,
-        Command::Tree { target, .. } => {
-            let tree = tree::read_tree(conn, target, now).await?;
-            Ok(Printed::out(if json {
-                pretty(&json!(tree))
-            } else {
-                tree::render_tree(&tree, cli.output == Some(Output::Wide))
-            }))
-        }
+        Command::Tree { target, .. } => Ok(tree::print_tree(&tree::read_tree(conn, target, now).await?, cli.output)),
         Command::Suspend { target } => suspend::set_paused(conn, &parse_target(target)?, true, json).await,
         Command::Resume { target } => suspend::set_paused(conn, &parse_target(target)?, false, json).await,
         Command::Refresh { target } => refresh_reconcile::refresh(conn, &parse_target(target)?, json, now).await,
@@ -91,7 +78,20 @@ pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
             "completion needs no cluster; run `kubectl-captf completion <shell>`".into(),
         )),
     }?;
-    if cli.output == Some(Output::Yaml) {
+    as_output(printed, cli.output)
+}
+
+/// The time to decide at: `--now`, else the server's (the simulator's clock, or the wall clock).
+pub(crate) async fn now(cli: &Cli, conn: &Conn) -> Result<k8s_openapi::jiff::Timestamp, PluginError> {
+    match cli.now {
+        Some(now) => Ok(now),
+        None => clock::server_now(&conn.client).await,
+    }
+}
+
+/// An answer in the output asked for: `-o yaml` is the JSON document as YAML.
+pub(crate) fn as_output(mut printed: Printed, output: Option<Output>) -> Result<Printed, PluginError> {
+    if output == Some(Output::Yaml) {
         printed.stdout = yaml::to_yaml(&printed.stdout)?;
     }
     Ok(printed)

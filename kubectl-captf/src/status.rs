@@ -39,6 +39,9 @@ pub struct Row {
     pub when: Option<String>,
     #[serde(skip)]
     pub when_at: Option<Timestamp>,
+    /// When a wait ends, as a time that does not move with the clock (a backoff's end).
+    #[serde(skip)]
+    pub not_before: Option<Timestamp>,
     pub when_words: String,
     pub consecutive_failures: BTreeMap<String, u32>,
     pub last_success: Option<String>,
@@ -88,6 +91,10 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
         reason: e.decision.reason().map(|r| r.to_string()),
         when,
         when_at,
+        not_before: match &e.decision {
+            Decision::Wait(w) => w.not_before,
+            _ => None,
+        },
         when_words,
         consecutive_failures: captf_shared::Op::ALL
             .iter()
@@ -121,6 +128,21 @@ pub fn when_of(decision: &Decision, observed: bool, now: Timestamp) -> (Option<S
         _ => at.map(|t| t.to_string()),
     };
     (when, at, words::when_words(decision, now))
+}
+
+impl Row {
+    /// The row without what moves with the clock alone: the times and words counted from now
+    /// (a wait's fixed end stays, as `not_before`) and the last success's age (its time stays)
+    /// (PURE). Two looks whose steady rows are equal show nothing new.
+    pub fn steady(&self) -> Row {
+        Row {
+            when: None,
+            when_at: None,
+            when_words: String::new(),
+            last_success_at: None,
+            ..self.clone()
+        }
+    }
 }
 
 /// Order rows by `key` (PURE); ties by namespace, then name.
@@ -206,13 +228,25 @@ pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timesta
     words::table(&header, &cells)
 }
 
-pub(crate) async fn status(
+/// What one look at every object found.
+#[derive(Clone, Debug, PartialEq)]
+pub struct StatusRead {
+    pub rows: Vec<Row>,
+    /// The objects that could not be read, and why.
+    pub unread: Vec<String>,
+    /// How many objects the controller leaves alone were left out.
+    pub elsewhere: usize,
+    /// The namespace looked in (`None`: every namespace).
+    pub namespace: Option<String>,
+}
+
+/// Read every object (of the namespace, or of all) live, each as one row.
+pub(crate) async fn read_status(
     conn: &Conn,
     all_namespaces: bool,
     sort_by: SortKey,
-    output: Option<Output>,
     now: Timestamp,
-) -> Result<Printed, PluginError> {
+) -> Result<StatusRead, PluginError> {
     let ns = (!all_namespaces).then_some(conn.namespace.as_str());
     let mut rows = Vec::new();
     let mut unread = Vec::new();
@@ -248,19 +282,34 @@ pub(crate) async fn status(
         }
     }
     sort_rows(&mut rows, sort_by);
+    Ok(StatusRead {
+        rows,
+        unread,
+        elsewhere,
+        namespace: ns.map(str::to_string),
+    })
+}
+
+/// What `status` prints of a look (PURE).
+pub fn print_status(read: &StatusRead, output: Option<Output>, now: Timestamp) -> Printed {
+    let rows = &read.rows;
     let mut stderr = String::new();
-    for u in &unread {
+    for u in &read.unread {
         stderr.push_str(&format!("cannot read {u}\n"));
     }
     if rows.is_empty() {
-        let where_ = ns.map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
+        let where_ = read
+            .namespace
+            .as_ref()
+            .map_or("any namespace".to_string(), |n| format!("namespace {n:?}"));
         stderr.push_str(&format!(
             "No TerraformClusters, TerraformMachinePools or TerraformMachines in {where_}.\n"
         ));
     }
-    if elsewhere > 0 {
+    if read.elsewhere > 0 {
         stderr.push_str(&format!(
-            "Left out: {elsewhere} object(s) labelled {}, which the controller leaves alone.\n",
+            "Left out: {} object(s) labelled {}, which the controller leaves alone.\n",
+            read.elsewhere,
             keys::LABEL_MANAGED_BY
         ));
     }
@@ -269,13 +318,24 @@ pub(crate) async fn status(
     } else if rows.is_empty() {
         String::new()
     } else {
-        status_table(&rows, all_namespaces, output == Some(Output::Wide), now)
+        status_table(rows, read.namespace.is_none(), output == Some(Output::Wide), now)
     };
-    Ok(Printed {
+    Printed {
         stdout,
         stderr,
-        partial: !unread.is_empty(),
-    })
+        partial: !read.unread.is_empty(),
+    }
+}
+
+pub(crate) async fn status(
+    conn: &Conn,
+    all_namespaces: bool,
+    sort_by: SortKey,
+    output: Option<Output>,
+    now: Timestamp,
+) -> Result<Printed, PluginError> {
+    let read = read_status(conn, all_namespaces, sort_by, now).await?;
+    Ok(print_status(&read, output, now))
 }
 
 /// The row of an object whose reads failed: only what its listing shows.
@@ -297,6 +357,7 @@ fn unread_row(
         reason: None,
         when: None,
         when_at: None,
+        not_before: None,
         when_words: "-".to_string(),
         consecutive_failures: BTreeMap::new(),
         last_success: None,
@@ -324,6 +385,7 @@ mod tests {
             reason: None,
             when: when.map(String::from),
             when_at: when.and_then(t),
+            not_before: None,
             when_words: String::new(),
             consecutive_failures: if failures > 0 {
                 [("apply".to_string(), failures)].into()

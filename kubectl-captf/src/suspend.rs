@@ -45,6 +45,24 @@ pub fn words(what: &str, pause: bool, was: bool, annotated: bool) -> String {
     out
 }
 
+/// What pauses an object: its own `spec.paused` (what `suspend` sets and `resume` undoes), the
+/// Cluster API pause annotation, its Cluster API `Cluster`.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Pauses {
+    pub spec: bool,
+    pub annotation: bool,
+    pub cluster: bool,
+}
+
+/// What pauses `object`; `cluster_paused`: its Cluster API `Cluster` is paused, as read (PURE).
+pub fn pauses(object: &CaptfObject, cluster_paused: bool) -> Pauses {
+    Pauses {
+        spec: object.terraform_spec().paused.unwrap_or(false),
+        annotation: annotated(object),
+        cluster: cluster_paused,
+    }
+}
+
 fn annotated(object: &CaptfObject) -> bool {
     object
         .metadata()

@@ -1,9 +1,12 @@
 //! `kubectl captf tree`: a cluster's objects as a tree, as `clusterctl describe cluster` draws
 //! it: the Cluster API `Cluster`, its TerraformCluster, the cluster's TerraformMachinePools and
-//! TerraformMachines (found, as the controller finds a cluster's members, by the label
-//! `cluster.x-k8s.io/cluster-name`; a TerraformMachine owned by a TerraformMachinePool under
-//! that pool), each with its `Ready` condition, the controller's next step (the decision
-//! `explain` and `status` show) and its runner Jobs (the active one, the newest of each op).
+//! TerraformMachines (its members as the controller counts them when it decides on the
+//! cluster's deletion: labelled `cluster.x-k8s.io/cluster-name` and verified,
+//! `captf_read::api::is_member`; a TerraformMachine owned by a TerraformMachinePool under that
+//! pool), each with its `Ready` condition, the controller's next step (the decision `explain`
+//! and `status` show) and its runner Jobs (the active one, the newest of each op). Objects that
+//! carry the label without being verified members are drawn apart: they do not hold the
+//! cluster's deletion.
 
 use k8s_openapi::jiff::Timestamp;
 use kube::api::{Api, DynamicObject, ListParams};
@@ -11,14 +14,18 @@ use kube::core::{ApiResource, GroupVersionKind};
 use serde::Serialize;
 use serde_json::Value;
 
+use captf_core::ident::Ident;
 use captf_core::record::JobRecord;
+use captf_read::api::is_member;
 use captf_read::live::{self, LiveRead};
 use captf_shared::types::CaptfObject;
 use captf_shared::{Kind, keys};
 
+use crate::cli::Output;
 use crate::conn::Conn;
 use crate::errors::{PluginError, from_kube, from_runtime};
 use crate::live_read::explanation;
+use crate::printed::{Printed, pretty};
 use crate::status::{observed, row};
 use crate::target::parse_target;
 
@@ -49,14 +56,48 @@ pub struct TreeNode {
     pub next: Option<String>,
     /// When, in words.
     pub when: Option<String>,
+    /// When a wait ends, as a time that does not move with the clock (a backoff's end).
+    #[serde(skip)]
+    pub not_before: Option<Timestamp>,
     pub jobs: Vec<TreeJob>,
     /// Why part of this node is missing, or what else to know about it.
     pub note: Option<String>,
     pub children: Vec<TreeNode>,
+    /// Of a TerraformCluster: the objects labelled with its cluster that are not verified
+    /// members ([`UNVERIFIED`]), arranged as its children are.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub unverified: Vec<TreeNode>,
 }
 
 impl TreeNode {
-    fn bare(kind: &str, namespace: &str, name: &str) -> TreeNode {
+    /// The tree without what moves with the clock alone: the words counted from now (a wait's
+    /// fixed end stays, as `not_before`) (PURE). Two looks whose steady trees are equal show
+    /// nothing new.
+    pub fn steady(&self) -> TreeNode {
+        TreeNode {
+            when: None,
+            children: self.children.iter().map(TreeNode::steady).collect(),
+            unverified: self.unverified.iter().map(TreeNode::steady).collect(),
+            ..self.clone()
+        }
+    }
+}
+
+/// What `tree` prints (PURE): the tree drawn, or as a document.
+pub fn print_tree(tree: &TreeNode, output: Option<Output>) -> Printed {
+    Printed::out(if Output::is_document(output) {
+        pretty(&serde_json::json!(tree))
+    } else {
+        render_tree(tree, output == Some(Output::Wide))
+    })
+}
+
+/// What a tree says of the objects labelled with a cluster that are not its verified members.
+pub const UNVERIFIED: &str = "Labelled with this cluster but not verified members: they do not hold its deletion (neither owned by its TerraformCluster nor controlled by a Cluster API Machine or MachinePool of the cluster)";
+
+impl TreeNode {
+    /// A node with nothing known of it but its name.
+    pub fn bare(kind: &str, namespace: &str, name: &str) -> TreeNode {
         TreeNode {
             kind: kind.to_string(),
             namespace: namespace.to_string(),
@@ -65,9 +106,11 @@ impl TreeNode {
             ready_reason: None,
             next: None,
             when: None,
+            not_before: None,
             jobs: vec![],
             note: None,
             children: vec![],
+            unverified: vec![],
         }
     }
 }
@@ -121,6 +164,7 @@ pub fn node_of(r: &LiveRead, now: Timestamp) -> TreeNode {
     node.ready_reason = ready.map(|c| c.reason.clone()).filter(|r| !r.is_empty());
     node.next = Some(row.next);
     node.when = Some(row.when_words);
+    node.not_before = row.not_before;
     let jobs: Vec<TreeJob> = r.snap.jobs.iter().map(job_of).collect();
     node.jobs = shown_jobs(&jobs, r.snap.active_job());
     node.note = row.foreign_lock_holder.map(|h| format!("state lock held by {h}"));
@@ -192,9 +236,27 @@ pub fn owning_pool(object: &CaptfObject) -> Option<String> {
         .map(|o| o.name.clone())
 }
 
-/// Put each member under the TerraformCluster node, a machine owned by a listed pool under that
-/// pool (PURE). `members`: (node, the pool that owns it).
-pub fn assemble(mut top: TreeNode, members: Vec<(TreeNode, Option<String>)>) -> TreeNode {
+/// Whether a labelled object is a verified member of the cluster, by the controller's rule.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Membership {
+    Verified,
+    Unverified,
+}
+
+/// Put each verified member under the TerraformCluster node and each unverified one among its
+/// `unverified`, a machine owned by a pool listed alongside under that pool (PURE). `members`:
+/// (node, the pool that owns it, its membership).
+pub fn assemble(mut top: TreeNode, members: Vec<(TreeNode, Option<String>, Membership)>) -> TreeNode {
+    let (verified, unverified): (Vec<_>, Vec<_>) =
+        members.into_iter().partition(|(_, _, m)| *m == Membership::Verified);
+    let strip = |v: Vec<(TreeNode, Option<String>, Membership)>| v.into_iter().map(|(n, p, _)| (n, p)).collect();
+    top.children.extend(arrange(strip(verified)));
+    top.unverified.extend(arrange(strip(unverified)));
+    top
+}
+
+/// Pools first (by name), each with the machines it owns; then the others (PURE).
+fn arrange(members: Vec<(TreeNode, Option<String>)>) -> Vec<TreeNode> {
     let (pools, rest): (Vec<_>, Vec<_>) = members
         .into_iter()
         .partition(|(n, _)| n.kind == Kind::TerraformMachinePool.as_str());
@@ -211,9 +273,8 @@ pub fn assemble(mut top: TreeNode, members: Vec<(TreeNode, Option<String>)>) -> 
         p.children.sort_by(|a, b| a.name.cmp(&b.name));
     }
     direct.sort_by(|a, b| (&a.kind, &a.name).cmp(&(&b.kind, &b.name)));
-    top.children.extend(pools);
-    top.children.extend(direct);
-    top
+    pools.extend(direct);
+    pools
 }
 
 fn jobs_cell(jobs: &[TreeJob]) -> String {
@@ -265,6 +326,12 @@ pub fn render_tree(root: &TreeNode, wide: bool) -> String {
             walk(c, &child_prefix, if i == last { "└─" } else { "├─" }, wide, rows);
         }
     }
+    fn unverified(node: &TreeNode) -> Vec<&TreeNode> {
+        node.unverified
+            .iter()
+            .chain(node.children.iter().flat_map(unverified))
+            .collect()
+    }
     let mut rows = Vec::new();
     walk(root, "", "", wide, &mut rows);
     let mut header = vec!["NAME", "READY", "NEXT", "WHEN", "JOBS"];
@@ -272,7 +339,16 @@ pub fn render_tree(root: &TreeNode, wide: bool) -> String {
         header.push("ACTIVE JOB");
     }
     header.push("NOTE");
-    format!("Namespace: {}\n{}", root.namespace, crate::words::table(&header, &rows))
+    let mut out = format!("Namespace: {}\n{}", root.namespace, crate::words::table(&header, &rows));
+    let apart = unverified(root);
+    if !apart.is_empty() {
+        let mut rows = Vec::new();
+        for n in apart {
+            walk(n, "", "", wide, &mut rows);
+        }
+        out.push_str(&format!("\n{UNVERIFIED}:\n{}", crate::words::table(&header, &rows)));
+    }
+    out
 }
 
 /// `cluster/<name>` (a Cluster API `Cluster`, by any of its names) → the name (PURE).
@@ -378,6 +454,18 @@ pub async fn read_tree(conn: &Conn, typed: &str, now: Timestamp) -> Result<TreeN
             captf_core::inputs::cluster_name(Kind::TerraformCluster, object.metadata()).unwrap_or(t.name.clone());
         (None, Some(object), cluster_name)
     };
+    // Whom the members must belong to: the TerraformCluster's UID (none without one: then only
+    // a Cluster API owner makes a member).
+    let tfc_meta = tfc.as_ref().map(CaptfObject::metadata);
+    let owner = Ident::new(
+        Kind::TerraformCluster,
+        ns.to_string(),
+        tfc_meta
+            .and_then(|m| m.name.clone())
+            .unwrap_or_else(|| cluster_name.clone()),
+        tfc_meta.and_then(|m| m.uid.clone()).unwrap_or_default(),
+        Some(cluster_name.clone()),
+    );
     let top = match tfc {
         Some(o) => read_node(conn, o, Kind::TerraformCluster, now).await,
         None => {
@@ -396,7 +484,15 @@ pub async fn read_tree(conn: &Conn, typed: &str, now: Timestamp) -> Result<TreeN
             .map_err(|e| from_runtime(e, Some(ns)))?;
         for o in objects {
             let pool = owning_pool(&o);
-            members.push((read_node(conn, o, kind, now).await, pool));
+            let membership = if is_member(&conn.client, &owner, &cluster_name, o.metadata())
+                .await
+                .map_err(|e| from_runtime(e, Some(ns)))?
+            {
+                Membership::Verified
+            } else {
+                Membership::Unverified
+            };
+            members.push((read_node(conn, o, kind, now).await, pool, membership));
         }
     }
     let tree = assemble(top, members);
@@ -452,14 +548,15 @@ mod tests {
     #[test]
     fn machines_owned_by_a_pool_hang_under_it_and_the_others_under_the_cluster() {
         let top = node("TerraformCluster", "c");
+        let v = Membership::Verified;
         let tree = assemble(
             top,
             vec![
-                (node("TerraformMachine", "m-1"), Some("p".into())),
-                (node("TerraformMachine", "solo"), None),
-                (node("TerraformMachinePool", "p"), None),
-                (node("TerraformMachine", "m-0"), Some("p".into())),
-                (node("TerraformMachine", "lost"), Some("gone".into())),
+                (node("TerraformMachine", "m-1"), Some("p".into()), v),
+                (node("TerraformMachine", "solo"), None, v),
+                (node("TerraformMachinePool", "p"), None, v),
+                (node("TerraformMachine", "m-0"), Some("p".into()), v),
+                (node("TerraformMachine", "lost"), Some("gone".into()), v),
             ],
         );
         let shape: Vec<(String, Vec<String>)> = tree
@@ -474,6 +571,62 @@ mod tests {
                 ("lost".to_string(), vec![]),
                 ("solo".to_string(), vec![]),
             ]
+        );
+    }
+
+    #[test]
+    fn a_tree_draws_only_verified_members_under_the_cluster_and_the_labelled_others_apart() {
+        let (v, u) = (Membership::Verified, Membership::Unverified);
+        let mut cluster = TreeNode::bare("Cluster", "default", "c");
+        let tfc = assemble(
+            node("TerraformCluster", "c"),
+            vec![
+                (node("TerraformMachinePool", "owned"), None, v),
+                (node("TerraformMachinePool", "squatter"), None, u),
+                (
+                    node("TerraformMachine", "squatters-machine"),
+                    Some("squatter".into()),
+                    u,
+                ),
+                (node("TerraformMachine", "capi-machine"), None, v),
+            ],
+        );
+        let names = |ns: &[TreeNode]| ns.iter().map(|n| n.name.clone()).collect::<Vec<_>>();
+        assert_eq!(names(&tfc.children), ["owned", "capi-machine"]);
+        assert_eq!(names(&tfc.unverified), ["squatter"]);
+        assert_eq!(names(&tfc.unverified[0].children), ["squatters-machine"]);
+        cluster.children.push(tfc);
+        let text = render_tree(&cluster, false);
+        let (members, apart) = text
+            .split_once(&format!("{UNVERIFIED}:\n"))
+            .unwrap_or_else(|| panic!("no unverified section in\n{text}"));
+        assert!(members.contains("├─TerraformMachinePool/owned"), "{text}");
+        assert!(!members.contains("squatter"), "{text}");
+        let apart: Vec<&str> = apart
+            .lines()
+            .map(|l| l.split("   ").next().unwrap_or_default())
+            .collect();
+        assert_eq!(
+            apart,
+            [
+                "NAME",
+                "TerraformMachinePool/squatter",
+                "└─TerraformMachine/squatters-machine"
+            ],
+            "{text}"
+        );
+        assert!(UNVERIFIED.contains("they do not hold its deletion"));
+        // Without unverified objects, no section and no key in the document.
+        let plain = assemble(
+            node("TerraformCluster", "c"),
+            vec![(node("TerraformMachine", "m"), None, v)],
+        );
+        assert!(!render_tree(&plain, false).contains(UNVERIFIED));
+        assert!(
+            serde_json::to_value(&plain)
+                .unwrap_or_default()
+                .get("unverified")
+                .is_none()
         );
     }
 

@@ -5,7 +5,12 @@ use std::time::Duration;
 use k8s_openapi::jiff::Timestamp;
 
 use captf_core::decide::Decision;
-use captf_core::explain::{Explanation, human};
+use captf_core::explain::{Explanation, RunningJob, human, last_failure, running_job};
+use captf_core::outcome::DEADLINE_EXCEEDED;
+use captf_shared::keys;
+use captf_shared::types::CaptfObject;
+
+use crate::suspend::Pauses;
 use captf_core::lock::LockState;
 use captf_core::{Reason, Snapshot};
 use captf_shared::Op;
@@ -49,7 +54,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::RefreshRequested => "a refresh was requested (captf.io/refresh), or outputs are missing after an apply",
         Reason::DriftCheckDue => "a drift check is due",
         Reason::Idle => "nothing to do: the inputs are applied and no drift is pending",
-        Reason::InputsUnresolved => "the inputs cannot be resolved (a referenced Secret or ConfigMap is missing)",
+        Reason::InputsUnresolved => {
+            "the inputs cannot be resolved (a referenced Secret or ConfigMap is missing, or a TerraformMachine's Machine or bootstrap data is not there yet)"
+        }
         Reason::ClusterInfrastructurePending => {
             "the first apply waits until the Cluster API Cluster says its infrastructure is provisioned"
         }
@@ -222,10 +229,69 @@ pub fn queued_place(s: &Snapshot) -> Option<String> {
     (!ready.message.is_empty()).then(|| ready.message.clone())
 }
 
-/// The explanation in words, most important first.
-pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_target: &str, now: Timestamp) -> String {
+/// The Job that runs now, when it started and when its deadline stops it: `apply Job X running
+/// since T (5m ago); its deadline is T+1h0m, at D (in 55m): ...`.
+pub fn running_words(r: &RunningJob, now: Timestamp) -> String {
+    let what = match r.op {
+        Some(op) => format!("{op} Job {}", r.name),
+        None => format!("Job {}", r.name),
+    };
+    let Some(since) = r.since else {
+        return format!("{what}, not started yet");
+    };
+    let deadline = match (
+        r.active_deadline_seconds.and_then(|s| u64::try_from(s).ok()),
+        r.deadline,
+    ) {
+        (Some(secs), Some(d)) if d > now => format!(
+            "its deadline is {since}+{}, at {d} (in {}): Kubernetes then stops it ({DEADLINE_EXCEEDED}) and it counts as a failure",
+            human(Duration::from_secs(secs)),
+            human(until(now, d))
+        ),
+        (Some(secs), Some(d)) => format!(
+            "its deadline, {since}+{}, passed at {d} ({}): Kubernetes stops it ({DEADLINE_EXCEEDED}); while its pod does not end, it holds the object and the state lock",
+            human(Duration::from_secs(secs)),
+            age(now, d)
+        ),
+        _ => "it has no deadline (activeDeadlineSeconds)".to_string(),
+    };
+    format!("{what} running since {since} ({}); {deadline}", age(now, since))
+}
+
+/// Why an object is paused, naming each pause.
+fn pause_words(p: Pauses) -> Option<String> {
+    let mut why = Vec::new();
+    if p.spec {
+        why.push("the object is suspended (spec.paused: true)".to_string());
+    }
+    if p.annotation {
+        why.push(format!(
+            "the object carries the {} annotation",
+            keys::ANNOTATION_CAPI_PAUSED
+        ));
+    }
+    if p.cluster {
+        why.push("its Cluster API Cluster is paused (spec.paused)".to_string());
+    }
+    (!why.is_empty()).then(|| {
+        format!(
+            "{}: a running Job finishes and is booked, no new Job starts, and a deletion waits",
+            why.join("; ")
+        )
+    })
+}
+
+/// The explanation in words, most important first. `object`: the object as read.
+pub fn explain_text(
+    e: &Explanation,
+    object: &CaptfObject,
+    waited_on: Option<&LockState>,
+    command_target: &str,
+    now: Timestamp,
+) -> String {
     let s = &e.plan.booked;
     let d = &e.decision;
+    let pauses = crate::suspend::pauses(object, s.holds.cluster_paused);
     let mut out = format!("{} {}/{}\n", s.kind, s.namespace, s.name);
     let mut line = |label: &str, text: String| out.push_str(&format!("{label:<14}{text}\n"));
     let next = match d {
@@ -261,12 +327,14 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
                 b.rule()
             )
         }
+        // What is missing, as the resolution says (a Secret, a Machine, ...).
         Decision::Wait(w) if w.reason == Reason::InputsUnresolved => match &s.inputs_hash {
-            captf_core::snapshot::InputsHash::Unresolved(why) => {
-                format!("{}: {why}", reason_words(w.reason))
-            }
+            captf_core::snapshot::InputsHash::Unresolved(why) => format!("the inputs cannot be resolved: {why}"),
             _ => reason_words(w.reason).to_string(),
         },
+        Decision::Wait(w) if w.reason == Reason::Paused => {
+            pause_words(pauses).unwrap_or_else(|| reason_words(w.reason).to_string())
+        }
         Decision::Wait(w) if w.reason == Reason::InvalidSpec => {
             format!("the spec is invalid: {}", s.invalid.as_deref().unwrap_or("?"))
         }
@@ -315,8 +383,8 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
         ),
     );
     line("State lock:", lock_words(s, waited_on));
-    if let Some(job) = s.active_job() {
-        line("Running:", format!("Job {job}"));
+    if let Some(r) = running_job(s) {
+        line("Running:", running_words(&r, now));
     }
     if let Some(p) = &s.status.pending_plan {
         let approved = match s.approve_plan.as_deref() {
@@ -332,6 +400,9 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
         );
     }
     line("Failures:", failures(s));
+    if let Some(f) = last_failure(s) {
+        line("Last failure:", f.why);
+    }
     let successes: Vec<String> = Op::ALL
         .iter()
         .filter_map(|op| s.last_success(*op).map(|t| format!("{op} {}", age(now, t))))
@@ -352,6 +423,22 @@ pub fn explain_text(e: &Explanation, waited_on: Option<&LockState>, command_targ
             out.push_str(&format!(
                 "\nReview the plan with `kubectl captf plan {command_target}`, then approve it with `kubectl captf approve {command_target} --hash <hash>`.\n"
             ));
+        }
+        Decision::Wait(w) if w.reason == Reason::Paused => {
+            if pauses.spec {
+                out.push_str(&format!("\nResume it with `kubectl captf resume {command_target}`.\n"));
+            }
+            if pauses.annotation {
+                out.push_str(&format!(
+                    "\nIt stays paused while it carries the {} annotation: remove it to resume it.\n",
+                    keys::ANNOTATION_CAPI_PAUSED
+                ));
+            }
+            if pauses.cluster {
+                out.push_str(
+                    "\nIts Cluster API Cluster is paused: it resumes when the Cluster's spec.paused is false again (Cluster API pauses a cluster while it moves it, for instance).\n",
+                );
+            }
         }
         _ => {}
     }
@@ -503,6 +590,27 @@ mod tests {
              TerraformCluster   a             wait (Idle)\n\
              TerraformMachine   longer-name\n"
         );
+    }
+
+    #[test]
+    fn a_running_job_past_its_deadline_says_kubernetes_stops_it_and_one_without_has_none() {
+        let since: Timestamp = "2026-03-01T08:00:00Z".parse().unwrap();
+        let mut r = RunningJob {
+            name: "tc-a-1-apply-3".into(),
+            op: Some(Op::Apply),
+            since: Some(since),
+            active_deadline_seconds: Some(3600),
+            deadline: Some("2026-03-01T09:00:00Z".parse().unwrap()),
+        };
+        assert_eq!(
+            running_words(&r, now()),
+            "apply Job tc-a-1-apply-3 running since 2026-03-01T08:00:00Z (2h0m ago); its deadline, 2026-03-01T08:00:00Z+1h0m, passed at 2026-03-01T09:00:00Z (1h0m ago): Kubernetes stops it (DeadlineExceeded); while its pod does not end, it holds the object and the state lock"
+        );
+        r.active_deadline_seconds = None;
+        r.deadline = None;
+        assert!(running_words(&r, now()).ends_with("; it has no deadline (activeDeadlineSeconds)"));
+        r.since = None;
+        assert_eq!(running_words(&r, now()), "apply Job tc-a-1-apply-3, not started yet");
     }
 
     #[test]

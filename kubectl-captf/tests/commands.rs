@@ -33,9 +33,10 @@ fn capi_cluster_crd() -> Value {
     })
 }
 
-/// A cluster `c` as Cluster API makes it: the Cluster (infrastructure provisioned) naming the
-/// TerraformCluster `c`, applied; a pool `p` and a machine `m` owned by the pool, both labelled
-/// with the cluster; the pool's apply running.
+/// A cluster `c`: the Cluster (infrastructure provisioned) naming the TerraformCluster `c`,
+/// applied; its members, labelled with the cluster and owned by the TerraformCluster, a pool `p`
+/// and a machine `m` also owned by the pool; the pool's apply running. And a squatter: a pool
+/// `s` that carries the cluster's label and nothing else, which is no member.
 async fn cluster_with_members(env: &Env) -> Result<()> {
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(common::outputs()));
@@ -50,11 +51,45 @@ async fn cluster_with_members(env: &Env) -> Result<()> {
     }))?;
     env.applied_cluster("c").await?;
     let label = json!({"cluster.x-k8s.io/cluster-name": "c"});
-    let pool = env.put_kind(Kind::TerraformMachinePool, "p", label.clone(), json!([]))?;
-    let owner = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
-                        "name": "p", "uid": pool["metadata"]["uid"]}]);
-    env.put_kind(Kind::TerraformMachine, "m", label, owner)?;
+    let owner = |kind: Kind, v: &Value| {
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind.as_str(),
+               "name": v["metadata"]["name"], "uid": v["metadata"]["uid"]})
+    };
+    let tfc = owner(Kind::TerraformCluster, &env.cluster("c"));
+    let pool = env.put_kind(Kind::TerraformMachinePool, "p", label.clone(), json!([tfc]))?;
+    let by_pool = owner(Kind::TerraformMachinePool, &pool);
+    env.put_kind(Kind::TerraformMachine, "m", label.clone(), json!([tfc, by_pool]))?;
+    env.put_kind(Kind::TerraformMachinePool, "s", label, json!([]))?;
     env.until_job(Kind::TerraformMachinePool, "p", Op::Apply, 1).await?;
+    Ok(())
+}
+
+/// `tree` draws the members the controller counts when it decides on the cluster's deletion, and
+/// the objects that only carry the cluster's label apart, saying they do not hold it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tree_draws_only_verified_members_and_lists_labelled_pools_apart() -> Result<()> {
+    let env = Env::new(true).await?;
+    cluster_with_members(&env).await?;
+    let text = env.captf(&["tree", "tfc/c"]).await?.stdout;
+    let (members, apart) = text
+        .split_once(&format!("{}:\n", kubectl_captf::tree::UNVERIFIED))
+        .unwrap_or_else(|| panic!("no unverified section in\n{text}"));
+    assert!(members.contains("└─TerraformMachinePool/p "), "{text}");
+    assert!(!members.contains("TerraformMachinePool/s "), "{text}");
+    let lines: Vec<&str> = apart.lines().collect();
+    assert!(lines[0].starts_with("NAME"), "{text}");
+    assert!(lines[1].starts_with("TerraformMachinePool/s "), "{text}");
+    assert_eq!(lines.len(), 2, "{text}");
+    let json: Value = serde_json::from_str(&env.captf(&["tree", "tfc/c", "-o", "json"]).await?.stdout)?;
+    let names = |v: &Value| {
+        v.as_array()
+            .into_iter()
+            .flatten()
+            .map(|n| n["name"].as_str().unwrap_or_default().to_string())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(names(&json["children"]), ["p"], "{json}");
+    assert_eq!(names(&json["unverified"]), ["s"], "{json}");
     Ok(())
 }
 
@@ -64,7 +99,8 @@ async fn tree_shows_the_cluster_its_terraformcluster_pools_and_machines_with_the
     cluster_with_members(&env).await?;
 
     let text = env.captf(&["tree", "cluster/c"]).await?.stdout;
-    let lines: Vec<&str> = text.lines().collect();
+    // The members; the squatter is drawn apart, after a blank line.
+    let lines: Vec<&str> = text.lines().take_while(|l| !l.is_empty()).collect();
     assert_eq!(lines[0], "Namespace: default", "{text}");
     assert!(lines[1].starts_with("NAME"), "{text}");
     let starts = [
@@ -199,8 +235,9 @@ async fn tree_watch_prints_again_when_a_member_comes_and_its_job_ends() -> Resul
     Ok(())
 }
 
+/// `events -w`: the history once, then only the Events that come.
 #[tokio::test(flavor = "multi_thread", worker_threads = 4)]
-async fn events_watch_prints_again_when_an_event_about_the_object_comes() -> Result<()> {
+async fn events_watch_prints_the_history_once_then_only_the_events_that_come() -> Result<()> {
     let env = Env::new(true).await?;
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(common::outputs()));
@@ -218,6 +255,14 @@ async fn events_watch_prints_again_when_an_event_about_the_object_comes() -> Res
     )
     .await?;
     plugin.until_line("the second apply's Event", |l| l.contains(&job2))?;
+    let headers = plugin.stdout.lines().filter(|l| l.starts_with("AGE ")).count();
+    let applied = plugin.stdout.lines().filter(|l| l.contains(" Applied ")).count();
+    assert_eq!(
+        (headers, applied),
+        (1, 1),
+        "the history is not printed again:\n{}",
+        plugin.stdout
+    );
     Ok(())
 }
 

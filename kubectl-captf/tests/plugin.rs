@@ -851,6 +851,134 @@ async fn explain_says_when_the_controller_leaves_an_object_alone() -> Result<()>
     Ok(())
 }
 
+/// A TerraformCluster whose Jobs may run `deadline` seconds, its first apply created and
+/// started (the simulator's runner hangs until the deadline): the Job's name and start.
+async fn hung_apply(env: &Env, name: &str, deadline: u32) -> Result<(String, String)> {
+    env.sim.set_default_script(RunnerScript::hang());
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformCluster",
+        "metadata": {"name": name, "namespace": NS},
+        "spec": {"module": {"source": "git::https://example.com/net.git"},
+                 "variables": {"region": "eu-west-1"}, "drift": {"interval": "0"},
+                 "jobs": {"activeDeadlineSeconds": deadline}},
+    }))?;
+    let job = names::job_name(Kind::TerraformCluster, NS, name, Op::Apply, 1);
+    let started = env
+        .until(&format!("Job {job} started"), |e| {
+            let j = e.sim.get("batch/jobs", NS, &job)?;
+            j.pointer("/status/startTime")?.as_str().map(str::to_string)
+        })
+        .await?;
+    Ok((job, started))
+}
+
+fn plus(t: &str, secs: i64) -> String {
+    let t: k8s_openapi::jiff::Timestamp = t.parse().unwrap();
+    (t + k8s_openapi::jiff::SignedDuration::from_secs(secs)).to_string()
+}
+
+/// A running Job, hung or not: explain says since when it runs and when its deadline stops it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_shows_when_the_running_job_started_and_when_its_deadline_stops_it() -> Result<()> {
+    let env = Env::new(true).await?;
+    let (job, started) = hung_apply(&env, "hung", 600).await?;
+    env.sim.advance(Duration::from_secs(120));
+    let text = env.captf(&["explain", "tfc/hung"]).await?.stdout;
+    let deadline = plus(&started, 600);
+    let want = format!(
+        "Running:      apply Job {job} running since {started} (2m ago); its deadline is {started}+10m, at {deadline} (in 8m): Kubernetes then stops it (DeadlineExceeded) and it counts as a failure"
+    );
+    assert!(text.contains(&want), "{want}\nin\n{text}");
+    Ok(())
+}
+
+/// `-o json` carries the active Job the text shows, with the same start and deadline.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_json_carries_the_active_job_the_text_shows() -> Result<()> {
+    let env = Env::new(true).await?;
+    let (job, started) = hung_apply(&env, "hung", 600).await?;
+    let text = env.captf(&["explain", "tfc/hung"]).await?.stdout;
+    assert!(
+        text.contains(&format!("Running:      apply Job {job} running since {started}")),
+        "{text}"
+    );
+    let json: Value = serde_json::from_str(&env.captf(&["explain", "tfc/hung", "-o", "json"]).await?.stdout)?;
+    assert_eq!(
+        json["activeJob"],
+        json!({"job": job, "found": true, "op": "apply", "since": started,
+               "activeDeadlineSeconds": 600, "deadline": plus(&started, 600)}),
+        "{json}"
+    );
+    Ok(())
+}
+
+/// A Job Kubernetes stopped at its deadline: explain gives that as the cause of the failure.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn explain_names_the_deadline_as_the_cause_of_a_job_killed_at_it() -> Result<()> {
+    let env = Env::new(true).await?;
+    let (job, _) = hung_apply(&env, "slow", 60).await?;
+    env.sim.advance(Duration::from_secs(61));
+    env.until(&format!("Job {job} booked deadline"), |e| {
+        let j = e.sim.get("batch/jobs", NS, &job)?;
+        (j.pointer("/metadata/annotations/captf.io~1outcome") == Some(&json!("deadline"))).then_some(())
+    })
+    .await?;
+    env.until_next_action("slow", "InputsChangedBackoff").await?;
+    let text = env.captf(&["explain", "tfc/slow"]).await?.stdout;
+    let want = format!(
+        "Last failure: apply Job {job} was stopped at its deadline (DeadlineExceeded): it ran longer than its activeDeadlineSeconds (1m)"
+    );
+    assert!(text.contains(&want), "{want}\nin\n{text}");
+    let json: Value = serde_json::from_str(&env.captf(&["explain", "tfc/slow", "-o", "json"]).await?.stdout)?;
+    assert_eq!(json["lastFailure"]["reason"], json!("DeadlineExceeded"), "{json}");
+    Ok(())
+}
+
+/// A suspended object: explain says so and gives the command that undoes it.
+#[tokio::test]
+async fn explain_of_a_suspended_object_says_how_to_resume_it() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.create_cluster("held", NS)?;
+    env.captf(&["suspend", "tfc/held"]).await?;
+    let text = env.captf(&["explain", "tfc/held"]).await?.stdout;
+    assert!(text.contains("Next:         wait (Paused)"), "{text}");
+    assert!(
+        text.contains("Why:          the object is suspended (spec.paused: true)"),
+        "{text}"
+    );
+    assert!(
+        text.contains("\nResume it with `kubectl captf resume tfc/held`.\n"),
+        "{text}"
+    );
+    env.captf(&["resume", "tfc/held"]).await?;
+    let text = env.captf(&["explain", "tfc/held"]).await?.stdout;
+    assert!(!text.contains("resume"), "{text}");
+    Ok(())
+}
+
+/// A TerraformMachine no Cluster API Machine owns yet lacks its Machine, not a Secret.
+#[tokio::test]
+async fn explain_of_a_terraform_machine_no_machine_owns_says_that_cluster_api_makes_the_machine() -> Result<()> {
+    let env = Env::new(false).await?;
+    env.sim.put(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "kind": "TerraformMachine",
+        "metadata": {"name": "m", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
+        "spec": {"module": {"source": "git::https://example.com/vm.git"}},
+    }))?;
+    let text = env.captf(&["explain", "tfm/m"]).await?.stdout;
+    assert!(text.contains("Next:         wait (InputsUnresolved)"), "{text}");
+    assert!(
+        text.contains(
+            "Why:          the inputs cannot be resolved: no Machine owns it yet: Cluster API creates the Machine and its bootstrap Secret"
+        ),
+        "{text}"
+    );
+    assert!(!text.contains("Secret or ConfigMap is missing"), "{text}");
+    Ok(())
+}
+
 #[tokio::test]
 async fn a_forbidden_read_names_the_verb_the_resource_and_the_rbac_rule_needed() -> Result<()> {
     let env = Env::new(false).await?;

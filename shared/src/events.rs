@@ -43,6 +43,9 @@ pub mod reason {
     pub const RELEASED_STATE_NOT_ADOPTED: &str = crate::conditions::reason::RELEASED_STATE_NOT_ADOPTED;
     /// Somebody else holds the state lock (Warning).
     pub const STATE_LOCKED: &str = crate::conditions::reason::STATE_LOCKED;
+    /// A machine pool or machine labelled with a TerraformCluster's cluster is not a verified
+    /// member, so it does not hold the cluster's deletion (Warning, on both; once per deletion).
+    pub const UNVERIFIED_MEMBER: &str = "UnverifiedMember";
 }
 
 /// `Event.action`: what the controller was doing.

@@ -481,6 +481,8 @@ mod tests {
             op,
             seq,
             created: Some(Timestamp::from_second(1_000).unwrap()),
+            started: None,
+            active_deadline_seconds: None,
             finished: Some(Timestamp::from_second(1_060).unwrap()),
             outcome: None,
             booked: false,

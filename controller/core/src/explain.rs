@@ -497,6 +497,102 @@ pub fn explain_snapshot(snap: &Snapshot, active_check: &ActiveJobCheck, ignored:
     }
 }
 
+/// The Job of the object that runs now, as `explain` shows it, in its text and its JSON alike.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct RunningJob {
+    pub name: String,
+    /// Its op (`None`: a Job the object's records do not list).
+    pub op: Option<Op>,
+    /// When it started (`status.startTime`; until then, when it was created).
+    pub since: Option<Timestamp>,
+    /// Its `activeDeadlineSeconds`.
+    pub active_deadline_seconds: Option<i64>,
+    /// When Kubernetes stops it: `since` plus `activeDeadlineSeconds`. It then fails with
+    /// `DeadlineExceeded` and counts as a failure, whatever the runner reports.
+    pub deadline: Option<Timestamp>,
+}
+
+/// The Job of the object that runs now, if any (PURE).
+pub fn running_job(s: &Snapshot) -> Option<RunningJob> {
+    let name = s.active_job()?;
+    let record = s.jobs.iter().find(|r| r.name == name);
+    let since = record.and_then(|r| r.started.or(r.created));
+    let active_deadline_seconds = record.and_then(|r| r.active_deadline_seconds);
+    let deadline = since
+        .zip(active_deadline_seconds)
+        .and_then(|(t, secs)| t.checked_add(k8s_openapi::jiff::SignedDuration::from_secs(secs)).ok());
+    Some(RunningJob {
+        name: name.to_string(),
+        op: record.map(|r| r.op),
+        since,
+        active_deadline_seconds,
+        deadline,
+    })
+}
+
+/// The newest Job of the object that counts as a failure, no Job of its op having succeeded
+/// since, and why.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Failure {
+    pub name: String,
+    pub op: Op,
+    pub outcome: crate::Outcome,
+    /// Kubernetes' reason for a Job it stopped at its deadline (`DeadlineExceeded`).
+    pub reason: Option<&'static str>,
+    /// Why, in a sentence.
+    pub why: String,
+}
+
+/// The newest Job of the object that counts as a failure, unless a Job of its op succeeded
+/// after it (PURE): the failure its op's backoff and consecutive failures come from.
+pub fn last_failure(s: &Snapshot) -> Option<Failure> {
+    let mut succeeded: Vec<Op> = Vec::new();
+    let r = s.jobs.iter().find(|r| {
+        if r.succeeded() {
+            succeeded.push(r.op);
+        }
+        r.failed() && !succeeded.contains(&r.op)
+    })?;
+    let outcome = r.outcome?;
+    let (reason, why) = match outcome {
+        crate::Outcome::Deadline => {
+            let allowed = r
+                .active_deadline_seconds
+                .and_then(|secs| u64::try_from(secs).ok())
+                .map(|secs| format!(" ({})", human(Duration::from_secs(secs))))
+                .unwrap_or_default();
+            (
+                Some(crate::outcome::DEADLINE_EXCEEDED),
+                format!(
+                    "{op} Job {job} was stopped at its deadline ({reason}): it ran longer than its activeDeadlineSeconds{allowed}, so Kubernetes ended it, and it counts as a failure whatever the runner reported",
+                    op = r.op,
+                    job = r.name,
+                    reason = crate::outcome::DEADLINE_EXCEEDED,
+                ),
+            )
+        }
+        _ => {
+            let result = r.result.as_ref();
+            let phase = result
+                .map(|x| format!(" in phase {}", x.phase.as_str()))
+                .unwrap_or_default();
+            let message = result
+                .map(|x| x.message.trim())
+                .filter(|m| !m.is_empty())
+                .map(|m| format!(": {}", names::cut(m, 300)))
+                .unwrap_or_default();
+            (None, format!("{} Job {} failed{phase}{message}", r.op, r.name))
+        }
+    };
+    Some(Failure {
+        name: r.name.clone(),
+        op: r.op,
+        outcome,
+        reason,
+        why,
+    })
+}
+
 fn offline_note(e: &ResolveError) -> String {
     match e {
         ResolveError::Offline { .. } => format!("{e}; pass --inputs-hash to decide with the live hash"),
@@ -550,7 +646,15 @@ fn render(p: &Plan, ignored: usize, active_check: &ActiveJobCheck, now: Timestam
         })
         .collect();
     let active = match active_check {
-        ActiveJobCheck::Nothing => Value::Null,
+        ActiveJobCheck::Nothing => match running_job(s) {
+            Some(r) => json!({
+                "job": r.name, "found": true, "op": r.op.map(Op::as_str),
+                "since": rfc3339(r.since),
+                "activeDeadlineSeconds": r.active_deadline_seconds,
+                "deadline": rfc3339(r.deadline),
+            }),
+            None => Value::Null,
+        },
         ActiveJobCheck::RecordInterruptedApply { job } => {
             json!({"job": job, "found": false, "action": "record captf.io/interrupted-apply", "message": interrupted::interrupted_apply_message(job)})
         }
@@ -588,6 +692,9 @@ fn render(p: &Plan, ignored: usize, active_check: &ActiveJobCheck, now: Timestam
         },
         "invalidSpec": s.invalid,
         "activeJob": active,
+        "lastFailure": last_failure(s).map(|f| json!({
+            "job": f.name, "op": f.op.as_str(), "outcome": f.outcome.as_str(), "reason": f.reason, "why": f.why,
+        })),
         "interruptedApply": s.durable.interrupted_apply,
         "backoff": backoff,
         "jobs": jobs,
@@ -652,6 +759,63 @@ fn summarize(s: &Snapshot, d: &Decision, now: Timestamp) -> String {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+
+    #[test]
+    fn the_last_failure_is_the_newest_failed_job_of_an_op_that_has_not_succeeded_since() {
+        use crate::Outcome;
+        use crate::record::tests::rec;
+        let mut s = crate::requests::tests::base();
+        s.jobs = vec![
+            rec(Op::Drift, 5, Some(Outcome::Succeeded)),
+            rec(Op::Apply, 4, Some(Outcome::Interrupted)),
+            rec(Op::Apply, 3, Some(Outcome::Deadline)),
+            rec(Op::Apply, 2, Some(Outcome::Failed)),
+        ];
+        s.jobs[2].active_deadline_seconds = Some(3600);
+        // An interruption is free and another op's success says nothing of the apply.
+        let f = last_failure(&s).unwrap();
+        assert_eq!(
+            (f.name.as_str(), f.reason),
+            (s.jobs[2].name.as_str(), Some("DeadlineExceeded"))
+        );
+        assert!(
+            f.why
+                .ends_with("it ran longer than its activeDeadlineSeconds (1h0m), so Kubernetes ended it, and it counts as a failure whatever the runner reported"),
+            "{}",
+            f.why
+        );
+        // A failure without a deadline says it failed, and a later success of its op clears it.
+        s.jobs.remove(2);
+        assert_eq!(
+            last_failure(&s).map(|f| f.why),
+            Some(format!("apply Job {} failed", s.jobs[2].name))
+        );
+        s.jobs.insert(0, rec(Op::Apply, 6, Some(Outcome::Succeeded)));
+        assert_eq!(last_failure(&s), None);
+    }
+
+    #[test]
+    fn a_running_jobs_deadline_is_counted_from_its_start_not_its_creation() {
+        use crate::record::tests::rec;
+        let mut s = crate::requests::tests::base();
+        let mut r = rec(Op::Apply, 1, None);
+        r.started = r.created.map(|t| t + k8s_openapi::jiff::SignedDuration::from_secs(20));
+        r.active_deadline_seconds = Some(600);
+        s.jobs = vec![r.clone()];
+        let running = running_job(&s).unwrap();
+        assert_eq!(running.since, r.started);
+        assert_eq!(
+            running.deadline,
+            r.started.map(|t| t + k8s_openapi::jiff::SignedDuration::from_secs(600))
+        );
+        // Not started yet: counted from its creation; no deadline given: none.
+        s.jobs[0].started = None;
+        s.jobs[0].active_deadline_seconds = None;
+        let running = running_job(&s).unwrap();
+        assert_eq!((running.since, running.deadline), (r.created, None));
+        s.jobs[0].outcome = Some(crate::Outcome::Succeeded);
+        assert_eq!(running_job(&s), None);
+    }
 
     #[test]
     fn an_input_over_the_size_limit_is_refused_without_reading_it_all() {

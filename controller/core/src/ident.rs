@@ -35,15 +35,26 @@ impl Ident {
             kind,
             field: "namespace",
         })?;
-        Ok(Ident {
-            suffix: names::suffix(kind, &namespace, &name),
-            object_id: names::object_id(kind, &namespace, &name),
-            cluster_name: inputs::cluster_name(kind, meta),
-            uid: meta.uid.clone().unwrap_or_default(),
+        Ok(Ident::new(
             kind,
             namespace,
             name,
-        })
+            meta.uid.clone().unwrap_or_default(),
+            inputs::cluster_name(kind, meta),
+        ))
+    }
+
+    /// Who the object of `kind` named `namespace`/`name` with UID `uid` is.
+    pub fn new(kind: Kind, namespace: String, name: String, uid: String, cluster_name: Option<String>) -> Ident {
+        Ident {
+            suffix: names::suffix(kind, &namespace, &name),
+            object_id: names::object_id(kind, &namespace, &name),
+            cluster_name,
+            uid,
+            kind,
+            namespace,
+            name,
+        }
     }
 
     /// `captf.io/kind=<Kind>,captf.io/object=<id>`: this object's Jobs and pods.

@@ -3,7 +3,7 @@
 
 use std::collections::BTreeMap;
 
-use k8s_openapi::apimachinery::pkg::apis::meta::v1::ObjectMeta;
+use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
 use captf_shared::Kind;
@@ -126,8 +126,14 @@ pub enum ResolveError {
     },
     #[error("metadata.labels.{label}: a {kind} needs it to name its cluster")]
     NoClusterName { kind: &'static str, label: &'static str },
-    #[error("{var}: the bootstrap data Secret of a TerraformMachine comes from its Cluster API Machine")]
-    NoBootstrapData { var: &'static str },
+    #[error(
+        "no Machine owns it yet: Cluster API creates the Machine and its bootstrap Secret (a TerraformMachine gets {var} from the Cluster API Machine that names it as its infrastructure; metadata.ownerReferences names none)"
+    )]
+    NoMachine { var: &'static str },
+    #[error(
+        "{var}: Machine {machine} names no bootstrap data Secret yet (spec.bootstrap.dataSecretName; its bootstrap provider creates the Secret), or it cannot be read"
+    )]
+    NoBootstrapData { var: &'static str, machine: String },
     #[error("{field}: Secret {name} {why}")]
     ModuleCredentials { field: String, name: String, why: String },
     #[error("{field}: Secret {name} {why}")]
@@ -143,6 +149,16 @@ pub enum ResolveError {
         name: String,
         max: usize,
     },
+}
+
+/// The object's owner reference to a Cluster API object of `kind` (`Machine`, `MachinePool`), in
+/// any version of Cluster API's group (PURE): the owner whose fields a machine or pool's inputs
+/// come from.
+pub fn capi_owner_ref<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a OwnerReference> {
+    meta.owner_references
+        .iter()
+        .flatten()
+        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))
 }
 
 /// Resolve the inputs: `variables` merged with `variablesFrom` in order (later entries win),
@@ -257,8 +273,13 @@ where
     })?;
     variables.insert(CLUSTER_NAME_VAR.to_string(), Value::String(cluster));
     if kind == Kind::TerraformMachine {
-        let secret = bootstrap_data_secret.ok_or(ResolveError::NoBootstrapData {
-            var: BOOTSTRAP_DATA_SECRET_VAR,
+        let var = BOOTSTRAP_DATA_SECRET_VAR;
+        let secret = bootstrap_data_secret.ok_or_else(|| match capi_owner_ref(meta, "Machine") {
+            Some(m) => ResolveError::NoBootstrapData {
+                var,
+                machine: m.name.clone(),
+            },
+            None => ResolveError::NoMachine { var },
         })?;
         variables.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(secret.to_string()));
     }
@@ -643,11 +664,32 @@ mod tests {
 
     #[test]
     fn a_machine_needs_its_bootstrap_data_secret() {
-        let m = meta("m-1", Some("prod"));
-        assert!(matches!(
-            resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)),
-            Err(ResolveError::NoBootstrapData { .. })
-        ));
+        let mut m = meta("m-1", Some("prod"));
+        // No Machine owns it: that is what is missing, not a Secret.
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)).unwrap_err();
+        assert!(matches!(e, ResolveError::NoMachine { .. }), "{e:?}");
+        assert!(
+            e.to_string()
+                .starts_with("no Machine owns it yet: Cluster API creates the Machine and its bootstrap Secret"),
+            "{e}"
+        );
+        // A Machine owns it and names no Secret yet.
+        m.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: "Machine".into(),
+            name: "m-1-abcde".into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)).unwrap_err();
+        assert_eq!(
+            e,
+            ResolveError::NoBootstrapData {
+                var: BOOTSTRAP_DATA_SECRET_VAR,
+                machine: "m-1-abcde".into()
+            }
+        );
         let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), |_, _| {
             Ok(None)
         })

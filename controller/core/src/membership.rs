@@ -13,8 +13,9 @@
 //!   cluster label (Cluster API sets and keeps that label from the owner's `spec.clusterName`;
 //!   this is how every object Cluster API makes from a template is tied to its cluster).
 //!
-//! Everything else is an unverified claim: it still gets a log line, but it never holds the
-//! deletion.
+//! Everything else is an unverified claim: it never holds the deletion. The controller says so
+//! where a person looks (a Warning Event on the cluster and on the claimant, [`unverified_note`]),
+//! and `kubectl captf tree` draws such objects apart from the cluster's members.
 //!
 //! The same goes for a member's running Job holding the cluster's own apply and destroy
 //! (`MemberJobActive`, and the members that joined the cluster lease): a Job counts only when
@@ -60,6 +61,27 @@ pub fn belongs(member: &ObjectMeta, cluster_uid: &str, cluster_name: &str, capi_
         (Some(r), Some(owner)) => owner.uid.as_deref() == Some(r.uid.as_str()) && labelled(owner),
         _ => false,
     }
+}
+
+/// A machine pool or machine labelled with a TerraformCluster's cluster name that does not
+/// [`belong`](belongs) to it: it does not hold the cluster's deletion.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Unverified {
+    pub kind: Kind,
+    pub name: String,
+    pub uid: String,
+}
+
+/// Why the unverified member `member` (in the namespace `namespace`) does not hold the deletion
+/// of the TerraformCluster `cluster_object` of the cluster `cluster_name`, and how to make it a
+/// member if it is one (PURE): the note of the Warning Events about it.
+pub fn unverified_note(member: &Unverified, namespace: &str, cluster_object: &str, cluster_name: &str) -> String {
+    format!(
+        "{kind} {namespace}/{name} is labelled {label}={cluster_name} but is neither owned by TerraformCluster {namespace}/{cluster_object} nor controlled by a Cluster API Machine or MachinePool of cluster {cluster_name}: it does not hold the deletion of TerraformCluster {namespace}/{cluster_object}, which goes on without waiting for it. If it is a member, give it an owner reference to that TerraformCluster",
+        kind = member.kind,
+        name = member.name,
+        label = keys::LABEL_CLUSTER_NAME,
+    )
 }
 
 /// The CAPTF object a Job was created for, as its controller owner reference says: one of

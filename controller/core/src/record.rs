@@ -20,6 +20,10 @@ pub struct JobRecord {
     /// The object's Job sequence number (orders the history).
     pub seq: u32,
     pub created: Option<Timestamp>,
+    /// When it started running (`status.startTime`), from which Kubernetes counts its deadline.
+    pub started: Option<Timestamp>,
+    /// Its `spec.activeDeadlineSeconds`: how long it may run before Kubernetes stops it.
+    pub active_deadline_seconds: Option<i64>,
     pub finished: Option<Timestamp>,
     /// `None` while the Job is not finished.
     pub outcome: Option<Outcome>,
@@ -114,6 +118,8 @@ impl JobRecord {
             op,
             seq,
             created: job.metadata.creation_timestamp.as_ref().map(|t| t.0),
+            started: job.status.as_ref().and_then(|s| s.start_time.as_ref()).map(|t| t.0),
+            active_deadline_seconds: job.spec.as_ref().and_then(|s| s.active_deadline_seconds),
             finished: outcome::finished_at(job),
             outcome,
             booked: booked.is_some(),
@@ -244,6 +250,8 @@ pub(crate) mod tests {
             op,
             seq,
             created: Some(Timestamp::from_second(1_000 + i64::from(seq) * 60 - 30).unwrap()),
+            started: None,
+            active_deadline_seconds: None,
             finished: outcome.map(|_| Timestamp::from_second(1_000 + i64::from(seq) * 60).unwrap()),
             outcome,
             booked: true,

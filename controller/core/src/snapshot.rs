@@ -85,6 +85,9 @@ pub struct Holds {
     pub state_empty: bool,
     /// A TerraformCluster's member machine pools and machines that still exist: hold its deletion.
     pub members: Vec<String>,
+    /// Read with `members`: the machine pools and machines labelled with the cluster that are not
+    /// verified members (`crate::membership`). They hold nothing; a person is told so.
+    pub unverified_members: Vec<crate::membership::Unverified>,
     /// A member's or machine's Job may not start: the cluster lease is held by this live Job.
     pub cluster_lease_holder: Option<String>,
     /// A TerraformCluster's apply or destroy may not start: this member has an active Job.

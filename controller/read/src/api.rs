@@ -21,6 +21,7 @@ use crate::errors::{ApiAction, Error};
 use captf_core::ident::Ident;
 use captf_core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
 use captf_core::lock::{self, HolderPod, LockLease, LockState};
+use captf_core::membership::Unverified;
 use captf_core::outcome;
 use captf_core::snapshot;
 
@@ -168,12 +169,7 @@ fn capi_owner_resource(owner: &k8s_openapi::apimachinery::pkg::apis::meta::v1::O
 /// The Cluster API object of `kind` (`Machine`, `MachinePool`) that owns `object`, read live.
 /// `None` while there is none or it cannot be read.
 async fn capi_owner(client: &kube::Client, object: &CaptfObject, ns: &str, kind: &str) -> Option<Value> {
-    let owner = object
-        .metadata()
-        .owner_references
-        .iter()
-        .flatten()
-        .find(|o| o.kind == kind && o.api_version.starts_with("cluster.x-k8s.io/"))?;
+    let owner = core_inputs::capi_owner_ref(object.metadata(), kind)?;
     let ar = capi_owner_resource(owner)?;
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), ns, &ar);
     match api.get_opt(&owner.name).await {
@@ -350,30 +346,45 @@ pub async fn resolve_inputs(
     )
 }
 
+/// The machine pools and machines labelled with a TerraformCluster's cluster name, sorted out
+/// by [`verified_members`].
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Membership {
+    /// The members that hold the cluster's deletion, as `<Kind>/<name>`, sorted.
+    pub members: Vec<String>,
+    /// The others: labelled, not verified; they hold nothing.
+    pub unverified: Vec<Unverified>,
+}
+
 /// The members that hold a TerraformCluster's deletion (`captf_core::membership`): of the
 /// `candidates` labelled with its cluster name, those owned by it or controlled by a Cluster API
-/// Machine or MachinePool of that cluster (read live), as `<Kind>/<name>`, sorted. Each
-/// unverified claim is logged.
+/// Machine or MachinePool of that cluster (read live); and the unverified claims, each logged.
 pub async fn verified_members(
     client: &kube::Client,
     id: &Ident,
     cluster: &str,
     candidates: Vec<(Kind, kube::core::ObjectMeta)>,
-) -> Result<Vec<String>, Error> {
-    let mut out = Vec::new();
+) -> Result<Membership, Error> {
+    let mut out = Membership::default();
     for (kind, meta) in candidates {
         let name = meta.name.clone().unwrap_or_default();
         if is_member(client, id, cluster, &meta).await? {
-            out.push(format!("{kind}/{name}"));
+            out.members.push(format!("{kind}/{name}"));
         } else {
             tracing::info!(
                 "{kind} {}/{name} is labelled with cluster {cluster} but neither owned by {} nor controlled by a Cluster API Machine or MachinePool of that cluster: it does not hold the deletion",
                 id.namespace,
                 id.what()
             );
+            out.unverified.push(Unverified {
+                kind,
+                name,
+                uid: meta.uid.clone().unwrap_or_default(),
+            });
         }
     }
-    out.sort();
+    out.members.sort();
+    out.unverified.sort_by(|a, b| (a.kind, &a.name).cmp(&(b.kind, &b.name)));
     Ok(out)
 }
 

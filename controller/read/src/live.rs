@@ -134,7 +134,8 @@ pub async fn holds(client: &kube::Client, id: &Ident, deleting: bool) -> Result<
                     }
                 }
             }
-            holds.members = gather::verified_members(client, id, cluster, candidates).await?;
+            let m = gather::verified_members(client, id, cluster, candidates).await?;
+            (holds.members, holds.unverified_members) = (m.members, m.unverified);
         }
         Kind::TerraformMachinePool | Kind::TerraformMachine => {
             holds.cluster_lease_holder = gather::cluster_lease_holder(client, &id.namespace, cluster).await?;

@@ -206,6 +206,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         )
         .await;
     }
+    warn_unverified_members(ctx, &id, &read.snap).await;
 
     // Before any write to the object in this pass, so the resourceVersion read still holds.
     deletion::remove_used_requests(&ctx.client, &id, &object, &plan.used_requests).await?;
@@ -250,6 +251,33 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         .await;
     }
     Ok(acted.action)
+}
+
+/// A TerraformCluster being deleted met machine pools or machines labelled with its cluster that
+/// are not verified members (`captf_core::membership`): they do not hold the deletion, and a
+/// Warning on the cluster and on each of them says why, once per deletion.
+async fn warn_unverified_members(ctx: &Ctx, id: &Ident, snap: &captf_core::Snapshot) {
+    let Some(cluster) = id.cluster_name.as_deref() else {
+        return;
+    };
+    if snap.deletion_timestamp.is_none() {
+        return;
+    }
+    for member in &snap.holds.unverified_members {
+        let note = captf_core::membership::unverified_note(member, &id.namespace, &id.name, cluster);
+        let member_id = Ident::new(
+            member.kind,
+            id.namespace.clone(),
+            member.name.clone(),
+            member.uid.clone(),
+            Some(cluster.to_string()),
+        );
+        for regarding in [id, &member_id] {
+            let name = super::events::unverified_member_event_name(regarding, &id.uid, member);
+            ctx.event_once(regarding, events::reason::UNVERIFIED_MEMBER, &note, &name)
+                .await;
+        }
+    }
 }
 
 /// The controller's source of a pass's reads (`captf_read::source`): the Jobs, pods and a

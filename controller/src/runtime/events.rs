@@ -15,6 +15,7 @@ use kube::api::{Api, PostParams};
 use captf_shared::keys;
 
 use captf_core::ident::Ident;
+use captf_core::membership::Unverified;
 
 /// The reporting controller of every CAPTF Event.
 pub const REPORTING_CONTROLLER: &str = "captf.io/controller";
@@ -94,6 +95,22 @@ pub fn request_event_name(id: &Ident, key: &str, value: &str) -> String {
     format!("{}.request-{hash}", name.trim_end_matches(['.', '-']))
 }
 
+/// The name of the Event about the unverified member `member` met while deciding on the deletion
+/// of the TerraformCluster of UID `cluster_uid`, on `regarding` (that cluster, or the member):
+/// one per cluster (it is deleted once in its life), member and object the Event is about. A DNS
+/// subdomain of at most 253 characters whatever the object's name.
+pub fn unverified_member_event_name(regarding: &Ident, cluster_uid: &str, member: &Unverified) -> String {
+    let hash = captf_shared::names::hex_sha256(
+        &format!(
+            "{cluster_uid}\n{}\n{}\n{}\n{}",
+            member.kind, member.name, member.uid, regarding.kind
+        ),
+        12,
+    );
+    let name: String = regarding.name.chars().take(200).collect();
+    format!("{}.unverified-{hash}", name.trim_end_matches(['.', '-']))
+}
+
 /// Writes Events. Ordinary ones are a courtesy: failures are logged, never fatal. A booking's
 /// Event is part of the booking ([`Events::publish_once`]).
 #[derive(Clone)]
@@ -169,6 +186,34 @@ mod tests {
             ..ident()
         };
         let n = request_event_name(&long, "captf.io/refresh", "v");
+        assert!(n.len() <= 253 && !n.contains(".."), "{n}");
+    }
+
+    #[test]
+    fn an_unverified_member_event_is_named_once_per_cluster_member_and_object_it_is_about() {
+        let cluster = ident();
+        let member = Unverified {
+            kind: Kind::TerraformMachinePool,
+            name: "c1".into(),
+            uid: "p-1".into(),
+        };
+        let on_member = Ident::new(member.kind, "ns".into(), "c1".into(), "p-1".into(), None);
+        let a = unverified_member_event_name(&cluster, "u-1", &member);
+        assert_eq!(a, unverified_member_event_name(&cluster, "u-1", &member), "said once");
+        // The same name in one namespace: the cluster's Event and the pool's are two.
+        assert_ne!(a, unverified_member_event_name(&on_member, "u-1", &member));
+        // A cluster of the same name created again, or another member: said again.
+        assert_ne!(a, unverified_member_event_name(&cluster, "u-2", &member));
+        let other = Unverified {
+            uid: "p-2".into(),
+            ..member.clone()
+        };
+        assert_ne!(a, unverified_member_event_name(&cluster, "u-1", &other));
+        let long = Ident {
+            name: format!("{}.x", "a".repeat(251)),
+            ..ident()
+        };
+        let n = unverified_member_event_name(&long, "u-1", &member);
         assert!(n.len() <= 253 && !n.contains(".."), "{n}");
     }
 

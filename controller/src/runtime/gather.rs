@@ -672,7 +672,8 @@ pub async fn holds(client: &kube::Client, caches: &Caches, id: &Ident, deleting:
         Kind::TerraformCluster => {
             if deleting {
                 let candidates = caches.labelled_members(&id.namespace, cluster);
-                holds.members = verified_members(client, id, cluster, candidates).await?;
+                let m = verified_members(client, id, cluster, candidates).await?;
+                (holds.members, holds.unverified_members) = (m.members, m.unverified);
             }
             holds.member_job_active =
                 verified_member_job(client, id, cluster, caches.member_jobs_active(&id.namespace, cluster)).await?;

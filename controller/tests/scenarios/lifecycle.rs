@@ -388,6 +388,10 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
             .2
             .contains("TerraformMachinePool/held-pool")
     );
+    assert!(
+        env.events("UnverifiedMember").is_empty(),
+        "a verified member is no unverified one"
+    );
     env.advance(120);
     env.until_idle().await?;
     assert!(
@@ -407,7 +411,9 @@ async fn cluster_deletion_is_held_while_a_machine_pool_exists() -> Result<()> {
 
 /// A co-tenant's pool labelled with another team's cluster name, owned neither by that
 /// TerraformCluster nor by a Cluster API MachinePool of the cluster, does not hold the
-/// cluster's deletion: the label alone is a claim anyone in the namespace can make.
+/// cluster's deletion: the label alone is a claim anyone in the namespace can make. The
+/// controller says so where people look: one Warning Event `UnverifiedMember` on the cluster and
+/// one on the pool, however many passes the deletion takes.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pool_that_only_carries_the_clusters_label_does_not_hold_its_deletion() -> Result<()> {
     let env = Env::with_realistic_runners().await?;
@@ -425,6 +431,27 @@ async fn a_pool_that_only_carries_the_clusters_label_does_not_hold_its_deletion(
     env.until("the cluster gone", |e| e.object(TC, "victim").is_none().then_some(()))
         .await?;
     assert!(env.object(TMP, "squatter").is_some(), "the squatter is left alone");
+    let warnings = env.events("UnverifiedMember");
+    let about = |kind: &str, name: &str| {
+        warnings
+            .iter()
+            .filter(|e| {
+                e.pointer("/regarding/kind") == Some(&json!(kind)) && e.pointer("/regarding/name") == Some(&json!(name))
+            })
+            .collect::<Vec<_>>()
+    };
+    for (kind, name) in [("TerraformCluster", "victim"), ("TerraformMachinePool", "squatter")] {
+        let on = about(kind, name);
+        assert_eq!(on.len(), 1, "one Warning on {kind}/{name}: {warnings:#?}");
+        assert_eq!(on[0]["type"], json!("Warning"));
+        let note = on[0]["note"].as_str().unwrap_or_default();
+        assert!(
+            note.contains("TerraformMachinePool default/squatter")
+                && note.contains("does not hold the deletion of TerraformCluster default/victim"),
+            "{note}"
+        );
+    }
+    assert_eq!(warnings.len(), 2, "{warnings:#?}");
     env.no_denials()?;
     Ok(())
 }
