@@ -131,6 +131,8 @@ pub fn next_short(d: &Decision) -> String {
     match d {
         Decision::Start(st) => format!("start {} ({})", st.op, st.reason),
         Decision::Wait(w) => match w.op {
+            // The running Job's op is in the JOBS column and `kubectl get`'s OP column.
+            _ if w.reason == Reason::JobActive => format!("wait ({})", w.reason),
             Some(op) if w.not_before.is_some() => format!("{op} after backoff ({})", w.reason),
             Some(op) => format!("{op} held ({})", w.reason),
             None => format!("wait ({})", w.reason),

@@ -173,6 +173,15 @@ fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation
     })
 }
 
+/// The op of the running Job `job`: from its record, else from its name.
+fn active_op(s: &Snapshot, job: &str) -> Option<Op> {
+    s.jobs
+        .iter()
+        .find(|r| r.name == job)
+        .map(|r| r.op)
+        .or_else(|| captf_shared::names::parse_job_name(s.kind, &s.namespace, &s.name, job).map(|(op, _)| op))
+}
+
 fn newest_finished(s: &Snapshot, op: Op) -> Option<&JobRecord> {
     s.jobs.iter().find(|r| r.op == op && r.is_finished())
 }
@@ -307,8 +316,15 @@ pub fn decide(s: &Snapshot, now: Timestamp) -> Decision {
         return wait(Reason::Paused, s.holds.cluster_paused.then_some(HOLD_REQUEUE));
     }
     // 2.
-    if s.active_job().is_some() {
-        return wait(Reason::JobActive, None);
+    if let Some(job) = s.active_job() {
+        // The wait names the running Job's op (`kubectl get`'s OP column shows it).
+        return Decision::Wait(Wait {
+            reason: Reason::JobActive,
+            op: active_op(s, job),
+            requeue_after: None,
+            not_before: None,
+            attempt: None,
+        });
     }
     // 3.
     if let Some(deleted) = s.deletion_timestamp {
@@ -676,6 +692,28 @@ mod tests {
                 Some(failed.finished.unwrap() + SignedDuration::from_mins(10))
             )
         );
+    }
+
+    #[test]
+    fn a_running_job_is_waited_on_under_its_op() {
+        let s = snap(
+            3,
+            vec![rec(Op::Drift, 2, None), rec(Op::Apply, 1, Some(Outcome::Succeeded))],
+            10_000,
+        );
+        let w = as_wait(decide(&s, ts(20_000)));
+        assert_eq!((w.reason, w.op), (Reason::JobActive, Some(Op::Drift)));
+        // Known from the status only (its Job not listed yet): the op is read from its name.
+        let mut s = snap(3, vec![], 10_000);
+        s.status.active_job = Some(captf_shared::names::job_name(
+            Kind::TerraformCluster,
+            "default",
+            "prod-eu",
+            Op::Refresh,
+            3,
+        ));
+        let w = as_wait(decide(&s, ts(20_000)));
+        assert_eq!((w.reason, w.op), (Reason::JobActive, Some(Op::Refresh)));
     }
 
     #[test]
