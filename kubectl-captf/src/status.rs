@@ -51,6 +51,46 @@ pub struct Row {
     pub foreign_lock_holder: Option<String>,
     pub active_job: Option<String>,
     pub pending_plan: Option<String>,
+    /// What the drift checks found: see [`drift_word`].
+    pub drift: String,
+}
+
+/// What the drift checks of an object found, in one word for the DRIFT column (PURE): `-`
+/// (never checked), `none`, `found` (not remediated yet), `remediated` (an apply succeeded
+/// since); with `(k/n)` when k of the n checks kept found drift, k ≥ 2, so drift that comes
+/// back after every remediation shows.
+pub fn drift_word(checks: &[bool], ever_checked: bool, found: bool, applied_since: bool) -> String {
+    if checks.is_empty() && !ever_checked {
+        return "-".to_string();
+    }
+    let word = match (found, applied_since) {
+        (false, _) => "none",
+        (true, false) => "found",
+        (true, true) => "remediated",
+    };
+    let k = checks.iter().filter(|d| **d).count();
+    if k >= 2 {
+        format!("{word}({k}/{})", checks.len())
+    } else {
+        word.to_string()
+    }
+}
+
+/// [`drift_word`] of a snapshot: its successful drift checks kept, newest first.
+fn drift_of(s: &captf_core::Snapshot) -> String {
+    let checks: Vec<bool> = s
+        .jobs
+        .iter()
+        .filter(|r| r.op == captf_shared::Op::Drift && r.succeeded())
+        .filter_map(|r| r.result.as_ref()?.drift)
+        .collect();
+    let last = s.last_drift_check();
+    drift_word(
+        &checks,
+        last.is_some(),
+        s.drift_found(),
+        last.is_some_and(|t| s.applied_since_drift_check(t)),
+    )
 }
 
 /// The `Ready` condition's status of a status, as `kubectl get` prints it.
@@ -110,6 +150,7 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
         },
         active_job: s.active_job().map(str::to_string),
         pending_plan: s.status.pending_plan.as_ref().map(|p| p.hash.clone()),
+        drift: drift_of(s),
     }
 }
 
@@ -187,6 +228,7 @@ pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timesta
         "FAILURES",
         "LAST SUCCESS",
         "FOREIGN LOCK",
+        "DRIFT",
     ]);
     if wide {
         header.extend(["ACTIVE JOB", "PENDING PLAN"]);
@@ -217,6 +259,7 @@ pub fn status_table(rows: &[Row], all_namespaces: bool, wide: bool, now: Timesta
                 failures,
                 r.last_success_at.map_or("never".to_string(), |t| words::age(now, t)),
                 r.foreign_lock_holder.clone().unwrap_or_else(|| "-".into()),
+                r.drift.clone(),
             ]);
             if wide {
                 c.push(r.active_job.clone().unwrap_or_else(|| "-".into()));
@@ -365,6 +408,7 @@ fn unread_row(
         foreign_lock_holder: None,
         active_job: None,
         pending_plan: None,
+        drift: "-".to_string(),
     }
 }
 
@@ -397,7 +441,24 @@ mod tests {
             foreign_lock_holder: None,
             active_job: None,
             pending_plan: None,
+            drift: "none".into(),
         }
+    }
+
+    #[test]
+    fn drift_that_comes_back_after_each_remediation_shows_in_the_drift_column() {
+        assert_eq!(drift_word(&[], false, false, false), "-", "never checked");
+        assert_eq!(drift_word(&[false], true, false, false), "none");
+        assert_eq!(drift_word(&[true, false], true, true, false), "found");
+        assert_eq!(drift_word(&[true, false], true, true, true), "remediated");
+        // Found by three of the four checks kept: recurring, whatever the newest says.
+        assert_eq!(
+            drift_word(&[true, true, false, true], true, true, true),
+            "remediated(3/4)"
+        );
+        assert_eq!(drift_word(&[false, true, true], true, false, false), "none(2/3)");
+        // Checked once, its Job pruned since: still "checked".
+        assert_eq!(drift_word(&[], true, false, false), "none");
     }
 
     #[test]

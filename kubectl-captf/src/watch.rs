@@ -460,6 +460,7 @@ mod tests {
             foreign_lock_holder: None,
             active_job: None,
             pending_plan: None,
+            drift: "none".into(),
         }
     }
 
