@@ -111,7 +111,7 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
             error_response(&e)
         }
     };
-    for w in warnings {
+    for w in warning_texts(warnings) {
         if let Ok(v) = axum::http::HeaderValue::from_str(&warning_header(&w)) {
             response.headers_mut().append(header::WARNING, v);
         }
@@ -123,6 +123,56 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
 /// (backslashes and quotes escaped).
 fn warning_header(text: &str) -> String {
     format!("299 - \"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// At most this many `Warning` headers: a kube-rs client over HTTP/1.1 (hyper) refuses a
+/// response with more than 100 headers, which kube-apiserver's 4 KiB could pass.
+const MAX_WARNINGS: usize = 64;
+
+/// The warnings a response carries: those kube-apiserver's recorder would write
+/// ([`recorded_warnings`]), at most [`MAX_WARNINGS`], the last then counting the others.
+fn warning_texts(texts: Vec<String>) -> Vec<String> {
+    let mut out = recorded_warnings(texts);
+    if out.len() > MAX_WARNINGS {
+        let more = out.len() - (MAX_WARNINGS - 1);
+        out.truncate(MAX_WARNINGS - 1);
+        out.push(format!("and {more} more warnings"));
+    }
+    out
+}
+
+/// kube-apiserver's warning recorder: each text once, in order, as long as all of them come to
+/// at most 4096 characters; past that every text is cut to 256 characters and no more are added
+/// once 4096 are written.
+fn recorded_warnings(texts: Vec<String>) -> Vec<String> {
+    const TOTAL: usize = 4096;
+    const ITEM: usize = 256;
+    let cut = |t: &str| -> String { t.chars().take(ITEM).collect() };
+    let mut seen = std::collections::HashSet::new();
+    let mut recorded: Vec<String> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
+    let (mut written, mut truncating) = (0usize, false);
+    for text in texts {
+        if truncating && written >= TOTAL {
+            break;
+        }
+        if text.is_empty() || !seen.insert(text.clone()) {
+            continue;
+        }
+        recorded.push(text.clone());
+        let text = if truncating { cut(&text) } else { text };
+        let n = text.chars().count();
+        if truncating || written + n <= TOTAL {
+            written += n;
+            out.push(text);
+            continue;
+        }
+        // Over the limit: start again with every text so far cut.
+        truncating = true;
+        out = recorded.iter().map(|t| cut(t)).collect();
+        written = out.iter().map(|t| t.chars().count()).sum();
+    }
+    out
 }
 
 fn events_body_to_core(headers: &HeaderMap, body: Bytes) -> Bytes {
@@ -1086,4 +1136,49 @@ fn pod_log(
     let given = w.kubelet.logs.get(&(ns.to_string(), name.to_string()));
     let text = crate::kubelet::pod_log(given.map(String::as_str), pod);
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown(i: usize) -> String {
+        format!("unknown field \"spec.bare.field{i:03}\"")
+    }
+
+    #[test]
+    fn warnings_are_recorded_once_each_up_to_four_kibibytes_as_kube_apiserver_does() {
+        let texts = vec!["a".to_string(), "b".into(), "a".into(), String::new(), "c".into()];
+        assert_eq!(recorded_warnings(texts), ["a", "b", "c"]);
+        // 300 warnings of 34 characters: kube-apiserver v1.36 sent the first 121.
+        let many: Vec<String> = (0..300).map(unknown).collect();
+        let recorded = recorded_warnings(many);
+        assert_eq!(recorded.len(), 121);
+        assert_eq!(recorded[120], unknown(120));
+    }
+
+    #[test]
+    fn a_warning_past_the_limit_is_cut_to_256_characters() {
+        let long = "x".repeat(10_000);
+        assert_eq!(
+            recorded_warnings(vec!["short".into(), long]),
+            ["short".to_string(), "x".repeat(256)]
+        );
+        let wide = "é".repeat(5000);
+        assert_eq!(recorded_warnings(vec![wide])[0].chars().count(), 256);
+    }
+
+    #[test]
+    fn a_response_carries_at_most_64_warnings_the_last_counting_the_others() {
+        let texts = warning_texts((0..300).map(unknown).collect());
+        assert_eq!(texts.len(), MAX_WARNINGS);
+        assert_eq!(texts[MAX_WARNINGS - 2], unknown(62));
+        assert_eq!(texts[MAX_WARNINGS - 1], "and 58 more warnings");
+        assert_eq!(warning_texts((0..64).map(unknown).collect()).len(), 64);
+    }
+
+    #[test]
+    fn warning_headers_quote_the_text() {
+        assert_eq!(warning_header(r#"a "b" \c"#), r#"299 - "a \"b\" \\c""#);
+    }
 }
