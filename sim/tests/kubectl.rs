@@ -353,3 +353,71 @@ async fn kubectl_get_events_and_describe_read_the_controllers_events() {
     assert_eq!(failed[3], "captf.io/controller", "{out}");
     assert!(events.contains("Error: the cloud API said no"), "{out}");
 }
+
+/// A TerraformCluster with two typos, as a person writes one.
+const TC_WITH_TYPOS: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: TerraformCluster
+metadata:
+  name: typo
+  namespace: default
+spec:
+  module:
+    source: git::https://example.com/modules/cluster.git
+    vesion: 1.2.0
+  drfit:
+    enabled: true
+"#;
+
+/// kubectl validates strictly unless told otherwise (it finds the `fieldValidation` parameter in
+/// the simulator's OpenAPI), so a typo is refused with the server's message; `--validate=warn`
+/// creates the object without the unknown fields and prints a warning each; server-side apply
+/// refuses them whatever. The messages are kube-apiserver v1.36's for the same file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_unknown_fields_unless_told_to_warn_and_then_drops_them() {
+    if kubectl_or_skip().is_none() {
+        return;
+    }
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(!ok, "{out}");
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": TerraformCluster in version \"v1alpha1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"spec.drfit\", unknown field \"spec.module.vesion\""
+    );
+    assert!(
+        sim.get("infrastructure.cluster.x-k8s.io/terraformclusters", "default", "typo")
+            .is_none()
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "--server-side", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(!ok, "{out}");
+    assert_eq!(
+        err.trim(),
+        "Error from server: failed to create typed patch object (default/typo; infrastructure.cluster.x-k8s.io/v1alpha1, Kind=TerraformCluster): .spec.drfit: field not declared in schema"
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "--validate=warn", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        out.trim(),
+        "terraformcluster.infrastructure.cluster.x-k8s.io/typo created"
+    );
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "Warning: unknown field \"spec.drfit\"",
+            "Warning: unknown field \"spec.module.vesion\""
+        ]
+    );
+    let (ok, out, err) = kubectl(&kc, &["get", "tfc", "typo", "-o", "jsonpath={.spec}"], None).await;
+    assert!(ok, "{err}");
+    let spec: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        spec,
+        serde_json::json!({"module": {"source": "git::https://example.com/modules/cluster.git"}})
+    );
+}
