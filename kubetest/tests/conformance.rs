@@ -1278,6 +1278,44 @@ async fn events_are_one_store_seen_through_two_apis(backend: Backend) {
 }
 on_both!(events_are_one_store_seen_through_two_apis);
 
+/// An Event written through events.k8s.io/v1 as CAPTF's controller and kube-rs's recorder write
+/// them (`eventTime`, a `series` once repeated, no deprecated fields) reads through core/v1 with
+/// its `eventTime` and `series` and nothing invented: `firstTimestamp` and `lastTimestamp` are
+/// null or absent and there is no `count`, so kubectl ages it by `eventTime` (and `series`).
+async fn events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1(backend: Backend) {
+    let admin = backend.admin_in_namespace().await;
+    let v1 = events_api(&admin, "events.k8s.io/v1");
+    let core = events_api(&admin, "v1");
+    let event = |name: &str, series: Option<Value>| {
+        let mut e = json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": { "name": name },
+            "eventTime": "2026-03-01T10:00:00.000001Z",
+            "reportingController": "captf.io/controller", "reportingInstance": "captf-controller-0",
+            "action": "Lock", "reason": "StateLocked", "type": "Warning", "note": "the state is locked",
+            "regarding": { "apiVersion": "v1", "kind": "ConfigMap", "namespace": NS, "name": "cm" },
+        });
+        if let Some(series) = series {
+            e["series"] = series;
+        }
+        from_json::<DynamicObject>(e)
+    };
+    let series = json!({ "count": 3, "lastObservedTime": "2026-03-01T10:05:00.000001Z" });
+    v1.create(&PostParams::default(), &event("once", None)).await.unwrap();
+    v1.create(&PostParams::default(), &event("repeated", Some(series.clone())))
+        .await
+        .unwrap();
+    for (name, expected_series) in [("once", Value::Null), ("repeated", series)] {
+        let seen = core.get(name).await.unwrap().data;
+        assert_eq!(seen["eventTime"], "2026-03-01T10:00:00.000001Z", "{seen}");
+        assert_eq!(seen["series"], expected_series, "{seen}");
+        for field in ["firstTimestamp", "lastTimestamp", "count"] {
+            assert!(seen[field].is_null(), "{field}: {seen}");
+        }
+    }
+}
+on_both!(events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1);
+
 /// A TokenRequest for a ServiceAccount returns a bearer token (and its expiry) that
 /// authenticates as `system:serviceaccount:<ns>:<name>`; for a missing account it is 404.
 async fn a_token_request_authenticates_as_its_service_account(backend: Backend) {
