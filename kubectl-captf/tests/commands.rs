@@ -284,7 +284,7 @@ async fn logs_follow_streams_the_running_runners_log_until_its_container_ends() 
     let status = plugin.until_exit()?;
     assert!(status.success(), "{status:?}: {}", plugin.stderr());
     assert!(
-        plugin.stdout.contains("captf-runner: result succeeded (phase apply)"),
+        plugin.stdout.contains("captf-runner: result succeeded in phase apply"),
         "{}",
         plugin.stdout
     );

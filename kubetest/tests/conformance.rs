@@ -1278,6 +1278,44 @@ async fn events_are_one_store_seen_through_two_apis(backend: Backend) {
 }
 on_both!(events_are_one_store_seen_through_two_apis);
 
+/// An Event written through events.k8s.io/v1 as CAPTF's controller and kube-rs's recorder write
+/// them (`eventTime`, a `series` once repeated, no deprecated fields) reads through core/v1 with
+/// its `eventTime` and `series` and nothing invented: `firstTimestamp` and `lastTimestamp` are
+/// null or absent and there is no `count`, so kubectl ages it by `eventTime` (and `series`).
+async fn events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1(backend: Backend) {
+    let admin = backend.admin_in_namespace().await;
+    let v1 = events_api(&admin, "events.k8s.io/v1");
+    let core = events_api(&admin, "v1");
+    let event = |name: &str, series: Option<Value>| {
+        let mut e = json!({
+            "apiVersion": "events.k8s.io/v1", "kind": "Event",
+            "metadata": { "name": name },
+            "eventTime": "2026-03-01T10:00:00.000001Z",
+            "reportingController": "captf.io/controller", "reportingInstance": "captf-controller-0",
+            "action": "Lock", "reason": "StateLocked", "type": "Warning", "note": "the state is locked",
+            "regarding": { "apiVersion": "v1", "kind": "ConfigMap", "namespace": NS, "name": "cm" },
+        });
+        if let Some(series) = series {
+            e["series"] = series;
+        }
+        from_json::<DynamicObject>(e)
+    };
+    let series = json!({ "count": 3, "lastObservedTime": "2026-03-01T10:05:00.000001Z" });
+    v1.create(&PostParams::default(), &event("once", None)).await.unwrap();
+    v1.create(&PostParams::default(), &event("repeated", Some(series.clone())))
+        .await
+        .unwrap();
+    for (name, expected_series) in [("once", Value::Null), ("repeated", series)] {
+        let seen = core.get(name).await.unwrap().data;
+        assert_eq!(seen["eventTime"], "2026-03-01T10:00:00.000001Z", "{seen}");
+        assert_eq!(seen["series"], expected_series, "{seen}");
+        for field in ["firstTimestamp", "lastTimestamp", "count"] {
+            assert!(seen[field].is_null(), "{field}: {seen}");
+        }
+    }
+}
+on_both!(events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1);
+
 /// A TokenRequest for a ServiceAccount returns a bearer token (and its expiry) that
 /// authenticates as `system:serviceaccount:<ns>:<name>`; for a missing account it is 404.
 async fn a_token_request_authenticates_as_its_service_account(backend: Backend) {
@@ -1470,8 +1508,7 @@ fn module() -> Value {
     json!({ "source": "git::https://example.com/modules/cluster.git" })
 }
 
-/// Unknown fields are pruned from a TerraformCluster (spec and status). The simulator keeps
-/// them (it evaluates no CRD schema: documented difference).
+/// Unknown fields are pruned from a TerraformCluster (spec and status).
 async fn a_crd_schema_prunes_unknown_fields(backend: Backend) {
     let admin = backend.admin_in_namespace().await;
     let api = terraform_clusters(&backend, &admin).await;
@@ -1493,31 +1530,231 @@ async fn a_crd_schema_prunes_unknown_fields(backend: Backend) {
         )
         .await
         .unwrap();
-    let pruned = !backend.is_sim();
-    assert_eq!(
-        created.data["spec"].get("madeUp").is_none(),
-        pruned,
-        "{:?}",
-        created.data
-    );
-    assert_eq!(
+    assert!(created.data["spec"].get("madeUp").is_none(), "{:?}", created.data);
+    assert!(
         created.data["spec"].pointer("/jobs/alsoMadeUp").is_none(),
-        pruned,
         "{:?}",
         created.data
     );
     assert_eq!(created.data["spec"]["module"], module());
     assert_eq!(status.data["status"]["observedGeneration"], 1);
-    assert_eq!(
+    assert!(
         status.data["status"].get("inventedField").is_none(),
-        pruned,
         "{:?}",
         status.data
     );
     let stored = api.get("tc").await.unwrap();
-    assert_eq!(stored.data["spec"].get("madeUp").is_none(), pruned);
+    assert!(stored.data["spec"].get("madeUp").is_none());
 }
 on_both!(a_crd_schema_prunes_unknown_fields);
+
+/// A request sent as is, for what the typed client hides: the status, the `Warning` headers
+/// and the body.
+async fn send_raw(
+    client: &kube::Client,
+    method: &str,
+    path: &str,
+    content_type: &str,
+    body: &Value,
+) -> (u16, Vec<String>, Value) {
+    let request = http::Request::builder()
+        .method(method)
+        .uri(path)
+        .header("content-type", content_type)
+        .body(kube::client::Body::from(body.to_string().into_bytes()))
+        .unwrap();
+    let response = client.send(request).await.unwrap();
+    let status = response.status().as_u16();
+    let warnings = response
+        .headers()
+        .get_all("warning")
+        .iter()
+        .map(|v| v.to_str().unwrap().to_string())
+        .collect();
+    let bytes = http_body_util::BodyExt::collect(response.into_body())
+        .await
+        .unwrap()
+        .to_bytes();
+    (status, warnings, serde_json::from_slice(&bytes).unwrap_or(Value::Null))
+}
+
+/// Fields the TerraformCluster schema does not declare (`spec.drfit`, `spec.module.vesion`,
+/// `metadata.foo`) are dropped, and each is named in a `Warning: 299 - "unknown field
+/// \"spec.drfit\""` header with `fieldValidation=Warn` or without the parameter (the server's
+/// default); `Strict` refuses the write (a create or update with the decoder's 400, a patch with
+/// a 422 on `patch`); `Ignore` drops them silently. Below `x-kubernetes-preserve-unknown-fields`
+/// (`spec.variables`) anything stays. Server-side apply refuses them whatever `fieldValidation`
+/// says (the field manager's 500), and a value other than the three is a 422.
+async fn unknown_fields_are_dropped_with_a_warning_or_refused_as_field_validation_asks(backend: Backend) {
+    let admin = backend.admin_in_namespace().await;
+    let api = terraform_clusters(&backend, &admin).await;
+    let path = format!("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/{NS}/terraformclusters");
+    let json = "application/json";
+    let with_typos = |name: &str| {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": name, "foo": "bar" },
+            "spec": {
+                "module": { "source": "git::https://example.com/modules/cluster.git", "vesion": "1.2.0" },
+                "drfit": { "enabled": true },
+                "variables": { "region": "eu-west-1", "free": { "form": 1 } },
+            },
+        })
+    };
+    let warned = [
+        r#"299 - "unknown field \"metadata.foo\"""#,
+        r#"299 - "unknown field \"spec.drfit\"""#,
+        r#"299 - "unknown field \"spec.module.vesion\"""#,
+    ];
+    let strict = "TerraformCluster in version \"v1alpha1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"metadata.foo\", unknown field \"spec.drfit\", unknown field \"spec.module.vesion\"";
+
+    for (name, query) in [("warn", "?fieldValidation=Warn"), ("default", "")] {
+        let (code, warnings, created) =
+            send_raw(&admin, "POST", &format!("{path}{query}"), json, &with_typos(name)).await;
+        assert_eq!(code, 201, "{name}: {created}");
+        assert_eq!(warnings, warned, "{name}");
+        let stored = api.get(name).await.unwrap().data;
+        for object in [&created, &stored] {
+            assert!(object["spec"].get("drfit").is_none(), "{name}: {object}");
+            assert_eq!(object["spec"]["module"], module(), "{name}: {object}");
+            assert_eq!(
+                object["spec"]["variables"]["free"],
+                json!({ "form": 1 }),
+                "{name}: {object}"
+            );
+            assert!(object["metadata"].get("foo").is_none(), "{name}: {object}");
+        }
+    }
+    let (code, warnings, created) = send_raw(
+        &admin,
+        "POST",
+        &format!("{path}?fieldValidation=Ignore"),
+        json,
+        &with_typos("ignore"),
+    )
+    .await;
+    assert_eq!((code, warnings.len()), (201, 0), "{created}");
+    assert!(created["spec"].get("drfit").is_none(), "{created}");
+
+    let (code, _, status) = send_raw(
+        &admin,
+        "POST",
+        &format!("{path}?fieldValidation=Strict"),
+        json,
+        &with_typos("strict"),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (400, Some("BadRequest")), "{status}");
+    assert_eq!(status["message"], strict);
+    assert_eq!(api_error("the strict create", api.get("strict").await).0, 404);
+
+    let (code, _, status) = send_raw(
+        &admin,
+        "POST",
+        &format!("{path}?fieldValidation=Loud"),
+        json,
+        &with_typos("loud"),
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")), "{status}");
+    assert_eq!(
+        status["message"],
+        "CreateOptions.meta.k8s.io \"\" is invalid: fieldValidation: Unsupported value: \"Loud\": supported values: \"\", \"Ignore\", \"Strict\", \"Warn\""
+    );
+
+    // An update: the same as a create.
+    let mut replacement = with_typos("warn");
+    replacement["metadata"]["resourceVersion"] =
+        api.get("warn").await.unwrap().metadata.resource_version.unwrap().into();
+    let (code, _, status) = send_raw(
+        &admin,
+        "PUT",
+        &format!("{path}/warn?fieldValidation=Strict"),
+        json,
+        &replacement,
+    )
+    .await;
+    assert_eq!((code, status["message"].as_str()), (400, Some(strict)), "{status}");
+    let (code, warnings, _) = send_raw(&admin, "PUT", &format!("{path}/warn"), json, &replacement).await;
+    assert_eq!(code, 200);
+    assert_eq!(warnings, warned);
+
+    // Patches: the patched object is decoded (the stored one has nothing unknown left).
+    let merge = json!({ "spec": { "drfit": { "enabled": false }, "variables": { "region": "eu-central-1" } } });
+    let (code, _, status) = send_raw(
+        &admin,
+        "PATCH",
+        &format!("{path}/warn?fieldValidation=Strict"),
+        "application/merge-patch+json",
+        &merge,
+    )
+    .await;
+    assert_eq!((code, status["reason"].as_str()), (422, Some("Invalid")), "{status}");
+    let message = status["message"].as_str().unwrap();
+    assert!(
+        message.starts_with(" \"\" is invalid: patch: Invalid value: \"{"),
+        "{message}"
+    );
+    assert!(
+        message.ends_with("}\": strict decoding error: unknown field \"spec.drfit\""),
+        "{message}"
+    );
+    assert_eq!(status["details"]["causes"][0]["field"], "patch", "{status}");
+    let (code, warnings, patched) = send_raw(
+        &admin,
+        "PATCH",
+        &format!("{path}/warn"),
+        "application/merge-patch+json",
+        &merge,
+    )
+    .await;
+    assert_eq!(code, 200, "{patched}");
+    assert_eq!(warnings, [r#"299 - "unknown field \"spec.drfit\"""#]);
+    assert_eq!(patched["spec"]["variables"]["region"], "eu-central-1");
+    assert!(patched["spec"].get("drfit").is_none(), "{patched}");
+    let add = json!([{ "op": "add", "path": "/spec/module/vesion", "value": "2" }]);
+    let (code, warnings, _) = send_raw(
+        &admin,
+        "PATCH",
+        &format!("{path}/warn"),
+        "application/json-patch+json",
+        &add,
+    )
+    .await;
+    assert_eq!(
+        (code, warnings.as_slice()),
+        (
+            200,
+            &[r#"299 - "unknown field \"spec.module.vesion\"""#.to_string()][..]
+        )
+    );
+
+    // Server-side apply refuses them, even when told to ignore them, and creates nothing.
+    let mut applied = with_typos("applied");
+    applied["metadata"] = json!({ "name": "applied", "namespace": NS });
+    for query in ["", "&fieldValidation=Ignore"] {
+        let (code, _, status) = send_raw(
+            &admin,
+            "PATCH",
+            &format!("{path}/applied?fieldManager=conformance{query}"),
+            "application/apply-patch+yaml",
+            &applied,
+        )
+        .await;
+        assert_eq!(code, 500, "{status}");
+        assert_eq!(
+            status["message"],
+            // The field manager names the first undeclared field of a map and looks no further
+            // into that map (so not into `module`).
+            format!(
+                "failed to create typed patch object ({NS}/applied; infrastructure.cluster.x-k8s.io/v1alpha1, Kind=TerraformCluster): .spec.drfit: field not declared in schema"
+            ),
+        );
+        assert!(status.get("reason").is_none(), "{status}");
+    }
+    assert_eq!(api_error("the refused apply", api.get("applied").await).0, 404);
+}
+on_both!(unknown_fields_are_dropped_with_a_warning_or_refused_as_field_validation_asks);
 
 /// Schema defaults are filled in (`status.consecutiveFailures.*: 0` once the object is
 /// there). The simulator fills in none (documented difference).

@@ -129,7 +129,7 @@ pub async fn main_entry() -> i32 {
             ops::run(&cfg, interrupt, log.clone(), &store).await
         }
     };
-    log.note(&result::summary_line(&result));
+    log.note(&result.summary_line());
     if let Err(e) = result::write_termination_log(&termination_log, &result) {
         log.note(&e.to_string());
     }

@@ -5,7 +5,7 @@
 
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
-use captf_shared::protocol::{PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
+use captf_shared::protocol::{DRIFT_FOUND_MESSAGE, NO_DRIFT_MESSAGE, PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
 use captf_shared::{keys, names};
 
 use crate::config::Config;
@@ -289,8 +289,8 @@ impl<S: OutputsStore> Steps<'_, S> {
     async fn drift(&self) -> Result<RunnerResult, RunnerResult> {
         let f = self.exec(Phase::Drift, self.cmd.drift(), Stdout::Stream).await?;
         let (drift, message) = match f.code() {
-            Some(0) => (false, "no drift: the infrastructure matches the configuration"),
-            Some(2) => (true, "drift found: the plan has changes"),
+            Some(0) => (false, NO_DRIFT_MESSAGE),
+            Some(2) => (true, DRIFT_FOUND_MESSAGE),
             _ => return Err(self.command_failed(Phase::Drift, "plan", &f)),
         };
         let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, message);

@@ -1,5 +1,5 @@
-//! Reporting the one result: the termination log (≤ 4096 bytes, always valid JSON) and a
-//! summary line in the Job's log (docs/runner.md).
+//! Reporting the one result: the termination log (≤ 4096 bytes, always valid JSON); the summary
+//! line in the Job's log is `RunnerResult::summary_line` (docs/runner.md).
 
 use std::path::{Path, PathBuf};
 
@@ -17,23 +17,6 @@ pub fn write_termination_log(path: &Path, result: &RunnerResult) -> Result<(), R
         path: path.to_path_buf(),
         source,
     })
-}
-
-/// The last line of the Job's log. Carries no outputs (they may be large; sensitive ones are
-/// never in the result anyway).
-pub fn summary_line(result: &RunnerResult) -> String {
-    let mut line = format!("result {} in phase {}", result.result, result.phase);
-    if let Some(hash) = &result.plan_hash {
-        line.push_str(&format!(" (plan {hash})"));
-    }
-    if let Some(drift) = result.drift {
-        line.push_str(&format!(" drift={drift}"));
-    }
-    if result.outputs_in_secret {
-        line.push_str(" (outputs in the outputs Secret)");
-    }
-    line.push_str(&format!(": {}", result.message));
-    line
 }
 
 #[cfg(test)]
@@ -67,16 +50,6 @@ mod tests {
         assert!(
             err.to_string()
                 .starts_with("failed to write the result to /nonexistent/dir/log: ")
-        );
-    }
-
-    #[test]
-    fn summary_line_names_result_phase_and_drift() {
-        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, "drift found");
-        r.drift = Some(true);
-        assert_eq!(
-            summary_line(&r),
-            "result succeeded in phase drift drift=true: drift found"
         );
     }
 }

@@ -172,6 +172,11 @@ impl PlanSummary {
     }
 }
 
+/// The message of a drift check that found drift (`plan -detailed-exitcode` exited 2).
+pub const DRIFT_FOUND_MESSAGE: &str = "drift found: the plan has changes";
+/// The message of a drift check that found none (`plan -detailed-exitcode` exited 0).
+pub const NO_DRIFT_MESSAGE: &str = "no drift: the infrastructure matches the configuration";
+
 /// The runner's one result, written to the termination log.
 #[derive(Serialize, Deserialize, Clone, Debug, PartialEq)]
 #[serde(rename_all = "camelCase")]
@@ -282,6 +287,28 @@ impl RunnerResult {
         self.result.exit_code()
     }
 
+    /// The last line of the runner's log (after `captf-runner: `), which the simulator's scripted
+    /// runners end their logs with too: the result, its phase, the plan hash, whether a drift
+    /// check found drift and the message (`result succeeded in phase drift drift=true: drift
+    /// found: the plan has changes`). Carries no outputs (they may be large; sensitive ones are
+    /// never in the result anyway).
+    pub fn summary_line(&self) -> String {
+        let mut line = format!("result {} in phase {}", self.result, self.phase);
+        if let Some(hash) = &self.plan_hash {
+            line.push_str(&format!(" (plan {hash})"));
+        }
+        if let Some(drift) = self.drift {
+            line.push_str(&format!(" drift={drift}"));
+        }
+        if self.outputs_in_secret {
+            line.push_str(" (outputs in the outputs Secret)");
+        }
+        if !self.message.is_empty() {
+            line.push_str(&format!(": {}", self.message));
+        }
+        line
+    }
+
     /// Parse a termination message.
     pub fn parse(text: &str) -> Result<Self, ParseResultError> {
         Ok(serde_json::from_str(text.trim())?)
@@ -352,6 +379,31 @@ mod tests {
     use super::*;
     use proptest::prelude::*;
     use serde_json::json;
+
+    #[test]
+    fn the_summary_line_names_result_phase_plan_and_drift() {
+        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, DRIFT_FOUND_MESSAGE);
+        r.drift = Some(true);
+        assert_eq!(
+            r.summary_line(),
+            "result succeeded in phase drift drift=true: drift found: the plan has changes"
+        );
+        let mut blocked = RunnerResult::new(
+            RunResult::Blocked,
+            Phase::Guard,
+            "the plan deletes or replaces resources",
+        );
+        blocked.plan_hash = Some("abc123".into());
+        assert_eq!(
+            blocked.summary_line(),
+            "result blocked in phase guard (plan abc123): the plan deletes or replaces resources"
+        );
+        // No message, no colon.
+        assert_eq!(
+            RunnerResult::new(RunResult::Succeeded, Phase::Apply, "").summary_line(),
+            "result succeeded in phase apply"
+        );
+    }
 
     #[test]
     fn exit_codes_of_the_protocol() {

@@ -112,9 +112,15 @@ fn hooks(world: &World, a: &Attributes) -> Vec<Hook> {
 }
 
 tokio::task_local! {
-    /// The warnings the webhooks gave while the current request was served: the server sends
-    /// them as `Warning: 299 - "<text>"` headers, as kube-apiserver does, and kubectl prints them.
+    /// The warnings of the request being served (the webhooks', and its custom resource's unknown
+    /// fields): the server sends them as `Warning: 299 - "<text>"` headers, as kube-apiserver
+    /// does, and kubectl prints them.
     pub static WARNINGS: std::cell::RefCell<Vec<String>>;
+}
+
+/// Adds warnings to the current request's [`WARNINGS`] (none outside a request).
+pub fn warn(texts: impl IntoIterator<Item = String>) {
+    let _ = WARNINGS.try_with(|w| w.borrow_mut().extend(texts));
 }
 
 /// Run the admission chain. Returns the (possibly mutated) object. The webhooks' warnings go to
@@ -151,8 +157,7 @@ pub async fn admit(
         };
         let resp = &answer["response"];
         if let Some(warnings) = resp.get("warnings").and_then(Value::as_array) {
-            let texts = warnings.iter().filter_map(Value::as_str).map(str::to_string);
-            let _ = WARNINGS.try_with(|w| w.borrow_mut().extend(texts));
+            warn(warnings.iter().filter_map(Value::as_str).map(str::to_string));
         }
         if resp.get("allowed").and_then(Value::as_bool) != Some(true) {
             return Err(denied(&hook.name, resp.get("status")));

@@ -94,6 +94,12 @@ impl ApiError {
             "reason": self.reason,
             "code": self.code,
         });
+        if self.reason.is_empty()
+            && let Some(o) = s.as_object_mut()
+        {
+            // kube-apiserver's Status of an error it has no reason for (StatusReasonUnknown).
+            o.remove("reason");
+        }
         if let Some(d) = &self.details {
             s["details"] = d.clone();
         }

@@ -555,10 +555,10 @@ impl World {
                     }
                 } else {
                     self.release_lock(&r);
-                    let mut result = RunnerResult::new(RunResult::Succeeded, phase, "");
-                    if r.op == Some(Op::Drift) {
-                        result.drift = Some(drift);
-                    }
+                    let mut result = match r.op {
+                        Some(Op::Drift) => crate::runner::drift_result(drift),
+                        _ => RunnerResult::new(RunResult::Succeeded, phase, ""),
+                    };
                     if !outputs.is_empty() && matches!(r.op, Some(Op::Apply) | Some(Op::Refresh) | None) {
                         result.outputs = Some(outputs);
                     }
@@ -965,8 +965,10 @@ impl World {
 }
 
 /// The log of a runner pod as `GET pods/<name>/log` serves it: the text a test gave the pod, or
-/// else lines made from the pod itself (its Job and op, and the runner's result once it ended),
-/// in the shape of the real runner's `captf-runner:` notes.
+/// else lines made from the pod itself (its Job and op, and once it ended the plan and the
+/// runner's result), in the shape of the real runner's `captf-runner:` notes: the last line is
+/// the real runner's own summary of its result (`RunnerResult::summary_line`), so a drift check
+/// that found drift says so.
 pub fn pod_log(given: Option<&str>, pod: &Value) -> String {
     if let Some(text) = given {
         return text.to_string();
@@ -994,10 +996,7 @@ pub fn pod_log(given: Option<&str>, pod: &Value) -> String {
                 s.add, s.change, s.destroy, s.replace
             ));
         }
-        if !r.message.is_empty() {
-            out.push_str(&format!("captf-runner: {}\n", r.message));
-        }
-        out.push_str(&format!("captf-runner: result {} (phase {})\n", r.result, r.phase));
+        out.push_str(&format!("captf-runner: {}\n", r.summary_line()));
     }
     out
 }

@@ -30,6 +30,7 @@
 //! | [`auth`] | ServiceAccount tokens and who a request comes from |
 //! | [`resources`] | built-in resources and CRDs |
 //! | [`paging`] | paged lists (`limit` and `continue`) from one snapshot |
+//! | [`pruning`] | unknown fields of custom resources: pruning, `fieldValidation`, apply's check |
 //! | [`selectors`] | label and field selectors |
 //! | [`table`] | Table responses for `kubectl get` (printer columns) |
 //! | [`error`] | Kubernetes `Status` errors |
@@ -46,6 +47,7 @@ pub mod kubelet;
 pub mod paging;
 pub mod process_kubelet;
 pub mod protobuf;
+pub mod pruning;
 pub mod rbac;
 pub mod resources;
 pub mod runner;

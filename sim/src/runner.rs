@@ -24,6 +24,18 @@ use serde_json::Value;
 /// How long a scripted runner takes unless told otherwise (simulated time).
 pub const DEFAULT_RUN_DURATION: Duration = Duration::from_secs(30);
 
+/// The result of a drift check that succeeded, as the real runner words it.
+pub fn drift_result(drift: bool) -> RunnerResult {
+    let message = if drift {
+        captf_shared::protocol::DRIFT_FOUND_MESSAGE
+    } else {
+        captf_shared::protocol::NO_DRIFT_MESSAGE
+    };
+    let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, message);
+    r.drift = Some(drift);
+    r
+}
+
 /// What the runner does.
 #[derive(Clone, Debug, PartialEq)]
 pub enum RunnerAction {
@@ -106,11 +118,9 @@ impl RunnerScript {
         Self::new(RunnerAction::Finish(r))
     }
 
-    /// A drift check that succeeds and reports `drift`.
+    /// A drift check that succeeds and reports `drift`, with the real runner's message.
     pub fn drift(drift: bool) -> Self {
-        let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Drift, "");
-        r.drift = Some(drift);
-        Self::new(RunnerAction::Finish(r))
+        Self::new(RunnerAction::Finish(drift_result(drift)))
     }
 
     /// Fail (exit 1) in the phase of the Job's op.

@@ -19,6 +19,7 @@ use crate::activity::WatchProgress;
 use crate::admission::{Attributes, Services, admit};
 use crate::error::ApiError;
 use crate::faults::{Faults, Verb};
+use crate::pruning::{FieldValidation, UnknownFields};
 use crate::resources::ResourceDef;
 use crate::selectors::{FieldSelector, LabelSelector};
 use crate::store::{DeleteOpts, Propagation, Sub, WatchEvent, World, child, set};
@@ -111,7 +112,7 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
             error_response(&e)
         }
     };
-    for w in warnings {
+    for w in warning_texts(warnings) {
         if let Ok(v) = axum::http::HeaderValue::from_str(&warning_header(&w)) {
             response.headers_mut().append(header::WARNING, v);
         }
@@ -123,6 +124,56 @@ async fn handle(State(sh): State<Arc<Shared>>, method: Method, uri: Uri, headers
 /// (backslashes and quotes escaped).
 fn warning_header(text: &str) -> String {
     format!("299 - \"{}\"", text.replace('\\', "\\\\").replace('"', "\\\""))
+}
+
+/// At most this many `Warning` headers: a kube-rs client over HTTP/1.1 (hyper) refuses a
+/// response with more than 100 headers, which kube-apiserver's 4 KiB could pass.
+const MAX_WARNINGS: usize = 64;
+
+/// The warnings a response carries: those kube-apiserver's recorder would write
+/// ([`recorded_warnings`]), at most [`MAX_WARNINGS`], the last then counting the others.
+fn warning_texts(texts: Vec<String>) -> Vec<String> {
+    let mut out = recorded_warnings(texts);
+    if out.len() > MAX_WARNINGS {
+        let more = out.len() - (MAX_WARNINGS - 1);
+        out.truncate(MAX_WARNINGS - 1);
+        out.push(format!("and {more} more warnings"));
+    }
+    out
+}
+
+/// kube-apiserver's warning recorder: each text once, in order, as long as all of them come to
+/// at most 4096 characters; past that every text is cut to 256 characters and no more are added
+/// once 4096 are written.
+fn recorded_warnings(texts: Vec<String>) -> Vec<String> {
+    const TOTAL: usize = 4096;
+    const ITEM: usize = 256;
+    let cut = |t: &str| -> String { t.chars().take(ITEM).collect() };
+    let mut seen = std::collections::HashSet::new();
+    let mut recorded: Vec<String> = Vec::new();
+    let mut out: Vec<String> = Vec::new();
+    let (mut written, mut truncating) = (0usize, false);
+    for text in texts {
+        if truncating && written >= TOTAL {
+            break;
+        }
+        if text.is_empty() || !seen.insert(text.clone()) {
+            continue;
+        }
+        recorded.push(text.clone());
+        let text = if truncating { cut(&text) } else { text };
+        let n = text.chars().count();
+        if truncating || written + n <= TOTAL {
+            written += n;
+            out.push(text);
+            continue;
+        }
+        // Over the limit: start again with every text so far cut.
+        truncating = true;
+        out = recorded.iter().map(|t| cut(t)).collect();
+        written = out.iter().map(|t| t.chars().count()).sum();
+    }
+    out
 }
 
 fn events_body_to_core(headers: &HeaderMap, body: Bytes) -> Bytes {
@@ -376,8 +427,9 @@ async fn handle_inner(
                     "the server could not find the requested resource",
                 ));
             }
-            let obj = parse_body(&body, headers)?;
-            let mut obj = obj;
+            let validation = FieldValidation::parse(query.get("fieldValidation").map(String::as_str), "CreateOptions")?;
+            let mut obj = parse_body(&body, headers)?;
+            prune_request(&t.def, &mut obj, validation, |u| cannot_be_handled(&t.def, u))?;
             if obj.pointer("/metadata/namespace").is_none() && t.def.namespaced {
                 set(child(&mut obj, "metadata"), "namespace", json!(ns));
             }
@@ -396,7 +448,8 @@ async fn handle_inner(
                 object: Some(obj.clone()),
                 old_object: None,
             };
-            let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+            let mut obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+            prune_silently(&t.def, &mut obj);
             crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &obj)?;
             if query.get("dryRun").is_some_and(|d| d == "All") {
                 return Ok(json_response(201, &obj));
@@ -406,7 +459,9 @@ async fn handle_inner(
         }
         Verb::Update => {
             let name = t.name.clone().unwrap_or_default();
-            let new = parse_body(&body, headers)?;
+            let validation = FieldValidation::parse(query.get("fieldValidation").map(String::as_str), "UpdateOptions")?;
+            let mut new = parse_body(&body, headers)?;
+            prune_request(&t.def, &mut new, validation, |u| cannot_be_handled(&t.def, u))?;
             let sub = if t.sub.is_some() { Sub::Status } else { Sub::Main };
             let old = sh.lock()?.get(&t.def, &ns, &name)?;
             let new = admit_update(sh, &t, &ns, &name, new, old).await?;
@@ -466,7 +521,61 @@ async fn admit_update(
         object: Some(new.clone()),
         old_object: Some(old),
     };
-    Ok(admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(new))
+    let mut new = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(new);
+    prune_silently(&t.def, &mut new);
+    Ok(new)
+}
+
+/// A custom resource's request body pruned by its CRD's schema, its unknown fields reported as
+/// the request asks: a warning each (`Warn`), or the write refused with `refusal` (`Strict`).
+/// Other resources are left as they are (the simulator has no schemas of built-in kinds).
+fn prune_request(
+    def: &ResourceDef,
+    obj: &mut Value,
+    validation: FieldValidation,
+    refusal: impl FnOnce(&UnknownFields) -> ApiError,
+) -> Result<(), ApiError> {
+    let Some(schema) = def.schema.as_deref() else {
+        return Ok(());
+    };
+    let unknown = crate::pruning::prune(schema, obj);
+    match validation {
+        _ if unknown.is_empty() => Ok(()),
+        FieldValidation::Strict => Err(refusal(&unknown)),
+        FieldValidation::Warn => {
+            crate::admission::warn(unknown.warnings());
+            Ok(())
+        }
+        FieldValidation::Ignore => Ok(()),
+    }
+}
+
+/// What a mutating webhook added that the schema does not declare is dropped without a word, as
+/// kube-apiserver drops it.
+fn prune_silently(def: &ResourceDef, obj: &mut Value) {
+    if let Some(schema) = def.schema.as_deref() {
+        crate::pruning::prune(schema, obj);
+    }
+}
+
+/// kube-apiserver's refusal of a create or update body with unknown fields under
+/// `fieldValidation=Strict`: its decoder's 400.
+fn cannot_be_handled(def: &ResourceDef, unknown: &UnknownFields) -> ApiError {
+    ApiError::bad_request(format!(
+        "{kind} in version {version:?} cannot be handled as a {kind}: {}",
+        unknown.strict_error(),
+        kind = def.kind,
+        version = def.version,
+    ))
+}
+
+/// kube-apiserver's refusal of a patch whose result has unknown fields under
+/// `fieldValidation=Strict`: a 422 on the field `patch`, showing the patched object.
+fn patch_refused(patched: &str, unknown: &UnknownFields) -> ApiError {
+    let cause = format!("Invalid value: {patched:?}: {}", unknown.strict_error());
+    let mut e = ApiError::new(422, "Invalid", format!(" \"\" is invalid: patch: {cause}"));
+    e.details = Some(json!({"causes": [{"reason": "FieldValueInvalid", "message": cause, "field": "patch"}]}));
+    e
 }
 
 fn parse_body(body: &Bytes, headers: &HeaderMap) -> Result<Value, ApiError> {
@@ -813,6 +922,7 @@ async fn patch(
         .trim()
         .to_string();
     let sub = if t.sub.is_some() { Sub::Status } else { Sub::Main };
+    let validation = FieldValidation::parse(query.get("fieldValidation").map(String::as_str), "PatchOptions")?;
     let is_apply = ct == "application/apply-patch+yaml";
     if is_apply && query.get("fieldManager").is_none_or(|m| m.is_empty()) {
         return Err(ApiError::bad_request(
@@ -843,6 +953,14 @@ async fn patch(
             ));
         }
     };
+    if is_apply && let Some(schema) = t.def.schema.as_deref() {
+        // The field manager types the patch by the schema before anything else: an undeclared
+        // field is refused whatever `fieldValidation` says.
+        let undeclared = crate::pruning::apply_errors(schema, &patch_value);
+        if !undeclared.is_empty() {
+            return Err(crate::pruning::apply_error(&t.def, &patch_value, &undeclared));
+        }
+    }
     for _ in 0..10 {
         let got = sh.lock()?.get(&t.def, ns, &name);
         let old = match got {
@@ -864,7 +982,8 @@ async fn patch(
                     object: Some(obj.clone()),
                     old_object: None,
                 };
-                let obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+                let mut obj = admit(&sh.world, &sh.services, attrs, uid).await?.unwrap_or(obj);
+                prune_silently(&t.def, &mut obj);
                 crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &obj)?;
                 return Ok(json_response(201, &sh.lock()?.create_collected(&t.def, ns, obj)?));
             }
@@ -883,6 +1002,16 @@ async fn patch(
             })?;
         } else {
             json_patch::merge(&mut new, &patch_value);
+        }
+        if is_apply {
+            prune_silently(&t.def, &mut new);
+        } else {
+            // The patched object is decoded as a create's body is: unknown fields (the patch's:
+            // the stored object has none) are dropped and reported.
+            let shown = (validation == FieldValidation::Strict && t.def.schema.is_some()).then(|| new.to_string());
+            prune_request(&t.def, &mut new, validation, |u| {
+                patch_refused(shown.as_deref().unwrap_or_default(), u)
+            })?;
         }
         let new = admit_update(sh, t, ns, &name, new, old).await?;
         crate::auth::check_escalation(&*sh.lock()?, caller, &t.def, t.ns.as_deref(), &new)?;
@@ -1086,4 +1215,49 @@ fn pod_log(
     let given = w.kubelet.logs.get(&(ns.to_string(), name.to_string()));
     let text = crate::kubelet::pod_log(given.map(String::as_str), pod);
     Ok((StatusCode::OK, [(header::CONTENT_TYPE, "text/plain")], text).into_response())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn unknown(i: usize) -> String {
+        format!("unknown field \"spec.bare.field{i:03}\"")
+    }
+
+    #[test]
+    fn warnings_are_recorded_once_each_up_to_four_kibibytes_as_kube_apiserver_does() {
+        let texts = vec!["a".to_string(), "b".into(), "a".into(), String::new(), "c".into()];
+        assert_eq!(recorded_warnings(texts), ["a", "b", "c"]);
+        // 300 warnings of 34 characters: kube-apiserver v1.36 sent the first 121.
+        let many: Vec<String> = (0..300).map(unknown).collect();
+        let recorded = recorded_warnings(many);
+        assert_eq!(recorded.len(), 121);
+        assert_eq!(recorded[120], unknown(120));
+    }
+
+    #[test]
+    fn a_warning_past_the_limit_is_cut_to_256_characters() {
+        let long = "x".repeat(10_000);
+        assert_eq!(
+            recorded_warnings(vec!["short".into(), long]),
+            ["short".to_string(), "x".repeat(256)]
+        );
+        let wide = "é".repeat(5000);
+        assert_eq!(recorded_warnings(vec![wide])[0].chars().count(), 256);
+    }
+
+    #[test]
+    fn a_response_carries_at_most_64_warnings_the_last_counting_the_others() {
+        let texts = warning_texts((0..300).map(unknown).collect());
+        assert_eq!(texts.len(), MAX_WARNINGS);
+        assert_eq!(texts[MAX_WARNINGS - 2], unknown(62));
+        assert_eq!(texts[MAX_WARNINGS - 1], "and 58 more warnings");
+        assert_eq!(warning_texts((0..64).map(unknown).collect()).len(), 64);
+    }
+
+    #[test]
+    fn warning_headers_quote_the_text() {
+        assert_eq!(warning_header(r#"a "b" \c"#), r#"299 - "a \"b\" \\c""#);
+    }
 }

@@ -37,7 +37,11 @@ async fn review(req: Request<Incoming>, calls: Arc<AtomicUsize>) -> Result<Respo
     let obj = &request["object"];
     let response = match path.as_str() {
         "/mutate" => {
-            let patch = json!([{"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}}]);
+            // The second op adds a field the CRD's schema does not declare.
+            let patch = json!([
+                {"op": "add", "path": "/metadata/labels", "value": {"mutated": "yes"}},
+                {"op": "add", "path": "/spec/addedByTheWebhook", "value": true},
+            ]);
             json!({"uid": uid, "allowed": true, "patchType": "JSONPatch", "patch": B64.encode(patch.to_string())})
         }
         _ if request["operation"] == "DELETE" => json!({"uid": uid, "allowed": true}),
@@ -174,6 +178,13 @@ async fn webhooks_are_called_over_tls_mutate_and_reject_with_the_webhooks_messag
         "yes",
         "the mutating webhook's JSON patch was applied"
     );
+    // What it added that the schema does not declare is dropped, as kube-apiserver drops it (no
+    // warning: `a_webhooks_warnings_reach_the_client_…` counts them).
+    assert!(made.data["spec"].get("addedByTheWebhook").is_none(), "{:?}", made.data);
+    let stored = sim
+        .get("infrastructure.cluster.x-k8s.io/terraformclusters", "default", "good")
+        .unwrap();
+    assert!(stored["spec"].get("addedByTheWebhook").is_none(), "{stored}");
     assert_eq!(wh.calls.load(Ordering::SeqCst), 2);
 
     let err = match api

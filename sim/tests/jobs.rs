@@ -273,6 +273,32 @@ async fn blocked_and_plan_changed_results_carry_the_plan_hash_and_summary() {
     }
 }
 
+/// A scripted drift check ends its log as the real runner does, with its summary line: one
+/// that found drift says so (the controller's Event is `DriftFound`), one that found none says
+/// that. The realistic runner's drift checks word it the same.
+#[tokio::test]
+async fn a_scripted_drift_checks_log_says_whether_it_found_drift_as_the_real_runner_does() {
+    let e = env().await;
+    e.sim.script(JobMatch::any(), RunnerScript::drift(true));
+    e.sim.script(JobMatch::any(), RunnerScript::drift(false));
+    let found = "captf-runner: result succeeded in phase drift drift=true: drift found: the plan has changes\n";
+    let none = "captf-runner: result succeeded in phase drift drift=false: no drift: the infrastructure matches the configuration\n";
+    for (name, last) in [("tc-a-drift-1", found), ("tc-a-drift-2", none), ("tc-a-drift-3", none)] {
+        let pod = e.start(&job(name, Op::Drift, 3600, &[])).await;
+        let pod_name = pod.metadata.name.clone().unwrap();
+        e.sim.advance(Duration::from_secs(30));
+        let log = e.pods.logs(&pod_name, &Default::default()).await.unwrap();
+        assert!(
+            log.starts_with(&format!("captf-runner: drift of Job {name} (simulated runner)\n")),
+            "{log}"
+        );
+        assert!(log.ends_with(last), "{name}: {log}");
+        assert!(!log.contains("result succeeded (phase"), "{log}");
+        let r = RunnerResult::parse(terminated(&e.pod(&pod).await).message.as_deref().unwrap()).unwrap();
+        assert_eq!(r.drift, Some(last == found), "{name}");
+    }
+}
+
 #[tokio::test]
 async fn a_pods_log_is_the_runners_notes_or_the_text_a_test_gave_it_and_previous_is_a_400() {
     let e = env().await;
@@ -292,7 +318,12 @@ async fn a_pods_log_is_the_runners_notes_or_the_text_a_test_gave_it_and_previous
         log.contains("captf-runner: plan abc123: 0 to add, 1 to change, 1 to destroy, 0 to replace"),
         "{log}"
     );
-    assert!(log.contains("captf-runner: result blocked (phase guard)"), "{log}");
+    assert!(
+        log.ends_with(
+            "captf-runner: result blocked in phase guard (plan abc123): the plan deletes or replaces resources\n"
+        ),
+        "{log}"
+    );
     e.sim
         .set_pod_log("default", &name, "  # null_resource.a will be destroyed\n");
     let log = e.pods.logs(&name, &Default::default()).await.unwrap();

@@ -353,3 +353,141 @@ async fn kubectl_get_events_and_describe_read_the_controllers_events() {
     assert_eq!(failed[3], "captf.io/controller", "{out}");
     assert!(events.contains("Error: the cloud API said no"), "{out}");
 }
+
+/// A TerraformCluster with two typos, as a person writes one.
+const TC_WITH_TYPOS: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+kind: TerraformCluster
+metadata:
+  name: typo
+  namespace: default
+spec:
+  module:
+    source: git::https://example.com/modules/cluster.git
+    vesion: 1.2.0
+  drfit:
+    enabled: true
+"#;
+
+/// kubectl validates strictly unless told otherwise (it finds the `fieldValidation` parameter in
+/// the simulator's OpenAPI), so a typo is refused with the server's message; `--validate=warn`
+/// creates the object without the unknown fields and prints a warning each; server-side apply
+/// refuses them whatever. The messages are kube-apiserver v1.36's for the same file.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_refuses_unknown_fields_unless_told_to_warn_and_then_drops_them() {
+    if kubectl_or_skip().is_none() {
+        return;
+    }
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(!ok, "{out}");
+    assert_eq!(
+        err.trim(),
+        "Error from server (BadRequest): error when creating \"STDIN\": TerraformCluster in version \"v1alpha1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"spec.drfit\", unknown field \"spec.module.vesion\""
+    );
+    assert!(
+        sim.get("infrastructure.cluster.x-k8s.io/terraformclusters", "default", "typo")
+            .is_none()
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "--server-side", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(!ok, "{out}");
+    assert_eq!(
+        err.trim(),
+        "Error from server: failed to create typed patch object (default/typo; infrastructure.cluster.x-k8s.io/v1alpha1, Kind=TerraformCluster): .spec.drfit: field not declared in schema"
+    );
+
+    let (ok, out, err) = kubectl(&kc, &["apply", "--validate=warn", "-f", "-"], Some(TC_WITH_TYPOS)).await;
+    assert!(ok, "{out}{err}");
+    assert_eq!(
+        out.trim(),
+        "terraformcluster.infrastructure.cluster.x-k8s.io/typo created"
+    );
+    assert_eq!(
+        err.lines().collect::<Vec<_>>(),
+        [
+            "Warning: unknown field \"spec.drfit\"",
+            "Warning: unknown field \"spec.module.vesion\""
+        ]
+    );
+    let (ok, out, err) = kubectl(&kc, &["get", "tfc", "typo", "-o", "jsonpath={.spec}"], None).await;
+    assert!(ok, "{err}");
+    let spec: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        spec,
+        serde_json::json!({"module": {"source": "git::https://example.com/modules/cluster.git"}})
+    );
+}
+
+/// kubectl describe ages an Event by its `eventTime`, and a repeated one by its `series`, from
+/// the machine's clock: an Event written through events.k8s.io/v1 as the controller and
+/// kube-rs's recorder write them (`eventTime`, `series`, no deprecated timestamps) reads as on a
+/// cluster while the simulated clock is at the wall clock. The core/v1 view has no
+/// `firstTimestamp` or `count`, as kube-apiserver's has none (conformance suite,
+/// `events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1`).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kubectl_describe_ages_an_event_by_its_event_time_and_a_repeated_one_by_its_series() {
+    if kubectl_or_skip().is_none() {
+        return;
+    }
+    let sim = Sim::start().await.unwrap();
+    let dir = tempfile::tempdir().unwrap();
+    let kc = dir.path().join("kubeconfig");
+    sim.write_kubeconfig(&kc).unwrap();
+    let (ok, out, err) = kubectl(&kc, &["apply", "-f", "-"], Some(TC)).await;
+    assert!(ok, "apply failed: {out}{err}");
+    let (_, uid, _) = kubectl(&kc, &["get", "tfc", "prod-eu", "-o", "jsonpath={.metadata.uid}"], None).await;
+    let at = |ago: i64| {
+        (sim.now() - jiff::SignedDuration::from_secs(ago))
+            .strftime("%Y-%m-%dT%H:%M:%S.%6fZ")
+            .to_string()
+    };
+    let mut repeated = controller_event("prod-eu", &uid, "StateLocked", "the state is locked", &at(300));
+    repeated["series"] = serde_json::json!({"count": 3, "lastObservedTime": at(60)});
+    let api: kube::Api<kube::api::DynamicObject> = kube::Api::namespaced_with(
+        sim.client().unwrap(),
+        "default",
+        &kube::discovery::ApiResource::from_gvk_with_plural(
+            &kube::core::GroupVersionKind::gvk("events.k8s.io", "v1", "Event"),
+            "events",
+        ),
+    );
+    for ev in [
+        controller_event(
+            "prod-eu",
+            &uid,
+            "JobStarted",
+            "started Job tc-prod-eu-apply-1",
+            &at(120),
+        ),
+        repeated,
+    ] {
+        let ev: kube::api::DynamicObject = serde_json::from_value(ev).unwrap();
+        api.create(&Default::default(), &ev).await.unwrap();
+    }
+
+    let (ok, out, err) = kubectl(&kc, &["describe", "terraformcluster/prod-eu"], None).await;
+    assert!(ok, "{err}");
+    let events = out
+        .split_once("Events:")
+        .map(|(_, e)| e)
+        .unwrap_or_else(|| panic!("{out}"));
+    assert!(!events.contains("<invalid>") && !events.contains("<unknown>"), "{out}");
+    let row = |reason: &str| -> Vec<String> {
+        events
+            .lines()
+            .map(|l| l.split_whitespace().map(String::from).collect::<Vec<_>>())
+            .find(|r| r.get(1).map(String::as_str) == Some(reason))
+            .unwrap_or_else(|| panic!("no {reason} in {out}"))
+    };
+    // kubectl's clock moves on while the test runs: a second or two more is as right.
+    let started = row("JobStarted");
+    assert!(["2m", "2m1s", "2m2s"].contains(&started[2].as_str()), "{out}");
+    let locked = row("StateLocked");
+    assert!(["60s", "61s", "62s"].contains(&locked[2].as_str()), "{out}");
+    assert_eq!(locked[3..5], ["(x3", "over"], "{out}");
+    assert!(["5m)", "5m1s)", "5m2s)"].contains(&locked[5].as_str()), "{out}");
+}
