@@ -455,7 +455,7 @@ async fn logs_shows_the_newest_jobs_runner_log_and_previous_the_one_before() -> 
     let previous = env
         .captf(&["logs", "tfc/logged", "--op", "apply", "--previous"])
         .await?;
-    assert!(previous.stdout.contains("captf-runner: Error: boom"), "{previous:?}");
+    assert!(previous.stdout.contains("Error: boom"), "{previous:?}");
     assert!(previous.stdout.contains("result failed"), "{previous:?}");
     let err = env.captf(&["logs", "tfc/logged", "--op", "drift"]).await.unwrap_err();
     assert!(err.to_string().contains("has no drift Job"), "{err}");
