@@ -27,7 +27,7 @@ pub const TC: &str = "infrastructure.cluster.x-k8s.io/terraformclusters";
 pub const T0: &str = "2026-01-01T00:00:00Z";
 /// How long a test waits for the controller or a child process to react (wall time; it
 /// usually takes milliseconds).
-pub const WAIT: Duration = Duration::from_secs(20);
+pub const WAIT: Duration = Duration::from_secs(60);
 
 fn args() -> RunArgs {
     RunArgs::from_flags([
