@@ -230,8 +230,8 @@ async fn tree_watch_prints_again_when_a_member_comes_and_its_job_ends() -> Resul
     env.until_job(Kind::TerraformMachinePool, "p", Op::Apply, 1).await?;
     // The pool's Job in a new rendering, running or, on a loaded machine, already ended (a
     // realistic runner may finish between two renderings, so "running" alone can be missed).
-    let prefix = format!("name: {}-p-", Kind::TerraformMachinePool.short());
-    plugin.until_line("the pool's Job", |l| l.trim().starts_with(&prefix))?;
+    let job = names::job_name(Kind::TerraformMachinePool, NS, "p", Op::Apply, 1);
+    plugin.until_line("the pool's Job", |l| l.contains(&job))?;
     Ok(())
 }
 

@@ -169,7 +169,10 @@ async fn the_controller_under_the_charts_rbac_and_admission_policy_starts_a_firs
         text
     };
     let explain = captf(&["explain", &format!("tfc/{OBJECT}")]);
-    assert!(explain.contains(&format!("Running:      Job {active}")), "{explain}");
+    assert!(
+        explain.contains(&format!("Running:      apply Job {active} running since ")),
+        "{explain}"
+    );
     let events = wait_for("the JobStarted Event through kubectl captf events", || {
         let text = captf(&["events", &format!("tfc/{OBJECT}")]);
         async move { text.contains("JobStarted").then_some(text) }
