@@ -301,6 +301,23 @@ fn an_age_is_read_as_kubectl_prints_it() {
     assert!(!aged("4m59s", 300) && !aged("6m", 300) && !aged("<invalid>", 60) && !aged("5h", 300));
 }
 
+/// Create one events.k8s.io/v1 Event, as the controller's recorder does.
+async fn create_event(api: &kube::Api<kube::api::DynamicObject>, ev: serde_json::Value) {
+    let ev: kube::api::DynamicObject = serde_json::from_value(ev).unwrap();
+    api.create(&Default::default(), &ev).await.unwrap();
+}
+
+/// `kubectl describe terraformcluster/prod-eu`: all it printed, and its Events section.
+async fn describe_events(kc: &Path) -> (String, String) {
+    let (ok, out, err) = kubectl(kc, &["describe", "terraformcluster/prod-eu"], None).await;
+    assert!(ok, "{err}");
+    let events = out
+        .split_once("Events:")
+        .map(|(_, e)| e.to_string())
+        .unwrap_or_else(|| panic!("{out}"));
+    (out, events)
+}
+
 /// The simulator's time `ago` seconds back, as an Event's `eventTime` is written.
 fn ago_stamp(sim: &Sim, ago: i64) -> String {
     (sim.now() - jiff::SignedDuration::from_secs(ago))
@@ -327,8 +344,7 @@ async fn kubectl_get_events_and_describe_read_the_controllers_events() {
         controller_event("prod-eu", &uid, "JobFailed", "Error: the cloud API said no", &at(300)),
         controller_event("prod-eu", &uid, "JobStarted", "started Job tc-prod-eu-apply-1", &at(60)),
     ] {
-        let ev: kube::api::DynamicObject = serde_json::from_value(ev).unwrap();
-        api.create(&Default::default(), &ev).await.unwrap();
+        create_event(&api, ev).await;
     }
 
     // The core/v1 view carries what kube-apiserver maps, nothing it would not.
@@ -377,12 +393,8 @@ async fn kubectl_get_events_and_describe_read_the_controllers_events() {
     assert!(out.contains("captf.io/controller, captf-controller-0"), "{out}");
 
     // describe finds them by the object's uid and prints them with ages and who reported them.
-    let (ok, out, err) = kubectl(&kc, &["describe", "terraformcluster/prod-eu"], None).await;
-    assert!(ok, "{err}");
-    let events = out
-        .split_once("Events:")
-        .map(|(_, e)| e)
-        .unwrap_or_else(|| panic!("{out}"));
+    let (out, events) = describe_events(&kc).await;
+    let events = events.as_str();
     let rows: Vec<Vec<&str>> = events.lines().map(|l| l.split_whitespace().collect()).collect();
     assert_eq!(rows[1], ["Type", "Reason", "Age", "From", "Message"], "{out}");
     let failed = rows
@@ -494,16 +506,11 @@ async fn kubectl_describe_ages_an_event_by_its_event_time_and_a_repeated_one_by_
         ),
         repeated,
     ] {
-        let ev: kube::api::DynamicObject = serde_json::from_value(ev).unwrap();
-        api.create(&Default::default(), &ev).await.unwrap();
+        create_event(&api, ev).await;
     }
 
-    let (ok, out, err) = kubectl(&kc, &["describe", "terraformcluster/prod-eu"], None).await;
-    assert!(ok, "{err}");
-    let events = out
-        .split_once("Events:")
-        .map(|(_, e)| e)
-        .unwrap_or_else(|| panic!("{out}"));
+    let (out, events) = describe_events(&kc).await;
+    let events = events.as_str();
     assert!(!events.contains("<invalid>") && !events.contains("<unknown>"), "{out}");
     let row = |reason: &str| -> Vec<String> {
         events
