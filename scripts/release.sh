@@ -136,7 +136,10 @@ export CFLAGS_x86_64_unknown_linux_musl="-ffile-prefix-map=$cargo_home=/cargo -f
 export CARGO_PROFILE_RELEASE_STRIP=symbols
 unset CARGO_ENCODED_RUSTFLAGS CARGO_BUILD_RUSTFLAGS
 echo "release: cargo build --release --target $target (controller, webhook, runner)" >&2
-cargo build --release --locked --target "$target" -p captf-controller -p captf-webhook -p captf-runner >&2
+# SOURCE_DATE_EPOCH is fixed for the compilers, not the commit's time: C build scripts (ring's,
+# through the cc crate) watch it, so a new commit would rebuild them and everything above them,
+# and no binary holds a time (a fixed value keeps any C __DATE__ reproducible all the same).
+SOURCE_DATE_EPOCH=0 cargo build --release --locked --target "$target" -p captf-controller -p captf-webhook -p captf-runner >&2
 bin="$CARGO_TARGET_DIR/$target/release"
 for b in captf-controller captf-webhook captf-runner; do
   readelf -l "$bin/$b" | grep -q "Requesting program interpreter" && die "$bin/$b is not static"

@@ -9,6 +9,7 @@ use std::process::Command;
 use std::time::{Duration, Instant};
 
 use captf_demo::lifecycle::STEPS;
+use captf_testsupport::without_test_cargo_env;
 
 fn root() -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR")).join("..")
@@ -26,7 +27,7 @@ fn demo(args: &[&str]) -> String {
 fn demo_with_stderr(args: &[&str]) -> (String, String) {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
     let started = Instant::now();
-    let out = Command::new("./scripts/demo.sh")
+    let out = without_test_cargo_env(&mut Command::new("./scripts/demo.sh"))
         .args(args)
         .current_dir(root())
         .output()
@@ -218,7 +219,7 @@ fn the_demo_runs_its_real_jobs_from_the_released_runner_image() {
 #[test]
 fn a_runner_image_that_is_not_there_stops_the_demo_with_the_reason() {
     let _one = ONE_AT_A_TIME.lock().unwrap_or_else(|p| p.into_inner());
-    let out = Command::new("./scripts/demo.sh")
+    let out = without_test_cargo_env(&mut Command::new("./scripts/demo.sh"))
         .args(["--quiet", "--runner-image", "/nonexistent/runner.oci.tar"])
         .current_dir(root())
         .output()

@@ -10,6 +10,7 @@ use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
+use captf_testsupport::without_test_cargo_env;
 use clap::Parser;
 use kube::api::{Api, DynamicObject, PostParams};
 use kube::core::GroupVersionKind;
@@ -68,7 +69,7 @@ async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_
     let _ = std::fs::remove_file(&kc);
     let dir = tempfile::tempdir().unwrap();
     let words: Vec<&str> = lines[0].split_whitespace().collect();
-    let mut child = Command::new(words[0])
+    let mut child = without_test_cargo_env(&mut Command::new(words[0]))
         .args(&words[1..])
         .current_dir(&root)
         .stdout(Stdio::piped())
@@ -144,7 +145,7 @@ async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_
         lines[1].split_whitespace().collect::<Vec<_>>(),
         ["cargo", "install", "--path", "kubectl-captf"]
     );
-    let built = Command::new(env!("CARGO"))
+    let built = without_test_cargo_env(&mut Command::new(env!("CARGO")))
         .args(["build", "--quiet", "-p", "kubectl-captf", "--bin", "kubectl-captf"])
         .current_dir(&root)
         .status()

@@ -151,6 +151,7 @@ pub fn clean_clone(dest: &Path) {
 /// packages (kept by their SHA-256).
 pub fn release_command(dir: &Path, version: &str) -> Command {
     let mut c = Command::new("bash");
+    captf_testsupport::without_test_cargo_env(&mut c);
     c.current_dir(dir)
         .arg("scripts/release.sh")
         .arg(version)

@@ -28,6 +28,36 @@ pub mod proc_stats;
 
 use std::fmt::Display;
 
+/// Clears from `cmd` the variables cargo sets for a test it runs (`CARGO_MANIFEST_DIR`,
+/// `CARGO_PKG_NAME`, `CARGO_CRATE_NAME`, ...; `scripts/run-tests.py` sets the same; a user's
+/// own settings such as `CARGO_HOME` or `CARGO_TARGET_DIR` stay), for a command that runs cargo
+/// itself (a script such as
+/// `scripts/demo.sh`, or `cargo build`). Build scripts watch some of them (`ring`'s watches
+/// `CARGO_MANIFEST_DIR` and `CARGO_PKG_NAME`): a cargo started with a test's values sees them
+/// changed and rebuilds that crate and everything above it, and the next cargo started without
+/// them rebuilds it all again, minutes each time on a small machine.
+pub fn without_test_cargo_env(cmd: &mut std::process::Command) -> &mut std::process::Command {
+    for (key, _) in std::env::vars_os() {
+        let Some(key) = key.to_str() else { continue };
+        let set_by_cargo = ["CARGO_PKG_", "CARGO_BIN_EXE_", "CARGO_MANIFEST_"]
+            .iter()
+            .any(|p| key.starts_with(p))
+            || [
+                "CARGO_CRATE_NAME",
+                "CARGO_BIN_NAME",
+                "CARGO_PRIMARY_PACKAGE",
+                "CARGO_TARGET_TMPDIR",
+                "CARGO_RUSTC_CURRENT_DIR",
+                "OUT_DIR",
+            ]
+            .contains(&key);
+        if set_by_cargo {
+            cmd.env_remove(key);
+        }
+    }
+    cmd
+}
+
 /// A tool `scripts/setup-tools.sh` installs (`kubectl`, `helm`, ...): in `$CAPTF_TOOLS_BIN`,
 /// else in the workspace's `.tools/bin`; an error naming where it looked and how to install it.
 pub fn installed_tool(name: &str) -> Result<std::path::PathBuf, String> {
@@ -101,6 +131,30 @@ pub fn cannot_run(why: impl Display) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// cargo (and scripts/run-tests.py) runs this test with `CARGO_PKG_NAME` and
+    /// `CARGO_MANIFEST_DIR` set: a command for cargo drops them and keeps the rest.
+    #[test]
+    fn a_command_that_runs_cargo_loses_the_variables_cargo_sets_for_a_test() {
+        for var in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR"] {
+            assert!(std::env::var_os(var).is_some(), "{var} is not set for this test");
+        }
+        let mut cmd = std::process::Command::new("cargo");
+        cmd.env("CARGO_TARGET_DIR", "/somewhere");
+        without_test_cargo_env(&mut cmd);
+        let envs: Vec<(String, Option<String>)> = cmd
+            .get_envs()
+            .map(|(k, v)| (k.to_string_lossy().into(), v.map(|v| v.to_string_lossy().into())))
+            .collect();
+        for var in ["CARGO_PKG_NAME", "CARGO_MANIFEST_DIR"] {
+            assert!(envs.contains(&(var.to_string(), None)), "{var} is kept: {envs:?}");
+        }
+        assert!(
+            envs.contains(&("CARGO_TARGET_DIR".to_string(), Some("/somewhere".to_string()))),
+            "{envs:?}"
+        );
+        assert!(!envs.iter().any(|(k, _)| k == "CARGO_HOME" || k == "PATH"), "{envs:?}");
+    }
 
     #[test]
     fn ci_is_any_value_but_empty_zero_or_false() {
