@@ -872,10 +872,34 @@ fn is_true(o: &Value, kind: &str) -> bool {
     condition(o, kind).is_some_and(|c| c["status"] == "True")
 }
 
+/// One management cluster (`clusterctl init` of both providers with cert-manager, Cluster API's
+/// manager, CAPTF) serves the four checks below in turn: starting one costs about as much as a
+/// check, and none of them needs a cluster of its own. Each check names its objects apart
+/// (`first`, `fleet`, `classy`, `prod` and `topo`). The move tests start their own pairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure() {
+async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_cluster_templates() {
     let _turn = ONE_AT_A_TIME.lock().await;
+    let t = std::time::Instant::now();
     let Some(m) = Management::start().await else { return };
+    eprintln!("the management cluster started in {:.1?}", t.elapsed());
+    // First: it counts the Jobs, which no other check's objects have started yet.
+    let t = std::time::Instant::now();
+    clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m).await;
+    eprintln!("clusterctl init's check in {:.1?}", t.elapsed());
+    let t = std::time::Instant::now();
+    machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three(&m).await;
+    eprintln!("the machines' check in {:.1?}", t.elapsed());
+    let t = std::time::Instant::now();
+    a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out(&m).await;
+    eprintln!("the ClusterClass check in {:.1?}", t.elapsed());
+    let t = std::time::Instant::now();
+    the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(&m).await;
+    eprintln!("the cluster templates' check in {:.1?}", t.elapsed());
+}
+
+async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(
+    m: &Management,
+) {
     assert!(
         m.init_output
             .contains("Your management cluster has been initialized successfully!"),
@@ -925,19 +949,19 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
             "{wanted} issued by cert-manager: {issued:?}"
         );
     }
-    m.create_cluster("prod").await;
+    m.create_cluster("first").await;
 
     // CAPTF applies under the Cluster: Ready, with the endpoint and failure domains of the outputs.
     let infra = m
         .until(
             &common::terraform_clusters(),
-            "prod",
+            "first",
             "Ready with Cluster API's owner",
             |o| {
                 is_true(o, "Ready")
                     && o["metadata"]["ownerReferences"]
                         .as_array()
-                        .is_some_and(|r| r.iter().any(|r| r["kind"] == "Cluster" && r["name"] == "prod"))
+                        .is_some_and(|r| r.iter().any(|r| r["kind"] == "Cluster" && r["name"] == "first"))
             },
         )
         .await;
@@ -949,7 +973,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
 
     // Cluster API reads the contract: provisioned, the endpoint copied, the failure domains shown.
     let cluster = m
-        .until(&capi_clusters(), "prod", "infrastructure provisioned", |o| {
+        .until(&capi_clusters(), "first", "infrastructure provisioned", |o| {
             o["status"]["initialization"]["infrastructureProvisioned"] == true
                 && o["spec"]["controlPlaneEndpoint"]["host"].is_string()
                 && o["status"]["failureDomains"].is_array()
@@ -968,13 +992,13 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
     // Pause through the Cluster: an input change starts no Job until the Cluster is unpaused.
     m.api(&capi_clusters())
         .patch(
-            "prod",
+            "first",
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"paused": true}})),
         )
         .await
         .unwrap();
-    m.until(&common::terraform_clusters(), "prod", "Paused", |o| {
+    m.until(&common::terraform_clusters(), "first", "Paused", |o| {
         is_true(o, "Paused")
     })
     .await;
@@ -982,7 +1006,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
     let changed = m
         .api(&common::terraform_clusters())
         .patch(
-            "prod",
+            "first",
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"variables": {"content": "v2"}}})),
         )
@@ -992,7 +1016,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
     // The controller has seen the change (it reports the generation it observed) and holds it.
     m.until(
         &common::terraform_clusters(),
-        "prod",
+        "first",
         "the change observed while paused",
         |o| is_true(o, "Paused") && condition(o, "Paused").is_some_and(|c| c["observedGeneration"] == generation),
     )
@@ -1000,7 +1024,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
     assert_eq!(m.jobs().await, jobs_before, "no Job starts while the Cluster is paused");
     m.api(&capi_clusters())
         .patch(
-            "prod",
+            "first",
             &PatchParams::default(),
             &Patch::Merge(&json!({"spec": {"paused": false}})),
         )
@@ -1008,7 +1032,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         .unwrap();
     m.until(
         &common::terraform_clusters(),
-        "prod",
+        "first",
         "the change applied after unpausing",
         |o| is_true(o, "Ready") && !is_true(o, "Paused") && o["status"]["observedGeneration"] == generation,
     )
@@ -1021,10 +1045,7 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(m) = Management::start().await else { return };
+async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three(m: &Management) {
     m.create_cluster("fleet").await;
     m.until(&capi_clusters(), "fleet", "infrastructure provisioned", |o| {
         o["status"]["initialization"]["infrastructureProvisioned"] == true
@@ -1430,10 +1451,7 @@ async fn move_while_an_apply_runs(install: Install) {
     assert_eq!(world.read("prod").unwrap().unwrap().content, "v2");
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(m) = Management::start().await else { return };
+async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out(m: &Management) {
     m.install_stand_in_providers().await;
     let template = |kind: &str, name: &str, spec: Value| {
         json!({
@@ -1449,7 +1467,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         template(
             "TerraformClusterTemplate",
             "tf-cluster",
-            json!({ "module": { "source": m.modules.url("cluster.tar.gz") }, "variables": { "name": "topo" } }),
+            json!({ "module": { "source": m.modules.url("cluster.tar.gz") }, "variables": { "name": "classy" } }),
         ),
     )
     .await;
@@ -1493,7 +1511,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         &class,
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "ClusterClass",
-            "metadata": { "name": "terraform", "namespace": NAMESPACE },
+            "metadata": { "name": "with-stand-ins", "namespace": NAMESPACE },
             "spec": {
                 "infrastructure": class_ref(infra.clone(), "TerraformClusterTemplate", "tf-cluster"),
                 "controlPlane": class_ref(format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"), "TestControlPlaneTemplate", "stand-in"),
@@ -1509,9 +1527,9 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
     // Cluster API refuses a Cluster of a class it has not reconciled yet: try until it takes it.
     let cluster: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-        "metadata": { "name": "topo", "namespace": NAMESPACE },
+        "metadata": { "name": "classy", "namespace": NAMESPACE },
         "spec": { "topology": {
-            "classRef": { "name": "terraform" },
+            "classRef": { "name": "with-stand-ins" },
             "version": "v1.30.0",
             "controlPlane": { "replicas": 1 },
             "workers": { "machineDeployments": [{ "class": "general", "name": "md-0", "replicas": 0 }] },
@@ -1534,7 +1552,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
 
     // The topology makes the TerraformCluster from its template, and CAPTF applies it.
     let created = m
-        .until(&capi_clusters(), "topo", "its infrastructure named", |o| {
+        .until(&capi_clusters(), "classy", "its infrastructure named", |o| {
             o["spec"]["infrastructureRef"]["name"].is_string()
         })
         .await;
@@ -1547,7 +1565,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
             is_true(o, "Ready")
         })
         .await;
-    assert_eq!(tc["spec"]["variables"]["name"], "topo", "{tc}");
+    assert_eq!(tc["spec"]["variables"]["name"], "classy", "{tc}");
 
     // The control plane (nobody reconciles it here) reports its version, so the topology sees it
     // provisioned and creates the MachineDeployment.
@@ -1557,7 +1575,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         "testcontrolplanes",
     );
     let cp = m
-        .until_one_of(&control_planes, "topo", "the control plane made", |_| true)
+        .until_one_of(&control_planes, "classy", "the control plane made", |_| true)
         .await;
     let cp_name = cp["metadata"]["name"].as_str().unwrap();
     m.api(&control_planes)
@@ -1574,7 +1592,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         .unwrap();
     let deployments = resource("cluster.x-k8s.io/v1beta2", "MachineDeployment", "machinedeployments");
     let md = m
-        .until_one_of(&deployments, "topo", "the MachineDeployment made", |_| true)
+        .until_one_of(&deployments, "classy", "the MachineDeployment made", |_| true)
         .await;
     let md_name = md["metadata"]["name"].as_str().unwrap().to_string();
     let first = md["spec"]["template"]["spec"]["infrastructureRef"]["name"]
@@ -1591,7 +1609,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
     // over to it.
     m.api(&class)
         .patch(
-            "terraform",
+            "with-stand-ins",
             &PatchParams::default(),
             // A merge patch replaces the list: the class's one worker class, on the new template.
             &Patch::Merge(&json!({ "spec": { "workers": { "machineDeployments": [{
@@ -1619,10 +1637,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
     );
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure() {
-    let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(m) = Management::start().await else { return };
+async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(m: &Management) {
     m.install_kubeadm_crds().await;
     let counts = [
         "--kubernetes-version",
