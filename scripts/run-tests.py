@@ -168,7 +168,16 @@ def run_one(b, timeout, print_lock, out):
 
 
 def fmt_secs(s):
-    return f"{int(s // 60)}:{s % 60:04.1f}" if s >= 60 else f"{s:.1f}s"
+    """Seconds as `M:SS.s` from a minute on, else `S.ss`, rounded to a tenth once.
+
+    >>> [fmt_secs(s) for s in (0.04, 59.94, 59.96, 359.96, 1497.93)]
+    ['0.0s', '59.9s', '1:00.0', '6:00.0', '24:57.9']
+    """
+    tenths = round(s * 10)
+    if tenths < 600:
+        return f"{tenths / 10:.1f}s"
+    minutes, rest = divmod(tenths, 600)
+    return f"{minutes}:{rest // 10:02d}.{rest % 10}"
 
 
 def read_history(path):
