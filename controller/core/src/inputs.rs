@@ -15,8 +15,25 @@ use captf_shared::{keys, module_credentials, references};
 
 /// The variable CAPTF adds with the Cluster API cluster's name.
 pub const CLUSTER_NAME_VAR: &str = "cluster_name";
-/// The variable CAPTF adds for a TerraformMachine: the bootstrap data Secret's name.
+/// The variable CAPTF adds for a TerraformMachine (and a TerraformMachinePool whose MachinePool
+/// names one): the bootstrap data Secret's name.
 pub const BOOTSTRAP_DATA_SECRET_VAR: &str = "bootstrap_data_secret";
+/// The variable CAPTF adds beside [`BOOTSTRAP_DATA_SECRET_VAR`]: the bootstrap data itself (the
+/// Secret's `value`, the machine's cloud-init or Ignition), always sensitive.
+pub const BOOTSTRAP_DATA_VAR: &str = "bootstrap_data";
+/// The variable CAPTF adds beside [`BOOTSTRAP_DATA_VAR`]: its format (the Secret's `format`,
+/// `cloud-config` when the Secret has none, as Cluster API's providers assume).
+pub const BOOTSTRAP_FORMAT_VAR: &str = "bootstrap_format";
+/// The keys of Cluster API's bootstrap data Secret.
+pub const BOOTSTRAP_VALUE_KEY: &str = "value";
+pub const BOOTSTRAP_FORMAT_KEY: &str = "format";
+/// The format a bootstrap data Secret without a `format` key has.
+pub const DEFAULT_BOOTSTRAP_FORMAT: &str = "cloud-config";
+/// The largest bootstrap data CAPTF passes to a module, in bytes: 256 KiB, the largest user data
+/// of the common clouds (GCE's metadata value; EC2 takes 16 KiB, Azure's custom data 64 KiB). More
+/// would crowd the inputs Secret (1 MiB with every other variable) and no machine could boot
+/// from it anyway.
+pub const MAX_BOOTSTRAP_DATA_BYTES: usize = 256 * 1024;
 
 /// The variable CAPTF adds for a TerraformMachine whose Machine names a failure domain
 /// (`Machine.spec.failureDomain`).
@@ -31,15 +48,12 @@ pub struct OwnerInputs {
     pub failure_domain: Option<String>,
     /// `MachinePool.spec.replicas`.
     pub replicas: Option<i64>,
-    /// `MachinePool.spec.template.spec.bootstrap.dataSecretName` (a machine's comes through
-    /// [`resolve_inputs`]' own argument, since it is required).
-    pub pool_bootstrap_data_secret: Option<String>,
 }
 
 /// Add the owner's values to resolved inputs as documented variables (PURE): a TerraformMachine's
-/// `failure_domain`, a TerraformMachinePool's `replicas` and `bootstrap_data_secret`. A value the
-/// owner does not set is not added (the module's default applies); a change of any of them
-/// changes the inputs, and so starts an apply.
+/// `failure_domain`, a TerraformMachinePool's `replicas` (the bootstrap data comes through
+/// [`resolve_inputs`], which reads its Secret). A value the owner does not set is not added (the
+/// module's default applies); a change of any of them changes the inputs, and so starts an apply.
 pub fn add_owner_variables(kind: Kind, inputs: &mut Inputs, owner: &OwnerInputs) {
     let vars = &mut inputs.variables;
     match kind {
@@ -51,9 +65,6 @@ pub fn add_owner_variables(kind: Kind, inputs: &mut Inputs, owner: &OwnerInputs)
         Kind::TerraformMachinePool => {
             if let Some(r) = owner.replicas {
                 vars.insert(REPLICAS_VAR.to_string(), Value::from(r));
-            }
-            if let Some(s) = owner.pool_bootstrap_data_secret.as_ref().filter(|s| !s.is_empty()) {
-                vars.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(s.clone()));
             }
         }
         Kind::TerraformCluster => {}
@@ -138,6 +149,16 @@ pub enum ResolveError {
     ModuleCredentials { field: String, name: String, why: String },
     #[error("{field}: Secret {name} {why}")]
     StateEncryption { field: String, name: String, why: String },
+    #[error(
+        "{var}: Secret {name} holds {size} bytes of bootstrap data under {key:?}, more than the {max} CAPTF passes to a module"
+    )]
+    BootstrapDataTooLarge {
+        var: &'static str,
+        name: String,
+        key: &'static str,
+        size: usize,
+        max: usize,
+    },
     #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
     Forbidden { field: String, name: String, why: String },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
@@ -162,7 +183,9 @@ pub fn capi_owner_ref<'a>(meta: &'a ObjectMeta, kind: &str) -> Option<&'a OwnerR
 }
 
 /// Resolve the inputs: `variables` merged with `variablesFrom` in order (later entries win),
-/// then `cluster_name` and, for a TerraformMachine, `bootstrap_data_secret`.
+/// then `cluster_name` and, for a TerraformMachine (required) or a TerraformMachinePool (when its
+/// MachinePool names one), the bootstrap data: `bootstrap_data_secret` (the Secret's name) and,
+/// read from that Secret, `bootstrap_data` and `bootstrap_format` ([`bootstrap_data`]).
 ///
 /// Nothing is built from a spec past [`MAX_SPEC_VALUES`] JSON values (an object can reach the
 /// controller without the webhook), and the variables and the `variablesFrom` documents share
@@ -281,7 +304,9 @@ where
             },
             None => ResolveError::NoMachine { var },
         })?;
-        variables.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(secret.to_string()));
+        bootstrap_data(&mut variables, secret, &mut lookup)?;
+    } else if let (Kind::TerraformMachinePool, Some(secret)) = (kind, bootstrap_data_secret) {
+        bootstrap_data(&mut variables, secret, &mut lookup)?;
     }
     Ok(Inputs {
         module: ModuleRef {
@@ -290,6 +315,46 @@ where
         variables,
         state_encryption: spec.state_encryption.as_ref().map(EncryptionInputs::of),
     })
+}
+
+/// The bootstrap data of a machine or a pool, by name and by value: `bootstrap_data_secret`, and
+/// from that Secret (Cluster API's bootstrap provider writes it) `bootstrap_data` (its `value`,
+/// at most [`MAX_BOOTSTRAP_DATA_BYTES`]) and `bootstrap_format` (its `format`, else
+/// `cloud-config`). A Secret that does not exist yet is waited for, as Cluster API providers do;
+/// one without `value`, or with too much, is an error naming it. A Secret named like CAPTF's own
+/// is never read.
+fn bootstrap_data<F>(variables: &mut Variables, secret: &str, lookup: &mut F) -> Result<(), ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    let var = BOOTSTRAP_DATA_VAR;
+    if let Some(p) = references::reserved_secret_prefix(secret) {
+        return Err(forbidden(var, secret, p));
+    }
+    let data = fetch(lookup, SourceKind::Secret, secret, var)?;
+    let value = data.get(BOOTSTRAP_VALUE_KEY).ok_or_else(|| ResolveError::MissingKey {
+        field: var.to_string(),
+        kind: SourceKind::Secret.as_str(),
+        name: secret.to_string(),
+        key: BOOTSTRAP_VALUE_KEY.to_string(),
+    })?;
+    if value.len() > MAX_BOOTSTRAP_DATA_BYTES {
+        return Err(ResolveError::BootstrapDataTooLarge {
+            var,
+            name: secret.to_string(),
+            key: BOOTSTRAP_VALUE_KEY,
+            size: value.len(),
+            max: MAX_BOOTSTRAP_DATA_BYTES,
+        });
+    }
+    let format = data
+        .get(BOOTSTRAP_FORMAT_KEY)
+        .filter(|f| !f.is_empty())
+        .map_or(DEFAULT_BOOTSTRAP_FORMAT, String::as_str);
+    variables.insert(BOOTSTRAP_DATA_SECRET_VAR.to_string(), Value::String(secret.to_string()));
+    variables.insert(BOOTSTRAP_DATA_VAR.to_string(), Value::String(value.clone()));
+    variables.insert(BOOTSTRAP_FORMAT_VAR.to_string(), Value::String(format.to_string()));
+    Ok(())
 }
 
 fn forbidden(field: &str, name: &str, prefix: &str) -> ResolveError {
@@ -370,16 +435,19 @@ where
     }
 }
 
-/// The variables the runner must treat as sensitive: every one whose value is not what
-/// `spec.variables` says (so it came from `variablesFrom`: a Secret, or a ConfigMap, treated
-/// the same), except the two CAPTF sets itself. Sorted.
+/// The variables the runner must treat as sensitive: `bootstrap_data` always, and every other
+/// one whose value is not what `spec.variables` says (so it came from `variablesFrom`: a Secret,
+/// or a ConfigMap, treated the same), except the names and words CAPTF sets itself
+/// (`cluster_name`, `bootstrap_data_secret`, `bootstrap_format`). Sorted.
 pub fn sensitive_variables(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String> {
     let literal = spec.variables.clone().unwrap_or_default();
     inputs
         .variables
         .iter()
         .filter(|(k, v)| {
-            k.as_str() != CLUSTER_NAME_VAR && k.as_str() != BOOTSTRAP_DATA_SECRET_VAR && literal.get(*k) != Some(*v)
+            k.as_str() == BOOTSTRAP_DATA_VAR
+                || (![CLUSTER_NAME_VAR, BOOTSTRAP_DATA_SECRET_VAR, BOOTSTRAP_FORMAT_VAR].contains(&k.as_str())
+                    && literal.get(*k) != Some(*v))
         })
         .map(|(k, _)| k.clone())
         .collect()
@@ -624,7 +692,6 @@ mod tests {
         let owner = OwnerInputs {
             failure_domain: Some("eu-west-1a".into()),
             replicas: Some(3),
-            pool_bootstrap_data_secret: Some("pool-bootstrap".into()),
         };
         let base = resolve_inputs(
             Kind::TerraformMachinePool,
@@ -637,7 +704,6 @@ mod tests {
         let mut pool = base.clone();
         add_owner_variables(Kind::TerraformMachinePool, &mut pool, &owner);
         assert_eq!(pool.variables[REPLICAS_VAR], json!(3));
-        assert_eq!(pool.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("pool-bootstrap"));
         assert!(!pool.variables.contains_key(FAILURE_DOMAIN_VAR));
         let mut machine = base.clone();
         add_owner_variables(Kind::TerraformMachine, &mut machine, &owner);
@@ -691,10 +757,161 @@ mod tests {
             }
         );
         let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), |_, _| {
-            Ok(None)
+            Ok(Some(bootstrap_secret("#cloud-config\n", Some("cloud-config"))))
         })
         .unwrap();
         assert_eq!(i.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("m-1-bootstrap"));
+    }
+
+    /// Cluster API's bootstrap data Secret: `value` and, when given, `format`.
+    fn bootstrap_secret(value: &str, format: Option<&str>) -> BTreeMap<String, String> {
+        let mut data = BTreeMap::from([(BOOTSTRAP_VALUE_KEY.to_string(), value.to_string())]);
+        data.extend(format.map(|f| (BOOTSTRAP_FORMAT_KEY.to_string(), f.to_string())));
+        data
+    }
+
+    fn owned_by(kind: &str, name: &str) -> ObjectMeta {
+        let mut m = meta(name, Some("prod"));
+        m.owner_references = Some(vec![OwnerReference {
+            api_version: "cluster.x-k8s.io/v1beta2".into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            controller: Some(true),
+            ..OwnerReference::default()
+        }]);
+        m
+    }
+
+    #[test]
+    fn a_machine_gets_its_bootstrap_data_by_value_with_its_format() {
+        let m = owned_by("Machine", "m-1");
+        for (format, passed) in [
+            (Some("cloud-config"), "cloud-config"),
+            (Some("ignition"), "ignition"),
+            // A Secret without a format, or an empty one: Cluster API's default.
+            (None, "cloud-config"),
+            (Some(""), "cloud-config"),
+        ] {
+            let i = resolve_inputs(
+                Kind::TerraformMachine,
+                &m,
+                &spec(),
+                Some("m-1-bootstrap"),
+                |kind, name| {
+                    assert_eq!((kind, name), (SourceKind::Secret, "m-1-bootstrap"));
+                    Ok(Some(bootstrap_secret(
+                        "#cloud-config\nruncmd: [kubeadm join]\n",
+                        format,
+                    )))
+                },
+            )
+            .unwrap();
+            assert_eq!(i.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("m-1-bootstrap"));
+            assert_eq!(
+                i.variables[BOOTSTRAP_DATA_VAR],
+                json!("#cloud-config\nruncmd: [kubeadm join]\n")
+            );
+            assert_eq!(i.variables[BOOTSTRAP_FORMAT_VAR], json!(passed), "{format:?}");
+        }
+        // New bootstrap data (a rotated join token) is a new input, so a new plan.
+        let with = |value: &str| {
+            resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("b"), |_, _| {
+                Ok(Some(bootstrap_secret(value, None)))
+            })
+            .unwrap()
+        };
+        assert_ne!(with("token a").hash(), with("token b").hash());
+    }
+
+    #[test]
+    fn a_machine_pool_gets_bootstrap_data_only_when_its_machine_pool_names_a_secret() {
+        let p = owned_by("MachinePool", "pool");
+        let none = resolve_inputs(Kind::TerraformMachinePool, &p, &spec(), None, |_, _| Ok(None)).unwrap();
+        for var in [BOOTSTRAP_DATA_SECRET_VAR, BOOTSTRAP_DATA_VAR, BOOTSTRAP_FORMAT_VAR] {
+            assert!(!none.variables.contains_key(var), "{var}");
+        }
+        let named = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &p,
+            &spec(),
+            Some("pool-bootstrap"),
+            |_, _| Ok(Some(bootstrap_secret("{\"ignition\":{}}", Some("ignition")))),
+        )
+        .unwrap();
+        assert_eq!(named.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("pool-bootstrap"));
+        assert_eq!(named.variables[BOOTSTRAP_DATA_VAR], json!("{\"ignition\":{}}"));
+        assert_eq!(named.variables[BOOTSTRAP_FORMAT_VAR], json!("ignition"));
+        // A cluster has no bootstrap data, whatever is passed.
+        let c = resolve_inputs(Kind::TerraformCluster, &meta("c", None), &spec(), Some("x"), |_, _| {
+            panic!("a cluster reads no bootstrap Secret")
+        })
+        .unwrap();
+        assert!(!c.variables.contains_key(BOOTSTRAP_DATA_VAR));
+    }
+
+    #[test]
+    fn bootstrap_data_waits_for_its_secret_and_refuses_one_without_value_or_past_256_kib() {
+        let m = owned_by("Machine", "m-1");
+        let resolve = |data: SourceData| {
+            resolve_inputs(
+                Kind::TerraformMachine,
+                &m,
+                &spec(),
+                Some("m-1-bootstrap"),
+                move |_, _| Ok(data.clone()),
+            )
+        };
+        // Not there yet: waited for, named.
+        assert_eq!(
+            resolve(None).unwrap_err().to_string(),
+            "bootstrap_data: Secret m-1-bootstrap does not exist (yet)"
+        );
+        // No value.
+        let e = resolve(Some(BTreeMap::from([(
+            "format".to_string(),
+            "cloud-config".to_string(),
+        )])))
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bootstrap_data: Secret m-1-bootstrap has no key \"value\""
+        );
+        // 256 KiB passes; one byte more is refused with the sizes.
+        assert_eq!(MAX_BOOTSTRAP_DATA_BYTES, 262_144);
+        let at_limit = "x".repeat(262_144);
+        let i = resolve(Some(bootstrap_secret(&at_limit, None))).unwrap();
+        assert_eq!(i.variables[BOOTSTRAP_DATA_VAR].as_str().map(str::len), Some(262_144));
+        let e = resolve(Some(bootstrap_secret(&"x".repeat(262_145), None))).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "bootstrap_data: Secret m-1-bootstrap holds 262145 bytes of bootstrap data under \"value\", more than the 262144 CAPTF passes to a module"
+        );
+        // A name of CAPTF's own is never read.
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("captf-inputs-x"), |_, _| {
+            panic!("a reserved name is not read")
+        })
+        .unwrap_err();
+        assert!(
+            matches!(e, ResolveError::Forbidden { ref field, .. } if field == BOOTSTRAP_DATA_VAR),
+            "{e:?}"
+        );
+    }
+
+    #[test]
+    fn bootstrap_data_is_always_sensitive_and_its_name_and_format_never() {
+        let m = owned_by("Machine", "m-1");
+        let mut s = spec();
+        // Even a spec that writes the same value (it is overridden) does not make it literal.
+        s.variables
+            .get_or_insert_default()
+            .insert(BOOTSTRAP_DATA_VAR.to_string(), json!("#cloud-config"));
+        let i = resolve_inputs(Kind::TerraformMachine, &m, &s, Some("m-1-bootstrap"), |_, _| {
+            Ok(Some(bootstrap_secret("#cloud-config", Some("cloud-config"))))
+        })
+        .unwrap();
+        assert_eq!(sensitive_variables(&s, &i), vec![BOOTSTRAP_DATA_VAR.to_string()]);
+        assert_eq!(secret_input_values(&s, &i), vec!["#cloud-config".to_string()]);
     }
     #[test]
     fn module_credentials_must_name_a_usable_secret_and_are_no_input() {

@@ -189,33 +189,33 @@ fn non_empty_str(v: &Value, pointer: &str) -> Option<String> {
         .map(str::to_string)
 }
 
-/// What the owning Machine or MachinePool gives the module (`failure_domain`, `replicas`, a pool's
-/// `bootstrap_data_secret`), from one read of the owner; empty when there is no owner. Also a
-/// TerraformMachine's own bootstrap data Secret name (its Machine's
-/// `spec.bootstrap.dataSecretName`), `None` while it is not set or cannot be read.
+/// What the owning Machine or MachinePool gives the module (`failure_domain`, `replicas`), from
+/// one read of the owner; empty when there is no owner. Also the bootstrap data Secret's name (a
+/// Machine's `spec.bootstrap.dataSecretName`, a MachinePool's
+/// `spec.template.spec.bootstrap.dataSecretName`), `None` while it is not set or cannot be read.
 pub async fn owner_inputs(
     client: &kube::Client,
     object: &CaptfObject,
     id: &Ident,
 ) -> (core_inputs::OwnerInputs, Option<String>) {
     let mut out = core_inputs::OwnerInputs::default();
-    let mut machine_bootstrap = None;
+    let mut bootstrap = None;
     match id.kind {
         Kind::TerraformMachine => {
             if let Some(m) = capi_owner(client, object, &id.namespace, "Machine").await {
                 out.failure_domain = non_empty_str(&m, "/spec/failureDomain");
-                machine_bootstrap = non_empty_str(&m, "/spec/bootstrap/dataSecretName");
+                bootstrap = non_empty_str(&m, "/spec/bootstrap/dataSecretName");
             }
         }
         Kind::TerraformMachinePool => {
             if let Some(p) = capi_owner(client, object, &id.namespace, "MachinePool").await {
                 out.replicas = p.pointer("/spec/replicas").and_then(Value::as_i64);
-                out.pool_bootstrap_data_secret = non_empty_str(&p, "/spec/template/spec/bootstrap/dataSecretName");
+                bootstrap = non_empty_str(&p, "/spec/template/spec/bootstrap/dataSecretName");
             }
         }
         Kind::TerraformCluster => {}
     }
-    (out, machine_bootstrap)
+    (out, bootstrap)
 }
 
 /// Why the runner pods of `object` cannot mount their Terraform CLI configuration (its
@@ -335,6 +335,24 @@ pub async fn resolve_inputs(
         fetched.insert((SourceKind::Secret, name), s.as_ref().map(secret_data));
     }
     let (owner, bootstrap) = owner_inputs(client, object, id).await;
+    // The bootstrap data Secret, read by value (`core_inputs::resolve_inputs` names its problems).
+    if let Some(name) = bootstrap
+        .as_ref()
+        .filter(|n| references::reserved_secret_prefix(n).is_none())
+    {
+        let s = secret(client, &id.namespace, name).await?;
+        if let Some(why) = s
+            .as_ref()
+            .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
+        {
+            return Ok(Err(ResolveError::Forbidden {
+                field: core_inputs::BOOTSTRAP_DATA_VAR.to_string(),
+                name: name.clone(),
+                why,
+            }));
+        }
+        fetched.insert((SourceKind::Secret, name.clone()), s.as_ref().map(secret_data));
+    }
     Ok(
         core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
             Ok(fetched.get(&(kind, name.to_string())).cloned().flatten())

@@ -737,6 +737,63 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
     Ok(())
 }
 
+/// Cluster API providers wait for a machine's bootstrap data; CAPTF waits for its Secret too
+/// (`InputsUnresolved`, looked at again 30 s later), then passes it to the module by value,
+/// sensitive, with its format.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_it_by_value() -> Result<()> {
+    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
+    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let k = Kind::TerraformMachine;
+    let tm = machine_with_terraform_machine(&env.sim, "m2", "c1")?;
+    // The bootstrap provider has not written the Secret yet.
+    env.delete::<k8s_openapi::api::core::v1::Secret>("m2-bootstrap").await?;
+    env.sim.put(tm)?;
+    const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
+    let waiting = env
+        .until("the machine waiting for its bootstrap data", |e| {
+            let o = e.object(TM, "m2")?;
+            (o.pointer("/status/nextAction/reason")? == "InputsUnresolved").then_some(o)
+        })
+        .await?;
+    let (_, reason, message) = condition(&waiting, "Ready").expect("a Ready condition");
+    assert_eq!(reason, "InputsUnresolved");
+    assert_eq!(
+        message,
+        "the inputs cannot be resolved: bootstrap_data: Secret m2-bootstrap does not exist (yet)"
+    );
+    env.until_idle().await?;
+    assert!(env.job_names(k, "m2").is_empty(), "no Job without the bootstrap data");
+    // Written: the next look, 30 s later, applies with the data.
+    env.sim.put(bootstrap_secret_json("m2")?)?;
+    env.advance(30);
+    let job = env.job(k, "m2", Op::Apply, 1).await?;
+    let secret = env
+        .sim
+        .get("/secrets", NS, "captf-inputs-m2-tm")
+        .expect("the inputs Secret");
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
+    let inputs: Value = serde_json::from_slice(&secret.data.unwrap()["inputs.json"].0)?;
+    assert_eq!(inputs["variables"]["bootstrap_data_secret"], "m2-bootstrap");
+    assert_eq!(inputs["variables"]["bootstrap_data"], bootstrap_value("m2"));
+    assert_eq!(inputs["variables"]["bootstrap_format"], "cloud-config");
+    // The runner masks it: the Job names it (and only it) as sensitive.
+    let env_var = |name: &str| {
+        job.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+            .env
+            .as_ref()?
+            .iter()
+            .find(|e| e.name == name)?
+            .value
+            .clone()
+    };
+    assert_eq!(
+        env_var(captf_shared::protocol::env::SENSITIVE_VARIABLES).as_deref(),
+        Some("bootstrap_data")
+    );
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
     let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
@@ -752,6 +809,7 @@ async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> 
     let inputs: Value = serde_json::from_slice(&secret.data.unwrap()["inputs.json"].0)?;
     assert_eq!(inputs["variables"]["bootstrap_data_secret"], "m1-bootstrap");
     assert_eq!(inputs["variables"]["cluster_name"], "c1");
+    assert_eq!(inputs["variables"]["bootstrap_data"], bootstrap_value("m1"));
     const TM: &str = "infrastructure.cluster.x-k8s.io/terraformmachines";
     env.until("activeJob", |e| {
         (e.object(TM, "m1")?.pointer("/status/activeJob")? == &json!(name.clone())).then_some(())

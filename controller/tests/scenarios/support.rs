@@ -494,9 +494,39 @@ pub(crate) fn capi_machine_crd() -> Value {
     })
 }
 
-/// Store a Cluster API `Machine` `name` of Cluster `cluster` (bootstrap data `<name>-bootstrap`)
-/// and return the TerraformMachine it owns, not yet stored.
+/// The bootstrap data Secret `<machine>-bootstrap` of a Cluster API Machine, as its bootstrap
+/// provider writes it: `value` (a cloud-config naming the machine) and `format`.
+pub(crate) fn bootstrap_secret_json(machine: &str) -> Result<Value> {
+    let s = k8s_openapi::api::core::v1::Secret {
+        metadata: kube::api::ObjectMeta {
+            name: Some(format!("{machine}-bootstrap")),
+            namespace: Some(NS.into()),
+            ..Default::default()
+        },
+        type_: Some("cluster.x-k8s.io/secret".into()),
+        data: Some(
+            [
+                ("value", bootstrap_value(machine)),
+                ("format", "cloud-config".to_string()),
+            ]
+            .map(|(k, v)| (k.to_string(), k8s_openapi::ByteString(v.into_bytes())))
+            .into(),
+        ),
+        ..Default::default()
+    };
+    Ok(serde_json::to_value(s)?)
+}
+
+/// The bootstrap data [`bootstrap_secret_json`] holds for `machine`.
+pub(crate) fn bootstrap_value(machine: &str) -> String {
+    format!("#cloud-config\nhostname: {machine}\nruncmd: [kubeadm join]\n")
+}
+
+/// Store a Cluster API `Machine` `name` of Cluster `cluster` and its bootstrap data Secret
+/// `<name>-bootstrap` ([`bootstrap_secret_json`]), and return the TerraformMachine it owns, not
+/// yet stored.
 pub(crate) fn machine_with_terraform_machine(sim: &captf_sim::Sim, name: &str, cluster: &str) -> Result<Value> {
+    sim.put(bootstrap_secret_json(name)?)?;
     // As Cluster API makes them: the Machine labelled with its cluster, the infrastructure
     // machine labelled too and controlled by the Machine.
     let machine = sim.put(json!({
