@@ -794,6 +794,33 @@ async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_i
     Ok(())
 }
 
+/// Cluster API deletes a Machine's bootstrap config, and with it the bootstrap data Secret, beside
+/// its infrastructure: the destroy does not wait for the Secret, it runs with the inputs the
+/// inputs Secret holds (the bootstrap data of the last apply).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_deleted_terraform_machine_is_destroyed_when_its_bootstrap_data_is_gone() -> Result<()> {
+    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
+    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let k = Kind::TerraformMachine;
+    let tm = machine_with_terraform_machine(&env.sim, "m3", "c1")?;
+    let apply = env.create(k, tm).await?;
+    env.run_until_booked(&apply, "succeeded").await?;
+    env.delete::<k8s_openapi::api::core::v1::Secret>("m3-bootstrap").await?;
+    env.delete::<captf_shared::types::TerraformMachine>("m3").await?;
+    // The deletion refreshes the state first (its Job 2), then destroys (Job 3).
+    let refresh = env.job(k, "m3", Op::Refresh, 2).await?;
+    env.run_until_booked(&refresh, "succeeded").await?;
+    let destroy = env.job(k, "m3", Op::Destroy, 3).await?;
+    env.run_until_booked(&destroy, "succeeded").await?;
+    env.until("the TerraformMachine gone", |e| {
+        e.object("infrastructure.cluster.x-k8s.io/terraformmachines", "m3")
+            .is_none()
+            .then_some(())
+    })
+    .await?;
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
     let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
