@@ -69,7 +69,8 @@ fn cluster_module() -> String {
     )
 }
 
-/// A machine's module: one thing, the provider ID and addresses a cloud would give.
+/// A machine's module: one thing holding the bootstrap data it was given (as a VM's user data),
+/// the provider ID and addresses a cloud would give.
 const MACHINE_MODULE: &str = r#"terraform {
   required_providers {
     captftest = { source = "captf.io/test/captftest" }
@@ -84,9 +85,18 @@ variable "bootstrap_data_secret" {
   type = string
 }
 
+variable "bootstrap_data" {
+  type      = string
+  sensitive = true
+}
+
+variable "bootstrap_format" {
+  type = string
+}
+
 resource "captftest_thing" "machine" {
   name    = var.name
-  content = var.bootstrap_data_secret
+  content = "${var.bootstrap_data_secret} ${var.bootstrap_format}\n${var.bootstrap_data}"
 }
 
 output "provider_id" {
@@ -134,6 +144,11 @@ fn template_cluster_module() -> String {
     cluster_module()
         .replace("variable \"name\"", "variable \"cluster_name\"")
         .replace("var.name", "var.cluster_name")
+}
+
+/// The bootstrap data of the Secret `name` ([`Management::create_bootstrap_data`]).
+fn bootstrap_value(name: &str) -> String {
+    format!("#cloud-config\nhostname: {name}\nruncmd: [kubeadm join]\n")
 }
 
 fn resource(api_version: &str, kind: &str, plural: &str) -> ApiResource {
@@ -481,7 +496,8 @@ impl Management {
         self.api(ar).create(&PostParams::default(), &o).await.unwrap();
     }
 
-    /// A bootstrap data Secret of Cluster `cluster`, as a bootstrap provider would write it.
+    /// A bootstrap data Secret of Cluster `cluster`, as a bootstrap provider would write it: its
+    /// value is [`bootstrap_value`] of `name`.
     async fn create_bootstrap_data(&self, cluster: &str, name: &str) {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {
@@ -489,7 +505,7 @@ impl Management {
                 "labels": { "cluster.x-k8s.io/cluster-name": cluster },
             },
             "type": "cluster.x-k8s.io/secret",
-            "stringData": { "value": "#cloud-config\n", "format": "cloud-config" },
+            "stringData": { "value": bootstrap_value(name), "format": "cloud-config" },
         }))
         .unwrap();
         Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
@@ -559,6 +575,20 @@ impl Management {
             }),
         )
         .await;
+        // Owned within the Machine's graph, as a bootstrap provider's Secret is (through its
+        // bootstrap config), so `clusterctl move` takes it along.
+        let machine = self.api(&capi_machines()).get(name).await.unwrap();
+        Api::<Secret>::namespaced(self.admin.clone(), NAMESPACE)
+            .patch(
+                &bootstrap,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "metadata": { "ownerReferences": [{
+                    "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine", "name": name,
+                    "uid": machine.metadata.uid,
+                }] } })),
+            )
+            .await
+            .unwrap();
     }
 
     /// The first object of `ar` labelled with Cluster `cluster` that satisfies `f`, waiting (wall
@@ -1073,6 +1103,19 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
         )
         .await;
     assert_eq!(infra["spec"]["providerID"], "captftest:///thing-fleet-m0", "{infra}");
+    // The module got the bootstrap data by value: the "VM" holds its Secret's name, its format and
+    // the cloud-config itself.
+    let vm = World::new(&m.world_dir)
+        .read("fleet-m0")
+        .unwrap()
+        .expect("the machine's thing");
+    assert_eq!(
+        vm.content,
+        format!(
+            "fleet-m0-bootstrap cloud-config\n{}",
+            bootstrap_value("fleet-m0-bootstrap")
+        )
+    );
     assert_eq!(
         infra["status"]["outputs"]["provider_id"], "captftest:///thing-fleet-m0",
         "{infra}"
