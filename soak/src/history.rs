@@ -179,6 +179,9 @@ pub struct ObjectFact {
     pub removed: Option<Timestamp>,
     /// The last status seen.
     pub status: Value,
+    /// The UIDs its owner references named, as last seen (a member owned by its cluster names the
+    /// cluster's UID: a verified member).
+    pub owners: Vec<String>,
 }
 
 /// Everything recorded.
@@ -505,6 +508,7 @@ impl History {
                     deletion_requested: None,
                     removed: None,
                     status: Value::Null,
+                    owners: Vec::new(),
                 });
                 self.object_index.insert(uid.into(), self.objects.len() - 1);
                 self.objects.len() - 1
@@ -518,6 +522,13 @@ impl History {
         if o.pointer("/metadata/deletionTimestamp").is_some() {
             f.deletion_requested.get_or_insert(now);
         }
+        f.owners = o
+            .pointer("/metadata/ownerReferences")
+            .and_then(Value::as_array)
+            .into_iter()
+            .flatten()
+            .filter_map(|r| r["uid"].as_str().map(String::from))
+            .collect();
         if let Some(st) = o.get("status") {
             let queued = |st: &Value| st.pointer("/nextAction/reason").and_then(Value::as_str) == Some("Queued");
             if queued(st) && !queued(&f.status) {
@@ -551,6 +562,13 @@ impl History {
     }
 
     /// The object incarnation with this uid.
+    /// Records an object as if it had been seen (a test's hand-made history).
+    #[cfg(test)]
+    pub(crate) fn insert_object(&mut self, o: ObjectFact) {
+        self.object_index.insert(o.uid.clone(), self.objects.len());
+        self.objects.push(o);
+    }
+
     pub fn object_by_uid(&self, uid: &str) -> Option<&ObjectFact> {
         self.object_index.get(uid).map(|&i| &self.objects[i])
     }
@@ -638,6 +656,7 @@ mod tests {
             deletion_requested: None,
             removed: None,
             status: Value::Null,
+            owners: Vec::new(),
         });
         h.object_index.insert("o1".into(), 0);
         h.leaders.insert("lease-0".into(), vec![(1, "a".into())]);

@@ -181,8 +181,17 @@ pub fn one_active_job_per_object(h: &History) -> Vec<Violation> {
 const CLUSTER: &str = "TerraformCluster";
 
 /// A machine pool's or machine's Job never starts while a Job of its cluster runs, and the
-/// cluster's apply or destroy never starts while a member's Job runs (the cluster lease).
+/// cluster's apply or destroy never starts while a member's Job runs (the cluster lease). Every
+/// object labelled with the cluster waits for the cluster's Jobs; the cluster waits only for a
+/// verified member's, as the controller's rule says: one owned by that cluster object (its UID).
+/// A labelled object that is not, such as one created while its cluster was gone, holds nothing.
+/// One whose object was never seen counts.
 pub fn no_member_job_while_its_cluster_job_runs(h: &History) -> Vec<Violation> {
+    // Whether the member Job `m`'s object is owned by the cluster object of Job `c`.
+    let member_of = |m: &JobFact, c: &JobFact| {
+        h.object_by_uid(&m.owner_uid)
+            .is_none_or(|o| o.owners.contains(&c.owner_uid))
+    };
     let mut by_cluster: HashMap<(&str, &str), Vec<&JobFact>> = HashMap::new();
     for j in &h.jobs {
         if let Some(c) = &j.cluster {
@@ -199,7 +208,7 @@ pub fn no_member_job_while_its_cluster_job_runs(h: &History) -> Vec<Violation> {
             }
             let clash = jobs
                 .iter()
-                .find(|k| (k.kind == CLUSTER) == member && k.active_at(j.created_rv));
+                .find(|k| (k.kind == CLUSTER) == member && k.active_at(j.created_rv) && (member || member_of(k, j)));
             if let Some(k) = clash {
                 out.push(v(
                     "no_member_job_while_its_cluster_job_runs",
@@ -861,6 +870,7 @@ mod tests {
             deletion_requested: None,
             removed: None,
             status: Value::Null,
+            owners: Vec::new(),
         });
         h.jobs = jobs;
         h
@@ -912,9 +922,32 @@ mod tests {
         // The cluster's apply started while the pool's ran: not allowed.
         let apply = job("a2", "apply", (20, 18), Some((50, 30)), Some(End::Success));
         assert_eq!(
-            no_member_job_while_its_cluster_job_runs(&history(vec![pool, apply])).len(),
+            no_member_job_while_its_cluster_job_runs(&history(vec![pool.clone(), apply.clone()])).len(),
             1
         );
+        // The same, with the pool seen: owned by the cluster (o1), a clash; owned by nothing (made
+        // while its cluster was gone) or by an earlier cluster of that name, none. The other way
+        // round (the pool's Job started while the cluster's ran) is a clash whatever its owners.
+        for (owners, clashes) in [(vec!["o1"], 1), (vec![], 0), (vec!["o0"], 0)] {
+            let mut h = history(vec![pool.clone(), apply.clone()]);
+            let mut p = h.objects[0].clone();
+            (p.kind, p.name, p.uid) = ("TerraformMachinePool".into(), "p".into(), "o2".into());
+            p.owners = owners.iter().map(|u| u.to_string()).collect();
+            h.insert_object(p);
+            assert_eq!(
+                no_member_job_while_its_cluster_job_runs(&h).len(),
+                clashes,
+                "pool owned by {owners:?}"
+            );
+            let mut late = pool.clone();
+            (late.created, late.created_rv) = (t(25), 19);
+            let mut h = history(vec![apply.clone(), late]);
+            let mut p = h.objects[0].clone();
+            (p.kind, p.name, p.uid) = ("TerraformMachinePool".into(), "p".into(), "o2".into());
+            p.owners = owners.iter().map(|u| u.to_string()).collect();
+            h.insert_object(p);
+            assert_eq!(no_member_job_while_its_cluster_job_runs(&h).len(), 1, "{owners:?}");
+        }
     }
 
     #[test]
