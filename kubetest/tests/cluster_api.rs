@@ -913,18 +913,33 @@ async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_clu
     let Some(m) = Management::start().await else { return };
     eprintln!("the management cluster started in {:.1?}", t.elapsed());
     // First: it counts the Jobs, which no other check's objects have started yet.
+    timed(
+        "clusterctl init's check",
+        clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m),
+    )
+    .await;
+    timed(
+        "the machines' check",
+        machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three(&m),
+    )
+    .await;
+    timed(
+        "the ClusterClass check",
+        a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out(&m),
+    )
+    .await;
+    timed(
+        "the cluster templates' check",
+        the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(&m),
+    )
+    .await;
+}
+
+/// Runs one check and prints how long it took.
+async fn timed(what: &str, check: impl std::future::Future<Output = ()>) {
     let t = std::time::Instant::now();
-    clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m).await;
-    eprintln!("clusterctl init's check in {:.1?}", t.elapsed());
-    let t = std::time::Instant::now();
-    machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_two_to_three(&m).await;
-    eprintln!("the machines' check in {:.1?}", t.elapsed());
-    let t = std::time::Instant::now();
-    a_cluster_class_on_terraform_templates_creates_the_objects_and_a_template_change_rolls_out(&m).await;
-    eprintln!("the ClusterClass check in {:.1?}", t.elapsed());
-    let t = std::time::Instant::now();
-    the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(&m).await;
-    eprintln!("the cluster templates' check in {:.1?}", t.elapsed());
+    check.await;
+    eprintln!("{what} in {:.1?}", t.elapsed());
 }
 
 async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(

@@ -460,8 +460,7 @@ async fn a_pool_that_only_carries_the_clusters_label_does_not_hold_its_deletion(
 /// it) holds its TerraformCluster's deletion; the cluster is destroyed once the machine is gone.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_machine_of_a_cluster_api_machine_of_the_cluster_holds_its_deletion() -> Result<()> {
-    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
-    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let (_crds, env) = env_with_capi_machines().await?;
     env.sim
         .set_default_script(RunnerScript::realistic_with_outputs(outputs()));
     let mut tc = cluster_json("c1", json!({}));
@@ -742,8 +741,7 @@ async fn drift_found_is_remediated_up_to_the_cap_and_a_successful_check_resets_i
 /// sensitive, with its format.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_it_by_value() -> Result<()> {
-    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
-    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let (_crds, env) = env_with_capi_machines().await?;
     let k = Kind::TerraformMachine;
     let tm = machine_with_terraform_machine(&env.sim, "m2", "c1")?;
     // The bootstrap provider has not written the Secret yet.
@@ -768,12 +766,7 @@ async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_i
     env.sim.put(bootstrap_secret_json("m2")?)?;
     env.advance(30);
     let job = env.job(k, "m2", Op::Apply, 1).await?;
-    let secret = env
-        .sim
-        .get("/secrets", NS, "captf-inputs-m2-tm")
-        .expect("the inputs Secret");
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
-    let inputs: Value = serde_json::from_slice(&secret.data.unwrap()["inputs.json"].0)?;
+    let inputs = inputs_json(&env, "captf-inputs-m2-tm")?;
     assert_eq!(inputs["variables"]["bootstrap_data_secret"], "m2-bootstrap");
     assert_eq!(inputs["variables"]["bootstrap_data"], bootstrap_value("m2"));
     assert_eq!(inputs["variables"]["bootstrap_format"], "cloud-config");
@@ -799,8 +792,7 @@ async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_i
 /// inputs Secret holds (the bootstrap data of the last apply).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_deleted_terraform_machine_is_destroyed_when_its_bootstrap_data_is_gone() -> Result<()> {
-    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
-    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let (_crds, env) = env_with_capi_machines().await?;
     let k = Kind::TerraformMachine;
     let tm = machine_with_terraform_machine(&env.sim, "m3", "c1")?;
     let apply = env.create(k, tm).await?;
@@ -825,17 +817,14 @@ async fn a_deleted_terraform_machine_is_destroyed_when_its_bootstrap_data_is_gon
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_terraform_machines_deleted_apply_job_records_nothing() -> Result<()> {
-    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
-    let env = Env::with(Sim::builder().crd_dir(dir.path())).await?;
+    let (_crds, env) = env_with_capi_machines().await?;
     let k = Kind::TerraformMachine;
     let tm = machine_with_terraform_machine(&env.sim, "m1", "c1")?;
     env.sim
         .script(JobMatch::object(k, NS, "m1").op(Op::Apply), RunnerScript::hang());
     let j1 = env.create(k, tm).await?;
     let name = j1.metadata.name.clone().unwrap();
-    let secret = env.sim.get("/secrets", NS, "captf-inputs-m1-tm").unwrap();
-    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
-    let inputs: Value = serde_json::from_slice(&secret.data.unwrap()["inputs.json"].0)?;
+    let inputs = inputs_json(&env, "captf-inputs-m1-tm")?;
     assert_eq!(inputs["variables"]["bootstrap_data_secret"], "m1-bootstrap");
     assert_eq!(inputs["variables"]["cluster_name"], "c1");
     assert_eq!(inputs["variables"]["bootstrap_data"], bootstrap_value("m1"));

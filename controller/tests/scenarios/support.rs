@@ -494,6 +494,26 @@ pub(crate) fn capi_machine_crd() -> Value {
     })
 }
 
+/// A simulator that serves Cluster API's `Machine` too, and the controller on it; keep the CRD
+/// folder alive while it runs.
+pub(crate) async fn env_with_capi_machines() -> Result<(tempfile::TempDir, Env)> {
+    let dir = crd_dir_with(&[("zz-machines.yaml", capi_machine_crd())])?;
+    let env = Env::with(captf_sim::Sim::builder().crd_dir(dir.path())).await?;
+    Ok((dir, env))
+}
+
+/// The inputs document (`inputs.json`) of the inputs Secret `name`.
+pub(crate) fn inputs_json(env: &Env, name: &str) -> Result<Value> {
+    let Some(secret) = env.sim.get("/secrets", NS, name) else {
+        bail!("no inputs Secret {name}");
+    };
+    let secret: k8s_openapi::api::core::v1::Secret = serde_json::from_value(secret)?;
+    let Some(doc) = secret.data.as_ref().and_then(|d| d.get("inputs.json")) else {
+        bail!("the inputs Secret {name} has no inputs.json");
+    };
+    Ok(serde_json::from_slice(&doc.0)?)
+}
+
 /// The bootstrap data Secret `<machine>-bootstrap` of a Cluster API Machine, as its bootstrap
 /// provider writes it: `value` (a cloud-config naming the machine) and `format`.
 pub(crate) fn bootstrap_secret_json(machine: &str) -> Result<Value> {
