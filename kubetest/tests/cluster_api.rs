@@ -29,6 +29,7 @@ use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -652,18 +653,30 @@ impl Management {
             &["bootstrap.cluster.x-k8s.io", "controlplane.cluster.x-k8s.io"],
         )
         .await;
-        run(std::process::Command::new(self.bin.join("kubectl"))
-            .arg("--kubeconfig")
-            .arg(self.cp.admin_kubeconfig())
-            .args([
-                "wait",
-                "--for=condition=Established",
-                "--timeout=120s",
-                "crd/kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
-                "crd/kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io",
-                "crd/kubeadmconfigs.bootstrap.cluster.x-k8s.io",
-                "crd/kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
-            ]));
+        // Polled, not `kubectl wait`: that fails at once on a CRD whose status has no conditions
+        // yet, as one just applied may not.
+        let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
+        for name in [
+            "kubeadmcontrolplanes.controlplane.cluster.x-k8s.io",
+            "kubeadmcontrolplanetemplates.controlplane.cluster.x-k8s.io",
+            "kubeadmconfigs.bootstrap.cluster.x-k8s.io",
+            "kubeadmconfigtemplates.bootstrap.cluster.x-k8s.io",
+        ] {
+            let established = || async {
+                crds.get_opt(name).await.ok().flatten().is_some_and(|c| {
+                    c.status
+                        .and_then(|s| s.conditions)
+                        .is_some_and(|cs| cs.iter().any(|c| c.type_ == "Established" && c.status == "True"))
+                })
+            };
+            tokio::time::timeout(PATIENCE, async {
+                while !established().await {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                }
+            })
+            .await
+            .unwrap_or_else(|_| panic!("the CRD {name} not Established within {PATIENCE:?}"));
+        }
     }
 
     /// `clusterctl generate cluster <args>` from the local repository, with the cluster templates'
