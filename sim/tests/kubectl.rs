@@ -264,7 +264,9 @@ struct EventsSim {
     api: kube::Api<kube::api::DynamicObject>,
 }
 
-async fn events_sim() -> EventsSim {
+/// `None` (skipped, or failed under CI) when kubectl is not installed.
+async fn events_sim() -> Option<EventsSim> {
+    kubectl_or_skip()?;
     let sim = Sim::start().await.unwrap();
     let dir = tempfile::tempdir().unwrap();
     let kc = dir.path().join("kubeconfig");
@@ -280,7 +282,7 @@ async fn events_sim() -> EventsSim {
             "events",
         ),
     );
-    EventsSim { sim, dir, kc, uid, api }
+    Some(EventsSim { sim, dir, kc, uid, api })
 }
 
 /// Whether kubectl's age `shown` (`5m`, `5m3s`, `62s`) is `ago` seconds, give or take what the
@@ -327,18 +329,18 @@ fn ago_stamp(sim: &Sim, ago: i64) -> String {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_get_events_and_describe_read_the_controllers_events() {
-    if kubectl_or_skip().is_none() {
-        return;
-    }
     // The simulated clock starts at the wall clock here, so describe's ages (kubectl computes
     // them from this machine's clock) read as on a cluster.
-    let EventsSim {
+    let Some(EventsSim {
         sim,
         dir: _dir,
         kc,
         uid,
         api,
-    } = events_sim().await;
+    }) = events_sim().await
+    else {
+        return;
+    };
     let at = |ago: i64| ago_stamp(&sim, ago);
     for ev in [
         controller_event("prod-eu", &uid, "JobFailed", "Error: the cloud API said no", &at(300)),
@@ -483,16 +485,16 @@ async fn kubectl_refuses_unknown_fields_unless_told_to_warn_and_then_drops_them(
 /// `events_written_through_events_v1_have_no_deprecated_timestamps_in_core_v1`).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn kubectl_describe_ages_an_event_by_its_event_time_and_a_repeated_one_by_its_series() {
-    if kubectl_or_skip().is_none() {
-        return;
-    }
-    let EventsSim {
+    let Some(EventsSim {
         sim,
         dir: _dir,
         kc,
         uid,
         api,
-    } = events_sim().await;
+    }) = events_sim().await
+    else {
+        return;
+    };
     let at = |ago: i64| ago_stamp(&sim, ago);
     let mut repeated = controller_event("prod-eu", &uid, "StateLocked", "the state is locked", &at(300));
     repeated["series"] = serde_json::json!({"count": 3, "lastObservedTime": at(60)});
