@@ -272,6 +272,29 @@ pub async fn forbidden_references(
     Ok((!forbidden.is_empty()).then(|| references::message(&forbidden)))
 }
 
+/// A Secret whose values become inputs, read live: its data (`None` when it does not exist), or
+/// `Forbidden` naming `field` when it carries CAPTF's marks (a Secret of CAPTF's never reaches the
+/// inputs, whatever its name).
+async fn input_secret(
+    client: &kube::Client,
+    ns: &str,
+    name: &str,
+    field: String,
+) -> Result<Result<SourceData, ResolveError>, Error> {
+    let s = secret(client, ns, name).await?;
+    if let Some(why) = s
+        .as_ref()
+        .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
+    {
+        return Ok(Err(ResolveError::Forbidden {
+            field,
+            name: name.to_string(),
+            why,
+        }));
+    }
+    Ok(Ok(s.as_ref().map(secret_data)))
+}
+
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
 pub async fn resolve_inputs(
     client: &kube::Client,
@@ -287,19 +310,11 @@ pub async fn resolve_inputs(
             .as_ref()
             .filter(|r| references::reserved_secret_prefix(&r.name).is_none())
         {
-            let s = secret(client, &id.namespace, &r.name).await?;
-            // A Secret of CAPTF's never reaches the inputs, whatever its name.
-            if let Some(why) = s
-                .as_ref()
-                .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
-            {
-                return Ok(Err(ResolveError::Forbidden {
-                    field: format!("spec.variablesFrom[{i}].secretRef"),
-                    name: r.name.clone(),
-                    why,
-                }));
-            }
-            fetched.insert((SourceKind::Secret, r.name.clone()), s.as_ref().map(secret_data));
+            let field = format!("spec.variablesFrom[{i}].secretRef");
+            match input_secret(client, &id.namespace, &r.name, field).await? {
+                Ok(data) => fetched.insert((SourceKind::Secret, r.name.clone()), data),
+                Err(forbidden) => return Ok(Err(forbidden)),
+            };
         }
         if let Some(r) = &entry.config_map_ref {
             let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
@@ -340,18 +355,10 @@ pub async fn resolve_inputs(
         .as_ref()
         .filter(|n| references::reserved_secret_prefix(n).is_none())
     {
-        let s = secret(client, &id.namespace, name).await?;
-        if let Some(why) = s
-            .as_ref()
-            .and_then(|s| references::captf_mark(&s.metadata, s.type_.as_deref()))
-        {
-            return Ok(Err(ResolveError::Forbidden {
-                field: core_inputs::BOOTSTRAP_DATA_VAR.to_string(),
-                name: name.clone(),
-                why,
-            }));
-        }
-        fetched.insert((SourceKind::Secret, name.clone()), s.as_ref().map(secret_data));
+        match input_secret(client, &id.namespace, name, core_inputs::BOOTSTRAP_DATA_VAR.to_string()).await? {
+            Ok(data) => fetched.insert((SourceKind::Secret, name.clone()), data),
+            Err(forbidden) => return Ok(Err(forbidden)),
+        };
     }
     Ok(
         core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
