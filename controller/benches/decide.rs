@@ -99,6 +99,7 @@ fn object() -> CaptfObject {
                 ..Default::default()
             },
             control_plane_endpoint: None,
+            exports: None,
         },
     );
     tc.metadata.namespace = Some(NS.into());

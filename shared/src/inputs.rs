@@ -1,6 +1,8 @@
 //! The inputs document and its hash (docs/api.md): canonical JSON (sorted keys, no
 //! whitespace) and its SHA-256, stable across key order and formatting.
 
+use std::collections::BTreeSet;
+
 use serde::{Deserialize, Serialize};
 use serde_json::Value;
 use sha2::{Digest, Sha256};
@@ -17,6 +19,11 @@ pub struct Inputs {
     /// they had before the field existed).
     #[serde(default, rename = "stateEncryption", skip_serializing_if = "Option::is_none")]
     pub state_encryption: Option<crate::state_encryption::EncryptionInputs>,
+    /// The variables known to hold nothing secret although no `spec.variables` literal says so:
+    /// those from the cluster's non-sensitive exports. Absent when empty, so objects without them
+    /// keep the hash they had before the field existed.
+    #[serde(default, rename = "publicVariables", skip_serializing_if = "BTreeSet::is_empty")]
+    pub public_variables: BTreeSet<String>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
@@ -29,6 +36,9 @@ impl Inputs {
         let mut v = serde_json::json!({ "module": { "source": self.module.source }, "variables": self.variables });
         if let (Some(e), Some(map)) = (&self.state_encryption, v.as_object_mut()) {
             map.insert("stateEncryption".into(), serde_json::to_value(e).unwrap_or(Value::Null));
+        }
+        if let (false, Some(map)) = (self.public_variables.is_empty(), v.as_object_mut()) {
+            map.insert("publicVariables".into(), serde_json::json!(self.public_variables));
         }
         v
     }

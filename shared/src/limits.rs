@@ -20,6 +20,14 @@ pub const WARN_DRIFT_INTERVAL_BELOW: Duration = Duration::from_secs(5 * 60);
 pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
 /// At most this many `variablesFrom` entries (bounds the CRD's CEL rule over them).
 pub const MAX_VARIABLES_FROM: usize = 32;
+/// Terraform variable (and output) names as CAPTF accepts them (docs/api.md).
+pub const VARIABLE_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_-]*$";
+/// At most this many `exports` of a TerraformCluster: each becomes a variable of every member,
+/// so the list stays short enough to read in a `kubectl get -o yaml`.
+pub const MAX_EXPORTS: usize = 64;
+/// An export name is at most this long (a Terraform output name; the member's variable adds
+/// the `cluster_` prefix).
+pub const MAX_EXPORT_NAME_LEN: usize = 128;
 /// At most this many `jobs.env` entries (bounds the CRD's CEL rule over them).
 pub const MAX_ENV: usize = 256;
 /// At most this many `jobs.envFrom` entries.

@@ -198,7 +198,50 @@ impl Report {
 
 /// Validate an object being created: its Terraform spec (a template's `spec.template.spec`).
 pub fn validate_create(obj: &CaptfObject) -> Report {
-    validate_spec(obj.terraform_spec(), obj.spec_path())
+    let mut report = validate_spec(obj.terraform_spec(), obj.spec_path());
+    report.merge(exports_are_distinct_output_names(obj.exports(), obj.spec_path()));
+    report
+}
+
+/// The name a cluster's export may not have: its variable would be `cluster_name`, which is
+/// the cluster's name.
+pub const EXPORT_NAME_TAKEN: &str = "name";
+
+/// `spec.exports` of a TerraformCluster (or its template): at most [`MAX_EXPORTS`] distinct output
+/// names ([`VARIABLE_NAME_PATTERN`], at most [`MAX_EXPORT_NAME_LEN`] characters), none of them
+/// [`EXPORT_NAME_TAKEN`]. Each becomes the variable `cluster_<name>` of every member, so a name
+/// that is not an output name, or one listed twice, could only fail later and far away.
+pub fn exports_are_distinct_output_names(exports: &[String], path_prefix: &str) -> Report {
+    let mut report = Report::default();
+    let path = FieldPath::new(path_prefix).child("exports");
+    if exports.len() > MAX_EXPORTS {
+        report.violation(
+            &path,
+            format!("must have at most {MAX_EXPORTS} entries; the value is the count"),
+            &exports.len(),
+        );
+        return report;
+    }
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, name) in exports.iter().enumerate() {
+        let at = path.index(i);
+        if name.len() > MAX_EXPORT_NAME_LEN || !is_variable_name(name) {
+            report.violation(
+                &at,
+                format!("must be an output name: {VARIABLE_NAME_PATTERN}, at most {MAX_EXPORT_NAME_LEN} characters"),
+                &cut_to_bytes(name, MAX_EXPORT_NAME_LEN + 1),
+            );
+        } else if name == EXPORT_NAME_TAKEN {
+            report.violation(
+                &at,
+                "must not be \"name\": members receive the cluster's name as cluster_name already",
+                name,
+            );
+        } else if !seen.insert(name.as_str()) {
+            report.violation(&at, "must not repeat an earlier entry", name);
+        }
+    }
+    report
 }
 
 /// Validate an update: everything [`validate_create`] checks, plus immutability of
@@ -217,7 +260,12 @@ pub fn validate_update(old: &CaptfObject, new: &CaptfObject) -> Report {
 /// immutability; every other rule applies as to a real update.
 pub fn validate_update_request(old: &CaptfObject, new: &CaptfObject, dry_run: bool) -> Report {
     let mut report = if old.terraform_spec() == new.terraform_spec() && old.spec_path() == new.spec_path() {
-        Report::default()
+        // Exports are checked on their own: a change of them alone is a spec change too.
+        if old.exports() == new.exports() {
+            Report::default()
+        } else {
+            exports_are_distinct_output_names(new.exports(), new.spec_path())
+        }
     } else {
         validate_create(new)
     };

@@ -283,6 +283,7 @@ fn every_kind(spec: TerraformSpec, provider_id: Option<String>) -> Vec<CaptfObje
             TerraformClusterSpec {
                 terraform: spec.clone(),
                 control_plane_endpoint: None,
+                exports: None,
             },
         )),
         CaptfObject::Machine(TerraformMachine::new(

@@ -24,6 +24,7 @@ fn with_jobs(jobs: JobsSpec) -> CaptfObject {
                 ..Default::default()
             },
             control_plane_endpoint: None,
+            exports: None,
         },
     ))
 }

@@ -29,6 +29,7 @@ fn cluster(terraform: TerraformSpec) -> CaptfObject {
         TerraformClusterSpec {
             terraform,
             control_plane_endpoint: None,
+            exports: None,
         },
     ))
 }
@@ -729,6 +730,7 @@ fn cluster_with_endpoint(endpoint: Option<(&str, i32)>) -> CaptfObject {
                 host: host.into(),
                 port,
             }),
+            exports: None,
         },
     ))
 }
@@ -849,6 +851,7 @@ fn cluster_template(terraform: TerraformSpec) -> CaptfObject {
                 spec: TerraformClusterSpec {
                     terraform,
                     control_plane_endpoint: None,
+                    exports: None,
                 },
             },
         },
@@ -1054,4 +1057,48 @@ fn a_changed_passphrase_reference_must_name_the_one_before_as_previous() {
         json!({"passphraseSecretRef": {"name": "key-1", "key": "passphrase"}}),
     ));
     assert!(validate_update(&old, &same).is_valid());
+}
+
+fn cluster_exporting(exports: &[&str]) -> CaptfObject {
+    CaptfObject::Cluster(TerraformCluster::new(
+        "prod-eu",
+        TerraformClusterSpec {
+            terraform: spec(),
+            control_plane_endpoint: None,
+            exports: Some(exports.iter().map(|e| e.to_string()).collect()),
+        },
+    ))
+}
+
+#[test]
+fn exports_are_distinct_output_names() {
+    for good in [&[][..], &["vpc_id", "subnet_ids"], &["_private", "with-dash", "name_tag"]] {
+        let r = validate_create(&cluster_exporting(good));
+        assert!(r.is_valid(), "{good:?}: {}", r.message());
+    }
+    let r = validate_create(&cluster_exporting(&["vpc_id", "1st", "vpc_id", "name", "a b"]));
+    assert_eq!(
+        r.violations.iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),
+        ["spec.exports[1]", "spec.exports[2]", "spec.exports[3]", "spec.exports[4]"],
+        "{}",
+        r.message()
+    );
+    assert!(r.message().contains("spec.exports[2]: must not repeat an earlier entry"), "{}", r.message());
+    assert!(r.message().contains("cluster_name"), "{}", r.message());
+    let long = "a".repeat(129);
+    assert!(!validate_create(&cluster_exporting(&[&long])).is_valid());
+    assert!(validate_create(&cluster_exporting(&[&"a".repeat(128)])).is_valid());
+    // 64 entries at most, counted before any is looked at.
+    let names: Vec<String> = (0..65).map(|i| format!("o{i}")).collect();
+    let refs: Vec<&str> = names.iter().map(String::as_str).collect();
+    let r = validate_create(&cluster_exporting(&refs));
+    assert_eq!(r.violations.len(), 1);
+    assert_eq!(r.violations[0].field, "spec.exports");
+    assert!(validate_create(&cluster_exporting(&refs[..64])).is_valid());
+    // A change of the exports alone is checked on update.
+    let r = validate_update(&cluster_exporting(&["vpc_id"]), &cluster_exporting(&["vpc_id", "name"]));
+    assert_eq!(r.violations[0].field, "spec.exports[1]");
+    // An update that leaves bad exports as they were is not refused for them.
+    let old = cluster_exporting(&["name"]);
+    assert!(validate_update(&old, &old.clone()).is_valid());
 }

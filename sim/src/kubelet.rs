@@ -521,7 +521,11 @@ impl World {
                 message: None,
                 job_failure: Some(BACKOFF),
             },
-            RunnerAction::Realistic { outputs, drift } => {
+            RunnerAction::Realistic {
+                outputs,
+                sensitive,
+                drift,
+            } => {
                 if r.waiting_for_lock {
                     let held = self.lock_holder(&r).is_some();
                     if held && r.lock_wait_end.is_some_and(|end| now < end) {
@@ -560,7 +564,10 @@ impl World {
                         _ => RunnerResult::new(RunResult::Succeeded, phase, ""),
                     };
                     if !outputs.is_empty() && matches!(r.op, Some(Op::Apply) | Some(Op::Refresh) | None) {
-                        result.outputs = Some(outputs);
+                        self.write_outputs(&r, &outputs, &sensitive);
+                        let public: BTreeMap<String, Value> =
+                            outputs.into_iter().filter(|(k, _)| !sensitive.contains(k)).collect();
+                        result.outputs = Some(public);
                     }
                     PodEnd {
                         exit_code: 0,
@@ -596,6 +603,44 @@ impl World {
             return;
         }
         set(child(&mut secret, "data"), "tfstate", json!(SCRIPTED_STATE_B64));
+        if let Some(m) = secret.get_mut("metadata").and_then(Value::as_object_mut) {
+            m.remove("resourceVersion");
+        }
+        let _ = self.put("/secrets", secret);
+    }
+
+    /// After a successful apply or refresh the real runner writes `output -json` (every output,
+    /// with its `sensitive` flag) and the public outputs into the object's outputs Secret; so
+    /// does a realistic script. Like the state, the Secret is never created here.
+    fn write_outputs(
+        &mut self,
+        r: &Runner,
+        outputs: &BTreeMap<String, Value>,
+        sensitive: &std::collections::BTreeSet<String>,
+    ) {
+        use base64::Engine as _;
+        let Some(suffix) = r.env.get(env::STATE_SUFFIX).cloned() else {
+            return;
+        };
+        let name = names::outputs_secret_name(&suffix);
+        let Some(mut secret) = self.try_get("/secrets", &r.ns, &name).cloned() else {
+            return;
+        };
+        let doc: serde_json::Map<String, Value> = outputs
+            .iter()
+            .map(|(k, v)| (k.clone(), json!({"sensitive": sensitive.contains(k), "value": v})))
+            .collect();
+        let public: serde_json::Map<String, Value> = outputs
+            .iter()
+            .filter(|(k, _)| !sensitive.contains(*k))
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect();
+        let b64 = |v: &serde_json::Map<String, Value>| {
+            base64::engine::general_purpose::STANDARD.encode(Value::Object(v.clone()).to_string())
+        };
+        let data = child(&mut secret, "data");
+        set(data, captf_shared::protocol::OUTPUTS_KEY, json!(b64(&doc)));
+        set(data, captf_shared::protocol::PUBLIC_OUTPUTS_KEY, json!(b64(&public)));
         if let Some(m) = secret.get_mut("metadata").and_then(Value::as_object_mut) {
             m.remove("resourceVersion");
         }

@@ -55,8 +55,12 @@ pub enum RunnerAction {
     /// Like the real runner: honours `CAPTF_FORCE_UNLOCK_ID`; takes the state lock while it
     /// runs; when someone else holds the lock it waits `CAPTF_LOCK_TIMEOUT` and then fails with
     /// `Error acquiring the state lock`; otherwise succeeds (drift check: `drift`).
+    /// After a successful apply or refresh its `outputs` go, as the real runner's do, into the
+    /// result (the public ones) and into the object's outputs Secret (all, each with its
+    /// `sensitive` flag: true for the names in `sensitive`).
     Realistic {
         outputs: BTreeMap<String, Value>,
+        sensitive: std::collections::BTreeSet<String>,
         drift: bool,
     },
 }
@@ -93,13 +97,28 @@ impl RunnerScript {
     pub fn realistic() -> Self {
         Self::new(RunnerAction::Realistic {
             outputs: BTreeMap::new(),
+            sensitive: Default::default(),
             drift: false,
         })
     }
 
     /// The realistic runner returning these outputs.
     pub fn realistic_with_outputs(outputs: BTreeMap<String, Value>) -> Self {
-        Self::new(RunnerAction::Realistic { outputs, drift: false })
+        Self::new(RunnerAction::Realistic {
+            outputs,
+            sensitive: Default::default(),
+            drift: false,
+        })
+    }
+
+    /// The realistic runner returning these outputs, the ones named in `sensitive` marked
+    /// sensitive (in the outputs Secret only, never in the result).
+    pub fn realistic_with_sensitive_outputs(outputs: BTreeMap<String, Value>, sensitive: &[&str]) -> Self {
+        Self::new(RunnerAction::Realistic {
+            outputs,
+            sensitive: sensitive.iter().map(|s| s.to_string()).collect(),
+            drift: false,
+        })
     }
 
     /// Succeed (result `succeeded`, phase of the Job's op) without touching the lock.

@@ -414,6 +414,7 @@ pub fn script(r: Runner, op: &str, run: Duration, drift: bool) -> RunnerScript {
         Runner::Success => RunnerScript {
             action: RunnerAction::Realistic {
                 outputs: outputs(),
+                sensitive: Default::default(),
                 drift: drift && op == "drift",
             },
             ..RunnerScript::realistic()

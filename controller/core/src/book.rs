@@ -800,6 +800,7 @@ mod tests {
         };
         let inputs = Inputs {
             state_encryption: None,
+            public_variables: Default::default(),
             module: ModuleRef::default(),
             variables: BTreeMap::from([
                 ("region".to_string(), json!("eu-west-1")),

@@ -464,6 +464,7 @@ mod tests {
                     ..Default::default()
                 },
                 control_plane_endpoint: None,
+                exports: None,
             },
         );
         tc.metadata.namespace = Some("default".into());

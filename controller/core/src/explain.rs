@@ -432,7 +432,7 @@ pub fn explain(input: &ExplainInput) -> Result<Explanation, ExplainError> {
             InputsHash::Known(h.clone())
         }
         Some(h) => return Err(ExplainError::BadHash(h.clone())),
-        None => match inputs::resolve_inputs(kind, meta, object.terraform_spec(), None, |_, _| Err(())) {
+        None => match inputs::resolve_inputs(kind, meta, object.terraform_spec(), None, None, |_, _| Err(())) {
             Ok(i) => InputsHash::Known(i.hash()),
             Err(e) => InputsHash::Unresolved(offline_note(&e)),
         },

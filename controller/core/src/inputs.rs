@@ -1,11 +1,12 @@
 //! Resolving the inputs document (docs/api.md) and `cluster_name`, as pure functions over
 //! what was read: the runtime and `explain` use the same ones.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{ObjectMeta, OwnerReference};
 use serde_json::Value;
 
+use crate::exports::{ClusterExports, exported_variables};
 use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
 use captf_shared::state_encryption::{self, EncryptionInputs};
@@ -161,6 +162,23 @@ pub enum ResolveError {
     },
     #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
     Forbidden { field: String, name: String, why: String },
+    #[error("cluster exports: TerraformCluster {cluster} has no outputs yet (it exports {exports}): waiting for its apply")]
+    ExportsNotYet { cluster: String, exports: String },
+    #[error(
+        "{var}: TerraformCluster {cluster} exports the output {output:?} (spec.exports[{index}]), which its outputs do not have: waiting for an apply of the cluster whose module has it"
+    )]
+    ExportMissing {
+        var: String,
+        cluster: String,
+        index: usize,
+        output: String,
+    },
+    #[error("cluster exports: TerraformCluster {cluster}: {why}")]
+    BadExports { cluster: String, why: String },
+    #[error(
+        "cluster exports: not a verified member of TerraformCluster {cluster}, so it receives none of its exports: {why}"
+    )]
+    NotAMember { cluster: String, why: String },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
     SpecTooLarge { max: usize },
     #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
@@ -198,6 +216,7 @@ pub fn resolve_inputs<F>(
     meta: &ObjectMeta,
     spec: &TerraformSpec,
     bootstrap_data_secret: Option<&str>,
+    cluster_exports: Option<&ClusterExports>,
     mut lookup: F,
 ) -> Result<Inputs, ResolveError>
 where
@@ -295,6 +314,22 @@ where
         label: keys::LABEL_CLUSTER_NAME,
     })?;
     variables.insert(CLUSTER_NAME_VAR.to_string(), Value::String(cluster));
+    let mut public_variables = BTreeSet::new();
+    if let Some(c) = cluster_exports.filter(|_| kind != Kind::TerraformCluster) {
+        for e in exported_variables(c)? {
+            let n = count_serialized_values(&e.value, budget).ok_or_else(|| ResolveError::InputsTooLarge {
+                field: e.variable.clone(),
+                kind: "TerraformCluster",
+                name: c.cluster.clone(),
+                max: MAX_SPEC_VALUES,
+            })?;
+            budget -= n;
+            if !e.sensitive {
+                public_variables.insert(e.variable.clone());
+            }
+            variables.insert(e.variable, e.value);
+        }
+    }
     if kind == Kind::TerraformMachine {
         let var = BOOTSTRAP_DATA_SECRET_VAR;
         let secret = bootstrap_data_secret.ok_or_else(|| match capi_owner_ref(meta, "Machine") {
@@ -314,6 +349,7 @@ where
         },
         variables,
         state_encryption: spec.state_encryption.as_ref().map(EncryptionInputs::of),
+        public_variables,
     })
 }
 
@@ -437,8 +473,9 @@ where
 
 /// The variables the runner must treat as sensitive: `bootstrap_data` always, and every other
 /// one whose value is not what `spec.variables` says (so it came from `variablesFrom`: a Secret,
-/// or a ConfigMap, treated the same), except the names and words CAPTF sets itself
-/// (`cluster_name`, `bootstrap_data_secret`, `bootstrap_format`). Sorted.
+/// or a ConfigMap, treated the same; or from a sensitive export of the cluster), except the names
+/// and words CAPTF sets itself (`cluster_name`, `bootstrap_data_secret`, `bootstrap_format`) and
+/// the cluster's public exports (`inputs.public_variables`). Sorted.
 pub fn sensitive_variables(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String> {
     let literal = spec.variables.clone().unwrap_or_default();
     inputs
@@ -447,6 +484,7 @@ pub fn sensitive_variables(spec: &TerraformSpec, inputs: &Inputs) -> Vec<String>
         .filter(|(k, v)| {
             k.as_str() == BOOTSTRAP_DATA_VAR
                 || (![CLUSTER_NAME_VAR, BOOTSTRAP_DATA_SECRET_VAR, BOOTSTRAP_FORMAT_VAR].contains(&k.as_str())
+                    && !inputs.public_variables.contains(*k)
                     && literal.get(*k) != Some(*v))
         })
         .map(|(k, _)| k.clone())
@@ -492,6 +530,7 @@ mod tests {
         };
         let inputs = Inputs {
             state_encryption: None,
+            public_variables: Default::default(),
             module: ModuleRef::default(),
             variables: BTreeMap::from([
                 ("region".to_string(), serde_json::json!("eu")),
@@ -562,7 +601,7 @@ mod tests {
                 }),
             },
         ]);
-        let inputs = resolve_inputs(Kind::TerraformCluster, &meta("prod-eu", None), &s, None, |k, name| {
+        let inputs = resolve_inputs(Kind::TerraformCluster, &meta("prod-eu", None), &s, None, None, |k, name| {
             Ok(match (k, name) {
                 (SourceKind::Secret, "a") => Some([("vars.json".into(), r#"{"n": 5, "size": "m"}"#.into())].into()),
                 (SourceKind::ConfigMap, "b") => Some([("size".into(), "l".into())].into()),
@@ -598,7 +637,7 @@ mod tests {
                 }]);
             }
             let looked_up = std::cell::Cell::new(false);
-            let e = resolve_inputs(Kind::TerraformCluster, &meta("thief", None), &s, None, |_, _| {
+            let e = resolve_inputs(Kind::TerraformCluster, &meta("thief", None), &s, None, None, |_, _| {
                 looked_up.set(true);
                 Ok(Some([("kubeconfig".to_string(), "secret".to_string())].into()))
             })
@@ -619,13 +658,13 @@ mod tests {
             }),
             config_map_ref: None,
         }]);
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap_err();
         assert!(matches!(e, ResolveError::Missing { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
             "spec.variablesFrom[0].secretRef: Secret creds does not exist (yet)"
         );
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Err(())).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Err(())).unwrap_err();
         assert!(matches!(e, ResolveError::Offline { .. }), "{e:?}");
         assert!(e.to_string().contains("cannot be read here"));
     }
@@ -635,7 +674,7 @@ mod tests {
         let mut s = spec();
         s.variables = Some([("x".to_string(), json!(vec![0; MAX_SPEC_VALUES]))].into());
         let looked_up = std::cell::Cell::new(false);
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| {
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
             looked_up.set(true);
             Ok(None)
         })
@@ -662,7 +701,7 @@ mod tests {
         let half = format!(r#"{{"big": [{}0]}}"#, "0,".repeat(MAX_SPEC_VALUES / 2));
         s.variables_from = Some(vec![entry("a", Some("vars.json")), entry("b", Some("vars.json"))]);
         let lookup = |_: SourceKind, _: &str| Ok(Some([("vars.json".to_string(), half.clone())].into()));
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, lookup).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup).unwrap_err();
         assert_eq!(
             e,
             ResolveError::InputsTooLarge {
@@ -674,13 +713,13 @@ mod tests {
         );
         // One of them fits.
         s.variables_from = Some(vec![entry("a", Some("vars.json"))]);
-        assert!(resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, lookup).is_ok());
+        assert!(resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup).is_ok());
         // A whole Secret's keys count as a name and a string each.
         s.variables_from = Some(vec![entry("a", None)]);
         let many: BTreeMap<String, String> = (0..MAX_SPEC_VALUES / 2)
             .map(|i| (format!("v{i}"), String::new()))
             .collect();
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| {
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
             Ok(Some(many.clone()))
         })
         .unwrap_err();
@@ -697,6 +736,7 @@ mod tests {
             Kind::TerraformMachinePool,
             &meta("p", Some("c")),
             &spec(),
+            None,
             None,
             |_, _| Ok(None),
         )
@@ -732,7 +772,7 @@ mod tests {
     fn a_machine_needs_its_bootstrap_data_secret() {
         let mut m = meta("m-1", Some("prod"));
         // No Machine owns it: that is what is missing, not a Secret.
-        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, None, |_, _| Ok(None)).unwrap_err();
         assert!(matches!(e, ResolveError::NoMachine { .. }), "{e:?}");
         assert!(
             e.to_string()
@@ -748,7 +788,7 @@ mod tests {
             controller: Some(true),
             ..OwnerReference::default()
         }]);
-        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, |_, _| Ok(None)).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), None, None, |_, _| Ok(None)).unwrap_err();
         assert_eq!(
             e,
             ResolveError::NoBootstrapData {
@@ -756,7 +796,7 @@ mod tests {
                 machine: "m-1-abcde".into()
             }
         );
-        let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), |_, _| {
+        let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), None, |_, _| {
             Ok(Some(bootstrap_secret("#cloud-config\n", Some("cloud-config"))))
         })
         .unwrap();
@@ -798,6 +838,7 @@ mod tests {
                 &m,
                 &spec(),
                 Some("m-1-bootstrap"),
+                None,
                 |kind, name| {
                     assert_eq!((kind, name), (SourceKind::Secret, "m-1-bootstrap"));
                     Ok(Some(bootstrap_secret(
@@ -816,7 +857,7 @@ mod tests {
         }
         // New bootstrap data (a rotated join token) is a new input, so a new plan.
         let with = |value: &str| {
-            resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("b"), |_, _| {
+            resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("b"), None, |_, _| {
                 Ok(Some(bootstrap_secret(value, None)))
             })
             .unwrap()
@@ -827,7 +868,7 @@ mod tests {
     #[test]
     fn a_machine_pool_gets_bootstrap_data_only_when_its_machine_pool_names_a_secret() {
         let p = owned_by("MachinePool", "pool");
-        let none = resolve_inputs(Kind::TerraformMachinePool, &p, &spec(), None, |_, _| Ok(None)).unwrap();
+        let none = resolve_inputs(Kind::TerraformMachinePool, &p, &spec(), None, None, |_, _| Ok(None)).unwrap();
         for var in [BOOTSTRAP_DATA_SECRET_VAR, BOOTSTRAP_DATA_VAR, BOOTSTRAP_FORMAT_VAR] {
             assert!(!none.variables.contains_key(var), "{var}");
         }
@@ -836,6 +877,7 @@ mod tests {
             &p,
             &spec(),
             Some("pool-bootstrap"),
+            None,
             |_, _| Ok(Some(bootstrap_secret("{\"ignition\":{}}", Some("ignition")))),
         )
         .unwrap();
@@ -843,7 +885,7 @@ mod tests {
         assert_eq!(named.variables[BOOTSTRAP_DATA_VAR], json!("{\"ignition\":{}}"));
         assert_eq!(named.variables[BOOTSTRAP_FORMAT_VAR], json!("ignition"));
         // A cluster has no bootstrap data, whatever is passed.
-        let c = resolve_inputs(Kind::TerraformCluster, &meta("c", None), &spec(), Some("x"), |_, _| {
+        let c = resolve_inputs(Kind::TerraformCluster, &meta("c", None), &spec(), Some("x"), None, |_, _| {
             panic!("a cluster reads no bootstrap Secret")
         })
         .unwrap();
@@ -859,6 +901,7 @@ mod tests {
                 &m,
                 &spec(),
                 Some("m-1-bootstrap"),
+                None,
                 move |_, _| Ok(data.clone()),
             )
         };
@@ -888,7 +931,7 @@ mod tests {
             "bootstrap_data: Secret m-1-bootstrap holds 262145 bytes of bootstrap data under \"value\", more than the 262144 CAPTF passes to a module"
         );
         // A name of CAPTF's own is never read.
-        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("captf-inputs-x"), |_, _| {
+        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("captf-inputs-x"), None, |_, _| {
             panic!("a reserved name is not read")
         })
         .unwrap_err();
@@ -906,7 +949,7 @@ mod tests {
         s.variables
             .get_or_insert_default()
             .insert(BOOTSTRAP_DATA_VAR.to_string(), json!("#cloud-config"));
-        let i = resolve_inputs(Kind::TerraformMachine, &m, &s, Some("m-1-bootstrap"), |_, _| {
+        let i = resolve_inputs(Kind::TerraformMachine, &m, &s, Some("m-1-bootstrap"), None, |_, _| {
             Ok(Some(bootstrap_secret("#cloud-config", Some("cloud-config"))))
         })
         .unwrap();
@@ -917,12 +960,12 @@ mod tests {
     fn module_credentials_must_name_a_usable_secret_and_are_no_input() {
         use captf_shared::types::{ModuleCredentials, SecretName};
         let mut s = spec();
-        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
         s.module.credentials = Some(ModuleCredentials {
             secret_ref: SecretName { name: "git-ssh".into() },
         });
         let with = |data: Option<&[(&str, &str)]>| {
-            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |kind, name| {
+            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |kind, name| {
                 assert_eq!((kind, name), (SourceKind::Secret, "git-ssh"));
                 Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
             })
@@ -950,7 +993,7 @@ mod tests {
     fn a_state_encryption_passphrase_must_exist_with_16_characters_and_only_its_reference_is_an_input() {
         use captf_shared::types::{SecretKeyRef, StateEncryption};
         let mut s = spec();
-        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
         s.state_encryption = Some(StateEncryption {
             passphrase_secret_ref: SecretKeyRef {
                 name: "state-key".into(),
@@ -960,7 +1003,7 @@ mod tests {
             mode: None,
         });
         let with = |data: Option<&[(&str, &str)]>| {
-            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |kind, name| {
+            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |kind, name| {
                 assert_eq!((kind, name), (SourceKind::Secret, "state-key"));
                 Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
             })
@@ -993,7 +1036,7 @@ mod tests {
             Some("state-key/passphrase")
         );
         s.state_encryption.as_mut().unwrap().passphrase_secret_ref.name = "tfstate-default-x".into();
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None))
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None))
             .unwrap_err()
             .to_string();
         assert!(e.contains("is CAPTF's own"), "{e}");
@@ -1002,11 +1045,113 @@ mod tests {
     #[test]
     fn an_object_without_state_encryption_keeps_the_inputs_hash_it_had_before_the_field_existed() {
         let s = spec();
-        let i = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, |_, _| Ok(None)).unwrap();
+        let i = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
         assert!(
             !i.canonical_json().contains("stateEncryption"),
             "{}",
             i.canonical_json()
+        );
+    }
+
+    fn exports_of_prod() -> ClusterExports {
+        ClusterExports {
+            cluster: "prod".into(),
+            exports: vec!["vpc_id".into(), "db_password".into()],
+            outputs: Some(json!({
+                "vpc_id": {"sensitive": false, "value": "vpc-0a1b"},
+                "db_password": {"sensitive": true, "value": "s3cr3t-pw"}
+            })),
+        }
+    }
+
+    #[test]
+    fn a_member_receives_its_clusters_exports_after_its_own_variables_with_their_sensitivity() {
+        let mut s = spec();
+        // A member's own value of an exported name gives way to the cluster's, as cluster_name does.
+        s.variables
+            .get_or_insert_default()
+            .insert("cluster_vpc_id".into(), json!("mine"));
+        let c = exports_of_prod();
+        let i = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("prod")),
+            &s,
+            None,
+            Some(&c),
+            |_, _| Ok(None),
+        )
+        .unwrap();
+        assert_eq!(i.variables["cluster_vpc_id"], json!("vpc-0a1b"));
+        assert_eq!(i.variables["cluster_db_password"], json!("s3cr3t-pw"));
+        assert_eq!(i.public_variables, BTreeSet::from(["cluster_vpc_id".to_string()]));
+        assert_eq!(sensitive_variables(&s, &i), ["cluster_db_password"]);
+        assert_eq!(secret_input_values(&s, &i), ["s3cr3t-pw"]);
+        // Counted in the hash: a changed export is a change of the member's inputs.
+        let mut changed = c.clone();
+        changed.outputs = Some(json!({
+            "vpc_id": {"sensitive": false, "value": "vpc-9z"},
+            "db_password": {"sensitive": true, "value": "s3cr3t-pw"}
+        }));
+        let j = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("prod")),
+            &s,
+            None,
+            Some(&changed),
+            |_, _| Ok(None),
+        )
+        .unwrap();
+        assert_ne!(i.hash(), j.hash());
+        // An object without exports keeps the hash it had before exports existed.
+        let plain = resolve_inputs(Kind::TerraformMachinePool, &meta("p", Some("prod")), &spec(), None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap();
+        assert!(!plain.canonical_json().contains("publicVariables"));
+        assert!(i.canonical_json().contains(r#""publicVariables":["cluster_vpc_id"]"#));
+    }
+
+    #[test]
+    fn a_cluster_receives_no_exports_of_its_own_and_a_member_waits_for_them() {
+        let c = exports_of_prod();
+        let own = resolve_inputs(Kind::TerraformCluster, &meta("prod", None), &spec(), None, Some(&c), |_, _| {
+            Ok(None)
+        })
+        .unwrap();
+        assert!(own.variables.keys().all(|k| !k.starts_with("cluster_") || k == CLUSTER_NAME_VAR));
+        let waiting = ClusterExports { outputs: None, ..c };
+        let e = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("prod")),
+            &spec(),
+            None,
+            Some(&waiting),
+            |_, _| Ok(None),
+        )
+        .unwrap_err();
+        assert!(matches!(e, ResolveError::ExportsNotYet { .. }), "{e}");
+    }
+
+    #[test]
+    fn exports_share_the_inputs_value_budget() {
+        let big: Vec<Value> = (0..MAX_SPEC_VALUES).map(|i| json!(i)).collect();
+        let c = ClusterExports {
+            cluster: "prod".into(),
+            exports: vec!["many".into()],
+            outputs: Some(json!({"many": {"sensitive": false, "value": big}})),
+        };
+        let e = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("prod")),
+            &spec(),
+            None,
+            Some(&c),
+            |_, _| Ok(None),
+        )
+        .unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            format!("cluster_many: the inputs would hold more than {MAX_SPEC_VALUES} JSON values with TerraformCluster prod")
         );
     }
 }

@@ -66,6 +66,7 @@ mod tests {
         };
         let inputs = Inputs {
             state_encryption: None,
+            public_variables: Default::default(),
             module: ModuleRef {
                 source: "git::https://example.com/m.git".into(),
             },

@@ -14,6 +14,7 @@
 //! | [`interrupted`] | an apply Job deleted while it ran (docs/rules.md) |
 //! | [`prune`] | which Jobs to delete (docs/rules.md) |
 //! | [`inputs`] | resolving the inputs and `cluster_name` (docs/api.md) |
+//! | [`exports`] | the cluster outputs a member receives (docs/api.md) |
 //! | [`state`] | whether the state can be read (a deletion hold, docs/rules.md) |
 //! | [`pause`] | Cluster API pause of the owning Cluster (docs/api.md) |
 //! | [`membership`] | which labelled pools and machines hold a cluster's deletion (docs/rules.md) |
@@ -43,6 +44,7 @@ pub mod backoff;
 pub mod book;
 pub mod decide;
 pub mod explain;
+pub mod exports;
 pub mod fence;
 pub mod finalizer;
 pub mod ident;

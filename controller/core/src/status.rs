@@ -545,6 +545,7 @@ mod tests {
                         ..Default::default()
                     },
                     control_plane_endpoint: None,
+                    exports: None,
                 },
             );
             tc.metadata.namespace = Some("team-a".into());

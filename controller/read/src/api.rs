@@ -19,6 +19,7 @@ use captf_shared::{Kind, binding, names, references};
 
 use crate::errors::{ApiAction, Error};
 use captf_core::ident::Ident;
+use captf_core::exports::ClusterExports;
 use captf_core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
 use captf_core::lock::{self, HolderPod, LockLease, LockState};
 use captf_core::membership::Unverified;
@@ -295,11 +296,95 @@ async fn input_secret(
     Ok(Ok(s.as_ref().map(secret_data)))
 }
 
-/// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live.
+/// What a member receives from its TerraformCluster (`captf_core::exports`), read live: the
+/// cluster it is owned by (its UID), else the one its Cluster API `Cluster` names as its
+/// infrastructure (`cluster`, read once a pass), else the one named like its cluster; and only
+/// when the member is verified as that cluster's. `None` for a TerraformCluster, a member without such a cluster, or a cluster that
+/// exports nothing (then nothing more is read); `Err(NotAMember)` for a member that is labelled
+/// with an exporting cluster but not verified as its.
+pub async fn cluster_exports(
+    client: &kube::Client,
+    object: &CaptfObject,
+    id: &Ident,
+    cluster: &crate::pause::ClusterView,
+) -> Result<Result<Option<ClusterExports>, ResolveError>, Error> {
+    if id.kind == Kind::TerraformCluster {
+        return Ok(Ok(None));
+    }
+    let meta = object.metadata();
+    let Some(cluster_name) = core_inputs::cluster_name(id.kind, meta) else {
+        return Ok(Ok(None));
+    };
+    // The cluster it receives from: its owner, else its Cluster API Cluster's infrastructure,
+    // else the TerraformCluster of its cluster's name (a cluster without Cluster API).
+    let owner = captf_core::exports::owning_cluster(meta);
+    let name = owner
+        .map(|o| o.name.clone())
+        .or_else(|| cluster.infrastructure.clone())
+        .unwrap_or_else(|| cluster_name.clone());
+    let tc = Api::<DynamicObject>::namespaced_with(
+        client.clone(),
+        &id.namespace,
+        &crate::kinds::api_resource(Kind::TerraformCluster),
+    )
+    .get_opt(&name)
+    .await
+    .map_err(|e| Error::api(ApiAction::GetObject, format!("TerraformCluster {}/{name}", id.namespace), e))?;
+    let Some(tc) = tc else {
+        return Ok(Ok(None));
+    };
+    let exports: Vec<String> = tc
+        .data
+        .pointer("/spec/exports")
+        .and_then(Value::as_array)
+        .map(|a| a.iter().filter_map(|e| e.as_str().map(str::to_string)).collect())
+        .unwrap_or_default();
+    if exports.is_empty() {
+        return Ok(Ok(None));
+    }
+    let tc_uid = tc.metadata.uid.clone().unwrap_or_default();
+    let same_cluster = core_inputs::cluster_name(Kind::TerraformCluster, &tc.metadata).as_deref() == Some(&cluster_name);
+    let verified = same_cluster
+        && match owner {
+            Some(o) => o.uid == tc_uid,
+            None => {
+                let capi = match captf_core::membership::capi_controller(meta) {
+                    Some(r) => capi_owner_meta(client, &id.namespace, r).await?,
+                    None => None,
+                };
+                captf_core::membership::belongs(meta, &tc_uid, &cluster_name, capi.as_ref())
+            }
+        };
+    if !verified {
+        return Ok(Err(ResolveError::NotAMember {
+            cluster: name,
+            why: format!(
+                "it is neither owned by that TerraformCluster (its UID) nor controlled by a Cluster API Machine or MachinePool of cluster {cluster_name} whose Cluster names it as its infrastructure"
+            ),
+        }));
+    }
+    let outputs_secret = names::outputs_secret_name(&names::suffix(Kind::TerraformCluster, &id.namespace, &name));
+    let outputs = secret(client, &id.namespace, &outputs_secret)
+        .await?
+        // Only the cluster's own outputs Secret: one somebody else made under its name holds nothing.
+        .filter(|s| binding::owned_by(&s.metadata, &tc_uid))
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(captf_shared::protocol::OUTPUTS_KEY).cloned())
+        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
+    Ok(Ok(Some(ClusterExports {
+        cluster: name,
+        exports,
+        outputs,
+    })))
+}
+
+/// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live;
+/// `cluster` is the object's Cluster API `Cluster` as this pass read it.
 pub async fn resolve_inputs(
     client: &kube::Client,
     object: &CaptfObject,
     id: &Ident,
+    cluster: &crate::pause::ClusterView,
 ) -> Result<Result<Inputs, ResolveError>, Error> {
     let spec = object.terraform_spec();
     let mut fetched: BTreeMap<(SourceKind, String), SourceData> = BTreeMap::new();
@@ -360,10 +445,19 @@ pub async fn resolve_inputs(
             Err(forbidden) => return Ok(Err(forbidden)),
         };
     }
+    let exports = match cluster_exports(client, object, id, cluster).await? {
+        Ok(e) => e,
+        Err(not_a_member) => return Ok(Err(not_a_member)),
+    };
     Ok(
-        core_inputs::resolve_inputs(id.kind, object.metadata(), spec, bootstrap.as_deref(), |kind, name| {
-            Ok(fetched.get(&(kind, name.to_string())).cloned().flatten())
-        })
+        core_inputs::resolve_inputs(
+            id.kind,
+            object.metadata(),
+            spec,
+            bootstrap.as_deref(),
+            exports.as_ref(),
+            |kind, name| Ok(fetched.get(&(kind, name.to_string())).cloned().flatten()),
+        )
         .map(|mut inputs| {
             core_inputs::add_owner_variables(id.kind, &mut inputs, &owner);
             inputs

@@ -16,9 +16,9 @@ pub async fn live_holds(
     client: &kube::Client,
     object: &CaptfObject,
     id: &Ident,
+    cluster: &ClusterView,
     holds: &mut captf_core::snapshot::Holds,
 ) -> Result<(), crate::errors::Error> {
-    let cluster = cluster_view(client, object, id).await;
     holds.cluster_paused = cluster.paused;
     holds.cluster_infrastructure_pending = cluster.infrastructure_pending;
     if object.metadata().deletion_timestamp.is_some() {
@@ -30,12 +30,14 @@ pub async fn live_holds(
     Ok(())
 }
 
-/// What the controller reads of the object's Cluster API `Cluster`.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+/// What the controller reads of the object's Cluster API `Cluster` (one read a pass).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct ClusterView {
     pub paused: bool,
     /// The Cluster exists and says its infrastructure is not provisioned yet.
     pub infrastructure_pending: bool,
+    /// The TerraformCluster the Cluster names as its infrastructure (`spec.infrastructureRef`).
+    pub infrastructure: Option<String>,
 }
 
 /// Whether the object's Cluster API `Cluster` is paused.
@@ -66,6 +68,7 @@ pub async fn cluster_view(client: &kube::Client, object: &CaptfObject, id: &Iden
                 return ClusterView {
                     paused: pause::cluster_paused(&c.data),
                     infrastructure_pending: !pause::cluster_infrastructure_provisioned(&c.data),
+                    infrastructure: captf_core::exports::infrastructure_cluster(&c.data),
                 };
             }
             Ok(None) => {}

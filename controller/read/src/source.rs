@@ -167,14 +167,15 @@ pub async fn read(source: &impl Source, object: &CaptfObject, id: Ident) -> Resu
         LockState::Free
     };
 
-    let resolved = api::resolve_inputs(client, object, &id).await?;
+    let cluster = pause::cluster_view(client, object, &id).await;
+    let resolved = api::resolve_inputs(client, object, &id, &cluster).await?;
     let inputs_hash = match &resolved {
         Ok(i) => InputsHash::Known(i.hash()),
         Err(e) => InputsHash::Unresolved(e.to_string()),
     };
     let deleting = object.metadata().deletion_timestamp.is_some();
     let mut holds = source.member_holds(&id, deleting).await?;
-    pause::live_holds(client, object, &id, &mut holds).await?;
+    pause::live_holds(client, object, &id, &cluster, &mut holds).await?;
     let mut snap = snapshot_of(
         object,
         records,

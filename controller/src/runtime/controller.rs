@@ -232,6 +232,16 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
         plan::status_with(&plan, &acted.decision, acted.active_job.as_deref(), now)
     };
     write_status(ctx, &id, &read.original, &new).await?;
+    if let Some(cluster) = id.cluster_name.as_ref().filter(|_| id.kind == Kind::TerraformCluster)
+        && captf_core::exports::outputs_may_have_changed(
+            object.exports(),
+            read.original.last_success_time.as_ref(),
+            new.last_success_time.as_ref(),
+        )
+    {
+        // No receiver (no member controller yet) is nothing to tell.
+        let _ = ctx.exports_changed.send((id.namespace.clone(), cluster.clone()));
+    }
     let block = moving::blocks_move(read.snap.paused, acted.active_job.as_deref(), read.snap.lock.holder());
     deletion::set_block_move(&ctx.client, &id, &object, block).await?;
     if let Some((reason, msg)) = name_hold_transition(&read.original, &new) {
@@ -921,6 +931,38 @@ fn controller_for<K: CaptfKind>(
             )
         })
     };
+    // A member kind: the members of a cluster whose exported outputs may have changed, at once.
+    let export_wakes = {
+        let store = store.clone();
+        let rx = (K::KIND != Kind::TerraformCluster).then(|| ctx.exports_changed.subscribe());
+        futures::stream::unfold(rx, |rx| async move {
+            let mut rx = rx?;
+            loop {
+                match rx.recv().await {
+                    Ok(changed) => return Some((changed, Some(rx))),
+                    Err(tokio::sync::broadcast::error::RecvError::Lagged(_)) => continue,
+                    Err(tokio::sync::broadcast::error::RecvError::Closed) => return None,
+                }
+            }
+        })
+        .flat_map(move |(ns, cluster)| {
+            futures::stream::iter(
+                store
+                    .state()
+                    .into_iter()
+                    .filter(|o| {
+                        o.metadata.namespace.as_deref() == Some(ns.as_str())
+                            && o.metadata
+                                .labels
+                                .as_ref()
+                                .and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
+                                == Some(&cluster)
+                    })
+                    .map(|o| ObjectRef::from_obj(&*o))
+                    .collect::<Vec<_>>(),
+            )
+        })
+    };
     let mut controller = Controller::for_stream(feeds.kind_stream(writer, api, ctx.config.selector.as_deref()), reader)
         .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
         .owns(secrets, watcher::Config::default().labels(&selector));
@@ -948,6 +990,7 @@ fn controller_for<K: CaptfKind>(
         .with_config(ControllerConfig::default().concurrency(ctx.config.concurrency))
         .reconcile_on(wakes)
         .reconcile_on(slot_wakes)
+        .reconcile_on(export_wakes)
         // Each time this replica becomes the leader.
         .reconcile_all_on(super::clock::changes(ctx.terms.clone()))
         .graceful_shutdown_on(async move {

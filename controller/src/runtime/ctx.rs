@@ -50,6 +50,11 @@ pub struct Config {
     pub instance: String,
 }
 
+/// How many changed clusters the members' controllers may fall behind by; one that falls further
+/// behind misses some, whose members see the change at their next look (at most the 30 s of a
+/// wait for inputs, else the drift check).
+const EXPORTS_CHANGED_CAPACITY: usize = 1024;
+
 /// What every reconcile shares.
 pub struct Ctx {
     pub client: kube::Client,
@@ -74,6 +79,10 @@ pub struct Ctx {
     /// When (and in which leader term) a waiting pass last read each object's run lease and
     /// left it with no claim for a Job never created (`captf_core::lease::recheck_claims`).
     pub claims_read: Mutex<HashMap<ObjectKey, (Timestamp, u64)>>,
+    /// (namespace, cluster name) of each TerraformCluster whose exported outputs may have
+    /// changed in a pass (`captf_core::exports::outputs_may_have_changed`): the machine pool and
+    /// machine controllers look at that cluster's members at once.
+    pub exports_changed: tokio::sync::broadcast::Sender<(String, String)>,
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
@@ -119,6 +128,7 @@ impl Ctx {
             wakes: Mutex::default(),
             slots: Arc::new(Slots::new(captf_core::queue::Limits::default())),
             claims_read: Mutex::default(),
+            exports_changed: tokio::sync::broadcast::channel(EXPORTS_CHANGED_CAPACITY).0,
         };
         (ctx, feeds)
     }

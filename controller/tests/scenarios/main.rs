@@ -7,6 +7,7 @@ mod support;
 
 mod booking;
 mod errors;
+mod exports;
 mod holds;
 mod lifecycle;
 mod moving;

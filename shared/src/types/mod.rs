@@ -126,6 +126,16 @@ impl CaptfObject {
         }
     }
 
+    /// The outputs a TerraformCluster (or the TerraformClusters of a template) passes to its
+    /// members (`spec.exports`); empty for the other kinds.
+    pub fn exports(&self) -> &[String] {
+        match self {
+            CaptfObject::Cluster(o) => o.spec.exports.as_deref().unwrap_or_default(),
+            CaptfObject::ClusterTemplate(o) => o.spec.template.spec.exports.as_deref().unwrap_or_default(),
+            _ => &[],
+        }
+    }
+
     /// The status of a kind that runs Jobs (`None` for a template or an object without one).
     pub fn terraform_status(&self) -> Option<&TerraformStatus> {
         match self {

@@ -5,6 +5,7 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::spec::TerraformSpec;
+use crate::limits::{MAX_EXPORT_NAME_LEN, MAX_EXPORTS, VARIABLE_NAME_PATTERN};
 use super::status::TerraformStatus;
 
 /// CEL: a lock wait alone must not consume the Job's deadline (defaults included). The default
@@ -55,6 +56,12 @@ pub struct TerraformClusterSpec {
     /// The control plane's endpoint; set by the controller from the module's outputs when empty.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub control_plane_endpoint: Option<ApiEndpoint>,
+    /// Outputs of the cluster's module its machine pools and machines receive, each as the
+    /// variable `cluster_<output>` (a sensitive output stays sensitive). At most 64 distinct
+    /// output names; `name` is refused (`cluster_name` is the cluster's name).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_EXPORTS), inner(length(min = 1, max = MAX_EXPORT_NAME_LEN), regex(pattern = VARIABLE_NAME_PATTERN)))]
+    pub exports: Option<Vec<String>>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]

@@ -5,8 +5,7 @@ use std::sync::LazyLock;
 
 use regex::Regex;
 
-/// Terraform variable names as CAPTF accepts them (docs/api.md).
-pub const VARIABLE_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_-]*$";
+pub use crate::limits::VARIABLE_NAME_PATTERN;
 
 /// A compiled pattern. The patterns are literals exercised by the tests below; were one ever
 /// broken, it would match nothing (reject) rather than panic.
