@@ -1132,8 +1132,7 @@ async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over
     upgraded_tx.send(true).unwrap();
     let rounds = churn.await.unwrap();
     change("v2".into()).await;
-    let new_holder =
-        leader_outside(&leases, &old_controllers, "a new controller pod takes the lead").await;
+    let new_holder = leader_outside(&leases, &old_controllers, "a new controller pod takes the lead").await;
     let report = inst.report(RELEASE_NAMESPACE).await;
     until(
         "the changes applied across the upgrade",

@@ -1072,18 +1072,32 @@ fn cluster_exporting(exports: &[&str]) -> CaptfObject {
 
 #[test]
 fn exports_are_distinct_output_names() {
-    for good in [&[][..], &["vpc_id", "subnet_ids"], &["_private", "with-dash", "name_tag"]] {
+    for good in [
+        &[][..],
+        &["vpc_id", "subnet_ids"],
+        &["_private", "with-dash", "name_tag"],
+    ] {
         let r = validate_create(&cluster_exporting(good));
         assert!(r.is_valid(), "{good:?}: {}", r.message());
     }
     let r = validate_create(&cluster_exporting(&["vpc_id", "1st", "vpc_id", "name", "a b"]));
     assert_eq!(
         r.violations.iter().map(|v| v.field.as_str()).collect::<Vec<_>>(),
-        ["spec.exports[1]", "spec.exports[2]", "spec.exports[3]", "spec.exports[4]"],
+        [
+            "spec.exports[1]",
+            "spec.exports[2]",
+            "spec.exports[3]",
+            "spec.exports[4]"
+        ],
         "{}",
         r.message()
     );
-    assert!(r.message().contains("spec.exports[2]: must not repeat an earlier entry"), "{}", r.message());
+    assert!(
+        r.message()
+            .contains("spec.exports[2]: must not repeat an earlier entry"),
+        "{}",
+        r.message()
+    );
     assert!(r.message().contains("cluster_name"), "{}", r.message());
     let long = "a".repeat(129);
     assert!(!validate_create(&cluster_exporting(&[&long])).is_valid());

@@ -45,10 +45,11 @@ pub fn owning_cluster(member: &ObjectMeta) -> Option<&OwnerReference> {
 /// `{apiVersion, kind, name}` (PURE). `None` when it names another provider's kind.
 pub fn infrastructure_cluster(cluster: &Value) -> Option<String> {
     let r = cluster.pointer("/spec/infrastructureRef")?;
-    let group = r
-        .get("apiGroup")
-        .and_then(Value::as_str)
-        .or_else(|| r.get("apiVersion").and_then(Value::as_str).and_then(|v| v.split('/').next()))?;
+    let group = r.get("apiGroup").and_then(Value::as_str).or_else(|| {
+        r.get("apiVersion")
+            .and_then(Value::as_str)
+            .and_then(|v| v.split('/').next())
+    })?;
     let name = r.get("name")?.as_str().filter(|n| !n.is_empty())?;
     (group == keys::GROUP && r.get("kind")?.as_str()? == captf_shared::Kind::TerraformCluster.as_str())
         .then(|| name.to_string())
@@ -63,7 +64,9 @@ pub fn outputs_may_have_changed(
     old: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>>,
     new: Option<&std::collections::BTreeMap<String, k8s_openapi::apimachinery::pkg::apis::meta::v1::Time>>,
 ) -> bool {
-    let at = |m: Option<&std::collections::BTreeMap<String, _>>, op: captf_shared::Op| m.and_then(|m| m.get(op.as_str())).cloned();
+    let at = |m: Option<&std::collections::BTreeMap<String, _>>, op: captf_shared::Op| {
+        m.and_then(|m| m.get(op.as_str())).cloned()
+    };
     !exports.is_empty()
         && [captf_shared::Op::Apply, captf_shared::Op::Refresh]
             .into_iter()
@@ -160,8 +163,11 @@ mod tests {
 
     #[test]
     fn a_member_receives_each_export_as_cluster_output_with_its_sensitivity() {
-        let got = exported_variables(&exporting(&["vpc_id", "subnet_ids", "db_password", "unflagged"], Some(doc())))
-            .unwrap();
+        let got = exported_variables(&exporting(
+            &["vpc_id", "subnet_ids", "db_password", "unflagged"],
+            Some(doc()),
+        ))
+        .unwrap();
         let names: Vec<(&str, bool)> = got.iter().map(|e| (e.variable.as_str(), e.sensitive)).collect();
         assert_eq!(
             names,
@@ -266,6 +272,9 @@ mod tests {
     fn exports_written_past_the_webhook_are_refused_naming_the_field() {
         let e = exported_variables(&exporting(&["vpc_id", "name"], Some(doc()))).unwrap_err();
         let m = e.to_string();
-        assert!(m.starts_with("cluster exports: TerraformCluster prod: spec.exports[1]"), "{m}");
+        assert!(
+            m.starts_with("cluster exports: TerraformCluster prod: spec.exports[1]"),
+            "{m}"
+        );
     }
 }

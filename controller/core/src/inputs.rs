@@ -162,7 +162,9 @@ pub enum ResolveError {
     },
     #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
     Forbidden { field: String, name: String, why: String },
-    #[error("cluster exports: TerraformCluster {cluster} has no outputs yet (it exports {exports}): waiting for its apply")]
+    #[error(
+        "cluster exports: TerraformCluster {cluster} has no outputs yet (it exports {exports}): waiting for its apply"
+    )]
     ExportsNotYet { cluster: String, exports: String },
     #[error(
         "{var}: TerraformCluster {cluster} exports the output {output:?} (spec.exports[{index}]), which its outputs do not have: waiting for an apply of the cluster whose module has it"
@@ -601,13 +603,20 @@ mod tests {
                 }),
             },
         ]);
-        let inputs = resolve_inputs(Kind::TerraformCluster, &meta("prod-eu", None), &s, None, None, |k, name| {
-            Ok(match (k, name) {
-                (SourceKind::Secret, "a") => Some([("vars.json".into(), r#"{"n": 5, "size": "m"}"#.into())].into()),
-                (SourceKind::ConfigMap, "b") => Some([("size".into(), "l".into())].into()),
-                _ => None,
-            })
-        })
+        let inputs = resolve_inputs(
+            Kind::TerraformCluster,
+            &meta("prod-eu", None),
+            &s,
+            None,
+            None,
+            |k, name| {
+                Ok(match (k, name) {
+                    (SourceKind::Secret, "a") => Some([("vars.json".into(), r#"{"n": 5, "size": "m"}"#.into())].into()),
+                    (SourceKind::ConfigMap, "b") => Some([("size".into(), "l".into())].into()),
+                    _ => None,
+                })
+            },
+        )
         .unwrap();
         assert_eq!(
             serde_json::to_value(&inputs.variables).unwrap(),
@@ -658,7 +667,10 @@ mod tests {
             }),
             config_map_ref: None,
         }]);
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap_err();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap_err();
         assert!(matches!(e, ResolveError::Missing { .. }), "{e:?}");
         assert_eq!(
             e.to_string(),
@@ -796,9 +808,14 @@ mod tests {
                 machine: "m-1-abcde".into()
             }
         );
-        let i = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("m-1-bootstrap"), None, |_, _| {
-            Ok(Some(bootstrap_secret("#cloud-config\n", Some("cloud-config"))))
-        })
+        let i = resolve_inputs(
+            Kind::TerraformMachine,
+            &m,
+            &spec(),
+            Some("m-1-bootstrap"),
+            None,
+            |_, _| Ok(Some(bootstrap_secret("#cloud-config\n", Some("cloud-config")))),
+        )
         .unwrap();
         assert_eq!(i.variables[BOOTSTRAP_DATA_SECRET_VAR], json!("m-1-bootstrap"));
     }
@@ -885,9 +902,14 @@ mod tests {
         assert_eq!(named.variables[BOOTSTRAP_DATA_VAR], json!("{\"ignition\":{}}"));
         assert_eq!(named.variables[BOOTSTRAP_FORMAT_VAR], json!("ignition"));
         // A cluster has no bootstrap data, whatever is passed.
-        let c = resolve_inputs(Kind::TerraformCluster, &meta("c", None), &spec(), Some("x"), None, |_, _| {
-            panic!("a cluster reads no bootstrap Secret")
-        })
+        let c = resolve_inputs(
+            Kind::TerraformCluster,
+            &meta("c", None),
+            &spec(),
+            Some("x"),
+            None,
+            |_, _| panic!("a cluster reads no bootstrap Secret"),
+        )
         .unwrap();
         assert!(!c.variables.contains_key(BOOTSTRAP_DATA_VAR));
     }
@@ -931,9 +953,14 @@ mod tests {
             "bootstrap_data: Secret m-1-bootstrap holds 262145 bytes of bootstrap data under \"value\", more than the 262144 CAPTF passes to a module"
         );
         // A name of CAPTF's own is never read.
-        let e = resolve_inputs(Kind::TerraformMachine, &m, &spec(), Some("captf-inputs-x"), None, |_, _| {
-            panic!("a reserved name is not read")
-        })
+        let e = resolve_inputs(
+            Kind::TerraformMachine,
+            &m,
+            &spec(),
+            Some("captf-inputs-x"),
+            None,
+            |_, _| panic!("a reserved name is not read"),
+        )
         .unwrap_err();
         assert!(
             matches!(e, ResolveError::Forbidden { ref field, .. } if field == BOOTSTRAP_DATA_VAR),
@@ -960,15 +987,25 @@ mod tests {
     fn module_credentials_must_name_a_usable_secret_and_are_no_input() {
         use captf_shared::types::{ModuleCredentials, SecretName};
         let mut s = spec();
-        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap();
         s.module.credentials = Some(ModuleCredentials {
             secret_ref: SecretName { name: "git-ssh".into() },
         });
         let with = |data: Option<&[(&str, &str)]>| {
-            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |kind, name| {
-                assert_eq!((kind, name), (SourceKind::Secret, "git-ssh"));
-                Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
-            })
+            resolve_inputs(
+                Kind::TerraformCluster,
+                &meta("p", None),
+                &s,
+                None,
+                None,
+                |kind, name| {
+                    assert_eq!((kind, name), (SourceKind::Secret, "git-ssh"));
+                    Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
+                },
+            )
         };
         let e = with(None).unwrap_err();
         assert_eq!(
@@ -993,7 +1030,10 @@ mod tests {
     fn a_state_encryption_passphrase_must_exist_with_16_characters_and_only_its_reference_is_an_input() {
         use captf_shared::types::{SecretKeyRef, StateEncryption};
         let mut s = spec();
-        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
+        let plain = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap();
         s.state_encryption = Some(StateEncryption {
             passphrase_secret_ref: SecretKeyRef {
                 name: "state-key".into(),
@@ -1003,10 +1043,17 @@ mod tests {
             mode: None,
         });
         let with = |data: Option<&[(&str, &str)]>| {
-            resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |kind, name| {
-                assert_eq!((kind, name), (SourceKind::Secret, "state-key"));
-                Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
-            })
+            resolve_inputs(
+                Kind::TerraformCluster,
+                &meta("p", None),
+                &s,
+                None,
+                None,
+                |kind, name| {
+                    assert_eq!((kind, name), (SourceKind::Secret, "state-key"));
+                    Ok(data.map(|d| d.iter().map(|(k, v)| (k.to_string(), v.to_string())).collect()))
+                },
+            )
         };
         assert_eq!(
             with(None).unwrap_err().to_string(),
@@ -1036,16 +1083,21 @@ mod tests {
             Some("state-key/passphrase")
         );
         s.state_encryption.as_mut().unwrap().passphrase_secret_ref.name = "tfstate-default-x".into();
-        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None))
-            .unwrap_err()
-            .to_string();
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap_err()
+        .to_string();
         assert!(e.contains("is CAPTF's own"), "{e}");
     }
 
     #[test]
     fn an_object_without_state_encryption_keeps_the_inputs_hash_it_had_before_the_field_existed() {
         let s = spec();
-        let i = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| Ok(None)).unwrap();
+        let i = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, |_, _| {
+            Ok(None)
+        })
+        .unwrap();
         assert!(
             !i.canonical_json().contains("stateEncryption"),
             "{}",
@@ -1103,9 +1155,14 @@ mod tests {
         .unwrap();
         assert_ne!(i.hash(), j.hash());
         // An object without exports keeps the hash it had before exports existed.
-        let plain = resolve_inputs(Kind::TerraformMachinePool, &meta("p", Some("prod")), &spec(), None, None, |_, _| {
-            Ok(None)
-        })
+        let plain = resolve_inputs(
+            Kind::TerraformMachinePool,
+            &meta("p", Some("prod")),
+            &spec(),
+            None,
+            None,
+            |_, _| Ok(None),
+        )
         .unwrap();
         assert!(!plain.canonical_json().contains("publicVariables"));
         assert!(i.canonical_json().contains(r#""publicVariables":["cluster_vpc_id"]"#));
@@ -1114,11 +1171,20 @@ mod tests {
     #[test]
     fn a_cluster_receives_no_exports_of_its_own_and_a_member_waits_for_them() {
         let c = exports_of_prod();
-        let own = resolve_inputs(Kind::TerraformCluster, &meta("prod", None), &spec(), None, Some(&c), |_, _| {
-            Ok(None)
-        })
+        let own = resolve_inputs(
+            Kind::TerraformCluster,
+            &meta("prod", None),
+            &spec(),
+            None,
+            Some(&c),
+            |_, _| Ok(None),
+        )
         .unwrap();
-        assert!(own.variables.keys().all(|k| !k.starts_with("cluster_") || k == CLUSTER_NAME_VAR));
+        assert!(
+            own.variables
+                .keys()
+                .all(|k| !k.starts_with("cluster_") || k == CLUSTER_NAME_VAR)
+        );
         let waiting = ClusterExports { outputs: None, ..c };
         let e = resolve_inputs(
             Kind::TerraformMachinePool,
@@ -1151,7 +1217,9 @@ mod tests {
         .unwrap_err();
         assert_eq!(
             e.to_string(),
-            format!("cluster_many: the inputs would hold more than {MAX_SPEC_VALUES} JSON values with TerraformCluster prod")
+            format!(
+                "cluster_many: the inputs would hold more than {MAX_SPEC_VALUES} JSON values with TerraformCluster prod"
+            )
         );
     }
 }

@@ -18,8 +18,8 @@ use captf_shared::types::{CaptfObject, CliConfigRef, JobsSpec};
 use captf_shared::{Kind, binding, names, references};
 
 use crate::errors::{ApiAction, Error};
-use captf_core::ident::Ident;
 use captf_core::exports::ClusterExports;
+use captf_core::ident::Ident;
 use captf_core::inputs::{self as core_inputs, ResolveError, SourceData, SourceKind};
 use captf_core::lock::{self, HolderPod, LockLease, LockState};
 use captf_core::membership::Unverified;
@@ -329,7 +329,13 @@ pub async fn cluster_exports(
     )
     .get_opt(&name)
     .await
-    .map_err(|e| Error::api(ApiAction::GetObject, format!("TerraformCluster {}/{name}", id.namespace), e))?;
+    .map_err(|e| {
+        Error::api(
+            ApiAction::GetObject,
+            format!("TerraformCluster {}/{name}", id.namespace),
+            e,
+        )
+    })?;
     let Some(tc) = tc else {
         return Ok(Ok(None));
     };
@@ -343,7 +349,8 @@ pub async fn cluster_exports(
         return Ok(Ok(None));
     }
     let tc_uid = tc.metadata.uid.clone().unwrap_or_default();
-    let same_cluster = core_inputs::cluster_name(Kind::TerraformCluster, &tc.metadata).as_deref() == Some(&cluster_name);
+    let same_cluster =
+        core_inputs::cluster_name(Kind::TerraformCluster, &tc.metadata).as_deref() == Some(&cluster_name);
     let verified = same_cluster
         && match owner {
             Some(o) => o.uid == tc_uid,
@@ -449,20 +456,18 @@ pub async fn resolve_inputs(
         Ok(e) => e,
         Err(not_a_member) => return Ok(Err(not_a_member)),
     };
-    Ok(
-        core_inputs::resolve_inputs(
-            id.kind,
-            object.metadata(),
-            spec,
-            bootstrap.as_deref(),
-            exports.as_ref(),
-            |kind, name| Ok(fetched.get(&(kind, name.to_string())).cloned().flatten()),
-        )
-        .map(|mut inputs| {
-            core_inputs::add_owner_variables(id.kind, &mut inputs, &owner);
-            inputs
-        }),
+    Ok(core_inputs::resolve_inputs(
+        id.kind,
+        object.metadata(),
+        spec,
+        bootstrap.as_deref(),
+        exports.as_ref(),
+        |kind, name| Ok(fetched.get(&(kind, name.to_string())).cloned().flatten()),
     )
+    .map(|mut inputs| {
+        core_inputs::add_owner_variables(id.kind, &mut inputs, &owner);
+        inputs
+    }))
 }
 
 /// The machine pools and machines labelled with a TerraformCluster's cluster name, sorted out

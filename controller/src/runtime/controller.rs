@@ -952,10 +952,7 @@ fn controller_for<K: CaptfKind>(
                     .into_iter()
                     .filter(|o| {
                         o.metadata.namespace.as_deref() == Some(ns.as_str())
-                            && o.metadata
-                                .labels
-                                .as_ref()
-                                .and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
+                            && o.metadata.labels.as_ref().and_then(|l| l.get(keys::LABEL_CLUSTER_NAME))
                                 == Some(&cluster)
                     })
                     .map(|o| ObjectRef::from_obj(&*o))

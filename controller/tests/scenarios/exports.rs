@@ -82,7 +82,11 @@ async fn a_member_waits_for_its_clusters_exports_receives_them_and_re_applies_wh
     env.advance(15);
     env.booked(job_name(&c1), "succeeded").await?;
     let p1 = env.job(tmp, "workers", Op::Apply, 1).await?;
-    assert_eq!(ts(&p1), t0 + jiff::SignedDuration::from_secs(45), "created as the cluster's apply was booked");
+    assert_eq!(
+        ts(&p1),
+        t0 + jiff::SignedDuration::from_secs(45),
+        "created as the cluster's apply was booked"
+    );
     let inputs = inputs_json(&env, "captf-inputs-workers-tmp")?;
     assert_eq!(inputs["variables"]["cluster_vpc_id"], "vpc-1");
     assert_eq!(inputs["variables"]["cluster_db_password"], "pw-0f3a9");
@@ -123,7 +127,8 @@ async fn a_member_not_verified_as_the_clusters_receives_none_of_its_exports() ->
         JobMatch::object(Kind::TerraformCluster, NS, "net").op(Op::Apply),
         RunnerScript::realistic_with_sensitive_outputs(net_outputs("vpc-1"), &["db_password"]),
     );
-    env.sim.put(cluster_json("net", json!({"exports": ["vpc_id", "db_password"]})))?;
+    env.sim
+        .put(cluster_json("net", json!({"exports": ["vpc_id", "db_password"]})))?;
     let c1 = env.job(Kind::TerraformCluster, "net", Op::Apply, 1).await?;
     env.run_until_booked(&c1, "succeeded").await?;
     // Labelled with the cluster, but neither owned by it nor made by Cluster API for it.
@@ -143,8 +148,10 @@ async fn a_member_not_verified_as_the_clusters_receives_none_of_its_exports() ->
     );
     env.until_idle().await?;
     assert!(env.job_names(Kind::TerraformMachinePool, "intruder").is_empty());
-    assert!(env.sim.get("/secrets", NS, "captf-inputs-intruder-tmp").is_none_or(|s| {
-        !s.to_string().contains("cluster_db_password")
-    }));
+    assert!(
+        env.sim
+            .get("/secrets", NS, "captf-inputs-intruder-tmp")
+            .is_none_or(|s| { !s.to_string().contains("cluster_db_password") })
+    );
     Ok(())
 }

@@ -5,8 +5,8 @@ use schemars::JsonSchema;
 use serde::{Deserialize, Serialize};
 
 use super::spec::TerraformSpec;
-use crate::limits::{MAX_EXPORT_NAME_LEN, MAX_EXPORTS, VARIABLE_NAME_PATTERN};
 use super::status::TerraformStatus;
+use crate::limits::{MAX_EXPORT_NAME_LEN, MAX_EXPORTS, VARIABLE_NAME_PATTERN};
 
 /// CEL: a lock wait alone must not consume the Job's deadline (defaults included). The default
 /// deadline comes from the same literal as `defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS`.
