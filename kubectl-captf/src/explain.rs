@@ -25,6 +25,13 @@ pub(crate) async fn explain(
         return Ok(Printed::out(pretty(&e.json)));
     }
     let mut text = words::explain_text(&e, &r.object, r.waited_on.as_ref(), typed, now);
+    let stored = r
+        .inputs_secret
+        .as_ref()
+        .and_then(captf_core::inputs_secret::stored_inputs);
+    if let Some(flow) = words::exports_words(&r.object, stored.as_ref()) {
+        text.push_str(&format!("{:<14}{flow}\n", "Exports:"));
+    }
     if !observed(&r.object) {
         text = format!("Note: {NOT_OBSERVED}; below is what a controller would do.\n{text}");
     }

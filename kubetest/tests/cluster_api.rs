@@ -63,12 +63,26 @@ const STAND_IN_BOOTSTRAP_GROUP: &str = "bootstrap.test.captf.io";
 /// The file in the world folder every change of the test provider waits for.
 const GATE: &str = "gate";
 
-/// The thing module with failure domains, as an infrastructure cluster's module would give them.
+/// The thing module with failure domains, as an infrastructure cluster's module would give them,
+/// and two outputs its members receive (`spec.exports`): a network's ID and a sensitive join secret.
 fn cluster_module() -> String {
     format!(
-        "{THING_MODULE}\noutput \"failure_domains\" {{\n  value = {{\n    \"zone-a\" = {{ control_plane = true }}\n    \"zone-b\" = {{ control_plane = false, attributes = {{ rack = \"r2\" }} }}\n  }}\n}}\n"
+        "{THING_MODULE}\noutput \"failure_domains\" {{\n  value = {{\n    \"zone-a\" = {{ control_plane = true }}\n    \"zone-b\" = {{ control_plane = false, attributes = {{ rack = \"r2\" }} }}\n  }}\n}}\n{CLUSTER_EXPORTS_MODULE}"
     )
 }
+
+/// The outputs of [`cluster_module`] its members receive, and their declarations.
+const CLUSTER_EXPORTS_MODULE: &str = r#"
+output "network_id" {
+  value = "net-${captftest_thing.main.id}"
+}
+
+output "join_secret" {
+  value     = "js-${var.name}-0f3a"
+  sensitive = true
+}
+"#;
+const CLUSTER_EXPORTS: [&str; 2] = ["network_id", "join_secret"];
 
 /// A machine's module: one thing holding the bootstrap data it was given (as a VM's user data),
 /// the provider ID and addresses a cloud would give.
@@ -95,9 +109,20 @@ variable "bootstrap_format" {
   type = string
 }
 
+variable "cluster_network_id" {
+  type    = string
+  default = ""
+}
+
+variable "cluster_join_secret" {
+  type      = string
+  default   = ""
+  sensitive = true
+}
+
 resource "captftest_thing" "machine" {
   name    = var.name
-  content = "${var.bootstrap_data_secret} ${var.bootstrap_format}\n${var.bootstrap_data}"
+  content = "${var.bootstrap_data_secret} ${var.bootstrap_format}\n${var.bootstrap_data}${var.cluster_network_id} ${var.cluster_join_secret}"
 }
 
 output "provider_id" {
@@ -466,6 +491,7 @@ impl Management {
             "spec": {
                 "module": { "source": self.modules.url("cluster.tar.gz") },
                 "variables": { "name": name },
+                "exports": CLUSTER_EXPORTS,
             },
         }))
         .unwrap();
@@ -1137,13 +1163,22 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
         .read("fleet-m0")
         .unwrap()
         .expect("the machine's thing");
+    // And its cluster's exports: the network's ID and the sensitive join secret, which reaches
+    // neither the machine's status nor the cluster's.
     assert_eq!(
         vm.content,
         format!(
-            "fleet-m0-bootstrap cloud-config\n{}",
+            "fleet-m0-bootstrap cloud-config\n{}net-thing-fleet js-fleet-0f3a",
             bootstrap_value("fleet-m0-bootstrap")
         )
     );
+    let fleet = m.api(&common::terraform_clusters()).get("fleet").await.unwrap();
+    for status in [
+        infra["status"].to_string(),
+        serde_json::to_string(&fleet.data["status"]).unwrap(),
+    ] {
+        assert!(!status.contains("js-fleet-0f3a"), "{status}");
+    }
     assert_eq!(
         infra["status"]["outputs"]["provider_id"], "captftest:///thing-fleet-m0",
         "{infra}"

@@ -22,7 +22,29 @@ use serde_json::Value;
 use captf_shared::keys;
 use captf_shared::validation::exports_are_distinct_output_names;
 
-use crate::inputs::ResolveError;
+/// Why a member receives no exports (yet). [`crate::inputs::ResolveError`] carries it as is.
+#[derive(Debug, thiserror::Error, PartialEq, Eq)]
+pub enum ExportsError {
+    #[error(
+        "cluster exports: TerraformCluster {cluster} has no outputs yet (it exports {exports}): waiting for its apply"
+    )]
+    NotYet { cluster: String, exports: String },
+    #[error(
+        "{var}: TerraformCluster {cluster} exports the output {output:?} (spec.exports[{index}]), which its outputs do not have: waiting for an apply of the cluster whose module has it"
+    )]
+    Missing {
+        var: String,
+        cluster: String,
+        index: usize,
+        output: String,
+    },
+    #[error("cluster exports: TerraformCluster {cluster}: {why}")]
+    Bad { cluster: String, why: String },
+    #[error(
+        "cluster exports: not a verified member of TerraformCluster {cluster}, so it receives none of its exports: {why}"
+    )]
+    NotAMember { cluster: String, why: String },
+}
 
 /// The prefix of the variable a member receives an export as.
 pub const EXPORT_VAR_PREFIX: &str = "cluster_";
@@ -99,13 +121,13 @@ pub struct Exported {
 /// must wait: the cluster has no outputs yet, or its module lacks an exported output (both
 /// change only with an apply of the cluster). Exports that break the webhook's rules (an object
 /// written past it) are refused here too, naming the cluster's field.
-pub fn exported_variables(c: &ClusterExports) -> Result<Vec<Exported>, ResolveError> {
+pub fn exported_variables(c: &ClusterExports) -> Result<Vec<Exported>, ExportsError> {
     if c.exports.is_empty() {
         return Ok(vec![]);
     }
     let report = exports_are_distinct_output_names(&c.exports, "spec");
     if !report.is_valid() {
-        return Err(ResolveError::BadExports {
+        return Err(ExportsError::Bad {
             cluster: c.cluster.clone(),
             why: report.message(),
         });
@@ -114,7 +136,7 @@ pub fn exported_variables(c: &ClusterExports) -> Result<Vec<Exported>, ResolveEr
         .outputs
         .as_ref()
         .and_then(Value::as_object)
-        .ok_or_else(|| ResolveError::ExportsNotYet {
+        .ok_or_else(|| ExportsError::NotYet {
             cluster: c.cluster.clone(),
             exports: c.exports.join(", "),
         })?;
@@ -122,7 +144,7 @@ pub fn exported_variables(c: &ClusterExports) -> Result<Vec<Exported>, ResolveEr
         .iter()
         .enumerate()
         .map(|(index, output)| {
-            let entry = doc.get(output).ok_or_else(|| ResolveError::ExportMissing {
+            let entry = doc.get(output).ok_or_else(|| ExportsError::Missing {
                 var: export_variable(output),
                 cluster: c.cluster.clone(),
                 index,

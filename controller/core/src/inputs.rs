@@ -162,25 +162,8 @@ pub enum ResolveError {
     },
     #[error("{field}: Secret {name} is CAPTF's own ({why}); no spec may read it")]
     Forbidden { field: String, name: String, why: String },
-    #[error(
-        "cluster exports: TerraformCluster {cluster} has no outputs yet (it exports {exports}): waiting for its apply"
-    )]
-    ExportsNotYet { cluster: String, exports: String },
-    #[error(
-        "{var}: TerraformCluster {cluster} exports the output {output:?} (spec.exports[{index}]), which its outputs do not have: waiting for an apply of the cluster whose module has it"
-    )]
-    ExportMissing {
-        var: String,
-        cluster: String,
-        index: usize,
-        output: String,
-    },
-    #[error("cluster exports: TerraformCluster {cluster}: {why}")]
-    BadExports { cluster: String, why: String },
-    #[error(
-        "cluster exports: not a verified member of TerraformCluster {cluster}, so it receives none of its exports: {why}"
-    )]
-    NotAMember { cluster: String, why: String },
+    #[error(transparent)]
+    Exports(#[from] crate::exports::ExportsError),
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
     SpecTooLarge { max: usize },
     #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
@@ -519,6 +502,7 @@ fn json_type(v: &Value) -> &'static str {
 mod tests {
     #![allow(clippy::unwrap_used)]
     use super::*;
+    use crate::exports::ExportsError;
     use captf_shared::types::{ModuleSpec, VariablesFrom, VariablesRef};
 
     #[test]
@@ -1195,7 +1179,7 @@ mod tests {
             |_, _| Ok(None),
         )
         .unwrap_err();
-        assert!(matches!(e, ResolveError::ExportsNotYet { .. }), "{e}");
+        assert!(matches!(e, ResolveError::Exports(ExportsError::NotYet { .. })), "{e}");
     }
 
     #[test]

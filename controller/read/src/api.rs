@@ -363,12 +363,14 @@ pub async fn cluster_exports(
             }
         };
     if !verified {
-        return Ok(Err(ResolveError::NotAMember {
-            cluster: name,
-            why: format!(
-                "it is neither owned by that TerraformCluster (its UID) nor controlled by a Cluster API Machine or MachinePool of cluster {cluster_name} whose Cluster names it as its infrastructure"
-            ),
-        }));
+        return Ok(Err(ResolveError::Exports(
+            captf_core::exports::ExportsError::NotAMember {
+                cluster: name,
+                why: format!(
+                    "it is neither owned by that TerraformCluster (its UID) nor controlled by a Cluster API Machine or MachinePool of cluster {cluster_name} whose Cluster names it as its infrastructure"
+                ),
+            },
+        )));
     }
     let outputs_secret = names::outputs_secret_name(&names::suffix(Kind::TerraformCluster, &id.namespace, &name));
     let outputs = secret(client, &id.namespace, &outputs_secret)
