@@ -150,18 +150,27 @@ pub fn shown_jobs(jobs: &[TreeJob], active: Option<&str>) -> Vec<TreeJob> {
     out
 }
 
+/// An object's `Ready` status and the reason worth showing beside it (PURE): `UpToDate`'s when
+/// that is False (a provisioned object stays Ready while a change waits), else `Ready`'s.
+fn ready_and_reason(object: &CaptfObject) -> (Option<String>, Option<String>) {
+    let cs = captf_core::snapshot::object_status(object).and_then(|s| s.conditions.as_deref());
+    let find = |t: &str| cs.and_then(|cs| captf_shared::conditions::find(cs, t));
+    let ready = find(captf_shared::conditions::READY);
+    let reason = find(captf_shared::conditions::UP_TO_DATE)
+        .filter(|c| c.status == "False")
+        .or(ready)
+        .map(|c| c.reason.clone())
+        .filter(|r| !r.is_empty());
+    (ready.map(|c| c.status.clone()), reason)
+}
+
 /// The node of one object read live (PURE).
 pub fn node_of(r: &LiveRead, now: Timestamp) -> TreeNode {
     let e = explanation(r, now);
     let seen = observed(&r.object);
     let row = row(&e, seen, r.waited_on.as_ref(), now);
-    let status = captf_core::snapshot::object_status(&r.object);
-    let ready = status
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|cs| captf_shared::conditions::find(cs, captf_shared::conditions::READY));
     let mut node = TreeNode::bare(&row.kind, &row.namespace, &row.name);
-    node.ready = ready.map(|c| c.status.clone());
-    node.ready_reason = ready.map(|c| c.reason.clone()).filter(|r| !r.is_empty());
+    (node.ready, node.ready_reason) = ready_and_reason(&r.object);
     node.next = Some(row.next);
     node.when = Some(row.when_words);
     node.not_before = row.not_before;
@@ -179,11 +188,7 @@ fn unread_node(object: &CaptfObject, kind: Kind, why: String) -> TreeNode {
         meta.namespace.as_deref().unwrap_or_default(),
         meta.name.as_deref().unwrap_or_default(),
     );
-    let ready = captf_core::snapshot::object_status(object)
-        .and_then(|s| s.conditions.as_deref())
-        .and_then(|cs| captf_shared::conditions::find(cs, captf_shared::conditions::READY));
-    node.ready = ready.map(|c| c.status.clone());
-    node.ready_reason = ready.map(|c| c.reason.clone()).filter(|r| !r.is_empty());
+    (node.ready, node.ready_reason) = ready_and_reason(object);
     node.note = Some(format!("cannot read: {why}"));
     node
 }

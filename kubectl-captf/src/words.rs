@@ -221,14 +221,14 @@ pub fn lock_words(s: &Snapshot, waited_on: Option<&LockState>) -> String {
 }
 
 /// The object's place while it waits for a runner slot (the controller's limits on running
-/// Jobs): the Ready message the controller wrote with `nextAction.reason: Queued`.
+/// Jobs): the `UpToDate` message the controller wrote with `nextAction.reason: Queued`.
 pub fn queued_place(s: &Snapshot) -> Option<String> {
     let next = s.status.next_action.as_ref()?;
     if next.reason != Reason::Queued.as_str() {
         return None;
     }
-    let ready = captf_shared::conditions::find(s.status.conditions.as_deref()?, captf_shared::conditions::READY)?;
-    (!ready.message.is_empty()).then(|| ready.message.clone())
+    let up = captf_shared::conditions::find(s.status.conditions.as_deref()?, captf_shared::conditions::UP_TO_DATE)?;
+    (!up.message.is_empty()).then(|| up.message.clone())
 }
 
 /// The Job that runs now, when it started and when its deadline stops it: `apply Job X running
@@ -479,6 +479,38 @@ pub fn table(header: &[&str], rows: &[Vec<String>]) -> String {
     out
 }
 
+/// What flows between a cluster and its members (docs/api.md, "Cluster exports"), in words
+/// (PURE): a TerraformCluster's `spec.exports` and the variables its members get from them; or,
+/// for a member, the `cluster_<output>` variables its stored inputs hold, each public or sensitive
+/// as the cluster's output is. `None` when nothing flows.
+pub fn exports_words(object: &CaptfObject, stored: Option<&captf_shared::inputs::Inputs>) -> Option<String> {
+    let exports = object.exports();
+    if !exports.is_empty() {
+        let vars: Vec<String> = exports
+            .iter()
+            .map(|e| captf_core::exports::export_variable(e))
+            .collect();
+        return Some(format!("{} to its members, as {}", exports.join(", "), vars.join(", ")));
+    }
+    let stored = stored?;
+    let received: Vec<String> = stored
+        .variables
+        .keys()
+        .filter(|k| {
+            k.starts_with(captf_core::exports::EXPORT_VAR_PREFIX) && k.as_str() != captf_core::inputs::CLUSTER_NAME_VAR
+        })
+        .map(|k| {
+            let kind = if stored.public_variables.contains(k) {
+                "public"
+            } else {
+                "sensitive"
+            };
+            format!("{k} ({kind})")
+        })
+        .collect();
+    (!received.is_empty()).then(|| format!("from its cluster, as last applied or planned: {}", received.join(", ")))
+}
+
 #[cfg(test)]
 mod tests {
     #![allow(clippy::unwrap_used)]
@@ -522,7 +554,15 @@ mod tests {
         .unwrap();
         let place = "waiting for a runner slot: 3 of 7 queued in namespace team-a (10 of 10 running)";
         let mut cs = vec![];
-        conditions::set_condition(&mut cs, conditions::READY, Status::False, "Queued", place, None, now());
+        conditions::set_condition(
+            &mut cs,
+            conditions::UP_TO_DATE,
+            Status::False,
+            "Queued",
+            place,
+            None,
+            now(),
+        );
         s.status.conditions = Some(cs);
         assert_eq!(queued_place(&s), None, "no nextAction: not queued");
         s.status.next_action = Some(NextAction {
@@ -619,5 +659,40 @@ mod tests {
     fn an_age_is_how_long_ago_in_words() {
         assert_eq!(age(now(), "2026-03-01T09:55:00Z".parse().unwrap()), "5m ago");
         assert_eq!(age(now(), "2026-03-01T07:00:00Z".parse().unwrap()), "3h0m ago");
+    }
+
+    #[test]
+    fn explain_says_what_a_cluster_exports_and_what_a_member_received() {
+        use captf_shared::types::{TerraformCluster, TerraformClusterSpec, TerraformMachinePool};
+        let cluster = CaptfObject::Cluster(TerraformCluster::new(
+            "net",
+            TerraformClusterSpec {
+                exports: Some(vec!["vpc_id".into(), "db_password".into()]),
+                ..Default::default()
+            },
+        ));
+        assert_eq!(
+            exports_words(&cluster, None).as_deref(),
+            Some("vpc_id, db_password to its members, as cluster_vpc_id, cluster_db_password")
+        );
+        let pool = CaptfObject::MachinePool(TerraformMachinePool::new("workers", Default::default()));
+        assert_eq!(exports_words(&pool, None), None);
+        let stored = captf_shared::inputs::Inputs {
+            variables: [
+                ("cluster_name".to_string(), serde_json::json!("net")),
+                ("cluster_vpc_id".to_string(), serde_json::json!("vpc-1")),
+                ("cluster_db_password".to_string(), serde_json::json!("pw")),
+                ("region".to_string(), serde_json::json!("eu")),
+            ]
+            .into(),
+            public_variables: ["cluster_vpc_id".to_string()].into(),
+            ..Default::default()
+        };
+        assert_eq!(
+            exports_words(&pool, Some(&stored)).as_deref(),
+            Some(
+                "from its cluster, as last applied or planned: cluster_db_password (sensitive), cluster_vpc_id (public)"
+            )
+        );
     }
 }

@@ -4,7 +4,14 @@
 use k8s_openapi::apimachinery::pkg::apis::meta::v1::{Condition, Time};
 use k8s_openapi::jiff::Timestamp;
 
+/// What Cluster API mirrors into the Cluster's and Machine's `InfrastructureReady`: whether the
+/// infrastructure is there to use. True from the first successful apply until a deletion begins,
+/// whatever later change is queued, running, failing or awaiting approval (`UpToDate` says that).
 pub const READY: &str = "Ready";
+/// Whether the current inputs are applied and nothing blocks: False with the reason that holds
+/// the object (a queued, running or blocked apply, a bad spec, a pause…), as `Ready` is before
+/// the first apply.
+pub const UP_TO_DATE: &str = "UpToDate";
 pub const APPLY_JOB_SUCCEEDED: &str = "ApplyJobSucceeded";
 pub const DRIFT_DETECTED: &str = "DriftDetected";
 pub const STATE_READABLE: &str = "StateReadable";
@@ -45,6 +52,10 @@ pub mod reason {
     /// Jobs); the message gives its place.
     pub const QUEUED: &str = "Queued";
     pub const PROVISIONED: &str = "Provisioned";
+    /// `UpToDate=True` and `Ready=True` with nothing pending.
+    pub const READY: &str = "Ready";
+    /// `Ready=False` while the object's infrastructure is destroyed.
+    pub const DELETING: &str = "Deleting";
     /// `Reconciled=True`: the last pass read, decided and wrote everything it needed to.
     pub const RECONCILE_SUCCEEDED: &str = "ReconcileSucceeded";
     /// `Reconciled=False`: the last pass failed; the message says which call and why.

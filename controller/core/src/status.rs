@@ -118,8 +118,13 @@ pub fn compute(
         g,
         now,
     );
-    let (ready_status, ready_reason, ready_message) =
-        ready(s, decision, active_job, current_inputs_hash, interrupted_pending);
+    let up_to_date = up_to_date(s, decision, active_job, current_inputs_hash, interrupted_pending);
+    let provisioned = s.status.applied_inputs_hash.is_some()
+        || s.durable.applied_inputs_hash.is_some()
+        || s.last_success(Op::Apply).is_some();
+    let (ready_status, ready_reason, ready_message) = ready(s, provisioned, &up_to_date);
+    let (u_status, u_reason, u_message) = up_to_date;
+    set(&mut cs, conditions::UP_TO_DATE, u_status, &u_reason, &u_message, g, now);
     set(
         &mut cs,
         conditions::READY,
@@ -131,10 +136,7 @@ pub fn compute(
     );
     st.conditions = Some(cs);
 
-    if s.status.applied_inputs_hash.is_some()
-        || s.durable.applied_inputs_hash.is_some()
-        || s.last_success(Op::Apply).is_some()
-    {
+    if provisioned {
         st.ready = Some(true);
         st.initialization = Some(Initialization {
             provisioned: Some(true),
@@ -345,8 +347,27 @@ fn paused_condition(cs: &mut Conditions, s: &Snapshot, g: Option<i64>, now: Time
     }
 }
 
-/// `Ready`: status, reason and message.
-fn ready(
+/// `Ready`: whether the infrastructure is there to use (what Cluster API mirrors into the
+/// Cluster's and the Machine's `InfrastructureReady`, and what a MachineHealthCheck needs True
+/// before it judges any Machine). Before the first successful apply it is `UpToDate`; from then on
+/// True until a deletion begins, whatever later change is queued, running, failing, blocked or
+/// awaiting approval, with `UpToDate`'s reason in its message when that is False.
+fn ready(s: &Snapshot, provisioned: bool, up_to_date: &(Status, String, String)) -> (Status, String, String) {
+    let (u_status, u_reason, u_message) = up_to_date;
+    if !provisioned || s.deletion_timestamp.is_some() {
+        return up_to_date.clone();
+    }
+    let message = match u_status {
+        Status::True if u_message.is_empty() => String::new(),
+        Status::True => u_message.clone(),
+        _ if u_message.is_empty() => format!("provisioned; not up to date: {u_reason}"),
+        _ => format!("provisioned; not up to date: {u_reason}: {u_message}"),
+    };
+    (Status::True, reasons::READY.to_string(), message)
+}
+
+/// `UpToDate`: status, reason and message.
+fn up_to_date(
     s: &Snapshot,
     decision: &Decision,
     active_job: Option<&str>,
@@ -377,7 +398,7 @@ fn ready(
         // Waiting for a runner slot. An object whose current inputs are applied stays Ready
         // (its drift check or refresh waits), saying so; any other waits Queued.
         if applied && s.deletion_timestamp.is_none() && !interrupted_pending {
-            (Status::True, "Ready".to_string(), place.clone())
+            (Status::True, reasons::READY.to_string(), place.clone())
         } else {
             (Status::False, reasons::QUEUED.to_string(), place.clone())
         }
@@ -399,7 +420,7 @@ fn ready(
                     ),
                 },
             ),
-            _ => (Status::False, "Deleting".to_string(), "destroying".to_string()),
+            _ => (Status::False, reasons::DELETING.to_string(), "destroying".to_string()),
         }
     } else if interrupted_pending {
         (
@@ -424,7 +445,7 @@ fn ready(
         };
         (Status::False, r.to_string(), message)
     } else {
-        (Status::True, "Ready".to_string(), String::new())
+        (Status::True, reasons::READY.to_string(), String::new())
     }
 }
 
@@ -606,6 +627,54 @@ mod tests {
                 (status.as_str(), reason.as_str(), message.as_str()),
                 ("False", "Queued", PLACE)
             );
+        }
+
+        /// Both conditions after a pass that waits for `reason`, of an object that applied an older
+        /// hash (`provisioned`) or none.
+        fn ready_and_up_to_date(provisioned: bool, deleting: bool, reason: Reason) -> [(String, String, String); 2] {
+            let mut s = snapshot(false, deleting);
+            s.holds.queued = None;
+            s.durable.applied_inputs_hash = provisioned.then(|| "0".repeat(64));
+            let d = Decision::Wait(crate::decide::Wait {
+                reason,
+                op: Some(Op::Apply),
+                requeue_after: None,
+                not_before: None,
+                attempt: None,
+            });
+            let st = compute(&s, &d, None, Some(HASH), false, Timestamp::UNIX_EPOCH);
+            [conditions::READY, conditions::UP_TO_DATE].map(|t| {
+                let c = conditions::find(st.conditions.as_deref().unwrap(), t).unwrap();
+                (c.status.clone(), c.reason.clone(), c.message.clone())
+            })
+        }
+
+        #[test]
+        fn ready_stays_true_once_provisioned_while_a_change_waits_and_up_to_date_says_why() {
+            for reason in [
+                Reason::AwaitingApproval,
+                Reason::InputsUnresolved,
+                Reason::InputsChangedBackoff,
+                Reason::Paused,
+            ] {
+                let [ready, up] = ready_and_up_to_date(true, false, reason);
+                assert_eq!((ready.0.as_str(), ready.1.as_str()), ("True", "Ready"), "{reason:?}");
+                assert_eq!(up.0, "False", "{reason:?}");
+                assert!(
+                    ready.2.starts_with("provisioned; not up to date: ") && ready.2.contains(&up.1),
+                    "{reason:?}: {ready:?} {up:?}"
+                );
+            }
+        }
+
+        #[test]
+        fn ready_is_up_to_date_until_the_first_apply_and_false_once_a_deletion_begins() {
+            let [ready, up] = ready_and_up_to_date(false, false, Reason::AwaitingApproval);
+            assert_eq!(ready, up);
+            assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "AwaitingApproval"));
+            let [ready, up] = ready_and_up_to_date(true, true, Reason::Deleting);
+            assert_eq!(ready, up);
+            assert_eq!((ready.0.as_str(), ready.1.as_str()), ("False", "Deleting"));
         }
 
         #[test]

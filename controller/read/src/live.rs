@@ -144,12 +144,12 @@ pub async fn holds(client: &kube::Client, id: &Ident, deleting: bool) -> Result<
     Ok(holds)
 }
 
-/// The verdict the controller last wrote as `Ready=False/<reason>`, which stands for its
+/// The verdict the controller last wrote as `UpToDate=False/<reason>`, which stands for its
 /// check of its own flags.
 fn last_verdict(object: &CaptfObject, reason: &str) -> Option<String> {
     let cs = object_status(object)?.conditions.as_deref()?;
-    let ready = conditions::find(cs, conditions::READY)?;
-    (ready.status == "False" && ready.reason == reason).then(|| ready.message.clone())
+    let up = conditions::find(cs, conditions::UP_TO_DATE)?;
+    (up.status == "False" && up.reason == reason).then(|| up.message.clone())
 }
 
 /// A person's live source of a pass's reads (see the module doc).

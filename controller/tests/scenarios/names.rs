@@ -273,9 +273,11 @@ async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_bo
     env.advance(30);
     env.merge_patch::<TerraformCluster>("prod-eu", json!({"spec": {"variables": {"size": "large"}}}))
         .await?;
-    let c = env.until_reason("prod-eu", "Ready", "NameConflict").await?;
-    let (_, _, message) = condition(&c, "Ready").unwrap();
+    // Provisioned: Ready stays True, and UpToDate says what holds the change.
+    let c = env.until_reason("prod-eu", "UpToDate", "NameConflict").await?;
+    let (_, _, message) = condition(&c, "UpToDate").unwrap();
     assert!(message.contains(&format!("Job {NS}/{planted_name}")), "{message}");
+    assert_eq!(condition(&c, "Ready").unwrap().0, "True");
     env.until_idle().await?;
     let live = env.sim.get("batch/jobs", NS, &planted_name).expect("never pruned");
     assert_eq!(
