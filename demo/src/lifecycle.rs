@@ -738,7 +738,7 @@ impl<'a> Demo<'a> {
         }
         self.run(&job).await?;
         self.booked(&job, "succeeded").await?;
-        self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.condition_is(k, CLUSTER, "UpToDate", "True", "Ready").await?;
         let c = self
             .until("spec.controlPlaneEndpoint", |sim| {
                 let c = sim.get(TC, NS, CLUSTER)?;
@@ -908,7 +908,7 @@ impl<'a> Demo<'a> {
         .await?;
         self.run(&j3).await?;
         self.booked(&j3, "succeeded").await?;
-        self.condition_is(k, POOL, "Ready", "True", "Ready").await?;
+        self.condition_is(k, POOL, "UpToDate", "True", "Ready").await?;
         self.expect_things(&[(real::WORKERS, Some("3 x m6i.large"))])?;
         self.quiesce().await?;
         let holder = self.sim.get("coordination.k8s.io/leases", NS, &lease).and_then(|l| {
@@ -975,7 +975,7 @@ impl<'a> Demo<'a> {
         }
         self.run(&fix).await?;
         self.booked(&fix, "succeeded").await?;
-        self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.condition_is(k, CLUSTER, "UpToDate", "True", "Ready").await?;
         self.expect_things(&[(real::CONTROL_PLANE, Some("kubernetes 1.32"))])?;
 
         if self.real.is_none() {
@@ -1162,7 +1162,7 @@ impl<'a> Demo<'a> {
             .await?;
         }
         self.booked(&j2, "succeeded").await?;
-        self.condition_is(k, CLUSTER, "Ready", "True", "Ready").await?;
+        self.condition_is(k, CLUSTER, "UpToDate", "True", "Ready").await?;
         self.expect_things(&[(real::CONTROL_PLANE_XLARGE, Some("kubernetes 1.33"))])?;
         self.quiesce().await?;
         Ok("StateLocked naming alice@laptop; Job failed after the 300s lock wait; retry 60s later without force-unlock; lock untouched until alice released it; then Ready".to_string())

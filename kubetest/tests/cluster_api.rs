@@ -1118,7 +1118,12 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         &common::terraform_clusters(),
         "first",
         "the change applied after unpausing",
-        |o| is_true(o, "Ready") && !is_true(o, "Paused") && o["status"]["observedGeneration"] == generation,
+        |o| {
+            is_true(o, "Ready")
+                && is_true(o, "UpToDate")
+                && !is_true(o, "Paused")
+                && o["status"]["observedGeneration"] == generation
+        },
     )
     .await;
     // Finished Jobs are pruned to the history limit, so count names, not Jobs: a new one ran.

@@ -226,10 +226,14 @@ impl Full {
     }
 }
 
+/// Ready and up to date: `Ready` alone stays True from the first apply on, while a later change
+/// waits; `UpToDate` says the newest inputs are applied.
 fn ready(o: &Value) -> bool {
-    o["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    o["status"]["conditions"].as_array().is_some_and(|c| {
+        ["Ready", "UpToDate"]
+            .iter()
+            .all(|t| c.iter().any(|c| c["type"] == *t && c["status"] == "True"))
+    })
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

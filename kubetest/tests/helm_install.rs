@@ -52,10 +52,14 @@ where
     found.unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}\n{}", context()))
 }
 
+/// Ready and up to date: `Ready` alone stays True from the first apply on, while a later change
+/// waits; `UpToDate` says the newest inputs are applied.
 fn is_ready(o: &Value) -> bool {
-    o["status"]["conditions"]
-        .as_array()
-        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+    o["status"]["conditions"].as_array().is_some_and(|c| {
+        ["Ready", "UpToDate"]
+            .iter()
+            .all(|t| c.iter().any(|c| c["type"] == *t && c["status"] == "True"))
+    })
 }
 
 /// The DNS names of a PEM certificate.

@@ -1197,7 +1197,7 @@ impl Soak {
         Ok(())
     }
 
-    /// Nothing left to do: every object Ready and none being deleted, every finished Job
+    /// Nothing left to do: every object up to date and none being deleted, every finished Job
     /// booked.
     fn at_rest(&self) -> bool {
         let unsettled = [
@@ -1209,7 +1209,7 @@ impl Soak {
         .map(|kind| {
             let id = format!("{}/{}", keys::GROUP, resource(kind).plural);
             self.sim.count_where(&id, Some(NS), |o| {
-                condition_true(o, "Ready").is_none() || o.pointer("/metadata/deletionTimestamp").is_some()
+                condition_true(o, "UpToDate").is_none() || o.pointer("/metadata/deletionTimestamp").is_some()
             })
         })
         .sum::<usize>();
@@ -1258,7 +1258,7 @@ impl Soak {
             let o = self.sim.get(&id(kind), NS, &name).unwrap_or_default();
             let ready = o
                 .get("status")
-                .and_then(|st| crate::history::condition(st, "Ready"))
+                .and_then(|st| crate::history::condition(st, "UpToDate"))
                 .cloned();
             if ready.as_ref().and_then(|r| r["status"].as_str()) != Some("True") {
                 // Held for a name conflict: how the state Secret's binding came to be.

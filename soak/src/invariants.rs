@@ -579,14 +579,14 @@ pub fn an_interrupted_apply_is_applied_again(h: &History, end: Timestamp) -> Vec
     out
 }
 
-/// What an object's last status says it waits for: its next action and Ready condition, to
+/// What an object's last status says it waits for: its next action and UpToDate condition, to
 /// read a stuck object from the report alone.
 fn waits_for(status: &serde_json::Value) -> String {
     let text = |p: &str| status.pointer(p).and_then(serde_json::Value::as_str).unwrap_or("-");
-    let ready = crate::history::condition(status, "Ready");
+    let ready = crate::history::condition(status, "UpToDate");
     let field = |c: Option<&serde_json::Value>, f: &str| c.and_then(|c| c[f].as_str()).unwrap_or("-").to_string();
     format!(
-        "next action {} {}, activeJob {}, Ready {} {}: {}",
+        "next action {} {}, activeJob {}, UpToDate {} {}: {}",
         text("/nextAction/op"),
         text("/nextAction/reason"),
         text("/activeJob"),
@@ -1096,7 +1096,7 @@ mod tests {
         h.objects[0].deletion_requested = Some(t(0));
         h.objects[0].status = serde_json::json!({
             "nextAction": {"op": "destroy", "reason": "MembersExist"},
-            "conditions": [{"type": "Ready", "status": "False", "reason": "MembersExist", "message": "m1 exists"}],
+            "conditions": [{"type": "UpToDate", "status": "False", "reason": "MembersExist", "message": "m1 exists"}],
         });
         let stuck = every_deleted_object_is_destroyed_and_released(&h, t(100));
         assert_eq!(stuck.len(), 1);
@@ -1104,7 +1104,7 @@ mod tests {
         assert!(
             stuck[0]
                 .detail
-                .contains("next action destroy MembersExist, activeJob -, Ready False MembersExist: m1 exists"),
+                .contains("next action destroy MembersExist, activeJob -, UpToDate False MembersExist: m1 exists"),
             "{}",
             stuck[0]
         );

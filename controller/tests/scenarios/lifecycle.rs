@@ -297,6 +297,62 @@ async fn apply_job_deleted_while_running_records_interrupted_apply_until_next_su
     Ok(())
 }
 
+/// Cluster API mirrors `Ready` into the Cluster's `InfrastructureReady`, which a MachineHealthCheck
+/// needs True before it judges any Machine: a provisioned cluster whose next change waits for a
+/// person stays Ready, and `UpToDate` says what holds the change.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_provisioned_object_stays_ready_while_its_destructive_change_awaits_approval() -> Result<()> {
+    let env = Env::new().await?;
+    let k = Kind::TerraformCluster;
+    let m = || JobMatch::object(k, NS, "steady").op(Op::Apply);
+    let s = PlanSummary {
+        add: 0,
+        change: 0,
+        destroy: 1,
+        replace: 0,
+    };
+    // With outputs, so no refresh follows the first apply.
+    env.sim.script(m(), RunnerScript::succeed_with_outputs(outputs()));
+    env.sim.script(m(), RunnerScript::blocked("hash-9", s));
+    env.sim.script(m(), RunnerScript::succeed_with_outputs(outputs()));
+    let j1 = env.create_cluster("steady", json!({})).await?;
+    env.run_until_booked(&j1, "succeeded").await?;
+    env.until_ready("steady").await?;
+    env.merge_patch::<TerraformCluster>("steady", json!({"spec": {"variables": {"region": "eu-west-2"}}}))
+        .await?;
+    let j2 = env.job(k, "steady", Op::Apply, 2).await?;
+    env.run_until_booked(&j2, "blocked").await?;
+    let c = env.until_next_action("steady", "AwaitingApproval").await?;
+    let (ready, reason, message) = condition(&c, "Ready").unwrap();
+    assert_eq!((ready.as_str(), reason.as_str()), ("True", "Ready"), "{message}");
+    assert!(
+        message.starts_with("provisioned; not up to date: AwaitingApproval"),
+        "{message}"
+    );
+    let (up, up_reason, _) = condition(&c, "UpToDate").unwrap();
+    assert_eq!((up.as_str(), up_reason.as_str()), ("False", "AwaitingApproval"));
+    assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
+    // Approved and applied: up to date again, and Ready never left True.
+    env.merge_patch::<TerraformCluster>(
+        "steady",
+        json!({"metadata": {"annotations": {"captf.io/approve-plan": "hash-9"}}}),
+    )
+    .await?;
+    let j3 = env.job(k, "steady", Op::Apply, 3).await?;
+    env.run_until_booked(&j3, "succeeded").await?;
+    let c = env.until_reason("steady", "UpToDate", "Ready").await?;
+    let ready = c["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "Ready")
+        .unwrap()
+        .clone();
+    assert_eq!(ready["status"], "True");
+    assert_eq!(ready["message"], "");
+    Ok(())
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn destructive_plan_blocked_then_approved_then_plan_changed_then_approved_again() -> Result<()> {
     let env = Env::new().await?;

@@ -274,8 +274,12 @@ impl Env {
 
     /// Wait until the TerraformCluster is `Ready=True`; returns it.
     pub(crate) async fn until_ready(&self, name: &str) -> Result<Value> {
-        self.until_cluster(name, "Ready=True", |c| {
-            condition(c, "Ready").is_some_and(|(status, _, _)| status == "True")
+        // Ready alone stays True from the first apply on: up to date too, so the newest inputs
+        // are applied and nothing holds them.
+        self.until_cluster(name, "Ready=True and UpToDate=True", |c| {
+            ["Ready", "UpToDate"]
+                .iter()
+                .all(|t| condition(c, t).is_some_and(|(status, _, _)| status == "True"))
         })
         .await
     }
