@@ -30,7 +30,7 @@ pub(crate) async fn explain(
         .as_ref()
         .and_then(captf_core::inputs_secret::stored_inputs);
     if let Some(flow) = words::exports_words(&r.object, stored.as_ref()) {
-        text.push_str(&format!("{:<14}{flow}\n", "Exports:"));
+        text.push_str(&format!("{:<14}{flow}\n", "Outputs:"));
     }
     if !observed(&r.object) {
         text = format!("Note: {NOT_OBSERVED}; below is what a controller would do.\n{text}");

@@ -176,7 +176,15 @@ pub fn node_of(r: &LiveRead, now: Timestamp) -> TreeNode {
     node.not_before = row.not_before;
     let jobs: Vec<TreeJob> = r.snap.jobs.iter().map(job_of).collect();
     node.jobs = shown_jobs(&jobs, r.snap.active_job());
-    node.note = row.foreign_lock_holder.map(|h| format!("state lock held by {h}"));
+    let stored = r
+        .inputs_secret
+        .as_ref()
+        .and_then(captf_core::inputs_secret::stored_inputs);
+    let flow = crate::words::exports_words(&r.object, stored.as_ref());
+    node.note = [row.foreign_lock_holder.map(|h| format!("state lock held by {h}")), flow]
+        .into_iter()
+        .flatten()
+        .reduce(|a, b| format!("{a}; {b}"));
     node
 }
 

@@ -490,7 +490,11 @@ pub fn exports_words(object: &CaptfObject, stored: Option<&captf_shared::inputs:
             .iter()
             .map(|e| captf_core::exports::export_variable(e))
             .collect();
-        return Some(format!("{} to its members, as {}", exports.join(", "), vars.join(", ")));
+        return Some(format!(
+            "exports {} to its members, as {}",
+            exports.join(", "),
+            vars.join(", ")
+        ));
     }
     let stored = stored?;
     let received: Vec<String> = stored
@@ -508,7 +512,12 @@ pub fn exports_words(object: &CaptfObject, stored: Option<&captf_shared::inputs:
             format!("{k} ({kind})")
         })
         .collect();
-    (!received.is_empty()).then(|| format!("from its cluster, as last applied or planned: {}", received.join(", ")))
+    (!received.is_empty()).then(|| {
+        format!(
+            "receives from its cluster (as last applied or planned): {}",
+            received.join(", ")
+        )
+    })
 }
 
 #[cfg(test)]
@@ -673,7 +682,7 @@ mod tests {
         ));
         assert_eq!(
             exports_words(&cluster, None).as_deref(),
-            Some("vpc_id, db_password to its members, as cluster_vpc_id, cluster_db_password")
+            Some("exports vpc_id, db_password to its members, as cluster_vpc_id, cluster_db_password")
         );
         let pool = CaptfObject::MachinePool(TerraformMachinePool::new("workers", Default::default()));
         assert_eq!(exports_words(&pool, None), None);
@@ -691,7 +700,7 @@ mod tests {
         assert_eq!(
             exports_words(&pool, Some(&stored)).as_deref(),
             Some(
-                "from its cluster, as last applied or planned: cluster_db_password (sensitive), cluster_vpc_id (public)"
+                "receives from its cluster (as last applied or planned): cluster_db_password (sensitive), cluster_vpc_id (public)"
             )
         );
     }
