@@ -46,6 +46,8 @@ pub mod reason {
     /// A machine pool or machine labelled with a TerraformCluster's cluster is not a verified
     /// member, so it does not hold the cluster's deletion (Warning, on both; once per deletion).
     pub const UNVERIFIED_MEMBER: &str = "UnverifiedMember";
+    /// Warning: a successful apply's outputs lack an output the cluster exports; its members wait.
+    pub const EXPORT_MISSING: &str = "ExportMissing";
 }
 
 /// `Event.action`: what the controller was doing.

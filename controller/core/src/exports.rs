@@ -95,6 +95,30 @@ pub fn outputs_may_have_changed(
             .any(|op| at(old, op) != at(new, op))
 }
 
+/// The exports a cluster's outputs document (`output -json`) lacks, as `(index, output)` in
+/// `spec.exports` order (PURE): its members wait for them, so the cluster says so after the
+/// apply that wrote the document.
+pub fn missing_exports<'a>(exports: &'a [String], outputs: &Value) -> Vec<(usize, &'a str)> {
+    exports
+        .iter()
+        .enumerate()
+        .filter(|(_, e)| outputs.get(e.as_str()).is_none())
+        .map(|(i, e)| (i, e.as_str()))
+        .collect()
+}
+
+/// The Warning about [`missing_exports`] after the apply `job` (PURE).
+pub fn missing_exports_note(job: &str, missing: &[(usize, &str)]) -> String {
+    let listed: Vec<String> = missing
+        .iter()
+        .map(|(i, e)| format!("spec.exports[{i}] {e:?}"))
+        .collect();
+    format!(
+        "the outputs of Job {job} lack {}: the members wait for them (add the outputs to the module, or remove them from spec.exports)",
+        listed.join(", ")
+    )
+}
+
 /// What the reader found of a member's TerraformCluster.
 #[derive(Clone, Debug, Default, PartialEq)]
 pub struct ClusterExports {
@@ -263,6 +287,18 @@ mod tests {
         assert!(!outputs_may_have_changed(&exports, Some(&before), Some(&drift_only)));
         assert!(!outputs_may_have_changed(&exports, Some(&before), Some(&before)));
         assert!(!outputs_may_have_changed(&[], Some(&before), Some(&applied)));
+    }
+
+    #[test]
+    fn an_export_the_cluster_module_lacks_is_named_on_the_cluster_after_its_apply() {
+        let exports = vec!["vpc_id".to_string(), "subnet".to_string(), "db_password".to_string()];
+        let missing = missing_exports(&exports, &doc());
+        assert_eq!(missing, [(1, "subnet")]);
+        assert_eq!(
+            missing_exports_note("tc-net-apply-2", &missing),
+            "the outputs of Job tc-net-apply-2 lack spec.exports[1] \"subnet\": the members wait for them (add the outputs to the module, or remove them from spec.exports)"
+        );
+        assert!(missing_exports(&exports[..1], &doc()).is_empty());
     }
 
     #[test]

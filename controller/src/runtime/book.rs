@@ -161,6 +161,31 @@ async fn record_effects(
         {
             patch_object(ctx, id, &p).await?;
         }
+        if a.op == Op::Apply && !object.exports().is_empty() {
+            warn_missing_exports(ctx, id, object, &a.job).await?;
+        }
+    }
+    Ok(())
+}
+
+/// After a TerraformCluster's successful apply: a Warning (once per apply) naming each export its
+/// outputs Secret lacks, since its members wait for them (`captf_core::exports::missing_exports`).
+async fn warn_missing_exports(ctx: &Ctx, id: &Ident, object: &CaptfObject, job: &str) -> Result<(), Error> {
+    let name = names::outputs_secret_name(&id.suffix);
+    let doc = api::secret(&ctx.client, &id.namespace, &name)
+        .await?
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(captf_shared::protocol::OUTPUTS_KEY).cloned())
+        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
+    let Some(doc) = doc else {
+        return Ok(());
+    };
+    let missing = captf_core::exports::missing_exports(object.exports(), &doc);
+    if !missing.is_empty() {
+        let note = captf_core::exports::missing_exports_note(job, &missing);
+        let event = format!("{}.export-missing", job.trim_end_matches(['.', '-']));
+        ctx.event_once(id, captf_shared::events::reason::EXPORT_MISSING, &note, &event)
+            .await;
     }
     Ok(())
 }

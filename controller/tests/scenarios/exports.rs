@@ -155,3 +155,44 @@ async fn a_member_not_verified_as_the_clusters_receives_none_of_its_exports() ->
     );
     Ok(())
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_export_the_cluster_module_lacks_is_named_on_the_cluster_and_its_members_wait() -> Result<()> {
+    let env = Env::with_realistic_runners().await?;
+    env.sim.script(
+        JobMatch::object(Kind::TerraformCluster, NS, "net").op(Op::Apply),
+        RunnerScript::realistic_with_sensitive_outputs(net_outputs("vpc-1"), &["db_password"]),
+    );
+    env.sim
+        .put(cluster_json("net", json!({"exports": ["vpc_id", "subnet_ids"]})))?;
+    let c1 = env.job(Kind::TerraformCluster, "net", Op::Apply, 1).await?;
+    env.run_until_booked(&c1, "succeeded").await?;
+    let warned = env
+        .until("the ExportMissing Warning", |e| {
+            e.events("ExportMissing").into_iter().next()
+        })
+        .await?;
+    assert_eq!(warned["type"], "Warning");
+    let note = warned["note"]
+        .as_str()
+        .or(warned["message"].as_str())
+        .unwrap_or_default();
+    assert!(note.contains("spec.exports[1] \"subnet_ids\""), "{warned}");
+    env.sim.put(pool_of(&env, "workers", "net", true))?;
+    let waiting = env
+        .until("the member waiting for the missing export", |e| {
+            let o = e.object(TMP, "workers")?;
+            (o.pointer("/status/nextAction/reason")? == "InputsUnresolved").then_some(o)
+        })
+        .await?;
+    let (_, _, message) = condition(&waiting, "UpToDate").expect("an UpToDate condition");
+    assert!(
+        message
+            .contains("cluster_subnet_ids: TerraformCluster net exports the output \"subnet_ids\" (spec.exports[1])"),
+        "{message}"
+    );
+    env.until_idle().await?;
+    assert!(env.job_names(Kind::TerraformMachinePool, "workers").is_empty());
+    assert_eq!(env.events("ExportMissing").len(), 1, "one Warning per apply");
+    Ok(())
+}
