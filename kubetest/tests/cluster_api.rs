@@ -1296,6 +1296,20 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
         )
         .await;
     assert_eq!(pool["status"]["replicas"], 3, "{pool}");
+    // Each machine as Cluster API's InfraMachinePool contract describes an instance.
+    let instances: Vec<(Value, Value, Value)> = pool["status"]["instances"]
+        .as_array()
+        .unwrap_or_else(|| panic!("status.instances: {pool}"))
+        .iter()
+        .map(|i| (i["instanceName"].clone(), i["providerID"].clone(), i["ready"].clone()))
+        .collect();
+    let want: Vec<(Value, Value, Value)> = (0..3)
+        .map(|i| {
+            let id = format!("captftest:///thing-fleet-pool-{i}");
+            (json!(format!("thing-fleet-pool-{i}")), json!(id), json!(true))
+        })
+        .collect();
+    assert_eq!(instances, want, "{pool}");
     m.until(
         &capi_machine_pools(),
         "fleet-pool",

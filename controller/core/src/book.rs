@@ -10,7 +10,9 @@ use k8s_openapi::apimachinery::pkg::apis::meta::v1::Time;
 use k8s_openapi::jiff::Timestamp;
 use serde_json::{Value, json};
 
-use captf_shared::types::{CaptfObject, MachineAddress, NamedFailureDomain, PendingPlan, TerraformStatus};
+use captf_shared::types::{
+    CaptfObject, MachineAddress, MachinePoolInstance, NamedFailureDomain, PendingPlan, TerraformStatus,
+};
 use captf_shared::{Kind, Op, keys, names};
 
 use crate::Outcome;
@@ -30,6 +32,11 @@ pub const OUTPUT_PROVIDER_ID: &str = "provider_id";
 pub const OUTPUT_PROVIDER_ID_LIST: &str = "provider_id_list";
 pub const OUTPUT_ADDRESSES: &str = "addresses";
 pub const OUTPUT_FAILURE_DOMAINS: &str = "failure_domains";
+/// A TerraformMachinePool's machines, when the module gives more than their provider IDs
+/// (see [`instances_from_outputs`]).
+pub const OUTPUT_INSTANCES: &str = "instances";
+/// The bound on `status.instances`.
+pub const MAX_INSTANCES: usize = 1000;
 /// The Cluster API contract's bound on `status.failureDomains`.
 pub const MAX_FAILURE_DOMAINS: usize = 100;
 
@@ -204,6 +211,53 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
         }
         _ => {}
     }
+}
+
+/// A machine pool's instances from its outputs (PURE): the `instances` output
+/// (`[{"name", "provider_id", "addresses", "ready"}]`, `ready` defaulting to true), else one
+/// instance per entry of `provider_id_list`, named by the provider ID's last path segment and
+/// ready (it exists after a successful apply). At most [`MAX_INSTANCES`]; `None` when neither
+/// output is there or has its shape.
+pub fn instances_from_outputs(outputs: &BTreeMap<String, Value>) -> Option<Vec<MachinePoolInstance>> {
+    let named = |id: &str| id.rsplit('/').find(|s| !s.is_empty()).unwrap_or(id).to_string();
+    if let Some(items) = outputs.get(OUTPUT_INSTANCES).and_then(Value::as_array) {
+        let instances: Option<Vec<MachinePoolInstance>> = items
+            .iter()
+            .take(MAX_INSTANCES)
+            .map(|i| {
+                let provider_id = i.get("provider_id").and_then(Value::as_str).map(str::to_string);
+                let instance_name = i
+                    .get("name")
+                    .and_then(Value::as_str)
+                    .map(str::to_string)
+                    .or_else(|| provider_id.as_deref().map(named))?;
+                Some(MachinePoolInstance {
+                    instance_name,
+                    provider_id,
+                    addresses: i
+                        .get("addresses")
+                        .and_then(|a| serde_json::from_value::<Vec<MachineAddress>>(a.clone()).ok()),
+                    ready: i.get("ready").and_then(Value::as_bool).unwrap_or(true),
+                })
+            })
+            .collect();
+        if instances.is_some() {
+            return instances;
+        }
+    }
+    let ids = outputs.get(OUTPUT_PROVIDER_ID_LIST)?.as_array()?;
+    ids.iter()
+        .take(MAX_INSTANCES)
+        .map(|id| {
+            let id = id.as_str()?;
+            Some(MachinePoolInstance {
+                instance_name: named(id),
+                provider_id: Some(id.to_string()),
+                addresses: None,
+                ready: true,
+            })
+        })
+        .collect()
 }
 
 /// The status fields Cluster API reads that come from the outputs (PURE): a machine's
@@ -1025,5 +1079,43 @@ mod tests {
         );
         start.skipped_backoff = None;
         assert_eq!(backoff_skipped_note(&start, &s, "j"), None);
+    }
+
+    #[test]
+    fn a_machine_pools_instances_come_from_its_instances_output_else_from_its_provider_ids() {
+        let from_ids = BTreeMap::from([(
+            OUTPUT_PROVIDER_ID_LIST.to_string(),
+            json!(["captftest:///thing-pool-0", "aws:///eu-west-1a/i-0abc"]),
+        )]);
+        let got = instances_from_outputs(&from_ids).unwrap();
+        assert_eq!(
+            got.iter()
+                .map(|i| (i.instance_name.as_str(), i.provider_id.as_deref(), i.ready))
+                .collect::<Vec<_>>(),
+            [
+                ("thing-pool-0", Some("captftest:///thing-pool-0"), true),
+                ("i-0abc", Some("aws:///eu-west-1a/i-0abc"), true),
+            ]
+        );
+        let mut richer = from_ids.clone();
+        richer.insert(
+            OUTPUT_INSTANCES.to_string(),
+            json!([{"name": "w-0", "provider_id": "p:///w-0", "ready": false,
+                    "addresses": [{"type": "InternalIP", "address": "10.0.0.9"}]}]),
+        );
+        let got = instances_from_outputs(&richer).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].instance_name, "w-0");
+        assert!(!got[0].ready);
+        assert_eq!(got[0].addresses.as_ref().unwrap()[0].address, "10.0.0.9");
+        // A malformed instances output falls back to the provider IDs; neither: none.
+        let mut bad = from_ids.clone();
+        bad.insert(OUTPUT_INSTANCES.to_string(), json!([{"ready": true}]));
+        assert_eq!(instances_from_outputs(&bad).unwrap().len(), 2);
+        assert_eq!(instances_from_outputs(&BTreeMap::new()), None);
+        // Bounded.
+        let many: Vec<String> = (0..MAX_INSTANCES + 5).map(|i| format!("p:///m-{i}")).collect();
+        let big = BTreeMap::from([(OUTPUT_PROVIDER_ID_LIST.to_string(), json!(many))]);
+        assert_eq!(instances_from_outputs(&big).unwrap().len(), MAX_INSTANCES);
     }
 }

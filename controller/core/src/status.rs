@@ -165,6 +165,11 @@ pub fn compute(
     {
         st.replicas = i32::try_from(list.len()).ok();
     }
+    if s.kind == Kind::TerraformMachinePool
+        && let Some(instances) = st.outputs.as_ref().and_then(super::book::instances_from_outputs)
+    {
+        st.instances = Some(instances);
+    }
     st
 }
 

@@ -63,6 +63,30 @@ pub struct TerraformStatus {
     /// TerraformMachinePool: the number of machines.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub replicas: Option<i32>,
+    /// TerraformMachinePool: each machine of the pool (Cluster API's informational
+    /// `status.instances`), from the module's `instances` output, else one per entry of
+    /// `provider_id_list`. At most 1000.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = 1000))]
+    pub instances: Option<Vec<MachinePoolInstance>>,
+}
+
+/// One machine of a TerraformMachinePool, as Cluster API's InfraMachinePool contract describes
+/// an instance.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct MachinePoolInstance {
+    /// The machine's name within the pool.
+    #[serde(default, skip_serializing_if = "String::is_empty")]
+    pub instance_name: String,
+    /// Its provider ID (as in `spec.providerIDList`).
+    #[serde(default, rename = "providerID", skip_serializing_if = "Option::is_none")]
+    pub provider_id: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub addresses: Option<Vec<MachineAddress>>,
+    /// The module says the machine is ready (true for an entry of `provider_id_list`: it exists
+    /// after a successful apply).
+    pub ready: bool,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
