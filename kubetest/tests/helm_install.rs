@@ -52,14 +52,20 @@ where
     found.unwrap_or_else(|_| panic!("{what}: not within {PATIENCE:?}\n{}", context()))
 }
 
-/// Ready and up to date: `Ready` alone stays True from the first apply on, while a later change
-/// waits; `UpToDate` says the newest inputs are applied.
+/// A pod's (or any object's) `Ready` condition is True.
 fn is_ready(o: &Value) -> bool {
-    o["status"]["conditions"].as_array().is_some_and(|c| {
-        ["Ready", "UpToDate"]
-            .iter()
-            .all(|t| c.iter().any(|c| c["type"] == *t && c["status"] == "True"))
-    })
+    o["status"]["conditions"]
+        .as_array()
+        .is_some_and(|c| c.iter().any(|c| c["type"] == "Ready" && c["status"] == "True"))
+}
+
+/// A CAPTF object is Ready and up to date: `Ready` alone stays True from the first apply on,
+/// while a later change waits; `UpToDate` says the newest inputs are applied.
+fn is_applied(o: &Value) -> bool {
+    is_ready(o)
+        && o["status"]["conditions"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c["type"] == "UpToDate" && c["status"] == "True"))
 }
 
 /// The DNS names of a PEM certificate.
@@ -428,7 +434,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
         loop {
             if let Ok(o) = api.get("demo").await {
                 last = serde_json::to_value(&o).unwrap();
-                if is_ready(&last) {
+                if is_applied(&last) {
                     return;
                 }
             }
@@ -603,7 +609,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
         let api = api.clone();
         async move {
             let o = serde_json::to_value(api.get("demo").await.ok()?).ok()?;
-            (is_ready(&o) && o["status"]["observedGeneration"] == generation).then_some(o)
+            (is_applied(&o) && o["status"]["observedGeneration"] == generation).then_some(o)
         }
     })
     .await;
@@ -1031,7 +1037,7 @@ async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over
             let mut done = Vec::new();
             for name in names {
                 let o = serde_json::to_value(api.get(name).await.ok()?).ok()?;
-                let applied = is_ready(&o)
+                let applied = is_applied(&o)
                     && o["status"]["observedGeneration"] == o["metadata"]["generation"]
                     && o["spec"]["variables"]["content"] == content;
                 if !applied {
