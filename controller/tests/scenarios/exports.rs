@@ -35,16 +35,6 @@ fn pool_of(env: &Env, name: &str, cluster: &str, owned: bool) -> Value {
     pool
 }
 
-fn job_env(job: &k8s_openapi::api::batch::v1::Job, name: &str) -> Option<String> {
-    job.spec.as_ref()?.template.spec.as_ref()?.containers[0]
-        .env
-        .as_ref()?
-        .iter()
-        .find(|e| e.name == name)?
-        .value
-        .clone()
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_member_waits_for_its_clusters_exports_receives_them_and_re_applies_when_they_change() -> Result<()> {
     // Runners with outputs, so no apply is followed by a refresh that reads them.

@@ -827,17 +827,8 @@ async fn a_terraform_machine_waits_for_its_bootstrap_data_then_its_module_gets_i
     assert_eq!(inputs["variables"]["bootstrap_data"], bootstrap_value("m2"));
     assert_eq!(inputs["variables"]["bootstrap_format"], "cloud-config");
     // The runner masks it: the Job names it (and only it) as sensitive.
-    let env_var = |name: &str| {
-        job.spec.as_ref()?.template.spec.as_ref()?.containers[0]
-            .env
-            .as_ref()?
-            .iter()
-            .find(|e| e.name == name)?
-            .value
-            .clone()
-    };
     assert_eq!(
-        env_var(captf_shared::protocol::env::SENSITIVE_VARIABLES).as_deref(),
+        job_env(&job, captf_shared::protocol::env::SENSITIVE_VARIABLES).as_deref(),
         Some("bootstrap_data")
     );
     Ok(())

@@ -415,6 +415,17 @@ pub(crate) fn job_name(j: &Job) -> &str {
 }
 
 /// A Job's annotations (the controller always writes some).
+/// The value of the environment variable `name` in the Job's runner container.
+pub(crate) fn job_env(job: &Job, name: &str) -> Option<String> {
+    job.spec.as_ref()?.template.spec.as_ref()?.containers[0]
+        .env
+        .as_ref()?
+        .iter()
+        .find(|e| e.name == name)?
+        .value
+        .clone()
+}
+
 pub(crate) fn annotations(j: &Job) -> &BTreeMap<String, String> {
     j.metadata.annotations.as_ref().expect("the Job has annotations")
 }
