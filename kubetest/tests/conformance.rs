@@ -937,6 +937,17 @@ async fn a_watch_from_now_ends_its_synthetic_events_with_a_bookmark_if_allowed(b
         }
         assert_eq!(describe(&next), format!("ADDED {name}"), "{what}");
         api.delete(&name, &DeleteParams::default()).await.unwrap();
+        // The deletion seen on this watch: the API server's watch cache, which serves the next
+        // case's watch from "0", holds it by then (seen in CI: without this the next watch
+        // began with the deleted object).
+        loop {
+            let e = next_event(&mut stream, &what).await;
+            if matches!(e, WatchEvent::Bookmark(_)) {
+                continue;
+            }
+            assert_eq!(describe(&e), format!("DELETED {name}"), "{what}");
+            break;
+        }
     }
 }
 on_both!(a_watch_from_now_ends_its_synthetic_events_with_a_bookmark_if_allowed);
