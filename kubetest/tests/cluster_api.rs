@@ -1292,7 +1292,14 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
             &terraform_machine_pools(),
             "fleet-pool",
             "three replicas provisioned",
-            |o| is_true(o, "Ready") && o["spec"]["providerIDList"] == ids(3),
+            // Up to date: Ready alone stays True while the scale-up is applied, and the new IDs
+            // reach the spec just before the status of the pass that booked them.
+            |o| {
+                is_true(o, "Ready")
+                    && is_true(o, "UpToDate")
+                    && o["spec"]["providerIDList"] == ids(3)
+                    && o["status"]["replicas"] == 3
+            },
         )
         .await;
     assert_eq!(pool["status"]["replicas"], 3, "{pool}");
