@@ -1012,22 +1012,31 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
             plural: "certificates".into(),
         },
     );
-    let issued: Vec<String> = certificates
-        .list(&ListParams::default())
-        .await
-        .unwrap()
-        .items
-        .iter()
-        .filter(|c| is_true(&serde_json::to_value(c).unwrap(), "Ready"))
-        .map(|c| {
-            format!(
-                "{}/{}",
-                c.metadata.namespace.clone().unwrap_or_default(),
-                c.metadata.name.clone().unwrap_or_default()
-            )
-        })
-        .collect();
-    for wanted in ["capi-system/capi-serving-cert", "captf-system/captf-webhook"] {
+    // cert-manager issues them shortly after the providers' Deployments are up: polled, bounded.
+    let wanted = ["capi-system/capi-serving-cert", "captf-system/captf-webhook"];
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let issued: Vec<String> = loop {
+        let issued: Vec<String> = certificates
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .filter(|c| is_true(&serde_json::to_value(c).unwrap(), "Ready"))
+            .map(|c| {
+                format!(
+                    "{}/{}",
+                    c.metadata.namespace.clone().unwrap_or_default(),
+                    c.metadata.name.clone().unwrap_or_default()
+                )
+            })
+            .collect();
+        if wanted.iter().all(|w| issued.iter().any(|c| c == w)) || std::time::Instant::now() > deadline {
+            break issued;
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    for wanted in wanted {
         assert!(
             issued.iter().any(|c| c == wanted),
             "{wanted} issued by cert-manager: {issued:?}"
