@@ -296,6 +296,23 @@ async fn input_secret(
     Ok(Ok(s.as_ref().map(secret_data)))
 }
 
+/// The `output -json` document in the outputs Secret of the object of `suffix` and UID `uid`,
+/// read live; `None` when there is none yet, or the Secret is not that object's (one somebody
+/// else made under its name holds nothing).
+pub async fn outputs_document(
+    client: &kube::Client,
+    ns: &str,
+    suffix: &str,
+    uid: &str,
+) -> Result<Option<Value>, Error> {
+    Ok(secret(client, ns, &names::outputs_secret_name(suffix))
+        .await?
+        .filter(|s| binding::owned_by(&s.metadata, uid))
+        .and_then(|s| s.data)
+        .and_then(|d| d.get(captf_shared::protocol::OUTPUTS_KEY).cloned())
+        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok()))
+}
+
 /// What a member receives from its TerraformCluster (`captf_core::exports`), read live: the
 /// cluster it is owned by (its UID), else the one its Cluster API `Cluster` names as its
 /// infrastructure (`cluster`, read once a pass), else the one named like its cluster; and only
@@ -372,14 +389,8 @@ pub async fn cluster_exports(
             },
         )));
     }
-    let outputs_secret = names::outputs_secret_name(&names::suffix(Kind::TerraformCluster, &id.namespace, &name));
-    let outputs = secret(client, &id.namespace, &outputs_secret)
-        .await?
-        // Only the cluster's own outputs Secret: one somebody else made under its name holds nothing.
-        .filter(|s| binding::owned_by(&s.metadata, &tc_uid))
-        .and_then(|s| s.data)
-        .and_then(|d| d.get(captf_shared::protocol::OUTPUTS_KEY).cloned())
-        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
+    let suffix = names::suffix(Kind::TerraformCluster, &id.namespace, &name);
+    let outputs = outputs_document(client, &id.namespace, &suffix, &tc_uid).await?;
     Ok(Ok(Some(ClusterExports {
         cluster: name,
         exports,

@@ -171,13 +171,7 @@ async fn record_effects(
 /// After a TerraformCluster's successful apply: a Warning (once per apply) naming each export its
 /// outputs Secret lacks, since its members wait for them (`captf_core::exports::missing_exports`).
 async fn warn_missing_exports(ctx: &Ctx, id: &Ident, object: &CaptfObject, job: &str) -> Result<(), Error> {
-    let name = names::outputs_secret_name(&id.suffix);
-    let doc = api::secret(&ctx.client, &id.namespace, &name)
-        .await?
-        .and_then(|s| s.data)
-        .and_then(|d| d.get(captf_shared::protocol::OUTPUTS_KEY).cloned())
-        .and_then(|b| serde_json::from_slice::<Value>(&b.0).ok());
-    let Some(doc) = doc else {
+    let Some(doc) = api::outputs_document(&ctx.client, &id.namespace, &id.suffix, &id.uid).await? else {
         return Ok(());
     };
     let missing = captf_core::exports::missing_exports(object.exports(), &doc);
