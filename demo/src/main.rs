@@ -176,6 +176,16 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
                 return Ok(ExitCode::from(2));
             }
         };
+        // The SIGINT stream is made once, before the commands are printed: a `ctrl_c()` future
+        // made anew in each turn of the loop listens only while it exists, so a Ctrl-C that came
+        // while `observe` ran was lost and the demo never stopped.
+        let mut interrupt = match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::interrupt()) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("captf-demo: cannot listen for Ctrl-C: {e}");
+                return Ok(ExitCode::from(2));
+            }
+        };
         stack.sim.run_clock(Duration::from_secs(1), cli.speed);
         let kc = std::fs::canonicalize(&cli.kubeconfig).unwrap_or(cli.kubeconfig.clone());
         println!(
@@ -189,7 +199,7 @@ async fn run(cli: Cli) -> Result<ExitCode, setup::SetupError> {
         loop {
             tokio::select! {
                 _ = tick.tick() => demo.observe(),
-                _ = tokio::signal::ctrl_c() => break,
+                _ = interrupt.recv() => break,
             }
         }
         println!("\n== stopping");
