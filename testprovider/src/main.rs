@@ -13,6 +13,16 @@
 //! planned), a deleted file makes Terraform plan a create. `CAPTFTEST_HOLD` holds each change
 //! in the middle (see [`world::HOLD_ENV`]).
 //!
+//! A second resource, `captftest_machine`, is a "VM": a record in the world's `machines/`
+//! folder that a test's hypervisor (`captf_testprovider::hypervisor`) boots from its user data.
+//!
+//! | attribute | kind | effect of a change |
+//! | --- | --- | --- |
+//! | `name` | required string | replaces the machine |
+//! | `user_data` | required sensitive string | replaces the machine (a new VM boots from it) |
+//! | `id` | computed | `machine-<name>` |
+//! | `provider_id` | computed | `captftest:///machine-<name>`, the ID a Node of it registers |
+//!
 //! Like providers written in Go, it ignores SIGINT: a Ctrl-C (or the runner's interrupt) goes
 //! to the whole process group, and it is Terraform, not the provider, that decides how to stop.
 
@@ -27,7 +37,7 @@ use tf_provider::schema::{Attribute, AttributeConstraint, AttributeType, Block, 
 use tf_provider::value::{ValueEmpty, ValueString};
 use tf_provider::{AttributePath, Diagnostics, DynamicDataSource, DynamicResource, Provider, Resource, map, serve};
 
-use captf_testprovider::world::{self, HOLD_ENV, Thing, World, WorldError};
+use captf_testprovider::world::{self, HOLD_ENV, Machine, Thing, World, WorldError, machine_provider_id};
 
 /// The resource's attributes as Terraform sends them. `None` is a null object: a thing that
 /// does not exist (returned by a read to tell Terraform it is gone).
@@ -290,6 +300,222 @@ impl Resource for ThingResource {
     }
 }
 
+/// A machine's attributes as Terraform sends them; `None` is a machine that does not exist.
+#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+struct MachineState<'a> {
+    #[serde(borrow = "'a")]
+    id: ValueString<'a>,
+    #[serde(borrow = "'a")]
+    name: ValueString<'a>,
+    #[serde(borrow = "'a")]
+    user_data: ValueString<'a>,
+    #[serde(borrow = "'a")]
+    provider_id: ValueString<'a>,
+}
+
+impl MachineState<'_> {
+    fn name(&self) -> Option<String> {
+        self.name.as_ref_option().map(|n| n.to_string())
+    }
+
+    fn user_data(&self) -> Option<String> {
+        self.user_data.as_ref_option().map(|n| n.to_string())
+    }
+
+    /// The computed attributes from the name (unknown while the name is).
+    fn with_computed(mut self) -> Self {
+        match self.name() {
+            Some(n) => {
+                self.id = ValueString::Value(Cow::Owned(format!("machine-{n}")));
+                self.provider_id = ValueString::Value(Cow::Owned(machine_provider_id(&n)));
+            }
+            None => {
+                self.id = ValueString::Unknown;
+                self.provider_id = ValueString::Unknown;
+            }
+        }
+        self
+    }
+}
+
+#[derive(Debug, Default, Clone, Copy)]
+struct MachineResource;
+
+#[async_trait]
+impl Resource for MachineResource {
+    type State<'a> = Option<MachineState<'a>>;
+    type PrivateState<'a> = ValueEmpty;
+    type ProviderMetaState<'a> = ValueEmpty;
+
+    fn schema(&self, _diags: &mut Diagnostics) -> Option<Schema> {
+        Some(Schema {
+            version: 1,
+            block: Block {
+                version: 1,
+                description: Description::plain("A machine of the test world, booted by the test's hypervisor"),
+                attributes: map! {
+                    "id" => Attribute {
+                        attr_type: AttributeType::String,
+                        description: Description::plain("machine-<name>"),
+                        constraint: AttributeConstraint::Computed,
+                        ..Default::default()
+                    },
+                    "name" => Attribute {
+                        attr_type: AttributeType::String,
+                        description: Description::plain("The machine's name; a change replaces it"),
+                        constraint: AttributeConstraint::Required,
+                        ..Default::default()
+                    },
+                    "user_data" => Attribute {
+                        attr_type: AttributeType::String,
+                        description: Description::plain("What the machine boots from; a change replaces it"),
+                        constraint: AttributeConstraint::Required,
+                        sensitive: true,
+                        ..Default::default()
+                    },
+                    "provider_id" => Attribute {
+                        attr_type: AttributeType::String,
+                        description: Description::plain("captftest:///machine-<name>"),
+                        constraint: AttributeConstraint::Computed,
+                        ..Default::default()
+                    },
+                },
+                ..Default::default()
+            },
+        })
+    }
+
+    async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
+        if let Some(name) = config.as_ref().and_then(|c| c.name())
+            && let Err(e) = world::check_name(&name)
+        {
+            diags.error_short(e.to_string(), AttributePath::new("name"));
+            return None;
+        }
+        Some(())
+    }
+
+    async fn read<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        state: Self::State<'a>,
+        private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let Some(name) = state.as_ref().and_then(|s| s.name()) else {
+            return Some((None, private_state));
+        };
+        let w = world(diags)?;
+        let found = report(diags, w.read_machine(&name))?;
+        let state = found.map(|m| {
+            MachineState {
+                name: ValueString::Value(Cow::Owned(m.name)),
+                user_data: ValueString::Value(Cow::Owned(m.user_data)),
+                ..Default::default()
+            }
+            .with_computed()
+        });
+        Some((state, private_state))
+    }
+
+    async fn plan_create<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        proposed_state: Self::State<'a>,
+        _config_state: Self::State<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        Some((proposed_state.map(MachineState::with_computed), Default::default()))
+    }
+
+    async fn plan_update<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        prior_state: Self::State<'a>,
+        proposed_state: Self::State<'a>,
+        _config_state: Self::State<'a>,
+        prior_private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>, Vec<AttributePath>)> {
+        let mut replace = Vec::new();
+        let prior = prior_state.as_ref();
+        if let Some(p) = &proposed_state {
+            if p.name() != prior.and_then(|s| s.name()) {
+                replace.push(AttributePath::new("name"));
+            }
+            if p.user_data() != prior.and_then(|s| s.user_data()) {
+                replace.push(AttributePath::new("user_data"));
+            }
+        }
+        Some((
+            proposed_state.map(MachineState::with_computed),
+            prior_private_state,
+            replace,
+        ))
+    }
+
+    async fn plan_destroy<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        _prior_state: Self::State<'a>,
+        prior_private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<Self::PrivateState<'a>> {
+        Some(prior_private_state)
+    }
+
+    async fn create<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        planned_state: Self::State<'a>,
+        _config_state: Self::State<'a>,
+        private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        let w = world(diags)?;
+        let Some((name, user_data)) = planned_state.as_ref().and_then(|s| Some((s.name()?, s.user_data()?))) else {
+            diags.root_error_short("create without a name or user data");
+            return None;
+        };
+        hold(diags, &w, &name).await?;
+        let machine = Machine {
+            provider_id: machine_provider_id(&name),
+            name,
+            user_data,
+        };
+        report(diags, w.write_machine(&machine))?;
+        Some((planned_state, private_state))
+    }
+
+    async fn update<'a>(
+        &self,
+        _diags: &mut Diagnostics,
+        _prior_state: Self::State<'a>,
+        planned_state: Self::State<'a>,
+        _config_state: Self::State<'a>,
+        private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<(Self::State<'a>, Self::PrivateState<'a>)> {
+        // Every attribute a user sets replaces the machine; nothing is updated in place.
+        Some((planned_state, private_state))
+    }
+
+    async fn destroy<'a>(
+        &self,
+        diags: &mut Diagnostics,
+        state: Self::State<'a>,
+        _private_state: Self::PrivateState<'a>,
+        _provider_meta_state: Self::ProviderMetaState<'a>,
+    ) -> Option<()> {
+        let w = world(diags)?;
+        let Some(name) = state.as_ref().and_then(|s| s.name()) else {
+            return Some(());
+        };
+        hold(diags, &w, &name).await?;
+        report(diags, w.delete_machine(&name))
+    }
+}
+
 #[derive(Debug, Default, Clone)]
 struct TestProvider;
 
@@ -324,7 +550,7 @@ impl Provider for TestProvider {
     }
 
     fn get_resources(&self, _diags: &mut Diagnostics) -> Option<HashMap<String, Box<dyn DynamicResource>>> {
-        Some(map! { "thing" => ThingResource })
+        Some(map! { "thing" => ThingResource, "machine" => MachineResource })
     }
 
     fn get_data_sources(&self, _diags: &mut Diagnostics) -> Option<HashMap<String, Box<dyn DynamicDataSource>>> {
