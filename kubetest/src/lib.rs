@@ -15,6 +15,7 @@
 
 pub mod args;
 pub mod cert_manager;
+pub mod join;
 pub mod kubeconfig;
 pub mod kubelet;
 pub mod node_bootstrap;
