@@ -2,7 +2,8 @@
 //! kube-controller-manager, built from their Go modules by `scripts/setup-tools.sh` (see
 //! `realparts/`), started on free loopback ports with a PKI of their own, and killed (every
 //! process, by process group) when the [`ControlPlane`] is dropped. With
-//! [`Options::node_joins`] machines can join it as `kubeadm join` joins them.
+//! [`Options::node_joins`] machines can join it as `kubeadm join` joins them: the
+//! `captf-node-agent` binary ([`node_agent`]) is such a machine.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -18,6 +19,7 @@ pub mod cert_manager;
 pub mod join;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod node_agent;
 pub mod node_bootstrap;
 pub mod pki;
 pub mod podnet;
