@@ -27,6 +27,33 @@ pub const CONTROLLERS: [&str; 11] = [
     "endpointslice-controller",
 ];
 
+/// The controllers added when the control plane lets nodes join (`Options::node_joins`), as a
+/// cluster `kubeadm init` made runs them: the CertificateSigningRequest approver (it approves a
+/// kubelet's client certificate request when RBAC lets the requester create
+/// `certificatesigningrequests/nodeclient` or `/selfnodeclient`) and signer (with the control
+/// plane's CA), the bootstrap signer (it signs the `cluster-info` ConfigMap with each bootstrap
+/// token meant for signing) and the token cleaner (it deletes expired bootstrap tokens), and the
+/// node lifecycle controller (it marks a Node whose heartbeats stopped `Ready=Unknown`).
+pub const NODE_JOIN_CONTROLLERS: [&str; 5] = [
+    "certificatesigningrequest-approving-controller",
+    "certificatesigningrequest-signing-controller",
+    "bootstrap-signer-controller",
+    "token-cleaner-controller",
+    "node-lifecycle-controller",
+];
+
+/// How long a Node may go without a heartbeat (its Lease renewed, or its Ready condition posted)
+/// before the node lifecycle controller marks it `Ready=Unknown`, when nodes join: 20 s instead of
+/// 50 s, so that a test sees a dead node quickly. Nothing in the API enforces a lower bound, but
+/// the grace must be a few times the interval at which nodes renew their Lease (a kubelet's and
+/// the process kubelet's by default: 10 s; the node agent's: 5 s), or a live but slow node flaps
+/// to `Unknown`.
+pub const NODE_MONITOR_GRACE_PERIOD: &str = "20s";
+
+/// How often the node lifecycle controller looks at the Nodes' heartbeats when nodes join (its
+/// default is 5 s): a dead node is `Unknown` at most this long after its grace ended.
+pub const NODE_MONITOR_PERIOD: &str = "2s";
+
 /// The admission plugins the API server runs, beyond which it would run by default: the
 /// webhook plugins are named so that a change of upstream defaults cannot drop them, and
 /// OwnerReferencesPermissionEnforcement (off by default, on in many hardened and managed
@@ -58,6 +85,8 @@ pub struct Layout {
     pub controller_manager_port: u16,
     /// The etcd the API server stores in; `None`: the one started here.
     pub etcd_servers: Option<String>,
+    /// Nodes may join with bootstrap tokens (`Options::node_joins`).
+    pub node_joins: bool,
 }
 
 impl Layout {
@@ -115,10 +144,11 @@ pub fn etcd(l: &Layout) -> Vec<String> {
 }
 
 /// kube-apiserver: secure port on loopback only, client certificates and service-account
-/// tokens, Node and RBAC authorization, admission with the webhook plugins.
+/// tokens, Node and RBAC authorization, admission with the webhook plugins; bootstrap tokens too
+/// when nodes join.
 pub fn apiserver(l: &Layout) -> Vec<String> {
     let etcd = l.etcd_servers.clone().unwrap_or_else(|| l.etcd_client_url());
-    vec![
+    let mut args = vec![
         flag("etcd-servers", etcd),
         flag("bind-address", "127.0.0.1"),
         flag("advertise-address", "127.0.0.1"),
@@ -140,18 +170,28 @@ pub fn apiserver(l: &Layout) -> Vec<String> {
         flag("allow-privileged", "true"),
         flag("profiling", "false"),
         flag("v", "1"),
-    ]
+    ];
+    if l.node_joins {
+        args.push(flag("enable-bootstrap-token-auth", "true"));
+    }
+    args
 }
 
 /// kube-controller-manager: the [`CONTROLLERS`], each under its own service account, no
-/// leader election (there is one).
+/// leader election (there is one); when nodes join, the [`NODE_JOIN_CONTROLLERS`] too, signing
+/// with the control plane's CA, and the node lifecycle controller's
+/// [`NODE_MONITOR_GRACE_PERIOD`].
 pub fn controller_manager(l: &Layout) -> Vec<String> {
     let kubeconfig = path(&l.controller_manager_kubeconfig());
-    vec![
+    let mut controllers = CONTROLLERS.to_vec();
+    if l.node_joins {
+        controllers.extend(NODE_JOIN_CONTROLLERS);
+    }
+    let mut args = vec![
         flag("kubeconfig", &kubeconfig),
         flag("authentication-kubeconfig", &kubeconfig),
         flag("authorization-kubeconfig", &kubeconfig),
-        flag("controllers", CONTROLLERS.join(",")),
+        flag("controllers", controllers.join(",")),
         flag("use-service-account-credentials", "true"),
         flag("service-account-private-key-file", path(&l.pki("sa.key"))),
         flag("root-ca-file", path(&l.pki("ca.crt"))),
@@ -161,7 +201,16 @@ pub fn controller_manager(l: &Layout) -> Vec<String> {
         flag("cert-dir", path(&l.dir.join("controller-manager-certs"))),
         flag("profiling", "false"),
         flag("v", "1"),
-    ]
+    ];
+    if l.node_joins {
+        args.extend([
+            flag("cluster-signing-cert-file", path(&l.pki("ca.crt"))),
+            flag("cluster-signing-key-file", path(&l.pki("ca.key"))),
+            flag("node-monitor-grace-period", NODE_MONITOR_GRACE_PERIOD),
+            flag("node-monitor-period", NODE_MONITOR_PERIOD),
+        ]);
+    }
+    args
 }
 
 #[cfg(test)]
@@ -176,7 +225,17 @@ mod tests {
             apiserver_port: 6443,
             controller_manager_port: 10257,
             etcd_servers: None,
+            node_joins: false,
         }
+    }
+
+    fn controllers(args: &[String]) -> Vec<String> {
+        args.iter()
+            .find_map(|a| a.strip_prefix("--controllers="))
+            .unwrap_or_default()
+            .split(',')
+            .map(str::to_string)
+            .collect()
     }
 
     #[test]
@@ -232,5 +291,48 @@ mod tests {
         ] {
             assert!(list.split(',').any(|x| x == c), "{c} not in {list}");
         }
+    }
+
+    #[test]
+    fn without_node_joins_there_are_no_bootstrap_tokens_signers_or_node_lifecycle() {
+        let l = layout();
+        let apiserver = apiserver(&l);
+        assert!(
+            !apiserver.iter().any(|a| a.contains("bootstrap-token")),
+            "{apiserver:?}"
+        );
+        let cm = controller_manager(&l);
+        let list = controllers(&cm);
+        for c in NODE_JOIN_CONTROLLERS {
+            assert!(!list.iter().any(|x| x == c), "{c} in {list:?}");
+        }
+        assert!(!cm.iter().any(|a| a.starts_with("--cluster-signing-")), "{cm:?}");
+        assert!(!cm.iter().any(|a| a.starts_with("--node-monitor-")), "{cm:?}");
+    }
+
+    #[test]
+    fn with_node_joins_the_api_server_authenticates_bootstrap_tokens() {
+        let mut l = layout();
+        l.node_joins = true;
+        assert!(apiserver(&l).contains(&"--enable-bootstrap-token-auth=true".to_string()));
+    }
+
+    #[test]
+    fn with_node_joins_the_controller_manager_approves_signs_with_the_ca_and_watches_node_health() {
+        let mut l = layout();
+        l.node_joins = true;
+        let args = controller_manager(&l);
+        let list = controllers(&args);
+        for c in CONTROLLERS.iter().chain(NODE_JOIN_CONTROLLERS.iter()) {
+            assert!(list.iter().any(|x| x == c), "{c} not in {list:?}");
+        }
+        assert_eq!(
+            args.iter().filter(|a| a.starts_with("--controllers=")).count(),
+            1,
+            "{args:?}"
+        );
+        assert!(args.contains(&"--cluster-signing-cert-file=/w/pki/ca.crt".to_string()));
+        assert!(args.contains(&"--cluster-signing-key-file=/w/pki/ca.key".to_string()));
+        assert!(args.contains(&"--node-monitor-grace-period=20s".to_string()));
     }
 }

@@ -546,13 +546,13 @@ pub fn terminated_status(
 }
 
 /// `now` in RFC 3339, whole seconds (a `Time`).
-fn now_time() -> String {
+pub(crate) fn now_time() -> String {
     let now = Timestamp::now();
     Timestamp::from_second(now.as_second()).unwrap_or(now).to_string()
 }
 
 /// `now` with microseconds (a `MicroTime`).
-fn now_micro() -> String {
+pub(crate) fn now_micro() -> String {
     let now = Timestamp::now();
     let secs = Timestamp::from_second(now.as_second()).unwrap_or(now);
     format!(

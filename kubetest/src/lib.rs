@@ -1,7 +1,9 @@
 //! A real Kubernetes control plane for the tests: etcd, kube-apiserver and
 //! kube-controller-manager, built from their Go modules by `scripts/setup-tools.sh` (see
 //! `realparts/`), started on free loopback ports with a PKI of their own, and killed (every
-//! process, by process group) when the [`ControlPlane`] is dropped.
+//! process, by process group) when the [`ControlPlane`] is dropped. With
+//! [`Options::node_joins`] machines can join it as `kubeadm join` joins them: the
+//! `captf-node-agent` binary ([`node_agent`]) is such a machine.
 //!
 //! ```no_run
 //! # async fn f() -> Result<(), Box<dyn std::error::Error>> {
@@ -14,8 +16,11 @@
 
 pub mod args;
 pub mod cert_manager;
+pub mod join;
 pub mod kubeconfig;
 pub mod kubelet;
+pub mod node_agent;
+pub mod node_bootstrap;
 pub mod pki;
 pub mod podnet;
 pub mod probe;
@@ -67,6 +72,13 @@ pub struct Options {
     pub extra_apiserver_args: Vec<String>,
     /// The folder the control plane's temporary directory is made in; `None`: the system's.
     pub work_parent: Option<PathBuf>,
+    /// Nodes may join as `kubeadm join` joins them (off by default): kube-apiserver
+    /// authenticates bootstrap tokens, and kube-controller-manager also runs the
+    /// [`args::NODE_JOIN_CONTROLLERS`] (CSR approval and signing with the control plane's CA, the
+    /// bootstrap signer and token cleaner, the node lifecycle controller with a 20 s grace).
+    /// After the start, [`ControlPlane::prepare_for_joins`] writes what `kubeadm init` would
+    /// (the `cluster-info` ConfigMap and the bootstrap tokens' RBAC).
+    pub node_joins: bool,
 }
 
 impl Options {
@@ -79,6 +91,7 @@ impl Options {
             extra_etcd_args: Vec::new(),
             extra_apiserver_args: Vec::new(),
             work_parent: None,
+            node_joins: false,
         }
     }
 }
@@ -153,6 +166,14 @@ pub enum StartKubeletError {
     Client(#[from] ClientError),
     #[error(transparent)]
     Kubelet(#[from] KubeletError),
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum PrepareJoinsError {
+    #[error(transparent)]
+    Client(#[from] ClientError),
+    #[error(transparent)]
+    Prepare(#[from] node_bootstrap::PrepareError),
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -336,6 +357,17 @@ impl ControlPlane {
         self.timings
     }
 
+    /// Sets up what nodes need to join with bootstrap tokens, as `kubeadm init` does
+    /// ([`node_bootstrap::prepare`]): the `cluster-info` ConfigMap naming [`Self::server_url`]
+    /// and [`Self::ca_pem`], readable anonymously, and the RBAC for the CSRs of node tokens and
+    /// of nodes. The control plane must have been started with [`Options::node_joins`] for a
+    /// join to go through (bootstrap tokens, CSR approval and signing). Applying again changes
+    /// nothing.
+    pub async fn prepare_for_joins(&self) -> Result<(), PrepareJoinsError> {
+        let admin = self.admin_client().await?;
+        Ok(node_bootstrap::prepare(&admin, &self.server_url(), &self.pki.ca_pem).await?)
+    }
+
     /// Options for a [`Kubelet`] named `node` on this control plane, keeping its pods under
     /// `root`: its containers reach the API server on `127.0.0.1` with this control plane's CA.
     pub fn kubelet_options(&self, node: &str, root: &Path) -> KubeletOptions {
@@ -468,6 +500,7 @@ fn layout(dir: &Path, opts: &Options) -> Result<Layout, StartError> {
         apiserver_port: opts.apiserver_port.unwrap_or(ports[2]),
         controller_manager_port: ports[3],
         etcd_servers: opts.etcd_servers.clone(),
+        node_joins: opts.node_joins,
     })
 }
 
@@ -477,6 +510,9 @@ fn write_files(layout: &Layout, pki: &Pki) -> Result<(), StartError> {
     let pki_dir = layout.dir.join("pki");
     std::fs::create_dir_all(&pki_dir).map_err(|source| StartError::Prepare { path: pki_dir, source })?;
     write(layout.pki("ca.crt"), &pki.ca_pem)?;
+    if layout.node_joins {
+        write(layout.pki("ca.key"), &pki.ca_key_pem)?;
+    }
     write(layout.pki("apiserver.crt"), &pki.serving.cert_pem)?;
     write(layout.pki("apiserver.key"), &pki.serving.key_pem)?;
     write(layout.pki("sa.key"), &pki.sa_private_pem)?;

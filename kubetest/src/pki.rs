@@ -1,6 +1,6 @@
-//! The control plane's own PKI, made fresh for every start: a CA, the API server's serving
-//! certificate, client certificates for the admin and for kube-controller-manager, and the
-//! service-account signing key.
+//! The control plane's own PKI, made fresh for every start: a CA (and its key, which signs the
+//! certificates of nodes that join), the API server's serving certificate, client certificates
+//! for the admin and for kube-controller-manager, and the service-account signing key.
 
 use std::net::{IpAddr, Ipv4Addr};
 
@@ -27,6 +27,9 @@ pub struct CertKey {
 #[derive(Clone, Debug)]
 pub struct Pki {
     pub ca_pem: String,
+    /// The CA's private key (PKCS#8): kube-controller-manager signs the certificates of the
+    /// CertificateSigningRequests it approves with it when the control plane lets nodes join.
+    pub ca_key_pem: String,
     pub serving: CertKey,
     pub admin: CertKey,
     pub controller_manager: CertKey,
@@ -46,6 +49,7 @@ impl Pki {
         ];
         ca_params.distinguished_name = name("captf-kubetest-ca", None);
         let ca_key = KeyPair::generate()?;
+        let ca_key_pem = ca_key.serialize_pem();
         let ca_cert = ca_params.self_signed(&ca_key)?;
         let issuer = Issuer::new(ca_params, ca_key);
 
@@ -74,6 +78,7 @@ impl Pki {
         let sa = KeyPair::generate()?;
         Ok(Pki {
             ca_pem: ca_cert.pem(),
+            ca_key_pem,
             serving,
             admin,
             controller_manager,
