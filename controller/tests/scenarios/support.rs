@@ -215,17 +215,23 @@ impl Env {
     /// Wait until the simulator and the controller are idle, so that what a test sees next is
     /// everything they will do without a new cause: no request in flight at the simulator, every
     /// watch event taken and handed to the controller's connections, no reconcile pass running,
-    /// and no new request for a few polls in a row (a watch event handed over a moment ago has
-    /// started its pass, whose first act is a request). Fails when that never happens.
+    /// and no new request for a few polls in a row spanning 60 ms (a watch event handed over a
+    /// moment ago has started its pass, whose first act is a request: the window covers the
+    /// controller's reading of its connection, which on a loaded machine was seen to take longer
+    /// than five 5 ms polls). Fails when that never happens.
     pub(crate) async fn until_idle(&self) -> Result<()> {
         const CALM_POLLS: u32 = 5;
+        const CALM: Duration = Duration::from_millis(60);
         let deadline = std::time::Instant::now() + WAIT;
-        let (mut last, mut calm) = (None, 0);
+        let (mut last, mut calm, mut calm_since) = (None, 0, std::time::Instant::now());
         loop {
             let requests = self.sim.requests();
             let idle = self.sim.quiet() && self.handle.as_ref().is_none_or(|h| h.reconciles_in_flight() == 0);
             calm = if idle && last == Some(requests) { calm + 1 } else { 0 };
-            if calm >= CALM_POLLS {
+            if calm == 0 {
+                calm_since = std::time::Instant::now();
+            }
+            if calm >= CALM_POLLS && calm_since.elapsed() >= CALM {
                 return Ok(());
             }
             last = Some(requests);
