@@ -27,6 +27,9 @@ pub struct CertKey {
 #[derive(Clone, Debug)]
 pub struct Pki {
     pub ca_pem: String,
+    /// The CA's private key (PKCS#8), for a test that hands the CA to what signs or pins with it
+    /// (Cluster API's `<cluster>-ca` Secret holds a cluster's CA with its key).
+    pub ca_key_pem: String,
     pub serving: CertKey,
     pub admin: CertKey,
     pub controller_manager: CertKey,
@@ -47,6 +50,7 @@ impl Pki {
         ca_params.distinguished_name = name("captf-kubetest-ca", None);
         let ca_key = KeyPair::generate()?;
         let ca_cert = ca_params.self_signed(&ca_key)?;
+        let ca_key_pem = ca_key.serialize_pem();
         let issuer = Issuer::new(ca_params, ca_key);
 
         let dns = [
@@ -74,6 +78,7 @@ impl Pki {
         let sa = KeyPair::generate()?;
         Ok(Pki {
             ca_pem: ca_cert.pem(),
+            ca_key_pem,
             serving,
             admin,
             controller_manager,
