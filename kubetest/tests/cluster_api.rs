@@ -4,7 +4,8 @@
 //! API's core manager, its kubeadm bootstrap provider (CABPK) and CAPTF's controller and webhook
 //! run with the arguments and service accounts of the Deployments clusterctl installed, and the
 //! process kubelet runs CAPTF's runner Jobs (real OpenTofu and the test provider). Then a Cluster
-//! whose infrastructure is a TerraformCluster is reconciled by them.
+//! whose infrastructure is a TerraformCluster is reconciled by them, and CABPK writes the join data
+//! of its worker Machine, which CAPTF hands to the machine's module.
 //!
 //! `clusterctl init` installs the real cert-manager first, as it does for every user (from a local
 //! repository: cert-manager's chart rendered to one manifest, its binaries built from its released
@@ -29,7 +30,7 @@ use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -369,6 +370,8 @@ struct Management {
     kubeadm_crds: PathBuf,
     /// Set once the stand-in providers are installed ([`Management::install_stand_in_providers`]).
     stand_ins: tokio::sync::OnceCell<()>,
+    /// The control plane's binaries, for a workload cluster's control plane of a check.
+    tools: Tools,
     files: tempfile::TempDir,
     _root: tempfile::TempDir,
 }
@@ -503,6 +506,7 @@ impl Management {
             gate,
             kubeadm_crds: tools_root.join("capi/kubeadm-crds"),
             stand_ins: tokio::sync::OnceCell::new(),
+            tools,
             repo,
             bin,
             files,
@@ -815,10 +819,11 @@ impl Management {
             .arg(&file))
     }
 
-    /// A control plane provider and a bootstrap provider as far as ClusterClass topology needs
-    /// them: their template and object CRDs (any fields, Cluster API's contract label), and the
-    /// rights Cluster API's manager gets for them through its aggregated role. Nothing reconciles
-    /// their objects: the test plays that part. Installed once, by the first check that needs them.
+    /// A control plane provider and a bootstrap provider as far as ClusterClass topology and the
+    /// kubeadm bootstrap provider need them: their template and object CRDs (any fields, Cluster
+    /// API's contract label), the rights Cluster API's manager gets for them through its aggregated
+    /// role, and CABPK's reading of the control plane kind. Nothing reconciles their objects: the
+    /// test plays that part. Installed once, by the first check that needs them.
     async fn install_stand_in_providers(&self) {
         self.stand_ins.get_or_init(|| self.install_stand_ins()).await;
     }
@@ -869,6 +874,37 @@ impl Management {
             &[STAND_IN_CONTROL_PLANE_GROUP, STAND_IN_BOOTSTRAP_GROUP],
         )
         .await;
+        // CABPK (v1.14) reads the Cluster's control plane object for its version, whatever its
+        // kind, but its own role grants only KubeadmControlPlanes: a control plane provider of
+        // another kind grants CABPK's account the reading of its kind, as this one does.
+        let name = "captf-test-stand-in-control-plane-for-kubeadm-bootstrap";
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "rules": [{
+                "apiGroups": [STAND_IN_CONTROL_PLANE_GROUP],
+                "resources": ["testcontrolplanes"],
+                "verbs": ["get", "list", "watch"],
+            }],
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(self.admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "namespace": KUBEADM_BOOTSTRAP.namespace,
+                "name": KUBEADM_BOOTSTRAP.service_account,
+            }],
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(self.admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
         // Served once the API server has established them.
         let templates = self.api(&resource(
             &format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"),
@@ -1036,9 +1072,9 @@ fn is_true(o: &Value, kind: &str) -> bool {
 }
 
 /// One management cluster (`clusterctl init` of Cluster API's core and kubeadm bootstrap providers
-/// and CAPTF with cert-manager, Cluster API's managers, CAPTF) serves the four checks below in
+/// and CAPTF with cert-manager, Cluster API's managers, CAPTF) serves the five checks below in
 /// turn: starting one costs about as much as a check, and none of them needs a cluster of its own.
-/// Each check names its objects apart (`first`, `fleet`, `classy`, `prod` and `topo`).
+/// Each check names its objects apart (`first`, `fleet`, `classy`, `prod`, `topo` and `joined`).
 /// The move tests start their own pairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_cluster_templates() {
@@ -1065,6 +1101,11 @@ async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_clu
     timed(
         "the cluster templates' check",
         the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(&m),
+    )
+    .await;
+    timed(
+        "the kubeadm bootstrap check",
+        kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(&m),
     )
     .await;
 }
@@ -1927,4 +1968,277 @@ async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_t
             && o["spec"]["controlPlaneEndpoint"]["host"] == "thing-topo.example"
     })
     .await;
+}
+
+/// kubeadm's pin of a CA (`caCertHashes`): `sha256:` and the hex SHA-256 of the CA certificate's
+/// SubjectPublicKeyInfo.
+fn ca_cert_hash(ca_pem: &str) -> String {
+    use sha2::Digest;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    let digest = sha2::Sha256::digest(cert.tbs_certificate.subject_pki.raw);
+    format!(
+        "sha256:{}",
+        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
+}
+
+/// The real kubeadm bootstrap provider (CABPK) writes a worker's join data for a Machine of a
+/// CAPTF cluster, and CAPTF hands that data to the machine's module. The workload cluster's API
+/// server is a second real control plane started here; what a control plane provider would do is
+/// played by the test: a stand-in control plane object says the control plane is initialized, and
+/// the Secrets such a provider writes (`<cluster>-ca`, `<cluster>-kubeconfig`) name that second
+/// control plane. The Cluster's endpoint is set on the TerraformCluster (CAPTF keeps a set one
+/// rather than its module's), so Cluster API copies it onto the Cluster and CABPK writes it into
+/// the join configuration.
+async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(m: &Management) {
+    const CLUSTER: &str = "joined";
+    const MACHINE: &str = "joined-m0";
+    m.install_stand_in_providers().await;
+    let workload = ControlPlane::start(control_plane_options(&m.tools)).await.unwrap();
+    let workload_admin = workload.admin_client().await.unwrap();
+    let port: u16 = workload
+        .server_url()
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap();
+    let endpoint = format!("127.0.0.1:{port}");
+
+    // The workload cluster's CA with its key (CABPK refuses a CA Secret without the key, and pins
+    // the certificate in the join configuration) and an admin kubeconfig of it (CABPK creates the
+    // bootstrap token through it). Made before the Cluster: Cluster API's cluster cache connects
+    // as soon as the infrastructure is provisioned, and after a failed attempt it waits before the
+    // next.
+    let secrets = Api::<Secret>::namespaced(m.admin.clone(), NAMESPACE);
+    for (suffix, data) in [
+        (
+            "ca",
+            json!({ "tls.crt": workload.ca_pem(), "tls.key": workload.ca_key_pem() }),
+        ),
+        (
+            "kubeconfig",
+            json!({ "value": std::fs::read_to_string(workload.admin_kubeconfig()).unwrap() }),
+        ),
+    ] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{CLUSTER}-{suffix}"), "namespace": NAMESPACE,
+                "labels": { "cluster.x-k8s.io/cluster-name": CLUSTER },
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": data,
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+
+    // The control plane object, initialized as Cluster API v1.14's contract (v1beta2) asks of a
+    // control plane provider: `status.initialization.controlPlaneInitialized`.
+    let control_planes = resource(
+        &format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"),
+        "TestControlPlane",
+        "testcontrolplanes",
+    );
+    m.create(
+        &control_planes,
+        json!({
+            "apiVersion": format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"), "kind": "TestControlPlane",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {},
+        }),
+    )
+    .await;
+    m.api(&control_planes)
+        .patch_status(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": { "initialization": { "controlPlaneInitialized": true } } })),
+        )
+        .await
+        .unwrap();
+    m.create(
+        &common::terraform_clusters(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("cluster.tar.gz") },
+                "variables": { "name": CLUSTER },
+                "exports": CLUSTER_EXPORTS,
+                "controlPlaneEndpoint": { "host": "127.0.0.1", "port": port },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_clusters(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {
+                "controlPlaneRef": {
+                    "apiGroup": STAND_IN_CONTROL_PLANE_GROUP, "kind": "TestControlPlane", "name": CLUSTER,
+                },
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": CLUSTER,
+                },
+            },
+        }),
+    )
+    .await;
+    // What CABPK waits for before it writes a worker's join data: the infrastructure provisioned,
+    // the control plane initialized (the Cluster's condition) and the endpoint on the Cluster.
+    m.until(
+        &capi_clusters(),
+        CLUSTER,
+        "provisioned, its control plane initialized and the endpoint copied",
+        |o| {
+            o["status"]["initialization"]["infrastructureProvisioned"] == true
+                && o["status"]["initialization"]["controlPlaneInitialized"] == true
+                && is_true(o, "ControlPlaneInitialized")
+                && o["spec"]["controlPlaneEndpoint"] == json!({ "host": "127.0.0.1", "port": port })
+        },
+    )
+    .await;
+
+    // A worker Machine of the workload cluster's version, its bootstrap a KubeadmConfig with only
+    // its format set (its schema wants one field): CABPK fills in the join configuration's
+    // discovery (endpoint, token, CA pin).
+    let version = workload_admin.apiserver_version().await.unwrap().git_version;
+    m.create(
+        &kubeadm_configs(),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": { "format": "cloud-config" },
+        }),
+    )
+    .await;
+    m.create(
+        &terraform_machines(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("machine.tar.gz") },
+                "variables": { "name": MACHINE },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_machines(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": CLUSTER,
+                "version": version,
+                "bootstrap": { "configRef": {
+                    "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": MACHINE,
+                } },
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformMachine", "name": MACHINE,
+                },
+            },
+        }),
+    )
+    .await;
+
+    // CABPK reports the data written (the bootstrap config contract), in a Secret of the config's
+    // name.
+    m.until(&kubeadm_configs(), MACHINE, "its bootstrap data written", |o| {
+        o["status"]["initialization"]["dataSecretCreated"] == true && o["status"]["dataSecretName"] == MACHINE
+    })
+    .await;
+    let data = secrets.get(MACHINE).await.unwrap();
+    assert_eq!(data.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    let field = |k: &str| -> String {
+        let v = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .unwrap_or_else(|| panic!("{k} in {data:?}"));
+        String::from_utf8(v.0.clone()).unwrap()
+    };
+    assert_eq!(field("format"), "cloud-config");
+    let value = field("value");
+    assert!(value.lines().any(|l| l == "#cloud-config"), "{value}");
+    // The cloud-config writes the join configuration and runs `kubeadm join` with it.
+    let cloud_config: Value = serde_yaml_ng::from_str(&value).unwrap();
+    let join_file = cloud_config["write_files"]
+        .as_array()
+        .and_then(|files| {
+            files
+                .iter()
+                .find(|f| f["path"] == "/run/kubeadm/kubeadm-join-config.yaml")
+        })
+        .unwrap_or_else(|| panic!("no join configuration among the files:\n{value}"));
+    assert!(
+        cloud_config["runcmd"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c.as_str().is_some_and(|c| c.contains("kubeadm join")))),
+        "{value}"
+    );
+    let join: Value = serde_yaml_ng::from_str(join_file["content"].as_str().unwrap()).unwrap();
+    assert_eq!(join["kind"], "JoinConfiguration", "{join}");
+    let discovery = &join["discovery"]["bootstrapToken"];
+    assert_eq!(discovery["apiServerEndpoint"], endpoint.as_str(), "{join}");
+    assert_eq!(
+        discovery["caCertHashes"],
+        json!([ca_cert_hash(workload.ca_pem())]),
+        "{join}"
+    );
+    assert!(discovery["unsafeSkipCAVerification"] != true, "{join}");
+
+    // The token it names is a bootstrap token of the workload cluster.
+    let token = discovery["token"].as_str().unwrap();
+    let (id, token_secret) = token.split_once('.').unwrap();
+    let stored = Api::<Secret>::namespaced(workload_admin.clone(), "kube-system")
+        .get(&format!("bootstrap-token-{id}"))
+        .await
+        .unwrap();
+    assert_eq!(stored.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+    let stored_field = |k: &str| {
+        stored
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8(v.0.clone()).unwrap())
+    };
+    assert_eq!(stored_field("token-id").as_deref(), Some(id));
+    assert_eq!(stored_field("token-secret").as_deref(), Some(token_secret));
+    assert_eq!(stored_field("usage-bootstrap-authentication").as_deref(), Some("true"));
+
+    // Cluster API puts the Secret on the Machine, and CAPTF gives it to the machine's module: the
+    // "VM" holds the Secret's name, its format and the cloud-config itself (with the cluster's
+    // exports after it).
+    m.until(&capi_machines(), MACHINE, "its bootstrap data Secret named", |o| {
+        o["spec"]["bootstrap"]["dataSecretName"] == MACHINE
+            && o["status"]["initialization"]["bootstrapDataSecretCreated"] == true
+    })
+    .await;
+    m.until(&terraform_machines(), MACHINE, "provisioned", |o| {
+        o["status"]["initialization"]["provisioned"] == true
+    })
+    .await;
+    let vm = World::new(&m.world_dir)
+        .read(MACHINE)
+        .unwrap()
+        .expect("the machine's thing");
+    assert_eq!(
+        vm.content,
+        format!("{MACHINE} cloud-config\n{value}net-thing-{CLUSTER} js-{CLUSTER}-0f3a")
+    );
+
+    // The workload cluster's control plane stops with this check: pause the Cluster first, so that
+    // CABPK stops refreshing the token of a Machine that never joins.
+    m.api(&capi_clusters())
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "paused": true } })),
+        )
+        .await
+        .unwrap();
 }
