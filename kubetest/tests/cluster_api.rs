@@ -455,17 +455,17 @@ impl Management {
             Install::Clusterctl => vec!["--infrastructure".to_string(), format!("terraform:{CAPTF_VERSION}")],
             Install::Helm => vec![],
         };
-        let capi = capi_version(&tools_root);
+        let release = capi_version(&tools_root);
         let init_output = run(std::process::Command::new(bin.join("clusterctl"))
             .args(["init", "--config"])
             .arg(repo.join("clusterctl.yaml"))
             .arg("--kubeconfig")
             .arg(&kubeconfig)
-            .args(["--core", &format!("cluster-api:{capi}")])
+            .args(["--core", &format!("cluster-api:{release}")])
             .args(&infrastructure)
             // The kubeadm bootstrap provider of the same release (CABPK); no control plane
             // provider: the tests stand in for one.
-            .args(["--bootstrap", &format!("kubeadm:{capi}"), "--control-plane", "-"])
+            .args(["--bootstrap", &format!("kubeadm:{release}"), "--control-plane", "-"])
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env("XDG_CONFIG_HOME", files.path().join("config"))
             .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE)
@@ -1077,7 +1077,7 @@ fn is_true(o: &Value, kind: &str) -> bool {
 /// Each check names its objects apart (`first`, `fleet`, `classy`, `prod`, `topo` and `joined`).
 /// The move tests start their own pairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_cluster_templates() {
+async fn one_management_cluster_serves_init_machines_a_cluster_class_the_cluster_templates_and_kubeadm_join_data() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let t = std::time::Instant::now();
     let Some(m) = Management::start().await else { return };
@@ -1085,7 +1085,7 @@ async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_clu
     // First: it counts the Jobs, which no other check's objects have started yet.
     timed(
         "clusterctl init's check",
-        clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m),
+        clusterctl_init_installs_the_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m),
     )
     .await;
     timed(
@@ -1117,7 +1117,7 @@ async fn timed(what: &str, check: impl std::future::Future<Output = ()>) {
     eprintln!("{what} in {:.1?}", t.elapsed());
 }
 
-async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(
+async fn clusterctl_init_installs_the_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(
     m: &Management,
 ) {
     assert!(
@@ -1136,6 +1136,13 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         "clusterctl installs cert-manager itself:\n{}",
         m.init_output
     );
+    for provider in ["cluster-api", "bootstrap-kubeadm", "infrastructure-terraform"] {
+        assert!(
+            m.init_output.contains(&format!("Installing provider=\"{provider}\"")),
+            "clusterctl installs {provider}:\n{}",
+            m.init_output
+        );
+    }
     // Every provider's serving certificate is issued by the real cert-manager (Ready, with the
     // issuer's CA in the Secret), for the names of its webhook Service.
     let certificates: Api<DynamicObject> = Api::all_with(
@@ -1149,7 +1156,11 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         },
     );
     // cert-manager issues them shortly after the providers' Deployments are up: polled, bounded.
-    let wanted = ["capi-system/capi-serving-cert", "captf-system/captf-webhook"];
+    let wanted = [
+        "capi-system/capi-serving-cert",
+        "capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-serving-cert",
+        "captf-system/captf-webhook",
+    ];
     let deadline = std::time::Instant::now() + PATIENCE;
     let issued: Vec<String> = loop {
         let issued: Vec<String> = certificates
