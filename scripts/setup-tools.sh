@@ -13,9 +13,10 @@
 #     skipped with CAPTF_NO_CONTROL_PLANE=1);
 #   - Cluster API's CRDs, from the module pinned in realparts/cluster-api/go.mod, into
 #     .tools/capi/crds (for the tests that check the templates and clusterctl files);
-#   - clusterctl and Cluster API's core manager from the same module, kustomize, the core
-#     provider's components rendered as a local clusterctl repository (for the tests that run the
-#     real Cluster API; skipped with CAPTF_NO_CONTROL_PLANE=1);
+#   - clusterctl, Cluster API's core manager and its kubeadm bootstrap provider (CABPK) from the
+#     same module, kustomize, the core and kubeadm bootstrap providers' components rendered as a
+#     local clusterctl repository (for the tests that run the real Cluster API; skipped with
+#     CAPTF_NO_CONTROL_PLANE=1);
 #   - cert-manager's controller, webhook and cainjector, built from its released source tree, and
 #     its chart rendered as its release renders it (scripts/build-cert-manager.sh; skipped with
 #     CAPTF_NO_CONTROL_PLANE=1);
@@ -172,12 +173,13 @@ for crd in "$capi_dir"/core/config/crd/bases/*.yaml "$capi_dir"/cmd/clusterctl/c
 done
 # ---- end of Cluster API's CRDs ----
 
-# ---- Cluster API's core manager and clusterctl, kustomize, cert-manager's CRDs ----
-# For the tests that run the real Cluster API: clusterctl and the core manager built from the
-# module pinned in realparts/cluster-api/go.mod (stamped with that version: clusterctl compares
-# it with the providers it installs); kustomize (realparts/kustomize) to render the core
-# provider's components from the kustomization inside that module, written with its metadata as a
-# local clusterctl repository under .tools/capi/repository/cluster-api/<version>/, and the kubeadm
+# ---- Cluster API's core manager, kubeadm bootstrap provider and clusterctl, kustomize, cert-manager ----
+# For the tests that run the real Cluster API: clusterctl, the core manager and the kubeadm
+# bootstrap provider built from the module pinned in realparts/cluster-api/go.mod (stamped with
+# that version: clusterctl compares it with the providers it installs); kustomize
+# (realparts/kustomize) to render the core and kubeadm bootstrap providers' components from the
+# kustomizations inside that module, written with their metadata as a local clusterctl repository
+# under .tools/capi/repository/{cluster-api,bootstrap-kubeadm}/<version>/, and the kubeadm
 # providers' CRDs under .tools/capi/kubeadm-crds/; and cert-manager, which clusterctl installs
 # before any provider.
 # Left out with CAPTF_NO_CONTROL_PLANE=1, like the control plane they run on.
@@ -190,12 +192,23 @@ if [ "${CAPTF_NO_CONTROL_PLANE:-}" != "1" ]; then
   capi_ldflags="-X sigs.k8s.io/cluster-api/version.gitVersion=$capi_version -X sigs.k8s.io/cluster-api/version.gitMajor=$capi_major -X sigs.k8s.io/cluster-api/version.gitMinor=$capi_minor"
   "$root/scripts/build-go-part.sh" clusterctl realparts/cluster-api sigs.k8s.io/cluster-api/cmd/clusterctl "$capi_ldflags"
   "$root/scripts/build-go-part.sh" capi-manager realparts/cluster-api sigs.k8s.io/cluster-api/core "$capi_ldflags"
+  # The kubeadm bootstrap provider (CABPK), from the same module and stamped the same way: the
+  # tests run it beside the core manager so that Machines get Cluster API's own bootstrap data.
+  "$root/scripts/build-go-part.sh" capi-kubeadm-bootstrap realparts/cluster-api sigs.k8s.io/cluster-api/bootstrap/kubeadm "$capi_ldflags"
   "$root/scripts/build-go-part.sh" kustomize realparts/kustomize sigs.k8s.io/kustomize/kustomize/v5
   core_repo="$tools/capi/repository/cluster-api/$capi_version"
   mkdir -p "$core_repo"
   "$tools/bin/kustomize" build "$capi_dir/core/config/default" >"$core_repo/core-components.yaml.partial"
   mv "$core_repo/core-components.yaml.partial" "$core_repo/core-components.yaml"
   install -m 0644 "$capi_dir/metadata.yaml" "$core_repo/metadata.yaml"
+  # CABPK's components, in the folder clusterctl reads a bootstrap provider named kubeadm from
+  # (<type>-<name>/<version>/bootstrap-components.yaml); it is released with the core provider,
+  # so the module's metadata.yaml is its metadata too.
+  bootstrap_repo="$tools/capi/repository/bootstrap-kubeadm/$capi_version"
+  mkdir -p "$bootstrap_repo"
+  "$tools/bin/kustomize" build "$capi_dir/bootstrap/kubeadm/config/default" >"$bootstrap_repo/bootstrap-components.yaml.partial"
+  mv "$bootstrap_repo/bootstrap-components.yaml.partial" "$bootstrap_repo/bootstrap-components.yaml"
+  install -m 0644 "$capi_dir/metadata.yaml" "$bootstrap_repo/metadata.yaml"
   # The kubeadm bootstrap and control plane providers' CRDs (no controllers): the objects of the
   # cluster templates in clusterctl/ are made against their schemas.
   mkdir -p "$tools/capi/kubeadm-crds"

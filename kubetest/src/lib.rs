@@ -320,6 +320,13 @@ impl ControlPlane {
         &self.pki.ca_pem
     }
 
+    /// The private key of [`ControlPlane::ca_pem`] (PEM), as a cluster's CA Secret holds it
+    /// beside the certificate. Written to `pki/ca.key` only with [`Options::node_joins`], where
+    /// kube-controller-manager signs nodes' certificates with it.
+    pub fn ca_key_pem(&self) -> &str {
+        &self.pki.ca_key_pem
+    }
+
     /// A kubeconfig for a cluster admin (client certificate, group `system:masters`).
     pub fn admin_kubeconfig(&self) -> PathBuf {
         self.layout.admin_kubeconfig()

@@ -28,7 +28,8 @@ pub struct CertKey {
 pub struct Pki {
     pub ca_pem: String,
     /// The CA's private key (PKCS#8): kube-controller-manager signs the certificates of the
-    /// CertificateSigningRequests it approves with it when the control plane lets nodes join.
+    /// CertificateSigningRequests it approves with it when the control plane lets nodes join,
+    /// and Cluster API's `<cluster>-ca` Secret holds a cluster's CA with its key.
     pub ca_key_pem: String,
     pub serving: CertKey,
     pub admin: CertKey,

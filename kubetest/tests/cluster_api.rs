@@ -1,9 +1,11 @@
 //! The real Cluster API on the real control plane: `clusterctl init` (v1.14, offline, from local
-//! repositories: the core provider's components rendered from its pinned module, CAPTF's from the
-//! repository's `clusterctl/` tree) installs both providers, Cluster API's core manager and
-//! CAPTF's controller and webhook run with the arguments and service accounts of the Deployments
-//! clusterctl installed, and the process kubelet runs CAPTF's runner Jobs (real OpenTofu and the
-//! test provider). Then a Cluster whose infrastructure is a TerraformCluster is reconciled by both.
+//! repositories: the core and kubeadm bootstrap providers' components rendered from their pinned
+//! module, CAPTF's from the repository's `clusterctl/` tree) installs the three providers; Cluster
+//! API's core manager, its kubeadm bootstrap provider (CABPK) and CAPTF's controller and webhook
+//! run with the arguments and service accounts of the Deployments clusterctl installed, and the
+//! process kubelet runs CAPTF's runner Jobs (real OpenTofu and the test provider). Then a Cluster
+//! whose infrastructure is a TerraformCluster is reconciled by them, and CABPK writes the join data
+//! of its worker Machine, which CAPTF hands to the machine's module.
 //!
 //! `clusterctl init` installs the real cert-manager first, as it does for every user (from a local
 //! repository: cert-manager's chart rendered to one manifest, its binaries built from its released
@@ -21,14 +23,14 @@ use std::time::Duration;
 
 use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
 use captf_kubetest::route::{route_service, tls_files};
-use captf_kubetest::{ControlPlane, Kubelet, Options, tools_or_skip};
+use captf_kubetest::{ControlPlane, Kubelet, Options, Tools, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
-use k8s_openapi::api::rbac::v1::ClusterRole;
+use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
@@ -200,6 +202,10 @@ fn capi_machine_pools() -> ApiResource {
     resource("cluster.x-k8s.io/v1beta2", "MachinePool", "machinepools")
 }
 
+fn kubeadm_configs() -> ApiResource {
+    resource("bootstrap.cluster.x-k8s.io/v1beta2", "KubeadmConfig", "kubeadmconfigs")
+}
+
 fn terraform_machines() -> ApiResource {
     resource(
         "infrastructure.cluster.x-k8s.io/v1alpha1",
@@ -236,6 +242,13 @@ fn with_flags(args: &[String], drop: &[&str], add: &[String]) -> Vec<String> {
         .collect()
 }
 
+/// A control plane of the test's binaries, given the time a loaded machine needs to start it.
+fn control_plane_options(tools: &Tools) -> Options {
+    let mut opts = Options::new(tools.clone());
+    opts.ready_timeout = TEST_READY_TIMEOUT;
+    opts
+}
+
 fn spawn(program: &Path, args: &[String], env: &[(&str, String)], log: &Path) -> tokio::process::Child {
     let log = std::fs::File::create(log).unwrap();
     tokio::process::Command::new(program)
@@ -248,9 +261,90 @@ fn spawn(program: &Path, args: &[String], env: &[(&str, String)], log: &Path) ->
         .unwrap()
 }
 
+/// One of Cluster API's managers as clusterctl installs it (the core provider's, or the kubeadm
+/// bootstrap provider's, both built from the same module): the names its components give it.
+struct CapiManager {
+    /// The binary in `.tools/bin`, and its log in the control plane's work dir (`<binary>.log`).
+    binary: &'static str,
+    namespace: &'static str,
+    deployment: &'static str,
+    service_account: &'static str,
+    /// The Secret cert-manager issues its webhook's serving certificate into.
+    cert_secret: &'static str,
+    webhook_service: &'static str,
+}
+
+const CORE_MANAGER: CapiManager = CapiManager {
+    binary: "capi-manager",
+    namespace: "capi-system",
+    deployment: "capi-controller-manager",
+    service_account: "capi-manager",
+    cert_secret: "capi-webhook-service-cert",
+    webhook_service: "capi-webhook-service",
+};
+
+/// CABPK, the kubeadm bootstrap provider (`clusterctl init --bootstrap kubeadm`).
+const KUBEADM_BOOTSTRAP: CapiManager = CapiManager {
+    binary: "capi-kubeadm-bootstrap",
+    namespace: "capi-kubeadm-bootstrap-system",
+    deployment: "capi-kubeadm-bootstrap-controller-manager",
+    service_account: "capi-kubeadm-bootstrap-manager",
+    cert_secret: "capi-kubeadm-bootstrap-webhook-service-cert",
+    webhook_service: "capi-kubeadm-bootstrap-webhook-service",
+};
+
+impl CapiManager {
+    /// Runs the manager as its Deployment runs it, under its own account, with the serving
+    /// certificate cert-manager issued for its webhook Service, which is routed to it.
+    async fn start(&self, cp: &ControlPlane, admin: &kube::Client, bin: &Path, host: &str) -> tokio::process::Child {
+        let work = cp.work_dir();
+        let args = deployment_args(admin, self.namespace, self.deployment, "manager").await;
+        let certs = work.join(format!("{}-serving-certs", self.binary));
+        std::fs::create_dir_all(&certs).unwrap();
+        for (k, v) in tls_files(admin, self.namespace, self.cert_secret, PATIENCE)
+            .await
+            .unwrap()
+        {
+            std::fs::write(certs.join(k), v).unwrap();
+        }
+        let webhook_port = free_port();
+        let kubeconfig = cp
+            .service_account_kubeconfig(self.namespace, self.service_account)
+            .await
+            .unwrap();
+        let child = spawn(
+            &bin.join(self.binary),
+            &with_flags(
+                &args,
+                // Leader election needs the pod's namespace, which a process out of a pod
+                // cannot find; there is one manager of each.
+                &["--leader-elect", "--diagnostics-address", "--insecure-diagnostics"],
+                &[
+                    format!("--kubeconfig={}", kubeconfig.display()),
+                    format!("--webhook-port={webhook_port}"),
+                    format!("--webhook-cert-dir={}", certs.display()),
+                    format!("--health-addr=127.0.0.1:{}", free_port()),
+                    format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+                    "--insecure-diagnostics=true".into(),
+                ],
+            ),
+            &[
+                ("POD_NAMESPACE", self.namespace.into()),
+                ("POD_NAME", self.deployment.into()),
+            ],
+            &work.join(format!("{}.log", self.binary)),
+        );
+        route_service(admin, self.namespace, self.webhook_service, host, webhook_port)
+            .await
+            .unwrap();
+        child
+    }
+}
+
 struct Management {
     // Dropped in this order: the managers and the kubelet before the control plane.
     _capi: tokio::process::Child,
+    _kubeadm_bootstrap: tokio::process::Child,
     // CAPTF's webhook and controller as processes (installed by clusterctl), or none (installed
     // by Helm: the kubelet runs the chart's pods).
     _webhook: Option<tokio::process::Child>,
@@ -274,6 +368,10 @@ struct Management {
     repo: PathBuf,
     /// The kubeadm providers' CRDs setup-tools rendered.
     kubeadm_crds: PathBuf,
+    /// Set once the stand-in providers are installed ([`Management::install_stand_in_providers`]).
+    stand_ins: tokio::sync::OnceCell<()>,
+    /// The control plane's binaries, for a workload cluster's control plane of a check.
+    tools: Tools,
     files: tempfile::TempDir,
     _root: tempfile::TempDir,
 }
@@ -291,7 +389,16 @@ impl Management {
         let tools_root = bin.parent().unwrap().to_path_buf();
         // The pods (cert-manager's, the chart's) share the host's network at its address, one an
         // EndpointSlice may hold; the managers run as processes serve there too.
-        let (cert_manager, host) = prerequisites_or_skip(&bin, &["clusterctl", "capi-manager", "kubectl", "helm"])?;
+        let (cert_manager, host) = prerequisites_or_skip(
+            &bin,
+            &[
+                "clusterctl",
+                CORE_MANAGER.binary,
+                KUBEADM_BOOTSTRAP.binary,
+                "kubectl",
+                "helm",
+            ],
+        )?;
         let files = tempfile::tempdir().unwrap();
         let (image, world_dir) = match image {
             Some(shared) => shared,
@@ -316,9 +423,7 @@ impl Management {
             archives.push((format!("{name}.tar.gz"), archive));
         }
         let modules = ModuleServer::start(archives).await.unwrap();
-        let mut opts = Options::new(tools);
-        opts.ready_timeout = TEST_READY_TIMEOUT;
-        let cp = ControlPlane::start(opts).await.unwrap();
+        let cp = ControlPlane::start(control_plane_options(&tools)).await.unwrap();
         let admin = cp.admin_client().await.unwrap();
         let root = tempfile::tempdir().unwrap();
         let mut kubelet_options = cp
@@ -343,7 +448,6 @@ impl Management {
                 );
         }
         let kubelet = cp.start_kubelet(kubelet_options).await.unwrap();
-        let work = cp.work_dir().to_path_buf();
         let kubeconfig = cp.admin_kubeconfig();
 
         let repo = local_repository(&tools_root, files.path(), &cert_manager);
@@ -351,14 +455,17 @@ impl Management {
             Install::Clusterctl => vec!["--infrastructure".to_string(), format!("terraform:{CAPTF_VERSION}")],
             Install::Helm => vec![],
         };
+        let release = capi_version(&tools_root);
         let init_output = run(std::process::Command::new(bin.join("clusterctl"))
             .args(["init", "--config"])
             .arg(repo.join("clusterctl.yaml"))
             .arg("--kubeconfig")
             .arg(&kubeconfig)
-            .args(["--core", &format!("cluster-api:{}", capi_version(&tools_root))])
+            .args(["--core", &format!("cluster-api:{release}")])
             .args(&infrastructure)
-            .args(["--bootstrap", "-", "--control-plane", "-"])
+            // The kubeadm bootstrap provider of the same release (CABPK); no control plane
+            // provider: the tests stand in for one.
+            .args(["--bootstrap", &format!("kubeadm:{release}"), "--control-plane", "-"])
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env("XDG_CONFIG_HOME", files.path().join("config"))
             .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE)
@@ -367,46 +474,12 @@ impl Management {
 
         let host = host.to_string();
 
-        // Cluster API's core manager, as its Deployment runs it, under its own account.
-        let capi_args = deployment_args(&admin, "capi-system", "capi-controller-manager", "manager").await;
-        let certs = work.join("capi-serving-certs");
-        std::fs::create_dir_all(&certs).unwrap();
-        for (k, v) in tls_files(&admin, "capi-system", "capi-webhook-service-cert", PATIENCE)
-            .await
-            .unwrap()
-        {
-            std::fs::write(certs.join(k), v).unwrap();
-        }
-        let webhook_port = free_port();
-        let capi_kubeconfig = cp
-            .service_account_kubeconfig("capi-system", "capi-manager")
-            .await
-            .unwrap();
-        let capi = spawn(
-            &bin.join("capi-manager"),
-            &with_flags(
-                &capi_args,
-                // Leader election needs the pod's namespace, which a process out of a pod
-                // cannot find; there is one manager.
-                &["--leader-elect", "--diagnostics-address", "--insecure-diagnostics"],
-                &[
-                    format!("--kubeconfig={}", capi_kubeconfig.display()),
-                    format!("--webhook-port={webhook_port}"),
-                    format!("--webhook-cert-dir={}", certs.display()),
-                    format!("--health-addr=127.0.0.1:{}", free_port()),
-                    format!("--diagnostics-address=127.0.0.1:{}", free_port()),
-                    "--insecure-diagnostics=true".into(),
-                ],
-            ),
-            &[
-                ("POD_NAMESPACE", "capi-system".into()),
-                ("POD_NAME", "capi-controller-manager".into()),
-            ],
-            &work.join("capi-manager.log"),
+        // Cluster API's core manager and its kubeadm bootstrap provider, as their Deployments run
+        // them, under their own accounts.
+        let (capi, kubeadm_bootstrap) = tokio::join!(
+            CORE_MANAGER.start(&cp, &admin, &bin, &host),
+            KUBEADM_BOOTSTRAP.start(&cp, &admin, &bin, &host),
         );
-        route_service(&admin, "capi-system", "capi-webhook-service", &host, webhook_port)
-            .await
-            .unwrap();
 
         let (webhook, controller) = match install {
             Install::Clusterctl => {
@@ -420,6 +493,7 @@ impl Management {
         };
         let m = Management {
             _capi: capi,
+            _kubeadm_bootstrap: kubeadm_bootstrap,
             _webhook: webhook,
             _controller: controller,
             _kubelet: kubelet,
@@ -431,6 +505,8 @@ impl Management {
             world_dir,
             gate,
             kubeadm_crds: tools_root.join("capi/kubeadm-crds"),
+            stand_ins: tokio::sync::OnceCell::new(),
+            tools,
             repo,
             bin,
             files,
@@ -440,11 +516,10 @@ impl Management {
         Some(m)
     }
 
-    /// Waits until Cluster API's webhooks answer: a dry-run create of a Cluster goes through its
-    /// defaulting webhook.
+    /// Waits until Cluster API's webhooks answer: a dry-run create of a Cluster goes through the
+    /// core manager's defaulting webhook, one of a KubeadmConfig through CABPK's validating one.
     async fn until_cluster_api_serves(&self) {
-        let clusters: Api<DynamicObject> = Api::namespaced_with(self.admin.clone(), NAMESPACE, &capi_clusters());
-        let probe: DynamicObject = serde_json::from_value(json!({
+        let cluster = json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
             "metadata": { "name": "probe", "namespace": NAMESPACE },
             "spec": {
@@ -453,27 +528,41 @@ impl Management {
                     "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": "probe",
                 },
             },
-        }))
-        .unwrap();
-        let log = self.cp.work_dir().join("capi-manager.log");
-        let deadline = std::time::Instant::now() + PATIENCE;
-        loop {
-            match clusters
-                .create(
-                    &PostParams {
-                        dry_run: true,
-                        ..Default::default()
-                    },
-                    &probe,
-                )
-                .await
-            {
-                Ok(_) => return,
-                Err(e) if std::time::Instant::now() > deadline => panic!(
-                    "Cluster API's webhook did not answer within {PATIENCE:?}: {e}\ncapi-manager log:\n{}",
-                    std::fs::read_to_string(&log).unwrap_or_default()
-                ),
-                Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+        });
+        // Its schema wants a spec with at least one field.
+        let kubeadm_config = json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+            "metadata": { "name": "probe", "namespace": NAMESPACE },
+            "spec": { "format": "cloud-config" },
+        });
+        for (ar, probe, manager) in [
+            (capi_clusters(), cluster, &CORE_MANAGER),
+            (kubeadm_configs(), kubeadm_config, &KUBEADM_BOOTSTRAP),
+        ] {
+            let probe: DynamicObject = serde_json::from_value(probe).unwrap();
+            let log = self.cp.work_dir().join(format!("{}.log", manager.binary));
+            let deadline = std::time::Instant::now() + PATIENCE;
+            loop {
+                match self
+                    .api(&ar)
+                    .create(
+                        &PostParams {
+                            dry_run: true,
+                            ..Default::default()
+                        },
+                        &probe,
+                    )
+                    .await
+                {
+                    Ok(_) => break,
+                    Err(e) if std::time::Instant::now() > deadline => panic!(
+                        "{}'s webhook did not answer within {PATIENCE:?}: {e}\n{} log:\n{}",
+                        manager.binary,
+                        manager.binary,
+                        std::fs::read_to_string(&log).unwrap_or_default()
+                    ),
+                    Err(_) => tokio::time::sleep(Duration::from_millis(500)).await,
+                }
             }
         }
     }
@@ -664,21 +753,18 @@ impl Management {
             .unwrap();
     }
 
-    /// The kubeadm bootstrap and control plane providers' CRDs, without their controllers (the
-    /// cluster templates name their kinds), and Cluster API's rights on them.
+    /// The kubeadm control plane provider's CRDs, without its controller (the cluster templates
+    /// name its kinds), and Cluster API's rights on them. The kubeadm bootstrap provider's CRDs
+    /// came with the provider (`clusterctl init --bootstrap kubeadm`): applying the bare CRDs over
+    /// them would fight clusterctl over their conversion webhook's Service.
     async fn install_kubeadm_crds(&self) {
-        for part in ["bootstrap", "controlplane"] {
-            run(std::process::Command::new(self.bin.join("kubectl"))
-                .arg("--kubeconfig")
-                .arg(self.cp.admin_kubeconfig())
-                .args(["apply", "--server-side", "-f"])
-                .arg(self.kubeadm_crds.join(format!("{part}.yaml"))));
-        }
-        self.grant_cluster_api(
-            "captf-test-kubeadm",
-            &["bootstrap.cluster.x-k8s.io", "controlplane.cluster.x-k8s.io"],
-        )
-        .await;
+        run(std::process::Command::new(self.bin.join("kubectl"))
+            .arg("--kubeconfig")
+            .arg(self.cp.admin_kubeconfig())
+            .args(["apply", "--server-side", "-f"])
+            .arg(self.kubeadm_crds.join("controlplane.yaml")));
+        self.grant_cluster_api("captf-test-kubeadm", &["controlplane.cluster.x-k8s.io"])
+            .await;
         // Polled, not `kubectl wait`: that fails at once on a CRD whose status has no conditions
         // yet, as one just applied may not.
         let crds: Api<CustomResourceDefinition> = Api::all(self.admin.clone());
@@ -733,11 +819,16 @@ impl Management {
             .arg(&file))
     }
 
-    /// A control plane provider and a bootstrap provider as far as ClusterClass topology needs
-    /// them: their template and object CRDs (any fields, Cluster API's contract label), and the
-    /// rights Cluster API's manager gets for them through its aggregated role. Nothing reconciles
-    /// their objects: the test plays that part.
+    /// A control plane provider and a bootstrap provider as far as ClusterClass topology and the
+    /// kubeadm bootstrap provider need them: their template and object CRDs (any fields, Cluster
+    /// API's contract label), the rights Cluster API's manager gets for them through its aggregated
+    /// role, and CABPK's reading of the control plane kind. Nothing reconciles their objects: the
+    /// test plays that part. Installed once, by the first check that needs them.
     async fn install_stand_in_providers(&self) {
+        self.stand_ins.get_or_init(|| self.install_stand_ins()).await;
+    }
+
+    async fn install_stand_ins(&self) {
         let crds = Api::<DynamicObject>::all_with(
             self.admin.clone(),
             &resource(
@@ -783,6 +874,37 @@ impl Management {
             &[STAND_IN_CONTROL_PLANE_GROUP, STAND_IN_BOOTSTRAP_GROUP],
         )
         .await;
+        // CABPK (v1.14) reads the Cluster's control plane object for its version, whatever its
+        // kind, but its own role grants only KubeadmControlPlanes: a control plane provider of
+        // another kind grants CABPK's account the reading of its kind, as this one does.
+        let name = "captf-test-stand-in-control-plane-for-kubeadm-bootstrap";
+        let role: ClusterRole = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "rules": [{
+                "apiGroups": [STAND_IN_CONTROL_PLANE_GROUP],
+                "resources": ["testcontrolplanes"],
+                "verbs": ["get", "list", "watch"],
+            }],
+        }))
+        .unwrap();
+        Api::<ClusterRole>::all(self.admin.clone())
+            .create(&PostParams::default(), &role)
+            .await
+            .unwrap();
+        let binding: ClusterRoleBinding = serde_json::from_value(json!({
+            "metadata": { "name": name },
+            "roleRef": { "apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": name },
+            "subjects": [{
+                "kind": "ServiceAccount",
+                "namespace": KUBEADM_BOOTSTRAP.namespace,
+                "name": KUBEADM_BOOTSTRAP.service_account,
+            }],
+        }))
+        .unwrap();
+        Api::<ClusterRoleBinding>::all(self.admin.clone())
+            .create(&PostParams::default(), &binding)
+            .await
+            .unwrap();
         // Served once the API server has established them.
         let templates = self.api(&resource(
             &format!("{STAND_IN_BOOTSTRAP_GROUP}/v1alpha1"),
@@ -798,7 +920,7 @@ impl Management {
         .expect("the stand-in CRDs are served");
     }
 
-    /// Waits (wall time) until the object satisfies `f`, failing with both managers' logs.
+    /// Waits (wall time) until the object satisfies `f`, failing with the managers' logs.
     async fn until(&self, ar: &ApiResource, name: &str, what: &str, f: impl Fn(&Value) -> bool) -> Value {
         let api = self.api(ar);
         let found = tokio::time::timeout(PATIENCE, async {
@@ -819,10 +941,11 @@ impl Management {
                 let last = api.get(name).await.map(|o| serde_json::to_value(o).unwrap());
                 let log = |f: &str| std::fs::read_to_string(self.cp.work_dir().join(f)).unwrap_or_default();
                 panic!(
-                    "{} {name}: {what} not within {PATIENCE:?}; the object: {last:?}\ncaptf-controller log:\n{}\ncapi-manager log (tail):\n{}",
+                    "{} {name}: {what} not within {PATIENCE:?}; the object: {last:?}\ncaptf-controller log:\n{}\ncapi-manager log (tail):\n{}\ncapi-kubeadm-bootstrap log (tail):\n{}",
                     ar.kind,
                     log("captf-controller.log"),
                     tail(&log("capi-manager.log"), 60),
+                    tail(&log("capi-kubeadm-bootstrap.log"), 40),
                 )
             }
         }
@@ -883,24 +1006,30 @@ fn capi_version(tools_root: &Path) -> String {
     versions.pop().unwrap()
 }
 
-/// A local clusterctl repository: the core provider from setup-tools, CAPTF's from the
-/// repository's `clusterctl/` tree (as committed, so the test installs what users get), and a
-/// `clusterctl.yaml` naming both.
+/// A local clusterctl repository: the core and kubeadm bootstrap providers from setup-tools,
+/// CAPTF's from the repository's `clusterctl/` tree (as committed, so the test installs what users
+/// get), and a `clusterctl.yaml` naming them.
 fn local_repository(tools_root: &Path, dir: &Path, cert_manager: &CertManager) -> PathBuf {
     let repo = dir.join("repository");
-    let core_version = capi_version(tools_root);
-    let core = repo.join("cluster-api").join(&core_version);
-    std::fs::create_dir_all(&core).unwrap();
-    for f in ["core-components.yaml", "metadata.yaml"] {
-        std::fs::copy(
-            tools_root
-                .join("capi/repository/cluster-api")
-                .join(&core_version)
-                .join(f),
-            core.join(f),
-        )
-        .unwrap();
-    }
+    let capi_version = capi_version(tools_root);
+    // Cluster API's providers in clusterctl's layout, `<type>-<name>/<version>/` (the core
+    // provider's folder is its name alone).
+    let copy_capi = |folder: &str, components: &str| -> PathBuf {
+        let to = repo.join(folder).join(&capi_version);
+        std::fs::create_dir_all(&to).unwrap();
+        for f in [components, "metadata.yaml"] {
+            let from = tools_root
+                .join("capi/repository")
+                .join(folder)
+                .join(&capi_version)
+                .join(f);
+            std::fs::copy(&from, to.join(f))
+                .unwrap_or_else(|e| panic!("{}: {e} (run `bash scripts/setup-tools.sh`)", from.display()));
+        }
+        to.join(components)
+    };
+    let core = copy_capi("cluster-api", "core-components.yaml");
+    let kubeadm_bootstrap = copy_capi("bootstrap-kubeadm", "bootstrap-components.yaml");
     let captf = repo.join("infrastructure-terraform").join(CAPTF_VERSION);
     std::fs::create_dir_all(&captf).unwrap();
     let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
@@ -920,8 +1049,9 @@ fn local_repository(tools_root: &Path, dir: &Path, cert_manager: &CertManager) -
     std::fs::write(
         repo.join("clusterctl.yaml"),
         format!(
-            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\ncert-manager:\n  url: file://{}\n  version: {}\n",
-            core.join("core-components.yaml").display(),
+            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: kubeadm\n    url: file://{}\n    type: BootstrapProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\ncert-manager:\n  url: file://{}\n  version: {}\n",
+            core.display(),
+            kubeadm_bootstrap.display(),
             captf.join("infrastructure-components.yaml").display(),
             cm.join("cert-manager.yaml").display(),
             cert_manager.version,
@@ -941,12 +1071,13 @@ fn is_true(o: &Value, kind: &str) -> bool {
     condition(o, kind).is_some_and(|c| c["status"] == "True")
 }
 
-/// One management cluster (`clusterctl init` of both providers with cert-manager, Cluster API's
-/// manager, CAPTF) serves the four checks below in turn: starting one costs about as much as a
-/// check, and none of them needs a cluster of its own. Each check names its objects apart
-/// (`first`, `fleet`, `classy`, `prod` and `topo`). The move tests start their own pairs.
+/// One management cluster (`clusterctl init` of Cluster API's core and kubeadm bootstrap providers
+/// and CAPTF with cert-manager, Cluster API's managers, CAPTF) serves the five checks below in
+/// turn: starting one costs about as much as a check, and none of them needs a cluster of its own.
+/// Each check names its objects apart (`first`, `fleet`, `classy`, `prod`, `topo` and `joined`).
+/// The move tests start their own pairs.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_cluster_templates() {
+async fn one_management_cluster_serves_init_machines_a_cluster_class_the_cluster_templates_and_kubeadm_join_data() {
     let _turn = ONE_AT_A_TIME.lock().await;
     let t = std::time::Instant::now();
     let Some(m) = Management::start().await else { return };
@@ -954,7 +1085,7 @@ async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_clu
     // First: it counts the Jobs, which no other check's objects have started yet.
     timed(
         "clusterctl init's check",
-        clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m),
+        clusterctl_init_installs_the_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(&m),
     )
     .await;
     timed(
@@ -972,6 +1103,11 @@ async fn one_management_cluster_serves_init_machines_a_cluster_class_and_the_clu
         the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_their_infrastructure(&m),
     )
     .await;
+    timed(
+        "the kubeadm bootstrap check",
+        kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(&m),
+    )
+    .await;
 }
 
 /// Runs one check and prints how long it took.
@@ -981,7 +1117,7 @@ async fn timed(what: &str, check: impl std::future::Future<Output = ()>) {
     eprintln!("{what} in {:.1?}", t.elapsed());
 }
 
-async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(
+async fn clusterctl_init_installs_the_providers_and_cluster_api_takes_the_terraform_cluster_as_its_infrastructure(
     m: &Management,
 ) {
     assert!(
@@ -1000,6 +1136,13 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         "clusterctl installs cert-manager itself:\n{}",
         m.init_output
     );
+    for provider in ["cluster-api", "bootstrap-kubeadm", "infrastructure-terraform"] {
+        assert!(
+            m.init_output.contains(&format!("Installing provider=\"{provider}\"")),
+            "clusterctl installs {provider}:\n{}",
+            m.init_output
+        );
+    }
     // Every provider's serving certificate is issued by the real cert-manager (Ready, with the
     // issuer's CA in the Secret), for the names of its webhook Service.
     let certificates: Api<DynamicObject> = Api::all_with(
@@ -1013,7 +1156,11 @@ async fn clusterctl_init_installs_both_providers_and_cluster_api_takes_the_terra
         },
     );
     // cert-manager issues them shortly after the providers' Deployments are up: polled, bounded.
-    let wanted = ["capi-system/capi-serving-cert", "captf-system/captf-webhook"];
+    let wanted = [
+        "capi-system/capi-serving-cert",
+        "capi-kubeadm-bootstrap-system/capi-kubeadm-bootstrap-serving-cert",
+        "captf-system/captf-webhook",
+    ];
     let deadline = std::time::Instant::now() + PATIENCE;
     let issued: Vec<String> = loop {
         let issued: Vec<String> = certificates
@@ -1832,4 +1979,277 @@ async fn the_cluster_templates_clusterctl_generates_apply_and_captf_provisions_t
             && o["spec"]["controlPlaneEndpoint"]["host"] == "thing-topo.example"
     })
     .await;
+}
+
+/// kubeadm's pin of a CA (`caCertHashes`): `sha256:` and the hex SHA-256 of the CA certificate's
+/// SubjectPublicKeyInfo.
+fn ca_cert_hash(ca_pem: &str) -> String {
+    use sha2::Digest;
+    let (_, pem) = x509_parser::pem::parse_x509_pem(ca_pem.as_bytes()).unwrap();
+    let cert = pem.parse_x509().unwrap();
+    let digest = sha2::Sha256::digest(cert.tbs_certificate.subject_pki.raw);
+    format!(
+        "sha256:{}",
+        digest.iter().map(|b| format!("{b:02x}")).collect::<String>()
+    )
+}
+
+/// The real kubeadm bootstrap provider (CABPK) writes a worker's join data for a Machine of a
+/// CAPTF cluster, and CAPTF hands that data to the machine's module. The workload cluster's API
+/// server is a second real control plane started here; what a control plane provider would do is
+/// played by the test: a stand-in control plane object says the control plane is initialized, and
+/// the Secrets such a provider writes (`<cluster>-ca`, `<cluster>-kubeconfig`) name that second
+/// control plane. The Cluster's endpoint is set on the TerraformCluster (CAPTF keeps a set one
+/// rather than its module's), so Cluster API copies it onto the Cluster and CABPK writes it into
+/// the join configuration.
+async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(m: &Management) {
+    const CLUSTER: &str = "joined";
+    const MACHINE: &str = "joined-m0";
+    m.install_stand_in_providers().await;
+    let workload = ControlPlane::start(control_plane_options(&m.tools)).await.unwrap();
+    let workload_admin = workload.admin_client().await.unwrap();
+    let port: u16 = workload
+        .server_url()
+        .rsplit_once(':')
+        .and_then(|(_, p)| p.parse().ok())
+        .unwrap();
+    let endpoint = format!("127.0.0.1:{port}");
+
+    // The workload cluster's CA with its key (CABPK refuses a CA Secret without the key, and pins
+    // the certificate in the join configuration) and an admin kubeconfig of it (CABPK creates the
+    // bootstrap token through it). Made before the Cluster: Cluster API's cluster cache connects
+    // as soon as the infrastructure is provisioned, and after a failed attempt it waits before the
+    // next.
+    let secrets = Api::<Secret>::namespaced(m.admin.clone(), NAMESPACE);
+    for (suffix, data) in [
+        (
+            "ca",
+            json!({ "tls.crt": workload.ca_pem(), "tls.key": workload.ca_key_pem() }),
+        ),
+        (
+            "kubeconfig",
+            json!({ "value": std::fs::read_to_string(workload.admin_kubeconfig()).unwrap() }),
+        ),
+    ] {
+        let secret: Secret = serde_json::from_value(json!({
+            "metadata": {
+                "name": format!("{CLUSTER}-{suffix}"), "namespace": NAMESPACE,
+                "labels": { "cluster.x-k8s.io/cluster-name": CLUSTER },
+            },
+            "type": "cluster.x-k8s.io/secret",
+            "stringData": data,
+        }))
+        .unwrap();
+        secrets.create(&PostParams::default(), &secret).await.unwrap();
+    }
+
+    // The control plane object, initialized as Cluster API v1.14's contract (v1beta2) asks of a
+    // control plane provider: `status.initialization.controlPlaneInitialized`.
+    let control_planes = resource(
+        &format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"),
+        "TestControlPlane",
+        "testcontrolplanes",
+    );
+    m.create(
+        &control_planes,
+        json!({
+            "apiVersion": format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"), "kind": "TestControlPlane",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {},
+        }),
+    )
+    .await;
+    m.api(&control_planes)
+        .patch_status(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "status": { "initialization": { "controlPlaneInitialized": true } } })),
+        )
+        .await
+        .unwrap();
+    m.create(
+        &common::terraform_clusters(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("cluster.tar.gz") },
+                "variables": { "name": CLUSTER },
+                "exports": CLUSTER_EXPORTS,
+                "controlPlaneEndpoint": { "host": "127.0.0.1", "port": port },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_clusters(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
+            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "spec": {
+                "controlPlaneRef": {
+                    "apiGroup": STAND_IN_CONTROL_PLANE_GROUP, "kind": "TestControlPlane", "name": CLUSTER,
+                },
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": CLUSTER,
+                },
+            },
+        }),
+    )
+    .await;
+    // What CABPK waits for before it writes a worker's join data: the infrastructure provisioned,
+    // the control plane initialized (the Cluster's condition) and the endpoint on the Cluster.
+    m.until(
+        &capi_clusters(),
+        CLUSTER,
+        "provisioned, its control plane initialized and the endpoint copied",
+        |o| {
+            o["status"]["initialization"]["infrastructureProvisioned"] == true
+                && o["status"]["initialization"]["controlPlaneInitialized"] == true
+                && is_true(o, "ControlPlaneInitialized")
+                && o["spec"]["controlPlaneEndpoint"] == json!({ "host": "127.0.0.1", "port": port })
+        },
+    )
+    .await;
+
+    // A worker Machine of the workload cluster's version, its bootstrap a KubeadmConfig with only
+    // its format set (its schema wants one field): CABPK fills in the join configuration's
+    // discovery (endpoint, token, CA pin).
+    let version = workload_admin.apiserver_version().await.unwrap().git_version;
+    m.create(
+        &kubeadm_configs(),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfig",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": { "format": "cloud-config" },
+        }),
+    )
+    .await;
+    m.create(
+        &terraform_machines(),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": {
+                "module": { "source": m.modules.url("machine.tar.gz") },
+                "variables": { "name": MACHINE },
+            },
+        }),
+    )
+    .await;
+    m.create(
+        &capi_machines(),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
+            "metadata": { "name": MACHINE, "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": CLUSTER,
+                "version": version,
+                "bootstrap": { "configRef": {
+                    "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": MACHINE,
+                } },
+                "infrastructureRef": {
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformMachine", "name": MACHINE,
+                },
+            },
+        }),
+    )
+    .await;
+
+    // CABPK reports the data written (the bootstrap config contract), in a Secret of the config's
+    // name.
+    m.until(&kubeadm_configs(), MACHINE, "its bootstrap data written", |o| {
+        o["status"]["initialization"]["dataSecretCreated"] == true && o["status"]["dataSecretName"] == MACHINE
+    })
+    .await;
+    let data = secrets.get(MACHINE).await.unwrap();
+    assert_eq!(data.type_.as_deref(), Some("cluster.x-k8s.io/secret"));
+    let field = |k: &str| -> String {
+        let v = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .unwrap_or_else(|| panic!("{k} in {data:?}"));
+        String::from_utf8(v.0.clone()).unwrap()
+    };
+    assert_eq!(field("format"), "cloud-config");
+    let value = field("value");
+    assert!(value.lines().any(|l| l == "#cloud-config"), "{value}");
+    // The cloud-config writes the join configuration and runs `kubeadm join` with it.
+    let cloud_config: Value = serde_yaml_ng::from_str(&value).unwrap();
+    let join_file = cloud_config["write_files"]
+        .as_array()
+        .and_then(|files| {
+            files
+                .iter()
+                .find(|f| f["path"] == "/run/kubeadm/kubeadm-join-config.yaml")
+        })
+        .unwrap_or_else(|| panic!("no join configuration among the files:\n{value}"));
+    assert!(
+        cloud_config["runcmd"]
+            .as_array()
+            .is_some_and(|c| c.iter().any(|c| c.as_str().is_some_and(|c| c.contains("kubeadm join")))),
+        "{value}"
+    );
+    let join: Value = serde_yaml_ng::from_str(join_file["content"].as_str().unwrap()).unwrap();
+    assert_eq!(join["kind"], "JoinConfiguration", "{join}");
+    let discovery = &join["discovery"]["bootstrapToken"];
+    assert_eq!(discovery["apiServerEndpoint"], endpoint.as_str(), "{join}");
+    assert_eq!(
+        discovery["caCertHashes"],
+        json!([ca_cert_hash(workload.ca_pem())]),
+        "{join}"
+    );
+    assert!(discovery["unsafeSkipCAVerification"] != true, "{join}");
+
+    // The token it names is a bootstrap token of the workload cluster.
+    let token = discovery["token"].as_str().unwrap();
+    let (id, token_secret) = token.split_once('.').unwrap();
+    let stored = Api::<Secret>::namespaced(workload_admin.clone(), "kube-system")
+        .get(&format!("bootstrap-token-{id}"))
+        .await
+        .unwrap();
+    assert_eq!(stored.type_.as_deref(), Some("bootstrap.kubernetes.io/token"));
+    let stored_field = |k: &str| {
+        stored
+            .data
+            .as_ref()
+            .and_then(|d| d.get(k))
+            .map(|v| String::from_utf8(v.0.clone()).unwrap())
+    };
+    assert_eq!(stored_field("token-id").as_deref(), Some(id));
+    assert_eq!(stored_field("token-secret").as_deref(), Some(token_secret));
+    assert_eq!(stored_field("usage-bootstrap-authentication").as_deref(), Some("true"));
+
+    // Cluster API puts the Secret on the Machine, and CAPTF gives it to the machine's module: the
+    // "VM" holds the Secret's name, its format and the cloud-config itself (with the cluster's
+    // exports after it).
+    m.until(&capi_machines(), MACHINE, "its bootstrap data Secret named", |o| {
+        o["spec"]["bootstrap"]["dataSecretName"] == MACHINE
+            && o["status"]["initialization"]["bootstrapDataSecretCreated"] == true
+    })
+    .await;
+    m.until(&terraform_machines(), MACHINE, "provisioned", |o| {
+        o["status"]["initialization"]["provisioned"] == true
+    })
+    .await;
+    let vm = World::new(&m.world_dir)
+        .read(MACHINE)
+        .unwrap()
+        .expect("the machine's thing");
+    assert_eq!(
+        vm.content,
+        format!("{MACHINE} cloud-config\n{value}net-thing-{CLUSTER} js-{CLUSTER}-0f3a")
+    );
+
+    // The workload cluster's control plane stops with this check: pause the Cluster first, so that
+    // CABPK stops refreshing the token of a Machine that never joins.
+    m.api(&capi_clusters())
+        .patch(
+            CLUSTER,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "paused": true } })),
+        )
+        .await
+        .unwrap();
 }
