@@ -25,6 +25,7 @@ use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
 use captf_kubetest::route::{route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, Tools, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
+use captf_testprovider::hypervisor::{BootRequest, Hypervisor};
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::apps::v1::Deployment;
@@ -138,6 +139,10 @@ output "addresses" {
   ]
 }
 "#;
+
+/// The machine module the README shows: a VM that boots from the bootstrap data (the test's
+/// hypervisor runs a node agent for it) and a network interface on the cluster's exported network.
+const VM_MODULE: &str = include_str!("../../examples/modules/machine/main.tf");
 
 /// A machine pool's module: one thing per replica, and their provider IDs.
 const POOL_MODULE: &str = r#"terraform {
@@ -418,6 +423,7 @@ impl Management {
             ("machine", MACHINE_MODULE.to_string()),
             ("pool", POOL_MODULE.to_string()),
             ("template-cluster", template_cluster_module()),
+            ("vm", VM_MODULE.to_string()),
         ] {
             let archive = tar_gz(&files.path().join("modules").join(name), &text).unwrap();
             archives.push((format!("{name}.tar.gz"), archive));
@@ -2006,7 +2012,12 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     const CLUSTER: &str = "joined";
     const MACHINE: &str = "joined-m0";
     m.install_stand_in_providers().await;
-    let workload = ControlPlane::start(control_plane_options(&m.tools)).await.unwrap();
+    // Machines join it as `kubeadm join` would (bootstrap tokens, CSR approval and signing, the
+    // node lifecycle controller), with what `kubeadm init` would have written.
+    let mut options = control_plane_options(&m.tools);
+    options.node_joins = true;
+    let workload = ControlPlane::start(options).await.unwrap();
+    workload.prepare_for_joins().await.unwrap();
     let workload_admin = workload.admin_client().await.unwrap();
     let port: u16 = workload
         .server_url()
@@ -2242,6 +2253,16 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         format!("{MACHINE} cloud-config\n{value}net-thing-{CLUSTER} js-{CLUSTER}-0f3a")
     );
 
+    timed(
+        "the joining machines' check",
+        a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machines_join_as_nodes(
+            m,
+            &workload_admin,
+            &version,
+        ),
+    )
+    .await;
+
     // The workload cluster's control plane stops with this check: pause the Cluster first, so that
     // CABPK stops refreshing the token of a Machine that never joins.
     m.api(&capi_clusters())
@@ -2252,4 +2273,174 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         )
         .await
         .unwrap();
+}
+
+/// A MachineDeployment of two on a TerraformMachineTemplate whose module is the README's machine
+/// module, in the `joined` cluster of the check above: each Machine gets CABPK's join data, CAPTF
+/// applies the module with it, the test's hypervisor boots the VM from that user data (a node
+/// agent that discovers the API server by the token and its CA pin, gets its client certificate
+/// through a CSR the workload cluster's controller manager approves and signs, and registers its
+/// Node with the module's provider ID), and Cluster API matches the Node to the Machine by that ID:
+/// both Machines reach `Running` with a `nodeRef`. The VMs hold exactly the bootstrap data of
+/// their Machines, and the cluster's export reaches each machine's network interface.
+async fn a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machines_join_as_nodes(
+    m: &Management,
+    workload: &kube::Client,
+    version: &str,
+) {
+    const CLUSTER: &str = "joined";
+    const DEPLOYMENT: &str = "joined-md";
+    let agent = PathBuf::from(env!("CARGO_BIN_EXE_captf-node-agent"));
+    let vms = m.files.path().join("vms");
+    let hypervisor = Hypervisor::start(World::new(&m.world_dir), &vms, move |r: &BootRequest<'_>| {
+        let mut c = tokio::process::Command::new(&agent);
+        c.arg("--bootstrap-data")
+            .arg(r.user_data)
+            .args(["--format", "cloud-config", "--node-name", &r.machine.name])
+            .args(["--provider-id", &r.machine.provider_id])
+            .arg("--state-dir")
+            .arg(r.dir);
+        c
+    });
+
+    m.create(
+        &resource(
+            "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "TerraformMachineTemplate",
+            "terraformmachinetemplates",
+        ),
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachineTemplate",
+            "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
+            "spec": { "template": { "spec": { "module": { "source": m.modules.url("vm.tar.gz") } } } },
+        }),
+    )
+    .await;
+    m.create(
+        &resource(
+            "bootstrap.cluster.x-k8s.io/v1beta2",
+            "KubeadmConfigTemplate",
+            "kubeadmconfigtemplates",
+        ),
+        json!({
+            "apiVersion": "bootstrap.cluster.x-k8s.io/v1beta2", "kind": "KubeadmConfigTemplate",
+            "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
+            "spec": { "template": { "spec": { "format": "cloud-config" } } },
+        }),
+    )
+    .await;
+    let labels = json!({ "cluster.x-k8s.io/cluster-name": CLUSTER, "pool": DEPLOYMENT });
+    m.create(
+        &resource("cluster.x-k8s.io/v1beta2", "MachineDeployment", "machinedeployments"),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
+            "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": CLUSTER,
+                "replicas": 2,
+                "selector": { "matchLabels": labels },
+                "template": {
+                    "metadata": { "labels": labels },
+                    "spec": {
+                        "clusterName": CLUSTER,
+                        "version": version,
+                        "bootstrap": { "configRef": {
+                            "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": DEPLOYMENT,
+                        } },
+                        "infrastructureRef": {
+                            "apiGroup": "infrastructure.cluster.x-k8s.io",
+                            "kind": "TerraformMachineTemplate",
+                            "name": DEPLOYMENT,
+                        },
+                    },
+                },
+            },
+        }),
+    )
+    .await;
+
+    // Both Machines run, each with the Node of its own VM.
+    let machines = m.api(&capi_machines());
+    let nodes = Api::<Node>::all(workload.clone());
+    let selector = format!("pool={DEPLOYMENT}");
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let running = loop {
+        let list = machines
+            .list(&ListParams::default().labels(&selector))
+            .await
+            .unwrap()
+            .items;
+        let values: Vec<Value> = list.iter().map(|o| serde_json::to_value(o).unwrap()).collect();
+        let all_running = values.len() == 2
+            && values
+                .iter()
+                .all(|o| o["status"]["phase"] == "Running" && o["status"]["nodeRef"]["name"].is_string());
+        if all_running {
+            break values;
+        }
+        if std::time::Instant::now() > deadline {
+            let logs: Vec<String> = hypervisor
+                .running()
+                .iter()
+                .map(|n| {
+                    format!(
+                        "{n}:\n{}",
+                        std::fs::read_to_string(hypervisor.log(n)).unwrap_or_default()
+                    )
+                })
+                .collect();
+            panic!(
+                "the MachineDeployment's two Machines never ran with Nodes: {values:#?}\nVMs running: {:?}\n{}",
+                hypervisor.running(),
+                logs.join("\n")
+            );
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    };
+    let secrets = Api::<Secret>::namespaced(m.admin.clone(), NAMESPACE);
+    let world = World::new(&m.world_dir);
+    let mut vm_names = Vec::new();
+    for machine in &running {
+        let name = machine["metadata"]["name"].as_str().unwrap();
+        let secret = machine["spec"]["bootstrap"]["dataSecretName"].as_str().unwrap();
+        let provider_id = format!("captftest:///machine-{secret}");
+        assert_eq!(machine["spec"]["providerID"], provider_id.as_str(), "{machine:#}");
+        // The Node Cluster API found is the VM's: its provider ID, and Ready.
+        let node_name = machine["status"]["nodeRef"]["name"].as_str().unwrap();
+        assert_eq!(node_name, secret, "the VM registers its Node under its own name");
+        let node = nodes.get(node_name).await.unwrap();
+        assert_eq!(
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            Some(provider_id.as_str())
+        );
+        let ready = node
+            .status
+            .as_ref()
+            .and_then(|s| s.conditions.as_ref())
+            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+            .map(|c| c.status.clone());
+        assert_eq!(ready.as_deref(), Some("True"), "{node:?}");
+        // Inside the "VM": exactly the bootstrap data Cluster API wrote for this Machine.
+        let data = secrets.get(secret).await.unwrap();
+        let value = data
+            .data
+            .as_ref()
+            .and_then(|d| d.get("value"))
+            .map(|v| v.0.clone())
+            .unwrap();
+        assert_eq!(
+            std::fs::read(vms.join(secret).join("user-data")).unwrap(),
+            value,
+            "{name}"
+        );
+        // The cluster's exported network reaches the machine's interface.
+        let nic = world
+            .read(&format!("{secret}-nic"))
+            .unwrap()
+            .expect("the machine's interface");
+        assert_eq!(nic.content, format!("net-thing-{CLUSTER}"));
+        vm_names.push(secret.to_string());
+    }
+    vm_names.sort();
+    assert_eq!(hypervisor.running(), vm_names, "one VM per Machine, each still running");
 }

@@ -233,3 +233,21 @@ fn the_readme_stays_a_short_entry_point() {
         }
     }
 }
+
+/// The README's machine module is, byte for byte, the file the Cluster API test boots
+/// (`kubetest/tests/cluster_api.rs` includes `examples/modules/machine/main.tf`), shown in one
+/// `hcl` block: what a reader copies is what was tested.
+#[test]
+fn the_readmes_machine_module_is_the_file_the_cluster_api_test_boots() {
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap();
+    let module = std::fs::read_to_string(root().join("examples/modules/machine/main.tf")).unwrap();
+    assert!(
+        readme.contains(&format!("```hcl\n{module}```\n")),
+        "README.md does not show examples/modules/machine/main.tf exactly, in one hcl block"
+    );
+    let test = std::fs::read_to_string(root().join("kubetest/tests/cluster_api.rs")).unwrap();
+    assert!(
+        test.contains("include_str!(\"../../examples/modules/machine/main.tf\")"),
+        "the Cluster API test no longer boots examples/modules/machine/main.tf"
+    );
+}
