@@ -2055,7 +2055,8 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     }
 
     // The control plane object, initialized as Cluster API v1.14's contract (v1beta2) asks of a
-    // control plane provider: `status.initialization.controlPlaneInitialized`.
+    // control plane provider: `status.initialization.controlPlaneInitialized`, and managed
+    // (`status.externalManagedControlPlane`).
     let control_planes = resource(
         &format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"),
         "TestControlPlane",
@@ -2074,7 +2075,14 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         .patch_status(
             CLUSTER,
             &PatchParams::default(),
-            &Patch::Merge(&json!({ "status": { "initialization": { "controlPlaneInitialized": true } } })),
+            // Its control plane runs outside the cluster's Machines (a second control plane the
+            // test started), as a managed one does: Cluster API then drains and deletes a worker's
+            // Node when it deletes the Machine, which it never does while no control plane
+            // Machine exists and the control plane is not said to be managed.
+            &Patch::Merge(&json!({ "status": {
+                "initialization": { "controlPlaneInitialized": true },
+                "externalManagedControlPlane": true,
+            } })),
         )
         .await
         .unwrap();
@@ -2253,26 +2261,34 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         format!("{MACHINE} cloud-config\n{value}net-thing-{CLUSTER} js-{CLUSTER}-0f3a")
     );
 
+    // The machines of the checks below are VMs the hypervisor boots from the machine records the
+    // test provider writes: node agents that join the workload cluster.
+    let workers = Workers::start(m, workload_admin.clone(), &version);
     timed(
         "the joining machines' check",
-        a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machines_join_as_nodes(
-            m,
-            &workload_admin,
-            &version,
-        ),
+        a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machines_join_as_nodes(&workers, &version),
     )
     .await;
-
-    // The workload cluster's control plane stops with this check: pause the Cluster first, so that
-    // CABPK stops refreshing the token of a Machine that never joins.
-    m.api(&capi_clusters())
-        .patch(
-            CLUSTER,
-            &PatchParams::default(),
-            &Patch::Merge(&json!({ "spec": { "paused": true } })),
-        )
-        .await
-        .unwrap();
+    timed(
+        "the health check's check",
+        a_health_check_replaces_the_machine_whose_node_died_while_the_cluster_awaits_approval(&workers),
+    )
+    .await;
+    timed(
+        "the export's check",
+        approving_the_clusters_change_moves_its_export_and_every_machine_follows(&workers),
+    )
+    .await;
+    timed(
+        "the rollout's check",
+        a_rollout_to_a_new_template_joins_each_new_machine_before_an_old_one_goes(&workers),
+    )
+    .await;
+    timed(
+        "the scaling and deletion check",
+        scaling_to_three_and_to_one_then_deleting_the_cluster_leaves_nothing_running(&workers),
+    )
+    .await;
 }
 
 /// A MachineDeployment of two on a TerraformMachineTemplate whose module is the README's machine
@@ -2284,38 +2300,11 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
 /// both Machines reach `Running` with a `nodeRef`. The VMs hold exactly the bootstrap data of
 /// their Machines, and the cluster's export reaches each machine's network interface.
 async fn a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machines_join_as_nodes(
-    m: &Management,
-    workload: &kube::Client,
+    w: &Workers<'_>,
     version: &str,
 ) {
-    const CLUSTER: &str = "joined";
-    const DEPLOYMENT: &str = "joined-md";
-    let agent = PathBuf::from(env!("CARGO_BIN_EXE_captf-node-agent"));
-    let vms = m.files.path().join("vms");
-    let hypervisor = Hypervisor::start(World::new(&m.world_dir), &vms, move |r: &BootRequest<'_>| {
-        let mut c = tokio::process::Command::new(&agent);
-        c.arg("--bootstrap-data")
-            .arg(r.user_data)
-            .args(["--format", "cloud-config", "--node-name", &r.machine.name])
-            .args(["--provider-id", &r.machine.provider_id])
-            .arg("--state-dir")
-            .arg(r.dir);
-        c
-    });
-
-    m.create(
-        &resource(
-            "infrastructure.cluster.x-k8s.io/v1alpha1",
-            "TerraformMachineTemplate",
-            "terraformmachinetemplates",
-        ),
-        json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachineTemplate",
-            "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
-            "spec": { "template": { "spec": { "module": { "source": m.modules.url("vm.tar.gz") } } } },
-        }),
-    )
-    .await;
+    let m = w.m;
+    w.create_vm_template(DEPLOYMENT).await;
     m.create(
         &resource(
             "bootstrap.cluster.x-k8s.io/v1beta2",
@@ -2329,20 +2318,25 @@ async fn a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machin
         }),
     )
     .await;
-    let labels = json!({ "cluster.x-k8s.io/cluster-name": CLUSTER, "pool": DEPLOYMENT });
+    let labels = json!({ "cluster.x-k8s.io/cluster-name": JOINED, "pool": DEPLOYMENT });
     m.create(
         &resource("cluster.x-k8s.io/v1beta2", "MachineDeployment", "machinedeployments"),
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineDeployment",
             "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
             "spec": {
-                "clusterName": CLUSTER,
+                "clusterName": JOINED,
                 "replicas": 2,
+                // What the rollout's check holds it to: never more than one machine beyond the
+                // replicas, never fewer than the replicas available.
+                "rollout": { "strategy": {
+                    "type": "RollingUpdate", "rollingUpdate": { "maxSurge": 1, "maxUnavailable": 0 },
+                } },
                 "selector": { "matchLabels": labels },
                 "template": {
                     "metadata": { "labels": labels },
                     "spec": {
-                        "clusterName": CLUSTER,
+                        "clusterName": JOINED,
                         "version": version,
                         "bootstrap": { "configRef": {
                             "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfigTemplate", "name": DEPLOYMENT,
@@ -2359,88 +2353,520 @@ async fn a_machine_deployment_of_two_boots_from_kubeadm_join_data_and_its_machin
     )
     .await;
 
-    // Both Machines run, each with the Node of its own VM.
-    let machines = m.api(&capi_machines());
-    let nodes = Api::<Node>::all(workload.clone());
-    let selector = format!("pool={DEPLOYMENT}");
-    let deadline = std::time::Instant::now() + PATIENCE;
-    let running = loop {
-        let list = machines
-            .list(&ListParams::default().labels(&selector))
-            .await
-            .unwrap()
-            .items;
-        let values: Vec<Value> = list.iter().map(|o| serde_json::to_value(o).unwrap()).collect();
-        let all_running = values.len() == 2
-            && values
-                .iter()
-                .all(|o| o["status"]["phase"] == "Running" && o["status"]["nodeRef"]["name"].is_string());
-        if all_running {
-            break values;
-        }
-        if std::time::Instant::now() > deadline {
-            let logs: Vec<String> = hypervisor
-                .running()
-                .iter()
-                .map(|n| {
-                    format!(
-                        "{n}:\n{}",
-                        std::fs::read_to_string(hypervisor.log(n)).unwrap_or_default()
-                    )
-                })
-                .collect();
-            panic!(
-                "the MachineDeployment's two Machines never ran with Nodes: {values:#?}\nVMs running: {:?}\n{}",
-                hypervisor.running(),
-                logs.join("\n")
-            );
-        }
-        tokio::time::sleep(Duration::from_millis(500)).await;
-    };
+    // Both Machines run, each with the Node of its own VM, each VM booted from exactly its
+    // Machine's bootstrap data, and the cluster's exported network reaches each machine.
+    let running = w
+        .until_running(2, "the MachineDeployment's two Machines run with their Nodes")
+        .await;
     let secrets = Api::<Secret>::namespaced(m.admin.clone(), NAMESPACE);
     let world = World::new(&m.world_dir);
-    let mut vm_names = Vec::new();
     for machine in &running {
-        let name = machine["metadata"]["name"].as_str().unwrap();
-        let secret = machine["spec"]["bootstrap"]["dataSecretName"].as_str().unwrap();
-        let provider_id = format!("captftest:///machine-{secret}");
-        assert_eq!(machine["spec"]["providerID"], provider_id.as_str(), "{machine:#}");
-        // The Node Cluster API found is the VM's: its provider ID, and Ready.
-        let node_name = machine["status"]["nodeRef"]["name"].as_str().unwrap();
-        assert_eq!(node_name, secret, "the VM registers its Node under its own name");
-        let node = nodes.get(node_name).await.unwrap();
-        assert_eq!(
-            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
-            Some(provider_id.as_str())
-        );
-        let ready = node
-            .status
-            .as_ref()
-            .and_then(|s| s.conditions.as_ref())
-            .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
-            .map(|c| c.status.clone());
-        assert_eq!(ready.as_deref(), Some("True"), "{node:?}");
-        // Inside the "VM": exactly the bootstrap data Cluster API wrote for this Machine.
-        let data = secrets.get(secret).await.unwrap();
+        let vm = w.check_joined(machine).await;
+        let data = secrets.get(&vm).await.unwrap();
         let value = data
             .data
             .as_ref()
             .and_then(|d| d.get("value"))
             .map(|v| v.0.clone())
             .unwrap();
-        assert_eq!(
-            std::fs::read(vms.join(secret).join("user-data")).unwrap(),
-            value,
-            "{name}"
-        );
-        // The cluster's exported network reaches the machine's interface.
+        assert_eq!(std::fs::read(w.vms.join(&vm).join("user-data")).unwrap(), value, "{vm}");
         let nic = world
-            .read(&format!("{secret}-nic"))
+            .read(&format!("{vm}-nic"))
             .unwrap()
             .expect("the machine's interface");
-        assert_eq!(nic.content, format!("net-thing-{CLUSTER}"));
-        vm_names.push(secret.to_string());
+        assert_eq!(nic.content, format!("net-thing-{JOINED}"));
     }
-    vm_names.sort();
-    assert_eq!(hypervisor.running(), vm_names, "one VM per Machine, each still running");
+}
+
+/// The joining checks' cluster, and the MachineDeployment and selector of its workers.
+const JOINED: &str = "joined";
+const DEPLOYMENT: &str = "joined-md";
+const WORKERS: &str = "pool=joined-md";
+
+/// What the joining checks share: the management cluster, the workload cluster's API, and the
+/// hypervisor that boots the machines' VMs as node agents joining it.
+struct Workers<'a> {
+    m: &'a Management,
+    workload: kube::Client,
+    hypervisor: Hypervisor,
+    /// The VMs' folders (`<vm>/user-data`, `<vm>/agent.log`).
+    vms: PathBuf,
+}
+
+impl<'a> Workers<'a> {
+    /// The VMs' kubelets report `version` (the Machines' version), which Cluster API compares
+    /// with the Machine's to call it up to date.
+    fn start(m: &'a Management, workload: kube::Client, version: &str) -> Workers<'a> {
+        let agent = PathBuf::from(env!("CARGO_BIN_EXE_captf-node-agent"));
+        let version = version.to_string();
+        let vms = m.files.path().join("vms");
+        let hypervisor = Hypervisor::start(World::new(&m.world_dir), &vms, move |r: &BootRequest<'_>| {
+            let mut c = tokio::process::Command::new(&agent);
+            c.arg("--bootstrap-data")
+                .arg(r.user_data)
+                .args(["--format", "cloud-config", "--node-name", &r.machine.name])
+                .args(["--provider-id", &r.machine.provider_id])
+                .args(["--kubelet-version", &version])
+                .arg("--state-dir")
+                .arg(r.dir);
+            c
+        });
+        Workers {
+            m,
+            workload,
+            hypervisor,
+            vms,
+        }
+    }
+
+    /// A TerraformMachineTemplate of the README's machine module.
+    async fn create_vm_template(&self, name: &str) {
+        self.m
+            .create(
+                &resource(
+                    "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "TerraformMachineTemplate",
+                    "terraformmachinetemplates",
+                ),
+                json!({
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachineTemplate",
+                    "metadata": { "name": name, "namespace": NAMESPACE },
+                    "spec": { "template": { "spec": { "module": { "source": self.m.modules.url("vm.tar.gz") } } } },
+                }),
+            )
+            .await;
+    }
+
+    /// The workers' Machines now.
+    async fn machines(&self) -> Vec<Value> {
+        self.m
+            .api(&capi_machines())
+            .list(&ListParams::default().labels(WORKERS))
+            .await
+            .unwrap()
+            .items
+            .iter()
+            .map(|o| serde_json::to_value(o).unwrap())
+            .collect()
+    }
+
+    /// Wait until exactly `n` workers exist, none being deleted, each `Running` with a `nodeRef`;
+    /// they are returned. On timeout the failure shows the Machines and the running VMs' logs.
+    async fn until_running(&self, n: usize, what: &str) -> Vec<Value> {
+        self.until_machines(what, |ms| {
+            ms.len() == n
+                && ms
+                    .iter()
+                    .all(|o| o["metadata"]["deletionTimestamp"].is_null() && joined(o))
+        })
+        .await
+    }
+
+    /// Poll the workers until `f` holds of them (bounded by [`PATIENCE`]).
+    async fn until_machines(&self, what: &str, f: impl Fn(&[Value]) -> bool) -> Vec<Value> {
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let ms = self.machines().await;
+            if f(&ms) {
+                return ms;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("{what}: never; the Machines: {ms:#?}\n{}", self.vm_logs());
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+    }
+
+    /// The running VMs and the end of each one's log.
+    fn vm_logs(&self) -> String {
+        let running = self.hypervisor.running();
+        let logs: Vec<String> = running
+            .iter()
+            .map(|n| {
+                format!(
+                    "{n}:\n{}",
+                    tail(&std::fs::read_to_string(self.hypervisor.log(n)).unwrap_or_default(), 20)
+                )
+            })
+            .collect();
+        format!("VMs running: {running:?}\n{}", logs.join("\n"))
+    }
+
+    /// The Machine is the VM's: its provider ID is the module's, and the Node Cluster API found is
+    /// the one its VM registered, with that provider ID and Ready. Returns the VM's name.
+    async fn check_joined(&self, machine: &Value) -> String {
+        let vm = machine["spec"]["bootstrap"]["dataSecretName"]
+            .as_str()
+            .unwrap()
+            .to_string();
+        let provider_id = format!("captftest:///machine-{vm}");
+        assert_eq!(machine["spec"]["providerID"], provider_id.as_str(), "{machine:#}");
+        let node_name = machine["status"]["nodeRef"]["name"].as_str().unwrap();
+        assert_eq!(node_name, vm, "the VM registers its Node under its own name");
+        let node = Api::<Node>::all(self.workload.clone()).get(node_name).await.unwrap();
+        assert_eq!(
+            node.spec.as_ref().and_then(|s| s.provider_id.as_deref()),
+            Some(provider_id.as_str())
+        );
+        assert_eq!(node_ready(&node).as_deref(), Some("True"), "{node:?}");
+        assert!(self.hypervisor.running().contains(&vm), "{vm}: {}", self.vm_logs());
+        vm
+    }
+
+    /// Set the workers' replicas.
+    async fn scale(&self, replicas: i64) {
+        self.m
+            .api(&resource(
+                "cluster.x-k8s.io/v1beta2",
+                "MachineDeployment",
+                "machinedeployments",
+            ))
+            .patch(
+                DEPLOYMENT,
+                &PatchParams::default(),
+                &Patch::Merge(&json!({ "spec": { "replicas": replicas } })),
+            )
+            .await
+            .unwrap();
+    }
+
+    /// The VM names (bootstrap Secrets) of these Machines, sorted.
+    fn vm_names(machines: &[Value]) -> Vec<String> {
+        let mut names: Vec<String> = machines
+            .iter()
+            .filter_map(|o| o["spec"]["bootstrap"]["dataSecretName"].as_str().map(str::to_string))
+            .collect();
+        names.sort();
+        names
+    }
+
+    /// Wait until the VMs running and the world's machine records are exactly `vms`: the others
+    /// were destroyed (their records deleted) and powered off.
+    async fn until_only_vms(&self, vms: &[String], what: &str) {
+        let world = World::new(&self.m.world_dir);
+        let deadline = std::time::Instant::now() + PATIENCE;
+        loop {
+            let records: Vec<String> = world.machines().into_iter().map(|m| m.name).collect();
+            if self.hypervisor.running() == vms && records == vms {
+                return;
+            }
+            if std::time::Instant::now() > deadline {
+                panic!("{what}: never; want {vms:?}, records {records:?}\n{}", self.vm_logs());
+            }
+            tokio::time::sleep(Duration::from_millis(250)).await;
+        }
+    }
+}
+
+/// Running with a `nodeRef`: Cluster API found its Node.
+fn joined(machine: &Value) -> bool {
+    machine["status"]["phase"] == "Running" && machine["status"]["nodeRef"]["name"].is_string()
+}
+
+fn node_ready(node: &Node) -> Option<String> {
+    node.status
+        .as_ref()
+        .and_then(|s| s.conditions.as_ref())
+        .and_then(|c| c.iter().find(|c| c.type_ == "Ready"))
+        .map(|c| c.status.clone())
+}
+
+/// A MachineHealthCheck of the workers replaces the machine whose node agent died, while the
+/// cluster's own change waits for approval: CAPTF's TerraformCluster stays `Ready` (only
+/// `UpToDate` says a plan awaits approval), so Cluster API keeps the Cluster's infrastructure
+/// ready and the health check keeps judging. The dead machine's Node goes `Unknown`, the check
+/// marks it, its MachineSet deletes it, CAPTF destroys its TerraformMachine (the VM record goes),
+/// and a replacement boots and joins; the cluster's plan is still not applied.
+async fn a_health_check_replaces_the_machine_whose_node_died_while_the_cluster_awaits_approval(w: &Workers<'_>) {
+    let m = w.m;
+    // A destructive change of the cluster (its thing renamed): held for approval.
+    m.api(&common::terraform_clusters())
+        .patch(
+            JOINED,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "spec": { "variables": { "name": "joined-renamed" } } })),
+        )
+        .await
+        .unwrap();
+    let held = m
+        .until(
+            &common::terraform_clusters(),
+            JOINED,
+            "its destructive plan awaiting approval",
+            |o| condition(o, "UpToDate").is_some_and(|c| c["status"] == "False" && c["reason"] == "AwaitingApproval"),
+        )
+        .await;
+    assert!(
+        is_true(&held, "Ready"),
+        "provisioned infrastructure stays Ready: {held:#}"
+    );
+    let cluster = m.api(&capi_clusters()).get(JOINED).await.unwrap();
+    let cluster = serde_json::to_value(&cluster).unwrap();
+    assert!(is_true(&cluster, "InfrastructureReady"), "{cluster:#}");
+
+    m.create(
+        &resource("cluster.x-k8s.io/v1beta2", "MachineHealthCheck", "machinehealthchecks"),
+        json!({
+            "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "MachineHealthCheck",
+            "metadata": { "name": DEPLOYMENT, "namespace": NAMESPACE },
+            "spec": {
+                "clusterName": JOINED,
+                "selector": { "matchLabels": { "pool": DEPLOYMENT } },
+                "checks": { "unhealthyNodeConditions": [
+                    { "type": "Ready", "status": "Unknown", "timeoutSeconds": 5 },
+                    { "type": "Ready", "status": "False", "timeoutSeconds": 5 },
+                ] },
+            },
+        }),
+    )
+    .await;
+    let mhc = resource("cluster.x-k8s.io/v1beta2", "MachineHealthCheck", "machinehealthchecks");
+    m.until(&mhc, DEPLOYMENT, "both workers judged healthy", |o| {
+        o["status"]["expectedMachines"] == 2 && o["status"]["currentHealthy"] == 2
+    })
+    .await;
+
+    let before = w.machines().await;
+    let victim = before[0]["metadata"]["name"].as_str().unwrap().to_string();
+    let victim_vm = before[0]["spec"]["bootstrap"]["dataSecretName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    let survivor_vm = before[1]["spec"]["bootstrap"]["dataSecretName"]
+        .as_str()
+        .unwrap()
+        .to_string();
+    assert!(w.hypervisor.crash(&victim_vm), "{}", w.vm_logs());
+
+    // Replaced: two workers run again, the victim is gone, and so are its VM and its record.
+    let after = w
+        .until_machines("the dead machine replaced by one that joined", |ms| {
+            ms.len() == 2
+                && ms
+                    .iter()
+                    .all(|o| o["metadata"]["deletionTimestamp"].is_null() && joined(o))
+                && ms.iter().all(|o| o["metadata"]["name"] != victim.as_str())
+        })
+        .await;
+    let mut vms = Vec::new();
+    for machine in &after {
+        vms.push(w.check_joined(machine).await);
+    }
+    vms.sort();
+    assert!(vms.contains(&survivor_vm) && !vms.contains(&victim_vm), "{vms:?}");
+    w.until_only_vms(&vms, "the dead machine destroyed").await;
+    assert!(
+        Api::<Node>::all(w.workload.clone())
+            .get_opt(&victim_vm)
+            .await
+            .unwrap()
+            .is_none(),
+        "Cluster API deletes the Node of the Machine it deleted"
+    );
+
+    // Meanwhile the cluster's change was not applied: still held, its thing not renamed.
+    let still = m.api(&common::terraform_clusters()).get(JOINED).await.unwrap();
+    let still = serde_json::to_value(&still).unwrap();
+    assert!(
+        condition(&still, "UpToDate").is_some_and(|c| c["reason"] == "AwaitingApproval"),
+        "{still:#}"
+    );
+    let world = World::new(&m.world_dir);
+    assert!(world.read(JOINED).unwrap().is_some() && world.read("joined-renamed").unwrap().is_none());
+}
+
+/// The cluster's held change, approved, replaces its network: the export `network_id` changes,
+/// which changes every machine's inputs, and each machine's interface moves to the new network by
+/// its own apply (an update in place: the VMs keep running, their Nodes stay).
+async fn approving_the_clusters_change_moves_its_export_and_every_machine_follows(w: &Workers<'_>) {
+    let m = w.m;
+    let before = w.machines().await;
+    let vms = Workers::vm_names(&before);
+    let cluster = m.api(&common::terraform_clusters()).get(JOINED).await.unwrap();
+    let cluster = serde_json::to_value(&cluster).unwrap();
+    let hash = cluster["status"]["pendingPlan"]["hash"].as_str().unwrap().to_string();
+    m.api(&common::terraform_clusters())
+        .patch(
+            JOINED,
+            &PatchParams::default(),
+            &Patch::Merge(&json!({ "metadata": { "annotations": { "captf.io/approve-plan": hash } } })),
+        )
+        .await
+        .unwrap();
+    m.until(
+        &common::terraform_clusters(),
+        JOINED,
+        "its approved change applied",
+        |o| is_true(o, "UpToDate"),
+    )
+    .await;
+    let world = World::new(&m.world_dir);
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let nics: Vec<Option<String>> = vms
+            .iter()
+            .map(|vm| world.read(&format!("{vm}-nic")).unwrap().map(|t| t.content))
+            .collect();
+        if nics.iter().all(|c| c.as_deref() == Some("net-thing-joined-renamed")) {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the machines' interfaces never moved to the new network: {nics:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    // The same machines, still joined: an export change re-plans a machine, it does not replace it.
+    let after = w.until_running(2, "the same two workers").await;
+    assert_eq!(Workers::vm_names(&after), vms);
+    w.until_only_vms(&vms, "the same VMs").await;
+}
+
+/// A rollout to a new TerraformMachineTemplate (maxSurge 1, maxUnavailable 0): each old machine
+/// goes only after a new one joined. Watched throughout: never more than three workers that are
+/// not being deleted, never fewer than two joined ones; and each old Machine's deletion comes
+/// after the creation of a new Node (the n-th deletion after the n-th new Node).
+async fn a_rollout_to_a_new_template_joins_each_new_machine_before_an_old_one_goes(w: &Workers<'_>) {
+    let m = w.m;
+    let old: Vec<String> = w
+        .machines()
+        .await
+        .iter()
+        .map(|o| o["metadata"]["name"].as_str().unwrap().to_string())
+        .collect();
+    let next = format!("{DEPLOYMENT}-2");
+    w.create_vm_template(&next).await;
+    m.api(&resource(
+        "cluster.x-k8s.io/v1beta2",
+        "MachineDeployment",
+        "machinedeployments",
+    ))
+    .patch(
+        DEPLOYMENT,
+        &PatchParams::default(),
+        &Patch::Merge(&json!({ "spec": { "template": { "spec": { "infrastructureRef": {
+                "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformMachineTemplate", "name": next,
+            } } } } })),
+    )
+    .await
+    .unwrap();
+
+    let mut deletions: std::collections::BTreeMap<String, String> = Default::default();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    let done = loop {
+        let ms = w.machines().await;
+        let live: Vec<&Value> = ms
+            .iter()
+            .filter(|o| o["metadata"]["deletionTimestamp"].is_null())
+            .collect();
+        assert!(live.len() <= 3, "more than replicas + maxSurge: {ms:#?}");
+        let joined_live = live.iter().filter(|o| joined(o)).count();
+        assert!(joined_live >= 2, "fewer than replicas - maxUnavailable joined: {ms:#?}");
+        for o in &ms {
+            if let Some(t) = o["metadata"]["deletionTimestamp"].as_str() {
+                deletions
+                    .entry(o["metadata"]["name"].as_str().unwrap().to_string())
+                    .or_insert(t.to_string());
+            }
+        }
+        let rolled = live.len() == 2
+            && ms.len() == 2
+            && live.iter().all(|o| {
+                joined(o) && is_true(o, "UpToDate") && !old.iter().any(|n| o["metadata"]["name"] == n.as_str())
+            });
+        if rolled {
+            break ms;
+        }
+        if std::time::Instant::now() > deadline {
+            panic!("the rollout never finished: {ms:#?}\n{}", w.vm_logs());
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    };
+    let mut vms = Vec::new();
+    let mut joins = Vec::new();
+    for machine in &done {
+        let vm = w.check_joined(machine).await;
+        let node = Api::<Node>::all(w.workload.clone()).get(&vm).await.unwrap();
+        joins.push(node.metadata.creation_timestamp.unwrap().0.to_string());
+        vms.push(vm);
+    }
+    vms.sort();
+    joins.sort();
+    let mut deleted: Vec<String> = old
+        .iter()
+        .map(|n| {
+            deletions
+                .get(n)
+                .cloned()
+                .unwrap_or_else(|| panic!("{n}'s deletion never seen: {deletions:?}"))
+        })
+        .collect();
+    deleted.sort();
+    for (join, deletion) in joins.iter().zip(&deleted) {
+        let (join, deletion): (k8s_openapi::jiff::Timestamp, k8s_openapi::jiff::Timestamp) =
+            (join.parse().unwrap(), deletion.parse().unwrap());
+        assert!(
+            deletion >= join,
+            "an old machine went ({deletion}) before a new one joined ({join})"
+        );
+    }
+    w.until_only_vms(&vms, "the old machines destroyed").await;
+}
+
+/// Scaling the workers to three and to one joins a third machine and then destroys two; deleting
+/// the Cluster then destroys every machine and the cluster itself: no VM runs, no record or
+/// thing of the cluster is left in the world, no TerraformMachine or TerraformCluster remains.
+async fn scaling_to_three_and_to_one_then_deleting_the_cluster_leaves_nothing_running(w: &Workers<'_>) {
+    let m = w.m;
+    w.scale(3).await;
+    let three = w.until_running(3, "three workers").await;
+    for machine in &three {
+        w.check_joined(machine).await;
+    }
+    w.until_only_vms(&Workers::vm_names(&three), "three VMs").await;
+
+    w.scale(1).await;
+    let one = w.until_running(1, "one worker").await;
+    w.check_joined(&one[0]).await;
+    w.until_only_vms(&Workers::vm_names(&one), "two machines destroyed")
+        .await;
+
+    m.api(&capi_clusters())
+        .delete(JOINED, &Default::default())
+        .await
+        .unwrap();
+    let deadline = std::time::Instant::now() + PATIENCE;
+    loop {
+        let machines = m
+            .api(&terraform_machines())
+            .list(&ListParams::default())
+            .await
+            .unwrap()
+            .items;
+        let left: Vec<String> = machines
+            .iter()
+            .filter(|o| o.metadata.name.as_deref().is_some_and(|n| n.starts_with(JOINED)))
+            .filter_map(|o| o.metadata.name.clone())
+            .collect();
+        let cluster = m.api(&common::terraform_clusters()).get_opt(JOINED).await.unwrap();
+        if left.is_empty() && cluster.is_none() {
+            break;
+        }
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the cluster's deletion never finished: machines {left:?}, TerraformCluster left: {}",
+            cluster.is_some()
+        );
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    w.until_only_vms(&[], "every machine destroyed").await;
+    let world = World::new(&m.world_dir);
+    assert_eq!(world.read(JOINED).unwrap(), None, "the cluster's thing destroyed");
+    let leftovers: Vec<String> = std::fs::read_dir(&m.world_dir)
+        .unwrap()
+        .flatten()
+        .filter_map(|e| e.file_name().to_str().map(str::to_string))
+        .filter(|n| n.starts_with(JOINED))
+        .collect();
+    assert!(leftovers.is_empty(), "the world still holds {leftovers:?}");
 }
