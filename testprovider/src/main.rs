@@ -88,6 +88,17 @@ fn report<T>(diags: &mut Diagnostics, r: Result<T, WorldError>) -> Option<T> {
     }
 }
 
+/// A `name` (when known) that a world file can be named by; else an error at the attribute.
+fn validate_name(diags: &mut Diagnostics, name: Option<String>) -> Option<()> {
+    if let Some(name) = name
+        && let Err(e) = world::check_name(&name)
+    {
+        diags.error_short(e.to_string(), AttributePath::new("name"));
+        return None;
+    }
+    Some(())
+}
+
 /// The longest a change is held: far past any test's own patience, so a test that never opens
 /// the gate fails on its own wait first; a provider left behind still ends, saying why.
 const HOLD_PATIENCE: Duration = Duration::from_secs(600);
@@ -159,13 +170,7 @@ impl Resource for ThingResource {
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
-        if let Some(name) = config.as_ref().and_then(|c| c.name())
-            && let Err(e) = world::check_name(&name)
-        {
-            diags.error_short(e.to_string(), AttributePath::new("name"));
-            return None;
-        }
-        Some(())
+        validate_name(diags, config.as_ref().and_then(|c| c.name()))
     }
 
     async fn read<'a>(
@@ -386,13 +391,7 @@ impl Resource for MachineResource {
     }
 
     async fn validate<'a>(&self, diags: &mut Diagnostics, config: Self::State<'a>) -> Option<()> {
-        if let Some(name) = config.as_ref().and_then(|c| c.name())
-            && let Err(e) = world::check_name(&name)
-        {
-            diags.error_short(e.to_string(), AttributePath::new("name"));
-            return None;
-        }
-        Some(())
+        validate_name(diags, config.as_ref().and_then(|c| c.name()))
     }
 
     async fn read<'a>(
