@@ -251,3 +251,63 @@ fn the_readmes_machine_module_is_the_file_the_cluster_api_test_boots() {
         "the Cluster API test no longer boots examples/modules/machine/main.tf"
     );
 }
+
+/// The sections the code cites as `(<file>.md, "<heading>")` in comments: `(file, heading, where)`.
+fn cited_sections() -> Vec<(String, String, String)> {
+    let listed = Command::new("git")
+        .args(["ls-files", "-z", "--", "*.rs", "*.sh", "*.py"])
+        .current_dir(root())
+        .output()
+        .expect("git ls-files");
+    let mut cited = Vec::new();
+    for file in listed.stdout.split(|b| *b == 0).filter(|p| !p.is_empty()) {
+        let file = String::from_utf8_lossy(file).into_owned();
+        let Ok(text) = std::fs::read_to_string(root().join(&file)) else {
+            continue;
+        };
+        for (n, line) in text.lines().enumerate() {
+            let mut rest = line;
+            while let Some(at) = rest.find(".md, \"") {
+                let start = rest[..at]
+                    .rfind(|c: char| !(c.is_ascii_alphanumeric() || "_./-".contains(c)))
+                    .map_or(0, |i| i + 1);
+                let md = format!("{}.md", &rest[start..at]);
+                let quoted = &rest[at + ".md, \"".len()..];
+                if start < at
+                    && let Some(end) = quoted.find('"')
+                {
+                    cited.push((md, quoted[..end].to_string(), format!("{file}:{}", n + 1)));
+                }
+                rest = &rest[at + 1..];
+            }
+        }
+    }
+    cited
+}
+
+/// Every section a comment cites by file and heading exists: a heading of that file, or a
+/// paragraph's lead (`**Defaults on update.**`, or its first words), is the cited text or begins
+/// with it. A renamed heading must not leave a maintainer at a dead end.
+#[test]
+fn every_section_the_code_cites_by_heading_exists() {
+    let cited = cited_sections();
+    assert!(!cited.is_empty(), "no citation found: the scan is broken");
+    let mut missing = Vec::new();
+    for (md, heading, at) in cited {
+        let Ok(text) = std::fs::read_to_string(root().join(&md)) else {
+            missing.push(format!("{at}: {md} does not exist"));
+            continue;
+        };
+        let found = text
+            .lines()
+            .any(|l| l.trim_start_matches(['#', ' ', '*']).starts_with(heading.as_str()));
+        if !found {
+            missing.push(format!("{at}: {md} has no heading \"{heading}\""));
+        }
+    }
+    assert!(
+        missing.is_empty(),
+        "cited sections that do not exist:\n{}",
+        missing.join("\n")
+    );
+}

@@ -1,4 +1,4 @@
-//! Controller scale (docs/architecture.md, "Targets"; the figures in README.md, "Performance"),
+//! Controller scale (docs/architecture.md, "Targets"; the figures in docs/performance.md),
 //! a measurement that prints figures and asserts no timing:
 //!
 //! ```text
