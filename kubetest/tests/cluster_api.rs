@@ -298,6 +298,59 @@ const KUBEADM_BOOTSTRAP: CapiManager = CapiManager {
     webhook_service: "capi-kubeadm-bootstrap-webhook-service",
 };
 
+/// What cert-manager made of a namespace's certificates, and how its own pods are, for a failure
+/// that waited on it: each Certificate's and CertificateRequest's conditions, each pod's phase.
+async fn cert_manager_report(admin: &kube::Client, namespace: &str) -> String {
+    let mut out = Vec::new();
+    for (plural, kind) in [
+        ("certificates", "Certificate"),
+        ("certificaterequests", "CertificateRequest"),
+    ] {
+        let ar = ApiResource {
+            group: "cert-manager.io".into(),
+            version: "v1".into(),
+            api_version: "cert-manager.io/v1".into(),
+            kind: kind.into(),
+            plural: plural.into(),
+        };
+        match Api::<DynamicObject>::namespaced_with(admin.clone(), namespace, &ar)
+            .list(&ListParams::default())
+            .await
+        {
+            Ok(list) => {
+                for o in list.items {
+                    let name = o.metadata.name.clone().unwrap_or_default();
+                    out.push(format!("{kind} {namespace}/{name}: {}", o.data["status"]["conditions"]));
+                }
+            }
+            Err(e) => out.push(format!("{kind}s in {namespace}: {e}")),
+        }
+    }
+    match Api::<k8s_openapi::api::core::v1::Pod>::namespaced(admin.clone(), "cert-manager")
+        .list(&ListParams::default())
+        .await
+    {
+        Ok(pods) => {
+            for p in pods.items {
+                let status = p.status.unwrap_or_default();
+                out.push(format!(
+                    "pod cert-manager/{}: {:?} {:?}",
+                    p.metadata.name.unwrap_or_default(),
+                    status.phase,
+                    status
+                        .conditions
+                        .unwrap_or_default()
+                        .iter()
+                        .map(|c| format!("{}={}", c.type_, c.status))
+                        .collect::<Vec<_>>()
+                ));
+            }
+        }
+        Err(e) => out.push(format!("cert-manager's pods: {e}")),
+    }
+    out.join("\n")
+}
+
 impl CapiManager {
     /// Runs the manager as its Deployment runs it, under its own account, with the serving
     /// certificate cert-manager issued for its webhook Service, which is routed to it.
@@ -306,10 +359,11 @@ impl CapiManager {
         let args = deployment_args(admin, self.namespace, self.deployment, "manager").await;
         let certs = work.join(format!("{}-serving-certs", self.binary));
         std::fs::create_dir_all(&certs).unwrap();
-        for (k, v) in tls_files(admin, self.namespace, self.cert_secret, PATIENCE)
-            .await
-            .unwrap()
-        {
+        let issued = match tls_files(admin, self.namespace, self.cert_secret, PATIENCE).await {
+            Ok(files) => files,
+            Err(e) => panic!("{e}\n{}", cert_manager_report(admin, self.namespace).await),
+        };
+        for (k, v) in issued {
             std::fs::write(certs.join(k), v).unwrap();
         }
         let webhook_port = free_port();
@@ -349,7 +403,9 @@ impl CapiManager {
 struct Management {
     // Dropped in this order: the managers and the kubelet before the control plane.
     _capi: tokio::process::Child,
-    _kubeadm_bootstrap: tokio::process::Child,
+    /// CABPK, when this management cluster has it ([`Management::start`]'s; the move tests' do
+    /// not need it).
+    _kubeadm_bootstrap: Option<tokio::process::Child>,
     // CAPTF's webhook and controller as processes (installed by clusterctl), or none (installed
     // by Helm: the kubelet runs the chart's pods).
     _webhook: Option<tokio::process::Child>,
@@ -382,13 +438,16 @@ struct Management {
 }
 
 impl Management {
+    /// The shared management cluster: with the kubeadm bootstrap provider.
     async fn start() -> Option<Management> {
-        Management::start_with(None, Install::Clusterctl).await
+        Management::start_with(None, Install::Clusterctl, true).await
     }
 
     /// A management cluster whose kubelet runs `image` (another one's, see [`Management::image`]),
     /// or a runner image of its own.
-    async fn start_with(image: Option<(ProcessImage, PathBuf)>, install: Install) -> Option<Management> {
+    /// With `kubeadm`, clusterctl also installs Cluster API's kubeadm bootstrap provider, which
+    /// runs beside the core manager.
+    async fn start_with(image: Option<(ProcessImage, PathBuf)>, install: Install, kubeadm: bool) -> Option<Management> {
         let tools = tools_or_skip()?;
         let bin = tools.etcd.parent().unwrap().to_path_buf();
         let tools_root = bin.parent().unwrap().to_path_buf();
@@ -462,6 +521,13 @@ impl Management {
             Install::Helm => vec![],
         };
         let release = capi_version(&tools_root);
+        // The kubeadm bootstrap provider of the same release (CABPK); no control plane provider:
+        // the tests stand in for one.
+        let bootstrap = if kubeadm {
+            format!("kubeadm:{release}")
+        } else {
+            "-".to_string()
+        };
         let init_output = run(std::process::Command::new(bin.join("clusterctl"))
             .args(["init", "--config"])
             .arg(repo.join("clusterctl.yaml"))
@@ -469,9 +535,7 @@ impl Management {
             .arg(&kubeconfig)
             .args(["--core", &format!("cluster-api:{release}")])
             .args(&infrastructure)
-            // The kubeadm bootstrap provider of the same release (CABPK); no control plane
-            // provider: the tests stand in for one.
-            .args(["--bootstrap", &format!("kubeadm:{release}"), "--control-plane", "-"])
+            .args(["--bootstrap", &bootstrap, "--control-plane", "-"])
             .env("CLUSTERCTL_DISABLE_VERSIONCHECK", "true")
             .env("XDG_CONFIG_HOME", files.path().join("config"))
             .env("CAPTF_RUNNER_IMAGE", RUNNER_IMAGE)
@@ -482,10 +546,12 @@ impl Management {
 
         // Cluster API's core manager and its kubeadm bootstrap provider, as their Deployments run
         // them, under their own accounts.
-        let (capi, kubeadm_bootstrap) = tokio::join!(
-            CORE_MANAGER.start(&cp, &admin, &bin, &host),
-            KUBEADM_BOOTSTRAP.start(&cp, &admin, &bin, &host),
-        );
+        let (capi, kubeadm_bootstrap) = tokio::join!(CORE_MANAGER.start(&cp, &admin, &bin, &host), async {
+            match kubeadm {
+                true => Some(KUBEADM_BOOTSTRAP.start(&cp, &admin, &bin, &host).await),
+                false => None,
+            }
+        });
 
         let (webhook, controller) = match install {
             Install::Clusterctl => {
@@ -541,10 +607,11 @@ impl Management {
             "metadata": { "name": "probe", "namespace": NAMESPACE },
             "spec": { "format": "cloud-config" },
         });
-        for (ar, probe, manager) in [
-            (capi_clusters(), cluster, &CORE_MANAGER),
-            (kubeadm_configs(), kubeadm_config, &KUBEADM_BOOTSTRAP),
-        ] {
+        let mut probes = vec![(capi_clusters(), cluster, &CORE_MANAGER)];
+        if self._kubeadm_bootstrap.is_some() {
+            probes.push((kubeadm_configs(), kubeadm_config, &KUBEADM_BOOTSTRAP));
+        }
+        for (ar, probe, manager) in probes {
             let probe: DynamicObject = serde_json::from_value(probe).unwrap();
             let log = self.cp.work_dir().join(format!("{}.log", manager.binary));
             let deadline = std::time::Instant::now() + PATIENCE;
@@ -1625,10 +1692,11 @@ async fn clusterctl_move_of_captf_installed_by_helm_takes_its_objects_and_their_
 
 async fn move_while_an_apply_runs(install: Install) {
     let _turn = ONE_AT_A_TIME.lock().await;
-    let Some(source) = Management::start_with(None, install).await else {
+    let Some(source) = Management::start_with(None, install, false).await else {
         return;
     };
-    let Some(target) = Management::start_with(Some((source.image.clone(), source.world_dir.clone())), install).await
+    let Some(target) =
+        Management::start_with(Some((source.image.clone(), source.world_dir.clone())), install, false).await
     else {
         return;
     };
