@@ -2077,7 +2077,6 @@ fn ca_cert_hash(ca_pem: &str) -> String {
 /// rather than its module's), so Cluster API copies it onto the Cluster and CABPK writes it into
 /// the join configuration.
 async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(m: &Management) {
-    const CLUSTER: &str = "joined";
     const MACHINE: &str = "joined-m0";
     m.install_stand_in_providers().await;
     // Machines join it as `kubeadm join` would (bootstrap tokens, CSR approval and signing, the
@@ -2112,8 +2111,8 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     ] {
         let secret: Secret = serde_json::from_value(json!({
             "metadata": {
-                "name": format!("{CLUSTER}-{suffix}"), "namespace": NAMESPACE,
-                "labels": { "cluster.x-k8s.io/cluster-name": CLUSTER },
+                "name": format!("{JOINED}-{suffix}"), "namespace": NAMESPACE,
+                "labels": { "cluster.x-k8s.io/cluster-name": JOINED },
             },
             "type": "cluster.x-k8s.io/secret",
             "stringData": data,
@@ -2134,14 +2133,14 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         &control_planes,
         json!({
             "apiVersion": format!("{STAND_IN_CONTROL_PLANE_GROUP}/v1alpha1"), "kind": "TestControlPlane",
-            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "metadata": { "name": JOINED, "namespace": NAMESPACE },
             "spec": {},
         }),
     )
     .await;
     m.api(&control_planes)
         .patch_status(
-            CLUSTER,
+            JOINED,
             &PatchParams::default(),
             // Its control plane runs outside the cluster's Machines (a second control plane the
             // test started), as a managed one does: Cluster API then drains and deletes a worker's
@@ -2158,10 +2157,10 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         &common::terraform_clusters(),
         json!({
             "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
-            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "metadata": { "name": JOINED, "namespace": NAMESPACE },
             "spec": {
                 "module": { "source": m.modules.url("cluster.tar.gz") },
-                "variables": { "name": CLUSTER },
+                "variables": { "name": JOINED },
                 "exports": CLUSTER_EXPORTS,
                 "controlPlaneEndpoint": { "host": "127.0.0.1", "port": port },
             },
@@ -2172,13 +2171,13 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         &capi_clusters(),
         json!({
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Cluster",
-            "metadata": { "name": CLUSTER, "namespace": NAMESPACE },
+            "metadata": { "name": JOINED, "namespace": NAMESPACE },
             "spec": {
                 "controlPlaneRef": {
-                    "apiGroup": STAND_IN_CONTROL_PLANE_GROUP, "kind": "TestControlPlane", "name": CLUSTER,
+                    "apiGroup": STAND_IN_CONTROL_PLANE_GROUP, "kind": "TestControlPlane", "name": JOINED,
                 },
                 "infrastructureRef": {
-                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": CLUSTER,
+                    "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": JOINED,
                 },
             },
         }),
@@ -2188,7 +2187,7 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     // the control plane initialized (the Cluster's condition) and the endpoint on the Cluster.
     m.until(
         &capi_clusters(),
-        CLUSTER,
+        JOINED,
         "provisioned, its control plane initialized and the endpoint copied",
         |o| {
             o["status"]["initialization"]["infrastructureProvisioned"] == true
@@ -2230,7 +2229,7 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
             "apiVersion": "cluster.x-k8s.io/v1beta2", "kind": "Machine",
             "metadata": { "name": MACHINE, "namespace": NAMESPACE },
             "spec": {
-                "clusterName": CLUSTER,
+                "clusterName": JOINED,
                 "version": version,
                 "bootstrap": { "configRef": {
                     "apiGroup": "bootstrap.cluster.x-k8s.io", "kind": "KubeadmConfig", "name": MACHINE,
@@ -2326,7 +2325,7 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
         .expect("the machine's thing");
     assert_eq!(
         vm.content,
-        format!("{MACHINE} cloud-config\n{value}net-thing-{CLUSTER} js-{CLUSTER}-0f3a")
+        format!("{MACHINE} cloud-config\n{value}net-thing-{JOINED} js-{JOINED}-0f3a")
     );
 
     // The machines of the checks below are VMs the hypervisor boots from the machine records the
