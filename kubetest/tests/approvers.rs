@@ -172,7 +172,14 @@ async fn an_editor_is_refused_approving_and_a_user_bound_to_the_approver_role_ap
     let dir = tempfile::tempdir().unwrap();
     let hook = common::webhook::start_webhook_with(
         dir.path(),
-        &["--authorize-approvals=true", "--approver-cluster-role", APPROVER_ROLE],
+        // The policy allows a guard that lets every plan through: what this test asks is who may
+        // set one.
+        &[
+            "--authorize-approvals=true",
+            "--approver-cluster-role",
+            APPROVER_ROLE,
+            "--allow-approval-never=true",
+        ],
         &[("KUBECONFIG", webhook_kubeconfig.as_path())],
     );
     common::webhook::register(&admin, &hook).await;
@@ -222,7 +229,7 @@ async fn an_editor_is_refused_approving_and_a_user_bound_to_the_approver_role_ap
 
     // Approving is not: the API server's authorizer says the editor may not `approve`.
     refused(&editor, &approve("h1"), "approve plan \"h1\"").await;
-    refused(&editor, &guard("Allow"), "set spec.guard.destructive to Allow").await;
+    refused(&editor, &guard("Allow"), "set spec.guard to let every plan through").await;
     // Nor may an editor create an object that comes approved, or with the guard off.
     let mut preapproved = cluster("other", json!({}));
     preapproved.metadata.annotations = Some([("captf.io/approve-plan".to_string(), "h1".to_string())].into());

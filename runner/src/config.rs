@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use captf_shared::Op;
 use captf_shared::names::is_dns1123_label;
 use captf_shared::protocol::env;
-use captf_shared::types::DestructiveGuard;
+use captf_shared::types::ApprovalMode;
 use captf_shared::{defaults, duration};
 
 /// Runner-only variable: write the outputs document to this file instead of the outputs Secret.
@@ -23,7 +23,7 @@ pub const DEFAULT_TERMINATION_LOG: &str = "/dev/termination-log";
 /// The binary run unless `CAPTF_TF_BINARY` says otherwise.
 pub const DEFAULT_TF_BINARY: &str = "tofu";
 /// The guard unless `CAPTF_GUARD` says otherwise.
-pub const DEFAULT_GUARD: DestructiveGuard = DestructiveGuard::Block;
+pub const DEFAULT_GUARD: ApprovalMode = ApprovalMode::Destructive;
 /// The lock timeout when `CAPTF_LOCK_TIMEOUT` is unset: the spec's own default for the default
 /// deadline (`captf_shared::defaults`), so a runner started by hand waits as a defaulted object's
 /// Job would. The controller always sets the variable from the effective spec.
@@ -40,7 +40,7 @@ pub fn default_lock_timeout() -> String {
 pub fn default_value(name: &str) -> Option<String> {
     match name {
         env::LOCK_TIMEOUT => Some(default_lock_timeout()),
-        env::GUARD => Some(DEFAULT_GUARD.as_str().to_string()),
+        env::GUARD => Some(DEFAULT_GUARD.runner_value().to_string()),
         env::TF_BINARY => Some(DEFAULT_TF_BINARY.to_string()),
         env::TERMINATION_LOG => Some(DEFAULT_TERMINATION_LOG.to_string()),
         _ => None,
@@ -69,7 +69,7 @@ pub struct Config {
     pub lock_timeout: String,
     pub force_unlock_id: Option<String>,
     pub approved_plan: Option<String>,
-    pub guard: DestructiveGuard,
+    pub guard: ApprovalMode,
     pub inputs_dir: PathBuf,
     /// `tofu`, `terraform`, or a path.
     pub tf_binary: String,
@@ -166,17 +166,13 @@ impl Config {
             });
         }
         let approved_plan = non_empty(lookup(env::APPROVED_PLAN));
-        let guard = match non_empty(lookup(env::GUARD)).as_deref() {
+        let guard = match non_empty(lookup(env::GUARD)) {
             None => DEFAULT_GUARD,
-            Some("Block") => DestructiveGuard::Block,
-            Some("Allow") => DestructiveGuard::Allow,
-            Some(other) => {
-                return Err(ConfigError::Invalid {
-                    name: env::GUARD,
-                    why: "must be Block or Allow",
-                    got: other.to_string(),
-                });
-            }
+            Some(v) => ApprovalMode::from_runner_value(&v).ok_or(ConfigError::Invalid {
+                name: env::GUARD,
+                why: "must be Block, Always or Allow (or Destructive, Never)",
+                got: v,
+            })?,
         };
         let inputs_dir = PathBuf::from(required(lookup, env::INPUTS_DIR)?);
         let tf_binary = non_empty(lookup(env::TF_BINARY)).unwrap_or_else(|| DEFAULT_TF_BINARY.to_string());
@@ -250,7 +246,7 @@ mod tests {
         let c = Config::from_lookup(&lookup_from(&BASE)).unwrap();
         assert_eq!(c.op, Op::Apply);
         assert_eq!(c.tf_binary, "tofu");
-        assert_eq!(c.guard, DestructiveGuard::Block);
+        assert_eq!(c.guard, ApprovalMode::Destructive);
         assert_eq!(c.lock_timeout, "300s", "the spec's default for the default deadline");
         assert_eq!(c.termination_log, PathBuf::from("/dev/termination-log"));
         assert_eq!(c.work_dir, None);
@@ -281,7 +277,7 @@ mod tests {
             Some("0c1e3a9d-6b1f-4c7e-9a0e-2f6f1b7a8c55")
         );
         assert_eq!(c.approved_plan.as_deref(), Some("abc123"));
-        assert_eq!(c.guard, DestructiveGuard::Allow);
+        assert_eq!(c.guard, ApprovalMode::Never);
         assert_eq!(c.tf_binary, "terraform");
         assert_eq!(c.work_dir, Some(PathBuf::from("/work")));
         assert_eq!(c.termination_log, PathBuf::from("/tmp/tl"));

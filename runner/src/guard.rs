@@ -3,7 +3,7 @@
 
 use captf_shared::inputs::canonical_hash;
 use captf_shared::protocol::{KeptPlan, PLAN_CHANGES_LIMIT, PlanSummary, PlannedChange};
-use captf_shared::types::DestructiveGuard;
+use captf_shared::types::ApprovalMode;
 use serde_json::Value;
 
 /// What the runner learns from `show -json <planfile>`.
@@ -22,6 +22,11 @@ pub struct PlanFacts {
 }
 
 impl PlanFacts {
+    /// Some resource change does something (not only `no-op` or `read`).
+    pub fn changes_anything(&self) -> bool {
+        !self.changes.is_empty() || self.more > 0
+    }
+
     /// The record kept for a person to approve, with `secrets` (the run's masked forms,
     /// [`captf_shared::mask::mask_list`]) masked in every address: an instance key can be a
     /// value from a Secret (`module.db["<password>"]`). The hash stays the plan's own, what an
@@ -129,19 +134,24 @@ fn same_hash(a: &str, b: &str) -> bool {
     a.trim().eq_ignore_ascii_case(b.trim())
 }
 
-/// The guard. `Allow` applies everything. `Block` applies a plan that deletes nothing, or a
-/// destructive plan whose hash is the approved one; a destructive plan with a different
-/// approval is `PlanChanged`, without any approval `Blocked`. A stale approval does not stop a
-/// plan that deletes nothing (approvals only ever permit deletions).
-pub fn verdict(mode: DestructiveGuard, facts: &PlanFacts, approved: Option<&str>) -> Verdict {
-    match mode {
-        DestructiveGuard::Allow => Verdict::Apply,
-        DestructiveGuard::Block if !facts.destructive => Verdict::Apply,
-        DestructiveGuard::Block => match approved {
-            Some(a) if same_hash(a, &facts.hash) => Verdict::Apply,
-            Some(_) => Verdict::PlanChanged,
-            None => Verdict::Blocked,
-        },
+/// The guard. `Never` applies everything. `Destructive` holds a plan that deletes or replaces
+/// something, `Always` a plan that changes anything; a held plan is applied when its hash is the
+/// approved one, is `PlanChanged` when another plan was approved, and `Blocked` without any
+/// approval. A plan the mode does not hold is applied whatever the approval says: a stale
+/// approval only ever permits, it never stops a plan.
+pub fn verdict(mode: ApprovalMode, facts: &PlanFacts, approved: Option<&str>) -> Verdict {
+    let held = match mode {
+        ApprovalMode::Never => false,
+        ApprovalMode::Destructive => facts.destructive,
+        ApprovalMode::Always => facts.changes_anything(),
+    };
+    if !held {
+        return Verdict::Apply;
+    }
+    match approved {
+        Some(a) if same_hash(a, &facts.hash) => Verdict::Apply,
+        Some(_) => Verdict::PlanChanged,
+        None => Verdict::Blocked,
     }
 }
 
@@ -225,7 +235,7 @@ mod tests {
         for actions in [&["delete", "create"][..], &["create", "delete"][..], &["delete"][..]] {
             let f = plan_facts(&plan(vec![rc("a", actions)])).unwrap();
             assert!(f.destructive, "{actions:?}");
-            assert_eq!(verdict(DestructiveGuard::Block, &f, None), Verdict::Blocked);
+            assert_eq!(verdict(ApprovalMode::Destructive, &f, None), Verdict::Blocked);
         }
     }
 
@@ -258,17 +268,17 @@ mod tests {
     fn plans_without_deletes_are_applied_under_block() {
         let f = plan_facts(&plan(vec![rc("a", &["create"]), rc("b", &["update"])])).unwrap();
         assert!(!f.destructive);
-        assert_eq!(verdict(DestructiveGuard::Block, &f, None), Verdict::Apply);
+        assert_eq!(verdict(ApprovalMode::Destructive, &f, None), Verdict::Apply);
         // A stale approval of some other plan does not stop a plan that deletes nothing.
-        assert_eq!(verdict(DestructiveGuard::Block, &f, Some("0000")), Verdict::Apply);
+        assert_eq!(verdict(ApprovalMode::Destructive, &f, Some("0000")), Verdict::Apply);
     }
 
     #[test]
     fn destructive_plan_is_applied_with_the_matching_hash() {
         let f = plan_facts(&plan(vec![rc("a", &["delete"])])).unwrap();
-        assert_eq!(verdict(DestructiveGuard::Block, &f, Some(&f.hash)), Verdict::Apply);
+        assert_eq!(verdict(ApprovalMode::Destructive, &f, Some(&f.hash)), Verdict::Apply);
         assert_eq!(
-            verdict(DestructiveGuard::Block, &f, Some(&f.hash.to_uppercase())),
+            verdict(ApprovalMode::Destructive, &f, Some(&f.hash.to_uppercase())),
             Verdict::Apply
         );
     }
@@ -279,16 +289,27 @@ mod tests {
         let other = plan_facts(&plan(vec![rc("b", &["delete"])])).unwrap();
         assert_ne!(f.hash, other.hash);
         assert_eq!(
-            verdict(DestructiveGuard::Block, &f, Some(&other.hash)),
+            verdict(ApprovalMode::Destructive, &f, Some(&other.hash)),
             Verdict::PlanChanged
         );
     }
 
     #[test]
-    fn allow_applies_destructive_plans_without_approval() {
+    fn always_holds_a_plan_that_only_creates_until_its_hash_is_approved() {
+        let f = plan_facts(&plan(vec![rc("a", &["create"]), rc("b", &["update"])])).unwrap();
+        assert_eq!(verdict(ApprovalMode::Always, &f, None), Verdict::Blocked);
+        assert_eq!(verdict(ApprovalMode::Always, &f, Some("0000")), Verdict::PlanChanged);
+        assert_eq!(verdict(ApprovalMode::Always, &f, Some(&f.hash)), Verdict::Apply);
+        // Nothing to change: nothing to approve.
+        let nothing = plan_facts(&plan(vec![rc("a", &["no-op"]), rc("d", &["read"])])).unwrap();
+        assert_eq!(verdict(ApprovalMode::Always, &nothing, None), Verdict::Apply);
+    }
+
+    #[test]
+    fn never_applies_destructive_plans_without_approval() {
         let f = plan_facts(&plan(vec![rc("a", &["delete"])])).unwrap();
-        assert_eq!(verdict(DestructiveGuard::Allow, &f, None), Verdict::Apply);
-        assert_eq!(verdict(DestructiveGuard::Allow, &f, Some("other")), Verdict::Apply);
+        assert_eq!(verdict(ApprovalMode::Never, &f, None), Verdict::Apply);
+        assert_eq!(verdict(ApprovalMode::Never, &f, Some("other")), Verdict::Apply);
     }
 
     #[test]
@@ -354,11 +375,24 @@ mod tests {
             let has_delete = sets.iter().any(|a| a.contains(&"delete"));
             prop_assert_eq!(f.destructive, has_delete);
             prop_assert_eq!(f.summary.is_destructive(), has_delete);
-            let v = verdict(DestructiveGuard::Block, &f, None);
+            let v = verdict(ApprovalMode::Destructive, &f, None);
             prop_assert_eq!(v == Verdict::Blocked, has_delete);
             // The approval of this very plan always lets it through.
-            prop_assert_eq!(verdict(DestructiveGuard::Block, &f, Some(&f.hash)), Verdict::Apply);
-            prop_assert_eq!(verdict(DestructiveGuard::Allow, &f, None), Verdict::Apply);
+            prop_assert_eq!(verdict(ApprovalMode::Destructive, &f, Some(&f.hash)), Verdict::Apply);
+            prop_assert_eq!(verdict(ApprovalMode::Never, &f, None), Verdict::Apply);
+        }
+
+        #[test]
+        fn always_holds_exactly_the_plans_that_change_something(sets in prop::collection::vec(action_set(), 0..12)) {
+            let changes: Vec<Value> = sets.iter().enumerate().map(|(i, a)| rc(&format!("r{i}"), a)).collect();
+            let f = plan_facts(&plan(changes)).unwrap();
+            let changes_something = sets.iter().any(|a| *a != ["no-op"] && *a != ["read"]);
+            prop_assert_eq!(verdict(ApprovalMode::Always, &f, None) == Verdict::Blocked, changes_something);
+            prop_assert_eq!(verdict(ApprovalMode::Always, &f, Some(&f.hash)), Verdict::Apply);
+            // Always holds at least what Destructive holds.
+            if verdict(ApprovalMode::Destructive, &f, None) == Verdict::Blocked {
+                prop_assert_eq!(verdict(ApprovalMode::Always, &f, None), Verdict::Blocked);
+            }
         }
 
         #[test]

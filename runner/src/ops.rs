@@ -539,7 +539,7 @@ mod tests {
     use super::*;
     use crate::outputs::OutputsError;
     use captf_shared::protocol::KeptPlan;
-    use captf_shared::types::DestructiveGuard;
+    use captf_shared::types::ApprovalMode;
     use std::path::{Path, PathBuf};
     use tokio::sync::watch;
 
@@ -578,7 +578,7 @@ mod tests {
             lock_timeout: "1s".to_string(),
             force_unlock_id: None,
             approved_plan: None,
-            guard: DestructiveGuard::Block,
+            guard: ApprovalMode::Destructive,
             inputs_dir: inputs,
             tf_binary: PathBuf::from(env!("CARGO_MANIFEST_DIR"))
                 .join("tests/fake/tofu")

@@ -6,8 +6,8 @@ use std::num::NonZeroU32;
 use std::time::Duration;
 
 use crate::types::{
-    CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, EncryptionMode, GuardSpec, JobsSpec, Remediation,
-    TerraformSpec,
+    ApprovalMode, CaptfObject, DeletionPolicy, DestructiveGuard, DriftSpec, EncryptionMode, GuardSpec, JobsSpec,
+    Remediation, TerraformSpec,
 };
 
 /// The default Job deadline as a literal, so the CRD's CEL rule (`types::resources`) is built
@@ -96,7 +96,8 @@ pub struct Effective {
     /// `None` when drift checks are disabled (`0`) or the interval does not parse.
     pub drift_interval: Option<Duration>,
     pub remediation: Remediation,
-    pub guard: DestructiveGuard,
+    /// Which plans wait for approval ([`crate::types::GuardSpec::mode`]).
+    pub guard: ApprovalMode,
     pub deletion_policy: DeletionPolicy,
     pub paused: bool,
 }
@@ -122,7 +123,7 @@ pub fn effective(spec: &TerraformSpec) -> Effective {
         ),
         drift_interval: crate::duration::parse(interval).ok().filter(|d| !d.is_zero()),
         remediation: drift.remediation.unwrap_or_default(),
-        guard: spec.guard.as_ref().and_then(|g| g.destructive).unwrap_or_default(),
+        guard: spec.guard.as_ref().map(GuardSpec::mode).unwrap_or_default(),
         deletion_policy: spec.deletion_policy.unwrap_or_default(),
         paused: spec.paused.unwrap_or(false),
     }
@@ -170,6 +171,11 @@ mod tests {
         assert_eq!(
             s.guard.as_ref().and_then(|g| g.destructive),
             Some(DestructiveGuard::Block)
+        );
+        assert_eq!(
+            s.guard.as_ref().and_then(|g| g.approval),
+            None,
+            "approval stays unset: a default would contradict a later destructive: Allow"
         );
         assert_eq!(s.deletion_policy, Some(DeletionPolicy::Destroy));
         assert_eq!(s.paused, Some(false));
@@ -333,5 +339,43 @@ mod tests {
             remediation: None,
         });
         assert_eq!(effective(&s).drift_interval, None);
+    }
+
+    #[test]
+    fn the_approval_mode_is_approval_when_set_else_what_destructive_spells() {
+        use DestructiveGuard::{Allow, Block};
+        let cases = [
+            (None, None, ApprovalMode::Destructive),
+            (None, Some(Block), ApprovalMode::Destructive),
+            (None, Some(Allow), ApprovalMode::Never),
+            (Some(ApprovalMode::Always), Some(Block), ApprovalMode::Always),
+            (Some(ApprovalMode::Never), Some(Block), ApprovalMode::Never),
+            (Some(ApprovalMode::Destructive), None, ApprovalMode::Destructive),
+        ];
+        for (approval, destructive, want) in cases {
+            let mut s = minimal();
+            s.guard = Some(GuardSpec { destructive, approval });
+            assert_eq!(
+                effective(&s).guard,
+                want,
+                "approval {approval:?}, destructive {destructive:?}"
+            );
+        }
+        assert_eq!(effective(&minimal()).guard, ApprovalMode::Destructive);
+    }
+
+    #[test]
+    fn the_runner_reads_back_every_mode_the_controller_writes() {
+        for mode in [ApprovalMode::Destructive, ApprovalMode::Always, ApprovalMode::Never] {
+            assert_eq!(ApprovalMode::from_runner_value(mode.runner_value()), Some(mode));
+            assert_eq!(ApprovalMode::from_runner_value(mode.as_str()), Some(mode));
+        }
+        assert_eq!(
+            ApprovalMode::Destructive.runner_value(),
+            "Block",
+            "what every runner release reads"
+        );
+        assert_eq!(ApprovalMode::Never.runner_value(), "Allow");
+        assert_eq!(ApprovalMode::from_runner_value("always"), None);
     }
 }

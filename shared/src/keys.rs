@@ -73,6 +73,19 @@ pub const ANNOTATION_ADOPT_STATE: &str = "captf.io/adopt-state";
 /// (a value a person wrote is replaced), else by `kubectl captf approve` with its own user;
 /// copied onto the apply Job that carries the approval.
 pub const ANNOTATION_APPROVED_BY: &str = "captf.io/approved-by";
+/// `captf.io/approvals-required=<N>`: a plan the guard holds is applied only once N distinct
+/// people approved its hash, none of them the one who last changed the spec
+/// ([`ANNOTATION_SPEC_CHANGED_BY`]). At most the policy's `--max-approvals-required`.
+pub const ANNOTATION_APPROVALS_REQUIRED: &str = "captf.io/approvals-required";
+/// Everyone who approved the plan `captf.io/approve-plan` names, in order, as a JSON list of
+/// user names: written by the admission webhook alone (a value a person wrote is replaced).
+pub const ANNOTATION_APPROVERS: &str = "captf.io/approvers";
+/// The user whose request last changed the spec (or created the object): written by the
+/// admission webhook alone. With `captf.io/approvals-required`, that user's approval does not
+/// count.
+pub const ANNOTATION_SPEC_CHANGED_BY: &str = "captf.io/spec-changed-by";
+/// The most approvers any policy lets `captf.io/approvals-required` ask for.
+pub const MAX_APPROVALS_REQUIRED: u32 = 10;
 /// `captf.io/reconcile-now=<RFC 3339 time>` (`kubectl captf reconcile`): the next Job starts now
 /// instead of waiting out the backoff of failures that finished before that time; used once.
 pub const ANNOTATION_RECONCILE_NOW: &str = "captf.io/reconcile-now";

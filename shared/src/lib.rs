@@ -24,6 +24,7 @@
 //! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset, wrapped or line by line) in text |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
+pub mod approvals;
 pub mod binding;
 pub mod conditions;
 pub mod crd;

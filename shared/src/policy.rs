@@ -74,7 +74,17 @@ pub struct TenantPolicy {
     /// the control plane's pods (`kube-system`) onto their node, or steer off every other node
     /// until only that one is left.
     pub cross_namespace_pod_affinity: bool,
+    /// Whether a spec may let every plan through without approval (`spec.guard.approval: Never`,
+    /// or its older spelling `spec.guard.destructive: Allow`).
+    pub approval_never: bool,
+    /// The most approvers `captf.io/approvals-required` may ask for (at least 1, at most
+    /// [`crate::keys::MAX_APPROVALS_REQUIRED`]).
+    pub max_approvals_required: u32,
 }
+
+/// How many approvers an object may ask for unless the platform team says otherwise
+/// (`--max-approvals-required`).
+pub const DEFAULT_MAX_APPROVALS_REQUIRED: u32 = 3;
 
 /// The node label keys a spec may choose nodes by unless the platform team lists others
 /// (`--allowed-runner-node-label-keys`): where a node is, what it runs and what kind of machine
@@ -110,6 +120,8 @@ impl TenantPolicy {
             node_match_fields: true,
             toleration_keys: vec!["*".into()],
             cross_namespace_pod_affinity: true,
+            approval_never: true,
+            max_approvals_required: crate::keys::MAX_APPROVALS_REQUIRED,
         }
     }
 
@@ -128,6 +140,8 @@ impl TenantPolicy {
             node_match_fields: false,
             toleration_keys: DEFAULT_TOLERATION_KEYS.map(String::from).to_vec(),
             cross_namespace_pod_affinity: false,
+            approval_never: false,
+            max_approvals_required: DEFAULT_MAX_APPROVALS_REQUIRED,
         }
     }
 
@@ -195,6 +209,21 @@ impl TenantPolicy {
                 });
             }
             self.check_placement(jobs, prefix, &mut out);
+        }
+        if !self.approval_never
+            && let Some(g) = &spec.guard
+            && g.mode() == crate::types::ApprovalMode::Never
+        {
+            let field = match g.approval {
+                Some(_) => "approval",
+                None => "destructive",
+            };
+            out.push(Violation {
+                field: format!("{prefix}.guard.{field}"),
+                message: "lets every plan through without a person's approval, and the approval policy does not allow \
+                          that (--allow-approval-never); use approval Destructive or Always"
+                    .to_string(),
+            });
         }
         if !self.env_from_secrets {
             refuse(
@@ -1047,6 +1076,46 @@ mod tests {
     }
 
     #[test]
+    fn approval_never_is_refused_unless_the_policy_allows_it() {
+        use crate::types::{ApprovalMode, DestructiveGuard, GuardSpec};
+        let strict = TenantPolicy::only_defaults("img", "");
+        let spelled = [
+            (Some(ApprovalMode::Never), None, "spec.guard.approval"),
+            (None, Some(DestructiveGuard::Allow), "spec.guard.destructive"),
+            (
+                Some(ApprovalMode::Never),
+                Some(DestructiveGuard::Block),
+                "spec.guard.approval",
+            ),
+        ];
+        for (approval, destructive, field) in spelled {
+            let s = TerraformSpec {
+                guard: Some(GuardSpec { destructive, approval }),
+                ..TerraformSpec::default()
+            };
+            let v = strict.check_spec(&s, "spec");
+            assert_eq!(v.len(), 1, "{v:?}");
+            assert_eq!(v[0].field, field);
+            assert!(v[0].message.contains("--allow-approval-never"), "{}", v[0]);
+            let lenient = TenantPolicy {
+                approval_never: true,
+                ..strict.clone()
+            };
+            assert!(lenient.check_spec(&s, "spec").is_empty());
+        }
+        for mode in [ApprovalMode::Destructive, ApprovalMode::Always] {
+            let s = TerraformSpec {
+                guard: Some(GuardSpec {
+                    destructive: None,
+                    approval: Some(mode),
+                }),
+                ..TerraformSpec::default()
+            };
+            assert!(strict.check_spec(&s, "spec").is_empty(), "{mode:?}");
+        }
+    }
+
+    #[test]
     fn the_message_joins_every_violation_with_its_field() {
         let p = TenantPolicy {
             runner_image_prefixes: vec![],
@@ -1058,6 +1127,8 @@ mod tests {
             node_match_fields: false,
             toleration_keys: vec![],
             cross_namespace_pod_affinity: false,
+            approval_never: false,
+            max_approvals_required: 1,
         };
         let mut s = secret_env();
         if let Some(j) = s.jobs.as_mut() {

@@ -19,8 +19,8 @@ use serde_json::Value;
 use crate::defaults::DEFAULT_ACTIVE_DEADLINE_SECONDS;
 use crate::keys;
 use crate::types::{
-    CaptfObject, DestructiveGuard, EncryptionMode, JobsSpec, Remediation, SecretKeyRef, StateEncryption, TerraformSpec,
-    TfBinary, VariablesFrom, VariablesRef,
+    ApprovalMode, CaptfObject, DestructiveGuard, EncryptionMode, GuardSpec, JobsSpec, Remediation, SecretKeyRef,
+    StateEncryption, TerraformSpec, TfBinary, VariablesFrom, VariablesRef,
 };
 
 pub use formats::{
@@ -523,20 +523,53 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     if let Some(interval) = spec.drift.as_ref().and_then(|d| d.interval.as_deref()) {
         check_drift_interval(&mut report, &root.child("drift").child("interval"), interval);
     }
+    if let Some(g) = &spec.guard {
+        an_approval_mode_that_holds_plans_is_not_contradicted_by_destructive_allow(&mut report, &root, g);
+    }
     // Effective values (defaults applied), read without cloning the spec.
-    let guard = spec.guard.as_ref().and_then(|g| g.destructive).unwrap_or_default();
+    let guard = spec.guard.as_ref().map(GuardSpec::mode).unwrap_or_default();
     let remediation = spec.drift.as_ref().and_then(|d| d.remediation).unwrap_or_default();
-    if guard == DestructiveGuard::Allow && remediation == Remediation::Auto {
+    if guard == ApprovalMode::Never && remediation == Remediation::Auto {
+        let (at, value) = match spec.guard.as_ref().and_then(|g| g.approval) {
+            Some(mode) => (root.child("guard").child("approval"), mode.as_str()),
+            None => (
+                root.child("guard").child("destructive"),
+                DestructiveGuard::Allow.as_str(),
+            ),
+        };
         report.warning(
+            &at,
+            &format!(
+                "{value} together with {} Auto lets drift remediation delete or replace resources without approval",
+                root.child("drift").child("remediation")
+            ),
+            &value,
+        );
+    }
+    report
+}
+
+/// `guard.destructive: Allow` is the older spelling of `guard.approval: Never`: beside an
+/// `approval` that holds plans (`Destructive`, `Always`) it says the opposite, and which one a
+/// person meant cannot be known, so neither is taken.
+fn an_approval_mode_that_holds_plans_is_not_contradicted_by_destructive_allow(
+    report: &mut Report,
+    root: &FieldPath,
+    g: &GuardSpec,
+) {
+    if let (Some(mode @ (ApprovalMode::Destructive | ApprovalMode::Always)), Some(DestructiveGuard::Allow)) =
+        (g.approval, g.destructive)
+    {
+        report.violation(
             &root.child("guard").child("destructive"),
             &format!(
-                "Allow together with {} Auto lets drift remediation delete or replace resources without approval",
-                root.child("drift").child("remediation")
+                "Allow lets every plan through, but {} {} holds plans for approval: remove destructive (approval decides) or set approval to Never",
+                root.child("guard").child("approval"),
+                mode.as_str()
             ),
             &DestructiveGuard::Allow,
         );
     }
-    report
 }
 
 /// Does the spec hold more than [`MAX_SPEC_VALUES`] JSON values? Counted without building

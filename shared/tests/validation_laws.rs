@@ -158,7 +158,10 @@ fn any_spec() -> impl Strategy<Value = TerraformSpec> {
                 }),
                 jobs,
                 drift: drift.map(|(interval, remediation)| DriftSpec { interval, remediation }),
-                guard: guard.map(|destructive| GuardSpec { destructive }),
+                guard: guard.map(|destructive| GuardSpec {
+                    destructive,
+                    approval: None,
+                }),
                 deletion_policy,
                 paused,
                 state_encryption,
@@ -266,7 +269,10 @@ fn valid_spec() -> impl Strategy<Value = TerraformSpec> {
                     variables_from,
                     jobs,
                     drift: drift.map(|(interval, remediation)| DriftSpec { interval, remediation }),
-                    guard: guard.map(|destructive| GuardSpec { destructive }),
+                    guard: guard.map(|destructive| GuardSpec {
+                        destructive,
+                        approval: None,
+                    }),
                     deletion_policy,
                     paused,
                     state_encryption,

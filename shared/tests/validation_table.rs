@@ -2,7 +2,7 @@
 #![allow(clippy::unwrap_used)]
 
 use captf_shared::types::{
-    ApiEndpoint, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
+    ApiEndpoint, ApprovalMode, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
     TerraformCluster, TerraformClusterSpec, TerraformClusterTemplate, TerraformClusterTemplateResource,
     TerraformClusterTemplateSpec, TerraformMachine, TerraformMachinePoolSpec, TerraformMachinePoolTemplate,
     TerraformMachinePoolTemplateResource, TerraformMachinePoolTemplateSpec, TerraformMachineSpec,
@@ -536,6 +536,7 @@ fn enums_accept_every_value() {
             }),
             guard: Some(GuardSpec {
                 destructive: Some(guard),
+                approval: None,
             }),
             ..spec()
         };
@@ -574,6 +575,7 @@ fn guard(destructive: DestructiveGuard, remediation: Option<Remediation>) -> Ter
     TerraformSpec {
         guard: Some(GuardSpec {
             destructive: Some(destructive),
+            approval: None,
         }),
         drift: Some(DriftSpec {
             interval: None,
@@ -607,6 +609,63 @@ fn allow_destructive_with_auto_remediation_warns() {
     );
 }
 
+fn approval(mode: ApprovalMode, destructive: Option<DestructiveGuard>) -> TerraformSpec {
+    TerraformSpec {
+        guard: Some(GuardSpec {
+            destructive,
+            approval: Some(mode),
+        }),
+        drift: Some(DriftSpec {
+            interval: None,
+            remediation: Some(Remediation::Manual),
+        }),
+        ..spec()
+    }
+}
+
+#[test]
+fn an_approval_mode_that_holds_plans_is_not_contradicted_by_destructive_allow() {
+    for mode in [ApprovalMode::Destructive, ApprovalMode::Always] {
+        let r = check(&approval(mode, Some(DestructiveGuard::Allow)));
+        let v = r.violation_at("spec.guard.destructive").expect("refused");
+        assert!(
+            v.to_string()
+                .contains(&format!("spec.guard.approval {}", mode.as_str())),
+            "{v}"
+        );
+        assert_eq!(r.violation_count(), 1);
+    }
+    // Block (what the defaults write) never contradicts an approval mode, not even Never: the
+    // mode decides.
+    for mode in [ApprovalMode::Destructive, ApprovalMode::Always, ApprovalMode::Never] {
+        assert!(
+            check(&approval(mode, Some(DestructiveGuard::Block))).is_valid(),
+            "{mode:?}"
+        );
+        assert!(check(&approval(mode, None)).is_valid(), "{mode:?}");
+    }
+    assert!(check(&approval(ApprovalMode::Never, Some(DestructiveGuard::Allow))).is_valid());
+}
+
+#[test]
+fn approval_never_with_auto_remediation_warns_at_approval() {
+    let mut s = approval(ApprovalMode::Never, Some(DestructiveGuard::Block));
+    s.drift = None;
+    let r = check(&s);
+    assert!(r.is_valid());
+    assert_eq!(r.warnings.len(), 1);
+    assert!(
+        r.warnings[0].starts_with("spec.guard.approval: Never together with spec.drift.remediation Auto"),
+        "{}",
+        r.warnings[0]
+    );
+    s.guard = Some(GuardSpec {
+        destructive: None,
+        approval: Some(ApprovalMode::Always),
+    });
+    assert!(check(&s).warnings.is_empty());
+}
+
 // ---- everything together ------------------------------------------------------------------------
 
 #[test]
@@ -637,6 +696,7 @@ fn every_violation_is_reported_together() {
         }),
         guard: Some(GuardSpec {
             destructive: Some(DestructiveGuard::Allow),
+            approval: None,
         }),
         ..Default::default()
     };

@@ -8,11 +8,12 @@
 use std::borrow::Cow;
 
 use base64::Engine as _;
+use captf_shared::approvals;
 use captf_shared::defaults::apply_defaults;
 use captf_shared::keys;
 use captf_shared::policy::{self, TenantPolicy, Violation};
 use captf_shared::references::{self, ForbiddenReference};
-use captf_shared::types::{CaptfObject, DestructiveGuard, SERVED_KINDS, TerraformCluster};
+use captf_shared::types::{ApprovalMode, CaptfObject, DestructiveGuard, SERVED_KINDS, TerraformCluster};
 use captf_shared::validation::{Report, parse_object, validate_create, validate_update_request};
 use json_patch::jsonptr::PointerBuf;
 use json_patch::{AddOperation, PatchOperation, RemoveOperation};
@@ -316,6 +317,32 @@ struct Marks<'a> {
     topology_dry_run: bool,
     /// Per [`STAMPED`] pair: the request's value and who made it.
     stamped: [(Option<Str<'a>>, Option<Str<'a>>); 2],
+    /// `captf.io/approvers`, `captf.io/spec-changed-by`, `captf.io/approvals-required`.
+    approvers: Option<Str<'a>>,
+    spec_changed_by: Option<Str<'a>>,
+    approvals_required: Option<Str<'a>>,
+}
+
+impl Marks<'_> {
+    fn approve_plan(&self) -> Option<&str> {
+        self.stamped[0]
+            .0
+            .as_ref()
+            .map(|s| s.0.as_ref())
+            .filter(|s| !s.is_empty())
+    }
+
+    fn approved_by(&self) -> Option<&str> {
+        self.stamped[0]
+            .1
+            .as_ref()
+            .map(|s| s.0.as_ref())
+            .filter(|s| !s.is_empty())
+    }
+
+    fn text<'s>(v: &'s Option<Str<'_>>) -> Option<&'s str> {
+        v.as_ref().map(|s| s.0.as_ref())
+    }
 }
 
 impl<'de: 'a, 'a> Deserialize<'de> for Marks<'a> {
@@ -334,6 +361,12 @@ impl<'de: 'a, 'a> Deserialize<'de> for Marks<'a> {
                         marks.stamped[i].0 = map.next_value::<Option<Str<'a>>>()?;
                     } else if let Some(i) = STAMPED.iter().position(|(_, by)| *by == key) {
                         marks.stamped[i].1 = map.next_value::<Option<Str<'a>>>()?;
+                    } else if key == keys::ANNOTATION_APPROVERS {
+                        marks.approvers = map.next_value::<Option<Str<'a>>>()?;
+                    } else if key == keys::ANNOTATION_SPEC_CHANGED_BY {
+                        marks.spec_changed_by = map.next_value::<Option<Str<'a>>>()?;
+                    } else if key == keys::ANNOTATION_APPROVALS_REQUIRED {
+                        marks.approvals_required = map.next_value::<Option<Str<'a>>>()?;
                     } else {
                         marks.topology_dry_run |= key == keys::ANNOTATION_TOPOLOGY_DRY_RUN;
                         map.next_value::<IgnoredAny>()?;
@@ -756,9 +789,8 @@ fn approve_check(view: &View<'_>) -> Option<ApproveCheck> {
 
 /// What the approval decision reads of one of the request's objects.
 fn side<'o>(kind: &str, object: &'o Obj<'_>) -> approval::Side<'o> {
-    let approve_plan = marks(object)
-        .and_then(|m| m.stamped[0].0.as_ref())
-        .map(|s| s.0.as_ref());
+    let approve_plan = marks(object).and_then(Marks::approve_plan);
+    let approved_by = marks(object).and_then(Marks::approved_by);
     let guard_allows = match object {
         Obj::Parts(ObjectParts { spec: Some(spec), .. }) if spec.get().len() <= MAX_SPEC_BYTES => {
             guard_allows(kind, spec.get())
@@ -767,6 +799,7 @@ fn side<'o>(kind: &str, object: &'o Obj<'_>) -> approval::Side<'o> {
     };
     approval::Side {
         approve_plan,
+        approved_by,
         guard_allows,
     }
 }
@@ -782,6 +815,8 @@ struct GuardParts<'a> {
 struct DestructiveOnly<'a> {
     #[serde(borrow, default)]
     destructive: Option<Str<'a>>,
+    #[serde(borrow, default)]
+    approval: Option<Str<'a>>,
 }
 
 /// A template's `spec.template.spec.guard`.
@@ -797,7 +832,8 @@ struct TemplateSpecGuard<'a> {
     spec: Option<GuardParts<'a>>,
 }
 
-/// Whether a raw spec of the kind sets its guard to `Allow`.
+/// Whether a raw spec of the kind lets every plan through (`approval: Never`, or
+/// `destructive: Allow` without an `approval`).
 fn guard_allows(kind: &str, spec: &str) -> bool {
     let guard = if kind.ends_with("Template") {
         serde_json::from_str::<TemplateGuardParts<'_>>(spec)
@@ -807,10 +843,11 @@ fn guard_allows(kind: &str, spec: &str) -> bool {
     } else {
         serde_json::from_str::<GuardParts<'_>>(spec).ok()
     };
-    guard
-        .and_then(|g| g.guard)
-        .and_then(|g| g.destructive)
-        .is_some_and(|d| d.0 == DestructiveGuard::Allow.as_str())
+    // The mode as `GuardSpec::mode` reads it: `approval` when set, else `destructive`.
+    guard.and_then(|g| g.guard).is_some_and(|g| match g.approval {
+        Some(a) => a.0 == ApprovalMode::Never.as_str(),
+        None => g.destructive.is_some_and(|d| d.0 == DestructiveGuard::Allow.as_str()),
+    })
 }
 
 /// The requesting user as the SubjectAccessReview needs it (name, uid, groups, extra), read from
@@ -896,8 +933,17 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
     };
     let mut decision = match route {
         Route::Mutate => {
-            let mut d = mutate(view.body, kind, object, old_object);
-            let stamps = request_stamps(marks(object), old_object.and_then(marks), view.username);
+            let (mut d, parsed) = mutate(view.body, kind, object, old_object);
+            let stamps = match object {
+                // An object that does not parse is denied by the validating webhook: nothing to record.
+                Obj::Parts(parts) if parsed => request_stamps(
+                    parts.metadata.annotations.as_ref(),
+                    old_object.and_then(marks),
+                    view.username,
+                    spec_changed(object, old_object),
+                ),
+                _ => Vec::new(),
+            };
             if !stamps.is_empty() {
                 d.patch
                     .get_or_insert_with(|| json_patch::Patch(Vec::new()))
@@ -909,6 +955,11 @@ fn decide(route: Route, view: &View<'_>) -> Result<Decision, ReviewError> {
         }
         Route::Validate => {
             let mut d = validate(view.body, kind, object, old_object, view.dry_run, view.policy);
+            if d.allowed
+                && let Some(message) = approval_refusal(object, old_object, view.username, view.policy)
+            {
+                d = forbidden(&message);
+            }
             // Only the validating answer warns, so kubectl prints the warning once.
             if d.allowed
                 && old_object.is_none()
@@ -981,49 +1032,186 @@ fn marks<'o, 'a>(object: &'o Obj<'a>) -> Option<&'o Marks<'a>> {
     }
 }
 
-/// Who made a person's request (docs/rules.md): when a request sets `captf.io/approve-plan` or
-/// `captf.io/reconcile-now` to a new value, its `-by` annotation (`captf.io/approved-by`,
-/// `captf.io/reconcile-now-by`) becomes the requesting user; when it leaves the request as it
-/// was, the `-by` annotation keeps its old value (nobody can write another name beside somebody
-/// else's request). PURE.
-fn request_stamps(new: Option<&Marks<'_>>, old: Option<&Marks<'_>>, username: Option<&str>) -> Vec<PatchOperation> {
-    let value = |s: Option<&Str<'_>>| s.map(|s| s.0.to_string()).filter(|s| !s.is_empty());
+/// What the webhook records about who did what (docs/rules.md, "Approvals"), whatever the request
+/// wrote in these annotations (nobody can write another name beside somebody else's request):
+/// - `captf.io/approved-by`: the user of the newest approval ([`approval::approval_act`]), else
+///   the old value;
+/// - `captf.io/approvers`: everyone who approved the plan `captf.io/approve-plan` names, the
+///   user of this request added when it approves; removed with the approval;
+/// - `captf.io/reconcile-now-by`: the user who set `captf.io/reconcile-now` to a new value;
+/// - `captf.io/spec-changed-by`: the user of a request that creates the object or changes its
+///   spec, else the old value.
+///
+/// `new` is the request object's annotations (`None`: it has none); `spec_changed`: the request
+/// creates the object or changes its spec. PURE.
+fn request_stamps(
+    new: Option<&Marks<'_>>,
+    old: Option<&Marks<'_>>,
+    username: Option<&str>,
+    spec_changed: bool,
+) -> Vec<PatchOperation> {
+    let user = username.filter(|u| !u.is_empty()).unwrap_or("unknown user");
+    let old_author = old
+        .and_then(|o| Marks::text(&o.spec_changed_by))
+        .filter(|a| !a.is_empty());
+    // The author is kept where approvals are required (or were: it stays current): elsewhere no
+    // rule reads it, and a create or an edit gets no patch beyond its defaults. An object that
+    // starts requiring approvals without a recorded author records the user who asked for them.
+    let requires = new.is_some_and(|n| n.approvals_required.is_some());
+    let author = match (requires || old_author.is_some(), spec_changed, old_author) {
+        (false, _, _) => None,
+        (true, true, _) | (true, false, None) => Some(user),
+        (true, false, Some(a)) => Some(a),
+    };
     let Some(new) = new else {
-        return Vec::new();
+        // No annotations map: the only stamp that can be due is the author's, and it adds the map.
+        return author
+            .map(|a| {
+                vec![PatchOperation::Add(AddOperation {
+                    path: PointerBuf::from_tokens(["metadata", "annotations"]),
+                    value: serde_json::json!({ keys::ANNOTATION_SPEC_CHANGED_BY: a }),
+                })]
+            })
+            .unwrap_or_default();
     };
     let mut ops = Vec::new();
-    for (i, (_, by_key)) in STAMPED.iter().enumerate() {
-        let Some(request) = value(new.stamped[i].0.as_ref()) else {
-            continue;
-        };
-        let old_request = old.and_then(|o| value(o.stamped[i].0.as_ref()));
-        let written = value(new.stamped[i].1.as_ref());
-        let want = if old_request.as_deref() == Some(request.as_str()) {
-            old.and_then(|o| value(o.stamped[i].1.as_ref()))
-        } else {
-            Some(username.filter(|u| !u.is_empty()).unwrap_or("unknown user").to_string())
-        };
+    let mut set = |key: &str, want: Option<&str>, written: Option<&str>| {
         if want == written {
-            continue;
+            return;
         }
-        let path = PointerBuf::from_tokens(["metadata", "annotations", by_key]);
+        let path = PointerBuf::from_tokens(["metadata", "annotations", key]);
         ops.push(match want {
             Some(v) => PatchOperation::Add(AddOperation {
                 path,
-                value: Value::String(v),
+                value: Value::String(v.to_string()),
             }),
             None => PatchOperation::Remove(RemoveOperation { path }),
         });
+    };
+    // The approval: who approved, and everyone who approved the same plan.
+    let plan = new.approve_plan();
+    let old_plan = old.and_then(Marks::approve_plan);
+    let old_by = old.and_then(Marks::approved_by);
+    let act = approval::approval_act(old_plan, old_by, plan, new.approved_by());
+    if plan.is_some() {
+        let by = if act.is_some() { Some(user) } else { old_by };
+        set(keys::ANNOTATION_APPROVED_BY, by, new.approved_by());
+    }
+    let old_list = || {
+        let list = approvals::parse_approvers(old.and_then(|o| Marks::text(&o.approvers)));
+        // An approval recorded before the list was kept: its approver stands for it.
+        match (list.is_empty(), old_by) {
+            (true, Some(by)) => vec![by.to_string()],
+            _ => list,
+        }
+    };
+    let approvers = match (act, plan) {
+        (Some(plan), _) => Some(approvals::approvers_value(&approvals::after_approval(
+            old_plan,
+            &old_list(),
+            plan,
+            user,
+        ))),
+        (None, Some(_)) => Some(approvals::approvers_value(&old_list())),
+        (None, None) => None,
+    };
+    set(
+        keys::ANNOTATION_APPROVERS,
+        approvers.as_deref(),
+        Marks::text(&new.approvers),
+    );
+    // A reconcile request: who asked, when it is new.
+    fn value<'s>(s: Option<&'s Str<'_>>) -> Option<&'s str> {
+        s.map(|s| s.0.as_ref()).filter(|s| !s.is_empty())
+    }
+    if let Some(request) = value(new.stamped[1].0.as_ref()) {
+        let old_request = old.and_then(|o| value(o.stamped[1].0.as_ref()));
+        let want = if old_request == Some(request) {
+            old.and_then(|o| value(o.stamped[1].1.as_ref()))
+        } else {
+            Some(user)
+        };
+        set(STAMPED[1].1, want, value(new.stamped[1].1.as_ref()));
+    }
+    if author.is_some() {
+        set(
+            keys::ANNOTATION_SPEC_CHANGED_BY,
+            author,
+            Marks::text(&new.spec_changed_by),
+        );
     }
     ops
 }
 
+/// Why the approval rules refuse a request (docs/rules.md, "Approvals"), if they do:
+/// `captf.io/approvals-required` set to a value that is not a number from 1 to the policy's
+/// `--max-approvals-required` (only when the request changes it, so a lowered cap never locks an
+/// object), or an approval by the user who last changed the spec while approvals are required.
+/// Reads the object as the mutating webhook left it. PURE.
+fn approval_refusal(
+    object: &Obj<'_>,
+    old_object: Option<&Obj<'_>>,
+    username: Option<&str>,
+    policy: &TenantPolicy,
+) -> Option<String> {
+    let new = marks(object)?;
+    let old = old_object.and_then(marks);
+    let text = Marks::text(&new.approvals_required);
+    let required = match approvals::approvals_required(text, policy.max_approvals_required) {
+        Err(e) if text != old.and_then(|o| Marks::text(&o.approvals_required)) => return Some(e),
+        Err(_) => approvals::approvals_required_or_strictest(text),
+        Ok(r) => r,
+    }?;
+    let plan = approval::approval_act(
+        old.and_then(Marks::approve_plan),
+        old.and_then(Marks::approved_by),
+        new.approve_plan(),
+        new.approved_by(),
+    )?;
+    let user = username.filter(|u| !u.is_empty())?;
+    let author = Marks::text(&new.spec_changed_by)?;
+    (author == user).then(|| {
+        format!(
+            "metadata.annotations[{}]: {} last changed this object's spec, and {} asks for {required} approver(s) \
+             other than whoever changed it: somebody else must approve plan {}",
+            keys::ANNOTATION_APPROVE_PLAN,
+            echo(user),
+            keys::ANNOTATION_APPROVALS_REQUIRED,
+            echo(plan)
+        )
+    })
+}
+
+/// A refusal of the webhook's own: 403 with the message, bounded.
+fn forbidden(message: &str) -> Decision {
+    let message = captf_shared::validation::cut_to_bytes(message, MAX_MESSAGE_BYTES);
+    Decision {
+        allowed: false,
+        status: Status::failure(&message, "Forbidden").with_code(403),
+        warnings: Vec::new(),
+        patch: None,
+        result: ResultLabel::Denied,
+    }
+}
+
+/// Whether a request creates the object or changes its spec: compared as the API server sent
+/// both (it writes them with one encoder, so the same spec is the same text); an object either
+/// side of which could not be read counts as changed.
+fn spec_changed(object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> bool {
+    match (object, old_object) {
+        (_, None) => true,
+        (Obj::Parts(new), Some(Obj::Parts(old))) => new.spec.map(RawValue::get) != old.spec.map(RawValue::get),
+        _ => true,
+    }
+}
+
 /// The defaults, and on an update the lock timeout nobody chose following a lowered deadline
 /// (`captf_shared::defaults::rederived_lock_timeout`), said in a warning.
-fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> Decision {
-    // An object that does not parse is not defaulted; the validating webhook denies it.
+/// The second value: whether the object parsed (one that does not is neither defaulted nor
+/// stamped; the validating webhook denies it).
+fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>>) -> (Decision, bool) {
     let Ok(parsed) = parse_obj(body, kind, object, Which::Object) else {
-        return Decision::allowed(ResultLabel::Allowed);
+        return (Decision::allowed(ResultLabel::Allowed), false);
     };
     let jobs = |o: &CaptfObject| o.terraform_spec().jobs.clone().unwrap_or_default();
     let rederived = old_object
@@ -1044,7 +1232,7 @@ fn mutate(body: &[u8], kind: &str, object: &Obj<'_>, old_object: Option<&Obj<'_>
             "spec.jobs.lockTimeoutSeconds: {was} was the default for the old activeDeadlineSeconds and must stay below the new one, so it follows it to {now} (the default, min(300, activeDeadlineSeconds / 2)); set it yourself to choose another value"
         ));
     }
-    d
+    (d, true)
 }
 
 /// The defaults of `parsed` (the request's `object`, parsed) as a JSON patch of its raw spec.
@@ -1574,6 +1762,202 @@ mod tests {
             .collect()
     }
 
+    fn annotation_op<'o>(ops: &'o [Value], key: &str) -> Option<&'o Value> {
+        let path = format!("/metadata/annotations/{}", key.replace('/', "~1"));
+        ops.iter().find(|op| op["path"] == path.as_str())
+    }
+
+    fn with_annotations(review: &mut Value, which: &str, pairs: &[(&str, &str)]) {
+        let a = &mut review["request"][which]["metadata"]["annotations"];
+        *a = serde_json::json!({});
+        for (k, v) in pairs {
+            a[*k] = Value::String(v.to_string());
+        }
+    }
+
+    #[test]
+    fn every_approver_of_the_same_plan_is_recorded_once_and_a_new_plan_starts_a_new_list() {
+        let mut review = fixture("cluster-update-accepted");
+        review["request"]["userInfo"] = serde_json::json!({"username": "carol"});
+        let old = [
+            (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+            (keys::ANNOTATION_APPROVED_BY, "bob"),
+            (keys::ANNOTATION_APPROVERS, r#"["alice","bob"]"#),
+        ];
+        with_annotations(&mut review, "oldObject", &old);
+        // carol approves the same plan (kubectl captf approve writes her name).
+        with_annotations(
+            &mut review,
+            "object",
+            &[
+                (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+                (keys::ANNOTATION_APPROVED_BY, "carol"),
+                (keys::ANNOTATION_APPROVERS, r#"["alice","bob"]"#),
+            ],
+        );
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_APPROVERS).unwrap()["value"],
+            r#"["alice","bob","carol"]"#
+        );
+        // A forged list is put back.
+        with_annotations(
+            &mut review,
+            "object",
+            &[
+                (keys::ANNOTATION_APPROVE_PLAN, "h1"),
+                (keys::ANNOTATION_APPROVED_BY, "bob"),
+                (keys::ANNOTATION_APPROVERS, r#"["x","y","z"]"#),
+            ],
+        );
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_APPROVERS).unwrap()["value"],
+            r#"["alice","bob"]"#
+        );
+        // Another plan: a new list.
+        with_annotations(&mut review, "object", &[(keys::ANNOTATION_APPROVE_PLAN, "h2")]);
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_APPROVERS).unwrap()["value"],
+            r#"["carol"]"#
+        );
+        // The approval removed: the list goes with it.
+        with_annotations(
+            &mut review,
+            "object",
+            &[(keys::ANNOTATION_APPROVERS, r#"["alice","bob"]"#)],
+        );
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(annotation_op(&ops, keys::ANNOTATION_APPROVERS).unwrap()["op"], "remove");
+    }
+
+    #[test]
+    fn the_author_is_whoever_created_the_object_or_last_changed_its_spec() {
+        let mut review = fixture("cluster-update-accepted");
+        review["request"]["userInfo"] = serde_json::json!({"username": "carol"});
+        with_annotations(&mut review, "oldObject", &[(keys::ANNOTATION_SPEC_CHANGED_BY, "alice")]);
+        // A metadata-only change, even one that writes another author: alice stays.
+        with_annotations(&mut review, "object", &[(keys::ANNOTATION_SPEC_CHANGED_BY, "mallory")]);
+        review["request"]["object"]["spec"] = review["request"]["oldObject"]["spec"].clone();
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_SPEC_CHANGED_BY).unwrap()["value"],
+            "alice"
+        );
+        // A spec change: carol.
+        review["request"]["object"]["spec"]["paused"] = Value::Bool(true);
+        review["request"]["oldObject"]["spec"]["paused"] = Value::Bool(false);
+        let ops = patch_ops(&serde_json::to_vec(&review).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_SPEC_CHANGED_BY).unwrap()["value"],
+            "carol"
+        );
+        // A create that asks for approvals: its creator. One that does not records nobody (no rule
+        // reads it, and the create gets no patch beyond its defaults).
+        let mut create = fixture("cluster-create-accepted");
+        create["request"]["userInfo"] = serde_json::json!({"username": "dave"});
+        with_annotations(&mut create, "object", &[(keys::ANNOTATION_APPROVALS_REQUIRED, "2")]);
+        let ops = patch_ops(&serde_json::to_vec(&create).unwrap());
+        assert_eq!(
+            annotation_op(&ops, keys::ANNOTATION_SPEC_CHANGED_BY).unwrap()["value"],
+            "dave"
+        );
+        with_annotations(&mut create, "object", &[]);
+        let ops = patch_ops(&serde_json::to_vec(&create).unwrap());
+        assert!(
+            annotation_op(&ops, keys::ANNOTATION_SPEC_CHANGED_BY).is_none(),
+            "{ops:?}"
+        );
+        // Annotations removed altogether from an object whose author is kept: the map comes back.
+        create["request"]["operation"] = Value::String("UPDATE".into());
+        create["request"]["oldObject"] = create["request"]["object"].clone();
+        with_annotations(&mut create, "oldObject", &[(keys::ANNOTATION_SPEC_CHANGED_BY, "alice")]);
+        create["request"]["object"]["metadata"]
+            .as_object_mut()
+            .unwrap()
+            .remove("annotations");
+        let ops = patch_ops(&serde_json::to_vec(&create).unwrap());
+        let add = ops.iter().find(|op| op["path"] == "/metadata/annotations").unwrap();
+        assert_eq!(add["value"][keys::ANNOTATION_SPEC_CHANGED_BY], "alice");
+    }
+
+    #[test]
+    fn the_author_of_the_spec_may_not_approve_its_plan_when_approvals_are_required() {
+        let mut review = fixture("cluster-update-accepted");
+        review["request"]["userInfo"] = serde_json::json!({"username": "alice"});
+        review["request"]["object"]["spec"] = review["request"]["oldObject"]["spec"].clone();
+        with_annotations(
+            &mut review,
+            "oldObject",
+            &[
+                (keys::ANNOTATION_SPEC_CHANGED_BY, "alice"),
+                (keys::ANNOTATION_APPROVALS_REQUIRED, "2"),
+            ],
+        );
+        let approving = |by: &str| {
+            vec![
+                (keys::ANNOTATION_SPEC_CHANGED_BY, "alice".to_string()),
+                (keys::ANNOTATION_APPROVALS_REQUIRED, "2".to_string()),
+                (keys::ANNOTATION_APPROVE_PLAN, "h1".to_string()),
+                (keys::ANNOTATION_APPROVED_BY, by.to_string()),
+            ]
+        };
+        let set = |review: &mut Value, pairs: Vec<(&str, String)>| {
+            let pairs: Vec<(&str, &str)> = pairs.iter().map(|(k, v)| (*k, v.as_str())).collect();
+            with_annotations(review, "object", &pairs);
+        };
+        set(&mut review, approving("alice"));
+        let answer = super::review(Route::Validate, &serde_json::to_vec(&review).unwrap()).unwrap();
+        assert_eq!(answer.result, ResultLabel::Denied);
+        let m = answer.message.unwrap();
+        assert!(m.contains("\"alice\" last changed this object's spec"), "{m}");
+        assert!(m.contains("captf.io/approvals-required asks for 2 approver(s)"), "{m}");
+        // Somebody else may.
+        review["request"]["userInfo"] = serde_json::json!({"username": "bob"});
+        set(&mut review, approving("bob"));
+        let answer = super::review(Route::Validate, &serde_json::to_vec(&review).unwrap()).unwrap();
+        assert_ne!(answer.result, ResultLabel::Denied, "{:?}", answer.message);
+        // Without approvals-required the author may approve, as always.
+        review["request"]["userInfo"] = serde_json::json!({"username": "alice"});
+        with_annotations(&mut review, "oldObject", &[(keys::ANNOTATION_SPEC_CHANGED_BY, "alice")]);
+        let mut pairs = approving("alice");
+        pairs.retain(|(k, _)| *k != keys::ANNOTATION_APPROVALS_REQUIRED);
+        set(&mut review, pairs);
+        let answer = super::review(Route::Validate, &serde_json::to_vec(&review).unwrap()).unwrap();
+        assert_ne!(answer.result, ResultLabel::Denied, "{:?}", answer.message);
+    }
+
+    #[test]
+    fn approvals_required_above_the_cap_is_refused_naming_the_annotation() {
+        let mut review = fixture("cluster-update-accepted");
+        for (value, refused) in [("0", true), ("4", true), ("x", true), ("1", false), ("3", false)] {
+            with_annotations(&mut review, "object", &[(keys::ANNOTATION_APPROVALS_REQUIRED, value)]);
+            let body = serde_json::to_vec(&review).unwrap();
+            let policy = TenantPolicy::only_defaults("img", "");
+            let answer = review_with(Route::Validate, &body, &policy).unwrap();
+            assert_eq!(
+                answer.result == ResultLabel::Denied,
+                refused,
+                "{value}: {:?}",
+                answer.message
+            );
+            if refused {
+                let m = answer.message.unwrap();
+                assert!(
+                    m.contains("metadata.annotations[captf.io/approvals-required]: must be a whole number from 1 to 3"),
+                    "{m}"
+                );
+            }
+        }
+        // A value that was already there (the cap lowered since) does not lock the object.
+        with_annotations(&mut review, "oldObject", &[(keys::ANNOTATION_APPROVALS_REQUIRED, "5")]);
+        with_annotations(&mut review, "object", &[(keys::ANNOTATION_APPROVALS_REQUIRED, "5")]);
+        let body = serde_json::to_vec(&review).unwrap();
+        let answer = review_with(Route::Validate, &body, &TenantPolicy::only_defaults("img", "")).unwrap();
+        assert_ne!(answer.result, ResultLabel::Denied, "{:?}", answer.message);
+    }
+
     #[test]
     fn who_approved_a_plan_or_asked_to_reconcile_is_the_user_who_set_it_whatever_the_request_wrote() {
         let mut review = fixture("cluster-update-accepted");
@@ -1609,7 +1993,8 @@ mod tests {
         .unwrap();
         assert_eq!(approver_ops(&slow_ops), stamp.as_array().unwrap().clone());
 
-        // The same approval, another update: the recorded approver stays, whatever was written.
+        // The same plan with another approver written: an approval by the requesting user, never
+        // a name of the request's choosing.
         annotate(
             &mut review,
             "oldObject",
@@ -1621,6 +2006,14 @@ mod tests {
         let body = serde_json::to_vec(&review).unwrap();
         assert_eq!(
             approver_ops(&patch_ops(&body)),
+            [
+                serde_json::json!({"op": "add", "path": "/metadata/annotations/captf.io~1approved-by", "value": "alice@example.com"})
+            ]
+        );
+        // The same approval, approved-by left as it was: the recorded approver stays.
+        annotate(&mut review, "object", &[(keys::ANNOTATION_APPROVE_PLAN, "h1")]);
+        assert_eq!(
+            approver_ops(&patch_ops(&serde_json::to_vec(&review).unwrap())),
             [serde_json::json!({"op": "add", "path": "/metadata/annotations/captf.io~1approved-by", "value": "bob"})]
         );
         annotate(

@@ -39,7 +39,8 @@ pub const DEFAULT_APPROVER_ROLE: &str = "captf-approver";
 pub enum Reason {
     /// `captf.io/approve-plan` set to a new value (the plan hash it approves).
     Approval { plan: String },
-    /// `spec.guard.destructive` set to `Allow`, from `Block` or unset.
+    /// `spec.guard` set to let every plan through (`approval: Never`, or `destructive: Allow`
+    /// without an `approval`), where it did not.
     GuardAllow,
 }
 
@@ -47,7 +48,9 @@ impl fmt::Display for Reason {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
             Reason::Approval { plan } => write!(f, "approve plan {} ({})", quote(plan), keys::ANNOTATION_APPROVE_PLAN),
-            Reason::GuardAllow => f.write_str("set spec.guard.destructive to Allow"),
+            Reason::GuardAllow => {
+                f.write_str("set spec.guard to let every plan through (approval Never, or destructive Allow)")
+            }
         }
     }
 }
@@ -57,6 +60,9 @@ impl fmt::Display for Reason {
 pub struct Side<'a> {
     /// The value of `captf.io/approve-plan` (an empty value is no approval).
     pub approve_plan: Option<&'a str>,
+    /// The value of `captf.io/approved-by` (after the mutating webhook: the user of the newest
+    /// approval).
+    pub approved_by: Option<&'a str>,
     /// Whether `spec.guard.destructive` (of a template: `spec.template.spec.guard.destructive`)
     /// is `Allow`.
     pub guard_allows: bool,
@@ -109,24 +115,42 @@ pub fn plural(kind: &str) -> Option<String> {
 }
 
 /// Why a CREATE (`old` is `None`) or UPDATE needs the `approve` verb: it sets
-/// `captf.io/approve-plan` to a value the object did not hold, or turns the guard to `Allow` where
-/// it was not. Removing or keeping an approval, and setting the guard to `Block`, need nothing.
-/// PURE.
+/// approves a plan ([`approval_act`]), or turns the guard to let every plan through where it did
+/// not. Removing or keeping an approval, and setting the guard back, need nothing. PURE.
 pub fn reasons(old: Option<Side<'_>>, new: Side<'_>) -> Vec<Reason> {
     let mut out = Vec::new();
     fn nonempty(s: Option<&str>) -> Option<&str> {
         s.filter(|s| !s.is_empty())
     }
     let old = old.unwrap_or_default();
-    if let Some(plan) = nonempty(new.approve_plan)
-        && nonempty(old.approve_plan) != Some(plan)
-    {
+    if let Some(plan) = approval_act(
+        nonempty(old.approve_plan),
+        nonempty(old.approved_by),
+        nonempty(new.approve_plan),
+        nonempty(new.approved_by),
+    ) {
         out.push(Reason::Approval { plan: plan.to_string() });
     }
     if new.guard_allows && !old.guard_allows {
         out.push(Reason::GuardAllow);
     }
     out
+}
+
+/// Whether a request approves a plan (docs/rules.md, "Approvals"), and which: it sets
+/// `captf.io/approve-plan` to a value the object did not hold, or keeps it and writes another
+/// approver than the one recorded (leaving `captf.io/approved-by` out is not writing one) (`kubectl captf approve` by a second person writes that
+/// person's name; the mutating webhook then records the user the API server authenticated, so
+/// writing a name is approving as oneself). Removing or keeping an approval approves nothing.
+/// Empty values are read as absent by the caller. PURE.
+pub fn approval_act<'n>(
+    old_plan: Option<&str>,
+    old_by: Option<&str>,
+    new_plan: Option<&'n str>,
+    new_by: Option<&str>,
+) -> Option<&'n str> {
+    let plan = new_plan?;
+    (old_plan != Some(plan) || (new_by.is_some() && new_by != old_by)).then_some(plan)
 }
 
 /// The check a request needs, if any (see [`reasons`]). PURE.
@@ -363,12 +387,14 @@ mod tests {
     fn approving(plan: &str) -> Side<'_> {
         Side {
             approve_plan: Some(plan),
+            approved_by: None,
             guard_allows: false,
         }
     }
 
     const ALLOW: Side<'static> = Side {
         approve_plan: None,
+        approved_by: None,
         guard_allows: true,
     };
 
@@ -436,12 +462,35 @@ mod tests {
         // Both at once: both reasons, one question.
         let both = Side {
             approve_plan: Some("h"),
+            approved_by: None,
             guard_allows: true,
         };
         assert_eq!(
             reasons(Some(Side::default()), both),
             [Reason::Approval { plan: "h".into() }, Reason::GuardAllow]
         );
+    }
+
+    #[test]
+    fn a_second_approver_of_the_same_plan_approves_and_needs_the_verb() {
+        let by = |plan, by| Side {
+            approve_plan: Some(plan),
+            approved_by: Some(by),
+            guard_allows: false,
+        };
+        assert_eq!(
+            reasons(Some(by("h1", "alice")), by("h1", "bob")),
+            [Reason::Approval { plan: "h1".into() }]
+        );
+        // The same approver again changes nothing.
+        assert!(reasons(Some(by("h1", "alice")), by("h1", "alice")).is_empty());
+        assert_eq!(
+            approval_act(Some("h1"), Some("alice"), Some("h1"), Some("bob")),
+            Some("h1")
+        );
+        assert_eq!(approval_act(Some("h1"), Some("alice"), None, Some("bob")), None);
+        assert_eq!(approval_act(None, None, Some("h1"), None), Some("h1"));
+        assert_eq!(approval_act(Some("h1"), Some("alice"), Some("h1"), None), None);
     }
 
     #[test]

@@ -148,7 +148,8 @@ async fn setting_the_guard_to_allow_needs_the_approve_verb() {
     let resp = send(&st, VALIDATE_PATH, &review).await;
     assert_eq!(resp["response"]["allowed"], false, "{resp}");
     assert!(
-        message(&resp).contains("may not set spec.guard.destructive to Allow"),
+        message(&resp)
+            .contains("may not set spec.guard to let every plan through (approval Never, or destructive Allow)"),
         "{resp}"
     );
     assert_eq!(no.asked.lock().unwrap()[0].reasons, [Reason::GuardAllow]);

@@ -349,6 +349,8 @@ uses when a spec leaves them unset, which a spec may always name, and runner.pol
 - --allow-runner-node-match-fields={{ .Values.runner.policy.allowNodeMatchFields }}
 - --allowed-runner-toleration-keys={{ join "," .Values.runner.policy.allowedTolerationKeys }}
 - --allow-runner-cross-namespace-pod-affinity={{ .Values.runner.policy.allowCrossNamespacePodAffinity }}
+- --allow-approval-never={{ .Values.approvals.allowNever }}
+- --max-approvals-required={{ .Values.approvals.maxRequired }}
 {{- end }}
 
 {{/* "name=value,..." of a map (sorted by name): resource quantities, annotations. */}}

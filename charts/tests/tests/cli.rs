@@ -175,6 +175,10 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
         "runner.policy.allowedTolerationKeys={dedicated}",
         "--set",
         "runner.policy.allowCrossNamespacePodAffinity=true",
+        "--set",
+        "approvals.allowNever=true",
+        "--set",
+        "approvals.maxRequired=5",
     ];
     let run = parse_controller(&args_of(&extra, "captf-controller"));
     let webhook = parse_webhook(&args_of(&extra, "captf-webhook"));
@@ -202,6 +206,8 @@ fn both_binaries_get_the_same_tenant_policy_with_the_runner_defaults_allowed() {
     assert!(from_controller.node_match_fields);
     assert_eq!(from_controller.toleration_keys, ["dedicated"]);
     assert!(from_controller.cross_namespace_pod_affinity);
+    assert!(from_controller.approval_never);
+    assert_eq!(from_controller.max_approvals_required, 5);
 }
 
 #[test]

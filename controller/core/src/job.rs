@@ -246,7 +246,7 @@ pub fn runner_env(p: &JobParams<'_>) -> Vec<EnvVar> {
             env::LOCK_TIMEOUT,
             captf_shared::duration::seconds_flag(p.effective.lock_timeout_seconds.max(0)),
         ),
-        var(env::GUARD, p.effective.guard.as_str()),
+        var(env::GUARD, p.effective.guard.runner_value()),
         var(env::INPUTS_DIR, INPUTS_DIR),
         var(env::WORK_DIR, WORK_DIR),
         var(env::OWNER_UID, p.uid),

@@ -85,6 +85,19 @@ pub struct TenantPolicyArgs {
     /// their node.
     #[arg(long, env = "CAPTF_ALLOW_RUNNER_CROSS_NAMESPACE_POD_AFFINITY", default_value_t = false, action = clap::ArgAction::Set)]
     pub allow_runner_cross_namespace_pod_affinity: bool,
+    /// Whether a spec may let every plan through without approval: spec.guard.approval Never,
+    /// or spec.guard.destructive Allow (which also needs the approve verb).
+    #[arg(long, env = "CAPTF_ALLOW_APPROVAL_NEVER", default_value_t = false, action = clap::ArgAction::Set)]
+    pub allow_approval_never: bool,
+    /// The most distinct approvers the captf.io/approvals-required annotation may ask for
+    /// (1 to 10).
+    #[arg(
+        long,
+        env = "CAPTF_MAX_APPROVALS_REQUIRED",
+        default_value_t = super::DEFAULT_MAX_APPROVALS_REQUIRED,
+        value_parser = clap::value_parser!(u32).range(1..=crate::keys::MAX_APPROVALS_REQUIRED as i64)
+    )]
+    pub max_approvals_required: u32,
 }
 
 impl TenantPolicyArgs {
@@ -105,6 +118,8 @@ impl TenantPolicyArgs {
             node_match_fields: self.allow_runner_node_match_fields,
             toleration_keys: listed(None, &self.allowed_runner_toleration_keys),
             cross_namespace_pod_affinity: self.allow_runner_cross_namespace_pod_affinity,
+            approval_never: self.allow_approval_never,
+            max_approvals_required: self.max_approvals_required,
         }
     }
 }

@@ -47,7 +47,7 @@ pub struct TerraformSpec {
     /// Drift detection and remediation.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub drift: Option<DriftSpec>,
-    /// The destructive-plan guard.
+    /// Which plans wait for a person's approval.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub guard: Option<GuardSpec>,
     /// What deletion does to the infrastructure: `Destroy` (default) or `Orphan`.
@@ -320,8 +320,68 @@ pub struct DriftSpec {
 #[serde(rename_all = "camelCase")]
 pub struct GuardSpec {
     /// `Block` (default) stops any plan that deletes or replaces a resource until approved.
+    /// `Allow` is the older spelling of `approval: Never`.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub destructive: Option<DestructiveGuard>,
+    /// Which plans wait for a person: `Destructive` (a plan that deletes or replaces), `Always`
+    /// (every plan with changes) or `Never` (only if the platform's policy allows it). Unset:
+    /// what `destructive` says (`Block`: `Destructive`, `Allow`: `Never`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub approval: Option<ApprovalMode>,
+}
+
+impl GuardSpec {
+    /// The mode the guard runs in: `approval` when set, else the mode `destructive` spells.
+    pub fn mode(&self) -> ApprovalMode {
+        match (self.approval, self.destructive) {
+            (Some(mode), _) => mode,
+            (None, Some(DestructiveGuard::Allow)) => ApprovalMode::Never,
+            (None, _) => ApprovalMode::Destructive,
+        }
+    }
+}
+
+/// Which plans wait for a person's approval before they are applied.
+#[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, Hash, JsonSchema)]
+pub enum ApprovalMode {
+    /// A plan that deletes or replaces a resource.
+    #[default]
+    Destructive,
+    /// Every plan that changes anything.
+    Always,
+    /// None.
+    Never,
+}
+
+impl ApprovalMode {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ApprovalMode::Destructive => "Destructive",
+            ApprovalMode::Always => "Always",
+            ApprovalMode::Never => "Never",
+        }
+    }
+
+    /// The value of the runner's `CAPTF_GUARD`: `Destructive` and `Never` keep the spellings
+    /// every runner release reads (`Block`, `Allow`), so a pinned older runner image still runs
+    /// the objects it could run before; only `Always` needs a runner that knows it.
+    pub fn runner_value(self) -> &'static str {
+        match self {
+            ApprovalMode::Destructive => DestructiveGuard::Block.as_str(),
+            ApprovalMode::Always => "Always",
+            ApprovalMode::Never => DestructiveGuard::Allow.as_str(),
+        }
+    }
+
+    /// Read a runner's `CAPTF_GUARD` value (both spellings).
+    pub fn from_runner_value(v: &str) -> Option<Self> {
+        match v {
+            "Block" | "Destructive" => Some(ApprovalMode::Destructive),
+            "Always" => Some(ApprovalMode::Always),
+            "Allow" | "Never" => Some(ApprovalMode::Never),
+            _ => None,
+        }
+    }
 }
 
 #[derive(Serialize, Deserialize, Clone, Copy, Debug, Default, PartialEq, Eq, JsonSchema)]
