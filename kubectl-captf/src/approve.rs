@@ -67,7 +67,7 @@ pub(crate) async fn approve(
     let r = read(conn, t).await?;
     let e = explanation(&r, now);
     let what = r.id.what();
-    let (p, written, by) = match rules::approval(&e.plan.booked, hash, now) {
+    let (p, written, by, after) = match rules::approval(&e.plan.booked, hash, now) {
         Ok(rules::Approval::Write(p)) => {
             if hash.is_none() && !yes {
                 let (_, kept) = kept::read(&conn.client, r.id.kind, &r.id.namespace, &r.id.name, &p.hash).await;
@@ -101,20 +101,34 @@ pub(crate) async fn approve(
                 ],
             )
             .await?;
-            // The webhook records the user the API server authenticated.
-            (p, true, Some(stored(&written, keys::ANNOTATION_APPROVED_BY, by)))
+            // The webhook records the user the API server authenticated, and every approver.
+            let by = stored(&written, keys::ANNOTATION_APPROVED_BY, by);
+            let mut after = r.snap.clone();
+            after.approve_plan = Some(p.hash.clone());
+            after.approved_by = Some(by.clone());
+            after.approvers = captf_shared::approvals::parse_approvers(
+                written
+                    .metadata
+                    .annotations
+                    .as_ref()
+                    .and_then(|a| a.get(keys::ANNOTATION_APPROVERS))
+                    .map(String::as_str),
+            );
+            (p, true, Some(by), after)
         }
-        Ok(rules::Approval::Already(p)) => (p, false, r.snap.approved_by.clone()),
+        Ok(rules::Approval::Already(p)) => (p, false, r.snap.approved_by.clone(), r.snap.clone()),
         Err(refusal) => return Err(PluginError::Refused(refusal.to_string())),
     };
-    // What the controller does with the approval: the same plan with the annotation set.
-    let mut with = r.snap.clone();
+    // What the controller does with the approval: the same plan with the annotations as written.
+    let mut with = after;
     with.approve_plan = Some(p.hash.clone());
+    let approvals = words::approvals_words(&with);
     let after = explain_snapshot(&with, &r.active_check, 0, now);
     let next = words::next_sentence(&after.decision, &after.plan.booked, now);
     if json {
         return Ok(Printed::out(pretty(&json!({
             "object": what, "approved": p.hash, "written": written, "approvedBy": by,
+            "approvals": approvals,
             "annotation": {keys::ANNOTATION_APPROVE_PLAN: p.hash}, "next": next,
         }))));
     }
@@ -124,8 +138,12 @@ pub(crate) async fn approve(
     } else {
         format!("Plan {} on {what} was already approved{by}; nothing written", p.hash)
     };
+    let approvals = approvals
+        .filter(|_| with.approvals_required.is_some())
+        .map(|a| format!("Approvals: {a}.\n"))
+        .unwrap_or_default();
     Ok(Printed::out(format!(
-        "{head} ({} to add, {} to change, {} to destroy, {} to replace; Job {}).\nNext: {next}\nFollow it with `kubectl captf explain {typed}`.\n",
+        "{head} ({} to add, {} to change, {} to destroy, {} to replace; Job {}).\n{approvals}Next: {next}\nFollow it with `kubectl captf explain {typed}`.\n",
         p.adds, p.changes, p.destroys, p.replaces, p.job
     )))
 }

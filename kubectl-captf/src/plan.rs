@@ -102,7 +102,9 @@ pub(crate) async fn plan(
         }
         return Ok(Printed::out(format!("No plan waits for approval on {what}; {next}\n")));
     };
-    let approved = s.approve_plan.as_deref() == Some(p.hash.as_str());
+    let names_it = s.approve_plan.as_deref() == Some(p.hash.as_str());
+    let approved = names_it && captf_core::decide::approvals(s).enough();
+    let approvals = names_it.then(|| words::approvals_words(s)).flatten();
     let (secret, kept) = kept::read(&conn.client, r.id.kind, &s.namespace, &s.name, &p.hash).await;
     let by_job = pods_by_job(&r.pods);
     let pod = by_job.get(p.job.as_str()).and_then(|p| p.metadata.name.clone());
@@ -163,6 +165,7 @@ pub(crate) async fn plan(
             "pendingPlan": {"hash": p.hash, "adds": p.adds, "changes": p.changes, "destroys": p.destroys,
                             "replaces": p.replaces, "job": p.job, "pod": pod},
             "approved": approved,
+            "approvals": approvals,
             "resources": changes,
             "resourcesFrom": source,
             "keptIn": kept_where,
@@ -178,6 +181,8 @@ pub(crate) async fn plan(
         p.hash,
         if approved {
             "is approved and waits for the next apply"
+        } else if names_it {
+            "waits for more approvals"
         } else {
             "waits for approval"
         },
@@ -187,6 +192,9 @@ pub(crate) async fn plan(
         p.replaces,
         p.job
     );
+    if let Some(a) = &approvals {
+        out.push_str(&format!("  {a}\n"));
+    }
     if !changes.is_empty() {
         out.push_str(&format!("\nResource changes ({source}):\n"));
         let rows: Vec<Vec<String>> = changes

@@ -1,10 +1,10 @@
 //! When `approve`, `refresh` and `reconcile` write, and when they refuse (PURE). Each asks the
-//! controller's own rules: the approval must be one `decide::approved_plan` carries, and a
+//! controller's own rules: the approval must be one `decide::approval_names_the_waiting_plan` names, and a
 //! refresh or reconcile request is written only when `decide` would act on it.
 
 use k8s_openapi::jiff::Timestamp;
 
-use captf_core::decide::{Decision, approved_plan};
+use captf_core::decide::{Decision, approval_names_the_waiting_plan};
 use captf_core::lock::LockState;
 use captf_core::plan::{self, Plan};
 use captf_core::{Reason, Snapshot};
@@ -61,12 +61,14 @@ pub fn approval(booked: &Snapshot, given: Option<&str>, now: Timestamp) -> Resul
             job: pending.job,
         });
     }
-    if booked.approve_plan.as_deref() == Some(pending.hash.as_str()) {
+    // Approved and enough approvers: nothing to add. Approved by fewer than
+    // `captf.io/approvals-required` asks: this approval adds to theirs.
+    if booked.approve_plan.as_deref() == Some(pending.hash.as_str()) && captf_core::decide::approvals(booked).enough() {
         return Ok(Approval::Already(pending));
     }
     let mut with = booked.clone();
     with.approve_plan = Some(pending.hash.clone());
-    if approved_plan(&with).as_deref() != Some(pending.hash.as_str()) {
+    if approval_names_the_waiting_plan(&with).as_deref() != Some(pending.hash.as_str()) {
         return Err(Refusal::NotCarried {
             what,
             hash: pending.hash,
@@ -275,6 +277,28 @@ mod tests {
         s.status.pending_plan = Some(pending("p1"));
         s.approve_plan = Some("p1".into());
         assert_eq!(approval(&s, None, now()), Ok(Approval::Already(pending("p1"))));
+    }
+
+    #[test]
+    fn approve_adds_an_approval_while_fewer_than_approvals_required_approved() {
+        let mut s = snapshot();
+        s.status.pending_plan = Some(pending("p1"));
+        s.approve_plan = Some("p1".into());
+        s.approvals_required = Some(2);
+        s.spec_changed_by = Some("alice".into());
+        s.approvers = vec!["bob".into()];
+        assert_eq!(approval(&s, Some("p1"), now()), Ok(Approval::Write(pending("p1"))));
+        let words = crate::words::approvals_words(&s).unwrap();
+        assert_eq!(
+            words,
+            "1 of 2 approvals (bob); 1 more needed, from someone other than alice, who last changed the spec"
+        );
+        s.approvers.push("carol".into());
+        assert_eq!(approval(&s, None, now()), Ok(Approval::Already(pending("p1"))));
+        assert_eq!(
+            crate::words::approvals_words(&s).unwrap(),
+            "2 of 2 approvals (bob, carol)"
+        );
     }
 
     #[test]

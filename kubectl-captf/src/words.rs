@@ -40,7 +40,7 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::StateUnreadable => "the deletion is held: the Terraform state cannot be read",
         Reason::MembersExist => "the deletion is held: machine pools or machines of this cluster still exist",
         Reason::AwaitingApproval => {
-            "the newest apply stopped on a plan that deletes or replaces resources, and waits for a person to approve it (or for new inputs)"
+            "the newest apply stopped on a plan the guard holds (one that deletes or replaces resources; under approval Always, any change), and waits for a person to approve it (or for new inputs)"
         }
         Reason::PlanChanged => {
             "the approved plan is not the plan the newest apply found; the new plan waits for approval (or for new inputs)"
@@ -422,6 +422,9 @@ pub fn explain_text(
     }
     match d {
         Decision::Wait(w) if matches!(w.reason, Reason::AwaitingApproval | Reason::PlanChanged) => {
+            if let Some(a) = approvals_words(&e.plan.booked).filter(|_| e.plan.booked.approvals_required.is_some()) {
+                out.push_str(&format!("\nApprovals: {a}."));
+            }
             out.push_str(&format!(
                 "\nReview the plan with `kubectl captf plan {command_target}`, then approve it with `kubectl captf approve {command_target} --hash <hash>`.\n"
             ));
@@ -518,6 +521,38 @@ pub fn exports_words(object: &CaptfObject, stored: Option<&captf_shared::inputs:
             received.join(", ")
         )
     })
+}
+
+/// Who approved the plan `captf.io/approve-plan` names, and what is missing, in words: `approved
+/// by alice`, `1 of 2 approvals (bob); 1 more needed, from someone other than alice, who last
+/// changed the spec`. `None` without an approval.
+pub fn approvals_words(s: &Snapshot) -> Option<String> {
+    s.approve_plan.as_ref()?;
+    let t = captf_core::decide::approvals(s);
+    let by = if t.counted.is_empty() {
+        "nobody it counts".to_string()
+    } else {
+        t.counted.join(", ")
+    };
+    let Some(required) = t.required else {
+        return Some(match &s.approved_by {
+            Some(b) => format!("approved by {b}"),
+            None => "approved (by an unrecorded user)".to_string(),
+        });
+    };
+    let mut w = format!(
+        "{} of {required} approvals ({by})",
+        t.counted.len().min(required as usize)
+    );
+    if t.missing() > 0 {
+        w.push_str(&format!("; {} more needed", t.missing()));
+        if let Some(author) = s.spec_changed_by.as_deref() {
+            w.push_str(&format!(
+                ", from someone other than {author}, who last changed the spec"
+            ));
+        }
+    }
+    Some(w)
 }
 
 #[cfg(test)]

@@ -74,8 +74,9 @@ pub fn after_approval(old_hash: Option<&str>, old: &[String], hash: &str, user: 
 /// The approvals of a plan, counted.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Tally {
-    /// How many are needed.
-    pub required: u32,
+    /// How many are needed: `None` without `captf.io/approvals-required`, where the approval
+    /// itself is enough, whoever wrote it (recorded or not, as before approvers were counted).
+    pub required: Option<u32>,
     /// The approvers that count, in order.
     pub counted: Vec<String>,
     /// The author's own approval, which does not count (only with `approvals-required`).
@@ -83,14 +84,16 @@ pub struct Tally {
 }
 
 impl Tally {
+    /// Enough to apply the approved plan (the caller checks that an approval names it).
     pub fn enough(&self) -> bool {
-        self.counted.len() >= self.required as usize
+        self.missing() == 0
     }
 
     /// How many more approvals the plan needs.
     pub fn missing(&self) -> u32 {
-        self.required
-            .saturating_sub(u32::try_from(self.counted.len()).unwrap_or(u32::MAX))
+        self.required.map_or(0, |r| {
+            r.saturating_sub(u32::try_from(self.counted.len()).unwrap_or(u32::MAX))
+        })
     }
 }
 
@@ -117,7 +120,7 @@ pub fn tally(required: Option<u32>, approvers: &[String], approved_by: Option<&s
         seen.push(a);
     }
     Tally {
-        required: required.unwrap_or(1),
+        required,
         counted: seen,
         author_refused,
     }
@@ -164,7 +167,10 @@ mod tests {
     fn without_approvals_required_one_approval_by_anyone_is_enough() {
         let t = tally(None, &names(&["alice"]), Some("alice"), Some("alice"));
         assert!(t.enough(), "the author may approve their own change, as before");
-        assert!(!tally(None, &[], None, None).enough());
+        assert!(
+            tally(None, &[], None, None).enough(),
+            "an approval nobody recorded (no webhook) is enough, as before"
+        );
         // An object approved before the list was kept: approved-by stands for it.
         assert!(tally(None, &[], Some("bob"), None).enough());
     }

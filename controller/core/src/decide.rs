@@ -167,10 +167,21 @@ fn start(s: &Snapshot, now: Timestamp, op: Op, reason: Reason, drift_remediation
         force_unlock_id: s.lock.force_unlock_id().map(str::to_string),
         approved_plan: (op == Op::Apply).then(|| approved_plan(s)).flatten(),
         approved_by: (op == Op::Apply)
-            .then(|| approved_plan(s).and(s.approved_by.clone()))
+            .then(|| approved_plan(s).and_then(|_| approved_by(s)))
             .flatten(),
         skipped_backoff,
     })
+}
+
+/// Who approved the plan an apply carries, for its Job and its Event: everyone counted, in order
+/// (`alice, bob`), else `captf.io/approved-by`.
+fn approved_by(s: &Snapshot) -> Option<String> {
+    let counted = approvals(s).counted;
+    if counted.is_empty() {
+        s.approved_by.clone()
+    } else {
+        Some(counted.join(", "))
+    }
 }
 
 /// The op of the running Job `job`: from its record, else from its name.
@@ -186,9 +197,26 @@ fn newest_finished(s: &Snapshot, op: Op) -> Option<&JobRecord> {
     s.jobs.iter().find(|r| r.op == op && r.is_finished())
 }
 
+/// The approvals of the plan `captf.io/approve-plan` names, counted (`captf_shared::approvals`).
+pub fn approvals(s: &Snapshot) -> captf_shared::approvals::Tally {
+    captf_shared::approvals::tally(
+        s.approvals_required,
+        &s.approvers,
+        s.approved_by.as_deref(),
+        s.spec_changed_by.as_deref(),
+    )
+}
+
 /// The approval an apply carries: `captf.io/approve-plan` when it names the pending plan (or the
-/// plan the newest apply stopped on), never a stale one.
+/// plan the newest apply stopped on), never a stale one, and only once enough people approved it
+/// ([`approvals`]; one, unless `captf.io/approvals-required` asks for more).
 pub fn approved_plan(s: &Snapshot) -> Option<String> {
+    approval_names_the_waiting_plan(s).filter(|_| approvals(s).enough())
+}
+
+/// `captf.io/approve-plan` when it names the pending plan or the plan the newest apply stopped on,
+/// however many approved it.
+pub fn approval_names_the_waiting_plan(s: &Snapshot) -> Option<String> {
     let approval = s.approve_plan.as_deref()?;
     let pending = s.status.pending_plan.as_ref().map(|p| p.hash.as_str());
     let stopped_on = newest_finished(s, Op::Apply)
@@ -238,7 +266,8 @@ fn awaiting_person(s: &Snapshot, current: &str) -> Option<Reason> {
         // Without the label: new inputs clear `pendingPlan`.
         None => s.status.pending_plan.is_none(),
     };
-    let approval_changed = s.approve_plan.is_some() && s.approve_plan != newest.approved_plan;
+    // An approval that does not have its approvers yet changes nothing: the plan waits on.
+    let approval_changed = s.approve_plan.is_some() && s.approve_plan != newest.approved_plan && approvals(s).enough();
     (!inputs_changed && !approval_changed).then_some(reason)
 }
 
@@ -650,6 +679,47 @@ mod tests {
             (st.reason, st.approved_plan, st.approved_by),
             (Reason::InputsChanged, None, None)
         );
+    }
+
+    #[test]
+    fn approvals_required_holds_the_plan_until_that_many_people_other_than_the_author_approved() {
+        let mut blocked = rec(Op::Apply, 4, Some(Outcome::Blocked));
+        blocked.inputs_hash = Some(OTHER[..16].into());
+        let mut res = RunnerResult::new(RunResult::Blocked, Phase::Guard, "changes 1");
+        res.plan_hash = Some("plan-1".into());
+        blocked.result = Some(res);
+        let mut s = snap(3, vec![blocked.clone()], 10_000);
+        s.inputs_hash = InputsHash::Known(OTHER.into());
+        s.status.pending_plan = Some(PendingPlan {
+            hash: "plan-1".into(),
+            job: blocked.name.clone(),
+            ..Default::default()
+        });
+        s.approvals_required = Some(2);
+        s.spec_changed_by = Some("alice".into());
+        s.approve_plan = Some("plan-1".into());
+        let now = blocked.finished.unwrap();
+        // The author and one other: one approval that counts, of two.
+        for approvers in [&["alice"][..], &["alice", "bob"], &["bob", "bob"]] {
+            s.approvers = approvers.iter().map(|a| a.to_string()).collect();
+            s.approved_by = s.approvers.last().cloned();
+            let w = as_wait(decide(&s, now));
+            assert_eq!(w.reason, Reason::AwaitingApproval, "{approvers:?}");
+            assert_eq!(approved_plan(&s), None);
+        }
+        // A second person: the apply starts, carrying the plan and both approvers.
+        s.approvers = vec!["alice".into(), "bob".into(), "carol".into()];
+        s.approved_by = Some("carol".into());
+        let st = as_start(decide(&s, now));
+        assert_eq!(
+            (st.approved_plan.as_deref(), st.approved_by.as_deref()),
+            (Some("plan-1"), Some("bob, carol"))
+        );
+        // Without approvals-required, one approval by anyone, the author too, as always.
+        s.approvals_required = None;
+        s.approvers = vec!["alice".into()];
+        s.approved_by = Some("alice".into());
+        assert_eq!(as_start(decide(&s, now)).approved_plan.as_deref(), Some("plan-1"));
     }
 
     #[test]

@@ -115,6 +115,11 @@ pub struct Snapshot {
     pub approve_plan: Option<String>,
     /// `captf.io/approved-by`: who approved it.
     pub approved_by: Option<String>,
+    /// `captf.io/approvals-required`, read (`captf_shared::approvals`; a value that does not read
+    /// counts as the most any policy asks), `captf.io/approvers` and `captf.io/spec-changed-by`.
+    pub approvals_required: Option<u32>,
+    pub approvers: Vec<String>,
+    pub spec_changed_by: Option<String>,
     /// `captf.io/refresh`, parsed (an unparsable value is no request).
     pub refresh_requested: Option<Timestamp>,
     /// `captf.io/reconcile-now`, parsed (an unparsable value is no request), with who and why.
@@ -193,6 +198,11 @@ impl Snapshot {
             deletion_timestamp: meta.deletion_timestamp.as_ref().map(|t| t.0),
             approve_plan: ann(keys::ANNOTATION_APPROVE_PLAN).filter(|v| !v.is_empty()),
             approved_by: ann(keys::ANNOTATION_APPROVED_BY).filter(|v| !v.is_empty()),
+            approvals_required: captf_shared::approvals::approvals_required_or_strictest(
+                ann(keys::ANNOTATION_APPROVALS_REQUIRED).as_deref(),
+            ),
+            approvers: captf_shared::approvals::parse_approvers(ann(keys::ANNOTATION_APPROVERS).as_deref()),
+            spec_changed_by: ann(keys::ANNOTATION_SPEC_CHANGED_BY).filter(|v| !v.is_empty()),
             refresh_requested: ann(keys::ANNOTATION_REFRESH).and_then(|v| v.parse().ok()),
             reconcile_requested: ann(keys::ANNOTATION_RECONCILE_NOW).and_then(|v| v.parse().ok()),
             reconcile_by: ann(keys::ANNOTATION_RECONCILE_NOW_BY).filter(|v| !v.is_empty()),
