@@ -15,8 +15,6 @@ use std::time::{Duration, Instant};
 
 use captf_chart_tests::{NAMESPACE, helm_template};
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
-use k8s_openapi::api::core::v1::ServiceAccount;
-use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
@@ -78,47 +76,8 @@ async fn install_chart_rbac(admin: &kube::Client) {
     }
 }
 
-/// A ServiceAccount in [`NS`] who may read what `kubectl captf` reads there and edit CAPTF's
-/// objects (an `edit`-like Role); bound to the chart's approver ClusterRole too when `approver`.
 async fn person(cp: &ControlPlane, admin: &kube::Client, name: &str, approver: bool) -> PathBuf {
-    let sa: ServiceAccount = serde_json::from_value(json!({"metadata": {"name": name}})).unwrap();
-    Api::<ServiceAccount>::namespaced(admin.clone(), NS)
-        .create(&PostParams::default(), &sa)
-        .await
-        .unwrap();
-    let role: Role = serde_json::from_value(json!({
-        "metadata": {"name": name},
-        "rules": [
-            {"apiGroups": ["infrastructure.cluster.x-k8s.io"], "resources": ["*"], "verbs": ["get", "list", "watch", "create", "update", "patch"]},
-            {"apiGroups": [""], "resources": ["pods", "pods/log", "secrets", "configmaps"], "verbs": ["get", "list"]},
-            {"apiGroups": ["batch"], "resources": ["jobs"], "verbs": ["get", "list"]},
-            {"apiGroups": ["coordination.k8s.io"], "resources": ["leases"], "verbs": ["get", "list"]},
-            {"apiGroups": ["events.k8s.io"], "resources": ["events"], "verbs": ["list"]},
-        ],
-    }))
-    .unwrap();
-    Api::<Role>::namespaced(admin.clone(), NS)
-        .create(&PostParams::default(), &role)
-        .await
-        .unwrap();
-    let mut bindings = vec![
-        json!({"metadata": {"name": name}, "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "Role", "name": name}}),
-    ];
-    if approver {
-        bindings.push(json!({
-            "metadata": {"name": format!("{name}-approves")},
-            "roleRef": {"apiGroup": "rbac.authorization.k8s.io", "kind": "ClusterRole", "name": APPROVER_ROLE},
-        }));
-    }
-    for mut binding in bindings {
-        binding["subjects"] = json!([{"kind": "ServiceAccount", "name": name, "namespace": NS}]);
-        let binding: RoleBinding = serde_json::from_value(binding).unwrap();
-        Api::<RoleBinding>::namespaced(admin.clone(), NS)
-            .create(&PostParams::default(), &binding)
-            .await
-            .unwrap();
-    }
-    cp.service_account_kubeconfig(NS, name).await.unwrap()
+    common::people::person(cp, admin, NS, name, approver.then_some(APPROVER_ROLE)).await
 }
 
 fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
@@ -185,15 +144,8 @@ async fn an_editor_is_refused_approving_and_a_user_bound_to_the_approver_role_ap
     common::webhook::register(&admin, &hook).await;
     let editor_kubeconfig = person(&cp, &admin, "editor", false).await;
     let approver_kubeconfig = person(&cp, &admin, "approver", true).await;
-    let client_of = |path: PathBuf| async move {
-        let kc = kube::config::Kubeconfig::read_from(&path).unwrap();
-        let config = kube::Config::from_custom_kubeconfig(kc, &Default::default())
-            .await
-            .unwrap();
-        kube::Client::try_from(config).unwrap()
-    };
-    let editor = clusters(&client_of(editor_kubeconfig.clone()).await);
-    let approver = clusters(&client_of(approver_kubeconfig).await);
+    let editor = clusters(&common::people::client(&editor_kubeconfig).await);
+    let approver = clusters(&common::people::client(&approver_kubeconfig).await);
     let api = clusters(&admin);
 
     // Until the webhook refuses a bad spec, its registration is not in force yet.

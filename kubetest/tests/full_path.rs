@@ -314,6 +314,96 @@ async fn a_destructive_change_is_blocked_then_applied_once_approved_with_the_app
     assert_eq!(full.content("b").as_deref(), Some("one"));
 }
 
+/// `kubectl captf <args>` as the person of `kubeconfig`: its exit status and what it printed.
+fn plugin(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
+    let out = std::process::Command::new(common::webhook::binary("kubectl-captf"))
+        .arg("--kubeconfig")
+        .arg(kubeconfig)
+        .args(["-n", "default"])
+        .args(args)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (out.status.success(), text)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_other_than_its_author() {
+    let Some(full) = Full::start().await else { return };
+    let alice = common::people::person(&full.cp, &full.admin, "default", "alice", None).await;
+    let bob = common::people::person(&full.cp, &full.admin, "default", "bob", None).await;
+    let carol = common::people::person(&full.cp, &full.admin, "default", "carol", None).await;
+    // alice writes the object: every change waits for two people other than her.
+    let object: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": {
+            "name": "governed", "namespace": "default",
+            "annotations": {"captf.io/approvals-required": "2"},
+        },
+        "spec": {
+            "module": { "source": full.modules.url("cluster.tar.gz") },
+            "variables": {"name": "g", "content": "one"},
+            "drift": {"interval": "0"},
+            "guard": {"approval": "Always"},
+        },
+    }))
+    .unwrap();
+    let as_alice = common::people::client(&alice).await;
+    Api::<DynamicObject>::namespaced_with(as_alice, "default", &common::terraform_clusters())
+        .create(&PostParams::default(), &object)
+        .await
+        .unwrap();
+    // The first plan only creates, and still waits: approval Always.
+    full.booked("governed", captf_shared::Op::Apply, 1, "blocked").await;
+    let o = full
+        .until("governed", "a pending plan", |o| {
+            o["status"]["pendingPlan"]["hash"].is_string()
+        })
+        .await;
+    let hash = o["status"]["pendingPlan"]["hash"].as_str().unwrap().to_string();
+    assert_eq!(o["status"]["pendingPlan"]["adds"], 1, "{o}");
+    assert_eq!(o["status"]["pendingPlan"]["destroys"], 0, "{o}");
+    assert!(full.content("g").is_none(), "nothing applied unapproved");
+    assert_eq!(
+        o["metadata"]["annotations"]["captf.io/spec-changed-by"],
+        common::people::user("default", "alice")
+    );
+
+    // alice's own approval is refused; bob's counts, and one more is needed.
+    let (ok, out) = plugin(&alice, &["approve", "tfc/governed", "--hash", &hash]);
+    assert!(!ok, "{out}");
+    assert!(out.contains("last changed this object's spec"), "{out}");
+    let (ok, out) = plugin(&bob, &["approve", "tfc/governed", "--hash", &hash]);
+    assert!(ok, "{out}");
+    assert!(out.contains("1 of 2 approvals"), "{out}");
+    let (ok, out) = plugin(&bob, &["plan", "tfc/governed"]);
+    assert!(ok && out.contains("waits for more approvals"), "{out}");
+    assert!(out.contains("1 more needed"), "{out}");
+
+    // carol's is the second: the apply carries both, and creates the thing.
+    let (ok, out) = plugin(&carol, &["approve", "tfc/governed", "--hash", &hash]);
+    assert!(ok, "{out}");
+    let a2 = full.booked("governed", captf_shared::Op::Apply, 2, "succeeded").await;
+    let annotations = a2.metadata.annotations.unwrap();
+    assert_eq!(annotations["captf.io/approved-plan"], hash);
+    assert_eq!(
+        annotations["captf.io/approved-by"],
+        format!(
+            "{}, {}",
+            common::people::user("default", "bob"),
+            common::people::user("default", "carol")
+        ),
+        "the apply started only once both had approved"
+    );
+    assert_eq!(full.content("g").as_deref(), Some("one"));
+    full.until("governed", "Ready", ready).await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn deletion_destroys_removes_the_finalizer_and_the_garbage_collector_takes_what_the_object_owned_but_the_state() {
     let Some(full) = Full::start().await else { return };
