@@ -637,4 +637,228 @@ deny contains msg if {
         eprintln!("{e} after {:?}", started.elapsed());
         assert!(matches!(e, PolicyError::TimedOut { .. }), "{e}");
     }
+
+    /// docs/policy.md's worked example decides as the page says.
+    #[test]
+    fn the_worked_example_of_the_docs_decides_as_documented() {
+        let page = include_str!("../../docs/policy.md");
+        let source = page
+            .split("```rego\n")
+            .nth(1)
+            .and_then(|rest| rest.split("```").next())
+            .unwrap();
+        let plan = r#"{"resource_changes": [
+          {"address": "captftest_thing.api", "type": "captftest_thing",
+           "change": {"actions": ["update"], "after": {"name": "api", "content": "ingress tcp/6443 from 0.0.0.0/0"}}},
+          {"address": "captftest_thing.web", "type": "captftest_thing",
+           "change": {"actions": ["delete", "create"], "after": {"name": "prod-web-2", "content": "ingress tcp/443 from 0.0.0.0/0"}}}
+        ]}"#;
+        let evaluator = Evaluator::new(&[Policy::new("platform/plan-policies:ingress.rego", source)]).unwrap();
+        let decision = evaluator.evaluate(plan).unwrap();
+        assert!(decision.blocks());
+        assert_eq!(
+            decision.denials,
+            [Finding {
+                rule: "data.main.violation".into(),
+                message: "captftest_thing.api opens \"ingress tcp/6443 from 0.0.0.0/0\" to the world".into(),
+                address: Some("captftest_thing.api".into()),
+            }]
+        );
+        assert_eq!(
+            decision.warnings,
+            [Finding {
+                rule: "data.main.warn".into(),
+                message: "captftest_thing.web is replaced".into(),
+                address: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn rules_named_with_a_suffix_count_as_their_kind() {
+        let d = eval(
+            r#"package main
+deny_open contains "a" if { true }
+violation_prod contains "b" if { true }
+warn_tags contains "c" if { true }
+denied contains "not a rule conftest reads" if { true }
+deny_ contains "nor this" if { true }
+warning contains "nor this" if { true }"#,
+        )
+        .unwrap();
+        assert_eq!(
+            d.denials
+                .iter()
+                .map(|f| (f.rule.as_str(), f.message.as_str()))
+                .collect::<Vec<_>>(),
+            [("data.main.deny_open", "a"), ("data.main.violation_prod", "b")]
+        );
+        assert_eq!(
+            d.warnings
+                .iter()
+                .map(|f| (f.rule.as_str(), f.message.as_str()))
+                .collect::<Vec<_>>(),
+            [("data.main.warn_tags", "c")]
+        );
+    }
+
+    #[test]
+    fn packages_under_main_are_consulted_and_others_only_imported() {
+        let d = evaluate(
+            &[
+                Policy::new(
+                    "net",
+                    "package main.network\nimport data.lib\ndeny contains lib.greeting if { true }\n",
+                ),
+                Policy::new(
+                    "lib",
+                    "package lib\ngreeting := \"from lib\"\ndeny contains \"lib is not consulted\" if { true }\n",
+                ),
+                Policy::new(
+                    "other",
+                    "package mainframe\ndeny contains \"nor is mainframe\" if { true }\n",
+                ),
+            ],
+            PLAN,
+        )
+        .unwrap();
+        assert_eq!(
+            d.denials,
+            [Finding {
+                rule: "data.main.network.deny".into(),
+                message: "from lib".into(),
+                address: None,
+            }]
+        );
+    }
+
+    #[test]
+    fn another_namespace_is_consulted_when_asked_for() {
+        let policies = [Policy::new(
+            "p",
+            "package team.plans\nwarn contains \"w\" if { true }\n",
+        )];
+        let options = Options {
+            namespace: "team".into(),
+            ..Options::default()
+        };
+        let d = Evaluator::with_options(&policies, options)
+            .unwrap()
+            .evaluate(PLAN)
+            .unwrap();
+        assert_eq!(d.warnings[0].rule, "data.team.plans.warn");
+        // By default nothing in `team` counts.
+        assert_eq!(evaluate(&policies, PLAN).unwrap(), Decision::default());
+        for bad in ["", "main.", "main..x", "1main", "main-x", "data main"] {
+            let options = Options {
+                namespace: bad.into(),
+                ..Options::default()
+            };
+            assert!(
+                matches!(
+                    Evaluator::with_options(&policies, options),
+                    Err(PolicyError::BadNamespace { .. })
+                ),
+                "{bad:?}"
+            );
+        }
+    }
+
+    #[test]
+    fn an_address_comes_from_resource_else_address() {
+        let d = eval(
+            r#"package main
+deny contains {"msg": "r", "resource": "a.b", "address": "ignored"} if { true }
+deny contains {"msg": "a", "address": "c.d"} if { true }
+deny contains {"msg": "n", "resource": 7} if { true }"#,
+        )
+        .unwrap();
+        let got: Vec<_> = d
+            .denials
+            .iter()
+            .map(|f| (f.message.as_str(), f.address.as_deref()))
+            .collect();
+        assert_eq!(got, [("a", Some("c.d")), ("n", None), ("r", Some("a.b"))]);
+    }
+
+    #[test]
+    fn a_rule_that_is_not_a_set_of_messages_is_an_error_that_blocks() {
+        for (source, rule) in [
+            ("package main\ndeny := true\n", "data.main.deny"),
+            ("package main\nwarn contains 7 if { true }\n", "data.main.warn"),
+            (
+                "package main\nviolation contains {\"msg\": 1} if { true }\n",
+                "data.main.violation",
+            ),
+        ] {
+            let e = eval(source).unwrap_err();
+            assert!(
+                matches!(e, PolicyError::BadResult { rule: ref r, .. } if r == rule),
+                "{source}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn a_builtin_given_what_it_cannot_work_with_is_undefined_as_in_opa() {
+        let d = eval(
+            r#"package main
+deny contains "startswith on a number" if { startswith(input.format_version_number, "1") }
+warn contains "reached" if { true }"#,
+        )
+        .unwrap();
+        assert!(!d.blocks(), "{d:?}");
+        assert_eq!(messages(&d.warnings), ["reached"]);
+    }
+
+    #[test]
+    fn a_policy_over_its_size_is_refused() {
+        let big = format!("package main\n{}", "# padding\n".repeat(MAX_MODULE_BYTES / 10));
+        let e = Evaluator::new(&[Policy::new("ns/big:big.rego", big)]).unwrap_err();
+        assert!(
+            matches!(e, PolicyError::ModuleTooLarge { ref policy, .. } if policy == "ns/big:big.rego"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn policies_over_their_total_size_are_refused() {
+        let one = format!("package main\n{}", "# padding\n".repeat(MAX_MODULE_BYTES / 11));
+        let policies: Vec<Policy> = (0..5).map(|i| Policy::new(format!("p{i}"), one.clone())).collect();
+        let e = Evaluator::new(&policies).unwrap_err();
+        assert!(matches!(e, PolicyError::PoliciesTooLarge { .. }), "{e}");
+    }
+
+    #[test]
+    fn a_plan_over_its_size_is_refused() {
+        let ev = Evaluator::new(&[Policy::new("p", "package main\n")]).unwrap();
+        let plan = format!("{{\"pad\": \"{}\"}}", "x".repeat(MAX_PLAN_BYTES));
+        assert!(matches!(ev.evaluate(&plan), Err(PolicyError::PlanTooLarge { .. })));
+    }
+
+    /// Nothing a plan holds makes the evaluation panic: every prefix of a plan (almost all of
+    /// them not JSON), and a plan nested far deeper than any real one.
+    #[test]
+    fn a_plan_that_is_not_json_is_an_error_and_never_a_panic() {
+        let ev = Evaluator::new(&[Policy::new(
+            "p",
+            "package main\ndeny contains rc.address if { some rc in input.resource_changes }\n",
+        )])
+        .unwrap();
+        for end in (0..PLAN.len()).filter(|&i| PLAN.is_char_boundary(i)) {
+            match ev.evaluate(&PLAN[..end]) {
+                Err(PolicyError::Plan { .. }) => {}
+                // A prefix can be a JSON document of its own (a number, whitespace-trimmed).
+                Ok(d) => assert!(!d.blocks() || end == PLAN.len(), "{end}: {d:?}"),
+                Err(e) => panic!("{end}: {e}"),
+            }
+        }
+        let deep = format!("{}{}", "[".repeat(100_000), "]".repeat(100_000));
+        assert!(ev.evaluate(&deep).is_err() || ev.evaluate(&deep).is_ok_and(|d| !d.blocks()));
+    }
+
+    #[test]
+    fn no_policies_decide_nothing() {
+        assert_eq!(evaluate(&[], PLAN).unwrap(), Decision::default());
+    }
 }
