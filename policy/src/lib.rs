@@ -36,8 +36,9 @@
 //! evaluation thread) and `regex` (`regex.match` and friends, which plan policies use to match
 //! names; the `regex` crate is already in the workspace's dependency graph). The rest of OPA's
 //! builtins (`time`, `net`, `jsonschema`, `yaml`, `http`, ...) are left out: each brings a large
-//! dependency, and plan policies rarely need them. A policy that calls one is refused when
-//! loaded, naming it; the core builtins (`startswith`, `contains`, `sprintf`, `count`,
+//! dependency, and plan policies rarely need them. A policy that calls one fails as a call to any
+//! unknown function does: regorus resolves calls only when it evaluates them, so the evaluation
+//! that reaches the call fails, naming the policy, and blocks. The core builtins (`startswith`, `contains`, `sprintf`, `count`,
 //! `object.get`, `concat`, ...) are all there.
 
 use std::num::{NonZeroU32, NonZeroUsize};
