@@ -52,8 +52,8 @@ use regorus::{Engine, LimitError, PolicyLengthConfig, Value};
 pub const MAX_MODULE_BYTES: usize = 256 * 1024;
 /// The largest total of all policy modules of one evaluation, in bytes.
 pub const MAX_POLICY_BYTES: usize = 1024 * 1024;
-/// The largest plan document accepted, in bytes. A plan of 1,000 resources is about 1 MiB; this
-/// leaves room for plans far larger than one cluster's infrastructure, while bounding the
+/// The largest plan document accepted, in bytes. A plan of 1,000 small resources is about 0.4 MiB;
+/// this leaves room for plans far larger than one cluster's infrastructure, while bounding the
 /// memory a parsed plan takes.
 pub const MAX_PLAN_BYTES: usize = 64 * 1024 * 1024;
 /// How long one evaluation may run unless [`Options::time_limit`] says otherwise. Real plan
