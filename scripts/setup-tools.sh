@@ -22,6 +22,8 @@
 #     CAPTF_NO_CONTROL_PLANE=1);
 #   - sshd (Debian openssh-server), only when running as root with apt-get, for the tests of
 #     module credentials over SSH;
+#   - OPA, built from its Go module through realparts/opa, for the policy crate's tests that
+#     compare its Rego evaluation with `opa eval`;
 #   - for scripts/release.sh: umoci and musl-tools (Debian, as root with apt-get), the Rust
 #     target x86_64-unknown-linux-musl, and actionlint built from realparts/actionlint;
 #   - OpenTofu, every version pinned by a wrapper module realparts/opentofu-<minor>/ (see the
@@ -255,10 +257,17 @@ fi
 "$root/scripts/build-go-part.sh" actionlint realparts/actionlint github.com/rhysd/actionlint/cmd/actionlint
 # ---- end of the release tools ----
 
+# ---- OPA (realparts/opa) ----
+# The policy crate's tests evaluate every policy of their corpus with the real `opa eval` too and
+# compare the decisions. OPA's own source stamps its version, so no -X is needed.
+"$root/scripts/build-go-part.sh" opa realparts/opa github.com/open-policy-agent/opa
+# ---- end of OPA ----
+
 "$tools/bin/helm" version --short >&2
 "$tools/bin/terraform" version >&2
 # No pipe into head here: under pipefail a SIGPIPE'd kubectl would fail the script.
 "$tools/bin/kubectl" version --client=true >&2
+"$tools/bin/opa" version >&2
 fi
 # ---- end of what the demo leaves out ----
 "$tools/bin/protoc" --version >&2
