@@ -155,7 +155,17 @@ pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Request, Plan) {
     let p = plan::plan(&with, now);
     let s = &p.booked;
     let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
+    let denied = matches!(
+        captf_core::decide(snap, now),
+        Decision::Wait(w) if w.reason == Reason::PolicyDenied
+    );
     let verdict = match &p.decision {
+        Decision::Start(st) if denied => Request::Write {
+            words: format!(
+                "reconcile requested on {what}: the controller starts {} at its next pass, and its new plan is checked against the policies as they are now.",
+                st.op
+            ),
+        },
         Decision::Start(st) if st.skipped_backoff.is_some() => Request::Write {
             words: format!(
                 "reconcile requested on {what}: the controller starts {} (attempt {}) at its next pass instead of {}. If it fails, it backs off again.",

@@ -42,6 +42,9 @@ pub fn reason_words(r: Reason) -> &'static str {
         Reason::AwaitingApproval => {
             "the newest apply stopped on a plan the guard holds (one that deletes or replaces resources; under approval Always, any change), and waits for a person to approve it (or for new inputs)"
         }
+        Reason::PolicyDenied => {
+            "a policy on the plan denied the newest apply's plan (the condition names the rule, the resource and the message); it waits for new inputs, or for `kubectl captf reconcile` once the policy changed"
+        }
         Reason::PlanChanged => {
             "the approved plan is not the plan the newest apply found; the new plan waits for approval (or for new inputs)"
         }

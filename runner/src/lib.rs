@@ -27,6 +27,7 @@ pub mod fuzzing;
 pub mod guard;
 pub mod ops;
 pub mod outputs;
+pub mod plan_policy;
 pub mod program;
 pub mod redact;
 pub mod result;

@@ -6,11 +6,13 @@
 use captf_shared::Op;
 use captf_shared::inputs::Inputs;
 use captf_shared::protocol::{DRIFT_FOUND_MESSAGE, NO_DRIFT_MESSAGE, PLAN_TEXT_LIMIT, Phase, RunResult, RunnerResult};
+use captf_shared::types::ApprovalMode;
 use captf_shared::{keys, names};
 
 use crate::config::Config;
 use crate::guard::{self, Verdict};
 use crate::outputs::{self, OutputsStore};
+use crate::plan_policy;
 use crate::state_proxy;
 use crate::tf::{Finished, Interrupt, Log, Stdout, Tf, TfError};
 use crate::unlock;
@@ -227,10 +229,43 @@ impl<S: OutputsStore> Steps<'_, S> {
             )
             .await?;
         let show = self.ok(Phase::Plan, self.cmd.show_plan(), Stdout::Capture).await?;
-        let facts = guard::plan_facts_from_text(self.json(&show)).map_err(|e| failed(Phase::Plan, e.to_string()))?;
+        let plan_json = self.json(&show);
+        let facts = guard::plan_facts_from_text(plan_json).map_err(|e| failed(Phase::Plan, e.to_string()))?;
         let approved = self.cfg.approved_plan.as_deref();
         let what = guard::describe(&facts.summary);
         self.log().note(&format!("plan {}: {what}", facts.hash));
+        // The policies first: a plan they deny is never kept for approval, nor applied.
+        let policies = plan_policy::read(&self.cfg.inputs_dir);
+        let policy = match &policies {
+            Err(why) => plan_policy::Verdict::Denied {
+                message: format!(
+                    "the policies on plan {} cannot be read, so it is not applied: {why}",
+                    facts.hash
+                ),
+            },
+            Ok(p) => plan_policy::check(p, &String::from_utf8_lossy(plan_json), &facts.hash),
+        };
+        let policy_warnings = match policy {
+            plan_policy::Verdict::Denied { message } => {
+                self.log().note(&message);
+                let mut r = RunnerResult::new(RunResult::PolicyDenied, Phase::Guard, message);
+                r.plan_hash = Some(facts.hash.clone());
+                r.summary = Some(facts.summary);
+                return Err(r);
+            }
+            plan_policy::Verdict::Pass { warnings } => {
+                if let Ok(p) = &policies
+                    && !p.is_empty()
+                {
+                    self.log()
+                        .note(&format!("{} policies checked the plan: no denial", p.len()));
+                }
+                for w in &warnings {
+                    self.log().note(&format!("policy warning: {w}"));
+                }
+                warnings
+            }
+        };
         let verdict = guard::verdict(self.cfg.guard, &facts, approved);
         if verdict != Verdict::Apply {
             self.keep_plan(&facts, &planned).await;
@@ -244,14 +279,19 @@ impl<S: OutputsStore> Steps<'_, S> {
             let mut r = RunnerResult::new(result, Phase::Guard, message);
             r.plan_hash = Some(facts.hash.clone());
             r.summary = Some(facts.summary);
+            r.policy_warnings = policy_warnings.clone();
             r
         };
         match verdict {
             Verdict::Blocked => {
+                let held = match self.cfg.guard {
+                    ApprovalMode::Always => "plan changes resources and approval is Always",
+                    _ => "plan deletes or replaces resources",
+                };
                 return Err(stop(
                     RunResult::Blocked,
                     format!(
-                        "plan deletes or replaces resources ({what}); to apply it, annotate the object with {}={}",
+                        "{held} ({what}); to apply it, annotate the object with {}={}",
                         keys::ANNOTATION_APPROVE_PLAN,
                         facts.hash
                     ),
@@ -275,6 +315,7 @@ impl<S: OutputsStore> Steps<'_, S> {
         let mut r = RunnerResult::new(RunResult::Succeeded, Phase::Apply, format!("applied: {what}"));
         r.plan_hash = Some(facts.hash.clone());
         r.summary = Some(facts.summary);
+        r.policy_warnings = policy_warnings;
         self.outputs(Phase::Apply, &mut r).await?;
         Ok(r)
     }

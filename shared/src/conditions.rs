@@ -26,6 +26,7 @@ pub mod reason {
     pub const APPLY_FAILED: &str = "ApplyFailed";
     pub const DESTRUCTIVE_PLAN_BLOCKED: &str = "DestructivePlanBlocked";
     pub const PLAN_CHANGED: &str = "PlanChanged";
+    pub const POLICY_DENIED: &str = "PolicyDenied";
     pub const DRIFT_FOUND: &str = "DriftFound";
     pub const NO_DRIFT: &str = "NoDrift";
     pub const NEVER_CHECKED: &str = "NeverChecked";

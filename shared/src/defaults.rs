@@ -354,7 +354,11 @@ mod tests {
         ];
         for (approval, destructive, want) in cases {
             let mut s = minimal();
-            s.guard = Some(GuardSpec { destructive, approval });
+            s.guard = Some(GuardSpec {
+                destructive,
+                approval,
+                policy_refs: None,
+            });
             assert_eq!(
                 effective(&s).guard,
                 want,

@@ -17,6 +17,11 @@ pub mod reason {
     /// An approved plan no longer matched what the Job planned: nothing applied, the new plan
     /// waits for its own approval (Warning).
     pub const PLAN_CHANGED: &str = "PlanChanged";
+    /// A policy on the plan denied it: nothing applied (Warning; note: each rule, address and
+    /// message).
+    pub const POLICY_DENIED: &str = "PolicyDenied";
+    /// A policy on the plan warned about it; the plan went on (Warning; note: the warnings).
+    pub const POLICY_WARNING: &str = "PolicyWarning";
     /// An apply Job starts with the plan a person approved (note: the plan hash, by whom).
     pub const PLAN_APPROVED: &str = "PlanApproved";
     /// A Job starts before its backoff ended because a person asked (note: who, why, the time

@@ -24,6 +24,11 @@ pub struct Inputs {
     /// keep the hash they had before the field existed.
     #[serde(default, rename = "publicVariables", skip_serializing_if = "BTreeSet::is_empty")]
     pub public_variables: BTreeSet<String>,
+    /// The policies the plan is checked against (`spec.guard.policyRefs`, then the platform's).
+    /// Not part of the inputs document nor of its hash: a policy decides whether a plan may be
+    /// applied, not what is planned. The inputs Secret carries them under their own key.
+    #[serde(skip)]
+    pub policies: Vec<crate::protocol::PlanPolicy>,
 }
 
 #[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]

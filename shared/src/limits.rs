@@ -20,6 +20,11 @@ pub const WARN_DRIFT_INTERVAL_BELOW: Duration = Duration::from_secs(5 * 60);
 pub const RESERVED_ENV_PREFIX: &str = "CAPTF_";
 /// At most this many `variablesFrom` entries (bounds the CRD's CEL rule over them).
 pub const MAX_VARIABLES_FROM: usize = 32;
+/// Most entries in `spec.guard.policyRefs`.
+pub const MAX_POLICY_REFS: usize = 8;
+/// The most policy text (all modules together, the platform's and the object's) a plan is
+/// checked against, in bytes: it travels in the inputs Secret beside the inputs.
+pub const MAX_PLAN_POLICY_BYTES: usize = 512 * 1024;
 /// Terraform variable (and output) names as CAPTF accepts them (docs/api.md).
 pub const VARIABLE_NAME_PATTERN: &str = "^[A-Za-z_][A-Za-z0-9_-]*$";
 /// At most this many `exports` of a TerraformCluster: each becomes a variable of every member,

@@ -1090,7 +1090,11 @@ mod tests {
         ];
         for (approval, destructive, field) in spelled {
             let s = TerraformSpec {
-                guard: Some(GuardSpec { destructive, approval }),
+                guard: Some(GuardSpec {
+                    destructive,
+                    approval,
+                    policy_refs: None,
+                }),
                 ..TerraformSpec::default()
             };
             let v = strict.check_spec(&s, "spec");
@@ -1108,6 +1112,7 @@ mod tests {
                 guard: Some(GuardSpec {
                     destructive: None,
                     approval: Some(mode),
+                    policy_refs: None,
                 }),
                 ..TerraformSpec::default()
             };

@@ -90,10 +90,13 @@ pub enum RunResult {
     Blocked,
     PlanChanged,
     Interrupted,
+    /// A policy on the plan denied it (or could not be evaluated): nothing was applied.
+    PolicyDenied,
 }
 
 impl RunResult {
-    /// The runner's exit code: 0 succeeded, 1 failed, 3 blocked, 4 plan-changed, 5 interrupted.
+    /// The runner's exit code: 0 succeeded, 1 failed, 3 blocked, 4 plan-changed, 5 interrupted,
+    /// 6 policy-denied.
     pub fn exit_code(self) -> i32 {
         match self {
             RunResult::Succeeded => 0,
@@ -101,6 +104,7 @@ impl RunResult {
             RunResult::Blocked => 3,
             RunResult::PlanChanged => 4,
             RunResult::Interrupted => 5,
+            RunResult::PolicyDenied => 6,
         }
     }
 
@@ -111,6 +115,7 @@ impl RunResult {
             RunResult::Blocked => "blocked",
             RunResult::PlanChanged => "plan-changed",
             RunResult::Interrupted => "interrupted",
+            RunResult::PolicyDenied => "policy-denied",
         }
     }
 }
@@ -198,6 +203,29 @@ pub struct RunnerResult {
     /// masked copy under [`PUBLIC_OUTPUTS_KEY`]).
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub outputs_in_secret: bool,
+    /// What the policies on the plan warned about (`warn` rules), at most
+    /// [`POLICY_WARNINGS_LIMIT`], each cut to [`POLICY_FINDING_BYTES`].
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_warnings: Vec<String>,
+}
+
+/// The most policy warnings a result carries (the rest are counted in the last one).
+pub const POLICY_WARNINGS_LIMIT: usize = 5;
+/// The longest policy finding a result or a message carries, in bytes.
+pub const POLICY_FINDING_BYTES: usize = 300;
+
+/// The data key of the inputs Secret that holds the policies the runner checks the plan against
+/// (a JSON list of [`PlanPolicy`]). Not part of the inputs hash: a policy decides whether a plan
+/// may be applied, not what is planned.
+pub const POLICIES_KEY: &str = "policies.json";
+
+/// One Rego module the plan is checked against.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, Eq)]
+pub struct PlanPolicy {
+    /// Where it came from, for messages: `<namespace>/<configmap>:<key>`.
+    pub name: String,
+    /// The Rego source.
+    pub source: String,
 }
 
 /// The data key of the outputs Secret that holds the `output -json` document as Terraform printed
@@ -280,6 +308,7 @@ impl RunnerResult {
             drift: None,
             outputs: None,
             outputs_in_secret: false,
+            policy_warnings: Vec::new(),
         }
     }
 

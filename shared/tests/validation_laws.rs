@@ -161,6 +161,7 @@ fn any_spec() -> impl Strategy<Value = TerraformSpec> {
                 guard: guard.map(|destructive| GuardSpec {
                     destructive,
                     approval: None,
+                    policy_refs: None,
                 }),
                 deletion_policy,
                 paused,
@@ -272,6 +273,7 @@ fn valid_spec() -> impl Strategy<Value = TerraformSpec> {
                     guard: guard.map(|destructive| GuardSpec {
                         destructive,
                         approval: None,
+                        policy_refs: None,
                     }),
                     deletion_policy,
                     paused,

@@ -537,6 +537,7 @@ fn enums_accept_every_value() {
             guard: Some(GuardSpec {
                 destructive: Some(guard),
                 approval: None,
+                policy_refs: None,
             }),
             ..spec()
         };
@@ -576,6 +577,7 @@ fn guard(destructive: DestructiveGuard, remediation: Option<Remediation>) -> Ter
         guard: Some(GuardSpec {
             destructive: Some(destructive),
             approval: None,
+            policy_refs: None,
         }),
         drift: Some(DriftSpec {
             interval: None,
@@ -614,6 +616,7 @@ fn approval(mode: ApprovalMode, destructive: Option<DestructiveGuard>) -> Terraf
         guard: Some(GuardSpec {
             destructive,
             approval: Some(mode),
+            policy_refs: None,
         }),
         drift: Some(DriftSpec {
             interval: None,
@@ -662,6 +665,7 @@ fn approval_never_with_auto_remediation_warns_at_approval() {
     s.guard = Some(GuardSpec {
         destructive: None,
         approval: Some(ApprovalMode::Always),
+        policy_refs: None,
     });
     assert!(check(&s).warnings.is_empty());
 }
@@ -697,6 +701,7 @@ fn every_violation_is_reported_together() {
         guard: Some(GuardSpec {
             destructive: Some(DestructiveGuard::Allow),
             approval: None,
+            policy_refs: None,
         }),
         ..Default::default()
     };

@@ -245,6 +245,15 @@ spec:
             - --runner-tmp-size-limit={{ $v.runner.tmpSizeLimit }}
             - --runner-terraform-cli-config={{ $v.runner.terraformCliConfig.configMapName }}
             - --runner-terraform-cli-config-key={{ $v.runner.terraformCliConfig.key }}
+            {{- if $v.planPolicies.configMaps }}
+            - --plan-policies-dir=/etc/captf/plan-policies
+            {{- end }}
+          {{- if $v.planPolicies.configMaps }}
+          volumeMounts:
+            - name: plan-policies
+              mountPath: /etc/captf/plan-policies
+              readOnly: true
+          {{- end }}
           env:
             # The leader-election Lease lives in the controller's own namespace; the holder is the pod.
             - name: POD_NAMESPACE
@@ -277,6 +286,18 @@ spec:
             {{- toYaml $v.controller.resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.containerSecurityContext | nindent 12 }}
+      {{- if $v.planPolicies.configMaps }}
+      volumes:
+        # The platform's policies on plans: every key of these ConfigMaps of the release's
+        # namespace, in one directory (a key ending in .rego is a policy).
+        - name: plan-policies
+          projected:
+            sources:
+              {{- range $v.planPolicies.configMaps }}
+              - configMap:
+                  name: {{ . }}
+              {{- end }}
+      {{- end }}
       {{- with $v.controller.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}

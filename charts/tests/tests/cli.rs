@@ -385,3 +385,22 @@ fn the_same_policy_flags_give_both_binaries_the_same_policy() {
             .is_empty()
     );
 }
+
+#[test]
+fn the_platforms_plan_policies_are_mounted_where_the_controller_reads_them() {
+    assert_eq!(
+        parse_controller(&args_of(&[], "captf-controller")).plan_policies_dir,
+        "",
+        "no policies by default"
+    );
+    let extra = ["--set", "planPolicies.configMaps={guardrails,tags}"];
+    let run = parse_controller(&args_of(&extra, "captf-controller"));
+    let r = helm_template(&extra).unwrap();
+    let pod = &r.get("Deployment", "captf-controller").unwrap()["spec"]["template"]["spec"];
+    let mount = &pod["containers"][0]["volumeMounts"][0];
+    assert_eq!(mount["mountPath"], run.plan_policies_dir.as_str());
+    assert_eq!(mount["readOnly"], true);
+    let sources = &pod["volumes"][0]["projected"]["sources"];
+    assert_eq!(sources[0]["configMap"]["name"], "guardrails");
+    assert_eq!(sources[1]["configMap"]["name"], "tags");
+}

@@ -440,7 +440,7 @@ pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> 
     use captf_shared::events::reason;
     let job = &rec.name;
     let (reason, warning, note) = match outcome {
-        Outcome::Failed | Outcome::Deadline | Outcome::Interrupted | Outcome::Blocked => {
+        Outcome::Failed | Outcome::Deadline | Outcome::Interrupted | Outcome::Blocked | Outcome::PolicyDenied => {
             let r = outcome.event_reason()?;
             (r.as_str(), outcome != Outcome::Interrupted, event_note(rec, outcome))
         }
@@ -493,6 +493,16 @@ pub fn booking_event(rec: &JobRecord, outcome: Outcome) -> Option<BookingEvent> 
             ),
         },
     };
+    let warnings = rec
+        .result
+        .as_ref()
+        .map(|r| r.policy_warnings.as_slice())
+        .unwrap_or_default();
+    let note = if warnings.is_empty() {
+        note
+    } else {
+        format!("{note}; the plan's policies warned: {}", warnings.join("; "))
+    };
     Some(BookingEvent { reason, warning, note })
 }
 
@@ -508,10 +518,11 @@ pub fn event_note(rec: &JobRecord, outcome: Outcome) -> String {
             rec.name
         ),
         Outcome::Blocked => format!(
-            "Job {}: the plan deletes or replaces resources; approve plan {} with captf.io/approve-plan",
+            "Job {}: the plan waits for approval ({msg}); approve plan {} with captf.io/approve-plan",
             rec.name,
             result.and_then(|r| r.plan_hash.as_deref()).unwrap_or("")
         ),
+        Outcome::PolicyDenied => format!("Job {} applied nothing: {msg}", rec.name),
         _ => format!("Job {} failed in phase {phase}: {msg}", rec.name),
     }
 }
@@ -855,6 +866,7 @@ mod tests {
         let inputs = Inputs {
             state_encryption: None,
             public_variables: Default::default(),
+            policies: Vec::new(),
             module: ModuleRef::default(),
             variables: BTreeMap::from([
                 ("region".to_string(), json!("eu-west-1")),

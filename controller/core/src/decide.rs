@@ -259,6 +259,18 @@ fn awaiting_person(s: &Snapshot, current: &str) -> Option<Reason> {
     let reason = match newest.outcome? {
         Outcome::Blocked => Reason::AwaitingApproval,
         Outcome::PlanChanged => Reason::PlanChanged,
+        // A policy denied the plan: it waits for new inputs, or for a person to ask for a new
+        // plan once the policy changed (policies are no inputs: `captf.io/reconcile-now`).
+        Outcome::PolicyDenied => {
+            let asked_since = s
+                .reconcile_requested
+                .zip(newest.time())
+                .is_some_and(|(asked, denied)| asked > denied);
+            if asked_since {
+                return None;
+            }
+            Reason::PolicyDenied
+        }
         _ => return None,
     };
     let inputs_changed = match newest.inputs_hash.as_deref().filter(|l| !l.is_empty()) {

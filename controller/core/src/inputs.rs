@@ -9,6 +9,8 @@ use serde_json::Value;
 use crate::exports::{ClusterExports, exported_variables};
 use captf_shared::Kind;
 use captf_shared::inputs::{Inputs, ModuleRef};
+use captf_shared::limits::MAX_PLAN_POLICY_BYTES;
+use captf_shared::protocol::PlanPolicy;
 use captf_shared::state_encryption::{self, EncryptionInputs};
 use captf_shared::types::{SecretKeyRef, TerraformSpec, Variables};
 use captf_shared::validation::{MAX_SPEC_VALUES, count_json_values, count_serialized_values, spec_has_too_many_values};
@@ -164,6 +166,10 @@ pub enum ResolveError {
     Forbidden { field: String, name: String, why: String },
     #[error(transparent)]
     Exports(#[from] crate::exports::ExportsError),
+    #[error("{field}: ConfigMap {name} holds no policy (no key ending in .rego)")]
+    NoPolicies { field: String, name: String },
+    #[error("{field}: the policies on the plan would be more than {max} bytes with ConfigMap {name}")]
+    PoliciesTooLarge { field: String, name: String, max: usize },
     #[error("spec: holds more than {max} JSON values, so no inputs are built from it")]
     SpecTooLarge { max: usize },
     #[error("{field}: the inputs would hold more than {max} JSON values with {kind} {name}")]
@@ -328,6 +334,7 @@ where
     } else if let (Kind::TerraformMachinePool, Some(secret)) = (kind, bootstrap_data_secret) {
         bootstrap_data(&mut variables, secret, &mut lookup)?;
     }
+    let policies = plan_policies(meta, spec, &mut lookup)?;
     Ok(Inputs {
         module: ModuleRef {
             source: spec.module.source.clone(),
@@ -335,7 +342,48 @@ where
         variables,
         state_encryption: spec.state_encryption.as_ref().map(EncryptionInputs::of),
         public_variables,
+        policies,
     })
+}
+
+/// The policies of `spec.guard.policyRefs`: every key ending in `.rego` of each ConfigMap, in
+/// order of the list and of the keys, named `<namespace>/<configmap>:<key>`. A ConfigMap that
+/// does not exist is waited for like any other reference; one without a policy, or policies
+/// past [`MAX_PLAN_POLICY_BYTES`] together, is an error naming the field.
+fn plan_policies<F>(meta: &ObjectMeta, spec: &TerraformSpec, lookup: &mut F) -> Result<Vec<PlanPolicy>, ResolveError>
+where
+    F: FnMut(SourceKind, &str) -> Result<SourceData, ()>,
+{
+    let ns = meta.namespace.as_deref().unwrap_or_default();
+    let mut out = Vec::new();
+    let mut size = 0usize;
+    let refs = spec.guard.as_ref().and_then(|g| g.policy_refs.as_ref());
+    for (i, r) in refs.into_iter().flatten().enumerate() {
+        let field = format!("spec.guard.policyRefs[{i}]");
+        let data = fetch(lookup, SourceKind::ConfigMap, &r.name, &field)?;
+        let before = out.len();
+        for (key, source) in data.into_iter().filter(|(k, _)| k.ends_with(".rego")) {
+            size += source.len();
+            if size > MAX_PLAN_POLICY_BYTES {
+                return Err(ResolveError::PoliciesTooLarge {
+                    field,
+                    name: r.name.clone(),
+                    max: MAX_PLAN_POLICY_BYTES,
+                });
+            }
+            out.push(PlanPolicy {
+                name: format!("{ns}/{}:{key}", r.name),
+                source,
+            });
+        }
+        if out.len() == before {
+            return Err(ResolveError::NoPolicies {
+                field,
+                name: r.name.clone(),
+            });
+        }
+    }
+    Ok(out)
 }
 
 /// The bootstrap data of a machine or a pool, by name and by value: `bootstrap_data_secret`, and
@@ -517,6 +565,7 @@ mod tests {
         let inputs = Inputs {
             state_encryption: None,
             public_variables: Default::default(),
+            policies: Vec::new(),
             module: ModuleRef::default(),
             variables: BTreeMap::from([
                 ("region".to_string(), serde_json::json!("eu")),

@@ -31,13 +31,25 @@ pub fn inputs_secret(id: &Ident, inputs: &Inputs) -> Secret {
             owner_references: Some(vec![owner_reference(id.kind, &id.name, &id.uid)]),
             ..Default::default()
         },
-        data: Some(BTreeMap::from([(
-            keys::INPUTS_DATA_KEY.to_string(),
-            ByteString(inputs.canonical_json().into_bytes()),
-        )])),
+        data: Some(data(inputs)),
         type_: Some("Opaque".to_string()),
         ..Default::default()
     }
+}
+
+/// The Secret's data: the inputs document, and the policies on the plan when there are any.
+fn data(inputs: &Inputs) -> BTreeMap<String, ByteString> {
+    let mut data = BTreeMap::from([(
+        keys::INPUTS_DATA_KEY.to_string(),
+        ByteString(inputs.canonical_json().into_bytes()),
+    )]);
+    if !inputs.policies.is_empty() {
+        data.insert(
+            captf_shared::protocol::POLICIES_KEY.to_string(),
+            ByteString(serde_json::to_vec(&inputs.policies).unwrap_or_default()),
+        );
+    }
+    data
 }
 
 /// The inputs stored in an inputs Secret, if it parses.
@@ -67,6 +79,7 @@ mod tests {
         let inputs = Inputs {
             state_encryption: None,
             public_variables: Default::default(),
+            policies: Vec::new(),
             module: ModuleRef {
                 source: "git::https://example.com/m.git".into(),
             },

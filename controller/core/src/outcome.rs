@@ -25,6 +25,8 @@ pub enum Outcome {
     Interrupted,
     Blocked,
     PlanChanged,
+    /// A policy on the plan denied it; nothing was applied.
+    PolicyDenied,
 }
 
 /// The Warning/Normal event a booked outcome emits, once per Job.
@@ -34,6 +36,7 @@ pub enum EventReason {
     JobDeadlineExceeded,
     JobInterrupted,
     DestructivePlanBlocked,
+    PolicyDenied,
 }
 
 impl EventReason {
@@ -43,18 +46,20 @@ impl EventReason {
             EventReason::JobDeadlineExceeded => events::reason::JOB_DEADLINE_EXCEEDED,
             EventReason::JobInterrupted => events::reason::JOB_INTERRUPTED,
             EventReason::DestructivePlanBlocked => events::reason::DESTRUCTIVE_PLAN_BLOCKED,
+            EventReason::PolicyDenied => events::reason::POLICY_DENIED,
         }
     }
 }
 
 impl Outcome {
-    pub const ALL: [Outcome; 6] = [
+    pub const ALL: [Outcome; 7] = [
         Outcome::Succeeded,
         Outcome::Failed,
         Outcome::Deadline,
         Outcome::Interrupted,
         Outcome::Blocked,
         Outcome::PlanChanged,
+        Outcome::PolicyDenied,
     ];
 
     /// The value of the `captf.io/outcome` annotation and the metric label.
@@ -66,6 +71,7 @@ impl Outcome {
             Outcome::Interrupted => "interrupted",
             Outcome::Blocked => "blocked",
             Outcome::PlanChanged => "plan-changed",
+            Outcome::PolicyDenied => "policy-denied",
         }
     }
 
@@ -81,6 +87,7 @@ impl Outcome {
             Outcome::Deadline => Some(EventReason::JobDeadlineExceeded),
             Outcome::Interrupted => Some(EventReason::JobInterrupted),
             Outcome::Blocked => Some(EventReason::DestructivePlanBlocked),
+            Outcome::PolicyDenied => Some(EventReason::PolicyDenied),
             Outcome::Succeeded | Outcome::PlanChanged => None,
         }
     }
@@ -93,7 +100,9 @@ impl fmt::Display for Outcome {
 }
 
 #[derive(Debug, thiserror::Error, PartialEq, Eq)]
-#[error("unknown outcome {0:?}: expected succeeded, failed, deadline, interrupted, blocked or plan-changed")]
+#[error(
+    "unknown outcome {0:?}: expected succeeded, failed, deadline, interrupted, blocked, plan-changed or policy-denied"
+)]
 pub struct UnknownOutcome(pub String);
 
 impl FromStr for Outcome {
@@ -192,11 +201,13 @@ pub fn classify_terminal(terminal: Terminal, result: Option<RunResult>, disrupte
             Some(RunResult::Blocked) => Outcome::Blocked,
             Some(RunResult::PlanChanged) => Outcome::PlanChanged,
             Some(RunResult::Interrupted) => Outcome::Interrupted,
+            Some(RunResult::PolicyDenied) => Outcome::PolicyDenied,
         },
         Terminal::Failed { deadline: false } => match result {
             Some(RunResult::Interrupted) => Outcome::Interrupted,
             Some(RunResult::Blocked) => Outcome::Blocked,
             Some(RunResult::PlanChanged) => Outcome::PlanChanged,
+            Some(RunResult::PolicyDenied) => Outcome::PolicyDenied,
             // Evicted before the runner could write its result: an interruption, not a failure.
             None if disrupted => Outcome::Interrupted,
             None | Some(RunResult::Failed) | Some(RunResult::Succeeded) => Outcome::Failed,

@@ -33,6 +33,7 @@ reasons!(
     MembersExist,
     AwaitingApproval,
     PlanChanged,
+    PolicyDenied,
     InterruptedApply,
     InputsChanged,
     DriftRemediation,

@@ -236,6 +236,7 @@ fn apply_job_condition(cs: &mut Conditions, s: &Snapshot, interrupted_pending: b
                     r.result.as_ref().and_then(|x| x.plan_hash.clone()).unwrap_or_default()
                 ),
             ),
+            Some(Outcome::PolicyDenied) => (Status::False, reasons::POLICY_DENIED, format!("Job {}: {msg}", r.name)),
             Some(Outcome::PlanChanged) => (
                 Status::False,
                 reasons::PLAN_CHANGED,
@@ -446,6 +447,13 @@ fn up_to_date(
             (InputsHash::Unresolved(why), Some(Reason::InputsUnresolved)) => {
                 format!("the inputs cannot be resolved: {why}")
             }
+            // Which rule denied what, as the runner said it.
+            (_, Some(Reason::PolicyDenied)) => s
+                .jobs
+                .iter()
+                .find(|r| r.op == Op::Apply && r.outcome == Some(Outcome::PolicyDenied))
+                .and_then(|r| r.result.as_ref())
+                .map_or_else(|| "a policy denied the plan".to_string(), |r| r.message.clone()),
             _ => "the current inputs are not applied yet".to_string(),
         };
         (Status::False, r.to_string(), message)

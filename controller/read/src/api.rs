@@ -432,6 +432,20 @@ pub async fn resolve_inputs(
             );
         }
     }
+    // The ConfigMaps of policies the plan is checked against (`spec.guard.policyRefs`).
+    for r in spec.guard.iter().flat_map(|g| g.policy_refs.iter().flatten()) {
+        if fetched.contains_key(&(SourceKind::ConfigMap, r.name.clone())) {
+            continue;
+        }
+        let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
+            .get_opt(&r.name)
+            .await
+            .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{}", id.namespace, r.name), e))?;
+        fetched.insert(
+            (SourceKind::ConfigMap, r.name.clone()),
+            cm.map(|c| c.data.unwrap_or_default()),
+        );
+    }
     if let Some(c) = spec
         .module
         .credentials

@@ -48,6 +48,8 @@ pub struct Config {
     /// This instance's name among the instances serving a part of the objects (its leader
     /// Lease's name, the same on every replica): what its claims on run leases say.
     pub instance: String,
+    /// The platform's policies on plans (`plan_policies`), when a directory is given.
+    pub plan_policies_dir: Option<std::path::PathBuf>,
 }
 
 /// How many changed clusters the members' controllers may fall behind by; one that falls further

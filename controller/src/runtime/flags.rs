@@ -99,6 +99,11 @@ pub struct RunArgs {
     /// The key of --runner-terraform-cli-config holding the configuration.
     #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY", default_value = "terraform.rc")]
     pub runner_terraform_cli_config_key: String,
+    /// A directory whose .rego files are policies every plan is checked against before it is
+    /// applied, besides an object's own spec.guard.policyRefs (the chart mounts the ConfigMaps of
+    /// planPolicies.configMaps here). Read again before every apply. Empty: none.
+    #[arg(long, env = "CAPTF_PLAN_POLICIES_DIR", default_value = "", value_parser = captf_shared::policy::parse_flag_text)]
+    pub plan_policies_dir: String,
 }
 
 /// `name=quantity` pairs of a resource list.

@@ -41,6 +41,7 @@ pub mod leases;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod owners;
+pub mod plan_policies;
 pub mod retry;
 pub mod slots;
 pub mod stored;
@@ -202,6 +203,9 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             selector: selector.clone(),
             served: served.clone(),
             instance: captf_core::sharding::leader_lease_name(selector.as_deref()),
+            plan_policies_dir: Some(args.plan_policies_dir.trim())
+                .filter(|d| !d.is_empty())
+                .map(std::path::PathBuf::from),
         };
         let (mut ctx, feeds) = Ctx::new(
             client.clone(),

@@ -19,7 +19,7 @@ use std::collections::BTreeMap;
 use crate::limits::{
     DATA_KEY_PATTERN, DNS1123_SUBDOMAIN_PATTERN, MAX_ACTIVE_DEADLINE_SECONDS, MAX_DATA_KEY_LEN,
     MAX_DNS1123_SUBDOMAIN_LEN, MAX_DRIFT_INTERVAL_CHARS, MAX_ENV, MAX_ENV_FROM, MAX_MODULE_SOURCE_CHARS,
-    MAX_VARIABLES_FROM, MAX_VOLUMES, MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
+    MAX_POLICY_REFS, MAX_VARIABLES_FROM, MAX_VOLUMES, MIN_ACTIVE_DEADLINE_SECONDS, MODULE_SOURCE_PATTERN,
 };
 
 /// CEL on `jobs`: env names starting with `CAPTF_` are the runner's own.
@@ -328,6 +328,20 @@ pub struct GuardSpec {
     /// what `destructive` says (`Block`: `Destructive`, `Allow`: `Never`).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub approval: Option<ApprovalMode>,
+    /// ConfigMaps of the object's namespace whose `.rego` keys are policies every plan is
+    /// checked against before it is applied (beside the platform's own). At most 8.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    #[schemars(length(max = MAX_POLICY_REFS))]
+    pub policy_refs: Option<Vec<PolicyRef>>,
+}
+
+/// A ConfigMap of policies.
+#[derive(Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
+#[serde(rename_all = "camelCase")]
+pub struct PolicyRef {
+    /// Name of the ConfigMap in the object's namespace (a DNS-1123 subdomain).
+    #[schemars(length(min = 1, max = MAX_DNS1123_SUBDOMAIN_LEN), regex(pattern = DNS1123_SUBDOMAIN_PATTERN))]
+    pub name: String,
 }
 
 impl GuardSpec {
