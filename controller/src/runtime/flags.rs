@@ -99,6 +99,22 @@ pub struct RunArgs {
     /// The key of --runner-terraform-cli-config holding the configuration.
     #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY", default_value = "terraform.rc")]
     pub runner_terraform_cli_config_key: String,
+    /// A file holding the cluster-wide notification targets (a YAML list, docs/notifications.md),
+    /// read once at start; the chart mounts its ConfigMap there. Their Secrets are read in
+    /// --notification-secrets-namespace. Empty: no cluster-wide targets.
+    #[arg(long, env = "CAPTF_NOTIFICATION_TARGETS_FILE", default_value = "")]
+    pub notification_targets_file: String,
+    /// The namespace of the cluster-wide targets' Secrets: the controller's own (POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "")]
+    pub notification_secrets_namespace: String,
+    /// Whether a namespace's ConfigMap captf-notifications adds targets for its objects (their
+    /// Secrets in that namespace). `false`: only the cluster-wide targets are sent to.
+    #[arg(long, env = "CAPTF_NAMESPACE_NOTIFICATION_TARGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub namespace_notification_targets: bool,
+    /// Applies that fail this many times in a row send one apply-failed notification (when the
+    /// count reaches it, not again for each failure after).
+    #[arg(long, env = "CAPTF_NOTIFY_AFTER_FAILURES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub notify_after_failures: u32,
 }
 
 /// `name=quantity` pairs of a resource list.
