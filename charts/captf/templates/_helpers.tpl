@@ -149,6 +149,16 @@ controller-shard
 captf.io/shard: {{ . | quote }}
 {{- end }}
 
+{{/* The ConfigMap (and Role) of the cluster-wide notification targets. */}}
+{{- define "captf.controller.notifications" -}}
+{{- printf "%s-notifications" (include "captf.controller.name" .) }}
+{{- end }}
+
+{{/* Where the controller reads the cluster-wide notification targets. */}}
+{{- define "captf.controller.notificationsDir" -}}
+/etc/captf/notifications
+{{- end }}
+
 {{/*
 A controller Deployment: the main one with (dict "ctx" $), a shard's with
 (dict "ctx" $ "shard" "<name>"). Both run the same image, arguments, account and pod settings;
@@ -195,9 +205,15 @@ spec:
         {{- if $shard }}
         {{- include "captf.controller.shard.label" $shard | nindent 8 }}
         {{- end }}
-      {{- with $v.controller.podAnnotations }}
+      {{- if or $v.controller.podAnnotations $v.notifications.targets }}
       annotations:
+        {{- with $v.controller.podAnnotations }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- with $v.notifications.targets }}
+        # The targets are read at start: a changed list restarts the pods.
+        captf.io/notification-targets-checksum: {{ toJson . | sha256sum | quote }}
+        {{- end }}
       {{- end }}
     spec:
       serviceAccountName: {{ include "captf.controller.name" $ctx }}
@@ -245,6 +261,11 @@ spec:
             - --runner-tmp-size-limit={{ $v.runner.tmpSizeLimit }}
             - --runner-terraform-cli-config={{ $v.runner.terraformCliConfig.configMapName }}
             - --runner-terraform-cli-config-key={{ $v.runner.terraformCliConfig.key }}
+            {{- if $v.notifications.targets }}
+            - --notification-targets-file={{ include "captf.controller.notificationsDir" $ctx }}/targets.yaml
+            {{- end }}
+            - --namespace-notification-targets={{ $v.notifications.namespaceTargets }}
+            - --notify-after-failures={{ int $v.notifications.afterFailures }}
           env:
             # The leader-election Lease lives in the controller's own namespace; the holder is the pod.
             - name: POD_NAMESPACE
@@ -277,6 +298,18 @@ spec:
             {{- toYaml $v.controller.resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.containerSecurityContext | nindent 12 }}
+          {{- if $v.notifications.targets }}
+          volumeMounts:
+            - name: notifications
+              mountPath: {{ include "captf.controller.notificationsDir" $ctx }}
+              readOnly: true
+          {{- end }}
+      {{- if $v.notifications.targets }}
+      volumes:
+        - name: notifications
+          configMap:
+            name: {{ include "captf.controller.notifications" $ctx }}
+      {{- end }}
       {{- with $v.controller.nodeSelector }}
       nodeSelector:
         {{- toYaml . | nindent 8 }}
