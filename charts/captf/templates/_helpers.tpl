@@ -149,6 +149,16 @@ controller-shard
 captf.io/shard: {{ . | quote }}
 {{- end }}
 
+{{/* The ConfigMap (and Role) of the cluster-wide notification targets. */}}
+{{- define "captf.controller.notifications" -}}
+{{- printf "%s-notifications" (include "captf.controller.name" .) }}
+{{- end }}
+
+{{/* Where the controller reads the cluster-wide notification targets. */}}
+{{- define "captf.controller.notificationsDir" -}}
+/etc/captf/notifications
+{{- end }}
+
 {{/*
 A controller Deployment: the main one with (dict "ctx" $), a shard's with
 (dict "ctx" $ "shard" "<name>"). Both run the same image, arguments, account and pod settings;
@@ -195,9 +205,15 @@ spec:
         {{- if $shard }}
         {{- include "captf.controller.shard.label" $shard | nindent 8 }}
         {{- end }}
-      {{- with $v.controller.podAnnotations }}
+      {{- if or $v.controller.podAnnotations $v.notifications.targets }}
       annotations:
+        {{- with $v.controller.podAnnotations }}
         {{- toYaml . | nindent 8 }}
+        {{- end }}
+        {{- with $v.notifications.targets }}
+        # The targets are read at start: a changed list restarts the pods.
+        captf.io/notification-targets-checksum: {{ toJson . | sha256sum | quote }}
+        {{- end }}
       {{- end }}
     spec:
       serviceAccountName: {{ include "captf.controller.name" $ctx }}
@@ -248,11 +264,23 @@ spec:
             {{- if $v.planPolicies.configMaps }}
             - --plan-policies-dir=/etc/captf/plan-policies
             {{- end }}
-          {{- if $v.planPolicies.configMaps }}
+            {{- if $v.notifications.targets }}
+            - --notification-targets-file={{ include "captf.controller.notificationsDir" $ctx }}/targets.yaml
+            {{- end }}
+            - --namespace-notification-targets={{ $v.notifications.namespaceTargets }}
+            - --notify-after-failures={{ int $v.notifications.afterFailures }}
+          {{- if or $v.planPolicies.configMaps $v.notifications.targets }}
           volumeMounts:
+            {{- if $v.planPolicies.configMaps }}
             - name: plan-policies
               mountPath: /etc/captf/plan-policies
               readOnly: true
+            {{- end }}
+            {{- if $v.notifications.targets }}
+            - name: notifications
+              mountPath: {{ include "captf.controller.notificationsDir" $ctx }}
+              readOnly: true
+            {{- end }}
           {{- end }}
           env:
             # The leader-election Lease lives in the controller's own namespace; the holder is the pod.
@@ -286,8 +314,9 @@ spec:
             {{- toYaml $v.controller.resources | nindent 12 }}
           securityContext:
             {{- toYaml $v.containerSecurityContext | nindent 12 }}
-      {{- if $v.planPolicies.configMaps }}
+      {{- if or $v.planPolicies.configMaps $v.notifications.targets }}
       volumes:
+        {{- if $v.planPolicies.configMaps }}
         # The platform's policies on plans: every key of these ConfigMaps of the release's
         # namespace, in one directory (a key ending in .rego is a policy).
         - name: plan-policies
@@ -297,6 +326,12 @@ spec:
               - configMap:
                   name: {{ . }}
               {{- end }}
+        {{- end }}
+        {{- if $v.notifications.targets }}
+        - name: notifications
+          configMap:
+            name: {{ include "captf.controller.notifications" $ctx }}
+        {{- end }}
       {{- end }}
       {{- with $v.controller.nodeSelector }}
       nodeSelector:

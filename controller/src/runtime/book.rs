@@ -14,6 +14,7 @@ use captf_shared::{Op, keys, names};
 use super::ctx::Ctx;
 use super::events::{self, Emission};
 use super::leases;
+use super::notifications::{self, Happened};
 use captf_core::Outcome;
 use captf_core::book::{attempt_of, booking_event, capi_spec_patch, status_outputs};
 use captf_core::ident::Ident;
@@ -32,7 +33,7 @@ use captf_read::errors::{self, ApiAction, Error};
 /// (409: another writer booked it, or it changed): the pass stops and is retried.
 pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], plan: &Plan) -> Result<bool, Error> {
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
-    for a in &plan.accounting {
+    for (i, a) in plan.accounting.iter().enumerate() {
         let Some(job) = jobs.iter().find(|j| j.metadata.name.as_deref() == Some(a.job.as_str())) else {
             continue;
         };
@@ -56,6 +57,19 @@ pub async fn execute(ctx: &Ctx, id: &Ident, object: &CaptfObject, jobs: &[Job], 
                 // This write set the outcome: the once-only metrics happen here only.
                 tracing::info!(job = %a.job, outcome = %a.outcome, "booked Job");
                 ctx.metrics.job_finished(id.kind, a.op, a.outcome, attempt_of(job));
+                // Once, with the booking: a replay does not notify again. Only queued here.
+                if let Some(rec) = plan.booked.jobs.iter().find(|r| r.name == a.job) {
+                    let status = &plan.booked.status;
+                    ctx.notify(
+                        id,
+                        &Happened::Booked {
+                            rec,
+                            outcome: a.outcome,
+                            status,
+                            failures: notifications::failures_after(&plan.accounting, i, status),
+                        },
+                    );
+                }
             }
             Accounting::Replay => {
                 tracing::info!(job = %a.job, outcome = %a.outcome, "replaying the booking effects of Job");

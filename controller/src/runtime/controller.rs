@@ -33,6 +33,7 @@ use super::identity::{self, Claims};
 use super::inputs;
 use super::interrupted;
 use super::leases::{self, Take};
+use super::notifications::Happened;
 use super::owners::{self, OwnerKind};
 use super::retry::ObjectKey;
 use super::slots::Ask;
@@ -250,6 +251,7 @@ pub async fn reconcile_object(ctx: &Ctx, object: CaptfObject) -> Result<Action, 
             .await;
     }
     if let Some(msg) = state_locked_transition(&read.original, &new) {
+        ctx.notify(&id, &Happened::StateLocked { lock: &read.snap.lock });
         ctx.event(
             &id,
             true,

@@ -19,6 +19,8 @@ use super::clock::SharedClock;
 use super::events::{Emission, Events};
 use super::gather::{self, Caches, Feeds};
 use super::metrics::Metrics;
+use super::notifications::{self, Happened};
+use super::notifiers::Notifications;
 use super::retry::{ErrorBackoff, ObjectKey};
 use super::slots::Slots;
 
@@ -85,6 +87,8 @@ pub struct Ctx {
     /// changed in a pass (`captf_core::exports::outputs_may_have_changed`): the machine pool and
     /// machine controllers look at that cluster's members at once.
     pub exports_changed: tokio::sync::broadcast::Sender<(String, String)>,
+    /// Where notifications go (shared by every watched namespace).
+    pub notifications: Arc<Notifications>,
 }
 
 /// Counts a reconcile pass as running until dropped (also when its future is cancelled).
@@ -131,6 +135,7 @@ impl Ctx {
             slots: Arc::new(Slots::new(captf_core::queue::Limits::default())),
             claims_read: Mutex::default(),
             exports_changed: tokio::sync::broadcast::channel(EXPORTS_CHANGED_CAPACITY).0,
+            notifications: Arc::new(Notifications::none(3)),
         };
         (ctx, feeds)
     }
@@ -177,6 +182,14 @@ impl Ctx {
         };
         if let Err(err) = self.events.publish_once(id, &e, self.clock.now(), name).await {
             tracing::warn!(error = %err, reason, "failed to publish event for {}", id.what());
+        }
+    }
+
+    /// Notify of what happened to `id`, when it is worth it (`notifications::event_for`). Never
+    /// waits: the event is queued, the namespace's targets read in the background.
+    pub fn notify(&self, id: &Ident, what: &Happened<'_>) {
+        if let Some(event) = notifications::event_for(id, what, self.notifications.after_failures()) {
+            self.notifications.send(event);
         }
     }
 

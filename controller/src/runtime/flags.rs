@@ -104,6 +104,22 @@ pub struct RunArgs {
     /// planPolicies.configMaps here). Read again before every apply. Empty: none.
     #[arg(long, env = "CAPTF_PLAN_POLICIES_DIR", default_value = "", value_parser = captf_shared::policy::parse_flag_text)]
     pub plan_policies_dir: String,
+    /// A file holding the cluster-wide notification targets (a YAML list, docs/notifications.md),
+    /// read once at start; the chart mounts its ConfigMap there. Their Secrets are read in
+    /// --notification-secrets-namespace. Empty: no cluster-wide targets.
+    #[arg(long, env = "CAPTF_NOTIFICATION_TARGETS_FILE", default_value = "")]
+    pub notification_targets_file: String,
+    /// The namespace of the cluster-wide targets' Secrets: the controller's own (POD_NAMESPACE).
+    #[arg(long, env = "POD_NAMESPACE", default_value = "")]
+    pub notification_secrets_namespace: String,
+    /// Whether a namespace's ConfigMap captf-notifications adds targets for its objects (their
+    /// Secrets in that namespace). `false`: only the cluster-wide targets are sent to.
+    #[arg(long, env = "CAPTF_NAMESPACE_NOTIFICATION_TARGETS", default_value_t = true, action = clap::ArgAction::Set)]
+    pub namespace_notification_targets: bool,
+    /// Applies that fail this many times in a row send one apply-failed notification (when the
+    /// count reaches it, not again for each failure after).
+    #[arg(long, env = "CAPTF_NOTIFY_AFTER_FAILURES", default_value_t = 3, value_parser = clap::value_parser!(u32).range(1..))]
+    pub notify_after_failures: u32,
 }
 
 /// `name=quantity` pairs of a resource list.

@@ -39,6 +39,16 @@ pub struct ObjectOp {
     pub op: String,
 }
 
+/// A notification target left out: where it was configured and which part was wrong.
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct TargetProblem {
+    /// `cluster` (the chart's targets) or `namespace` (a namespace's captf-notifications).
+    pub scope: String,
+    /// `config` (the list does not parse or breaks a rule), `read` (the ConfigMap could not be
+    /// read), `urlSecret` or `tokenSecret` (missing, unreadable or not a usable value).
+    pub field: String,
+}
+
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct Category {
     pub category: String,
@@ -72,6 +82,10 @@ pub struct Metrics {
     pub reconcile_errors: Family<Category, Counter>,
     /// The delays chosen after failed passes.
     pub reconcile_error_backoff: Histogram,
+    /// What became of each notification, per target (`captf_notify`).
+    pub notifications: captf_notify::Metrics,
+    /// Notification targets or configurations left out because something about them is wrong.
+    pub notification_target_errors: Family<TargetProblem, Counter>,
 }
 
 impl Default for Metrics {
@@ -148,8 +162,17 @@ impl Metrics {
             "Delay before retrying an object whose reconcile pass failed",
             reconcile_error_backoff.clone(),
         );
+        let notifications = captf_notify::register(&mut registry);
+        let notification_target_errors = Family::<TargetProblem, Counter>::default();
+        registry.register(
+            "captf_notification_target_errors",
+            "Notification targets (or whole configurations) left out: a missing Secret, a URL that is not http(s), a list that does not parse",
+            notification_target_errors.clone(),
+        );
         Metrics {
             registry,
+            notifications,
+            notification_target_errors,
             reconciles_in_flight,
             leader,
             queued,
@@ -179,6 +202,16 @@ impl Metrics {
                 op: op.as_str().into(),
             })
             .observe(f64::from(attempt));
+    }
+
+    /// A notification target (or a whole configuration) of `scope` was left out over `field`.
+    pub fn notification_target_error(&self, scope: &str, field: &str) {
+        self.notification_target_errors
+            .get_or_create(&TargetProblem {
+                scope: scope.into(),
+                field: field.into(),
+            })
+            .inc();
     }
 
     /// Set the failing-object gauge; a count of 0 removes the series.

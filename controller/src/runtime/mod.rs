@@ -15,6 +15,8 @@
 //! | [`deletion`] | the finalizer, the block-move annotation, a used request removed |
 //! | [`owners`] | metadata watches of the Cluster API owners that wake their objects |
 //! | [`events`] | Events stamped with the controller's clock |
+//! | [`notifications`] | what is worth a notification, from what a pass booked or found (pure) |
+//! | [`notifiers`] | the notification targets (cluster-wide and per namespace) and sending, which never waits |
 //! | [`flags`] | the flags of `captf-controller run` and their parsers |
 //! | [`interrupted`] | an apply Job deleted while it ran: the live reads and the record |
 //! | [`metrics`], [`http`] | `/metrics`, `/healthz`, `/readyz` |
@@ -40,6 +42,8 @@ pub mod leader;
 pub mod leases;
 pub mod metrics;
 pub mod metrics_auth;
+pub mod notifications;
+pub mod notifiers;
 pub mod owners;
 pub mod plan_policies;
 pub mod retry;
@@ -186,6 +190,18 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         all if all.is_empty() => vec![None],
         some => some.into_iter().map(Some).collect(),
     };
+    // Read once for every namespace; a target that cannot be used is left out, never fatal.
+    let notifications = Arc::new(
+        notifiers::Notifications::start(
+            &client,
+            &args.notification_targets_file,
+            &args.notification_secrets_namespace,
+            args.namespace_notification_targets,
+            args.notify_after_failures,
+            &metrics,
+        )
+        .await,
+    );
     let in_flight = Arc::new(std::sync::atomic::AtomicUsize::new(0));
     // One admission point for every watched namespace: the controller-wide limit spans them.
     let slots = Arc::new(slots::Slots::new(args.runner_slots()));
@@ -218,6 +234,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
         ctx.in_flight = in_flight.clone();
         slots.register(ctx.caches.running());
         ctx.slots = slots.clone();
+        ctx.notifications = notifications.clone();
         let ns_ready = Arc::new(AtomicBool::new(false));
         synced.push(ns_ready.clone());
         runs.push(run_controllers(Arc::new(ctx), feeds, stop_rx.clone(), ns_ready));

@@ -13,6 +13,7 @@ mod lifecycle;
 mod moving;
 mod names;
 mod namespaces;
+mod notifications;
 mod real_runner;
 mod references;
 mod scale;

@@ -32,7 +32,12 @@ pub(crate) const CONTROLLER_SA: (&str, &str) = ("captf-system", "captf-controlle
 pub(crate) const IRSA: &str = "eks.amazonaws.com/role-arn";
 
 pub(crate) fn args() -> RunArgs {
-    RunArgs::from_flags([
+    RunArgs::from_flags(flags()).expect("the scenarios' controller flags parse")
+}
+
+/// The scenarios' controller flags, for a test that adds its own.
+pub(crate) fn flags() -> Vec<String> {
+    vec![
         format!("--namespace={NS}"),
         "--runner-image=runner:test".into(),
         format!("--runner-service-account-annotations={IRSA}=arn:aws:iam::1:role/tf"),
@@ -41,8 +46,7 @@ pub(crate) fn args() -> RunArgs {
         "--concurrency=4".into(),
         "--log-format=text".into(),
         "--allow-env-from-secrets=false".into(),
-    ])
-    .expect("the scenarios' controller flags parse")
+    ]
 }
 
 /// A namespaced kind the scenarios reach through kube::Api (the Terraform kinds, Jobs, Secrets).

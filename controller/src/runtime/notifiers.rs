@@ -1,0 +1,469 @@
+//! Where notifications go (docs/notifications.md): the cluster-wide targets read once at start
+//! (`--notification-targets-file`, their Secrets in the controller's namespace) and each
+//! namespace's own (`ConfigMap captf-notifications`, their Secrets in that namespace), and
+//! [`Notifications::send`], which only queues.
+//!
+//! A namespace's targets are read in a task of their own, never by the pass that sends: a pass
+//! hands the event over and goes on. The first event of a namespace waits in that namespace's
+//! entry (at most [`MAX_PENDING`]) until its targets are read; later ones go to the targets read
+//! at most [`REFRESH`] ago while a newer read runs. A target that cannot be used (a missing
+//! Secret, a URL that is not http or https) is logged by name and field, never by value, counted
+//! in `captf_notification_target_errors_total`, and left out; the others still get the event.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use k8s_openapi::api::core::v1::{ConfigMap, Secret};
+use kube::api::Api;
+use sha2::{Digest, Sha256};
+
+use captf_notify::{Delivery, Event, Notifier, Options, SecretKeyRef, Target, TargetSpec};
+
+use super::ctx::lock;
+use super::metrics::Metrics;
+
+/// The ConfigMap, in an object's namespace, whose `targets` key lists that namespace's targets.
+pub const NAMESPACE_CONFIGMAP: &str = "captf-notifications";
+/// Its key holding the YAML list.
+pub const NAMESPACE_CONFIGMAP_KEY: &str = "targets";
+/// How long a namespace's targets are used before they are read again.
+pub const REFRESH: Duration = Duration::from_secs(60);
+/// One read of a ConfigMap or Secret.
+const READ_TIMEOUT: Duration = Duration::from_secs(5);
+/// Reading a whole configuration (the ConfigMap and every Secret it names).
+const LOAD_TIMEOUT: Duration = Duration::from_secs(20);
+/// The namespaces whose targets are kept; the one used longest ago is forgotten first.
+pub const MAX_NAMESPACES: usize = 256;
+/// Events of a namespace that wait for its first read; more are dropped (and logged).
+pub const MAX_PENDING: usize = 16;
+
+const CLUSTER: &str = "cluster";
+const NAMESPACE: &str = "namespace";
+
+/// The notifiers every pass shares.
+pub struct Notifications {
+    cluster: Option<(Notifier, Delivery)>,
+    namespaces: Option<Arc<Namespaces>>,
+    after_failures: u32,
+}
+
+impl Notifications {
+    /// No target at all (a runtime built without flags, and tests of other things).
+    pub fn none(after_failures: u32) -> Notifications {
+        Notifications {
+            cluster: None,
+            namespaces: None,
+            after_failures,
+        }
+    }
+
+    /// Read the cluster-wide targets from `targets_file` (none when empty) with their Secrets in
+    /// `secrets_namespace`, and start delivering. Never fails: whatever cannot be used is logged,
+    /// counted and left out, so the controller starts and reconciles without it.
+    pub async fn start(
+        client: &kube::Client,
+        targets_file: &str,
+        secrets_namespace: &str,
+        namespace_targets: bool,
+        after_failures: u32,
+        metrics: &Arc<Metrics>,
+    ) -> Notifications {
+        let cluster = match cluster_specs(targets_file, metrics) {
+            specs if specs.is_empty() => None,
+            specs => {
+                let (targets, _) = resolve(client, secrets_namespace, &specs, CLUSTER, None, metrics).await;
+                tracing::info!(
+                    configured = specs.len(),
+                    usable = targets.len(),
+                    "cluster-wide notification targets"
+                );
+                start_delivery(targets, metrics)
+            }
+        };
+        Notifications {
+            cluster,
+            namespaces: namespace_targets.then(|| {
+                Arc::new(Namespaces {
+                    client: client.clone(),
+                    metrics: metrics.clone(),
+                    cache: Mutex::default(),
+                })
+            }),
+            after_failures,
+        }
+    }
+
+    /// `--notify-after-failures`.
+    pub fn after_failures(&self) -> u32 {
+        self.after_failures
+    }
+
+    /// Hand `event` to the cluster-wide targets and to those of its object's namespace. Never
+    /// waits: not for the network, not for a read of the namespace's targets.
+    pub fn send(&self, event: Event) {
+        if let Some(ns) = &self.namespaces {
+            ns.send(event.clone());
+        }
+        if let Some((notifier, _)) = &self.cluster {
+            notifier.notify(event);
+        }
+    }
+}
+
+/// The cluster-wide target specs of the file, or none (logged and counted) when it cannot be
+/// read or breaks a rule.
+fn cluster_specs(path: &str, metrics: &Metrics) -> Vec<TargetSpec> {
+    if path.trim().is_empty() {
+        return vec![];
+    }
+    let text = match std::fs::read_to_string(path) {
+        Ok(t) => t,
+        Err(e) => {
+            tracing::warn!(file = path, error = %e, "cannot read the notification targets; no cluster-wide notifications");
+            metrics.notification_target_error(CLUSTER, "config");
+            return vec![];
+        }
+    };
+    parse(&text, CLUSTER, None, metrics)
+}
+
+/// A YAML list of targets; an empty text is none. Errors name the field, never a Secret's value
+/// (the list holds only references).
+fn parse(text: &str, scope: &str, namespace: Option<&str>, metrics: &Metrics) -> Vec<TargetSpec> {
+    if text.trim().is_empty() {
+        return vec![];
+    }
+    match captf_notify::parse_targets(text) {
+        Ok(specs) => specs,
+        Err(errors) => {
+            for e in &errors {
+                tracing::warn!(scope, namespace, field = %e.field, reason = %e.reason, "notification targets do not parse; none of them is used");
+            }
+            metrics.notification_target_error(scope, "config");
+            vec![]
+        }
+    }
+}
+
+fn start_delivery(targets: Vec<Target>, metrics: &Metrics) -> Option<(Notifier, Delivery)> {
+    if targets.is_empty() {
+        return None;
+    }
+    match captf_notify::start(targets, Options::default(), metrics.notifications.clone()) {
+        Ok(pair) => Some(pair),
+        Err(e) => {
+            tracing::error!(error = %e, "cannot start delivering notifications");
+            None
+        }
+    }
+}
+
+/// The targets of `specs` whose Secrets (in `namespace`) hold usable values, and a digest of
+/// what they were made of (to tell a changed configuration from the same one read again).
+/// `prefix` names a namespace's targets `<namespace>/<name>` in logs and metrics.
+async fn resolve(
+    client: &kube::Client,
+    namespace: &str,
+    specs: &[TargetSpec],
+    scope: &str,
+    prefix: Option<&str>,
+    metrics: &Metrics,
+) -> (Vec<Target>, [u8; 32]) {
+    let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
+    let mut secrets: BTreeMap<String, Result<Option<Secret>, String>> = BTreeMap::new();
+    let mut digest = Sha256::new();
+    let mut targets = vec![];
+    for spec in specs {
+        let mut spec = spec.clone();
+        if let Some(p) = prefix {
+            spec.name = format!("{p}/{}", spec.name);
+        }
+        let mut value = async |r: &SecretKeyRef| -> Result<String, String> {
+            if !secrets.contains_key(&r.name) {
+                let got = match tokio::time::timeout(READ_TIMEOUT, api.get_opt(&r.name)).await {
+                    Ok(Ok(s)) => Ok(s),
+                    Ok(Err(e)) => Err(format!("cannot read Secret {}: {}", r.name, reason_of(&e))),
+                    Err(_) => Err(format!("reading Secret {} timed out", r.name)),
+                };
+                secrets.insert(r.name.clone(), got);
+            }
+            match secrets.get(&r.name) {
+                Some(Ok(Some(s))) => secret_value(s, &r.key)
+                    .ok_or_else(|| format!("Secret {} has no key {} (or it is not UTF-8)", r.name, r.key)),
+                Some(Ok(None)) | None => Err(format!("Secret {} not found", r.name)),
+                Some(Err(e)) => Err(e.clone()),
+            }
+        };
+        let url = match value(&spec.url_secret).await {
+            Ok(u) => u,
+            Err(why) => {
+                left_out(scope, namespace, &spec.name, "urlSecret", &why, metrics);
+                continue;
+            }
+        };
+        let token = match &spec.token_secret {
+            None => None,
+            Some(r) => match value(r).await {
+                Ok(t) => Some(t),
+                Err(why) => {
+                    left_out(scope, namespace, &spec.name, "tokenSecret", &why, metrics);
+                    continue;
+                }
+            },
+        };
+        match Target::resolve(&spec, &url, token.as_deref()) {
+            Ok(t) => {
+                for part in [spec.name.as_str(), url.as_str(), token.as_deref().unwrap_or("")] {
+                    digest.update((part.len() as u64).to_be_bytes());
+                    digest.update(part.as_bytes());
+                }
+                digest.update(format!("{:?}/{:?}", spec.kind, spec.events).as_bytes());
+                targets.push(t);
+            }
+            // The error names the reference and why (`targets[x].urlSecret: Secret s key k: the
+            // URL must be http or https`), never the value.
+            Err(e) => {
+                let field = e.field.rsplit('.').next().unwrap_or("urlSecret").to_string();
+                left_out(scope, namespace, &spec.name, &field, &e.reason, metrics);
+            }
+        }
+    }
+    (targets, digest.finalize().into())
+}
+
+fn left_out(scope: &str, namespace: &str, target: &str, field: &str, why: &str, metrics: &Metrics) {
+    tracing::warn!(
+        scope,
+        namespace,
+        target,
+        field,
+        reason = why,
+        "notification target left out"
+    );
+    metrics.notification_target_error(scope, field);
+}
+
+/// A Secret's value under `key` (data, else stringData as a fake API server may keep it).
+fn secret_value(s: &Secret, key: &str) -> Option<String> {
+    if let Some(v) = s.data.as_ref().and_then(|d| d.get(key)) {
+        return String::from_utf8(v.0.clone()).ok();
+    }
+    s.string_data.as_ref().and_then(|d| d.get(key)).cloned()
+}
+
+/// An API error without the response body (which might quote what was sent).
+fn reason_of(e: &kube::Error) -> String {
+    match e {
+        kube::Error::Api(s) => format!("{} {}", s.code, s.reason),
+        _ => "the API server could not be reached".into(),
+    }
+}
+
+/// Each namespace's targets, read in the background and kept for [`REFRESH`].
+struct Namespaces {
+    client: kube::Client,
+    metrics: Arc<Metrics>,
+    cache: Mutex<Cache>,
+}
+
+#[derive(Default)]
+struct Cache {
+    entries: HashMap<String, Entry>,
+    uses: u64,
+}
+
+#[derive(Default)]
+struct Entry {
+    /// None: no usable target (or not read yet).
+    delivery: Option<(Notifier, Delivery)>,
+    /// What the targets were made of: the same digest read again keeps the running delivery
+    /// (and its deduplication window).
+    digest: Option<[u8; 32]>,
+    /// When the targets were last read; `None` until the first read ends.
+    read_at: Option<Instant>,
+    reading: bool,
+    /// Events that came before the first read ended.
+    pending: Vec<Event>,
+    last_used: u64,
+}
+
+impl Namespaces {
+    fn send(self: &Arc<Self>, event: Event) {
+        let ns = event.object().namespace.clone();
+        let mut cache = lock(&self.cache);
+        cache.uses += 1;
+        let uses = cache.uses;
+        if !cache.entries.contains_key(&ns) && cache.entries.len() >= MAX_NAMESPACES {
+            evict_oldest(&mut cache.entries);
+        }
+        let entry = cache.entries.entry(ns.clone()).or_default();
+        entry.last_used = uses;
+        let due = entry.read_at.is_none_or(|t| t.elapsed() >= REFRESH);
+        match (&entry.delivery, entry.read_at) {
+            (Some((notifier, _)), _) => {
+                notifier.notify(event);
+            }
+            (None, None) if entry.pending.len() < MAX_PENDING => entry.pending.push(event),
+            (None, None) => {
+                tracing::warn!(namespace = %ns, event = event.kind().as_str(), "namespace notification targets not read yet and too many events wait; dropped");
+            }
+            (None, Some(_)) => {}
+        }
+        if due && !entry.reading {
+            entry.reading = true;
+            drop(cache);
+            let this = self.clone();
+            tokio::spawn(async move { this.refresh(ns).await });
+        }
+    }
+
+    /// Read `ns`'s targets (bounded by [`LOAD_TIMEOUT`]); a failure is "no targets" until the
+    /// next read.
+    async fn refresh(self: Arc<Self>, ns: String) {
+        let read = tokio::time::timeout(LOAD_TIMEOUT, self.read(&ns)).await;
+        let (targets, digest) = match read {
+            Ok(r) => r,
+            Err(_) => {
+                tracing::warn!(namespace = %ns, "reading the namespace's notification targets timed out; none until the next read");
+                self.metrics.notification_target_error(NAMESPACE, "read");
+                (vec![], [0; 32])
+            }
+        };
+        let mut cache = lock(&self.cache);
+        // Forgotten meanwhile (evicted): what was read is not kept.
+        let Some(entry) = cache.entries.get_mut(&ns) else {
+            return;
+        };
+        entry.reading = false;
+        entry.read_at = Some(Instant::now());
+        if entry.digest != Some(digest) {
+            entry.digest = Some(digest);
+            if let Some((_, old)) = entry.delivery.take() {
+                // The old targets finish what they hold (the notifier just dropped) in the
+                // background: nothing queued is lost to a changed configuration.
+                tokio::spawn(old.finished());
+            }
+            entry.delivery = start_delivery(targets, &self.metrics);
+        }
+        let pending = std::mem::take(&mut entry.pending);
+        if let Some((notifier, _)) = &entry.delivery {
+            for e in pending {
+                notifier.notify(e);
+            }
+        }
+    }
+
+    async fn read(&self, ns: &str) -> (Vec<Target>, [u8; 32]) {
+        let api: Api<ConfigMap> = Api::namespaced(self.client.clone(), ns);
+        let cm = match tokio::time::timeout(READ_TIMEOUT, api.get_opt(NAMESPACE_CONFIGMAP)).await {
+            Ok(Ok(cm)) => cm,
+            Ok(Err(e)) => {
+                tracing::warn!(namespace = ns, configmap = NAMESPACE_CONFIGMAP, error = %reason_of(&e), "cannot read the namespace's notification targets; none until the next read");
+                self.metrics.notification_target_error(NAMESPACE, "read");
+                return (vec![], [0; 32]);
+            }
+            Err(_) => {
+                tracing::warn!(
+                    namespace = ns,
+                    configmap = NAMESPACE_CONFIGMAP,
+                    "reading the namespace's notification targets timed out; none until the next read"
+                );
+                self.metrics.notification_target_error(NAMESPACE, "read");
+                return (vec![], [0; 32]);
+            }
+        };
+        let text = cm
+            .and_then(|c| c.data)
+            .and_then(|mut d| d.remove(NAMESPACE_CONFIGMAP_KEY))
+            .unwrap_or_default();
+        let specs = parse(&text, NAMESPACE, Some(ns), &self.metrics);
+        if specs.is_empty() {
+            return (vec![], [0; 32]);
+        }
+        resolve(&self.client, ns, &specs, NAMESPACE, Some(ns), &self.metrics).await
+    }
+}
+
+/// Forget the namespace used longest ago; its delivery finishes what it holds.
+fn evict_oldest(entries: &mut HashMap<String, Entry>) {
+    let oldest = entries
+        .iter()
+        .min_by_key(|(_, e)| e.last_used)
+        .map(|(ns, _)| ns.clone());
+    if let Some(e) = oldest.and_then(|ns| entries.remove(&ns))
+        && let Some((_, delivery)) = e.delivery
+    {
+        tokio::spawn(delivery.finished());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use k8s_openapi::ByteString;
+
+    #[test]
+    fn a_secrets_value_is_read_from_data_and_a_missing_key_or_bad_utf8_is_none() {
+        let s = Secret {
+            data: Some(BTreeMap::from([
+                ("url".to_string(), ByteString(b"http://x/y\n".to_vec())),
+                ("bad".to_string(), ByteString(vec![0xff])),
+            ])),
+            ..Default::default()
+        };
+        assert_eq!(secret_value(&s, "url").as_deref(), Some("http://x/y\n"));
+        assert_eq!(secret_value(&s, "bad"), None);
+        assert_eq!(secret_value(&s, "other"), None);
+    }
+
+    #[test]
+    fn a_configuration_that_does_not_parse_gives_no_target_and_is_counted() {
+        let m = Metrics::new();
+        assert!(parse("", CLUSTER, None, &m).is_empty());
+        assert!(parse("- {name: x, kind: Nope}", CLUSTER, None, &m).is_empty());
+        assert!(
+            m.encode()
+                .contains(r#"captf_notification_target_errors_total{scope="cluster",field="config"} 1"#),
+            "{}",
+            m.encode()
+        );
+        assert_eq!(
+            parse(
+                "- {name: s, kind: Slack, urlSecret: {name: n, key: k}}",
+                CLUSTER,
+                None,
+                &m
+            )
+            .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_missing_targets_file_gives_no_target_and_is_counted() {
+        let m = Metrics::new();
+        assert!(cluster_specs("", &m).is_empty());
+        assert!(cluster_specs("/nonexistent/targets.yaml", &m).is_empty());
+        assert!(m.encode().contains(r#"field="config"} 1"#));
+    }
+
+    #[test]
+    fn the_namespace_used_longest_ago_is_forgotten_first() {
+        let mut entries = HashMap::new();
+        for (ns, used) in [("a", 3), ("b", 1), ("c", 2)] {
+            entries.insert(
+                ns.to_string(),
+                Entry {
+                    last_used: used,
+                    ..Default::default()
+                },
+            );
+        }
+        evict_oldest(&mut entries);
+        let mut left: Vec<_> = entries.keys().cloned().collect();
+        left.sort();
+        assert_eq!(left, ["a", "c"]);
+    }
+}
