@@ -34,6 +34,15 @@ const NODE: &str = "full-path";
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:full-path";
 /// The file in the world folder whose absence holds every change of the runners' OpenTofu.
 const GATE: &str = "gate";
+/// The platform's policy on every plan of these tests: nothing may be opened to the world (the
+/// test provider's thing stands for a security group rule; its content for the CIDR).
+const OPEN_TO_THE_WORLD: &str = r#"package main
+import rego.v1
+deny contains {"msg": "opens it to the whole internet (0.0.0.0/0)", "resource": rc.address} if {
+    some rc in input.resource_changes
+    contains(object.get(rc.change.after, "content", ""), "0.0.0.0/0")
+}
+"#;
 
 struct Full {
     // Dropped in this order: the controller and the kubelet before the control plane.
@@ -92,12 +101,18 @@ impl Full {
         common::webhook::register(&admin, &webhook).await;
         let kubeconfig = cp.service_account_kubeconfig(NAMESPACE, CONTROLLER).await.unwrap();
         let runner_flag = format!("--runner-image={RUNNER_IMAGE}");
+        // The platform's policy on every plan, as the chart mounts it.
+        let policies = files.path().join("plan-policies");
+        std::fs::create_dir(&policies).unwrap();
+        std::fs::write(policies.join("world.rego"), OPEN_TO_THE_WORLD).unwrap();
+        let policies_flag = format!("--plan-policies-dir={}", policies.display());
         let controller = common::spawn_controller(
             &kubeconfig,
             &cp.work_dir().join("captf-controller.log"),
             &[
                 "--namespace=default",
                 runner_flag.as_str(),
+                policies_flag.as_str(),
                 "--metrics-addr=127.0.0.1:0",
                 "--health-addr=127.0.0.1:0",
                 "--log-format=text",
@@ -332,13 +347,72 @@ fn plugin(kubeconfig: &std::path::Path, args: &[&str]) -> (bool, String) {
     (out.status.success(), text)
 }
 
+/// A receiver on 127.0.0.1: every POST's JSON body is handed over.
+async fn receiver() -> (std::net::SocketAddr, tokio::sync::mpsc::UnboundedReceiver<Value>) {
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    let app = axum::Router::new()
+        .fallback(
+            |axum::extract::State(tx): axum::extract::State<tokio::sync::mpsc::UnboundedSender<Value>>,
+             body: String| async move {
+                let _ = tx.send(serde_json::from_str(&body).unwrap_or(Value::String(body)));
+                "ok"
+            },
+        )
+        .with_state(tx);
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap();
+    tokio::spawn(async move { axum::serve(listener, app).await });
+    (addr, rx)
+}
+
+/// The first notification the receiver got whose JSON satisfies `f` (others are dropped),
+/// within [`PATIENCE`].
+async fn notified(
+    rx: &mut tokio::sync::mpsc::UnboundedReceiver<Value>,
+    what: &str,
+    f: impl Fn(&Value) -> bool,
+) -> Value {
+    tokio::time::timeout(PATIENCE, async {
+        loop {
+            let got = rx.recv().await.expect("the receiver stopped");
+            if f(&got) {
+                return got;
+            }
+        }
+    })
+    .await
+    .unwrap_or_else(|_| panic!("no notification {what} within {PATIENCE:?}"))
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_other_than_its_author() {
+async fn a_governed_change_is_checked_by_policy_announced_and_applied_only_after_two_approvers_other_than_its_author() {
     let Some(full) = Full::start().await else { return };
     let alice = common::people::person(&full.cp, &full.admin, "default", "alice", None).await;
     let bob = common::people::person(&full.cp, &full.admin, "default", "bob", None).await;
     let carol = common::people::person(&full.cp, &full.admin, "default", "carol", None).await;
-    // alice writes the object: every change waits for two people other than her.
+    // The namespace's team hears about its objects at a receiver of its own.
+    let (addr, mut inbox) = receiver().await;
+    let secret: Secret = serde_json::from_value(json!({
+        "metadata": {"name": "team-hook"},
+        "stringData": {"url": format!("http://{addr}/team")},
+    }))
+    .unwrap();
+    Api::<Secret>::namespaced(full.admin.clone(), "default")
+        .create(&PostParams::default(), &secret)
+        .await
+        .unwrap();
+    let targets: k8s_openapi::api::core::v1::ConfigMap = serde_json::from_value(json!({
+        "metadata": {"name": "captf-notifications"},
+        "data": {"targets": "- name: team\n  kind: Generic\n  urlSecret: {name: team-hook, key: url}\n"},
+    }))
+    .unwrap();
+    Api::<k8s_openapi::api::core::v1::ConfigMap>::namespaced(full.admin.clone(), "default")
+        .create(&PostParams::default(), &targets)
+        .await
+        .unwrap();
+
+    // alice writes the object: every change waits for two people other than her. Her first
+    // version opens the thing to the world.
     let object: DynamicObject = serde_json::from_value(json!({
         "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
         "metadata": {
@@ -347,19 +421,53 @@ async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_
         },
         "spec": {
             "module": { "source": full.modules.url("cluster.tar.gz") },
-            "variables": {"name": "g", "content": "one"},
+            "variables": {"name": "g", "content": "allow 0.0.0.0/0"},
             "drift": {"interval": "0"},
             "guard": {"approval": "Always"},
         },
     }))
     .unwrap();
     let as_alice = common::people::client(&alice).await;
-    Api::<DynamicObject>::namespaced_with(as_alice, "default", &common::terraform_clusters())
-        .create(&PostParams::default(), &object)
-        .await
-        .unwrap();
-    // The first plan only creates, and still waits: approval Always.
-    full.booked("governed", captf_shared::Op::Apply, 1, "blocked").await;
+    let hers = Api::<DynamicObject>::namespaced_with(as_alice, "default", &common::terraform_clusters());
+    hers.create(&PostParams::default(), &object).await.unwrap();
+
+    // The platform's policy denies it: nothing planned is kept for approval, nothing applied.
+    full.booked("governed", captf_shared::Op::Apply, 1, "policy-denied")
+        .await;
+    let o = full
+        .until("governed", "UpToDate False/PolicyDenied", |o| {
+            o["status"]["conditions"].as_array().is_some_and(|c| {
+                c.iter()
+                    .any(|c| c["type"] == "UpToDate" && c["reason"] == "PolicyDenied")
+            })
+        })
+        .await;
+    let up = o["status"]["conditions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["type"] == "UpToDate")
+        .unwrap()
+        .clone();
+    let why = up["message"].as_str().unwrap();
+    assert!(
+        why.contains("data.main.deny: captftest_thing.main: opens it to the whole internet"),
+        "{why}"
+    );
+    assert!(o["status"]["pendingPlan"].is_null(), "{o}");
+    assert!(full.content("g").is_none(), "nothing applied");
+    let denied = notified(&mut inbox, "of the denial", |n| n["event"] == "policy-denied").await;
+    assert!(denied.to_string().contains("captftest_thing.main"), "{denied}");
+
+    // alice narrows it: the plan only creates, and still waits (approval Always).
+    hers.patch(
+        "governed",
+        &PatchParams::default(),
+        &Patch::Merge(&json!({"spec": {"variables": {"name": "g", "content": "allow 10.0.0.0/8"}}})),
+    )
+    .await
+    .unwrap();
+    full.booked("governed", captf_shared::Op::Apply, 2, "blocked").await;
     let o = full
         .until("governed", "a pending plan", |o| {
             o["status"]["pendingPlan"]["hash"].is_string()
@@ -373,6 +481,13 @@ async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_
         o["metadata"]["annotations"]["captf.io/spec-changed-by"],
         common::people::user("default", "alice")
     );
+    // The team hears of it, with the line that approves exactly this plan.
+    let waiting = notified(&mut inbox, "of the plan awaiting approval", |n| {
+        n["event"] == "awaiting-approval"
+    })
+    .await;
+    let line = format!("kubectl captf approve terraformcluster/governed -n default --hash {hash}");
+    assert!(waiting.to_string().contains(&line), "{waiting}");
 
     // alice's own approval is refused; bob's counts, and one more is needed.
     let (ok, out) = plugin(&alice, &["approve", "tfc/governed", "--hash", &hash]);
@@ -388,8 +503,8 @@ async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_
     // carol's is the second: the apply carries both, and creates the thing.
     let (ok, out) = plugin(&carol, &["approve", "tfc/governed", "--hash", &hash]);
     assert!(ok, "{out}");
-    let a2 = full.booked("governed", captf_shared::Op::Apply, 2, "succeeded").await;
-    let annotations = a2.metadata.annotations.unwrap();
+    let a3 = full.booked("governed", captf_shared::Op::Apply, 3, "succeeded").await;
+    let annotations = a3.metadata.annotations.unwrap();
     assert_eq!(annotations["captf.io/approved-plan"], hash);
     assert_eq!(
         annotations["captf.io/approved-by"],
@@ -400,7 +515,7 @@ async fn under_approval_always_a_plan_that_only_creates_waits_for_two_approvers_
         ),
         "the apply started only once both had approved"
     );
-    assert_eq!(full.content("g").as_deref(), Some("one"));
+    assert_eq!(full.content("g").as_deref(), Some("allow 10.0.0.0/8"));
     full.until("governed", "Ready", ready).await;
 }
 

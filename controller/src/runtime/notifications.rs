@@ -28,10 +28,6 @@ pub enum Happened<'a> {
     /// The state lock became held (or changed hands) by something that is not this object's
     /// runner: the `StateLocked` Event's transition.
     StateLocked { lock: &'a LockState },
-    // PolicyDenied goes here: a tenant policy rule refusing a resource of the plan is being
-    // added as an outcome of its own in `captf_core::outcome`. Once it exists, its booking maps
-    // to `Event::PolicyDenied { object, rule, address, message }` in `event_for` below, under
-    // `Happened::Booked`, from the runner's result.
 }
 
 /// The notification for `what` happening to `id`, if any. `notify_after_failures` is
@@ -89,6 +85,17 @@ fn booked(
             // Without a hash there is no line that approves it: nothing a person can act on.
             (!hash.is_empty()).then(|| Event::awaiting_approval(object, hash, counts))
         }
+        // The runner says each denial (rule, resource, message) in its result's message, bounded:
+        // the notification carries that text whole rather than one denial of it.
+        Outcome::PolicyDenied => Some(Event::PolicyDenied {
+            object,
+            rule: "the policies on the plan".to_string(),
+            address: result
+                .and_then(|r| r.plan_hash.clone())
+                .map(|h| format!("plan {h}"))
+                .unwrap_or_default(),
+            message: result.map(|r| r.message.clone()).unwrap_or_default(),
+        }),
         Outcome::Failed | Outcome::Deadline if rec.op == Op::Apply => {
             let n = failures?;
             (n == after).then(|| Event::ApplyFailed {
@@ -205,6 +212,28 @@ mod tests {
             failures,
         };
         event_for(&id(), &what, 3)
+    }
+
+    #[test]
+    fn a_plan_a_policy_denied_is_told_with_the_runners_words() {
+        let mut r = RunnerResult::new(
+            RunResult::PolicyDenied,
+            Phase::Guard,
+            "policy denied plan h1: data.main.deny: captftest_thing.main: open to the world",
+        );
+        r.plan_hash = Some("h1".into());
+        let e = booked(
+            &rec(Op::Apply, Some(r)),
+            Outcome::PolicyDenied,
+            &TerraformStatus::default(),
+            Some(0),
+        )
+        .unwrap();
+        let Event::PolicyDenied { address, message, .. } = e else {
+            panic!("not a denial: {e:?}");
+        };
+        assert_eq!(address, "plan h1");
+        assert!(message.contains("captftest_thing.main: open to the world"), "{message}");
     }
 
     #[test]
