@@ -562,7 +562,7 @@ fn an_approval_mode_that_holds_plans_is_not_contradicted_by_destructive_allow(
     {
         report.violation(
             &root.child("guard").child("destructive"),
-            &format!(
+            format!(
                 "Allow lets every plan through, but {} {} holds plans for approval: remove destructive (approval decides) or set approval to Never",
                 root.child("guard").child("approval"),
                 mode.as_str()
