@@ -351,6 +351,41 @@ mod tests {
     }
 
     #[test]
+    fn reconcile_asks_for_a_new_plan_after_a_policy_denied_one() {
+        let mut s = snapshot();
+        s.jobs = vec![captf_core::record::JobRecord {
+            name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
+            op: Op::Apply,
+            seq: 1,
+            created: Some("2026-03-01T09:00:00Z".parse().unwrap()),
+            started: None,
+            active_deadline_seconds: None,
+            finished: Some("2026-03-01T09:01:00Z".parse().unwrap()),
+            outcome: Some(captf_core::Outcome::PolicyDenied),
+            booked: true,
+            accounted: true,
+            drift_remediation: false,
+            approved_plan: None,
+            approved_by: None,
+            force_unlock_id: None,
+            inputs_hash: Some(HASH[..16].to_string()),
+            deleting: false,
+            result: None,
+        }];
+        assert!(matches!(
+            captf_core::decide(&s, now()),
+            Decision::Wait(w) if w.reason == Reason::PolicyDenied
+        ));
+        let (r, p) = reconcile(&s, now());
+        let Request::Write { words } = r else { panic!("{r:?}") };
+        assert!(
+            words.contains("checked against the policies as they are now"),
+            "{words}"
+        );
+        assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Apply));
+    }
+
+    #[test]
     fn refresh_says_a_foreign_lock_is_not_unlocked() {
         let mut s = snapshot();
         s.durable.applied_inputs_hash = Some(HASH.into());

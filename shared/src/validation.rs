@@ -525,6 +525,7 @@ pub fn validate_spec(spec: &TerraformSpec, path_prefix: &str) -> Report {
     }
     if let Some(g) = &spec.guard {
         an_approval_mode_that_holds_plans_is_not_contradicted_by_destructive_allow(&mut report, &root, g);
+        policy_refs_name_at_most_eight_configmaps(&mut report, &root.child("guard").child("policyRefs"), g);
     }
     // Effective values (defaults applied), read without cloning the spec.
     let guard = spec.guard.as_ref().map(GuardSpec::mode).unwrap_or_default();
@@ -625,6 +626,31 @@ fn check_variables(report: &mut Report, path: &FieldPath, vars: &crate::types::V
             format!("must serialize to at most {MAX_VARIABLES_BYTES} bytes (512 KiB) of JSON; the value is its size"),
             &size,
         );
+    }
+}
+
+/// `spec.guard.policyRefs`: at most [`crate::limits::MAX_POLICY_REFS`] ConfigMap names, each a
+/// DNS-1123 subdomain, each once.
+fn policy_refs_name_at_most_eight_configmaps(report: &mut Report, path: &FieldPath, g: &GuardSpec) {
+    let refs = g.policy_refs.as_deref().unwrap_or_default();
+    if refs.len() > crate::limits::MAX_POLICY_REFS {
+        report.violation(
+            path,
+            format!("must name at most {} ConfigMaps", crate::limits::MAX_POLICY_REFS),
+            &refs.len(),
+        );
+    }
+    for (i, r) in refs.iter().enumerate() {
+        let at = path.index(i).child("name");
+        if !crate::names::is_dns1123_subdomain(&r.name) {
+            report.violation(
+                &at,
+                "must be a ConfigMap name: a DNS-1123 subdomain (lowercase letters, digits, '-' and '.', at most 253 characters)",
+                &r.name,
+            );
+        } else if refs[..i].iter().any(|earlier| earlier.name == r.name) {
+            report.violation(&at, "must not repeat an earlier entry", &r.name);
+        }
     }
 }
 

@@ -2,8 +2,8 @@
 #![allow(clippy::unwrap_used)]
 
 use captf_shared::types::{
-    ApiEndpoint, ApprovalMode, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, Remediation,
-    TerraformCluster, TerraformClusterSpec, TerraformClusterTemplate, TerraformClusterTemplateResource,
+    ApiEndpoint, ApprovalMode, CaptfObject, DestructiveGuard, DriftSpec, GuardSpec, JobsSpec, ModuleSpec, PolicyRef,
+    Remediation, TerraformCluster, TerraformClusterSpec, TerraformClusterTemplate, TerraformClusterTemplateResource,
     TerraformClusterTemplateSpec, TerraformMachine, TerraformMachinePoolSpec, TerraformMachinePoolTemplate,
     TerraformMachinePoolTemplateResource, TerraformMachinePoolTemplateSpec, TerraformMachineSpec,
     TerraformMachineTemplate, TerraformMachineTemplateResource, TerraformMachineTemplateSpec, TerraformSpec,
@@ -668,6 +668,26 @@ fn approval_never_with_auto_remediation_warns_at_approval() {
         policy_refs: None,
     });
     assert!(check(&s).warnings.is_empty());
+}
+
+#[test]
+fn policy_refs_name_at_most_eight_configmaps() {
+    let with = |names: &[&str]| TerraformSpec {
+        guard: Some(GuardSpec {
+            policy_refs: Some(names.iter().map(|n| PolicyRef { name: n.to_string() }).collect()),
+            ..Default::default()
+        }),
+        ..spec()
+    };
+    assert!(check(&with(&["guardrails", "team.a"])).is_valid());
+    let r = check(&with(&["Bad_Name"]));
+    assert!(r.violation_at("spec.guard.policyRefs[0].name").is_some(), "{r:?}");
+    let r = check(&with(&["a", "a"]));
+    assert!(r.violation_at("spec.guard.policyRefs[1].name").is_some(), "{r:?}");
+    let nine: Vec<String> = (0..9).map(|i| format!("p{i}")).collect();
+    let nine: Vec<&str> = nine.iter().map(String::as_str).collect();
+    let r = check(&with(&nine));
+    assert!(r.violation_at("spec.guard.policyRefs").is_some(), "{r:?}");
 }
 
 // ---- everything together ------------------------------------------------------------------------

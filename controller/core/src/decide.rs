@@ -279,7 +279,11 @@ fn awaiting_person(s: &Snapshot, current: &str) -> Option<Reason> {
         None => s.status.pending_plan.is_none(),
     };
     // An approval that does not have its approvers yet changes nothing: the plan waits on.
-    let approval_changed = s.approve_plan.is_some() && s.approve_plan != newest.approved_plan && approvals(s).enough();
+    // Nor does any approval lift a policy's denial: a person approves plans, not exceptions.
+    let approval_changed = reason != Reason::PolicyDenied
+        && s.approve_plan.is_some()
+        && s.approve_plan != newest.approved_plan
+        && approvals(s).enough();
     (!inputs_changed && !approval_changed).then_some(reason)
 }
 
@@ -732,6 +736,38 @@ mod tests {
         s.approvers = vec!["alice".into()];
         s.approved_by = Some("alice".into());
         assert_eq!(as_start(decide(&s, now)).approved_plan.as_deref(), Some("plan-1"));
+    }
+
+    #[test]
+    fn a_plan_a_policy_denied_waits_for_new_inputs_or_a_newer_reconcile_request() {
+        let mut denied = rec(Op::Apply, 4, Some(Outcome::PolicyDenied));
+        denied.inputs_hash = Some(OTHER[..16].into());
+        let mut res = RunnerResult::new(RunResult::PolicyDenied, Phase::Guard, "policy denied plan p");
+        res.plan_hash = Some("plan-1".into());
+        denied.result = Some(res);
+        let mut s = snap(3, vec![denied.clone()], 10_000);
+        s.inputs_hash = InputsHash::Known(OTHER.into());
+        let at = denied.finished.unwrap();
+        let w = as_wait(decide(&s, at + SignedDuration::from_hours(5)));
+        assert_eq!(
+            (w.reason, w.requeue_after),
+            (Reason::PolicyDenied, None),
+            "no timer, no retry"
+        );
+        // An approval cannot overrule a policy.
+        s.approve_plan = Some("plan-1".into());
+        assert_eq!(as_wait(decide(&s, at)).reason, Reason::PolicyDenied);
+        s.approve_plan = None;
+        // A reconcile request older than the denial does nothing; a newer one plans again, once.
+        s.reconcile_requested = Some(at - SignedDuration::from_secs(1));
+        assert_eq!(as_wait(decide(&s, at)).reason, Reason::PolicyDenied);
+        s.reconcile_requested = Some(at + SignedDuration::from_secs(1));
+        let st = as_start(decide(&s, at + SignedDuration::from_secs(2)));
+        assert_eq!((st.op, st.reason), (Op::Apply, Reason::InputsChanged));
+        // New inputs plan again.
+        s.reconcile_requested = None;
+        s.inputs_hash = InputsHash::Known(HASH.replace('a', "f"));
+        assert!(decide(&s, at).is_start());
     }
 
     #[test]

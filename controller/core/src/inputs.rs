@@ -715,6 +715,60 @@ mod tests {
     }
 
     #[test]
+    fn the_policies_of_policy_refs_are_their_rego_keys_and_no_input() {
+        let mut s = spec();
+        s.guard = Some(captf_shared::types::GuardSpec {
+            policy_refs: Some(vec![
+                captf_shared::types::PolicyRef { name: "team".into() },
+                captf_shared::types::PolicyRef { name: "extra".into() },
+            ]),
+            ..Default::default()
+        });
+        let lookup = |with_extra: Option<BTreeMap<String, String>>| {
+            move |k: SourceKind, name: &str| {
+                Ok(match (k, name) {
+                    (SourceKind::ConfigMap, "team") => Some(
+                        [
+                            ("b.rego".to_string(), "package main.b".to_string()),
+                            ("a.rego".to_string(), "package main.a".to_string()),
+                            ("README".to_string(), "not a policy".to_string()),
+                        ]
+                        .into(),
+                    ),
+                    (SourceKind::ConfigMap, "extra") => with_extra.clone(),
+                    _ => None,
+                })
+            }
+        };
+        let extra = Some([("x.rego".to_string(), "package main.x".to_string())].into());
+        let inputs = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup(extra)).unwrap();
+        let names: Vec<&str> = inputs.policies.iter().map(|p| p.name.as_str()).collect();
+        assert_eq!(
+            names,
+            ["default/team:a.rego", "default/team:b.rego", "default/extra:x.rego"]
+        );
+        // Not an input: the hash is the one without them.
+        let mut without = inputs.clone();
+        without.policies.clear();
+        assert_eq!(inputs.hash(), without.hash());
+        // A ConfigMap that does not exist is waited for, one without a policy refused, by field.
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup(None)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.guard.policyRefs[1]: ConfigMap extra does not exist (yet)"
+        );
+        let empty = Some([("notes".to_string(), "x".to_string())].into());
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup(empty)).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "spec.guard.policyRefs[1]: ConfigMap extra holds no policy (no key ending in .rego)"
+        );
+        let big = Some([("big.rego".to_string(), "#".repeat(MAX_PLAN_POLICY_BYTES))].into());
+        let e = resolve_inputs(Kind::TerraformCluster, &meta("p", None), &s, None, None, lookup(big)).unwrap_err();
+        assert!(matches!(e, ResolveError::PoliciesTooLarge { .. }), "{e:?}");
+    }
+
+    #[test]
     fn no_inputs_are_built_from_a_spec_past_max_spec_values_json_values() {
         let mut s = spec();
         s.variables = Some([("x".to_string(), json!(vec![0; MAX_SPEC_VALUES]))].into());

@@ -97,4 +97,30 @@ mod tests {
         assert_eq!(text, inputs.canonical_json());
         assert_eq!(stored_inputs(&s).unwrap().hash(), inputs.hash());
     }
+
+    #[test]
+    fn the_policies_ride_beside_the_inputs_and_only_when_there_are_any() {
+        let id = Ident {
+            kind: Kind::TerraformCluster,
+            namespace: "default".into(),
+            name: "prod-eu".into(),
+            uid: "u1".into(),
+            suffix: "prod-eu-tc".into(),
+            object_id: "o".into(),
+            cluster_name: None,
+        };
+        let mut inputs = Inputs::default();
+        let data = inputs_secret(&id, &inputs).data.unwrap();
+        assert!(!data.contains_key(captf_shared::protocol::POLICIES_KEY));
+        inputs.policies = vec![captf_shared::protocol::PlanPolicy {
+            name: "platform:world.rego".into(),
+            source: "package main".into(),
+        }];
+        let data = inputs_secret(&id, &inputs).data.unwrap();
+        let policies: Vec<captf_shared::protocol::PlanPolicy> =
+            serde_json::from_slice(&data[captf_shared::protocol::POLICIES_KEY].0).unwrap();
+        assert_eq!(policies, inputs.policies);
+        // The inputs document itself does not carry them.
+        assert!(!String::from_utf8_lossy(&data[keys::INPUTS_DATA_KEY].0).contains("world.rego"));
+    }
 }
