@@ -140,6 +140,7 @@ mod tests {
             }],
             more: 0,
             truncated: false,
+            policy_warnings: vec![],
         })
         .unwrap_or_default()
     }

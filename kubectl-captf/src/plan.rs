@@ -166,6 +166,10 @@ pub(crate) async fn plan(
                             "replaces": p.replaces, "job": p.job, "pod": pod},
             "approved": approved,
             "approvals": approvals,
+            "policyWarnings": match &kept {
+                kept::Kept::This { plan, .. } => plan.policy_warnings.clone(),
+                _ => Vec::new(),
+            },
             "resources": changes,
             "resourcesFrom": source,
             "keptIn": kept_where,
@@ -194,6 +198,14 @@ pub(crate) async fn plan(
     );
     if let Some(a) = &approvals {
         out.push_str(&format!("  {a}\n"));
+    }
+    if let kept::Kept::This { plan, .. } = &kept
+        && !plan.policy_warnings.is_empty()
+    {
+        out.push_str("\nPolicy warnings (the plan's policies let it through with these):\n");
+        for w in &plan.policy_warnings {
+            out.push_str(&format!("  {w}\n"));
+        }
     }
     if !changes.is_empty() {
         out.push_str(&format!("\nResource changes ({source}):\n"));

@@ -304,6 +304,7 @@ async fn the_plan_the_runner_kept_is_shown_after_its_pod_is_gone() -> Result<()>
         }],
         more: 0,
         truncated: false,
+        policy_warnings: vec![],
     };
     let text = "  # null_resource.old will be destroyed\n  - resource \"null_resource\" \"old\" {\n      - id = \"1\" -> null\n    }\n";
     let b64 = |b: Vec<u8>| serde_json::to_value(k8s_openapi::ByteString(b)).unwrap();

@@ -36,13 +36,7 @@ const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:full-path";
 const GATE: &str = "gate";
 /// The platform's policy on every plan of these tests: nothing may be opened to the world (the
 /// test provider's thing stands for a security group rule; its content for the CIDR).
-const OPEN_TO_THE_WORLD: &str = r#"package main
-import rego.v1
-deny contains {"msg": "opens it to the whole internet (0.0.0.0/0)", "resource": rc.address} if {
-    some rc in input.resource_changes
-    contains(object.get(rc.change.after, "content", ""), "0.0.0.0/0")
-}
-"#;
+const OPEN_TO_THE_WORLD: &str = include_str!("../../examples/policies/world.rego");
 
 struct Full {
     // Dropped in this order: the controller and the kubelet before the control plane.
@@ -499,6 +493,8 @@ async fn a_governed_change_is_checked_by_policy_announced_and_applied_only_after
     let (ok, out) = plugin(&bob, &["plan", "tfc/governed"]);
     assert!(ok && out.contains("waits for more approvals"), "{out}");
     assert!(out.contains("1 more needed"), "{out}");
+    // The policy's warning is shown with the plan it was about.
+    assert!(out.contains("data.main.warn: captftest_thing.main is new: give it an owner"), "{out}");
 
     // carol's is the second: the apply carries both, and creates the thing.
     let (ok, out) = plugin(&carol, &["approve", "tfc/governed", "--hash", &hash]);

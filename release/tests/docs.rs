@@ -252,6 +252,21 @@ fn the_readmes_machine_module_is_the_file_the_cluster_api_test_boots() {
     );
 }
 
+#[test]
+fn the_policy_pages_example_is_the_policy_the_real_path_test_checks_plans_with() {
+    let page = std::fs::read_to_string(root().join("docs/policy.md")).unwrap();
+    let policy = std::fs::read_to_string(root().join("examples/policies/world.rego")).unwrap();
+    assert!(
+        page.contains(&format!("```rego\n{policy}```\n")),
+        "docs/policy.md does not show examples/policies/world.rego exactly, in one rego block"
+    );
+    let test = std::fs::read_to_string(root().join("kubetest/tests/full_path.rs")).unwrap();
+    assert!(
+        test.contains("include_str!(\"../../examples/policies/world.rego\")"),
+        "the real-path test no longer checks plans with examples/policies/world.rego"
+    );
+}
+
 /// The sections the code cites as `(<file>.md, "<heading>")` in comments: `(file, heading, where)`.
 fn cited_sections() -> Vec<(String, String, String)> {
     let listed = Command::new("git")

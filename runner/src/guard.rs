@@ -31,7 +31,7 @@ impl PlanFacts {
     /// [`captf_shared::mask::mask_list`]) masked in every address: an instance key can be a
     /// value from a Secret (`module.db["<password>"]`). The hash stays the plan's own, what an
     /// approval names.
-    pub fn kept(&self, truncated: bool, secrets: &[String]) -> KeptPlan {
+    pub fn kept(&self, truncated: bool, secrets: &[String], policy_warnings: &[String]) -> KeptPlan {
         let changes = self
             .changes
             .iter()
@@ -46,6 +46,7 @@ impl PlanFacts {
             changes,
             more: self.more,
             truncated,
+            policy_warnings: policy_warnings.to_vec(),
         }
     }
 }
@@ -190,7 +191,7 @@ mod tests {
             rc("null_resource.plain", &["create"]),
         ]);
         let facts = plan_facts(&p).unwrap();
-        let kept = facts.kept(true, &secrets);
+        let kept = facts.kept(true, &secrets, &[]);
         let record = serde_json::to_string(&kept).unwrap();
         assert!(!record.contains("hunter2"), "{record}");
         assert_eq!(kept.changes[0].address, "module.db[\"***\"].null_resource.x");
@@ -364,7 +365,7 @@ mod tests {
             let secrets = captf_shared::mask::mask_list([secret.clone()]);
             let key = serde_json::to_string(&secret).unwrap();
             let facts = plan_facts(&plan(vec![rc(&format!("module.{module}[{key}].null_resource.x"), &["create"])])).unwrap();
-            let kept = facts.kept(false, &secrets);
+            let kept = facts.kept(false, &secrets, &[]);
             prop_assert!(!kept.changes[0].address.contains(&secret), "{}", kept.changes[0].address);
             prop_assert!(!kept.changes[0].address.contains(&key[1..key.len() - 1]), "{}", kept.changes[0].address);
         }

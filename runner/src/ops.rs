@@ -205,9 +205,9 @@ impl<S: OutputsStore> Steps<'_, S> {
 
     /// Keep the plan a person must approve next to the object. The run's result does not depend
     /// on it: a plan that cannot be kept is still in this Job's log, and the log says so.
-    async fn keep_plan(&self, facts: &guard::PlanFacts, planned: &Finished) {
+    async fn keep_plan(&self, facts: &guard::PlanFacts, planned: &Finished, policy_warnings: &[String]) {
         // Masked as the log is: the addresses come from `plan.json`, unmasked.
-        let kept = facts.kept(planned.cut, self.log().secrets());
+        let kept = facts.kept(planned.cut, self.log().secrets(), policy_warnings);
         match self.store.store_plan(&kept, &planned.stdout).await {
             Ok(()) => self.log().note(&format!(
                 "plan {} kept in {} for review",
@@ -268,7 +268,7 @@ impl<S: OutputsStore> Steps<'_, S> {
         };
         let verdict = guard::verdict(self.cfg.guard, &facts, approved);
         if verdict != Verdict::Apply {
-            self.keep_plan(&facts, &planned).await;
+            self.keep_plan(&facts, &planned, &policy_warnings).await;
         } else if let Err(e) = self.store.clear_plan().await {
             // Whatever an earlier run kept for review (approved, or superseded by this plan) is
             // not what runs now, and it would share the Secret's size with the outputs.

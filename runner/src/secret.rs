@@ -243,6 +243,7 @@ mod tests {
             }],
             more: 0,
             truncated: false,
+            policy_warnings: vec![],
         };
         let (url, server) = one_request_server("200 OK", reply.clone()).await;
         store_for(&url)

@@ -264,6 +264,9 @@ pub struct KeptPlan {
     /// The text under [`PLAN_TEXT_KEY`] was cut at [`PLAN_TEXT_LIMIT`].
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub truncated: bool,
+    /// What the policies on the plan warned about, as the run's result says it.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub policy_warnings: Vec<String>,
 }
 
 fn is_zero(n: &usize) -> bool {
