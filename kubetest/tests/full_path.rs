@@ -494,7 +494,10 @@ async fn a_governed_change_is_checked_by_policy_announced_and_applied_only_after
     assert!(ok && out.contains("waits for more approvals"), "{out}");
     assert!(out.contains("1 more needed"), "{out}");
     // The policy's warning is shown with the plan it was about.
-    assert!(out.contains("data.main.warn: captftest_thing.main is new: give it an owner"), "{out}");
+    assert!(
+        out.contains("data.main.warn: captftest_thing.main is new: give it an owner"),
+        "{out}"
+    );
 
     // carol's is the second: the apply carries both, and creates the thing.
     let (ok, out) = plugin(&carol, &["approve", "tfc/governed", "--hash", &hash]);

@@ -199,6 +199,7 @@ pub async fn start(client: kube::Client, args: &RunArgs, clock: SharedClock) -> 
             args.namespace_notification_targets,
             args.notify_after_failures,
             &metrics,
+            clock.clone(),
         )
         .await,
     );

@@ -68,11 +68,21 @@ impl Notifications {
         namespace_targets: bool,
         after_failures: u32,
         metrics: &Arc<Metrics>,
+        clock: super::clock::SharedClock,
     ) -> Notifications {
         let cluster = match cluster_specs(targets_file, metrics) {
             specs if specs.is_empty() => None,
             specs => {
-                let (targets, _) = resolve(client, secrets_namespace, &specs, CLUSTER, None, metrics).await;
+                let (targets, _) = resolve(
+                    client,
+                    secrets_namespace,
+                    &specs,
+                    CLUSTER,
+                    None,
+                    metrics,
+                    &mut Vec::new(),
+                )
+                .await;
                 tracing::info!(
                     configured = specs.len(),
                     usable = targets.len(),
@@ -86,6 +96,7 @@ impl Notifications {
             namespaces: namespace_targets.then(|| {
                 Arc::new(Namespaces {
                     client: client.clone(),
+                    clock,
                     metrics: metrics.clone(),
                     cache: Mutex::default(),
                 })
@@ -125,12 +136,18 @@ fn cluster_specs(path: &str, metrics: &Metrics) -> Vec<TargetSpec> {
             return vec![];
         }
     };
-    parse(&text, CLUSTER, None, metrics)
+    parse(&text, CLUSTER, None, metrics, &mut Vec::new())
 }
 
 /// A YAML list of targets; an empty text is none. Errors name the field, never a Secret's value
 /// (the list holds only references).
-fn parse(text: &str, scope: &str, namespace: Option<&str>, metrics: &Metrics) -> Vec<TargetSpec> {
+fn parse(
+    text: &str,
+    scope: &str,
+    namespace: Option<&str>,
+    metrics: &Metrics,
+    problems: &mut Vec<String>,
+) -> Vec<TargetSpec> {
     if text.trim().is_empty() {
         return vec![];
     }
@@ -139,6 +156,7 @@ fn parse(text: &str, scope: &str, namespace: Option<&str>, metrics: &Metrics) ->
         Err(errors) => {
             for e in &errors {
                 tracing::warn!(scope, namespace, field = %e.field, reason = %e.reason, "notification targets do not parse; none of them is used");
+                problems.push(format!("{}: {}", e.field, e.reason));
             }
             metrics.notification_target_error(scope, "config");
             vec![]
@@ -169,6 +187,7 @@ async fn resolve(
     scope: &str,
     prefix: Option<&str>,
     metrics: &Metrics,
+    problems: &mut Vec<String>,
 ) -> (Vec<Target>, [u8; 32]) {
     let api: Api<Secret> = Api::namespaced(client.clone(), namespace);
     let mut secrets: BTreeMap<String, Result<Option<Secret>, String>> = BTreeMap::new();
@@ -198,7 +217,7 @@ async fn resolve(
         let url = match value(&spec.url_secret).await {
             Ok(u) => u,
             Err(why) => {
-                left_out(scope, namespace, &spec.name, "urlSecret", &why, metrics);
+                left_out(scope, namespace, &spec.name, "urlSecret", &why, metrics, problems);
                 continue;
             }
         };
@@ -207,7 +226,7 @@ async fn resolve(
             Some(r) => match value(r).await {
                 Ok(t) => Some(t),
                 Err(why) => {
-                    left_out(scope, namespace, &spec.name, "tokenSecret", &why, metrics);
+                    left_out(scope, namespace, &spec.name, "tokenSecret", &why, metrics, problems);
                     continue;
                 }
             },
@@ -225,14 +244,25 @@ async fn resolve(
             // URL must be http or https`), never the value.
             Err(e) => {
                 let field = e.field.rsplit('.').next().unwrap_or("urlSecret").to_string();
-                left_out(scope, namespace, &spec.name, &field, &e.reason, metrics);
+                left_out(scope, namespace, &spec.name, &field, &e.reason, metrics, problems);
             }
         }
     }
     (targets, digest.finalize().into())
 }
 
-fn left_out(scope: &str, namespace: &str, target: &str, field: &str, why: &str, metrics: &Metrics) {
+/// A target left out: logged and counted for the platform, and said to `problems` for the
+/// namespace's own team (an Event on their ConfigMap).
+fn left_out(
+    scope: &str,
+    namespace: &str,
+    target: &str,
+    field: &str,
+    why: &str,
+    metrics: &Metrics,
+    problems: &mut Vec<String>,
+) {
+    problems.push(format!("target {target}: {field}: {why}"));
     tracing::warn!(
         scope,
         namespace,
@@ -263,6 +293,8 @@ fn reason_of(e: &kube::Error) -> String {
 /// Each namespace's targets, read in the background and kept for [`REFRESH`].
 struct Namespaces {
     client: kube::Client,
+    /// The controller's clock: an Event's time, as every Event of the controller's.
+    clock: super::clock::SharedClock,
     metrics: Arc<Metrics>,
     cache: Mutex<Cache>,
 }
@@ -373,15 +405,113 @@ impl Namespaces {
                 return (vec![], [0; 32]);
             }
         };
-        let text = cm
-            .and_then(|c| c.data)
-            .and_then(|mut d| d.remove(NAMESPACE_CONFIGMAP_KEY))
-            .unwrap_or_default();
-        let specs = parse(&text, NAMESPACE, Some(ns), &self.metrics);
-        if specs.is_empty() {
+        let Some(cm) = cm else {
             return (vec![], [0; 32]);
+        };
+        let text = cm
+            .data
+            .as_ref()
+            .and_then(|d| d.get(NAMESPACE_CONFIGMAP_KEY))
+            .cloned()
+            .unwrap_or_default();
+        let mut problems = Vec::new();
+        let specs = parse(&text, NAMESPACE, Some(ns), &self.metrics, &mut problems);
+        let found = if specs.is_empty() {
+            (vec![], [0; 32])
+        } else {
+            resolve(
+                &self.client,
+                ns,
+                &specs,
+                NAMESPACE,
+                Some(ns),
+                &self.metrics,
+                &mut problems,
+            )
+            .await
+        };
+        if !problems.is_empty() {
+            self.tell(&cm, &problems).await;
         }
-        resolve(&self.client, ns, &specs, NAMESPACE, Some(ns), &self.metrics).await
+        found
+    }
+
+    /// Say what is wrong with a namespace's targets where its team looks: a Warning Event on
+    /// their ConfigMap, once per version of it and of the problems (a read every minute does not
+    /// repeat it). A failure to publish is logged; the problems are counted and logged anyway.
+    async fn tell(&self, cm: &ConfigMap, problems: &[String]) {
+        let ev = invalid_targets_event(cm, problems, self.clock.now());
+        let ns = cm.metadata.namespace.clone().unwrap_or_default();
+        let api: Api<k8s_openapi::api::events::v1::Event> = Api::namespaced(self.client.clone(), &ns);
+        match tokio::time::timeout(READ_TIMEOUT, api.create(&kube::api::PostParams::default(), &ev)).await {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) if captf_read::errors::is_already_exists(&e) => {}
+            Ok(Err(e)) => {
+                tracing::warn!(namespace = ns, error = %reason_of(&e), "cannot publish the Event on the notification targets' problems")
+            }
+            Err(_) => tracing::warn!(
+                namespace = ns,
+                "publishing the Event on the notification targets' problems timed out"
+            ),
+        }
+    }
+}
+
+/// The reason of the Event on a namespace's ConfigMap whose targets are (partly) unusable.
+pub const INVALID_TARGETS_REASON: &str = "NotificationTargetsInvalid";
+
+/// The Warning Event on `cm` listing `problems` (each names the target and the field, never a
+/// value), named after the ConfigMap's version and the problems, so the same ones are told once.
+/// PURE.
+fn invalid_targets_event(
+    cm: &ConfigMap,
+    problems: &[String],
+    now: jiff::Timestamp,
+) -> k8s_openapi::api::events::v1::Event {
+    use k8s_openapi::api::core::v1::ObjectReference;
+    use k8s_openapi::apimachinery::pkg::apis::meta::v1::{MicroTime, ObjectMeta};
+    let mut digest = Sha256::new();
+    digest.update(cm.metadata.resource_version.as_deref().unwrap_or_default().as_bytes());
+    for p in problems {
+        digest.update((p.len() as u64).to_be_bytes());
+        digest.update(p.as_bytes());
+    }
+    let hex: String = digest.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
+    let mut note = format!(
+        "{} of {NAMESPACE_CONFIGMAP} left out: {}",
+        if problems.len() == 1 { "a target" } else { "targets" },
+        problems.join("; ")
+    );
+    if note.len() > 1024 {
+        let mut end = 1021;
+        while !note.is_char_boundary(end) {
+            end -= 1;
+        }
+        note.truncate(end);
+        note.push('…');
+    }
+    k8s_openapi::api::events::v1::Event {
+        metadata: ObjectMeta {
+            name: Some(format!("{NAMESPACE_CONFIGMAP}.{hex}")),
+            namespace: cm.metadata.namespace.clone(),
+            ..Default::default()
+        },
+        event_time: Some(MicroTime(now)),
+        type_: Some("Warning".into()),
+        reason: Some(INVALID_TARGETS_REASON.into()),
+        action: Some("ReadNotificationTargets".into()),
+        note: Some(note),
+        regarding: Some(ObjectReference {
+            api_version: Some("v1".into()),
+            kind: Some("ConfigMap".into()),
+            name: cm.metadata.name.clone(),
+            namespace: cm.metadata.namespace.clone(),
+            uid: cm.metadata.uid.clone(),
+            ..Default::default()
+        }),
+        reporting_controller: Some(super::events::REPORTING_CONTROLLER.into()),
+        reporting_instance: Some("captf-controller".into()),
+        ..Default::default()
     }
 }
 
@@ -421,8 +551,12 @@ mod tests {
     #[test]
     fn a_configuration_that_does_not_parse_gives_no_target_and_is_counted() {
         let m = Metrics::new();
-        assert!(parse("", CLUSTER, None, &m).is_empty());
-        assert!(parse("- {name: x, kind: Nope}", CLUSTER, None, &m).is_empty());
+        let mut problems = Vec::new();
+        assert!(parse("", CLUSTER, None, &m, &mut problems).is_empty());
+        assert!(problems.is_empty());
+        assert!(parse("- {name: x, kind: Nope}", CLUSTER, None, &m, &mut problems).is_empty());
+        assert_eq!(problems.len(), 1, "{problems:?}");
+        assert!(problems[0].starts_with("targets[0]"), "{problems:?}");
         assert!(
             m.encode()
                 .contains(r#"captf_notification_target_errors_total{scope="cluster",field="config"} 1"#),
@@ -434,7 +568,8 @@ mod tests {
                 "- {name: s, kind: Slack, urlSecret: {name: n, key: k}}",
                 CLUSTER,
                 None,
-                &m
+                &m,
+                &mut Vec::new()
             )
             .len(),
             1
@@ -447,6 +582,45 @@ mod tests {
         assert!(cluster_specs("", &m).is_empty());
         assert!(cluster_specs("/nonexistent/targets.yaml", &m).is_empty());
         assert!(m.encode().contains(r#"field="config"} 1"#));
+    }
+
+    #[test]
+    fn a_namespaces_unusable_target_is_told_on_its_configmap_once_per_version_never_with_a_value() {
+        let cm: ConfigMap = serde_json::from_value(serde_json::json!({
+            "metadata": {"name": "captf-notifications", "namespace": "team-a", "uid": "u-1", "resourceVersion": "7"},
+        }))
+        .unwrap();
+        let problems = vec!["target team-a/chat: urlSecret: the URL must be http or https".to_string()];
+        let now = jiff::Timestamp::UNIX_EPOCH;
+        let ev = invalid_targets_event(&cm, &problems, now);
+        assert_eq!(ev.reason.as_deref(), Some(INVALID_TARGETS_REASON));
+        assert_eq!(ev.type_.as_deref(), Some("Warning"));
+        let regarding = ev.regarding.clone().unwrap();
+        assert_eq!(
+            (regarding.kind.as_deref(), regarding.uid.as_deref()),
+            (Some("ConfigMap"), Some("u-1"))
+        );
+        assert!(
+            ev.note.as_deref().unwrap().contains("team-a/chat: urlSecret"),
+            "{:?}",
+            ev.note
+        );
+        // The same version and problems: the same name (created once); a new version: another.
+        assert_eq!(
+            invalid_targets_event(&cm, &problems, now).metadata.name,
+            ev.metadata.name
+        );
+        let mut newer = cm.clone();
+        newer.metadata.resource_version = Some("8".into());
+        assert_ne!(
+            invalid_targets_event(&newer, &problems, now).metadata.name,
+            ev.metadata.name
+        );
+        // Bounded, whatever the list.
+        let many: Vec<String> = (0..200)
+            .map(|i| format!("target t{i}: urlSecret: Secret s{i} not found"))
+            .collect();
+        assert!(invalid_targets_event(&cm, &many, now).note.unwrap().len() <= 1024);
     }
 
     #[test]

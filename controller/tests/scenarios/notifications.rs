@@ -85,16 +85,16 @@ async fn a_blocked_plan_reaches_the_cluster_and_namespace_targets_with_its_appro
         "url",
         format!("http://{addr}/cluster\n").as_bytes(),
     )?)?;
-    sim.put(secret_json(
-        "team-hook",
-        "url",
-        format!("http://{addr}/team").as_bytes(),
-    )?)?;
+    let mut hook = secret_json("team-hook", "url", format!("http://{addr}/team").as_bytes())?;
+    // A second key the team got wrong: not an http(s) URL.
+    hook["data"]["ftp"] = serde_json::to_value(k8s_openapi::ByteString(b"ftp://files.example.com/hook".to_vec()))?;
+    sim.put(hook)?;
     sim.put(json!({
         "apiVersion": "v1",
         "kind": "ConfigMap",
         "metadata": {"name": "captf-notifications", "namespace": NS},
-        "data": {"targets": "- {name: team, kind: CloudEvents, urlSecret: {name: team-hook, key: url}}\n"},
+        "data": {"targets": "- {name: team, kind: CloudEvents, urlSecret: {name: team-hook, key: url}}\n\
+                             - {name: chat, kind: Slack, urlSecret: {name: team-hook, key: ftp}}\n"},
     }))?;
     let mut flags = flags();
     flags.push(format!("--notification-targets-file={}", file.display()));
@@ -140,6 +140,18 @@ async fn a_blocked_plan_reaches_the_cluster_and_namespace_targets_with_its_appro
         ),
         "{metrics}"
     );
+    // The team's unusable target is told where the team looks: on its ConfigMap, naming the
+    // target and the field, never the value.
+    let told = env
+        .until("an Event on the namespace's targets", |e| {
+            e.events("NotificationTargetsInvalid").into_iter().next()
+        })
+        .await?;
+    assert_eq!(told["regarding"]["kind"], "ConfigMap", "{told}");
+    assert_eq!(told["regarding"]["name"], "captf-notifications", "{told}");
+    let note = told["note"].as_str().unwrap_or_default();
+    assert!(note.contains("default/chat: urlSecret"), "{note}");
+    assert!(!note.contains("files.example.com"), "{note}");
     // Neither the URL nor its path ever reaches a metric.
     assert!(!metrics.contains("/cluster") && !metrics.contains("/team"), "{metrics}");
     env.no_denials()?;
