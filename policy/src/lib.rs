@@ -644,8 +644,9 @@ deny contains msg if {
     fn the_worked_example_of_the_docs_decides_as_documented() {
         let page = include_str!("../../docs/policy.md");
         let source = page
-            .split("```rego\n")
+            .split("## A worked example")
             .nth(1)
+            .and_then(|section| section.split("```rego\n").nth(1))
             .and_then(|rest| rest.split("```").next())
             .unwrap();
         let plan = r#"{"resource_changes": [
