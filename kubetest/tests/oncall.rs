@@ -168,16 +168,22 @@ async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plug
         Some(alice_name.as_str())
     );
 
-    // Somebody else writes another name beside alice's approval: the webhook keeps alice's.
+    // Somebody else writes another name beside alice's approval: never that name. Writing one is
+    // approving as oneself: the webhook records the requesting user (the admin), and alice stays
+    // among the plan's approvers.
     let forged = json!({"metadata": {"annotations": {"captf.io/approved-by": "bob"}}});
     let o = api
         .patch("prod-eu", &PatchParams::default(), &Patch::Merge(&forged))
         .await
         .unwrap();
-    assert_eq!(
-        annotation(&o, "captf.io/approved-by").as_deref(),
-        Some(alice_name.as_str())
+    let by = annotation(&o, "captf.io/approved-by").unwrap_or_default();
+    assert!(
+        by != "bob" && !by.is_empty() && by != alice_name,
+        "the admin's own name: {by}"
     );
+    let approvers: Vec<String> =
+        serde_json::from_str(&annotation(&o, "captf.io/approvers").unwrap_or_default()).unwrap();
+    assert_eq!(approvers, [alice_name.clone(), by]);
 
     // The admin approves another plan with kubectl's annotate: recorded as the admin, whatever
     // name the request carries.

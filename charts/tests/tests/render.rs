@@ -265,7 +265,7 @@ fn by_default_the_controller_watches_only_the_release_namespace_through_a_role_b
     );
     assert_eq!(controller_role_bindings(&r), [NAMESPACE]);
     let args = controller_args(&r);
-    let flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--namespace")).collect();
+    let flags: Vec<&String> = args.iter().filter(|a| a.starts_with("--namespace=")).collect();
     assert_eq!(flags, ["--namespace=captf-system"]);
     assert!(
         r.get("Role", "captf-controller-leader-election").is_none(),
@@ -325,7 +325,7 @@ fn watch_all_namespaces_renders_the_cluster_role_binding_and_no_namespace_flag()
     assert!(controller_role_bindings(&r).is_empty());
     assert!(r.get("Role", "captf-controller-leader-election").is_none());
     assert!(
-        !controller_args(&r).iter().any(|a| a.starts_with("--namespace")),
+        !controller_args(&r).iter().any(|a| a.starts_with("--namespace=")),
         "all namespaces: {:?}",
         controller_args(&r)
     );
