@@ -18,6 +18,7 @@ use captf_shared::policy::TenantPolicy;
 use super::clock::SharedClock;
 use super::events::{Emission, Events};
 use super::gather::{self, Caches, Feeds};
+use super::locking::lock;
 use super::metrics::Metrics;
 use super::notifications::{self, Happened};
 use super::notifiers::Notifications;
@@ -230,8 +231,4 @@ impl Ctx {
         let now = self.clock.now();
         wakes.take_due(now, |k| k.kind == kind)
     }
-}
-
-pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }

@@ -40,6 +40,7 @@ pub mod inputs;
 pub mod interrupted;
 pub mod leader;
 pub mod leases;
+mod locking;
 pub mod metrics;
 pub mod metrics_auth;
 pub mod notifications;

@@ -20,7 +20,7 @@ use sha2::{Digest, Sha256};
 
 use captf_notify::{Delivery, Event, Notifier, Options, SecretKeyRef, Target, TargetSpec};
 
-use super::ctx::lock;
+use super::locking::lock;
 use super::metrics::Metrics;
 
 /// The ConfigMap, in an object's namespace, whose `targets` key lists that namespace's targets.

@@ -29,6 +29,7 @@ use tokio::sync::watch;
 use captf_core::queue::{self, Candidate, Class, Key, Limits, Load, Place};
 use captf_shared::Kind;
 
+use super::locking::lock;
 use super::retry::ObjectKey;
 use super::stored::StoredJob;
 
@@ -377,10 +378,6 @@ impl Drop for Permit {
             s.released.send_modify(|n| *n = n.wrapping_add(1));
         }
     }
-}
-
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
 fn queue_key(k: &ObjectKey) -> Key {
