@@ -321,11 +321,9 @@ mod tests {
         assert!(matches!(&p.decision, Decision::Start(st) if st.op == Op::Refresh));
     }
 
-    #[test]
-    fn refresh_never_bypasses_a_wait_for_approval() {
-        let mut s = snapshot();
-        s.durable.applied_inputs_hash = Some(HASH.into());
-        s.jobs = vec![captf_core::record::JobRecord {
+    /// Apply 1 of the current inputs, booked with `outcome`.
+    fn stopped_apply(s: &Snapshot, outcome: captf_core::Outcome) -> captf_core::record::JobRecord {
+        captf_core::record::JobRecord {
             name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
             op: Op::Apply,
             seq: 1,
@@ -333,7 +331,7 @@ mod tests {
             started: None,
             active_deadline_seconds: None,
             finished: Some("2026-03-01T09:01:00Z".parse().unwrap()),
-            outcome: Some(captf_core::Outcome::Blocked),
+            outcome: Some(outcome),
             booked: true,
             accounted: true,
             drift_remediation: false,
@@ -343,7 +341,14 @@ mod tests {
             inputs_hash: Some(HASH[..16].to_string()),
             deleting: false,
             result: None,
-        }];
+        }
+    }
+
+    #[test]
+    fn refresh_never_bypasses_a_wait_for_approval() {
+        let mut s = snapshot();
+        s.durable.applied_inputs_hash = Some(HASH.into());
+        s.jobs = vec![stopped_apply(&s, captf_core::Outcome::Blocked)];
         s.status.pending_plan = Some(pending("p1"));
         let (r, _) = refresh(&s, now());
         let Request::Refuse { words } = r else { panic!("{r:?}") };
@@ -353,25 +358,7 @@ mod tests {
     #[test]
     fn reconcile_asks_for_a_new_plan_after_a_policy_denied_one() {
         let mut s = snapshot();
-        s.jobs = vec![captf_core::record::JobRecord {
-            name: captf_shared::names::job_name(s.kind, "default", "prod-eu", Op::Apply, 1),
-            op: Op::Apply,
-            seq: 1,
-            created: Some("2026-03-01T09:00:00Z".parse().unwrap()),
-            started: None,
-            active_deadline_seconds: None,
-            finished: Some("2026-03-01T09:01:00Z".parse().unwrap()),
-            outcome: Some(captf_core::Outcome::PolicyDenied),
-            booked: true,
-            accounted: true,
-            drift_remediation: false,
-            approved_plan: None,
-            approved_by: None,
-            force_unlock_id: None,
-            inputs_hash: Some(HASH[..16].to_string()),
-            deleting: false,
-            result: None,
-        }];
+        s.jobs = vec![stopped_apply(&s, captf_core::Outcome::PolicyDenied)];
         assert!(matches!(
             captf_core::decide(&s, now()),
             Decision::Wait(w) if w.reason == Reason::PolicyDenied

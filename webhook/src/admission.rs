@@ -1520,28 +1520,12 @@ fn same_spec(a: &CaptfObject, b: &CaptfObject) -> bool {
 /// A spec outside the platform team's tenant policy: 403, naming each field and the policy
 /// (bounded like every other denial).
 fn deny_by_policy(violations: &[Violation]) -> Decision {
-    let message = format!("outside the tenant policy: {}", policy::message(violations));
-    let message = captf_shared::validation::cut_to_bytes(&message, MAX_MESSAGE_BYTES);
-    Decision {
-        allowed: false,
-        status: Status::failure(&message, "Forbidden").with_code(403),
-        warnings: Vec::new(),
-        patch: None,
-        result: ResultLabel::Denied,
-    }
+    forbidden(&format!("outside the tenant policy: {}", policy::message(violations)))
 }
 
 /// A spec that names CAPTF's own Secrets: 403, naming each field and Secret (bounded).
-fn deny_forbidden(forbidden: &[ForbiddenReference]) -> Decision {
-    let message = format!("names CAPTF's own Secrets: {}", references::message(forbidden));
-    let message = captf_shared::validation::cut_to_bytes(&message, MAX_MESSAGE_BYTES);
-    Decision {
-        allowed: false,
-        status: Status::failure(&message, "Forbidden").with_code(403),
-        warnings: Vec::new(),
-        patch: None,
-        result: ResultLabel::Denied,
-    }
+fn deny_forbidden(refs: &[ForbiddenReference]) -> Decision {
+    forbidden(&format!("names CAPTF's own Secrets: {}", references::message(refs)))
 }
 
 fn deny(report: &Report) -> Decision {

@@ -649,13 +649,19 @@ mod tests {
         assert_eq!((st.op, st.attempt), (Op::Apply, 1));
     }
 
+    /// Apply 4 of the inputs `OTHER`, stopped with `outcome` (its result `result`) on `plan-1`.
+    fn stopped_apply(outcome: Outcome, result: RunResult) -> JobRecord {
+        let mut r = rec(Op::Apply, 4, Some(outcome));
+        r.inputs_hash = Some(OTHER[..16].into());
+        let mut res = RunnerResult::new(result, Phase::Guard, "stopped");
+        res.plan_hash = Some("plan-1".into());
+        r.result = Some(res);
+        r
+    }
+
     #[test]
     fn a_blocked_apply_waits_for_approval_without_backoff() {
-        let mut blocked = rec(Op::Apply, 4, Some(Outcome::Blocked));
-        blocked.inputs_hash = Some(OTHER[..16].into());
-        let mut res = RunnerResult::new(RunResult::Blocked, Phase::Guard, "destroys 1");
-        res.plan_hash = Some("plan-1".into());
-        blocked.result = Some(res);
+        let blocked = stopped_apply(Outcome::Blocked, RunResult::Blocked);
         let mut s = snap(3, vec![blocked.clone()], 10_000);
         s.inputs_hash = InputsHash::Known(OTHER.into());
         s.status.pending_plan = Some(PendingPlan {
@@ -699,11 +705,7 @@ mod tests {
 
     #[test]
     fn approvals_required_holds_the_plan_until_that_many_people_other_than_the_author_approved() {
-        let mut blocked = rec(Op::Apply, 4, Some(Outcome::Blocked));
-        blocked.inputs_hash = Some(OTHER[..16].into());
-        let mut res = RunnerResult::new(RunResult::Blocked, Phase::Guard, "changes 1");
-        res.plan_hash = Some("plan-1".into());
-        blocked.result = Some(res);
+        let blocked = stopped_apply(Outcome::Blocked, RunResult::Blocked);
         let mut s = snap(3, vec![blocked.clone()], 10_000);
         s.inputs_hash = InputsHash::Known(OTHER.into());
         s.status.pending_plan = Some(PendingPlan {
@@ -740,11 +742,7 @@ mod tests {
 
     #[test]
     fn a_plan_a_policy_denied_waits_for_new_inputs_or_a_newer_reconcile_request() {
-        let mut denied = rec(Op::Apply, 4, Some(Outcome::PolicyDenied));
-        denied.inputs_hash = Some(OTHER[..16].into());
-        let mut res = RunnerResult::new(RunResult::PolicyDenied, Phase::Guard, "policy denied plan p");
-        res.plan_hash = Some("plan-1".into());
-        denied.result = Some(res);
+        let denied = stopped_apply(Outcome::PolicyDenied, RunResult::PolicyDenied);
         let mut s = snap(3, vec![denied.clone()], 10_000);
         s.inputs_hash = InputsHash::Known(OTHER.into());
         let at = denied.finished.unwrap();
@@ -774,11 +772,7 @@ mod tests {
     fn an_approved_apply_skips_the_backoff_of_failures_older_than_its_plan_but_not_its_own() {
         // Three failed applies (the cap, 10m, from the third: not before 1180 + 600), then an apply
         // a reconcile request let start at once, which stopped on a destructive plan.
-        let mut blocked = rec(Op::Apply, 4, Some(Outcome::Blocked));
-        blocked.inputs_hash = Some(OTHER[..16].into());
-        let mut res = RunnerResult::new(RunResult::Blocked, Phase::Guard, "destroys 1");
-        res.plan_hash = Some("plan-1".into());
-        blocked.result = Some(res);
+        let blocked = stopped_apply(Outcome::Blocked, RunResult::Blocked);
         let mut jobs = vec![blocked.clone()];
         jobs.extend(failing(Op::Apply, 1..=3));
         let mut s = snap(3, jobs, 10_000);

@@ -65,9 +65,8 @@ mod tests {
     use captf_shared::Kind;
     use captf_shared::inputs::ModuleRef;
 
-    #[test]
-    fn the_inputs_secret_holds_canonical_inputs_json_and_is_owned_by_the_object() {
-        let id = Ident {
+    fn ident() -> Ident {
+        Ident {
             kind: Kind::TerraformCluster,
             namespace: "default".into(),
             name: "prod-eu".into(),
@@ -75,7 +74,12 @@ mod tests {
             suffix: "prod-eu-tc".into(),
             object_id: "225654031b7f".into(),
             cluster_name: Some("prod-eu".into()),
-        };
+        }
+    }
+
+    #[test]
+    fn the_inputs_secret_holds_canonical_inputs_json_and_is_owned_by_the_object() {
+        let id = ident();
         let inputs = Inputs {
             state_encryption: None,
             public_variables: Default::default(),
@@ -100,15 +104,7 @@ mod tests {
 
     #[test]
     fn the_policies_ride_beside_the_inputs_and_only_when_there_are_any() {
-        let id = Ident {
-            kind: Kind::TerraformCluster,
-            namespace: "default".into(),
-            name: "prod-eu".into(),
-            uid: "u1".into(),
-            suffix: "prod-eu-tc".into(),
-            object_id: "o".into(),
-            cluster_name: None,
-        };
+        let id = ident();
         let mut inputs = Inputs::default();
         let data = inputs_secret(&id, &inputs).data.unwrap();
         assert!(!data.contains_key(captf_shared::protocol::POLICIES_KEY));

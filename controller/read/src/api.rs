@@ -398,6 +398,15 @@ pub async fn cluster_exports(
     })))
 }
 
+/// A ConfigMap's data, as the inputs read it (`None`: it does not exist).
+async fn config_map_data(client: &kube::Client, namespace: &str, name: &str) -> Result<SourceData, Error> {
+    let cm = Api::<ConfigMap>::namespaced(client.clone(), namespace)
+        .get_opt(name)
+        .await
+        .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{namespace}/{name}"), e))?;
+    Ok(cm.map(|c| c.data.unwrap_or_default()))
+}
+
 /// Resolve the inputs (docs/api.md) with the referenced Secrets and ConfigMaps read live;
 /// `cluster` is the object's Cluster API `Cluster` as this pass read it.
 pub async fn resolve_inputs(
@@ -422,29 +431,16 @@ pub async fn resolve_inputs(
             };
         }
         if let Some(r) = &entry.config_map_ref {
-            let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
-                .get_opt(&r.name)
-                .await
-                .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{}", id.namespace, r.name), e))?;
-            fetched.insert(
-                (SourceKind::ConfigMap, r.name.clone()),
-                cm.map(|c| c.data.unwrap_or_default()),
-            );
+            let data = config_map_data(client, &id.namespace, &r.name).await?;
+            fetched.insert((SourceKind::ConfigMap, r.name.clone()), data);
         }
     }
     // The ConfigMaps of policies the plan is checked against (`spec.guard.policyRefs`).
     for r in spec.guard.iter().flat_map(|g| g.policy_refs.iter().flatten()) {
-        if fetched.contains_key(&(SourceKind::ConfigMap, r.name.clone())) {
-            continue;
+        if !fetched.contains_key(&(SourceKind::ConfigMap, r.name.clone())) {
+            let data = config_map_data(client, &id.namespace, &r.name).await?;
+            fetched.insert((SourceKind::ConfigMap, r.name.clone()), data);
         }
-        let cm = Api::<ConfigMap>::namespaced(client.clone(), &id.namespace)
-            .get_opt(&r.name)
-            .await
-            .map_err(|e| Error::api(ApiAction::GetConfigMap, format!("{}/{}", id.namespace, r.name), e))?;
-        fetched.insert(
-            (SourceKind::ConfigMap, r.name.clone()),
-            cm.map(|c| c.data.unwrap_or_default()),
-        );
     }
     if let Some(c) = spec
         .module
