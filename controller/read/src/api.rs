@@ -437,9 +437,8 @@ pub async fn resolve_inputs(
     }
     // The ConfigMaps of policies the plan is checked against (`spec.guard.policyRefs`).
     for r in spec.guard.iter().flat_map(|g| g.policy_refs.iter().flatten()) {
-        if !fetched.contains_key(&(SourceKind::ConfigMap, r.name.clone())) {
-            let data = config_map_data(client, &id.namespace, &r.name).await?;
-            fetched.insert((SourceKind::ConfigMap, r.name.clone()), data);
+        if let std::collections::btree_map::Entry::Vacant(e) = fetched.entry((SourceKind::ConfigMap, r.name.clone())) {
+            e.insert(config_map_data(client, &id.namespace, &r.name).await?);
         }
     }
     if let Some(c) = spec
