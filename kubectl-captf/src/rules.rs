@@ -155,8 +155,10 @@ pub fn reconcile(snap: &Snapshot, now: Timestamp) -> (Request, Plan) {
     let p = plan::plan(&with, now);
     let s = &p.booked;
     let what = format!("{} {}/{}", s.kind, s.namespace, s.name);
+    // As the controller would decide without the request: on the booked snapshot (a denied apply
+    // that finished but is not booked yet counts), like the plan with it.
     let denied = matches!(
-        captf_core::decide(snap, now),
+        plan::plan(snap, now).decision,
         Decision::Wait(w) if w.reason == Reason::PolicyDenied
     );
     let verdict = match &p.decision {

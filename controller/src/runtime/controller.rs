@@ -583,7 +583,7 @@ async fn act(
                         object,
                         &plan.booked,
                         start,
-                        &inputs,
+                        inputs,
                         read.inputs_secret.as_ref(),
                         plan.next_seq,
                     )
@@ -698,7 +698,7 @@ async fn start_job(
     object: &CaptfObject,
     snap: &Snapshot,
     start: &Start,
-    inputs_doc: &Inputs,
+    mut inputs_doc: Inputs,
     existing_secret: Option<&Secret>,
     seq: u32,
 ) -> Result<Started, Error> {
@@ -728,19 +728,14 @@ async fn start_job(
     // The platform's policies beside the object's own, for an apply: read now, so a changed
     // policy reaches this plan. Without them no apply starts (a plan is never let through
     // unchecked); the pass fails and is retried.
-    let mut with_policies;
-    let inputs_doc = match (&ctx.config.plan_policies_dir, start.op) {
-        (Some(dir), Op::Apply) => {
-            let platform = super::plan_policies::load(dir).map_err(|why| Error::Pending {
-                what: format!("the platform's policies on plans ({why})"),
-                why: "they cannot be read",
-            })?;
-            with_policies = inputs_doc.clone();
-            with_policies.policies.extend(platform);
-            &with_policies
-        }
-        _ => inputs_doc,
-    };
+    if let (Some(dir), Op::Apply) = (&ctx.config.plan_policies_dir, start.op) {
+        let platform = super::plan_policies::load(dir).map_err(|why| Error::Pending {
+            what: format!("the platform's policies on plans ({why})"),
+            why: "they cannot be read",
+        })?;
+        inputs_doc.policies.extend(platform);
+    }
+    let inputs_doc = &inputs_doc;
     inputs::write(&ctx.client, id, inputs_doc, existing_secret).await?;
     // Read before any lease is taken, like the inputs: a failed read leaves nothing to undo.
     let env_from_secret_names =

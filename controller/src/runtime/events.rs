@@ -70,7 +70,7 @@ pub fn build(id: &Ident, e: &Emission<'_>, instance: &str, now: Timestamp) -> Ev
 }
 
 /// At most 1024 bytes, cut on a character boundary.
-fn cut_note(note: &str) -> String {
+pub(super) fn cut_note(note: &str) -> String {
     let mut end = note.len().min(1024);
     while !note.is_char_boundary(end) {
         end -= 1;

@@ -477,19 +477,12 @@ fn invalid_targets_event(
         digest.update(p.as_bytes());
     }
     let hex: String = digest.finalize().iter().take(8).map(|b| format!("{b:02x}")).collect();
-    let mut note = format!(
+    // The API server refuses notes over 1 KiB: cut as every Event of the controller's is.
+    let note = super::events::cut_note(&format!(
         "{} of {NAMESPACE_CONFIGMAP} left out: {}",
         if problems.len() == 1 { "a target" } else { "targets" },
         problems.join("; ")
-    );
-    if note.len() > 1024 {
-        let mut end = 1021;
-        while !note.is_char_boundary(end) {
-            end -= 1;
-        }
-        note.truncate(end);
-        note.push('…');
-    }
+    ));
     k8s_openapi::api::events::v1::Event {
         metadata: ObjectMeta {
             name: Some(format!("{NAMESPACE_CONFIGMAP}.{hex}")),
