@@ -382,8 +382,11 @@ impl CapiManager {
                     format!("--kubeconfig={}", kubeconfig.display()),
                     format!("--webhook-port={webhook_port}"),
                     format!("--webhook-cert-dir={}", certs.display()),
-                    format!("--health-addr=127.0.0.1:{}", free_port()),
-                    format!("--diagnostics-address=127.0.0.1:{}", free_port()),
+                    // Ports nothing here reads: the kernel's choice at bind, so no other process
+                    // can take them between a free_port() and the manager's bind (one that did
+                    // stopped CABPK with "address already in use").
+                    "--health-addr=127.0.0.1:0".into(),
+                    "--diagnostics-address=127.0.0.1:0".into(),
                     "--insecure-diagnostics=true".into(),
                 ],
             ),
