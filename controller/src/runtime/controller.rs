@@ -589,8 +589,8 @@ async fn act(
                     )
                     .await?;
                     match started {
-                        Started::Job(name) => {
-                            permit.commit();
+                        Started::Job(name, uid) => {
+                            permit.commit(uid);
                             acted.active_job = Some(name);
                             acted.action = ctx.look_again(id, Wake::At(wake::after(now, ACTIVE_REQUEUE)));
                         }
@@ -676,7 +676,8 @@ async fn still_as_read(ctx: &Ctx, id: &Ident, object: &CaptfObject) -> Result<Re
 
 /// What starting a Job came to.
 enum Started {
-    Job(String),
+    /// The Job's name and the UID the create answered with.
+    Job(String, Option<String>),
     /// A lease is held or the Job already exists: requeue, no failure.
     Later,
     /// The object moved on since the pass read it (`captf_core::fence`): the pass ends without
@@ -814,8 +815,8 @@ async fn start_job(
         env_from_secret_names: &env_from_secret_names,
     });
     let api: Api<Job> = Api::namespaced(ctx.client.clone(), &id.namespace);
-    match api.create(&PostParams::default(), &job).await {
-        Ok(_) => {}
+    let uid = match api.create(&PostParams::default(), &job).await {
+        Ok(created) => created.metadata.uid,
         Err(e) if errors::is_conflict(&e) => {
             // Ours (a pass before this one created it): its watch event follows. Another
             // object's, under this object's next name: never booked, and no Job of ours can
@@ -841,7 +842,7 @@ async fn start_job(
                 e,
             ));
         }
-    }
+    };
     tracing::info!(job = %job_name, op = %start.op, reason = %start.reason, attempt = start.attempt, "started Job for {}", id.what());
     ctx.event(
         id,
@@ -890,7 +891,7 @@ async fn start_job(
         )
         .await;
     }
-    Ok(Started::Job(job_name))
+    Ok(Started::Job(job_name, uid))
 }
 
 /// A controller for one kind: its objects from the kind's store, triggered by them, by its Jobs

@@ -8,9 +8,11 @@
 //! admitted and not yet seen in a store (a reservation, taken under the same lock as the
 //! decision): two passes that ask at once are answered one after the other, and the second sees
 //! the first's Job as running whether or not it exists yet. A reservation ends when the store
-//! shows its Job, when the pass gives up the start (the [`Permit`] dropped uncommitted), or,
-//! as a last resort after a watch lost the Job's whole life, after [`RESERVATION_TTL`]; until
-//! then it counts, so the count errs towards fewer Jobs, never more.
+//! shows its Job (that Job: the UID the create answered with, since a re-created object's Jobs
+//! take the names its earlier incarnation's had), when the pass gives up the start (the
+//! [`Permit`] dropped uncommitted), or, as a last resort after a watch lost the Job's whole
+//! life, after [`RESERVATION_TTL`]; until then it counts, so the count errs towards fewer Jobs,
+//! never more.
 //!
 //! The objects that were refused wait in a queue with their class and the time they began to
 //! wait; the order and everyone's place is `captf_core::queue::admit`'s. When a Job finishes or
@@ -42,7 +44,8 @@ pub const RESERVATION_TTL: Duration = Duration::from_secs(600);
 const STALE: Duration = Duration::from_secs(90);
 /// A queued object that has not asked again for this long is forgotten.
 const FORGET: Duration = Duration::from_secs(3600);
-/// Names of Jobs that left a store, remembered so a reservation sees its Job's short life.
+/// Jobs that left a store (name and UID), remembered so a reservation sees its Job's short
+/// life.
 const GONE_MEMORY: usize = 4096;
 
 /// The position of a kind in per-kind arrays.
@@ -101,20 +104,25 @@ struct RunningState {
     running: HashMap<(String, String), Claim>,
     /// The newest creation time of a Job seen per namespace (whose turn it was last).
     last_start: HashMap<String, Timestamp>,
-    gone: VecDeque<(String, String)>,
-    gone_set: HashSet<(String, String)>,
+    /// The UID of each Job the stores hold.
+    uids: HashMap<(String, String), String>,
+    gone: VecDeque<GoneJob>,
+    gone_set: HashSet<GoneJob>,
 }
 
+/// A Job that left a store: its namespace and name, and its UID.
+type GoneJob = ((String, String), String);
+
 impl RunningState {
-    /// Set (or, with `None`, remove) one Job: whether it runs, and the owner it claims; true
-    /// when a running Job stopped running.
+    /// Set (or, with `None`, remove) one Job: whether it runs, the owner it claims and its UID;
+    /// true when a running Job stopped running.
     fn set(&mut self, kind: usize, key: (String, String), running: Option<JobState>) -> bool {
         let Some(jobs) = self.jobs.get_mut(kind) else {
             return false;
         };
-        let (flag, claim) = match running {
-            Some((r, c)) => (Some(r), c.filter(|_| r)),
-            None => (None, None),
+        let (flag, claim, uid) = match running {
+            Some((r, c, uid)) => (Some(r), c.filter(|_| r), uid),
+            None => (None, None, None),
         };
         let old = match flag {
             Some(r) => jobs.insert(key.clone(), r),
@@ -130,19 +138,36 @@ impl RunningState {
                 self.running.remove(&key);
             }
         }
-        if flag.is_none() && old.is_some() && self.gone_set.insert(key.clone()) {
-            self.gone.push_back(key);
-            while self.gone.len() > GONE_MEMORY {
-                if let Some(k) = self.gone.pop_front() {
-                    self.gone_set.remove(&k);
+        let old_uid = match (flag, uid) {
+            (Some(_), Some(uid)) => self.uids.insert(key.clone(), uid),
+            _ => self.uids.remove(&key),
+        };
+        if flag.is_none()
+            && old.is_some()
+            && let Some(uid) = old_uid
+        {
+            let gone = (key, uid);
+            if self.gone_set.insert(gone.clone()) {
+                self.gone.push_back(gone);
+                while self.gone.len() > GONE_MEMORY {
+                    if let Some(k) = self.gone.pop_front() {
+                        self.gone_set.remove(&k);
+                    }
                 }
             }
         }
         was && !is
     }
 
-    fn seen(&self, key: &(String, String)) -> bool {
-        self.jobs.iter().any(|m| m.contains_key(key)) || self.gone_set.contains(key)
+    /// Whether the stores have shown the Job `key` with UID `uid` (running, finished, or gone
+    /// since). Without a UID, any Job of that name the stores hold now.
+    fn seen(&self, key: &(String, String), uid: Option<&str>) -> bool {
+        match uid {
+            Some(uid) => {
+                self.uids.get(key).is_some_and(|u| u == uid) || self.gone_set.contains(&(key.clone(), uid.to_string()))
+            }
+            None => self.jobs.iter().any(|m| m.contains_key(key)),
+        }
     }
 
     fn started(&mut self, j: &StoredJob) {
@@ -157,10 +182,10 @@ fn is_running(j: &StoredJob) -> bool {
     captf_core::outcome::terminal_status(j.status.as_ref()).is_none()
 }
 
-/// Whether a Job runs, and the CAPTF object its controller owner reference claims.
-type JobState = (bool, Option<Claim>);
+/// Whether a Job runs, the CAPTF object its controller owner reference claims, and its UID.
+type JobState = (bool, Option<Claim>, Option<String>);
 
-/// Whether `j` runs, and the CAPTF object its controller owner reference claims.
+/// Whether `j` runs, the CAPTF object its controller owner reference claims, and its UID.
 fn state_of(j: &StoredJob) -> JobState {
     let kinds = [
         Kind::TerraformCluster,
@@ -172,7 +197,7 @@ fn state_of(j: &StoredJob) -> JobState {
         name: r.name.clone(),
         uid: r.uid.clone(),
     });
-    (is_running(j), claim)
+    (is_running(j), claim, j.metadata.uid.clone())
 }
 
 fn key_of(j: &StoredJob) -> (String, String) {
@@ -227,8 +252,8 @@ impl RunningJobs {
     }
 
     /// Whether the stores have shown this Job (running, finished, or gone since).
-    fn seen(&self, key: &(String, String)) -> bool {
-        self.state.read().unwrap_or_else(|p| p.into_inner()).seen(key)
+    fn seen(&self, key: &(String, String), uid: Option<&str>) -> bool {
+        self.state.read().unwrap_or_else(|p| p.into_inner()).seen(key, uid)
     }
 
     fn freed(&self) {
@@ -306,6 +331,9 @@ struct Reservation {
     at: Timestamp,
     /// Set once the Job was created: then it ends when a store shows it, or at the TTL.
     created: Option<Instant>,
+    /// The created Job's UID: a store that shows a Job of that name with another UID (an
+    /// earlier incarnation's) has not shown this one.
+    uid: Option<String>,
 }
 
 #[derive(Debug, Default)]
@@ -357,12 +385,14 @@ pub struct Permit {
 }
 
 impl Permit {
-    /// The Job was created: it counts until a store shows it.
-    pub fn commit(mut self) {
+    /// The Job was created, with this UID (the create's answer): it counts until a store shows
+    /// it.
+    pub fn commit(mut self, uid: Option<String>) {
         if let Some(s) = self.slots.take() {
             let mut inner = lock(&s.inner);
             if let Some(r) = inner.reserved.get_mut(&self.job) {
                 r.created = Some(Instant::now());
+                r.uid = uid;
             }
         }
     }
@@ -421,7 +451,7 @@ impl Slots {
         }
         inner.reserved.retain(|job, r| {
             let Some(created) = r.created else { return true };
-            !indexes.iter().any(|i| i.seen(job)) && created.elapsed() < RESERVATION_TTL
+            !indexes.iter().any(|i| i.seen(job, r.uid.as_deref())) && created.elapsed() < RESERVATION_TTL
         });
         for ((ns, _), r) in &inner.reserved {
             let e = out.entry(ns.clone()).or_default();
@@ -510,9 +540,14 @@ impl Slots {
         if admitted {
             inner.queue.remove(key);
             inner.version += 1;
-            inner
-                .reserved
-                .insert(job.clone(), Reservation { at: now, created: None });
+            inner.reserved.insert(
+                job.clone(),
+                Reservation {
+                    at: now,
+                    created: None,
+                    uid: None,
+                },
+            );
             return Ask::Start(Permit {
                 slots: Some(self.clone()),
                 job,
@@ -611,6 +646,7 @@ mod tests {
                 name: Some(jn(ns, object, seq)),
                 owner_references: owner_uid
                     .map(|u| vec![captf_core::job::owner_reference(Kind::TerraformCluster, object, u)]),
+                uid: Some(format!("{}-{seq}", owner_uid.unwrap_or("unowned"))),
                 ..Default::default()
             },
             status: finished.then(|| JobStatus {
@@ -641,6 +677,11 @@ mod tests {
         (s, r)
     }
 
+    /// The UID of the Job `seq` of `object` (as [`job`] makes it).
+    fn uid(object: &str, seq: u32) -> Option<String> {
+        Some(format!("uid-{object}-{seq}"))
+    }
+
     fn started(a: Ask) -> Permit {
         match a {
             Ask::Start(p) => p,
@@ -666,7 +707,7 @@ mod tests {
             p.to_string(),
             "waiting for a runner slot: 1 of 1 queued in namespace a (2 of 2 running)"
         );
-        a.commit();
+        a.commit(None);
         // A start given up frees its slot at once.
         drop(b);
         let _z = started(s.ask(&key("a", "z"), Class::Other, "z-apply-1", ts(1)));
@@ -708,7 +749,7 @@ mod tests {
         assert_eq!(s.due(Kind::TerraformCluster, None, ts(1)), [key("a", "x")]);
         assert!(s.due(Kind::TerraformMachine, None, ts(1)).is_empty());
         let p = started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(1)));
-        p.commit();
+        p.commit(uid("x", 1));
         // Its Job appears in the store: counted once, not twice.
         w.apply(&watcher::Event::Apply(job("a", "x", 1, false)));
         let mut inner = lock(&s.inner);
@@ -719,12 +760,37 @@ mod tests {
     #[test]
     fn runner_slots_a_created_job_whose_life_the_store_missed_stops_counting_once_seen_gone() {
         let (s, r) = slots(1, 0);
-        started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(0))).commit();
+        started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(0))).commit(uid("x", 1));
         queued(s.ask(&key("b", "y"), Class::Other, &jn("b", "y", 1), ts(0)));
         let mut w = r.writer(Kind::TerraformCluster);
         w.apply(&watcher::Event::Apply(job("a", "x", 1, true)));
         w.apply(&watcher::Event::Delete(job("a", "x", 1, true)));
         started(s.ask(&key("b", "y"), Class::Other, &jn("b", "y", 1), ts(1)));
+    }
+
+    #[test]
+    fn runner_slots_a_reused_job_name_of_an_earlier_incarnation_does_not_end_the_new_jobs_reservation() {
+        // An object deleted and created again under its name: its Jobs take the names the
+        // earlier incarnation's had. The store saw the earlier `x-apply-1` run and go.
+        let (s, r) = slots(0, 1);
+        let mut w = r.writer(Kind::TerraformCluster);
+        let earlier = owned_job("a", "x", 1, false, Some("uid-x-before"));
+        w.apply(&watcher::Event::Apply(earlier.clone()));
+        w.apply(&watcher::Event::Delete(earlier));
+        // The new incarnation's `x-apply-1` is created; its watch event has not come yet.
+        started(s.ask(&key("a", "x"), Class::Other, &jn("a", "x", 1), ts(0))).commit(uid("x", 1));
+        // It still takes the namespace's one slot.
+        let p = queued(s.ask(&key("a", "y"), Class::Other, &jn("a", "y", 1), ts(1)));
+        assert_eq!(p.running, 1);
+        // Once the store shows it, it counts from there, once; once it finishes, the slot frees.
+        w.apply(&watcher::Event::Apply(job("a", "x", 1, false)));
+        assert_eq!(
+            queued(s.ask(&key("a", "y"), Class::Other, &jn("a", "y", 1), ts(2))).running,
+            1
+        );
+        assert!(lock(&s.inner).reserved.is_empty());
+        w.apply(&watcher::Event::Apply(job("a", "x", 1, true)));
+        started(s.ask(&key("a", "y"), Class::Other, &jn("a", "y", 1), ts(3)));
     }
 
     #[test]
@@ -745,8 +811,8 @@ mod tests {
         w.apply(&watcher::Event::InitApply(job("a", "gone-z", 1, false)));
         w.apply(&watcher::Event::InitDone);
         // Every slot is still free for the controller's own Jobs, in any namespace.
-        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit();
-        started(s.ask(&key("c", "q"), Class::Other, &jn("c", "q", 1), ts(0))).commit();
+        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit(uid("p", 1));
+        started(s.ask(&key("c", "q"), Class::Other, &jn("c", "q", 1), ts(0))).commit(uid("q", 1));
         // And the controller's own running Jobs do count.
         w.apply(&watcher::Event::Apply(job("b", "p", 1, false)));
         w.apply(&watcher::Event::Apply(job("c", "q", 1, false)));
@@ -765,7 +831,7 @@ mod tests {
         let mut w = r.writer(Kind::TerraformCluster);
         w.apply(&watcher::Event::Apply(job("a", "gone-other-shard", 1, false)));
         w.apply(&watcher::Event::Apply(owned_job("a", "y", 1, false, Some("forged"))));
-        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit();
+        started(s.ask(&key("b", "p"), Class::Other, &jn("b", "p", 1), ts(0))).commit(uid("p", 1));
         w.apply(&watcher::Event::Apply(job("b", "p", 1, false)));
         assert_eq!(
             queued(s.ask(&key("c", "q"), Class::Other, &jn("c", "q", 1), ts(1))).running,
@@ -794,7 +860,7 @@ mod tests {
     fn runner_slots_without_limits_everyone_starts_and_nothing_is_kept() {
         let (s, _) = slots(0, 0);
         for i in 0..100 {
-            started(s.ask(&key("a", &format!("o{i}")), Class::Other, "j", ts(0))).commit();
+            started(s.ask(&key("a", &format!("o{i}")), Class::Other, "j", ts(0))).commit(None);
         }
         assert_eq!(s.queued(), 0);
         assert!(lock(&s.inner).reserved.is_empty());
