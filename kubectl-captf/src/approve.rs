@@ -34,7 +34,7 @@ fn ask_terminal(question: &str) -> Option<bool> {
 pub fn approval_question(p: &captf_shared::types::PendingPlan, what: &str, kept: &kept::Kept) -> String {
     let mut q = format!(
         "Plan {} on {what}: {} to add, {} to change, {} to destroy, {} to replace (planned by Job {}).\n",
-        p.hash, p.adds, p.changes, p.destroys, p.replaces, p.job
+        p.hash, p.add, p.change, p.destroy, p.replace, p.job
     );
     if let kept::Kept::This { plan, .. } = kept {
         if !kept::matches_recorded(plan, p) {
@@ -144,6 +144,6 @@ pub(crate) async fn approve(
         .unwrap_or_default();
     Ok(Printed::out(format!(
         "{head} ({} to add, {} to change, {} to destroy, {} to replace; Job {}).\n{approvals}Next: {next}\nFollow it with `kubectl captf explain {typed}`.\n",
-        p.adds, p.changes, p.destroys, p.replaces, p.job
+        p.add, p.change, p.destroy, p.replace, p.job
     )))
 }

@@ -45,15 +45,15 @@ pub fn matches_recorded(plan: &KeptPlan, recorded: &captf_shared::types::Pending
         // Not all listed: only the summary can be compared.
         let s = &plan.summary;
         return (s.add, s.change, s.destroy, s.replace)
-            == (recorded.adds, recorded.changes, recorded.destroys, recorded.replaces);
+            == (recorded.add, recorded.change, recorded.destroy, recorded.replace);
     }
     let count = |a: &str| plan.changes.iter().filter(|c| c.action() == a).count() as u64;
     (count("create"), count("update"), count("destroy"), count("replace"))
         == (
-            u64::from(recorded.adds),
-            u64::from(recorded.changes),
-            u64::from(recorded.destroys),
-            u64::from(recorded.replaces),
+            u64::from(recorded.add),
+            u64::from(recorded.change),
+            u64::from(recorded.destroy),
+            u64::from(recorded.replace),
         )
 }
 
@@ -172,10 +172,10 @@ mod tests {
         };
         assert_eq!(text, "# aws_instance.a will be destroyed\n[1A[2K# nothing to do\t!\n");
         assert_eq!(printable("a\u{7}b\u{9b}c\u{2066}d"), "abcd");
-        let recorded = |destroys: u32, adds: u32| captf_shared::types::PendingPlan {
+        let recorded = |destroy: u32, add: u32| captf_shared::types::PendingPlan {
             hash: "3f2a".into(),
-            destroys,
-            adds,
+            destroy,
+            add,
             ..Default::default()
         };
         assert!(matches_recorded(&plan, &recorded(1, 0)));

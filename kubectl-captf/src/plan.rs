@@ -162,8 +162,8 @@ pub(crate) async fn plan(
     if json {
         return Ok(Printed::out(pretty(&json!({
             "object": what,
-            "pendingPlan": {"hash": p.hash, "adds": p.adds, "changes": p.changes, "destroys": p.destroys,
-                            "replaces": p.replaces, "job": p.job, "pod": pod},
+            "pendingPlan": {"hash": p.hash, "add": p.add, "change": p.change, "destroy": p.destroy,
+                            "replace": p.replace, "job": p.job, "pod": pod},
             "approved": approved,
             "approvals": approvals,
             "policyWarnings": match &kept {
@@ -190,10 +190,10 @@ pub(crate) async fn plan(
         } else {
             "waits for approval"
         },
-        p.adds,
-        p.changes,
-        p.destroys,
-        p.replaces,
+        p.add,
+        p.change,
+        p.destroy,
+        p.replace,
         p.job
     );
     if let Some(a) = &approvals {

@@ -237,10 +237,10 @@ mod tests {
     fn pending(hash: &str) -> PendingPlan {
         PendingPlan {
             hash: hash.into(),
-            adds: 0,
-            changes: 1,
-            destroys: 1,
-            replaces: 0,
+            add: 0,
+            change: 1,
+            destroy: 1,
+            replace: 0,
             job: "tc-prod-eu-apply-1".into(),
         }
     }

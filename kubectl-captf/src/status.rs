@@ -121,7 +121,7 @@ pub fn row(e: &Explanation, observed: bool, waited_on: Option<&LockState>, now: 
         namespace: s.namespace.clone(),
         name: s.name.clone(),
         ready: ready_condition(&s.status),
-        provisioned: s.status.ready,
+        provisioned: s.status.initialization.as_ref().and_then(|i| i.provisioned),
         observed,
         next: if observed {
             words::next_short(&e.decision)
@@ -394,7 +394,7 @@ fn unread_row(
         namespace,
         name,
         ready: ready_condition(status),
-        provisioned: status.ready,
+        provisioned: status.initialization.as_ref().and_then(|i| i.provisioned),
         observed,
         next: "unknown (cannot read; see below)".to_string(),
         reason: None,

@@ -400,7 +400,7 @@ pub fn explain_text(
             "Pending plan:",
             format!(
                 "{}{approved}: {} to add, {} to change, {} to destroy, {} to replace (Job {})",
-                p.hash, p.adds, p.changes, p.destroys, p.replaces, p.job
+                p.hash, p.add, p.change, p.destroy, p.replace, p.job
             ),
         );
     }

@@ -1,16 +1,34 @@
-//! CRD generation: the YAML in `charts/captf/crds/` is generated from the types here, and a
-//! test fails when the committed files are stale. Regenerate with
-//! `cargo run -p captf-shared --bin captf-crdgen`.
+//! CRD generation: each CRD serves v1alpha1 and v1beta1 (stored), with conversion by the
+//! webhook (`crate::conversion`). Two forms are generated from the types here:
+//! - [`crds`]: the CRDs as an install in `captf-system` with the release name `captf` has them
+//!   (the webhook Service `captf-webhook`, its CA injected by cert-manager from the Certificate
+//!   `captf-system/captf-webhook`): what clusterctl's components carry, and what tests load;
+//! - [`chart_files`]: the same CRDs as Helm templates under `charts/captf/templates/crds/`, where
+//!   the Service, namespace, port and CA come from the release. A test fails when the committed
+//!   files are stale. Regenerate with `cargo run -p captf-shared --bin captf-crdgen`.
 
-use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
+    CustomResourceConversion, CustomResourceDefinition, CustomResourceDefinitionVersion, ServiceReference,
+    WebhookClientConfig, WebhookConversion,
+};
 use kube::CustomResourceExt;
 
+use crate::conversion::{self, Version};
 use crate::types::{
     TerraformCluster, TerraformClusterTemplate, TerraformMachine, TerraformMachinePool, TerraformMachinePoolTemplate,
     TerraformMachineTemplate,
 };
 
-/// Every CRD CAPTF serves.
+/// The webhook Service the standalone CRDs name (release `captf` in `captf-system`).
+pub const WEBHOOK_SERVICE: &str = "captf-webhook";
+pub const WEBHOOK_NAMESPACE: &str = "captf-system";
+/// The path the webhook serves conversion on.
+pub const CONVERT_PATH: &str = "/convert";
+/// cert-manager's CA injector copies the CA of the Certificate this annotation names into the
+/// CRD's `spec.conversion.webhook.clientConfig.caBundle`.
+pub const INJECT_CA_FROM: &str = "cert-manager.io/inject-ca-from";
+
+/// Every CRD CAPTF serves, standalone (see the module's doc).
 pub fn crds() -> Vec<CustomResourceDefinition> {
     vec![
         TerraformCluster::crd(),
@@ -22,7 +40,124 @@ pub fn crds() -> Vec<CustomResourceDefinition> {
     ]
     .into_iter()
     .map(with_kubernetes_formats)
+    .map(|crd| with_schema(crd, without_kubernetes_descriptions))
+    .map(with_both_versions)
     .collect()
+}
+
+/// The fields of `spec.jobs` whose schema is a Kubernetes type of the pod (`Volume`, `Affinity`,
+/// ...). Their descriptions, Kubernetes' own (`kubectl explain pod.spec.volumes` has them), are
+/// left out of the CRDs: they were four fifths of each schema, and Helm keeps a release's
+/// manifests and chart, CRDs included, in one Secret of at most 1 MiB. Each field keeps its own
+/// description.
+pub const EMBEDDED_KUBERNETES_FIELDS: [&str; 9] = [
+    "affinity",
+    "env",
+    "envFrom",
+    "imagePullSecrets",
+    "resources",
+    "tolerations",
+    "topologySpreadConstraints",
+    "volumeMounts",
+    "volumes",
+];
+
+/// The CRD with `f` applied to each version's `openAPIV3Schema` (as JSON).
+fn with_schema(mut crd: CustomResourceDefinition, f: fn(&mut serde_json::Value)) -> CustomResourceDefinition {
+    for version in &mut crd.spec.versions {
+        let Some(validation) = version.schema.as_mut() else {
+            continue;
+        };
+        let Some(schema) = validation.open_api_v3_schema.take() else {
+            continue;
+        };
+        let mut value = serde_json::to_value(&schema).unwrap_or_default();
+        f(&mut value);
+        validation.open_api_v3_schema = Some(serde_json::from_value(value).unwrap_or(schema));
+    }
+    crd
+}
+
+/// Removes the descriptions inside [`EMBEDDED_KUBERNETES_FIELDS`], wherever a `jobs` object is
+/// (a kind's `spec.jobs`, a template's `spec.template.spec.jobs`).
+fn without_kubernetes_descriptions(v: &mut serde_json::Value) {
+    let Some(map) = v.as_object_mut() else { return };
+    if let Some(jobs) = map
+        .get_mut("properties")
+        .and_then(|p| p.get_mut("jobs"))
+        .and_then(|j| j.get_mut("properties"))
+        .and_then(serde_json::Value::as_object_mut)
+    {
+        for field in EMBEDDED_KUBERNETES_FIELDS {
+            if let Some(f) = jobs.get_mut(field).and_then(serde_json::Value::as_object_mut) {
+                f.values_mut().for_each(without_descriptions);
+            }
+        }
+    }
+    for child in map.values_mut() {
+        match child {
+            serde_json::Value::Object(_) => without_kubernetes_descriptions(child),
+            serde_json::Value::Array(items) => items.iter_mut().for_each(without_kubernetes_descriptions),
+            _ => {}
+        }
+    }
+}
+
+/// Removes every `description` of a schema.
+fn without_descriptions(v: &mut serde_json::Value) {
+    match v {
+        serde_json::Value::Object(map) => {
+            if map.get("description").is_some_and(serde_json::Value::is_string) {
+                map.remove("description");
+            }
+            map.values_mut().for_each(without_descriptions);
+        }
+        serde_json::Value::Array(items) => items.iter_mut().for_each(without_descriptions),
+        _ => {}
+    }
+}
+
+/// The CRD (v1beta1 as derived) serving v1alpha1 too, deprecated and converted by the webhook.
+fn with_both_versions(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    let kind = crd.spec.names.kind.clone();
+    let hub = crd.spec.versions.first().cloned().unwrap_or_default();
+    let old = CustomResourceDefinitionVersion {
+        name: Version::V1alpha1.as_str().into(),
+        storage: false,
+        deprecated: Some(true),
+        deprecation_warning: Some(format!(
+            "infrastructure.cluster.x-k8s.io/v1alpha1 {kind} is deprecated; use infrastructure.cluster.x-k8s.io/v1beta1 {kind}"
+        )),
+        ..hub.clone()
+    };
+    crd.spec.versions = vec![old];
+    // The deprecated version's schema has no descriptions: `kubectl explain` reads the preferred
+    // version's, and each description would be stored twice.
+    let mut crd = with_schema(crd, |v| {
+        conversion::v1alpha1_schema(v);
+        without_descriptions(v);
+    });
+    crd.spec.versions.push(hub);
+    crd.spec.conversion = Some(CustomResourceConversion {
+        strategy: "Webhook".into(),
+        webhook: Some(WebhookConversion {
+            conversion_review_versions: vec!["v1".into()],
+            client_config: Some(WebhookClientConfig {
+                service: Some(ServiceReference {
+                    name: WEBHOOK_SERVICE.into(),
+                    namespace: WEBHOOK_NAMESPACE.into(),
+                    path: Some(CONVERT_PATH.into()),
+                    port: Some(443),
+                }),
+                ..Default::default()
+            }),
+        }),
+    });
+    crd.metadata
+        .annotations
+        .get_or_insert_with(Default::default)
+        .insert(INJECT_CA_FROM.into(), format!("{WEBHOOK_NAMESPACE}/{WEBHOOK_SERVICE}"));
+    crd
 }
 
 /// The CRD with the integer formats of Rust's unsigned types (`uint32`, ...), which the schema
@@ -65,17 +200,62 @@ fn kubernetes_formats(v: &mut serde_json::Value) {
     }
 }
 
-/// `(file name, YAML)` for each CRD, as committed under `charts/captf/crds/`.
+/// `(file name, YAML)` for each standalone CRD.
 pub fn crd_files() -> Vec<(String, String)> {
     crds()
         .into_iter()
         .map(|crd| {
             let file = format!("{}.yaml", crd.metadata.name.clone().unwrap_or_default());
-            let yaml = serde_yaml_ng::to_string(&crd).unwrap_or_default();
-            (
+            (file, serde_yaml_ng::to_string(&crd).unwrap_or_default())
+        })
+        .collect()
+}
+
+/// The standalone YAML's parts the chart sets from the release, and the template text for each.
+const CHART_SUBSTITUTIONS: [(&str, &str); 2] = [
+    (
+        "    cert-manager.io/inject-ca-from: captf-system/captf-webhook\n",
+        "    helm.sh/resource-policy: keep\n    {{- if .Values.webhook.tls.certManager.enabled }}\n    cert-manager.io/inject-ca-from: {{ printf \"%s/%s\" .Release.Namespace (include \"captf.webhook.certificate\" .) }}\n    {{- end }}\n",
+    ),
+    (
+        "      clientConfig:\n        service:\n          name: captf-webhook\n          namespace: captf-system\n          path: /convert\n          port: 443\n",
+        "      {{- include \"captf.webhook.clientConfig\" (dict \"ctx\" $ \"path\" \"/convert\") | trim | nindent 6 }}\n",
+    ),
+];
+
+/// Why the chart's form cannot be made.
+#[derive(Debug, thiserror::Error)]
+pub enum ChartError {
+    #[error("{file}: the generated YAML has {{{{, which Helm would read as a template")]
+    Braces { file: String },
+    #[error("{file}: expected exactly one {what:?} to template")]
+    Missing { file: String, what: String },
+}
+
+/// `(file name, Helm template)` for each CRD, as committed under `charts/captf/templates/crds/`:
+/// the standalone YAML with the webhook's Service and CA taken from the release, and
+/// `helm.sh/resource-policy: keep` (uninstalling the chart leaves the CRDs, and so every object).
+pub fn chart_files() -> Result<Vec<(String, String)>, ChartError> {
+    crd_files()
+        .into_iter()
+        .map(|(file, yaml)| {
+            if yaml.contains("{{") {
+                return Err(ChartError::Braces { file });
+            }
+            let mut text = yaml;
+            for (from, to) in CHART_SUBSTITUTIONS {
+                if text.matches(from).count() != 1 {
+                    return Err(ChartError::Missing {
+                        file,
+                        what: from.to_string(),
+                    });
+                }
+                text = text.replacen(from, to, 1);
+            }
+            Ok((
                 file,
-                format!("# Generated by `cargo run -p captf-shared --bin captf-crdgen`. Do not edit.\n{yaml}"),
-            )
+                format!("# Generated by `cargo run -p captf-shared --bin captf-crdgen`. Do not edit.\n{text}"),
+            ))
         })
         .collect()
 }
@@ -86,7 +266,8 @@ mod tests {
     use serde_json::Value;
 
     fn schema(crd: &CustomResourceDefinition) -> Value {
-        serde_json::to_value(&crd.spec.versions[0].schema).unwrap()
+        let stored = crd.spec.versions.iter().find(|v| v.storage).unwrap();
+        serde_json::to_value(&stored.schema).unwrap()
     }
 
     /// Every `format` in the schemas, with the path to it.
@@ -156,7 +337,7 @@ mod tests {
             }
             assert_eq!(
                 labels.get("cluster.x-k8s.io/v1beta2").map(String::as_str),
-                Some("v1alpha1")
+                Some("v1alpha1_v1beta1")
             );
         }
     }
@@ -196,8 +377,10 @@ mod tests {
         for crd in crds() {
             assert_eq!(crd.spec.group, "infrastructure.cluster.x-k8s.io");
             assert_eq!(crd.spec.scope, "Namespaced");
-            let v = &crd.spec.versions[0];
-            assert_eq!(v.name, "v1alpha1");
+            let names: Vec<_> = crd.spec.versions.iter().map(|v| (v.name.as_str(), v.storage)).collect();
+            assert_eq!(names, [("v1alpha1", false), ("v1beta1", true)]);
+            assert_eq!(crd.spec.versions[0].deprecated, Some(true));
+            let v = &crd.spec.versions[1];
             if !crd.spec.names.kind.ends_with("Template") {
                 assert!(
                     v.subresources.as_ref().and_then(|s| s.status.as_ref()).is_some(),
@@ -224,12 +407,15 @@ mod tests {
 
     #[test]
     fn crd_schema_has_the_contract_fields_and_cel_rules() {
-        let crd = TerraformCluster::crd();
+        let crd = crds().remove(0);
         let s = schema(&crd);
         let root = &s["openAPIV3Schema"];
         let status = &root["properties"]["status"]["properties"];
-        assert_eq!(status["ready"]["type"], "boolean");
+        assert_eq!(status.get("ready"), None, "v1beta1 has no status.ready");
         assert_eq!(status["initialization"]["properties"]["provisioned"]["type"], "boolean");
+        let old = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
+        let old_status = &old["openAPIV3Schema"]["properties"]["status"]["properties"];
+        assert_eq!(old_status["ready"]["type"], "boolean", "v1alpha1 keeps status.ready");
         let spec = &root["properties"]["spec"]["properties"];
         assert!(spec["module"].is_object(), "flattened common spec is inline: {spec}");
         assert!(spec["controlPlaneEndpoint"].is_object());
@@ -257,6 +443,43 @@ mod tests {
         for (_, yaml) in files {
             let back: CustomResourceDefinition = serde_yaml_ng::from_str(&yaml).unwrap();
             assert_eq!(back.spec.group, "infrastructure.cluster.x-k8s.io");
+        }
+    }
+
+    #[test]
+    fn crds_are_converted_by_the_webhook_whose_ca_cert_manager_injects() {
+        for crd in crds() {
+            let conversion = crd.spec.conversion.clone().unwrap();
+            assert_eq!(conversion.strategy, "Webhook");
+            let webhook = conversion.webhook.unwrap();
+            assert_eq!(webhook.conversion_review_versions, ["v1"]);
+            let service = webhook.client_config.unwrap().service.unwrap();
+            assert_eq!(
+                (
+                    service.namespace.as_str(),
+                    service.name.as_str(),
+                    service.path.as_deref()
+                ),
+                ("captf-system", "captf-webhook", Some("/convert"))
+            );
+            let annotations = crd.metadata.annotations.clone().unwrap_or_default();
+            assert_eq!(
+                annotations.get(INJECT_CA_FROM).map(String::as_str),
+                Some("captf-system/captf-webhook")
+            );
+        }
+    }
+
+    #[test]
+    fn chart_files_take_the_webhook_service_and_ca_from_the_release() {
+        for (file, text) in chart_files().unwrap() {
+            assert!(!text.contains("captf-system"), "{file} still names captf-system");
+            assert!(text.contains("helm.sh/resource-policy: keep"), "{file}");
+            assert!(
+                text.contains(r#"include "captf.webhook.clientConfig" (dict "ctx" $ "path" "/convert")"#),
+                "{file}"
+            );
+            assert!(text.contains("captf.webhook.certificate"), "{file}");
         }
     }
 }

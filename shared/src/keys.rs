@@ -3,9 +3,9 @@
 /// The API group of CAPTF's kinds.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 /// The served version.
-pub const VERSION: &str = "v1alpha1";
+pub const VERSION: &str = "v1beta1";
 /// `apiVersion` of CAPTF's objects.
-pub const API_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
+pub const API_VERSION: &str = "infrastructure.cluster.x-k8s.io/v1beta1";
 
 /// The finalizer that makes deletion run a destroy first.
 pub const FINALIZER: &str = "captf.io/destroy";
@@ -107,9 +107,10 @@ pub const INPUTS_DATA_KEY: &str = "inputs.json";
 pub const ANNOTATION_TF_LOCK_INFO: &str = "app.terraform.io/lock-info";
 
 /// The labels on the CRDs that Cluster API and clusterctl read: the contract CAPTF implements
-/// (v1beta2 only: `failureDomains` has its list shape, not v1beta1's map), and clusterctl's own
-/// label, without which `clusterctl move` does not find the kinds of a CAPTF installed by Helm.
+/// (v1beta2 only: `failureDomains` has its list shape, not v1beta1's map) with the API versions
+/// that implement it (Cluster API uses the newest, v1beta1), and clusterctl's own label, without
+/// which `clusterctl move` does not find the kinds of a CAPTF installed by Helm.
 pub const CAPI_CONTRACT_LABELS: [(&str, &str); 2] = [
-    ("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    ("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     ("clusterctl.cluster.x-k8s.io", ""),
 ];

@@ -22,11 +22,13 @@
 //! | [`state_encryption`] | OpenTofu's client-side state encryption: passphrase files and rules |
 //! | [`protocol`] | the runner's result JSON and exit codes |
 //! | [`mask`] | masking secret values (multi-line, JSON-escaped, base64 at any offset, wrapped or line by line) in text |
+//! | [`conversion`] | the served API versions and the conversion between them |
 //! | [`crd`] | CRD generation for `charts/captf/crds/` |
 
 pub mod approvals;
 pub mod binding;
 pub mod conditions;
+pub mod conversion;
 pub mod crd;
 pub mod defaults;
 pub mod duration;

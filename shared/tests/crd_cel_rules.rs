@@ -105,7 +105,7 @@ fn rule_with(kind: &str, needle: &str) -> String {
 }
 
 fn object(kind: &str, spec: Value) -> Value {
-    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind, "metadata": {"name": "x"}, "spec": spec})
+    json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": kind, "metadata": {"name": "x"}, "spec": spec})
 }
 
 /// The webhook's verdict on one field of a spec.

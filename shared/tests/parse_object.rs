@@ -7,7 +7,7 @@ use serde_json::{Value, json};
 
 fn object(kind: &str, spec: Value) -> Value {
     json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": kind,
         "metadata": {"name": "prod-eu", "namespace": "default"},
         "spec": spec,

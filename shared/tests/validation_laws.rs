@@ -428,7 +428,7 @@ proptest! {
             "TerraformMachineTemplate"]),
     ) {
         let value = serde_json::json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
             "kind": kind,
             "metadata": {"name": "x"},
             "spec": spec.into_iter().collect::<BTreeMap<_, _>>(),

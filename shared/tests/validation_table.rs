@@ -1005,7 +1005,7 @@ fn template_spec_is_immutable_but_metadata_is_editable() {
 #[test]
 fn template_metadata_and_spec_round_trip_through_json() {
     let v = json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformClusterTemplate",
         "metadata": {"name": "class-v1"},
         "spec": {"template": {

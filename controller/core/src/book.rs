@@ -202,10 +202,10 @@ pub fn apply_to_status(st: &mut TerraformStatus, rec: &JobRecord, outcome: Outco
             let summary = result.and_then(|r| r.summary).unwrap_or_default();
             st.pending_plan = Some(PendingPlan {
                 hash: result.and_then(|r| r.plan_hash.clone()).unwrap_or_default(),
-                adds: summary.add,
-                changes: summary.change,
-                destroys: summary.destroy,
-                replaces: summary.replace,
+                add: summary.add,
+                change: summary.change,
+                destroy: summary.destroy,
+                replace: summary.replace,
                 job: rec.name.clone(),
             });
         }
@@ -671,7 +671,7 @@ mod tests {
         let now = Timestamp::from_second(2_000).unwrap();
         apply_to_status(&mut st, &rec(Op::Apply, 1, Some(r)), Outcome::Blocked, now);
         let p = st.pending_plan.clone().unwrap();
-        assert_eq!((p.hash.as_str(), p.destroys, p.replaces), ("h1", 2, 1));
+        assert_eq!((p.hash.as_str(), p.destroy, p.replace), ("h1", 2, 1));
         assert_eq!(st.consecutive_failures.unwrap().apply, 0);
         apply_to_status(&mut st, &rec(Op::Apply, 2, None), Outcome::Succeeded, now);
         assert_eq!(st.pending_plan, None);

@@ -235,7 +235,7 @@ mod tests {
             "apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "TerraformCluster", "name": "prod-infra"}}});
         assert_eq!(infrastructure_cluster(&v1beta2).as_deref(), Some("prod-infra"));
         let v1beta1 = json!({"spec": {"infrastructureRef": {
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster", "name": "p"}}});
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster", "name": "p"}}});
         assert_eq!(infrastructure_cluster(&v1beta1).as_deref(), Some("p"));
         for other in [
             json!({"spec": {"infrastructureRef": {"apiGroup": "infrastructure.cluster.x-k8s.io", "kind": "DockerCluster", "name": "p"}}}),
@@ -255,7 +255,7 @@ mod tests {
                     ..Default::default()
                 },
                 OwnerReference {
-                    api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+                    api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
                     kind: "TerraformCluster".into(),
                     name: "prod".into(),
                     uid: "tc-uid".into(),

@@ -351,7 +351,7 @@ mod agreement {
             }
         }
         let object = json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": {"name": NAME, "namespace": NS, "generation": 1, "uid": "u-1"},
             "spec": {
                 "module": {"source": "git::https://example.com/m.git"},

@@ -137,7 +137,6 @@ pub fn compute(
     st.conditions = Some(cs);
 
     if provisioned {
-        st.ready = Some(true);
         st.initialization = Some(Initialization {
             provisioned: Some(true),
         });

@@ -71,10 +71,10 @@ fn booked(
                 Some(p) => (
                     p.hash.clone(),
                     PlanCounts {
-                        add: p.adds,
-                        change: p.changes,
-                        destroy: p.destroys,
-                        replace: p.replaces,
+                        add: p.add,
+                        change: p.change,
+                        destroy: p.destroy,
+                        replace: p.replace,
                     },
                 ),
                 None => (
@@ -243,10 +243,10 @@ mod tests {
         let status = TerraformStatus {
             pending_plan: Some(PendingPlan {
                 hash: "3f2a9c".into(),
-                adds: 1,
-                changes: 0,
-                destroys: 2,
-                replaces: 0,
+                add: 1,
+                change: 0,
+                destroy: 2,
+                replace: 0,
                 job: "prod-eu-apply-3".into(),
             }),
             ..Default::default()

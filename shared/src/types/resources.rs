@@ -29,7 +29,7 @@ pub const CEL_PROVIDER_ID_IMMUTABLE: &str = "!has(oldSelf.spec.providerID) || ol
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformCluster",
     doc = "A Cluster API cluster's infrastructure, provisioned by a Terraform or OpenTofu module.",
     namespaced,
@@ -38,7 +38,7 @@ pub const CEL_PROVIDER_ID_IMMUTABLE: &str = "!has(oldSelf.spec.providerID) || ol
     shortname = "tfc",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"UpToDate\")].reason"),
@@ -75,7 +75,7 @@ pub struct ApiEndpoint {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformMachinePool",
     doc = "A Cluster API machine pool's infrastructure, provisioned by a Terraform or OpenTofu module.",
     namespaced,
@@ -84,7 +84,7 @@ pub struct ApiEndpoint {
     shortname = "tfmp",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"UpToDate\")].reason"),
@@ -107,7 +107,7 @@ pub struct TerraformMachinePoolSpec {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformMachine",
     doc = "A Cluster API machine's infrastructure, provisioned by a Terraform or OpenTofu module.",
     namespaced,
@@ -116,7 +116,7 @@ pub struct TerraformMachinePoolSpec {
     shortname = "tfm",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Ready", type_ = "string", json_path = ".status.conditions[?(@.type==\"Ready\")].status"),
     printcolumn(name = "Op", type_ = "string", json_path = ".status.nextAction.op"),
     printcolumn(name = "Reason", type_ = "string", json_path = ".status.conditions[?(@.type==\"UpToDate\")].reason"),
@@ -140,7 +140,7 @@ pub struct TerraformMachineSpec {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformMachineTemplate",
     doc = "A template of TerraformMachines for Cluster API MachineDeployments and MachineSets.",
     namespaced,
@@ -148,7 +148,7 @@ pub struct TerraformMachineSpec {
     shortname = "tfmt",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -181,7 +181,7 @@ pub struct TemplateMetadata {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformClusterTemplate",
     doc = "A template of TerraformClusters for Cluster API ClusterClasses.",
     namespaced,
@@ -189,7 +189,7 @@ pub struct TemplateMetadata {
     shortname = "tfct",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]
@@ -211,7 +211,7 @@ pub struct TerraformClusterTemplateResource {
 #[derive(CustomResource, Serialize, Deserialize, Clone, Debug, Default, PartialEq, JsonSchema)]
 #[kube(
     group = "infrastructure.cluster.x-k8s.io",
-    version = "v1alpha1",
+    version = "v1beta1",
     kind = "TerraformMachinePoolTemplate",
     doc = "A template of TerraformMachinePools for Cluster API ClusterClasses.",
     namespaced,
@@ -219,7 +219,7 @@ pub struct TerraformClusterTemplateResource {
     shortname = "tfmpt",
     category = "cluster-api",
     label("clusterctl.cluster.x-k8s.io", ""),
-    label("cluster.x-k8s.io/v1beta2", "v1alpha1"),
+    label("cluster.x-k8s.io/v1beta2", "v1alpha1_v1beta1"),
     printcolumn(name = "Age", type_ = "date", json_path = ".metadata.creationTimestamp")
 )]
 #[serde(rename_all = "camelCase")]

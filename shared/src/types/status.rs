@@ -12,10 +12,8 @@ use crate::Op;
 pub struct TerraformStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Cluster API v1beta1 contract: the infrastructure is provisioned.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub ready: Option<bool>,
-    /// Cluster API v1beta2 contract.
+    /// Cluster API v1beta2 contract: `provisioned` once the infrastructure is there (v1alpha1
+    /// also had `ready`, the v1beta1 contract's field, which conversion derives from it).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<Initialization>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -144,10 +142,12 @@ impl OpCounts {
 pub struct PendingPlan {
     /// The plan hash to approve with `captf.io/approve-plan`.
     pub hash: String,
-    pub adds: u32,
-    pub changes: u32,
-    pub destroys: u32,
-    pub replaces: u32,
+    /// Resources the plan adds, changes, destroys and replaces (Terraform's words; v1alpha1
+    /// said `adds`, `changes`, `destroys`, `replaces`).
+    pub add: u32,
+    pub change: u32,
+    pub destroy: u32,
+    pub replace: u32,
     /// The Job that produced the plan.
     pub job: String,
 }

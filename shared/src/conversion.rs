@@ -1,0 +1,405 @@
+//! API versions and the conversion between them (docs/api.md, "Versions and conversion").
+//!
+//! `v1beta1` is the hub: the version stored, and the one the controller, the webhook and the
+//! plugin read and write. `v1alpha1` is still served, deprecated, for clients and manifests
+//! written against it; the API server asks the webhook (`/convert`) to turn objects from one
+//! into the other. Every difference between the two lives here once, twice over: as a change to
+//! an object (both ways, [`convert`]) and as a change to the CRD's schema
+//! ([`v1alpha1_schema`]).
+//!
+//! The differences (v1alpha1 → v1beta1):
+//! - `status.ready` (Cluster API's v1beta1 contract) is gone: the v1beta2 contract, the only one
+//!   CAPTF declares, reads `status.initialization.provisioned`. Converting back, `ready` is
+//!   `initialization.provisioned`; a v1alpha1 object whose `ready` said something else keeps it
+//!   in the annotation [`CONVERSION_DATA`], as Cluster API's own `conversion-data` does.
+//! - `status.pendingPlan`'s counts take Terraform's words, as the runner's result, `kubectl
+//!   captf plan` and the notifications do: `adds`, `changes`, `destroys`, `replaces` become
+//!   `add`, `change`, `destroy`, `replace`.
+//!
+//! The conversion works on JSON, not on the typed objects: whatever an object carries that this
+//! module does not touch (fields a newer release added, a spec this release would not parse) is
+//! kept as it is. Only `apiVersion`, the touched status fields and the one annotation change; the
+//! rest of `metadata` never does (the API server refuses a conversion that changes it).
+
+use serde_json::{Map, Value};
+
+use crate::types::SERVED_KINDS;
+
+/// The API group of every CAPTF kind.
+pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+
+/// The annotation that carries what a v1alpha1 object said and v1beta1 has no field for (a JSON
+/// object: `{"status.ready": true}`). Set only when needed, and removed on the way back.
+pub const CONVERSION_DATA: &str = "captf.io/conversion-data";
+
+/// The most a conversion-data annotation may hold: it carries one boolean today.
+pub const MAX_CONVERSION_DATA: usize = 1024;
+
+/// A version CAPTF serves.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
+pub enum Version {
+    /// Deprecated; served, not stored.
+    V1alpha1,
+    /// The hub: stored.
+    V1beta1,
+}
+
+impl Version {
+    /// Every served version, oldest first.
+    pub const ALL: [Version; 2] = [Version::V1alpha1, Version::V1beta1];
+    /// The version objects are stored in.
+    pub const STORED: Version = Version::V1beta1;
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Version::V1alpha1 => "v1alpha1",
+            Version::V1beta1 => "v1beta1",
+        }
+    }
+
+    /// `infrastructure.cluster.x-k8s.io/<version>`.
+    pub fn api_version(self) -> String {
+        format!("{GROUP}/{}", self.as_str())
+    }
+
+    /// The version of an `apiVersion` (`infrastructure.cluster.x-k8s.io/v1beta1`).
+    pub fn from_api_version(api_version: &str) -> Result<Version, ConversionError> {
+        let unknown = || ConversionError::UnknownVersion(bounded(api_version));
+        let (group, version) = api_version.split_once('/').ok_or_else(unknown)?;
+        if group != GROUP {
+            return Err(unknown());
+        }
+        Version::ALL
+            .into_iter()
+            .find(|v| v.as_str() == version)
+            .ok_or_else(unknown)
+    }
+}
+
+impl std::fmt::Display for Version {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// Why an object cannot be converted. The message names the problem; the object is left as it
+/// was (the API server then keeps its stored form and fails the request).
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum ConversionError {
+    #[error("the object is not a JSON object")]
+    NotAnObject,
+    #[error("apiVersion {0:?} is not one CAPTF serves (infrastructure.cluster.x-k8s.io/v1alpha1 or /v1beta1)")]
+    UnknownVersion(String),
+    #[error("kind {0:?} is not one of CAPTF's ({kinds})", kinds = SERVED_KINDS.join(", "))]
+    UnknownKind(String),
+    #[error("{field} {why}")]
+    Malformed { field: &'static str, why: String },
+}
+
+/// The pending plan's counts: (v1alpha1 name, v1beta1 name).
+const PLAN_COUNTS: [(&str, &str); 4] = [
+    ("adds", "add"),
+    ("changes", "change"),
+    ("destroys", "destroy"),
+    ("replaces", "replace"),
+];
+
+/// The key of `status.ready` in the conversion data.
+const DATA_READY: &str = "status.ready";
+
+/// Convert `object` to `desired` (an `apiVersion`). An object already at `desired` comes back
+/// unchanged.
+pub fn convert(mut object: Value, desired: &str) -> Result<Value, ConversionError> {
+    let desired = Version::from_api_version(desired)?;
+    let map = object.as_object_mut().ok_or(ConversionError::NotAnObject)?;
+    let from = Version::from_api_version(map.get("apiVersion").and_then(Value::as_str).unwrap_or(""))?;
+    let kind = map.get("kind").and_then(Value::as_str).unwrap_or("");
+    if !SERVED_KINDS.contains(&kind) {
+        return Err(ConversionError::UnknownKind(bounded(kind)));
+    }
+    match (from, desired) {
+        (Version::V1alpha1, Version::V1beta1) => up(map)?,
+        (Version::V1beta1, Version::V1alpha1) => down(map)?,
+        _ => return Ok(object),
+    }
+    map.insert("apiVersion".into(), desired.api_version().into());
+    Ok(object)
+}
+
+/// v1alpha1 → v1beta1.
+fn up(map: &mut Map<String, Value>) -> Result<(), ConversionError> {
+    let mut data = Map::new();
+    if let Some(status) = map.get_mut("status").and_then(Value::as_object_mut) {
+        let derived = provisioned(status);
+        match status.remove("ready") {
+            // What converting back would give: nothing to keep.
+            ready if ready == derived => {}
+            ready => {
+                data.insert(DATA_READY.into(), ready.unwrap_or(Value::Null));
+            }
+        }
+        if let Some(plan) = status.get_mut("pendingPlan").and_then(Value::as_object_mut) {
+            rename(plan, PLAN_COUNTS)?;
+        }
+    }
+    if !data.is_empty() {
+        let text = Value::Object(data).to_string();
+        let metadata = map
+            .entry("metadata")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or_else(|| malformed("metadata", "is not an object"))?;
+        let annotations = metadata
+            .entry("annotations")
+            .or_insert_with(|| Value::Object(Map::new()))
+            .as_object_mut()
+            .ok_or_else(|| malformed("metadata.annotations", "is not an object"))?;
+        annotations.insert(CONVERSION_DATA.into(), text.into());
+    }
+    Ok(())
+}
+
+/// v1beta1 → v1alpha1.
+fn down(map: &mut Map<String, Value>) -> Result<(), ConversionError> {
+    let data = take_conversion_data(map)?;
+    let ready = match data.get(DATA_READY) {
+        Some(Value::Null) => None,
+        Some(v) => Some(v.clone()),
+        None => map.get("status").and_then(Value::as_object).and_then(provisioned),
+    };
+    if ready.is_some() && !map.contains_key("status") {
+        map.insert("status".into(), Value::Object(Map::new()));
+    }
+    if let Some(status) = map.get_mut("status").and_then(Value::as_object_mut) {
+        if let Some(plan) = status.get_mut("pendingPlan").and_then(Value::as_object_mut) {
+            rename(plan, PLAN_COUNTS.map(|(old, new)| (new, old)))?;
+        }
+        if let Some(ready) = ready {
+            status.insert("ready".into(), ready);
+        }
+    }
+    Ok(())
+}
+
+/// `status.initialization.provisioned`, when set.
+fn provisioned(status: &Map<String, Value>) -> Option<Value> {
+    status.get("initialization")?.get("provisioned").cloned()
+}
+
+/// Rename the keys `(from, to)` of `map`; a `to` already there would be overwritten, so it is
+/// refused.
+fn rename<'a>(map: &mut Map<String, Value>, pairs: [(&'a str, &'a str); 4]) -> Result<(), ConversionError> {
+    if let Some((from, to)) = pairs
+        .iter()
+        .find(|(from, to)| map.contains_key(*from) && map.contains_key(*to))
+    {
+        return Err(malformed(
+            "status.pendingPlan",
+            &format!("has both {from} and {to}; only one of them belongs to each version"),
+        ));
+    }
+    for (from, to) in pairs {
+        if let Some(v) = map.remove(from) {
+            map.insert(to.into(), v);
+        }
+    }
+    Ok(())
+}
+
+/// Remove and parse the conversion-data annotation (an empty map when there is none); the
+/// annotations go when it was the only one.
+fn take_conversion_data(map: &mut Map<String, Value>) -> Result<Map<String, Value>, ConversionError> {
+    let Some(annotations) = map
+        .get_mut("metadata")
+        .and_then(|m| m.get_mut("annotations"))
+        .and_then(Value::as_object_mut)
+    else {
+        return Ok(Map::new());
+    };
+    let Some(raw) = annotations.get(CONVERSION_DATA) else {
+        return Ok(Map::new());
+    };
+    let field = "the annotation captf.io/conversion-data";
+    let text = raw.as_str().ok_or_else(|| malformed(field, "is not a string"))?;
+    if text.len() > MAX_CONVERSION_DATA {
+        return Err(malformed(
+            field,
+            &format!("is {} bytes, over the {MAX_CONVERSION_DATA} it may hold", text.len()),
+        ));
+    }
+    let data = match serde_json::from_str::<Value>(text) {
+        Ok(Value::Object(data)) => data,
+        Ok(_) => return Err(malformed(field, "is not a JSON object")),
+        Err(e) => return Err(malformed(field, &format!("is not JSON: {e}"))),
+    };
+    annotations.remove(CONVERSION_DATA);
+    if annotations.is_empty()
+        && let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut)
+    {
+        metadata.remove("annotations");
+    }
+    Ok(data)
+}
+
+fn malformed(field: &'static str, why: &str) -> ConversionError {
+    ConversionError::Malformed {
+        field,
+        why: why.to_string(),
+    }
+}
+
+/// At most 100 characters of what a request sent, for a message.
+fn bounded(s: &str) -> String {
+    s.chars().take(100).collect()
+}
+
+/// The CRD schema of v1alpha1 (`openAPIV3Schema`, as JSON), from v1beta1's: the same but for the
+/// differences above. Applied where the schema has them (the templates have no status).
+pub fn v1alpha1_schema(schema: &mut Value) {
+    let Some(status) = schema
+        .pointer_mut("/properties/status/properties")
+        .and_then(Value::as_object_mut)
+    else {
+        return;
+    };
+    status.insert(
+        "ready".into(),
+        serde_json::json!({
+            "description": "Cluster API v1beta1 contract: the infrastructure is provisioned (v1beta1 has only `initialization.provisioned`).",
+            "type": "boolean",
+        }),
+    );
+    let Some(plan) = status.get_mut("pendingPlan") else {
+        return;
+    };
+    if let Some(props) = plan.get_mut("properties").and_then(Value::as_object_mut) {
+        for (old, new) in PLAN_COUNTS {
+            if let Some(v) = props.remove(new) {
+                props.insert(old.into(), v);
+            }
+        }
+    }
+    if let Some(required) = plan.get_mut("required").and_then(Value::as_array_mut) {
+        for r in required.iter_mut() {
+            if let Some((old, _)) = PLAN_COUNTS.iter().find(|(_, new)| r == new) {
+                *r = Value::from(*old);
+            }
+        }
+        required.sort_by(|a, b| a.as_str().cmp(&b.as_str()));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+    use super::*;
+    use serde_json::json;
+
+    fn alpha(status: Value) -> Value {
+        json!({
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "kind": "TerraformCluster",
+            "metadata": {"name": "prod-eu", "namespace": "default", "uid": "u-1", "resourceVersion": "7"},
+            "spec": {"module": {"source": "git::https://example.com/m.git"}},
+            "status": status,
+        })
+    }
+
+    #[test]
+    fn conversion_a_ready_provisioned_v1alpha1_object_needs_no_conversion_data() {
+        let old = alpha(json!({
+            "ready": true,
+            "initialization": {"provisioned": true},
+            "pendingPlan": {"hash": "h", "adds": 1, "changes": 0, "destroys": 2, "replaces": 0, "job": "j"},
+        }));
+        let new = convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1beta1").unwrap();
+        assert_eq!(new["apiVersion"], "infrastructure.cluster.x-k8s.io/v1beta1");
+        assert_eq!(
+            new["status"],
+            json!({
+                "initialization": {"provisioned": true},
+                "pendingPlan": {"hash": "h", "add": 1, "change": 0, "destroy": 2, "replace": 0, "job": "j"},
+            })
+        );
+        assert_eq!(new["metadata"], old["metadata"]);
+        assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
+    }
+
+    #[test]
+    fn conversion_a_ready_that_disagrees_with_provisioned_is_kept_in_the_annotation() {
+        let old = alpha(json!({"ready": false, "initialization": {"provisioned": true}}));
+        let new = convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1beta1").unwrap();
+        assert_eq!(
+            new["metadata"]["annotations"][CONVERSION_DATA],
+            r#"{"status.ready":false}"#
+        );
+        assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
+        // No ready at all while provisioned is set: kept as null.
+        let old = alpha(json!({"initialization": {"provisioned": true}}));
+        let new = convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1beta1").unwrap();
+        assert_eq!(
+            new["metadata"]["annotations"][CONVERSION_DATA],
+            r#"{"status.ready":null}"#
+        );
+        assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
+    }
+
+    #[test]
+    fn conversion_old_clients_read_ready_from_provisioned() {
+        let mut new = alpha(json!({"initialization": {"provisioned": true}}));
+        new["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
+        let old = convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap();
+        assert_eq!(old["status"]["ready"], true);
+    }
+
+    #[test]
+    fn conversion_to_the_same_version_changes_nothing() {
+        let old = alpha(json!({"ready": true}));
+        assert_eq!(
+            convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(),
+            old
+        );
+    }
+
+    #[test]
+    fn conversion_refuses_what_it_cannot_convert_naming_the_problem() {
+        let to = "infrastructure.cluster.x-k8s.io/v1beta1";
+        assert_eq!(convert(json!([1]), to), Err(ConversionError::NotAnObject));
+        let e = convert(alpha(json!({})), "infrastructure.cluster.x-k8s.io/v2").unwrap_err();
+        assert!(e.to_string().contains("\"infrastructure.cluster.x-k8s.io/v2\""), "{e}");
+        let mut o = alpha(json!({}));
+        o["apiVersion"] = json!("apps/v1");
+        assert_eq!(convert(o, to), Err(ConversionError::UnknownVersion("apps/v1".into())));
+        let mut o = alpha(json!({}));
+        o["kind"] = json!("Deployment");
+        assert!(convert(o, to).unwrap_err().to_string().contains("TerraformCluster"));
+        let o = alpha(json!({"pendingPlan": {"adds": 1, "add": 2}}));
+        let e = convert(o, to).unwrap_err();
+        assert!(e.to_string().contains("both adds and add"), "{e}");
+        let mut o = alpha(json!({}));
+        o["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
+        o["metadata"]["annotations"] = json!({ CONVERSION_DATA: "not json" });
+        let e = convert(o, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap_err();
+        assert!(e.to_string().contains("captf.io/conversion-data is not JSON"), "{e}");
+        let long = "x".repeat(10_000);
+        let e = convert(alpha(json!({})), &long).unwrap_err();
+        assert!(e.to_string().len() < 300, "{e}");
+    }
+
+    #[test]
+    fn conversion_v1alpha1_schema_has_ready_and_the_old_count_names() {
+        let mut schema = json!({"properties": {"status": {"properties": {
+            "pendingPlan": {"properties": {"hash": {}, "add": {}, "change": {}, "destroy": {}, "replace": {}, "job": {}},
+                            "required": ["add", "change", "destroy", "hash", "job", "replace"]},
+        }}}});
+        v1alpha1_schema(&mut schema);
+        let status = &schema["properties"]["status"]["properties"];
+        assert_eq!(status["ready"]["type"], "boolean");
+        let plan = &status["pendingPlan"];
+        assert!(plan["properties"].get("adds").is_some() && plan["properties"].get("add").is_none());
+        assert_eq!(
+            plan["required"],
+            json!(["adds", "changes", "destroys", "hash", "job", "replaces"])
+        );
+    }
+}
