@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Run one coverage-guided fuzz target for a bounded time.
 #
-#   scripts/fuzz.sh <review|validation|runner|explain> <seconds> [extra libFuzzer flags]
+#   scripts/fuzz.sh <review|convert|validation|runner|explain> <seconds> [extra libFuzzer flags]
 #
 # Needs cargo-fuzz (`cargo install cargo-fuzz`). cargo-fuzz passes nightly-only compiler flags;
 # on the stable toolchain RUSTC_BOOTSTRAP=1 allows them (set here), a nightly toolchain works too.

@@ -5,7 +5,8 @@
 //! | [`admission`] | the pure part: an AdmissionReview body in, a response out (calls `captf-shared`) |
 //! | [`approval`] | who may approve: a plan approval or a guard set to `Allow` needs the `approve` verb (a SubjectAccessReview) |
 //! | [`patch`] | the defaults as an RFC 6902 JSON Patch under `/spec` |
-//! | [`routes`] | the axum router: `/mutate`, `/validate`, `/healthz`, `/readyz`, bad-input status codes |
+//! | [`routes`] | the axum router: `/mutate`, `/validate`, `/convert`, `/healthz`, `/readyz`, bad-input status codes |
+//! | [`convert`] | `/convert`: ConversionReviews over `captf_shared::conversion` |
 //! | [`conn`] | per-connection limits counted in requests, not bytes: first-request and idle timeouts, age, request count; connections per source address and reserved for the API server, idle ones closed to make room |
 //! | [`budget`] | requests and body bytes in flight, in all, reserved for the API server, and per source address (429 past them) |
 //! | [`trust`] | who is the API server: a verified client certificate, or a configured address |
@@ -23,6 +24,7 @@ pub mod approval;
 pub mod budget;
 pub mod cli;
 pub mod conn;
+pub mod convert;
 pub mod devcerts;
 pub mod fuzzing;
 pub mod metrics;
@@ -41,6 +43,8 @@ pub use server::{Bound, Config, ServeError, bind, serve};
 pub const MUTATE_PATH: &str = "/mutate";
 /// The route that validates.
 pub const VALIDATE_PATH: &str = "/validate";
+/// The route that converts objects between API versions (the CRDs' conversion webhook).
+pub const CONVERT_PATH: &str = captf_shared::crd::CONVERT_PATH;
 /// Liveness, on the TLS port.
 pub const HEALTHZ_PATH: &str = "/healthz";
 /// Readiness, on the TLS port (503 once shutdown has begun).

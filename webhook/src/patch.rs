@@ -212,7 +212,7 @@ mod tests {
 
     fn cluster(spec: Value) -> Value {
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
             "kind": "TerraformCluster",
             "metadata": {"name": "prod-eu", "namespace": "default"},
             "spec": spec

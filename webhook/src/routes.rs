@@ -1,4 +1,4 @@
-//! The axum router on the TLS port: `/mutate`, `/validate`, `/healthz`, `/readyz`.
+//! The axum router on the TLS port: `/mutate`, `/validate`, `/convert`, `/healthz`, `/readyz`.
 //!
 //! Every bad input gets its status code and a one-line reason: wrong method 405, wrong content
 //! type 415, body over the limit 413 (after reading and discarding a bounded amount of the rest,
@@ -34,7 +34,7 @@ use crate::budget::{
 };
 use crate::metrics::{Metrics, RequestLabels};
 use crate::rate::MinRate;
-use crate::{DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
+use crate::{CONVERT_PATH, DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH};
 use captf_shared::policy::TenantPolicy;
 
 /// How long a client may take to send the body once its headers are in, by default.
@@ -262,6 +262,7 @@ pub fn router(state: AppState) -> Router {
     Router::new()
         .route(MUTATE_PATH, post(mutate).fallback(method_not_allowed))
         .route(VALIDATE_PATH, post(validate).fallback(method_not_allowed))
+        .route(CONVERT_PATH, post(convert).fallback(method_not_allowed))
         .route(HEALTHZ_PATH, get(healthz))
         .route(READYZ_PATH, get(readyz))
         .fallback(not_found)
@@ -276,6 +277,10 @@ async fn mutate(State(state): State<AppState>, req: Request) -> Response {
 
 async fn validate(State(state): State<AppState>, req: Request) -> Response {
     handle(Route::Validate, &state, req).await
+}
+
+async fn convert(State(state): State<AppState>, req: Request) -> Response {
+    handle(Route::Convert, &state, req).await
 }
 
 async fn method_not_allowed(req: Request) -> Response {
@@ -316,7 +321,12 @@ async fn handle(route: Route, state: &AppState, req: Request) -> Response {
             tracing::info!(
                 route = route.as_str(),
                 status = e.status().as_u16(),
-                "rejected admission request: {e}"
+                "rejected {} request: {e}",
+                if route == Route::Convert {
+                    "conversion"
+                } else {
+                    "admission"
+                }
             );
             (
                 RequestLabels {
@@ -351,7 +361,7 @@ async fn answer(route: Route, state: &AppState, req: Request) -> Result<admissio
     };
     let body = read_body(&parts.headers, body, state, &mut admission).await?;
     let reviewed = if body.len() <= state.limits.inline_body_bytes {
-        admission::review_in(route, &body, &state.policy, &state.watched)?
+        review_body(route, &body, &state.policy, &state.watched)?
     } else {
         review_large(route, state, body).await?
     };
@@ -401,6 +411,19 @@ fn check_content_type(headers: &HeaderMap) -> Result<(), RejectError> {
     }
 }
 
+/// The answer to one body: a ConversionReview's on `/convert`, else an AdmissionReview's.
+fn review_body(
+    route: Route,
+    body: &[u8],
+    policy: &TenantPolicy,
+    watched: &crate::watched::Watched,
+) -> Result<admission::Reviewed, admission::ReviewError> {
+    match route {
+        Route::Convert => crate::convert::review(body),
+        Route::Mutate | Route::Validate => admission::review_in(route, body, policy, watched),
+    }
+}
+
 /// A large review on the blocking pool, once one of the large-review slots is free.
 async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<admission::Reviewed, RejectError> {
     let wait = state.limits.large_review_wait;
@@ -410,7 +433,7 @@ async fn review_large(route: Route, state: &AppState, body: Bytes) -> Result<adm
     };
     let (policy, watched) = (state.policy.clone(), state.watched.clone());
     let answer = tokio::task::spawn_blocking(move || {
-        let answer = admission::review_in(route, &body, &policy, &watched);
+        let answer = review_body(route, &body, &policy, &watched);
         drop(permit);
         answer
     })

@@ -11,7 +11,7 @@ use captf_shared::defaults::apply_defaults;
 use captf_shared::types::CaptfObject;
 use captf_webhook::admission::{Route, review};
 use captf_webhook::metrics::Metrics;
-use captf_webhook::{AppState, MUTATE_PATH, VALIDATE_PATH, router};
+use captf_webhook::{AppState, CONVERT_PATH, MUTATE_PATH, VALIDATE_PATH, router};
 use common::{fixture, response_patch};
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
@@ -106,6 +106,35 @@ proptest! {
         for route in [Route::Mutate, Route::Validate] {
             let _ = review(route, &bytes);
         }
+        let _ = captf_webhook::convert::review(&bytes);
+    }
+
+    #[test]
+    fn no_json_planted_in_a_conversion_review_makes_it_panic_and_answers_keep_their_bounds(
+        place in prop_oneof![
+            Just("/request/objects/0"),
+            Just("/request/objects/0/status"),
+            Just("/request/objects/0/status/pendingPlan"),
+            Just("/request/objects/0/metadata/annotations"),
+            Just("/request/objects/0/apiVersion"),
+            Just("/request/desiredAPIVersion"),
+            Just("/request/uid"),
+            Just("/request"),
+        ],
+        planted in any_json(),
+    ) {
+        let mut req = serde_json::json!({
+            "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+            "request": {"uid": "c-1", "desiredAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "objects": [{
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                "metadata": {"name": "a", "annotations": {"x": "y"}},
+                "spec": {}, "status": {"ready": true, "pendingPlan": {"adds": 1}},
+            }]},
+        });
+        if let Some(slot) = req.pointer_mut(place) {
+            *slot = planted;
+        }
+        captf_webhook::fuzzing::convert_body(&serde_json::to_vec(&req).unwrap());
     }
 
     #[test]
@@ -130,7 +159,7 @@ proptest! {
     fn the_router_answers_any_body_with_a_status_and_never_panics(
         bytes in prop::collection::vec(any::<u8>(), 0..256),
         content_type in prop_oneof![Just("application/json"), Just("text/plain"), Just("")],
-        path in prop_oneof![Just(MUTATE_PATH), Just(VALIDATE_PATH)],
+        path in prop_oneof![Just(MUTATE_PATH), Just(VALIDATE_PATH), Just(CONVERT_PATH)],
     ) {
         let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
         let status = rt.block_on(async {

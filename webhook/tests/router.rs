@@ -12,7 +12,9 @@ use captf_shared::defaults::apply_defaults;
 use captf_shared::types::CaptfObject;
 use captf_webhook::admission::{KindLabel, OperationLabel, ResultLabel, Route};
 use captf_webhook::metrics::{Metrics, RequestLabels};
-use captf_webhook::{AppState, DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH, router};
+use captf_webhook::{
+    AppState, CONVERT_PATH, DEFAULT_MAX_BODY_BYTES, HEALTHZ_PATH, MUTATE_PATH, READYZ_PATH, VALIDATE_PATH, router,
+};
 use common::{fixture, fixture_names, response_patch};
 use http_body_util::BodyExt;
 use serde_json::{Value, json};
@@ -947,4 +949,61 @@ async fn object_keys_count_towards_the_spec_value_limit() {
     let resp = review(VALIDATE_PATH, &req).await;
     let msg = resp["response"]["status"]["message"].as_str().unwrap();
     assert!(msg.starts_with("spec: must hold at most"), "{msg}");
+}
+
+/// `/convert`: the CRDs' conversion webhook answers a ConversionReview with every object at the
+/// desired version, and refuses what is not one as the admission routes do (415, 413, 400).
+#[tokio::test]
+async fn convert_answers_a_conversion_review_and_refuses_bad_bodies_with_their_status() {
+    let object = json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+        "metadata": {"name": "m-1", "namespace": "default"},
+        "spec": {"module": {"source": "git::https://example.com/m.git"}},
+        "status": {"ready": true, "initialization": {"provisioned": true}},
+    });
+    let request = json!({
+        "apiVersion": "apiextensions.k8s.io/v1", "kind": "ConversionReview",
+        "request": {"uid": "c-1", "desiredAPIVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "objects": [object]},
+    });
+    let state = state();
+    let (status, body, _) = send(&state, post(CONVERT_PATH, serde_json::to_vec(&request).unwrap())).await;
+    assert_eq!(status, StatusCode::OK, "{}", String::from_utf8_lossy(&body));
+    let answer: Value = serde_json::from_slice(&body).unwrap();
+    assert_eq!(answer["response"]["uid"], "c-1");
+    assert_eq!(answer["response"]["result"]["status"], "Success");
+    assert_eq!(
+        answer["response"]["convertedObjects"][0]["apiVersion"],
+        "infrastructure.cluster.x-k8s.io/v1beta1"
+    );
+    let labels = RequestLabels {
+        route: Route::Convert,
+        kind: KindLabel::TerraformMachine,
+        operation: OperationLabel::None,
+        result: ResultLabel::Allowed,
+    };
+    assert_eq!(state.metrics.requests(&labels), 1);
+
+    let mut wrong_type = post(CONVERT_PATH, serde_json::to_vec(&request).unwrap());
+    wrong_type
+        .headers_mut()
+        .insert(header::CONTENT_TYPE, "text/plain".parse().unwrap());
+    assert_eq!(rejected(wrong_type).await.0, StatusCode::UNSUPPORTED_MEDIA_TYPE);
+    let (status, text) = rejected(post(CONVERT_PATH, vec![b' '; DEFAULT_MAX_BODY_BYTES + 1])).await;
+    assert_eq!(status, StatusCode::PAYLOAD_TOO_LARGE, "{text}");
+    let (status, text) = rejected(post(
+        CONVERT_PATH,
+        r#"{"apiVersion": "admission.k8s.io/v1", "kind": "AdmissionReview"}"#,
+    ))
+    .await;
+    assert_eq!(status, StatusCode::BAD_REQUEST, "{text}");
+    assert!(
+        text.contains("not an apiextensions.k8s.io/v1 ConversionReview"),
+        "{text}"
+    );
+    let get = Request::builder()
+        .method(Method::GET)
+        .uri(CONVERT_PATH)
+        .body(Body::empty())
+        .unwrap();
+    assert_eq!(rejected(get).await.0, StatusCode::METHOD_NOT_ALLOWED);
 }
