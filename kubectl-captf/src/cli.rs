@@ -228,6 +228,12 @@ pub enum Command {
         #[arg(long)]
         reason: Option<String>,
     },
+    /// After an upgrade that changed the API version objects are stored at: write every object
+    /// of CAPTF's kinds again, in every namespace, so etcd holds it at the new version, and set
+    /// each CRD's status.storedVersions to that version alone (what lets a later release drop
+    /// the old one). For an administrator: it lists and updates the kinds cluster-wide and
+    /// updates customresourcedefinitions/status. Idempotent.
+    MigrateStorage,
     /// Replaced by `refresh` (read the state again) and `reconcile` (skip a backoff).
     #[command(hide = true)]
     Retry {

@@ -370,6 +370,8 @@ clientConfig:
     path: {{ .path }}
     port: {{ $ctx.Values.webhook.service.port }}
   {{- if not $ctx.Values.webhook.tls.certManager.enabled }}
+  {{- /* The serving certificate's Secret first: without it no CA helps. */}}
+  {{- $_ := include "captf.webhook.tlsSecret" $ctx }}
   caBundle: {{ required "webhook.tls.caBundle is required when webhook.tls.certManager.enabled is false" $ctx.Values.webhook.tls.caBundle }}
   {{- end }}
 {{- end }}
@@ -378,7 +380,7 @@ clientConfig:
 {{- define "captf.webhook.rules" -}}
 rules:
   - apiGroups: ["infrastructure.cluster.x-k8s.io"]
-    apiVersions: ["v1alpha1"]
+    apiVersions: ["v1beta1"]
     operations: ["CREATE", "UPDATE"]
     resources:
       - terraformclusters

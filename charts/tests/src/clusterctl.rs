@@ -301,8 +301,16 @@ fn octal_modes(volumes: &mut Value) {
     }
 }
 
-/// Helm's labels out, clusterctl's in.
+/// Helm's labels and annotations out, clusterctl's in.
 fn relabel(metadata: &mut Value) {
+    if let Some(annotations) = metadata.get_mut("annotations").and_then(Value::as_object_mut) {
+        annotations.remove("helm.sh/resource-policy");
+        if annotations.is_empty()
+            && let Some(m) = metadata.as_object_mut()
+        {
+            m.remove("annotations");
+        }
+    }
     let labels = &mut metadata["labels"];
     if !labels.is_object() {
         *labels = json!({});

@@ -102,7 +102,7 @@ fn components_install_every_crd_with_the_contract_labels() {
     have.sort();
     assert_eq!(have, want);
     for c in crds {
-        assert_eq!(c["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"], "v1alpha1");
+        assert_eq!(c["metadata"]["labels"]["cluster.x-k8s.io/v1beta2"], "v1alpha1_v1beta1");
     }
 }
 

@@ -92,8 +92,8 @@ fn create_review(object: &Value) -> Vec<u8> {
         "request": {
             "uid": "example", "operation": "CREATE", "namespace": "default",
             "name": object["metadata"]["name"],
-            "kind": {"group": captf_shared::keys::GROUP, "version": "v1alpha1", "kind": kind},
-            "resource": {"group": captf_shared::keys::GROUP, "version": "v1alpha1",
+            "kind": {"group": captf_shared::keys::GROUP, "version": "v1beta1", "kind": kind},
+            "resource": {"group": captf_shared::keys::GROUP, "version": "v1beta1",
                          "resource": format!("{}s", kind.to_lowercase())},
             "userInfo": {"username": "tenant"},
             "object": object,

@@ -49,7 +49,7 @@ fn notes_tell_how_to_apply_a_sample_and_where_to_look_when_it_is_not_ready() {
         "kubectl logs job/",
         "captf.io/approve-plan=",
         "failed calling webhook",
-        "kubectl apply --server-side -f charts/captf/crds/",
+        "`helm upgrade` updates the CRDs",
     ] {
         assert!(notes.contains(want), "NOTES.txt lacks {want:?}:\n{notes}");
     }

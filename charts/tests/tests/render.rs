@@ -10,6 +10,7 @@ use captf_chart_tests::features::{
 use captf_chart_tests::{
     KINDS_WITHOUT_OFFLINE_SCHEMA, NAMESPACE, Rendered, helm_template, helm_template_error, kubernetes_validate,
 };
+use serde_json::json;
 
 /// Each optional feature, on its own, plus all of them at once.
 const SCENARIOS: &[(&str, &[&str])] = &[
@@ -141,15 +142,56 @@ fn crds_render_with_include_crds_and_validate_against_kubernetes_1_30() {
 }
 
 #[test]
-fn the_crds_in_the_chart_are_the_generated_ones() {
-    let rendered = helm_template(&["--include-crds"]).unwrap();
+fn the_crds_in_the_chart_are_the_generated_ones_kept_on_uninstall() {
+    let rendered = helm_template(&[]).unwrap();
     for crd in captf_shared::crd::crds() {
         let want = serde_json::to_value(&crd).unwrap();
         let name = want["metadata"]["name"].as_str().unwrap();
-        let have = rendered.get("CustomResourceDefinition", name).unwrap();
+        let mut have = rendered.get("CustomResourceDefinition", name).unwrap().clone();
+        // Uninstalling the chart must not delete the CRDs, and with them every object.
+        let keep = have["metadata"]["annotations"]
+            .as_object_mut()
+            .unwrap()
+            .remove("helm.sh/resource-policy");
+        assert_eq!(keep, Some(json!("keep")), "{name}");
+        assert_eq!(have, want, "{name} in the chart differs from captf_shared::crd::crds()");
+    }
+}
+
+#[test]
+fn the_crds_conversion_webhook_is_the_releases_service_with_its_ca() {
+    let r = captf_chart_tests::helm_template_release("platform", &["--namespace", "infra"]).unwrap();
+    for crd in r.of_kind("CustomResourceDefinition") {
+        let webhook = &crd["spec"]["conversion"]["webhook"];
         assert_eq!(
-            have, &want,
-            "{name} in the chart differs from captf_shared::crd::crds()"
+            webhook["clientConfig"]["service"],
+            json!({"name": "platform-captf-webhook", "namespace": "infra", "path": "/convert", "port": 443}),
+            "{crd}"
+        );
+        assert_eq!(
+            crd["metadata"]["annotations"]["cert-manager.io/inject-ca-from"],
+            "infra/platform-captf-webhook"
+        );
+    }
+    // Without cert-manager, the CA given for the admission webhooks.
+    let r = captf_chart_tests::helm_template_release(
+        "platform",
+        &[
+            "--set",
+            "webhook.tls.certManager.enabled=false",
+            "--set",
+            "webhook.tls.caBundle=Q0E=",
+            "--set",
+            "webhook.tls.existingSecret=tls",
+        ],
+    )
+    .unwrap();
+    for crd in r.of_kind("CustomResourceDefinition") {
+        assert_eq!(crd["spec"]["conversion"]["webhook"]["clientConfig"]["caBundle"], "Q0E=");
+        assert!(
+            crd["metadata"]["annotations"]
+                .get("cert-manager.io/inject-ca-from")
+                .is_none()
         );
     }
 }
@@ -367,7 +409,8 @@ fn every_name_is_a_dns_label_for_release_names_up_to_helms_limit_of_53() {
     let with_chart = format!("{}-captf-{}", "b".repeat(20), "c".repeat(26));
     for release in ["x", "captf", "platform-captf", with_chart.as_str(), long.as_str()] {
         let r = captf_chart_tests::helm_template_release(release, &[]).unwrap();
-        for doc in &r.docs {
+        // CRDs are named `<plural>.<group>`, whatever the release.
+        for doc in r.docs.iter().filter(|d| d["kind"] != "CustomResourceDefinition") {
             let name = doc["metadata"]["name"].as_str().unwrap();
             assert!(is_dns_label(name), "release {release}: {} name {name:?}", doc["kind"]);
         }
