@@ -138,7 +138,7 @@ pub struct Demo<'a> {
 }
 
 fn resource(kind: &str, plural: &str) -> ApiResource {
-    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1alpha1", kind), plural)
+    ApiResource::from_gvk_with_plural(&GroupVersionKind::gvk(GROUP, "v1beta1", kind), plural)
 }
 
 fn condition(obj: &Value, type_: &str) -> Option<(String, String, String)> {
@@ -1011,8 +1011,8 @@ impl<'a> Demo<'a> {
         let plan = c.pointer("/status/pendingPlan").cloned().unwrap_or(Value::Null);
         let hash = plan["hash"].as_str().unwrap_or("").to_string();
         let (destroys, replaces) = (
-            plan["destroys"].as_u64().unwrap_or(0),
-            plan["replaces"].as_u64().unwrap_or(0),
+            plan["destroy"].as_u64().unwrap_or(0),
+            plan["replace"].as_u64().unwrap_or(0),
         );
         // A scripted plan has the script's hash; a real one, Terraform's.
         let hash_ok = match self.real {

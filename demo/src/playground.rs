@@ -18,7 +18,7 @@ use crate::setup::SetupError;
 /// The sample objects, in the controller's namespace. Their modules are never fetched: the
 /// runners are scripted in `--serve`.
 pub const SAMPLES: &str = r#"
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: playground
@@ -26,7 +26,7 @@ spec:
   module:
     source: git::https://github.com/captf/terraform-modules.git//cluster/kind?ref=v0.1.0
 ---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformMachinePool
 metadata:
   name: playground-workers
@@ -38,7 +38,7 @@ spec:
   variables:
     replicas: 3
 ---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: outcome-fail
@@ -48,7 +48,7 @@ spec:
   module:
     source: git::https://github.com/captf/terraform-modules.git//cluster/kind?ref=v0.1.0
 ---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: outcome-block
@@ -58,7 +58,7 @@ spec:
   module:
     source: git::https://github.com/captf/terraform-modules.git//cluster/kind?ref=v0.1.0
 ---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: outcome-drift
@@ -70,7 +70,7 @@ spec:
   drift:
     interval: 10m
 ---
-apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: outcome-hang
@@ -116,7 +116,7 @@ pub async fn create_samples(client: &kube::Client) -> Result<Vec<Value>, SetupEr
         let name = o.pointer("/metadata/name").and_then(Value::as_str).unwrap_or_default();
         let what = format!("{kind}/{name}");
         let ar = ApiResource::from_gvk_with_plural(
-            &GroupVersionKind::gvk(keys::GROUP, "v1alpha1", kind),
+            &GroupVersionKind::gvk(keys::GROUP, "v1beta1", kind),
             &format!("{}s", kind.to_lowercase()),
         );
         let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), NS, &ar);

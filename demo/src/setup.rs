@@ -109,7 +109,7 @@ fn webhook_configuration(kind: &str, webhook: &str, path: &str, ca_bundle: &str)
             },
             "rules": [{
                 "apiGroups": ["infrastructure.cluster.x-k8s.io"],
-                "apiVersions": ["v1alpha1"],
+                "apiVersions": ["v1beta1"],
                 "operations": ["CREATE", "UPDATE"],
                 "resources": ["terraformclusters", "terraformmachinepools", "terraformmachines", "terraformmachinetemplates", "terraformclustertemplates", "terraformmachinepooltemplates"],
                 "scope": "Namespaced",

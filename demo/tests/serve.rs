@@ -134,7 +134,7 @@ async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_
         .to_string();
     let client = kube::Client::try_from(kube::Config::new(server.parse().unwrap())).unwrap();
     let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster"),
         "terraformclusters",
     );
     let api: Api<DynamicObject> = Api::namespaced_with(client, "default", &ar);
@@ -290,7 +290,7 @@ async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_
     let applied = kubectl(
         &["apply", "-f", "-"],
         Some(
-            "apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1\nkind: TerraformCluster\nmetadata: {name: elsewhere, namespace: team-z}\nspec: {module: {source: \"git::https://example.com/m.git\"}}\n",
+            "apiVersion: infrastructure.cluster.x-k8s.io/v1beta1\nkind: TerraformCluster\nmetadata: {name: elsewhere, namespace: team-z}\nspec: {module: {source: \"git::https://example.com/m.git\"}}\n",
         ),
     );
     let stderr = String::from_utf8_lossy(&applied.stderr);
@@ -306,7 +306,7 @@ async fn serve_plays_the_readmes_quick_start_prints_working_commands_and_ctrl_c_
     let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), "default", &ar);
     let with_image = |name: &str, image: &str| -> DynamicObject {
         serde_json::from_value(serde_json::json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": name },
             "spec": { "module": { "source": "git::https://example.com/m.git" }, "jobs": { "image": image } },
         }))
@@ -481,7 +481,7 @@ async fn every_example_is_admitted_and_acted_on(kubeconfig: &Path, home: &Path, 
             }
             let namespace = d["metadata"]["namespace"].as_str().unwrap_or("default");
             let ar = ApiResource::from_gvk_with_plural(
-                &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", kind),
+                &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", kind),
                 &format!("{}s", kind.to_lowercase()),
             );
             let api: Api<DynamicObject> = Api::namespaced_with(client.clone(), namespace, &ar);

@@ -44,7 +44,7 @@ async fn cluster_with_members(env: &Env) -> Result<()> {
     env.sim.put(json!({
         "apiVersion": "cluster.x-k8s.io/v1beta1", "kind": "Cluster",
         "metadata": {"name": "c", "namespace": NS},
-        "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "spec": {"infrastructureRef": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
                                        "kind": "TerraformCluster", "name": "c"}},
         "status": {"infrastructureReady": true,
                    "conditions": [{"type": "Ready", "status": "True", "lastTransitionTime": common::T0}]},
@@ -52,7 +52,7 @@ async fn cluster_with_members(env: &Env) -> Result<()> {
     env.applied_cluster("c").await?;
     let label = json!({"cluster.x-k8s.io/cluster-name": "c"});
     let owner = |kind: Kind, v: &Value| {
-        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind.as_str(),
+        json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": kind.as_str(),
                "name": v["metadata"]["name"], "uid": v["metadata"]["uid"]})
     };
     let tfc = owner(Kind::TerraformCluster, &env.cluster("c"));
@@ -443,7 +443,7 @@ async fn completion_lists_subcommands_kinds_and_object_names_live_in_cobras_form
     env.create_cluster("prod-us")?;
     env.put_kind(Kind::TerraformMachinePool, "workers", json!({}), json!([]))?;
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {"name": "other-team", "namespace": "team-b"},
         "spec": {"module": {"source": "git::https://example.com/net.git"}},
     }))?;

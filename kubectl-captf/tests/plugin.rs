@@ -114,7 +114,7 @@ impl Env {
 
     fn create_cluster(&self, name: &str, ns: &str) -> Result<()> {
         self.sim.put(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
             "kind": "TerraformCluster",
             "metadata": {"name": name, "namespace": ns},
             "spec": {"module": {"source": "git::https://example.com/net.git"},
@@ -422,7 +422,7 @@ async fn a_blocked_plan_approved_through_the_plugin_goes_on_to_apply() -> Result
     let c = env
         .until("guarded ready", |e| {
             let c = e.cluster("guarded");
-            (c.pointer("/status/ready") == Some(&json!(true))).then_some(c)
+            (c.pointer("/status/initialization/provisioned") == Some(&json!(true))).then_some(c)
         })
         .await?;
     assert!(c.pointer("/status/pendingPlan").is_none_or(Value::is_null));
@@ -596,10 +596,10 @@ async fn explain_sees_the_cluster_lease_and_a_members_running_job_live() -> Resu
     env.create_cluster("c", NS)?;
     let cluster_job = env.until_job("c", Op::Apply, 1).await?;
     // A member the cluster owns (a label alone would be a claim that holds nothing).
-    let owner = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+    let owner = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "name": "c", "uid": env.cluster("c")["metadata"]["uid"]}]);
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformMachinePool",
         "metadata": {"name": "p", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"},
             "ownerReferences": owner},
@@ -830,7 +830,7 @@ async fn a_missing_object_names_the_namespace_it_was_looked_for_in() -> Result<(
 async fn explain_says_when_the_controller_leaves_an_object_alone() -> Result<()> {
     let env = Env::new(false).await?;
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": {"name": "theirs", "namespace": NS, "labels": {"cluster.x-k8s.io/managed-by": "other"}},
         "spec": {"module": {"source": "git::https://example.com/net.git"}},
@@ -857,7 +857,7 @@ async fn explain_says_when_the_controller_leaves_an_object_alone() -> Result<()>
 async fn hung_apply(env: &Env, name: &str, deadline: u32) -> Result<(String, String)> {
     env.sim.set_default_script(RunnerScript::hang());
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": {"name": name, "namespace": NS},
         "spec": {"module": {"source": "git::https://example.com/net.git"},
@@ -963,7 +963,7 @@ async fn explain_of_a_suspended_object_says_how_to_resume_it() -> Result<()> {
 async fn explain_of_a_terraform_machine_no_machine_owns_says_that_cluster_api_makes_the_machine() -> Result<()> {
     let env = Env::new(false).await?;
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformMachine",
         "metadata": {"name": "m", "namespace": NS, "labels": {"cluster.x-k8s.io/cluster-name": "c"}},
         "spec": {"module": {"source": "git::https://example.com/vm.git"}},
@@ -1060,7 +1060,7 @@ async fn status_and_explain_work_on_an_object_whose_state_is_encrypted() -> Resu
         "metadata": {"name": "state-key", "namespace": NS},
         "data": {"passphrase": k8s_openapi::ByteString(PASSPHRASE.into())}}))?;
     env.sim.put(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": {"name": "sealed", "namespace": NS},
         "spec": {"module": {"source": "git::https://example.com/net.git"},

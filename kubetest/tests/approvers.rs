@@ -28,8 +28,8 @@ const APPROVER_ROLE: &str = "captf-approver";
 fn clusters(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     };
@@ -38,7 +38,7 @@ fn clusters(client: &kube::Client) -> Api<DynamicObject> {
 
 fn cluster(name: &str, variables: Value) -> DynamicObject {
     serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {"name": name},
         "spec": {"module": {"source": "git::https://example.com/modules/cluster.git"}, "variables": variables},
     }))
@@ -192,7 +192,7 @@ async fn an_editor_is_refused_approving_and_a_user_bound_to_the_approver_role_ap
     assert_ne!(o.data["spec"]["guard"]["destructive"], "Allow");
 
     // The plugin's approve verb prints the webhook's refusal as it came.
-    let pending = json!({"status": {"pendingPlan": {"hash": "h1", "adds": 0, "changes": 0, "destroys": 1, "replaces": 0, "job": "tc-prod-eu-apply-1"}}});
+    let pending = json!({"status": {"pendingPlan": {"hash": "h1", "add": 0, "change": 0, "destroy": 1, "replace": 0, "job": "tc-prod-eu-apply-1"}}});
     api.patch_status("prod-eu", &PatchParams::default(), &Patch::Merge(&pending))
         .await
         .unwrap();

@@ -213,7 +213,7 @@ fn kubeadm_configs() -> ApiResource {
 
 fn terraform_machines() -> ApiResource {
     resource(
-        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
         "TerraformMachine",
         "terraformmachines",
     )
@@ -221,7 +221,7 @@ fn terraform_machines() -> ApiResource {
 
 fn terraform_machine_pools() -> ApiResource {
     resource(
-        "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "infrastructure.cluster.x-k8s.io/v1beta1",
         "TerraformMachinePool",
         "terraformmachinepools",
     )
@@ -651,7 +651,7 @@ impl Management {
     /// infrastructure.
     async fn create_cluster(&self, name: &str) {
         let infra: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": name, "namespace": NAMESPACE },
             "spec": {
                 "module": { "source": self.modules.url("cluster.tar.gz") },
@@ -736,7 +736,7 @@ impl Management {
         self.create(
             &terraform_machines(),
             json!({
-                "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+                "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachine",
                 "metadata": { "name": name, "namespace": NAMESPACE },
                 "spec": {
                     "module": { "source": self.modules.url("machine.tar.gz") },
@@ -1456,7 +1456,7 @@ async fn machines_get_provider_id_and_addresses_and_a_machine_pool_scales_from_t
     m.create(
         &terraform_machine_pools(),
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachinePool",
             "metadata": { "name": "fleet-pool", "namespace": NAMESPACE },
             "spec": {
                 "module": { "source": m.modules.url("pool.tar.gz") },
@@ -1820,12 +1820,12 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
     m.install_stand_in_providers().await;
     let template = |kind: &str, name: &str, spec: Value| {
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": kind,
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": kind,
             "metadata": { "name": name, "namespace": NAMESPACE },
             "spec": { "template": { "spec": spec } },
         })
     };
-    let templates = |kind: &str, plural: &str| resource("infrastructure.cluster.x-k8s.io/v1alpha1", kind, plural);
+    let templates = |kind: &str, plural: &str| resource("infrastructure.cluster.x-k8s.io/v1beta1", kind, plural);
     let machine_templates = templates("TerraformMachineTemplate", "terraformmachinetemplates");
     m.create(
         &templates("TerraformClusterTemplate", "terraformclustertemplates"),
@@ -1870,7 +1870,7 @@ async fn a_cluster_class_on_terraform_templates_creates_the_objects_and_a_templa
         .await;
     }
     let class_ref = |api_version: String, kind: &str, name: &str| json!({ "templateRef": { "apiVersion": api_version, "kind": kind, "name": name } });
-    let infra = "infrastructure.cluster.x-k8s.io/v1alpha1".to_string();
+    let infra = "infrastructure.cluster.x-k8s.io/v1beta1".to_string();
     let class = resource("cluster.x-k8s.io/v1beta2", "ClusterClass", "clusterclasses");
     m.create(
         &class,
@@ -2159,7 +2159,7 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     m.create(
         &common::terraform_clusters(),
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": JOINED, "namespace": NAMESPACE },
             "spec": {
                 "module": { "source": m.modules.url("cluster.tar.gz") },
@@ -2217,7 +2217,7 @@ async fn kubeadm_bootstrap_writes_join_data_for_a_worker_of_a_terraform_cluster(
     m.create(
         &terraform_machines(),
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachine",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachine",
             "metadata": { "name": MACHINE, "namespace": NAMESPACE },
             "spec": {
                 "module": { "source": m.modules.url("machine.tar.gz") },
@@ -2494,12 +2494,12 @@ impl<'a> Workers<'a> {
         self.m
             .create(
                 &resource(
-                    "infrastructure.cluster.x-k8s.io/v1alpha1",
+                    "infrastructure.cluster.x-k8s.io/v1beta1",
                     "TerraformMachineTemplate",
                     "terraformmachinetemplates",
                 ),
                 json!({
-                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachineTemplate",
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachineTemplate",
                     "metadata": { "name": name, "namespace": NAMESPACE },
                     "spec": { "template": { "spec": { "module": { "source": self.m.modules.url("vm.tar.gz") } } } },
                 }),

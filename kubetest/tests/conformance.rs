@@ -1470,14 +1470,7 @@ on_both!(a_role_granting_more_than_its_creator_holds_is_forbidden);
 // 8. The chart's CRDs: pruning, defaulting, CEL
 
 fn chart_crds() -> Vec<CustomResourceDefinition> {
-    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
-        .collect()
+    captf_shared::crd::crds()
 }
 
 /// The TerraformCluster API. The simulator serves the chart's CRDs from the start; the real
@@ -1485,8 +1478,8 @@ fn chart_crds() -> Vec<CustomResourceDefinition> {
 async fn terraform_clusters(backend: &Backend, client: &kube::Client) -> Api<DynamicObject> {
     let resource = ApiResource {
         group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     };
@@ -1510,7 +1503,7 @@ async fn terraform_clusters(backend: &Backend, client: &kube::Client) -> Api<Dyn
 
 fn terraform_cluster(name: &str, spec: Value) -> DynamicObject {
     from_json(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": name }, "spec": spec,
     }))
 }
@@ -1599,11 +1592,11 @@ async fn send_raw(
 async fn unknown_fields_are_dropped_with_a_warning_or_refused_as_field_validation_asks(backend: Backend) {
     let admin = backend.admin_in_namespace().await;
     let api = terraform_clusters(&backend, &admin).await;
-    let path = format!("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/{NS}/terraformclusters");
+    let path = format!("/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/{NS}/terraformclusters");
     let json = "application/json";
     let with_typos = |name: &str| {
         json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": name, "foo": "bar" },
             "spec": {
                 "module": { "source": "git::https://example.com/modules/cluster.git", "vesion": "1.2.0" },
@@ -1617,7 +1610,7 @@ async fn unknown_fields_are_dropped_with_a_warning_or_refused_as_field_validatio
         r#"299 - "unknown field \"spec.drfit\"""#,
         r#"299 - "unknown field \"spec.module.vesion\"""#,
     ];
-    let strict = "TerraformCluster in version \"v1alpha1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"metadata.foo\", unknown field \"spec.drfit\", unknown field \"spec.module.vesion\"";
+    let strict = "TerraformCluster in version \"v1beta1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"metadata.foo\", unknown field \"spec.drfit\", unknown field \"spec.module.vesion\"";
 
     for (name, query) in [("warn", "?fieldValidation=Warn"), ("default", "")] {
         let (code, warnings, created) =
@@ -1758,7 +1751,7 @@ async fn unknown_fields_are_dropped_with_a_warning_or_refused_as_field_validatio
         // then it lists both under `errors:`); nothing else.
         let message = status["message"].as_str().unwrap_or_default();
         let prefix = format!(
-            "failed to create typed patch object ({NS}/applied; infrastructure.cluster.x-k8s.io/v1alpha1, Kind=TerraformCluster): "
+            "failed to create typed patch object ({NS}/applied; infrastructure.cluster.x-k8s.io/v1beta1, Kind=TerraformCluster): "
         );
         let errors = message.strip_prefix(&prefix).unwrap_or_else(|| panic!("{message}"));
         let named: Vec<&str> = errors

@@ -46,7 +46,7 @@ where
 
 fn terraform_cluster() -> Value {
     json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": { "name": OBJECT, "namespace": "default" },
         "spec": {
@@ -226,7 +226,7 @@ async fn refuses_block_owner_deletion_without_the_finalizers_right(cp: &ControlP
             "metadata": {
                 "name": format!("owned-{block}"), "namespace": "default",
                 "ownerReferences": [{
-                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
                     "name": OBJECT, "uid": uid, "controller": true, "blockOwnerDeletion": block,
                 }],
             },
@@ -271,7 +271,7 @@ async fn the_controllers_account_is_refused_what_the_admission_policy_forbids_on
 
     let suffix = "rights-tc";
     let owner = json!([{
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "name": OBJECT, "uid": uid, "controller": true, "blockOwnerDeletion": true,
     }]);
     let runner_role = |name: &str, rules: Value| {

@@ -139,7 +139,7 @@ impl Full {
 
     async fn create_with(&self, name: &str, variables: Value, drift: Value) {
         let object: DynamicObject = serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": name, "namespace": "default" },
             "spec": {
                 "module": { "source": self.modules.url("cluster.tar.gz") },
@@ -256,7 +256,7 @@ async fn create_applies_to_ready_with_the_endpoint_from_the_outputs_and_an_input
         json!({"host": "thing-a.example", "port": 6443}),
         "{o}"
     );
-    assert_eq!(o["status"]["ready"], true, "{o}");
+    assert_eq!(o["status"]["initialization"]["provisioned"], true, "{o}");
     assert_eq!(full.content("a").as_deref(), Some("one"));
 
     // A new input: a new apply Job, the thing changed in place.
@@ -408,7 +408,7 @@ async fn a_governed_change_is_checked_by_policy_announced_and_applied_only_after
     // alice writes the object: every change waits for two people other than her. Her first
     // version opens the thing to the world.
     let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {
             "name": "governed", "namespace": "default",
             "annotations": {"captf.io/approvals-required": "2"},
@@ -468,8 +468,8 @@ async fn a_governed_change_is_checked_by_policy_announced_and_applied_only_after
         })
         .await;
     let hash = o["status"]["pendingPlan"]["hash"].as_str().unwrap().to_string();
-    assert_eq!(o["status"]["pendingPlan"]["adds"], 1, "{o}");
-    assert_eq!(o["status"]["pendingPlan"]["destroys"], 0, "{o}");
+    assert_eq!(o["status"]["pendingPlan"]["add"], 1, "{o}");
+    assert_eq!(o["status"]["pendingPlan"]["destroy"], 0, "{o}");
     assert!(full.content("g").is_none(), "nothing applied unapproved");
     assert_eq!(
         o["metadata"]["annotations"]["captf.io/spec-changed-by"],
@@ -718,7 +718,7 @@ impl Workstation {
 async fn a_workstation_holding_the_lock_is_reported_as_state_locked_and_never_unlocked() {
     let Some(full) = Full::start().await else { return };
     let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "shared", "namespace": "default" },
         "spec": {
             "module": { "source": full.modules.url("cluster.tar.gz") },

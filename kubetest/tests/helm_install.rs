@@ -26,7 +26,8 @@ use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::coordination::v1::Lease;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use k8s_openapi::api::discovery::v1::EndpointSlice;
-use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
+use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
+use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
 
 use common::{TEST_READY_TIMEOUT, run_ok as run};
@@ -376,7 +377,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
     // CRD's schema cannot say, so the answer is the webhook's).
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
     let bad: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "bad", "namespace": RELEASE_NAMESPACE },
         "spec": {
             "module": { "source": modules.url("cluster.tar.gz") },
@@ -410,7 +411,7 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
 
     // The minimal object is accepted and defaulted, and the controller's pod applies it.
     let good: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "demo", "namespace": RELEASE_NAMESPACE },
         "spec": {
             "module": { "source": modules.url("cluster.tar.gz") },
@@ -460,6 +461,86 @@ async fn helm_install_runs_the_charts_pods_which_refuse_a_bad_spec_apply_a_good_
             .is_some_and(|l| l.get("captf.io/op").is_some_and(|op| op == "apply"))),
         "a runner apply Job ran"
     );
+
+    // Conversion through the webhook: cainjector puts the CA into every CRD's conversion
+    // webhook, and a client of the deprecated v1alpha1 reads and writes through it while every
+    // object is stored as v1beta1.
+    let crds = Api::<CustomResourceDefinition>::all(admin.clone());
+    until(
+        "cainjector writes the CA into every CRD's conversion webhook",
+        String::new,
+        || {
+            let (crds, ca) = (crds.clone(), ca.clone());
+            async move {
+                let list = crds.list(&ListParams::default()).await.ok()?;
+                let ours: Vec<_> = list
+                    .items
+                    .iter()
+                    .filter(|c| c.spec.group == "infrastructure.cluster.x-k8s.io")
+                    .collect();
+                let injected = ours.iter().all(|c| {
+                    c.spec
+                        .conversion
+                        .as_ref()
+                        .and_then(|c| c.webhook.as_ref()?.client_config.as_ref()?.ca_bundle.as_ref())
+                        .is_some_and(|b| b.0 == ca)
+                });
+                (ours.len() == 6 && injected).then_some(())
+            }
+        },
+    )
+    .await;
+    let old_clusters = ApiResource::from_gvk_with_plural(
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        "terraformclusters",
+    );
+    let old_api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &old_clusters);
+    let old = serde_json::to_value(old_api.get("demo").await.unwrap()).unwrap();
+    assert_eq!(old["apiVersion"], "infrastructure.cluster.x-k8s.io/v1alpha1", "{old}");
+    assert_eq!(
+        old["status"]["ready"], true,
+        "v1alpha1 reads ready from provisioned: {old}"
+    );
+    let now = serde_json::to_value(api.get("demo").await.unwrap()).unwrap();
+    assert!(now["status"].get("ready").is_none(), "v1beta1 has no ready: {now}");
+    assert_eq!(old["spec"], now["spec"], "the spec reads the same in both versions");
+    let labelled = old_api
+        .patch(
+            "demo",
+            &PatchParams::default(),
+            &Patch::Merge(&json!({"metadata": {"labels": {"team": "old-client"}}})),
+        )
+        .await
+        .unwrap();
+    assert_eq!(labelled.metadata.generation, now["metadata"]["generation"].as_i64());
+    let relabelled = serde_json::to_value(api.get("demo").await.unwrap()).unwrap();
+    assert_eq!(relabelled["metadata"]["labels"]["team"], "old-client");
+    assert_eq!(
+        relabelled["status"], now["status"],
+        "a v1alpha1 write keeps the status: {relabelled}"
+    );
+    // An old manifest is admitted and defaulted through conversion (a dry run: nothing is made).
+    let legacy: DynamicObject = serde_json::from_value(json!({
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "metadata": { "name": "legacy", "namespace": RELEASE_NAMESPACE },
+        "spec": { "module": { "source": modules.url("cluster.tar.gz") }, "variables": { "name": "legacy" } },
+    }))
+    .unwrap();
+    let dry = PostParams {
+        dry_run: true,
+        ..Default::default()
+    };
+    let admitted = serde_json::to_value(old_api.create(&dry, &legacy).await.unwrap()).unwrap();
+    assert_eq!(admitted["apiVersion"], "infrastructure.cluster.x-k8s.io/v1alpha1");
+    assert_eq!(admitted["spec"]["jobs"]["activeDeadlineSeconds"], 3600, "{admitted}");
+    let mut bad_old = serde_json::to_value(&bad).unwrap();
+    bad_old["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1alpha1");
+    let refused = old_api
+        .create(&dry, &serde_json::from_value(bad_old).unwrap())
+        .await
+        .unwrap_err()
+        .to_string();
+    assert!(refused.contains("spec.jobs.podLabels[captf.io/op]"), "{refused}");
 
     // A chart value that cannot work is refused with a message that names it: a serving
     // certificate shorter than its renewal window, refused by cert-manager's own webhook when
@@ -755,7 +836,7 @@ async fn renewed_serving_certificates_and_a_renewed_ca_are_served_without_a_rest
     let admin = inst.admin.clone();
     let api: Api<DynamicObject> = Api::namespaced_with(admin.clone(), RELEASE_NAMESPACE, &common::terraform_clusters());
     let object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "rotation", "namespace": RELEASE_NAMESPACE },
         "spec": { "module": { "source": inst.modules.url("cluster.tar.gz") } },
     }))
@@ -1008,7 +1089,7 @@ async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over
     let names = ["up-a", "up-b", "up-c"];
     let object = |name: &str| -> DynamicObject {
         serde_json::from_value(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": { "name": name, "namespace": RELEASE_NAMESPACE },
             "spec": {
                 "module": { "source": inst.modules.url("cluster.tar.gz") },
@@ -1089,7 +1170,7 @@ async fn helm_upgrade_with_changed_values_and_two_replicas_hands_leadership_over
     let jobs = two_jobs_watch(Api::namespaced(admin.clone(), RELEASE_NAMESPACE), stop.clone());
     let started = std::time::Instant::now();
     let probe_object: DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "upgrade-probe", "namespace": RELEASE_NAMESPACE },
         "spec": { "module": { "source": inst.modules.url("cluster.tar.gz") } },
     }))

@@ -556,15 +556,15 @@ async fn the_real_runner_applies_a_terraformcluster_in_a_pod_under_the_objects_o
         &[("POD_NAMESPACE", "default"), ("RUST_LOG", "info")],
     );
     let cluster: kube::api::DynamicObject = serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": { "name": "kubelet", "namespace": "default" },
         "spec": { "module": { "source": modules.url("cluster.tar.gz") }, "drift": { "interval": "0" } },
     }))
     .unwrap();
     let resource = kube::api::ApiResource {
         group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     };

@@ -25,8 +25,8 @@ const PATIENCE: Duration = Duration::from_secs(60);
 fn clusters(client: &kube::Client) -> Api<DynamicObject> {
     let ar = ApiResource {
         group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     };
@@ -35,7 +35,7 @@ fn clusters(client: &kube::Client) -> Api<DynamicObject> {
 
 fn cluster(name: &str, variables: Value) -> DynamicObject {
     serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {"name": name},
         "spec": {"module": {"source": "git::https://example.com/modules/cluster.git"}, "variables": variables},
     }))
@@ -140,7 +140,7 @@ async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plug
     );
 
     // A plan waits (as the controller writes it), and alice approves it with the plugin.
-    let pending = json!({"status": {"pendingPlan": {"hash": "h1", "adds": 0, "changes": 0, "destroys": 1, "replaces": 0, "job": "tc-prod-eu-apply-1"}}});
+    let pending = json!({"status": {"pendingPlan": {"hash": "h1", "add": 0, "change": 0, "destroy": 1, "replace": 0, "job": "tc-prod-eu-apply-1"}}});
     api.patch_status("prod-eu", &PatchParams::default(), &Patch::Merge(&pending))
         .await
         .unwrap();

@@ -509,7 +509,7 @@ async fn run(cfg: &Config) -> Option<Figures> {
             async move {
                 let api: Api<DynamicObject> = Api::namespaced_with(admin, &ns, &common::terraform_clusters());
                 let object: DynamicObject = serde_json::from_value(json!({
-                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+                    "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
                     "metadata": { "name": format!("c{i}"), "namespace": ns },
                     "spec": {
                         "module": { "source": module_source },

@@ -6,7 +6,6 @@
 
 mod common;
 
-use std::path::Path;
 use std::time::{Duration, Instant};
 
 use captf_kubetest::{ControlPlane, Options, tools_or_skip};
@@ -26,16 +25,7 @@ async fn start() -> Option<ControlPlane> {
 }
 
 fn chart_crds() -> Vec<CustomResourceDefinition> {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-    let mut files: Vec<_> = std::fs::read_dir(&dir).unwrap().map(|e| e.unwrap().path()).collect();
-    files.sort();
-    let crds: Vec<CustomResourceDefinition> = files
-        .iter()
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
-        .collect();
-    assert!(crds.len() >= 6, "expected the chart's six CRDs in {}", dir.display());
-    crds
+    captf_shared::crd::crds()
 }
 
 /// Creates the chart's CRDs and waits until each is Established; returns their names.
@@ -79,8 +69,8 @@ async fn apply_crds(client: &kube::Client) -> Vec<String> {
 fn terraform_clusters(client: &kube::Client) -> Api<DynamicObject> {
     let resource = ApiResource {
         group: "infrastructure.cluster.x-k8s.io".into(),
-        version: "v1alpha1".into(),
-        api_version: "infrastructure.cluster.x-k8s.io/v1alpha1".into(),
+        version: "v1beta1".into(),
+        api_version: "infrastructure.cluster.x-k8s.io/v1beta1".into(),
         kind: "TerraformCluster".into(),
         plural: "terraformclusters".into(),
     };
@@ -89,7 +79,7 @@ fn terraform_clusters(client: &kube::Client) -> Api<DynamicObject> {
 
 fn terraform_cluster(name: &str, spec: Value) -> DynamicObject {
     serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": { "name": name },
         "spec": spec,

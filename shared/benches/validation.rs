@@ -9,7 +9,7 @@ use std::hint::black_box;
 
 fn object() -> Value {
     json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": {"name": "prod-eu", "namespace": "default", "labels": {"cluster.x-k8s.io/cluster-name": "prod-eu"}},
         "spec": {

@@ -21,7 +21,7 @@ struct Args {
     /// `POST /sim/v1/clock/advance?by=5m`).
     #[arg(long, env = "CAPTF_SIM_SPEED", default_value_t = 1)]
     speed: u32,
-    /// Directory of CRD YAML files to serve.
+    /// Directory of CRD YAML files to serve besides CAPTF's own.
     #[arg(long, env = "CAPTF_SIM_CRDS")]
     crds: Option<PathBuf>,
     /// How many changes watches can replay before `410 Gone` (raise it for thousands of objects).

@@ -198,7 +198,8 @@ impl Registry {
         }
     }
 
-    /// Serve a CRD (its first served version; pruning, defaulting and validation are ignored).
+    /// Serve a CRD at its stored version (else its first served one; pruning, defaulting and
+    /// validation are ignored).
     pub fn add_crd(&mut self, crd: &CustomResourceDefinition) -> Result<ResourceDef, RegistryError> {
         let spec = &crd.spec;
         let name = crd.metadata.name.clone().unwrap_or_default();
@@ -246,7 +247,7 @@ impl Registry {
         Ok(def)
     }
 
-    /// Load every `*.yaml` CRD of a directory (e.g. `charts/captf/crds`).
+    /// Load every `*.yaml` CRD of a directory (Cluster API's, say).
     pub fn load_crd_dir(&mut self, dir: &Path) -> Result<usize, RegistryError> {
         let shown = dir.display().to_string();
         let mut files: Vec<_> = std::fs::read_dir(dir)
@@ -435,7 +436,7 @@ impl Registry {
 }
 
 /// kube-apiserver's name for a kind's schema: the group's DNS labels reversed, the version and
-/// the kind (`io.x-k8s.cluster.infrastructure.v1alpha1.TerraformCluster`); the core group is
+/// the kind (`io.x-k8s.cluster.infrastructure.v1beta1.TerraformCluster`); the core group is
 /// `io.k8s.api.core`.
 pub fn schema_name(group: &str, version: &str, kind: &str) -> String {
     let group = if group.is_empty() {
@@ -486,17 +487,15 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_captf_crds_load_from_the_chart_with_scope_and_status_subresource() {
-        let mut r = Registry::builtin();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-        assert_eq!(r.load_crd_dir(&dir).unwrap(), captf_shared::crd::crds().len());
+    fn the_captf_crds_are_served_at_their_stored_version_with_scope_and_status_subresource() {
+        let r = registry_with_captf_crds();
         let tc = r
-            .find("infrastructure.cluster.x-k8s.io", "v1alpha1", "terraformclusters")
+            .find("infrastructure.cluster.x-k8s.io", "v1beta1", "terraformclusters")
             .unwrap();
         assert_eq!(tc.kind, "TerraformCluster");
         assert!(tc.namespaced);
         assert!(tc.has_status);
-        let list = r.resource_list("infrastructure.cluster.x-k8s.io", "v1alpha1").unwrap();
+        let list = r.resource_list("infrastructure.cluster.x-k8s.io", "v1beta1").unwrap();
         let names: Vec<&str> = list["resources"]
             .as_array()
             .unwrap()
@@ -513,38 +512,39 @@ mod tests {
         );
     }
 
-    fn registry_with_chart_crds() -> Registry {
+    fn registry_with_captf_crds() -> Registry {
         let mut r = Registry::builtin();
-        let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-        r.load_crd_dir(&dir).unwrap();
+        for crd in captf_shared::crd::crds() {
+            r.add_crd(&crd).unwrap();
+        }
         r
     }
 
     #[test]
     fn schema_names_reverse_the_group_as_kube_apiserver_does() {
         assert_eq!(
-            schema_name("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
-            "io.x-k8s.cluster.infrastructure.v1alpha1.TerraformCluster"
+            schema_name("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster"),
+            "io.x-k8s.cluster.infrastructure.v1beta1.TerraformCluster"
         );
         assert_eq!(schema_name("", "v1", "Pod"), "io.k8s.api.core.v1.Pod");
     }
 
     #[test]
     fn a_crd_group_version_publishes_each_kinds_schema_with_its_gvk() {
-        let r = registry_with_chart_crds();
-        let doc = r.openapi_v3_doc("infrastructure.cluster.x-k8s.io", "v1alpha1").unwrap();
-        let name = schema_name("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster");
+        let r = registry_with_captf_crds();
+        let doc = r.openapi_v3_doc("infrastructure.cluster.x-k8s.io", "v1beta1").unwrap();
+        let name = schema_name("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster");
         let tc = &doc["components"]["schemas"][name.as_str()];
         assert_eq!(
             tc["x-kubernetes-group-version-kind"],
-            json!([{"group": "infrastructure.cluster.x-k8s.io", "version": "v1alpha1", "kind": "TerraformCluster"}])
+            json!([{"group": "infrastructure.cluster.x-k8s.io", "version": "v1beta1", "kind": "TerraformCluster"}])
         );
         let crd_spec = captf_shared::crd::crds()
             .into_iter()
             .find(|c| c.spec.names.kind == "TerraformCluster")
             .unwrap();
         let from_crd = serde_json::to_value(
-            crd_spec.spec.versions[0]
+            crd_spec.spec.versions[1]
                 .schema
                 .as_ref()
                 .unwrap()
@@ -560,7 +560,7 @@ mod tests {
                 .unwrap()
                 .starts_with("Kind is")
         );
-        let get = doc["paths"]["/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/{namespace}/terraformclusters/{name}"]["get"].clone();
+        let get = doc["paths"]["/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/{namespace}/terraformclusters/{name}"]["get"].clone();
         assert_eq!(
             get["responses"]["200"]["content"]["application/json"]["schema"]["$ref"],
             format!("#/components/schemas/{name}")
@@ -570,14 +570,14 @@ mod tests {
     #[test]
     fn the_index_hash_changes_when_a_document_changes() {
         let before = Registry::builtin().openapi_v3_index();
-        let after = registry_with_chart_crds().openapi_v3_index();
+        let after = registry_with_captf_crds().openapi_v3_index();
         let url = |i: &Value, p: &str| i["paths"][p]["serverRelativeURL"].as_str().map(String::from);
         assert_eq!(url(&before, "api/v1"), url(&after, "api/v1"));
-        assert!(url(&before, "apis/infrastructure.cluster.x-k8s.io/v1alpha1").is_none());
+        assert!(url(&before, "apis/infrastructure.cluster.x-k8s.io/v1beta1").is_none());
         assert!(
-            url(&after, "apis/infrastructure.cluster.x-k8s.io/v1alpha1")
+            url(&after, "apis/infrastructure.cluster.x-k8s.io/v1beta1")
                 .unwrap()
-                .starts_with("/openapi/v3/apis/infrastructure.cluster.x-k8s.io/v1alpha1?hash=")
+                .starts_with("/openapi/v3/apis/infrastructure.cluster.x-k8s.io/v1beta1?hash=")
         );
     }
 }

@@ -657,7 +657,7 @@ mod tests {
     fn an_annotated_object_wins_over_the_rule_and_a_queued_script_over_it() {
         let outcomes = Outcomes::default();
         let obj = |ann: Value| {
-            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            json!({"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
                    "metadata": {"namespace": "d", "name": "x", "annotations": ann}})
         };
         outcomes.note(&obj(json!({"sim.captf.io/outcome": "hang"})), false);

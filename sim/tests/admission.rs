@@ -103,7 +103,7 @@ async fn webhook() -> Webhook {
 
 fn configs(ca_pem: &str, failure_policy: &str) -> (Value, Value) {
     let ca = B64.encode(ca_pem);
-    let rules = json!([{"apiGroups": ["infrastructure.cluster.x-k8s.io"], "apiVersions": ["v1alpha1"],
+    let rules = json!([{"apiGroups": ["infrastructure.cluster.x-k8s.io"], "apiVersions": ["v1beta1"],
                         "operations": ["CREATE", "UPDATE"], "resources": ["terraformclusters"], "scope": "Namespaced"}]);
     let hook = |name: &str, path: &str| {
         json!({"name": name, "admissionReviewVersions": ["v1"], "sideEffects": "None", "failurePolicy": failure_policy,
@@ -120,7 +120,7 @@ fn configs(ca_pem: &str, failure_policy: &str) -> (Value, Value) {
 
 fn tc(name: &str, source: &str) -> DynamicObject {
     serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {"name": name}, "spec": {"module": {"source": source}},
     }))
     .unwrap()
@@ -128,7 +128,7 @@ fn tc(name: &str, source: &str) -> DynamicObject {
 
 fn tcs(sim: &Sim) -> Api<DynamicObject> {
     let ar = ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster"),
         "terraformclusters",
     );
     Api::default_namespaced_with(sim.client().unwrap(), &ar)
@@ -233,7 +233,7 @@ async fn a_webhooks_warnings_reach_the_client_as_warning_headers_as_kube_apiserv
     install(&sim, m, v).await;
     let body = serde_json::to_vec(&tc("warned", "warn")).unwrap();
     let request =
-        http::Request::post("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/default/terraformclusters")
+        http::Request::post("/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/default/terraformclusters")
             .header("content-type", "application/json")
             .body(kube::client::Body::from(body))
             .unwrap();
@@ -251,7 +251,7 @@ async fn a_webhooks_warnings_reach_the_client_as_warning_headers_as_kube_apiserv
         .client()
         .unwrap()
         .send(
-            http::Request::get("/apis/infrastructure.cluster.x-k8s.io/v1alpha1/namespaces/default/terraformclusters")
+            http::Request::get("/apis/infrastructure.cluster.x-k8s.io/v1beta1/namespaces/default/terraformclusters")
                 .body(kube::client::Body::empty())
                 .unwrap(),
         )

@@ -20,14 +20,14 @@ fn cm(name: &str) -> ConfigMap {
 
 fn tc_resource() -> ApiResource {
     ApiResource::from_gvk_with_plural(
-        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+        &GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster"),
         "terraformclusters",
     )
 }
 
 fn tc(name: &str) -> DynamicObject {
     serde_json::from_value(json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "metadata": {"name": name},
         "spec": {"module": {"source": "git::https://example.com/m.git"}},
     }))
@@ -167,7 +167,7 @@ async fn status_subresource_is_separate_and_spec_changes_bump_generation() {
     let sim = Sim::start().await.unwrap();
     let api: Api<DynamicObject> = Api::default_namespaced_with(sim.client().unwrap(), &tc_resource());
     let mut obj = tc("prod");
-    obj.data["status"] = json!({"ready": true});
+    obj.data["status"] = json!({"observedGeneration": 1});
     let made = api.create(&PostParams::default(), &obj).await.unwrap();
     assert_eq!(made.data.get("status"), None, "status is dropped on create");
     assert_eq!(made.metadata.generation, Some(1));
@@ -175,22 +175,25 @@ async fn status_subresource_is_separate_and_spec_changes_bump_generation() {
         .patch_status(
             "prod",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"ready": true}, "spec": {"paused": true}})),
+            &Patch::Merge(json!({"status": {"observedGeneration": 2}, "spec": {"paused": true}})),
         )
         .await
         .unwrap();
-    assert_eq!(s.data["status"]["ready"], true);
+    assert_eq!(s.data["status"]["observedGeneration"], 2);
     assert_eq!(s.data["spec"].get("paused"), None, "a status write cannot change spec");
     assert_eq!(s.metadata.generation, Some(1));
     let m = api
         .patch(
             "prod",
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"ready": false}, "spec": {"paused": true}})),
+            &Patch::Merge(json!({"status": {"observedGeneration": 3}, "spec": {"paused": true}})),
         )
         .await
         .unwrap();
-    assert_eq!(m.data["status"]["ready"], true, "a main write cannot change status");
+    assert_eq!(
+        m.data["status"]["observedGeneration"], 2,
+        "a main write cannot change status"
+    );
     assert_eq!(m.data["spec"]["paused"], true);
     assert_eq!(m.metadata.generation, Some(2));
     let l = api
@@ -302,7 +305,7 @@ async fn a_strategic_merge_patch_is_415_for_a_custom_resource_only() {
 
 fn owned_secret(name: &str, owner: &DynamicObject) -> Secret {
     serde_json::from_value(json!({"metadata": {"name": name, "ownerReferences": [{
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "name": owner.metadata.name, "uid": owner.metadata.uid}]}}))
     .unwrap()
 }
@@ -546,7 +549,7 @@ async fn discovery_lists_builtins_and_the_captf_crds() {
     let (ar, caps) = d
         .resolve_gvk(&GroupVersionKind::gvk(
             "infrastructure.cluster.x-k8s.io",
-            "v1alpha1",
+            "v1beta1",
             "TerraformCluster",
         ))
         .unwrap();

@@ -660,13 +660,13 @@ async fn an_objects_outcome_annotation_chooses_its_next_jobs_runner_once_turned_
     let tc: Api<kube::api::DynamicObject> = Api::default_namespaced_with(
         e.sim.client().unwrap(),
         &kube::discovery::ApiResource::from_gvk_with_plural(
-            &kube::core::GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1alpha1", "TerraformCluster"),
+            &kube::core::GroupVersionKind::gvk("infrastructure.cluster.x-k8s.io", "v1beta1", "TerraformCluster"),
             "terraformclusters",
         ),
     );
     let cluster = |outcome: &str| {
         serde_json::from_value::<kube::api::DynamicObject>(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "metadata": {"name": "prod-eu", "annotations": {"sim.captf.io/outcome": outcome}},
             "spec": {"module": {"source": "git::https://example.com/m.git"}}}))
         .unwrap()

@@ -37,7 +37,7 @@ async fn kubectl(kubeconfig: &Path, args: &[&str], stdin: Option<&str>) -> (bool
     )
 }
 
-const TC: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+const TC: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: prod-eu
@@ -213,7 +213,7 @@ async fn kubectl_explain_prints_the_crd_descriptions() {
     assert!(ok, "explain failed: {out}{err}");
     assert!(out.contains("GROUP:      infrastructure.cluster.x-k8s.io\n"), "{out}");
     assert!(out.contains("KIND:       TerraformCluster\n"), "{out}");
-    assert!(out.contains("VERSION:    v1alpha1\n"), "{out}");
+    assert!(out.contains("VERSION:    v1beta1\n"), "{out}");
     assert!(out.contains("FIELD: spec <Object>"), "{out}");
     assert!(
         out.contains("A Cluster API cluster's infrastructure, provisioned by a Terraform module."),
@@ -247,7 +247,7 @@ fn controller_event(name: &str, uid: &str, reason: &str, note: &str, at: &str) -
         "apiVersion": "events.k8s.io/v1", "kind": "Event",
         "metadata": {"name": format!("prod-eu.{reason}"), "namespace": "default"},
         "eventTime": at, "type": "Warning", "reason": reason, "action": "Apply", "note": note,
-        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "regarding": {"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
                       "name": name, "namespace": "default", "uid": uid},
         "related": {"apiVersion": "batch/v1", "kind": "Job", "name": "tc-prod-eu-apply-1", "namespace": "default"},
         "reportingController": "captf.io/controller", "reportingInstance": "captf-controller-0",
@@ -410,7 +410,7 @@ async fn kubectl_get_events_and_describe_read_the_controllers_events() {
 }
 
 /// A TerraformCluster with two typos, as a person writes one.
-const TC_WITH_TYPOS: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1alpha1
+const TC_WITH_TYPOS: &str = r#"apiVersion: infrastructure.cluster.x-k8s.io/v1beta1
 kind: TerraformCluster
 metadata:
   name: typo
@@ -441,7 +441,7 @@ async fn kubectl_refuses_unknown_fields_unless_told_to_warn_and_then_drops_them(
     assert!(!ok, "{out}");
     assert_eq!(
         err.trim(),
-        "Error from server (BadRequest): error when creating \"STDIN\": TerraformCluster in version \"v1alpha1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"spec.drfit\", unknown field \"spec.module.vesion\""
+        "Error from server (BadRequest): error when creating \"STDIN\": TerraformCluster in version \"v1beta1\" cannot be handled as a TerraformCluster: strict decoding error: unknown field \"spec.drfit\", unknown field \"spec.module.vesion\""
     );
     assert!(
         sim.get("infrastructure.cluster.x-k8s.io/terraformclusters", "default", "typo")
@@ -452,7 +452,7 @@ async fn kubectl_refuses_unknown_fields_unless_told_to_warn_and_then_drops_them(
     assert!(!ok, "{out}");
     assert_eq!(
         err.trim(),
-        "Error from server: failed to create typed patch object (default/typo; infrastructure.cluster.x-k8s.io/v1alpha1, Kind=TerraformCluster): .spec.drfit: field not declared in schema"
+        "Error from server: failed to create typed patch object (default/typo; infrastructure.cluster.x-k8s.io/v1beta1, Kind=TerraformCluster): .spec.drfit: field not declared in schema"
     );
 
     let (ok, out, err) = kubectl(&kc, &["apply", "--validate=warn", "-f", "-"], Some(TC_WITH_TYPOS)).await;

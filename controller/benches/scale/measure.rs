@@ -30,7 +30,7 @@ pub fn cluster(name: &str, region: &str, shard: Option<&str>) -> Value {
         metadata["labels"] = json!({ SHARD_LABEL: s });
     }
     json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": metadata,
         "spec": {

@@ -262,7 +262,7 @@ async fn a_successful_apply_whose_booking_died_after_the_annotation_is_completed
         c.pointer("/spec/controlPlaneEndpoint"),
         Some(&json!({"host": "10.0.0.1", "port": 6443}))
     );
-    assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
+    assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
     assert_eq!(c.pointer("/status/lastBookedJobSeq"), Some(&json!(1)));
     assert!(c.pointer("/status/lastSuccessTime/apply").is_some());
     let hash = applied(&secret());

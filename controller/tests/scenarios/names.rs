@@ -267,7 +267,7 @@ async fn a_job_with_the_objects_name_and_labels_owned_by_another_uid_is_never_bo
     planted.as_object_mut().unwrap().remove("status");
     planted["metadata"]["name"] = json!(planted_name);
     planted["metadata"]["ownerReferences"] = json!([{
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
         "name": "attacker", "uid": "uid-of-the-attacker", "controller": true}]);
     env.sim.put(planted)?;
     env.advance(30);

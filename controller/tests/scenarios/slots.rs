@@ -304,7 +304,7 @@ async fn a_tenants_fake_jobs_with_captf_labels_do_not_fill_the_runner_slots() ->
     for ghost in ["ghost-1", "ghost-2"] {
         env.sim.put(fake(
             ghost,
-            serde_json::json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            serde_json::json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
                 "kind": "TerraformCluster", "name": ghost, "uid": "made-up", "controller": true}]),
         ))?;
     }

@@ -384,7 +384,7 @@ pub(crate) fn cluster_json(name: &str, spec_extra: Value) -> Value {
         }
     }
     json!({
-        "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+        "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
         "kind": "TerraformCluster",
         "metadata": {"name": name, "namespace": NS},
         "spec": spec,
@@ -591,21 +591,15 @@ pub(crate) fn machine_with_terraform_machine(sim: &captf_sim::Sim, name: &str, c
 /// holds the cluster's deletion.
 pub(crate) fn owned_by_cluster(env: &Env, name: &str) -> Value {
     let uid = env.cluster(name)["metadata"]["uid"].clone();
-    json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1", "kind": "TerraformCluster",
+    json!([{"apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1", "kind": "TerraformCluster",
             "name": name, "uid": uid}])
 }
 
-/// A CRD folder for the simulator: its default CRDs and `extra` (file name, CRD) served too, such
-/// as Cluster API's kinds ([`capi_cluster_crd`], [`capi_machine_crd`]). Keep it alive while the
+/// A CRD folder for the simulator: `extra` (file name, CRD) served besides CAPTF's, such as
+/// Cluster API's kinds ([`capi_cluster_crd`], [`capi_machine_crd`]). Keep it alive while the
 /// simulator starts.
 pub(crate) fn crd_dir_with(extra: &[(&str, Value)]) -> Result<tempfile::TempDir> {
     let dir = tempfile::tempdir()?;
-    for f in std::fs::read_dir(captf_sim::sim::default_crd_dir())? {
-        let f = f?.path();
-        if let Some(name) = f.file_name() {
-            std::fs::copy(&f, dir.path().join(name))?;
-        }
-    }
     for (name, crd) in extra {
         std::fs::write(dir.path().join(name), crd.to_string())?;
     }

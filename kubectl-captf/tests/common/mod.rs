@@ -108,7 +108,7 @@ impl Env {
 
     pub fn put_kind(&self, kind: Kind, name: &str, labels: Value, owners: Value) -> Result<Value> {
         Ok(self.sim.put(json!({
-            "apiVersion": "infrastructure.cluster.x-k8s.io/v1alpha1",
+            "apiVersion": "infrastructure.cluster.x-k8s.io/v1beta1",
             "kind": kind.as_str(),
             "metadata": {"name": name, "namespace": NS, "labels": labels, "ownerReferences": owners},
             "spec": {"module": {"source": format!("git::https://example.com/{name}.git")},

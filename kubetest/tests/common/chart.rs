@@ -3,7 +3,6 @@
 //! renders them.
 #![allow(dead_code, clippy::unwrap_used)]
 
-use std::path::Path;
 use std::time::Duration;
 
 use captf_chart_tests::{NAMESPACE, capi_crd, helm_template};
@@ -68,12 +67,9 @@ pub async fn create(client: &kube::Client, doc: &Value) -> Result<(), kube::Erro
 
 /// The chart's six CRDs and the Cluster API CRDs the controller watches, Established.
 pub async fn crds(client: &kube::Client) {
-    let dir = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf/crds");
-    let mut docs: Vec<Value> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|e| e == "yaml"))
-        .map(|p| serde_yaml_ng::from_str(&std::fs::read_to_string(p).unwrap()).unwrap())
+    let mut docs: Vec<Value> = captf_shared::crd::crds()
+        .iter()
+        .map(|c| serde_json::to_value(c).unwrap())
         .collect();
     for file in [
         "cluster.x-k8s.io_clusters.yaml",
