@@ -7,19 +7,21 @@
 //! an object (both ways, [`convert`]) and as a change to the CRD's schema
 //! ([`v1alpha1_schema`]).
 //!
-//! The differences (v1alpha1 → v1beta1):
-//! - `status.ready` (Cluster API's v1beta1 contract) is gone: the v1beta2 contract, the only one
-//!   CAPTF declares, reads `status.initialization.provisioned`. Converting back, `ready` is
-//!   `initialization.provisioned`; a v1alpha1 object whose `ready` said something else keeps it
-//!   in the annotation [`CONVERSION_DATA`], as Cluster API's own `conversion-data` does.
-//! - `status.pendingPlan`'s counts take Terraform's words, as the runner's result, `kubectl
-//!   captf plan` and the notifications do: `adds`, `changes`, `destroys`, `replaces` become
-//!   `add`, `change`, `destroy`, `replace`.
+//! The difference (v1alpha1 → v1beta1): `status.pendingPlan`'s counts take Terraform's words, as
+//! the runner's result, `kubectl captf plan` and the notifications do: `adds`, `changes`,
+//! `destroys`, `replaces` become `add`, `change`, `destroy`, `replace`. Every field has a home
+//! in both versions, so nothing needs carrying in an annotation; a later difference that has
+//! none would carry it in one, as Cluster API's `conversion-data` does.
+//!
+//! (`status.ready`, Cluster API's v1beta1 contract, was to go in v1beta1, where the v1beta2
+//! contract reads `status.initialization.provisioned`. It stays: Cluster API 1.14's MachinePool
+//! controller reads an InfraMachinePool's `status.ready` alone, and a TerraformMachinePool
+//! without it never gets its provider IDs copied.)
 //!
 //! The conversion works on JSON, not on the typed objects: whatever an object carries that this
 //! module does not touch (fields a newer release added, a spec this release would not parse) is
-//! kept as it is. Only `apiVersion`, the touched status fields and the one annotation change; the
-//! rest of `metadata` never does (the API server refuses a conversion that changes it).
+//! kept as it is. Only `apiVersion` and the renamed fields change; `metadata` never does (the API
+//! server refuses a conversion that changes it).
 
 use serde_json::{Map, Value};
 
@@ -27,13 +29,6 @@ use crate::types::SERVED_KINDS;
 
 /// The API group of every CAPTF kind.
 pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
-
-/// The annotation that carries what a v1alpha1 object said and v1beta1 has no field for (a JSON
-/// object: `{"status.ready": true}`). Set only when needed, and removed on the way back.
-pub const CONVERSION_DATA: &str = "captf.io/conversion-data";
-
-/// The most a conversion-data annotation may hold: it carries one boolean today.
-pub const MAX_CONVERSION_DATA: usize = 1024;
 
 /// A version CAPTF serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -104,9 +99,6 @@ const PLAN_COUNTS: [(&str, &str); 4] = [
     ("replaces", "replace"),
 ];
 
-/// The key of `status.ready` in the conversion data.
-const DATA_READY: &str = "status.ready";
-
 /// Convert `object` to `desired` (an `apiVersion`). An object already at `desired` comes back
 /// unchanged.
 pub fn convert(mut object: Value, desired: &str) -> Result<Value, ConversionError> {
@@ -128,62 +120,25 @@ pub fn convert(mut object: Value, desired: &str) -> Result<Value, ConversionErro
 
 /// v1alpha1 → v1beta1.
 fn up(map: &mut Map<String, Value>) -> Result<(), ConversionError> {
-    let mut data = Map::new();
-    if let Some(status) = map.get_mut("status").and_then(Value::as_object_mut) {
-        let derived = provisioned(status);
-        match status.remove("ready") {
-            // What converting back would give: nothing to keep.
-            ready if ready == derived => {}
-            ready => {
-                data.insert(DATA_READY.into(), ready.unwrap_or(Value::Null));
-            }
-        }
-        if let Some(plan) = status.get_mut("pendingPlan").and_then(Value::as_object_mut) {
-            rename(plan, PLAN_COUNTS)?;
-        }
-    }
-    if !data.is_empty() {
-        let text = Value::Object(data).to_string();
-        let metadata = map
-            .entry("metadata")
-            .or_insert_with(|| Value::Object(Map::new()))
-            .as_object_mut()
-            .ok_or_else(|| malformed("metadata", "is not an object"))?;
-        let annotations = metadata
-            .entry("annotations")
-            .or_insert_with(|| Value::Object(Map::new()))
-            .as_object_mut()
-            .ok_or_else(|| malformed("metadata.annotations", "is not an object"))?;
-        annotations.insert(CONVERSION_DATA.into(), text.into());
-    }
-    Ok(())
+    rename_plan_counts(map, PLAN_COUNTS)
 }
 
 /// v1beta1 → v1alpha1.
 fn down(map: &mut Map<String, Value>) -> Result<(), ConversionError> {
-    let data = take_conversion_data(map)?;
-    let ready = match data.get(DATA_READY) {
-        Some(Value::Null) => None,
-        Some(v) => Some(v.clone()),
-        None => map.get("status").and_then(Value::as_object).and_then(provisioned),
-    };
-    if ready.is_some() && !map.contains_key("status") {
-        map.insert("status".into(), Value::Object(Map::new()));
-    }
-    if let Some(status) = map.get_mut("status").and_then(Value::as_object_mut) {
-        if let Some(plan) = status.get_mut("pendingPlan").and_then(Value::as_object_mut) {
-            rename(plan, PLAN_COUNTS.map(|(old, new)| (new, old)))?;
-        }
-        if let Some(ready) = ready {
-            status.insert("ready".into(), ready);
-        }
-    }
-    Ok(())
+    rename_plan_counts(map, PLAN_COUNTS.map(|(old, new)| (new, old)))
 }
 
-/// `status.initialization.provisioned`, when set.
-fn provisioned(status: &Map<String, Value>) -> Option<Value> {
-    status.get("initialization")?.get("provisioned").cloned()
+/// Rename the pending plan's counts `(from, to)`, when the object has a pending plan.
+fn rename_plan_counts(map: &mut Map<String, Value>, pairs: [(&str, &str); 4]) -> Result<(), ConversionError> {
+    match map
+        .get_mut("status")
+        .and_then(Value::as_object_mut)
+        .and_then(|s| s.get_mut("pendingPlan"))
+        .and_then(Value::as_object_mut)
+    {
+        Some(plan) => rename(plan, pairs),
+        None => Ok(()),
+    }
 }
 
 /// Rename the keys `(from, to)` of `map`; a `to` already there would be overwritten, so it is
@@ -206,41 +161,6 @@ fn rename<'a>(map: &mut Map<String, Value>, pairs: [(&'a str, &'a str); 4]) -> R
     Ok(())
 }
 
-/// Remove and parse the conversion-data annotation (an empty map when there is none); the
-/// annotations go when it was the only one.
-fn take_conversion_data(map: &mut Map<String, Value>) -> Result<Map<String, Value>, ConversionError> {
-    let Some(annotations) = map
-        .get_mut("metadata")
-        .and_then(|m| m.get_mut("annotations"))
-        .and_then(Value::as_object_mut)
-    else {
-        return Ok(Map::new());
-    };
-    let Some(raw) = annotations.get(CONVERSION_DATA) else {
-        return Ok(Map::new());
-    };
-    let field = "the annotation captf.io/conversion-data";
-    let text = raw.as_str().ok_or_else(|| malformed(field, "is not a string"))?;
-    if text.len() > MAX_CONVERSION_DATA {
-        return Err(malformed(
-            field,
-            &format!("is {} bytes, over the {MAX_CONVERSION_DATA} it may hold", text.len()),
-        ));
-    }
-    let data = match serde_json::from_str::<Value>(text) {
-        Ok(Value::Object(data)) => data,
-        Ok(_) => return Err(malformed(field, "is not a JSON object")),
-        Err(e) => return Err(malformed(field, &format!("is not JSON: {e}"))),
-    };
-    annotations.remove(CONVERSION_DATA);
-    if annotations.is_empty()
-        && let Some(metadata) = map.get_mut("metadata").and_then(Value::as_object_mut)
-    {
-        metadata.remove("annotations");
-    }
-    Ok(data)
-}
-
 fn malformed(field: &'static str, why: &str) -> ConversionError {
     ConversionError::Malformed {
         field,
@@ -254,22 +174,9 @@ fn bounded(s: &str) -> String {
 }
 
 /// The CRD schema of v1alpha1 (`openAPIV3Schema`, as JSON), from v1beta1's: the same but for the
-/// differences above. Applied where the schema has them (the templates have no status).
+/// difference above. Applied where the schema has it (the templates have no status).
 pub fn v1alpha1_schema(schema: &mut Value) {
-    let Some(status) = schema
-        .pointer_mut("/properties/status/properties")
-        .and_then(Value::as_object_mut)
-    else {
-        return;
-    };
-    status.insert(
-        "ready".into(),
-        serde_json::json!({
-            "description": "Cluster API v1beta1 contract: the infrastructure is provisioned (v1beta1 has only `initialization.provisioned`).",
-            "type": "boolean",
-        }),
-    );
-    let Some(plan) = status.get_mut("pendingPlan") else {
+    let Some(plan) = schema.pointer_mut("/properties/status/properties/pendingPlan") else {
         return;
     };
     if let Some(props) = plan.get_mut("properties").and_then(Value::as_object_mut) {
@@ -306,7 +213,7 @@ mod tests {
     }
 
     #[test]
-    fn conversion_a_ready_provisioned_v1alpha1_object_needs_no_conversion_data() {
+    fn conversion_renames_the_pending_plans_counts_and_nothing_else() {
         let old = alpha(json!({
             "ready": true,
             "initialization": {"provisioned": true},
@@ -317,39 +224,14 @@ mod tests {
         assert_eq!(
             new["status"],
             json!({
+                "ready": true,
                 "initialization": {"provisioned": true},
                 "pendingPlan": {"hash": "h", "add": 1, "change": 0, "destroy": 2, "replace": 0, "job": "j"},
             })
         );
         assert_eq!(new["metadata"], old["metadata"]);
+        assert_eq!(new["spec"], old["spec"]);
         assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
-    }
-
-    #[test]
-    fn conversion_a_ready_that_disagrees_with_provisioned_is_kept_in_the_annotation() {
-        let old = alpha(json!({"ready": false, "initialization": {"provisioned": true}}));
-        let new = convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1beta1").unwrap();
-        assert_eq!(
-            new["metadata"]["annotations"][CONVERSION_DATA],
-            r#"{"status.ready":false}"#
-        );
-        assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
-        // No ready at all while provisioned is set: kept as null.
-        let old = alpha(json!({"initialization": {"provisioned": true}}));
-        let new = convert(old.clone(), "infrastructure.cluster.x-k8s.io/v1beta1").unwrap();
-        assert_eq!(
-            new["metadata"]["annotations"][CONVERSION_DATA],
-            r#"{"status.ready":null}"#
-        );
-        assert_eq!(convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap(), old);
-    }
-
-    #[test]
-    fn conversion_old_clients_read_ready_from_provisioned() {
-        let mut new = alpha(json!({"initialization": {"provisioned": true}}));
-        new["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
-        let old = convert(new, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap();
-        assert_eq!(old["status"]["ready"], true);
     }
 
     #[test]
@@ -376,25 +258,19 @@ mod tests {
         let o = alpha(json!({"pendingPlan": {"adds": 1, "add": 2}}));
         let e = convert(o, to).unwrap_err();
         assert!(e.to_string().contains("both adds and add"), "{e}");
-        let mut o = alpha(json!({}));
-        o["apiVersion"] = json!("infrastructure.cluster.x-k8s.io/v1beta1");
-        o["metadata"]["annotations"] = json!({ CONVERSION_DATA: "not json" });
-        let e = convert(o, "infrastructure.cluster.x-k8s.io/v1alpha1").unwrap_err();
-        assert!(e.to_string().contains("captf.io/conversion-data is not JSON"), "{e}");
         let long = "x".repeat(10_000);
         let e = convert(alpha(json!({})), &long).unwrap_err();
         assert!(e.to_string().len() < 300, "{e}");
     }
 
     #[test]
-    fn conversion_v1alpha1_schema_has_ready_and_the_old_count_names() {
+    fn conversion_v1alpha1_schema_has_the_old_count_names() {
         let mut schema = json!({"properties": {"status": {"properties": {
             "pendingPlan": {"properties": {"hash": {}, "add": {}, "change": {}, "destroy": {}, "replace": {}, "job": {}},
                             "required": ["add", "change", "destroy", "hash", "job", "replace"]},
         }}}});
         v1alpha1_schema(&mut schema);
         let status = &schema["properties"]["status"]["properties"];
-        assert_eq!(status["ready"]["type"], "boolean");
         let plan = &status["pendingPlan"];
         assert!(plan["properties"].get("adds").is_some() && plan["properties"].get("add").is_none());
         assert_eq!(

@@ -411,11 +411,15 @@ mod tests {
         let s = schema(&crd);
         let root = &s["openAPIV3Schema"];
         let status = &root["properties"]["status"]["properties"];
-        assert_eq!(status.get("ready"), None, "v1beta1 has no status.ready");
+        assert_eq!(status["ready"]["type"], "boolean");
         assert_eq!(status["initialization"]["properties"]["provisioned"]["type"], "boolean");
+        assert!(status["pendingPlan"]["properties"].get("destroy").is_some());
         let old = serde_json::to_value(&crd.spec.versions[0].schema).unwrap();
         let old_status = &old["openAPIV3Schema"]["properties"]["status"]["properties"];
-        assert_eq!(old_status["ready"]["type"], "boolean", "v1alpha1 keeps status.ready");
+        assert!(
+            old_status["pendingPlan"]["properties"].get("destroys").is_some(),
+            "v1alpha1 keeps its names"
+        );
         let spec = &root["properties"]["spec"]["properties"];
         assert!(spec["module"].is_object(), "flattened common spec is inline: {spec}");
         assert!(spec["controlPlaneEndpoint"].is_object());

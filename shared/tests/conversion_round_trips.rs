@@ -5,7 +5,7 @@
 use proptest::prelude::*;
 use serde_json::{Map, Value, json};
 
-use captf_shared::conversion::{CONVERSION_DATA, convert};
+use captf_shared::conversion::convert;
 use captf_shared::types::SERVED_KINDS;
 
 const ALPHA: &str = "infrastructure.cluster.x-k8s.io/v1alpha1";
@@ -28,8 +28,7 @@ fn any_json() -> impl Strategy<Value = Value> {
     })
 }
 
-/// Annotations that are absent or not empty (the API server drops an empty map), never
-/// CAPTF's conversion data.
+/// Annotations that are absent or not empty (the API server drops an empty map).
 fn annotations() -> impl Strategy<Value = Option<Value>> {
     prop::option::of(
         prop::collection::btree_map("[a-z]{1,6}\\.io/[a-z-]{1,10}", "[ -~]{0,16}", 1..4)
@@ -37,8 +36,8 @@ fn annotations() -> impl Strategy<Value = Option<Value>> {
     )
 }
 
-/// A status of either version: `ready` only in v1alpha1, the pending plan's counts under the
-/// version's names, and other fields of any shape.
+/// A status of either version: the pending plan's counts under the version's names, and other
+/// fields of any shape.
 fn status(v1alpha1: bool) -> impl Strategy<Value = Option<Value>> {
     let counts = if v1alpha1 {
         ["adds", "changes", "destroys", "replaces"]
@@ -57,7 +56,7 @@ fn status(v1alpha1: bool) -> impl Strategy<Value = Option<Value>> {
                     .into_iter()
                     .filter(|(k, _)| !["ready", "initialization", "pendingPlan"].contains(&k.as_str()))
                     .collect();
-                if v1alpha1 && let Some(r) = ready {
+                if let Some(r) = ready {
                     s.insert("ready".into(), r.into());
                 }
                 match initialization {
@@ -114,7 +113,7 @@ proptest! {
     fn conversion_v1alpha1_to_v1beta1_and_back_loses_nothing(o in object(ALPHA)) {
         let there = convert(o.clone(), BETA).unwrap();
         prop_assert_eq!(&there["apiVersion"], BETA);
-        prop_assert!(there.pointer("/status/ready").is_none());
+        prop_assert!(there.pointer("/status/pendingPlan/adds").is_none());
         let back = convert(there, ALPHA).unwrap();
         prop_assert_eq!(back, o);
     }
@@ -123,28 +122,16 @@ proptest! {
     fn conversion_v1beta1_to_v1alpha1_and_back_loses_nothing(o in object(BETA)) {
         let there = convert(o.clone(), ALPHA).unwrap();
         prop_assert_eq!(&there["apiVersion"], ALPHA);
-        // Old clients read `ready` as Cluster API's v1beta1 contract had it.
-        prop_assert_eq!(
-            there.pointer("/status/ready"),
-            o.pointer("/status/initialization/provisioned")
-        );
-        let data = format!("/metadata/annotations/{}", CONVERSION_DATA.replace('/', "~1"));
-        prop_assert!(there.pointer(&data).is_none());
+        prop_assert_eq!(there.pointer("/status/pendingPlan/adds"), o.pointer("/status/pendingPlan/add"));
         let back = convert(there, BETA).unwrap();
         prop_assert_eq!(back, o);
     }
 
     #[test]
-    fn conversion_changes_no_metadata_but_its_own_annotation(o in object(ALPHA)) {
+    fn conversion_changes_neither_metadata_nor_spec(o in object(ALPHA)) {
         let there = convert(o.clone(), BETA).unwrap();
-        let mut meta = there["metadata"].clone();
-        if let Some(a) = meta.get_mut("annotations").and_then(Value::as_object_mut) {
-            a.remove(CONVERSION_DATA);
-            if a.is_empty() {
-                meta.as_object_mut().unwrap().remove("annotations");
-            }
-        }
-        prop_assert_eq!(meta, o["metadata"].clone());
+        prop_assert_eq!(&there["metadata"], &o["metadata"]);
+        prop_assert_eq!(&there["spec"], &o["spec"]);
     }
 
     #[test]

@@ -137,6 +137,7 @@ pub fn compute(
     st.conditions = Some(cs);
 
     if provisioned {
+        st.ready = Some(true);
         st.initialization = Some(Initialization {
             provisioned: Some(true),
         });

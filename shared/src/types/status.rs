@@ -12,8 +12,11 @@ use crate::Op;
 pub struct TerraformStatus {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub observed_generation: Option<i64>,
-    /// Cluster API v1beta2 contract: `provisioned` once the infrastructure is there (v1alpha1
-    /// also had `ready`, the v1beta1 contract's field, which conversion derives from it).
+    /// Cluster API v1beta1 contract: the infrastructure is provisioned. Cluster API 1.14's
+    /// MachinePool controller still reads only this field of an InfraMachinePool.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ready: Option<bool>,
+    /// Cluster API v1beta2 contract.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub initialization: Option<Initialization>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
