@@ -14,11 +14,9 @@ use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use captf_chart_tests::{NAMESPACE, helm_template};
-use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use captf_kubetest::ControlPlane;
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-use common::TEST_READY_TIMEOUT;
 
 const NS: &str = "team-a";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -119,12 +117,9 @@ async fn refused(api: &Api<DynamicObject>, patch: &Value, what: &str) -> String 
 
 #[tokio::test]
 async fn an_editor_is_refused_approving_and_a_user_bound_to_the_approver_role_approves() {
-    let Some(tools) = tools_or_skip() else { return };
-    let mut opts = Options::new(tools);
-    opts.ready_timeout = TEST_READY_TIMEOUT;
-    let cp = ControlPlane::start(opts).await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    common::namespace(&admin, NS).await;
+    let Some((cp, admin)) = common::control_plane_with_namespace(NS).await else {
+        return;
+    };
     common::chart::crds(&admin).await;
     install_chart_rbac(&admin).await;
     let webhook_kubeconfig = cp.service_account_kubeconfig(NAMESPACE, WEBHOOK).await.unwrap();

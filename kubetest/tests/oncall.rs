@@ -11,13 +11,11 @@ mod common;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use captf_kubetest::{ControlPlane, Options, tools_or_skip};
+use captf_kubetest::ControlPlane;
 use k8s_openapi::api::core::v1::ServiceAccount;
 use k8s_openapi::api::rbac::v1::{Role, RoleBinding};
 use kube::api::{Api, ApiResource, DynamicObject, Patch, PatchParams, PostParams};
 use serde_json::{Value, json};
-
-use common::TEST_READY_TIMEOUT;
 
 const NS: &str = "team-a";
 const PATIENCE: Duration = Duration::from_secs(60);
@@ -84,12 +82,9 @@ fn annotation(o: &DynamicObject, key: &str) -> Option<String> {
 
 #[tokio::test]
 async fn the_real_webhook_defaults_refuses_and_records_who_approved_and_the_plugin_approves_as_its_user() {
-    let Some(tools) = tools_or_skip() else { return };
-    let mut opts = Options::new(tools);
-    opts.ready_timeout = TEST_READY_TIMEOUT;
-    let cp = ControlPlane::start(opts).await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    common::namespace(&admin, NS).await;
+    let Some((cp, admin)) = common::control_plane_with_namespace(NS).await else {
+        return;
+    };
     common::chart::crds(&admin).await;
     let dir = tempfile::tempdir().unwrap();
     let hook = common::webhook::start_webhook(dir.path());

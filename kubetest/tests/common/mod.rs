@@ -15,6 +15,18 @@ pub mod webhook;
 /// default, because the tests share two cores with everything else the suite runs.
 pub const TEST_READY_TIMEOUT: Duration = Duration::from_secs(180);
 
+/// A real control plane started with [`TEST_READY_TIMEOUT`], its admin client, and the
+/// namespace `ns` made; `None` when the binaries are missing outside `CI` (`tools_or_skip`).
+pub async fn control_plane_with_namespace(ns: &str) -> Option<(captf_kubetest::ControlPlane, kube::Client)> {
+    let tools = captf_kubetest::tools_or_skip()?;
+    let mut opts = captf_kubetest::Options::new(tools);
+    opts.ready_timeout = TEST_READY_TIMEOUT;
+    let cp = captf_kubetest::ControlPlane::start(opts).await.unwrap();
+    let admin = cp.admin_client().await.unwrap();
+    namespace(&admin, ns).await;
+    Some((cp, admin))
+}
+
 /// The live processes (not zombies, not this test) whose command line mentions `dir`: every
 /// component's arguments name a file in its control plane's folder, so this is what a start
 /// under `dir` left running.
