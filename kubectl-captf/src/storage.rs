@@ -69,9 +69,9 @@ pub fn line(m: &Migrated) -> String {
 /// at the stored version.
 fn resource(kind: &str) -> (String, ApiResource) {
     let plural = format!("{}s", kind.to_lowercase());
-    let gvk = kube::api::GroupVersionKind::gvk(captf_shared::conversion::GROUP, Version::STORED.as_str(), kind);
+    let gvk = kube::api::GroupVersionKind::gvk(captf_shared::keys::GROUP, Version::STORED.as_str(), kind);
     (
-        format!("{plural}.{}", captf_shared::conversion::GROUP),
+        format!("{plural}.{}", captf_shared::keys::GROUP),
         ApiResource::from_gvk_with_plural(&gvk, &plural),
     )
 }

@@ -25,10 +25,8 @@
 
 use serde_json::{Map, Value};
 
+use crate::keys::GROUP;
 use crate::types::SERVED_KINDS;
-
-/// The API group of every CAPTF kind.
-pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
 /// A version CAPTF serves.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, PartialOrd, Ord, Hash)]
@@ -168,10 +166,13 @@ fn malformed(field: &'static str, why: &str) -> ConversionError {
     }
 }
 
-/// At most 100 characters of what a request sent, for a message.
+/// At most [`MAX_ECHOED_BYTES`] of what a request sent, for a message.
 fn bounded(s: &str) -> String {
-    s.chars().take(100).collect()
+    crate::validation::cut_to_bytes(s, MAX_ECHOED_BYTES).into_owned()
 }
+
+/// The most of a request's own text (a version, a kind, a name) a message quotes.
+pub const MAX_ECHOED_BYTES: usize = 100;
 
 /// The CRD schema of v1alpha1 (`openAPIV3Schema`, as JSON), from v1beta1's: the same but for the
 /// difference above. Applied where the schema has it (the templates have no status).

@@ -163,14 +163,8 @@ fn with_both_versions(mut crd: CustomResourceDefinition) -> CustomResourceDefini
 /// The CRD with the integer formats of Rust's unsigned types (`uint32`, ...), which the schema
 /// generator writes and the API server does not know (it warns `unrecognized format "uint32"` on
 /// every apply), written as the signed format that holds them and a `maximum`.
-fn with_kubernetes_formats(mut crd: CustomResourceDefinition) -> CustomResourceDefinition {
-    for version in &mut crd.spec.versions {
-        let Some(schema) = version.schema.take() else { continue };
-        let mut value = serde_json::to_value(&schema).unwrap_or_default();
-        kubernetes_formats(&mut value);
-        version.schema = Some(serde_json::from_value(value).unwrap_or(schema));
-    }
-    crd
+fn with_kubernetes_formats(crd: CustomResourceDefinition) -> CustomResourceDefinition {
+    with_schema(crd, kubernetes_formats)
 }
 
 /// Rewrites every integer `format` the API server does not recognise, throughout a schema.

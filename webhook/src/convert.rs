@@ -81,9 +81,9 @@ fn who(object: &Value) -> String {
     format!("{} {}/{}", s("/kind"), s("/metadata/namespace"), s("/metadata/name"))
 }
 
-/// At most 100 characters of what a request sent.
+/// At most as much of what a request sent as the conversion's own messages quote.
 fn cut(s: &str) -> String {
-    s.chars().take(100).collect()
+    captf_shared::validation::cut_to_bytes(s, captf_shared::conversion::MAX_ECHOED_BYTES).into_owned()
 }
 
 #[cfg(test)]
