@@ -168,7 +168,7 @@ fn malformed(field: &'static str, why: &str) -> ConversionError {
 
 /// At most [`MAX_ECHOED_BYTES`] of what a request sent, for a message.
 fn bounded(s: &str) -> String {
-    crate::validation::cut_to_bytes(s, MAX_ECHOED_BYTES).into_owned()
+    crate::limits::cut_to_bytes(s, MAX_ECHOED_BYTES).into_owned()
 }
 
 /// The most of a request's own text (a version, a kind, a name) a message quotes.

@@ -2,6 +2,7 @@
 //! their schema attributes) and validation checks, in one place both read, so the two cannot
 //! disagree. [`crate::validation`] re-exports them.
 
+use std::borrow::Cow;
 use std::time::Duration;
 
 /// `module.source` is at most this many characters.
@@ -53,3 +54,16 @@ pub const DATA_KEY_PATTERN: &str = r"^[-._a-zA-Z0-9]+$";
 /// The CRD pattern of `module.source`: no whitespace, not starting like a local path (`./`,
 /// `../`, `/`). The address forms are left to the webhook.
 pub const MODULE_SOURCE_PATTERN: &str = r"^[^\s./]\S*$";
+
+/// Every message, warning or quoted input that must stay bounded goes through this one cutter:
+/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
+pub fn cut_to_bytes(s: &str, max: usize) -> Cow<'_, str> {
+    if s.len() <= max {
+        return Cow::Borrowed(s);
+    }
+    let mut end = max.saturating_sub('…'.len_utf8());
+    while !s.is_char_boundary(end) {
+        end -= 1;
+    }
+    Cow::Owned(format!("{}…", &s[..end]))
+}

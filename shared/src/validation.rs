@@ -10,7 +10,6 @@ mod path;
 mod pod;
 mod values;
 
-use std::borrow::Cow;
 use std::fmt;
 
 use serde::Serialize;
@@ -81,18 +80,6 @@ pub fn render_value(value: &impl Serialize) -> String {
 pub const MAX_KEPT_VIOLATIONS: usize = 256;
 /// See [`MAX_KEPT_VIOLATIONS`].
 pub const MAX_KEPT_WARNINGS: usize = 64;
-
-/// `s` cut to at most `max` bytes at a character boundary, with `…` when cut.
-pub fn cut_to_bytes(s: &str, max: usize) -> Cow<'_, str> {
-    if s.len() <= max {
-        return Cow::Borrowed(s);
-    }
-    let mut end = max.saturating_sub('…'.len_utf8());
-    while !s.is_char_boundary(end) {
-        end -= 1;
-    }
-    Cow::Owned(format!("{}…", &s[..end]))
-}
 
 /// What validation found.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
