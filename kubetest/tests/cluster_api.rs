@@ -44,7 +44,8 @@ const NODE: &str = "cluster-api";
 /// The runner image CAPTF's components are installed with (clusterctl variable
 /// `CAPTF_RUNNER_IMAGE`), mapped by the kubelet to the runner's files.
 const RUNNER_IMAGE: &str = "ghcr.io/captf/runner:cluster-api";
-const CAPTF_VERSION: &str = "v0.1.0";
+/// The release clusterctl installs: this workspace's, from its folder in the repository.
+const CAPTF_VERSION: &str = concat!("v", env!("CARGO_PKG_VERSION"));
 const NAMESPACE: &str = "default";
 
 /// The tests here take turns: each runs one or two whole management clusters (a control plane,
