@@ -86,18 +86,18 @@ pub struct RunArgs {
     #[arg(long, env = "CAPTF_RUNNER_LIMITS", default_value = "memory=2Gi", value_parser = parse_quantities)]
     pub runner_limits: Quantities,
     /// sizeLimit of the runner's work emptyDir (providers, modules, plans). Empty: none.
-    #[arg(long, env = "CAPTF_RUNNER_WORK_SIZE_LIMIT", default_value = "4Gi")]
+    #[arg(long, env = "CAPTF_RUNNER_WORK_SIZE_LIMIT", default_value = "4Gi", value_parser = captf_shared::policy::parse_flag_text)]
     pub runner_work_size_limit: String,
     /// sizeLimit of the runner's /tmp emptyDir. Empty: none.
-    #[arg(long, env = "CAPTF_RUNNER_TMP_SIZE_LIMIT", default_value = "1Gi")]
+    #[arg(long, env = "CAPTF_RUNNER_TMP_SIZE_LIMIT", default_value = "1Gi", value_parser = captf_shared::policy::parse_flag_text)]
     pub runner_tmp_size_limit: String,
     /// A ConfigMap, in each object's namespace, holding the Terraform CLI configuration of runner
     /// pods whose spec.jobs.terraformCliConfig is unset (provider mirrors). Empty: none. While it
     /// or its key is missing, such objects get Ready=False/RunnerConfigUnavailable and no Job.
-    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG", default_value = "")]
+    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG", default_value = "", value_parser = captf_shared::policy::parse_flag_text)]
     pub runner_terraform_cli_config: String,
     /// The key of --runner-terraform-cli-config holding the configuration.
-    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY", default_value = "terraform.rc")]
+    #[arg(long, env = "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY", default_value = "terraform.rc", value_parser = captf_shared::policy::parse_flag_text)]
     pub runner_terraform_cli_config_key: String,
     /// A directory whose .rego files are policies every plan is checked against before it is
     /// applied, besides an object's own spec.guard.policyRefs (the chart mounts the ConfigMaps of
@@ -166,10 +166,14 @@ pub fn parse_namespace(s: &str) -> Result<String, String> {
     captf_shared::policy::parse_namespace(s)
 }
 
-/// Parse `cpu=100m,memory=256Mi` (empty: none).
+/// Parse `cpu=100m,memory=256Mi` (empty, or `""` as clusterctl passes an empty variable: none).
 pub fn parse_quantities(s: &str) -> Result<Quantities, String> {
     let mut out = std::collections::BTreeMap::new();
-    for pair in s.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+    for pair in captf_shared::policy::flag_text(s)
+        .split(',')
+        .map(str::trim)
+        .filter(|p| !p.is_empty())
+    {
         let (k, v) = pair
             .split_once('=')
             .ok_or_else(|| format!("{pair:?} is not name=quantity (e.g. memory=256Mi)"))?;
@@ -283,6 +287,10 @@ mod quantity_tests {
         assert_eq!(q.0["cpu"].0, "100m");
         assert_eq!(q.0["memory"].0, "256Mi");
         assert!(parse_quantities("").unwrap().0.is_empty());
+        assert!(
+            parse_quantities("\"\"").unwrap().0.is_empty(),
+            "as clusterctl leaves it"
+        );
         let e = parse_quantities("memory").unwrap_err();
         assert!(e.contains("\"memory\""), "{e}");
         assert!(parse_quantities("memory=1 Gi; rm").is_err());

@@ -22,7 +22,7 @@ pub const DEFAULT_RUNNER_IMAGE: &str = concat!("ghcr.io/captf/runner:", env!("CA
 pub struct TenantPolicyArgs {
     /// The runner image of Jobs whose spec.jobs.image is unset; spec.jobs.image may always name
     /// it. Give the webhook the controller's value.
-    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = DEFAULT_RUNNER_IMAGE)]
+    #[arg(long, env = "CAPTF_RUNNER_IMAGE", default_value = DEFAULT_RUNNER_IMAGE, value_parser = parse_flag_text)]
     pub runner_image: String,
     /// The service account of runner pods whose spec.jobs.serviceAccountName is unset; a name
     /// here may always be named by spec.jobs.serviceAccountName. Empty (the default): each
@@ -34,11 +34,11 @@ pub struct TenantPolicyArgs {
     pub runner_service_account: String,
     /// Image prefixes spec.jobs.image may start with, besides --runner-image (comma-separated;
     /// `*`: any). Empty: only --runner-image may be named.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',')]
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES", value_delimiter = ',', value_parser = parse_flag_text)]
     pub allowed_runner_image_prefixes: Vec<String>,
     /// Names spec.jobs.serviceAccountName may be, besides --runner-service-account
     /// (comma-separated; `*`: any). Empty: only --runner-service-account, if set, may be named.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',')]
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS", value_delimiter = ',', value_parser = parse_flag_text)]
     pub allowed_runner_service_accounts: Vec<String>,
     /// Whether runner pods may read Secrets the spec names: spec.jobs.env (valueFrom.secretKeyRef),
     /// spec.jobs.envFrom (secretRef), spec.jobs.volumes (secret, projected secret sources, CSI
@@ -51,7 +51,7 @@ pub struct TenantPolicyArgs {
     pub allow_variables_from_secrets: bool,
     /// Names spec.jobs.priorityClassName may be (comma-separated; `*`: any). Empty (the default):
     /// no priority class may be set. `system-` classes are refused whatever this says.
-    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES", value_delimiter = ',')]
+    #[arg(long, env = "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES", value_delimiter = ',', value_parser = parse_flag_text)]
     pub allowed_runner_priority_classes: Vec<String>,
     /// Node label keys spec.jobs.nodeSelector and the matchExpressions of
     /// spec.jobs.affinity.nodeAffinity may name, whatever the operator (comma-separated; `*`: any;
@@ -61,6 +61,7 @@ pub struct TenantPolicyArgs {
         long,
         env = "CAPTF_ALLOWED_RUNNER_NODE_LABEL_KEYS",
         value_delimiter = ',',
+        value_parser = parse_flag_text,
         default_values = DEFAULT_NODE_LABEL_KEYS
     )]
     pub allowed_runner_node_label_keys: Vec<String>,
@@ -76,6 +77,7 @@ pub struct TenantPolicyArgs {
         long,
         env = "CAPTF_ALLOWED_RUNNER_TOLERATION_KEYS",
         value_delimiter = ',',
+        value_parser = parse_flag_text,
         default_values = DEFAULT_TOLERATION_KEYS
     )]
     pub allowed_runner_toleration_keys: Vec<String>,
