@@ -32,15 +32,19 @@ pub const RELEASE: &str = "captf";
 /// The components file's name, as the clusterctl contract recommends for infrastructure providers.
 pub const COMPONENTS_FILE: &str = "infrastructure-components.yaml";
 pub const METADATA_FILE: &str = "metadata.yaml";
+/// The chart values the components are rendered with, besides its defaults: the controller
+/// bound in every namespace (a ClusterRoleBinding), clusterctl's convention for providers.
+pub const COMPONENTS_VALUES: [&str; 2] = ["--set", "controller.watchAllNamespaces=true"];
 
-/// A clusterctl variable: its name, its default, and what it sets. clusterctl refuses a
-/// variable whose default is empty (it takes it for a required one and stops `clusterctl init`
-/// until it is set), so one that may be left empty defaults to `""`: the binaries read a flag
-/// given as `""` as empty.
+/// A clusterctl variable: its name, its default, what it sets, and what it means. clusterctl
+/// refuses a variable whose default is empty (it takes it for a required one and stops
+/// `clusterctl init` until it is set), so one that may be left empty defaults to `""`: the
+/// binaries read a flag given as `""` as empty.
 #[derive(Clone, Copy, Debug)]
 pub struct Variable {
     pub name: &'static str,
     pub default: DefaultValue,
+    pub sets: Sets,
     pub doc: &'static str,
 }
 
@@ -53,82 +57,368 @@ pub enum DefaultValue {
     /// or by digest once a release has pinned it, so the components file and the chart always
     /// name the same images.
     ChartImage(&'static str),
+    /// What the chart, rendered as the components are, passes the controller for the variable's
+    /// flag; `""` when it passes it empty or not at all.
+    ChartFlag,
 }
 
-impl Variable {
-    /// The default's text, for the chart at `chart`.
-    pub fn default_value(&self, chart: &Path) -> Result<String, GenerateError> {
-        match self.default {
-            DefaultValue::Text(text) => Ok(text.to_string()),
-            DefaultValue::ChartImage(component) => {
-                crate::default_image_of(chart, component).map_err(GenerateError::Values)
-            }
-        }
-    }
+/// What a variable sets in the components.
+#[derive(Clone, Copy, Debug)]
+pub enum Sets {
+    /// The image of the container of this name (`manager`, `webhook`).
+    Image(&'static str),
+    /// This environment variable of the controller and the webhook.
+    Env(&'static str),
+    /// A flag of `captf-controller run` (its long name), passed as `--<flag>=${NAME:=default}`;
+    /// `chart`: the chart value that sets the same flag; `webhook`: the webhook's flag that is
+    /// given the same value, if the webhook takes it (a tenant policy flag both binaries read).
+    Flag {
+        flag: &'static str,
+        chart: &'static str,
+        webhook: Option<&'static str>,
+    },
+}
 
-    /// `${NAME:=default}`, for the chart at `chart`.
-    pub fn reference(&self, chart: &Path) -> Result<String, GenerateError> {
-        Ok(format!("${{{}:={}}}", self.name, self.default_value(chart)?))
+/// A `run` flag of the controller, set in the controller only.
+const fn controller(flag: &'static str, chart: &'static str) -> Sets {
+    Sets::Flag {
+        flag,
+        chart,
+        webhook: None,
     }
 }
 
-/// The variables of the components file (the README lists them).
-pub const VARIABLES: [Variable; 10] = [
+/// A tenant policy flag, which the controller and the webhook both take: the same value in both.
+const fn policy(flag: &'static str, chart: &'static str) -> Sets {
+    Sets::Flag {
+        flag,
+        chart,
+        webhook: Some(flag),
+    }
+}
+
+/// The variables of the components file (docs/install.md lists them). `clusterctl upgrade`
+/// renders the components again from these alone, so every flag of `captf-controller run` a user
+/// may set is one of them, and every other flag is in [`FIXED_CONTROLLER_FLAGS`].
+pub const VARIABLES: [Variable; 32] = [
     Variable {
         name: "CAPTF_CONTROLLER_IMAGE",
         default: DefaultValue::ChartImage("controller"),
+        sets: Sets::Image("manager"),
         doc: "the controller image",
     },
     Variable {
         name: "CAPTF_WEBHOOK_IMAGE",
         default: DefaultValue::ChartImage("webhook"),
+        sets: Sets::Image("webhook"),
         doc: "the webhook image",
     },
     Variable {
         name: "CAPTF_RUNNER_IMAGE",
         default: DefaultValue::ChartImage("runner"),
+        sets: policy("runner-image", "runner.image"),
         doc: "the runner image of Jobs, which a spec may always name (--runner-image of the controller and the webhook)",
     },
     Variable {
         name: "CAPTF_WATCH_NAMESPACE",
-        default: DefaultValue::Text("\"\""),
+        default: DefaultValue::ChartFlag,
+        sets: Sets::Flag {
+            flag: "namespace",
+            chart: "controller.watchNamespaces",
+            webhook: Some("watched-namespaces"),
+        },
         doc: "the namespaces the controller watches, comma-separated (--namespace); empty: all. Its RBAC is cluster-wide either way",
     },
     Variable {
         name: "CAPTF_WATCH_FILTER",
-        default: DefaultValue::Text("\"\""),
+        default: DefaultValue::ChartFlag,
+        sets: controller("watch-filter", "controller.watchFilter"),
         doc: "Cluster API's watch filter (--watch-filter): serve only the objects labelled cluster.x-k8s.io/watch-filter=<value>; empty: every object",
     },
     Variable {
         name: "CAPTF_LOG_LEVEL",
         default: DefaultValue::Text("info"),
+        sets: Sets::Env("RUST_LOG"),
         doc: "RUST_LOG of the controller and the webhook (e.g. debug, or info,captf_controller=debug)",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT",
-        default: DefaultValue::Text("\"\""),
+        default: DefaultValue::ChartFlag,
+        sets: policy("runner-service-account", "runner.serviceAccount.name"),
         doc: "the runner pods' ServiceAccount, which a spec may always name (--runner-service-account of the controller and the webhook); empty: each object's own",
     },
     Variable {
         name: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
-        default: DefaultValue::Text("\"\""),
+        default: DefaultValue::ChartFlag,
+        sets: controller(
+            "runner-service-account-annotations",
+            "runner.serviceAccount.annotations",
+        ),
         doc: "annotations of every object's own runner ServiceAccount, key=value,... (--runner-service-account-annotations)",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS",
-        default: DefaultValue::Text("0"),
+        default: DefaultValue::ChartFlag,
+        sets: controller("max-running-jobs", "controller.maxRunningJobs.total"),
         doc: "runner Jobs running at once in all namespaces together (--max-running-jobs); 0: no limit",
     },
     Variable {
         name: "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
-        default: DefaultValue::Text("10"),
+        default: DefaultValue::ChartFlag,
+        sets: controller(
+            "max-running-jobs-per-namespace",
+            "controller.maxRunningJobs.perNamespace",
+        ),
         doc: "runner Jobs running at once in each namespace (--max-running-jobs-per-namespace); 0: no limit",
+    },
+    Variable {
+        name: "CAPTF_WATCH_LABEL_SELECTOR",
+        default: DefaultValue::ChartFlag,
+        sets: controller("watch-label-selector", "controller.watchLabelSelector"),
+        doc: "serve only the objects whose labels match this label selector (--watch-label-selector), with a leader Lease of its own; empty: every object",
+    },
+    Variable {
+        name: "CAPTF_CONCURRENCY",
+        default: DefaultValue::ChartFlag,
+        sets: controller("concurrency", "controller.concurrency"),
+        doc: "objects reconciled at the same time, per kind (--concurrency)",
+    },
+    Variable {
+        name: "CAPTF_METRICS_AUTH",
+        default: DefaultValue::ChartFlag,
+        sets: controller("metrics-auth", "controller.metrics.auth"),
+        doc: "who may read the controller's /metrics (--metrics-auth): kubernetes, a bearer token the API server authorizes for /metrics; none, anyone who reaches the port",
+    },
+    Variable {
+        name: "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allowed-runner-image-prefixes", "runner.policy.allowedImagePrefixes"),
+        doc: "image prefixes spec.jobs.image may start with besides the runner image, comma-separated, * for any (--allowed-runner-image-prefixes of the controller and the webhook)",
+    },
+    Variable {
+        name: "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS",
+        default: DefaultValue::ChartFlag,
+        sets: policy(
+            "allowed-runner-service-accounts",
+            "runner.policy.allowedServiceAccounts",
+        ),
+        doc: "names spec.jobs.serviceAccountName may be besides CAPTF_RUNNER_SERVICE_ACCOUNT, comma-separated, * for any (--allowed-runner-service-accounts of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOW_ENV_FROM_SECRETS",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allow-env-from-secrets", "runner.policy.allowEnvFromSecrets"),
+        doc: "whether runner pods may read Secrets the spec names: env, envFrom, volumes, module credentials, state encryption passphrases (--allow-env-from-secrets of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOW_VARIABLES_FROM_SECRETS",
+        default: DefaultValue::ChartFlag,
+        sets: policy(
+            "allow-variables-from-secrets",
+            "runner.policy.allowVariablesFromSecrets",
+        ),
+        doc: "whether spec.variablesFrom may name Secrets (--allow-variables-from-secrets of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
+        default: DefaultValue::ChartFlag,
+        sets: policy(
+            "allowed-runner-priority-classes",
+            "runner.policy.allowedPriorityClasses",
+        ),
+        doc: "names spec.jobs.priorityClassName may be, comma-separated, * for any; empty: none (--allowed-runner-priority-classes of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOWED_RUNNER_NODE_LABEL_KEYS",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allowed-runner-node-label-keys", "runner.policy.allowedNodeLabelKeys"),
+        doc: "node label keys spec.jobs.nodeSelector and node affinity may name, comma-separated, * for any (--allowed-runner-node-label-keys of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOW_RUNNER_NODE_MATCH_FIELDS",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allow-runner-node-match-fields", "runner.policy.allowNodeMatchFields"),
+        doc: "whether node affinity terms may use matchFields, which choose nodes by name (--allow-runner-node-match-fields of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOWED_RUNNER_TOLERATION_KEYS",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allowed-runner-toleration-keys", "runner.policy.allowedTolerationKeys"),
+        doc: "taint keys spec.jobs.tolerations may name, comma-separated, * for any (--allowed-runner-toleration-keys of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOW_RUNNER_CROSS_NAMESPACE_POD_AFFINITY",
+        default: DefaultValue::ChartFlag,
+        sets: policy(
+            "allow-runner-cross-namespace-pod-affinity",
+            "runner.policy.allowCrossNamespacePodAffinity",
+        ),
+        doc: "whether pod affinity terms may reach pods of other namespaces (--allow-runner-cross-namespace-pod-affinity of both)",
+    },
+    Variable {
+        name: "CAPTF_ALLOW_APPROVAL_NEVER",
+        default: DefaultValue::ChartFlag,
+        sets: policy("allow-approval-never", "approvals.allowNever"),
+        doc: "whether a spec may let every plan through without approval (--allow-approval-never of both)",
+    },
+    Variable {
+        name: "CAPTF_MAX_APPROVALS_REQUIRED",
+        default: DefaultValue::ChartFlag,
+        sets: policy("max-approvals-required", "approvals.maxRequired"),
+        doc: "the most approvers captf.io/approvals-required may ask for, 1 to 10 (--max-approvals-required of both)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_REQUESTS",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-requests", "runner.resources.requests"),
+        doc: "resource requests of runner pods, name=quantity,... (--runner-requests)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_LIMITS",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-limits", "runner.resources.limits"),
+        doc: "resource limits of runner pods, name=quantity,... (--runner-limits)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_WORK_SIZE_LIMIT",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-work-size-limit", "runner.workSizeLimit"),
+        doc: "sizeLimit of the runner's work emptyDir: providers, modules, plans (--runner-work-size-limit)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_TMP_SIZE_LIMIT",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-tmp-size-limit", "runner.tmpSizeLimit"),
+        doc: "sizeLimit of the runner's /tmp emptyDir (--runner-tmp-size-limit)",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-terraform-cli-config", "runner.terraformCliConfig.configMapName"),
+        doc: "a ConfigMap, in each object's namespace, holding the Terraform CLI configuration of runner pods, e.g. provider mirrors (--runner-terraform-cli-config); empty: none",
+    },
+    Variable {
+        name: "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY",
+        default: DefaultValue::ChartFlag,
+        sets: controller("runner-terraform-cli-config-key", "runner.terraformCliConfig.key"),
+        doc: "the key of that ConfigMap holding the configuration (--runner-terraform-cli-config-key)",
+    },
+    Variable {
+        name: "CAPTF_NAMESPACE_NOTIFICATION_TARGETS",
+        default: DefaultValue::ChartFlag,
+        sets: controller("namespace-notification-targets", "notifications.namespaceTargets"),
+        doc: "whether a namespace's ConfigMap captf-notifications adds notification targets for its objects (--namespace-notification-targets)",
+    },
+    Variable {
+        name: "CAPTF_NOTIFY_AFTER_FAILURES",
+        default: DefaultValue::ChartFlag,
+        sets: controller("notify-after-failures", "notifications.afterFailures"),
+        doc: "applies failing this many times in a row send one apply-failed notification (--notify-after-failures)",
     },
 ];
 
-/// Every variable's `${NAME:=default}`, by name, for the chart at `chart`.
-fn references(chart: &Path) -> Result<BTreeMap<&'static str, String>, GenerateError> {
-    VARIABLES.iter().map(|v| Ok((v.name, v.reference(chart)?))).collect()
+/// The flags of `captf-controller run` that no variable sets, each with why it is not a user's
+/// to set: the components pass what the chart renders for them (or nothing), always.
+pub const FIXED_CONTROLLER_FLAGS: [(&str, &str); 10] = [
+    (
+        "metrics-addr",
+        "the metrics port, which the controller's metrics Service targets",
+    ),
+    (
+        "health-addr",
+        "the health port, which the liveness and readiness probes target",
+    ),
+    (
+        "leader-elect",
+        "always on: a rolling update (clusterctl upgrade) runs the old and the new pod at once, and only the leader may write",
+    ),
+    (
+        "leader-namespace",
+        "the Lease stays in the controller's own namespace (POD_NAMESPACE): moved by an upgrade, the old and the new pod would each lead",
+    ),
+    (
+        "leader-lease-seconds",
+        "hidden: for the soak harness and tests; 15 s in a cluster",
+    ),
+    (
+        "leader-identity",
+        "hidden: the pod's name (POD_NAME), unique among the replicas",
+    ),
+    (
+        "log-format",
+        "json, which log collectors parse; the level is CAPTF_LOG_LEVEL",
+    ),
+    (
+        "plan-policies-dir",
+        "a directory of the container, where only the chart mounts policy ConfigMaps (planPolicies.configMaps)",
+    ),
+    (
+        "notification-targets-file",
+        "a file of the container, where only the chart mounts the targets' ConfigMap (notifications.targets)",
+    ),
+    (
+        "notification-secrets-namespace",
+        "read from POD_NAMESPACE: the cluster-wide targets' Secrets live in the controller's own namespace",
+    ),
+];
+
+/// Every variable's `${NAME:=default}`, in [`VARIABLES`]' order.
+fn references(rendered: &Rendered, chart: &Path) -> Result<Vec<(Variable, String)>, GenerateError> {
+    let defaults = defaults(rendered, chart)?;
+    Ok(VARIABLES
+        .iter()
+        .zip(defaults)
+        .map(|(v, (_, default))| (*v, format!("${{{}:={default}}}", v.name)))
+        .collect())
+}
+
+/// Every variable's default, in [`VARIABLES`]' order, for the chart at `chart` rendered as the
+/// components are (`rendered`).
+pub fn defaults(rendered: &Rendered, chart: &Path) -> Result<Vec<(&'static str, String)>, GenerateError> {
+    let manager = rendered
+        .docs
+        .iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .filter_map(|d| d["spec"]["template"]["spec"]["containers"].as_array())
+        .flatten()
+        .find(|c| c["name"] == "manager")
+        .ok_or_else(|| GenerateError::Missing {
+            what: "Deployment with a container named manager".into(),
+        })?;
+    let args = crate::strings(&manager["args"]);
+    VARIABLES
+        .iter()
+        .map(|v| {
+            let default = match (v.default, v.sets) {
+                (DefaultValue::Text(text), _) => text.to_string(),
+                (DefaultValue::ChartImage(component), _) => {
+                    crate::default_image_of(chart, component).map_err(GenerateError::Values)?
+                }
+                (DefaultValue::ChartFlag, Sets::Flag { flag, .. }) => {
+                    let given = format!("--{flag}=");
+                    let value = args.iter().find_map(|a| a.strip_prefix(&given)).unwrap_or("");
+                    if value.is_empty() {
+                        "\"\"".to_string()
+                    } else {
+                        value.to_string()
+                    }
+                }
+                (DefaultValue::ChartFlag, _) => {
+                    return Err(GenerateError::Values(format!(
+                        "{} sets no flag to take a default from",
+                        v.name
+                    )));
+                }
+            };
+            if default.is_empty() || default.contains(['$', '}']) {
+                return Err(GenerateError::Values(format!(
+                    "{}'s default {default:?} is empty or holds $ or }}, which clusterctl cannot take",
+                    v.name
+                )));
+            }
+            Ok((v.name, default))
+        })
+        .collect()
 }
 
 /// `clusterctl/infrastructure-terraform/v<chart version>/`.
@@ -205,24 +495,17 @@ pub fn components_yaml() -> Result<String, GenerateError> {
 
 /// The components file's text, of the chart at `chart` (a scratch copy).
 pub fn components_yaml_of(chart: &Path) -> Result<String, GenerateError> {
-    let rendered = helm_template_chart(
-        RELEASE,
-        chart,
-        &["--include-crds", "--set", "controller.watchAllNamespaces=true"],
-    )?;
+    let mut args = vec!["--include-crds"];
+    args.extend(COMPONENTS_VALUES);
+    let rendered = helm_template_chart(RELEASE, chart, &args)?;
     let docs = components(&rendered, chart)?;
     let mut out = String::from(
         "# Generated from charts/captf by `cargo run -p captf-chart-tests --bin captf-components`. Do not edit.\n",
     );
     // No variable syntax in comments: clusterctl lists every reference in the raw text.
     out.push_str("# clusterctl variables:\n");
-    for v in VARIABLES {
-        out.push_str(&format!(
-            "#   {}: {} (default: {})\n",
-            v.name,
-            v.doc,
-            v.default_value(chart)?
-        ));
+    for (v, (_, default)) in VARIABLES.iter().zip(defaults(&rendered, chart)?) {
+        out.push_str(&format!("#   {}: {} (default: {default})\n", v.name, v.doc));
     }
     for doc in docs {
         out.push_str("---\n");
@@ -255,7 +538,7 @@ pub fn components(rendered: &Rendered, chart: &Path) -> Result<Vec<Value>, Gener
     }
     docs.extend(crds.into_iter().cloned());
     docs.extend(rest.into_iter().cloned());
-    let vars = references(chart)?;
+    let vars = references(rendered, chart)?;
     let mut found_manager = false;
     for doc in &mut docs {
         relabel(&mut doc["metadata"]);
@@ -324,82 +607,60 @@ fn relabel(metadata: &mut Value) {
     }
 }
 
-/// Images, the watch namespace and filter, the runner's image and service account, the runner Job
-/// limits and the log level become clusterctl variables.
-fn set_variables(container: &mut Value, vars: &BTreeMap<&'static str, String>) {
-    let variable = |name: &str| vars.get(name).cloned().unwrap_or_default();
-    let image = match container["name"].as_str() {
-        Some("manager") => Some(variable("CAPTF_CONTROLLER_IMAGE")),
-        Some("webhook") => Some(variable("CAPTF_WEBHOOK_IMAGE")),
-        _ => None,
+/// Each variable's `${NAME:=default}` in place of what the chart rendered for what it sets: the
+/// images, `RUST_LOG`, and the flags of the controller and, for the tenant policy and the watched
+/// namespaces, of the webhook. A flag the chart left out (empty) is added at the end.
+fn set_variables(container: &mut Value, vars: &[(Variable, String)]) {
+    let Some(name) = container["name"].as_str().map(str::to_string) else {
+        return;
     };
-    let Some(image) = image else { return };
-    let is_manager = container["name"] == "manager";
-    container["image"] = json!(image);
-    // Both binaries take the runner image and service account (the webhook to allow them as the
-    // controller does): the same variables in both.
-    if let Some(args) = container["args"].as_array_mut() {
-        for a in args.iter_mut() {
-            if a.as_str().is_some_and(|s| s.starts_with("--runner-image=")) {
-                *a = json!(format!("--runner-image={}", variable("CAPTF_RUNNER_IMAGE")));
-            } else if a.as_str().is_some_and(|s| s.starts_with("--runner-service-account=")) {
-                *a = json!(format!(
-                    "--runner-service-account={}",
-                    variable("CAPTF_RUNNER_SERVICE_ACCOUNT")
-                ));
-            } else if a
-                .as_str()
-                .is_some_and(|s| s.starts_with("--runner-service-account-annotations="))
-            {
-                *a = json!(format!(
-                    "--runner-service-account-annotations={}",
-                    variable("CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS")
-                ));
-            }
-        }
+    if name != "manager" && name != "webhook" {
+        return;
     }
-    if is_manager && let Some(args) = container["args"].as_array_mut() {
-        // The runner Job limits (the chart's controller.maxRunningJobs).
-        for a in args.iter_mut() {
-            for (flag, var) in [
-                ("--max-running-jobs=", "CAPTF_MAX_RUNNING_JOBS"),
-                (
-                    "--max-running-jobs-per-namespace=",
-                    "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
-                ),
-            ] {
-                if a.as_str().is_some_and(|s| s.starts_with(flag)) {
-                    *a = json!(format!("{flag}{}", variable(var)));
+    for (v, reference) in vars {
+        match v.sets {
+            Sets::Image(of) if of == name => container["image"] = json!(reference),
+            Sets::Image(_) => {}
+            Sets::Env(env) => {
+                if !container["env"].is_array() {
+                    container["env"] = json!([]);
+                }
+                if let Some(list) = container["env"].as_array_mut() {
+                    list.retain(|e| e["name"] != env);
+                    list.push(json!({"name": env, "value": reference}));
+                }
+            }
+            Sets::Flag { flag, webhook, .. } => {
+                let flag = if name == "manager" { Some(flag) } else { webhook };
+                if let Some(flag) = flag {
+                    if !container["args"].is_array() {
+                        container["args"] = json!([]);
+                    }
+                    if let Some(args) = container["args"].as_array_mut() {
+                        set_flag(args, flag, reference);
+                    }
                 }
             }
         }
-        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--namespace=")));
-        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--watch-filter=")));
-        // After `run`: clusterctl installs watching all namespaces (`--namespace=""`) and every
-        // object (`--watch-filter=""`) unless the variables say otherwise.
-        let at = usize::from(!args.is_empty());
-        args.insert(at, json!(format!("--namespace={}", variable("CAPTF_WATCH_NAMESPACE"))));
-        args.insert(
-            at + 1,
-            json!(format!("--watch-filter={}", variable("CAPTF_WATCH_FILTER"))),
-        );
     }
-    if !is_manager && let Some(args) = container["args"].as_array_mut() {
-        // The webhook warns about objects created outside the namespaces the controller
-        // watches: the same variable.
-        args.retain(|a| !a.as_str().is_some_and(|s| s.starts_with("--watched-namespaces=")));
-        args.push(json!(format!(
-            "--watched-namespaces={}",
-            variable("CAPTF_WATCH_NAMESPACE")
-        )));
-    }
-    let env = &mut container["env"];
-    if !env.is_array() {
-        *env = json!([]);
-    }
-    if let Some(env) = env.as_array_mut() {
-        env.retain(|e| e["name"] != "RUST_LOG");
-        env.push(json!({"name": "RUST_LOG", "value": variable("CAPTF_LOG_LEVEL")}));
+}
+
+/// `--<flag>=<value>` in place of the first `--<flag>=...` (or bare `--<flag>`) of `args`, the
+/// others dropped; at the end when there is none.
+fn set_flag(args: &mut Vec<Value>, flag: &str, value: &str) {
+    let (bare, given) = (format!("--{flag}"), format!("--{flag}="));
+    let is_flag = |a: &Value| a.as_str().is_some_and(|s| s == bare || s.starts_with(&given));
+    let arg = json!(format!("{given}{value}"));
+    match args.iter().position(is_flag) {
+        Some(at) => {
+            args[at] = arg;
+            let mut i = 0;
+            args.retain(|a| {
+                i += 1;
+                i - 1 == at || !is_flag(a)
+            });
+        }
+        None => args.push(arg),
     }
 }
 

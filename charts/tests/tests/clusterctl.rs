@@ -10,9 +10,13 @@
 use std::collections::BTreeMap;
 
 use captf_chart_tests::clusterctl::{
-    self, COMPONENTS_FILE, METADATA_FILE, PROVIDER, PROVIDER_LABEL, TARGET_NAMESPACE, VARIABLES,
+    self, COMPONENTS_FILE, COMPONENTS_VALUES, FIXED_CONTROLLER_FLAGS, METADATA_FILE, PROVIDER, PROVIDER_LABEL, Sets,
+    TARGET_NAMESPACE, VARIABLES,
 };
-use captf_chart_tests::{KINDS_WITHOUT_OFFLINE_SCHEMA, default_image, kubernetes_validate, strings, workspace_root};
+use captf_chart_tests::{
+    KINDS_WITHOUT_OFFLINE_SCHEMA, default_image, helm_template, kubernetes_validate, strings, workspace_root,
+};
+use captf_controller::runtime::RunArgs;
 use serde::Deserialize;
 use serde_json::Value;
 
@@ -280,6 +284,524 @@ fn the_webhook_takes_the_runner_variables_too_and_reads_the_same_policy() {
     }
 }
 
+/// The components as clusterctl installs them with these variables set (the rest at their
+/// defaults).
+fn installed(values: &BTreeMap<&str, &str>) -> Vec<Value> {
+    let text = clusterctl::substitute(&committed(COMPONENTS_FILE), values).unwrap();
+    clusterctl::parse_components(&text).unwrap()
+}
+
+fn webhook_container(docs: &[Value]) -> Value {
+    docs.iter()
+        .filter(|d| d["kind"] == "Deployment")
+        .flat_map(|d| d["spec"]["template"]["spec"]["containers"].as_array().unwrap())
+        .find(|c| c["name"] == "webhook")
+        .expect("the webhook's Deployment")
+        .clone()
+}
+
+/// The webhook's flags, parsed as the binary parses them.
+fn webhook_args(container: &Value) -> captf_webhook::cli::ServeArgs {
+    let argv = std::iter::once("captf-webhook".to_string()).chain(strings(&container["args"]));
+    <captf_webhook::cli::Cli as clap::Parser>::try_parse_from(argv)
+        .unwrap_or_else(|e| panic!("captf-webhook rejects the args: {e}"))
+        .serve
+}
+
+/// What the controller's flags say, to compare: the namespaces as the controller reads them
+/// (no `--namespace` and `--namespace=""` both mean all).
+fn said(run: &RunArgs) -> String {
+    let mut run = run.clone();
+    run.namespace = run.watch_namespaces();
+    format!("{run:?}")
+}
+
+/// What the webhook's flags say, to compare, the namespaces read the same way.
+fn webhook_said(mut serve: captf_webhook::cli::ServeArgs) -> String {
+    serve.watched_namespaces.retain(|n| !n.is_empty());
+    format!("{serve:?}")
+}
+
+/// The long names of a clap command's flags, without clap's own.
+fn long_flags(command: &clap::Command) -> Vec<String> {
+    command
+        .get_arguments()
+        .filter_map(|a| a.get_long())
+        .filter(|l| !["help", "version"].contains(l))
+        .map(str::to_string)
+        .collect()
+}
+
+/// The flags of `captf-controller run`, from its clap definition.
+fn controller_flags() -> Vec<String> {
+    long_flags(&<RunArgs as clap::Args>::augment_args(clap::Command::new("run")))
+}
+
+/// The webhook's flags, from its clap definition.
+fn webhook_flags() -> Vec<String> {
+    long_flags(&<captf_webhook::cli::Cli as clap::CommandFactory>::command())
+}
+
+/// The variables that set a flag: each with its flag, chart value and webhook flag.
+fn flag_variables() -> Vec<(&'static str, &'static str, &'static str, Option<&'static str>)> {
+    VARIABLES
+        .iter()
+        .filter_map(|v| match v.sets {
+            Sets::Flag { flag, chart, webhook } => Some((v.name, flag, chart, webhook)),
+            _ => None,
+        })
+        .collect()
+}
+
+/// The arguments of `args` that give `--<flag>`.
+fn giving<'a>(args: &'a [String], flag: &str) -> Vec<&'a String> {
+    let given = format!("--{flag}=");
+    args.iter()
+        .filter(|a| **a == format!("--{flag}") || a.starts_with(&given))
+        .collect()
+}
+
+/// The chart rendered as the components are, with `extra` values.
+fn chart_rendered(extra: &[&str]) -> Vec<Value> {
+    let mut args: Vec<&str> = COMPONENTS_VALUES.to_vec();
+    args.extend(extra);
+    helm_template(&args).unwrap().docs
+}
+
+/// `clusterctl upgrade` renders the components again from the variables alone, so a flag a user
+/// edited into the Deployment is lost: every flag of `captf-controller run` (as clap declares
+/// them, so a flag added later fails here until it is one or the other) is either set by exactly
+/// one variable, which a chart value sets too, or fixed, with why.
+#[test]
+fn every_user_settable_controller_flag_is_a_clusterctl_variable_and_a_chart_value() {
+    let flags = controller_flags();
+    let variables = flag_variables();
+    for (flag, why) in FIXED_CONTROLLER_FLAGS {
+        assert!(
+            flags.iter().any(|f| f == flag),
+            "FIXED_CONTROLLER_FLAGS names --{flag}, which captf-controller run does not take"
+        );
+        assert!(!why.is_empty(), "--{flag} is fixed without a reason");
+    }
+    for (name, flag, ..) in &variables {
+        assert!(
+            flags.iter().any(|f| f == flag),
+            "{name} sets --{flag}, which captf-controller run does not take"
+        );
+    }
+    for flag in &flags {
+        let by: Vec<&str> = variables
+            .iter()
+            .filter(|(_, f, ..)| f == flag)
+            .map(|(name, ..)| *name)
+            .collect();
+        let fixed = FIXED_CONTROLLER_FLAGS.iter().filter(|(f, _)| f == flag).count();
+        assert!(
+            by.len() + fixed == 1,
+            "--{flag}: set by {by:?}, {fixed} time(s) in FIXED_CONTROLLER_FLAGS; a flag a user may set is one \
+             clusterctl variable (clusterctl::VARIABLES), any other is in FIXED_CONTROLLER_FLAGS with why"
+        );
+    }
+
+    let text = committed(COMPONENTS_FILE);
+    let defaults: BTreeMap<String, String> = clusterctl::variable_references(&text)
+        .into_iter()
+        .filter_map(|r| r.split_once(":=").map(|(n, d)| (n.to_string(), d.to_string())))
+        .collect();
+    let docs = components();
+    let manager_args = strings(&manager(&docs)["args"]);
+    let webhook_args = strings(&webhook_container(&docs)["args"]);
+    let webhook_flags = webhook_flags();
+    let values: Value =
+        serde_yaml_ng::from_str(&std::fs::read_to_string(captf_chart_tests::chart_dir().join("values.yaml")).unwrap())
+            .unwrap();
+    for (name, flag, chart, webhook) in &variables {
+        let want = format!("--{flag}=${{{name}:={}}}", defaults[*name]);
+        assert_eq!(giving(&manager_args, flag), [&want], "the controller's --{flag}");
+        assert!(
+            !values
+                .pointer(&format!("/{}", chart.replace('.', "/")))
+                .unwrap_or(&Value::Null)
+                .is_null(),
+            "{name}: the chart has no value {chart}"
+        );
+        // A flag both binaries read (the tenant policy) is given the same value in both.
+        if webhook_flags.iter().any(|f| f == flag) {
+            assert_eq!(*webhook, Some(*flag), "{name}: the webhook takes --{flag} too");
+        }
+        if let Some(w) = webhook {
+            assert!(webhook_flags.iter().any(|f| f == w), "the webhook has no --{w}");
+            let want = format!("--{w}=${{{name}:={}}}", defaults[*name]);
+            assert_eq!(giving(&webhook_args, w), [&want], "the webhook's --{w}");
+        }
+    }
+    // A fixed flag is what the chart renders, whatever the variables.
+    let chart_args = strings(&manager(&chart_rendered(&[]))["args"]);
+    for (flag, _) in FIXED_CONTROLLER_FLAGS {
+        assert_eq!(giving(&manager_args, flag), giving(&chart_args, flag), "--{flag}");
+        assert!(
+            giving(&manager_args, flag).iter().all(|a| !a.contains("${")),
+            "--{flag} is fixed"
+        );
+    }
+}
+
+/// Installed with every variable at its default, the controller and the webhook read their flags
+/// as they read the chart's own rendering (with its defaults): the defaults are the chart's.
+#[test]
+fn the_variables_default_to_what_the_chart_renders() {
+    let chart = chart_rendered(&[]);
+    let docs = installed(&BTreeMap::new());
+    assert_eq!(said(&run_args(&manager(&docs))), said(&run_args(&manager(&chart))));
+    assert_eq!(
+        webhook_said(webhook_args(&webhook_container(&docs))),
+        webhook_said(webhook_args(&webhook_container(&chart)))
+    );
+}
+
+/// A value other than a variable's default, the chart values that say the same, and how the
+/// controller reads it.
+struct Setting {
+    variable: &'static str,
+    value: &'static str,
+    chart: &'static [&'static str],
+    reads: fn(&RunArgs) -> bool,
+}
+
+/// `name=quantity,...` of a resource list, sorted.
+fn quantities(q: &captf_controller::runtime::flags::Quantities) -> String {
+    q.0.iter()
+        .map(|(k, v)| format!("{k}={}", v.0))
+        .collect::<Vec<_>>()
+        .join(",")
+}
+
+fn settings() -> Vec<Setting> {
+    use captf_controller::runtime::metrics_auth::MetricsAuth;
+    vec![
+        Setting {
+            variable: "CAPTF_RUNNER_IMAGE",
+            value: "registry.example/runner:1",
+            chart: &[
+                "--set",
+                "runner.image.repository=registry.example/runner",
+                "--set-string",
+                "runner.image.tag=1",
+                "--set",
+                "runner.image.digest=",
+            ],
+            reads: |r| r.policy.runner_image == "registry.example/runner:1",
+        },
+        Setting {
+            variable: "CAPTF_WATCH_NAMESPACE",
+            value: "tenant-a,tenant-b",
+            chart: &[
+                "--set",
+                "controller.watchAllNamespaces=false",
+                "--set",
+                "controller.watchNamespaces={tenant-a,tenant-b}",
+            ],
+            reads: |r| r.watch_namespaces() == ["tenant-a", "tenant-b"],
+        },
+        Setting {
+            variable: "CAPTF_WATCH_FILTER",
+            value: "mgmt-a",
+            chart: &["--set", "controller.watchFilter=mgmt-a"],
+            reads: |r| r.watch_filter == "mgmt-a",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_SERVICE_ACCOUNT",
+            value: "runners",
+            chart: &["--set", "runner.serviceAccount.name=runners"],
+            reads: |r| r.policy.runner_service_account == "runners",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_SERVICE_ACCOUNT_ANNOTATIONS",
+            value: "eks.amazonaws.com/role-arn=arn:aws:iam::1:role/tf",
+            chart: &[
+                "--set-json",
+                r#"runner.serviceAccount.annotations={"eks.amazonaws.com/role-arn":"arn:aws:iam::1:role/tf"}"#,
+            ],
+            reads: |r| {
+                r.runner_service_account_annotations.0
+                    == BTreeMap::from([("eks.amazonaws.com/role-arn".into(), "arn:aws:iam::1:role/tf".into())])
+            },
+        },
+        Setting {
+            variable: "CAPTF_MAX_RUNNING_JOBS",
+            value: "40",
+            chart: &["--set", "controller.maxRunningJobs.total=40"],
+            reads: |r| r.max_running_jobs == 40,
+        },
+        Setting {
+            variable: "CAPTF_MAX_RUNNING_JOBS_PER_NAMESPACE",
+            value: "0",
+            chart: &["--set", "controller.maxRunningJobs.perNamespace=0"],
+            reads: |r| r.max_running_jobs_per_namespace == 0,
+        },
+        Setting {
+            variable: "CAPTF_WATCH_LABEL_SELECTOR",
+            value: "sharding.captf.io/key=shard-1",
+            chart: &[
+                "--set-json",
+                r#"controller.watchLabelSelector="sharding.captf.io/key=shard-1""#,
+            ],
+            reads: |r| r.watch_label_selector == "sharding.captf.io/key=shard-1",
+        },
+        Setting {
+            variable: "CAPTF_CONCURRENCY",
+            value: "16",
+            chart: &["--set", "controller.concurrency=16"],
+            reads: |r| r.concurrency == 16,
+        },
+        Setting {
+            variable: "CAPTF_METRICS_AUTH",
+            value: "none",
+            chart: &["--set", "controller.metrics.auth=none"],
+            reads: |r| r.metrics_auth == MetricsAuth::None,
+        },
+        Setting {
+            variable: "CAPTF_ALLOWED_RUNNER_IMAGE_PREFIXES",
+            value: "registry.corp/,mirror.corp/captf/",
+            chart: &[
+                "--set",
+                "runner.policy.allowedImagePrefixes={registry.corp/,mirror.corp/captf/}",
+            ],
+            reads: |r| r.policy.allowed_runner_image_prefixes == ["registry.corp/", "mirror.corp/captf/"],
+        },
+        Setting {
+            variable: "CAPTF_ALLOWED_RUNNER_SERVICE_ACCOUNTS",
+            value: "deployer,ops",
+            chart: &["--set", "runner.policy.allowedServiceAccounts={deployer,ops}"],
+            reads: |r| r.policy.allowed_runner_service_accounts == ["deployer", "ops"],
+        },
+        Setting {
+            variable: "CAPTF_ALLOW_ENV_FROM_SECRETS",
+            value: "false",
+            chart: &["--set", "runner.policy.allowEnvFromSecrets=false"],
+            reads: |r| !r.policy.allow_env_from_secrets,
+        },
+        Setting {
+            variable: "CAPTF_ALLOW_VARIABLES_FROM_SECRETS",
+            value: "false",
+            chart: &["--set", "runner.policy.allowVariablesFromSecrets=false"],
+            reads: |r| !r.policy.allow_variables_from_secrets,
+        },
+        Setting {
+            variable: "CAPTF_ALLOWED_RUNNER_PRIORITY_CLASSES",
+            value: "runner-low",
+            chart: &["--set", "runner.policy.allowedPriorityClasses={runner-low}"],
+            reads: |r| r.policy.allowed_runner_priority_classes == ["runner-low"],
+        },
+        Setting {
+            variable: "CAPTF_ALLOWED_RUNNER_NODE_LABEL_KEYS",
+            value: "topology.kubernetes.io/zone,pool.example.com/name",
+            chart: &[
+                "--set",
+                "runner.policy.allowedNodeLabelKeys={topology.kubernetes.io/zone,pool.example.com/name}",
+            ],
+            reads: |r| {
+                r.policy.allowed_runner_node_label_keys == ["topology.kubernetes.io/zone", "pool.example.com/name"]
+            },
+        },
+        Setting {
+            variable: "CAPTF_ALLOW_RUNNER_NODE_MATCH_FIELDS",
+            value: "true",
+            chart: &["--set", "runner.policy.allowNodeMatchFields=true"],
+            reads: |r| r.policy.allow_runner_node_match_fields,
+        },
+        Setting {
+            variable: "CAPTF_ALLOWED_RUNNER_TOLERATION_KEYS",
+            value: "dedicated",
+            chart: &["--set", "runner.policy.allowedTolerationKeys={dedicated}"],
+            reads: |r| r.policy.allowed_runner_toleration_keys == ["dedicated"],
+        },
+        Setting {
+            variable: "CAPTF_ALLOW_RUNNER_CROSS_NAMESPACE_POD_AFFINITY",
+            value: "true",
+            chart: &["--set", "runner.policy.allowCrossNamespacePodAffinity=true"],
+            reads: |r| r.policy.allow_runner_cross_namespace_pod_affinity,
+        },
+        Setting {
+            variable: "CAPTF_ALLOW_APPROVAL_NEVER",
+            value: "true",
+            chart: &["--set", "approvals.allowNever=true"],
+            reads: |r| r.policy.allow_approval_never,
+        },
+        Setting {
+            variable: "CAPTF_MAX_APPROVALS_REQUIRED",
+            value: "5",
+            chart: &["--set", "approvals.maxRequired=5"],
+            reads: |r| r.policy.max_approvals_required == 5,
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_REQUESTS",
+            value: "cpu=250m,memory=512Mi",
+            chart: &[
+                "--set",
+                "runner.resources.requests.cpu=250m",
+                "--set",
+                "runner.resources.requests.memory=512Mi",
+            ],
+            reads: |r| quantities(&r.runner_requests) == "cpu=250m,memory=512Mi",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_LIMITS",
+            value: "cpu=1500m,memory=4Gi",
+            chart: &[
+                "--set",
+                "runner.resources.limits.cpu=1500m",
+                "--set",
+                "runner.resources.limits.memory=4Gi",
+            ],
+            reads: |r| quantities(&r.runner_limits) == "cpu=1500m,memory=4Gi",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_WORK_SIZE_LIMIT",
+            value: "8Gi",
+            chart: &["--set", "runner.workSizeLimit=8Gi"],
+            reads: |r| r.runner_work_size_limit == "8Gi",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_TMP_SIZE_LIMIT",
+            value: "2Gi",
+            chart: &["--set", "runner.tmpSizeLimit=2Gi"],
+            reads: |r| r.runner_tmp_size_limit == "2Gi",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG",
+            value: "terraform-mirror",
+            chart: &["--set", "runner.terraformCliConfig.configMapName=terraform-mirror"],
+            reads: |r| r.runner_terraform_cli_config == "terraform-mirror",
+        },
+        Setting {
+            variable: "CAPTF_RUNNER_TERRAFORM_CLI_CONFIG_KEY",
+            value: "mirror.rc",
+            chart: &["--set", "runner.terraformCliConfig.key=mirror.rc"],
+            reads: |r| r.runner_terraform_cli_config_key == "mirror.rc",
+        },
+        Setting {
+            variable: "CAPTF_NAMESPACE_NOTIFICATION_TARGETS",
+            value: "false",
+            chart: &["--set", "notifications.namespaceTargets=false"],
+            reads: |r| !r.namespace_notification_targets,
+        },
+        Setting {
+            variable: "CAPTF_NOTIFY_AFTER_FAILURES",
+            value: "5",
+            chart: &["--set", "notifications.afterFailures=5"],
+            reads: |r| r.notify_after_failures == 5,
+        },
+    ]
+}
+
+/// Each variable set to a value other than its default reaches the controller's flag (parsed by
+/// the real parser) with that value, and the webhook reads the same policy; all of them set
+/// together say what the chart values they stand for say.
+#[test]
+fn each_variable_set_to_another_value_reaches_its_flag_as_the_chart_value_does() {
+    let settings = settings();
+    let mut named: Vec<&str> = settings.iter().map(|s| s.variable).collect();
+    let mut want: Vec<&str> = flag_variables().into_iter().map(|(name, ..)| name).collect();
+    named.sort();
+    want.sort();
+    assert_eq!(named, want, "one setting for each variable that sets a flag");
+
+    let defaults = run_args(&manager(&installed(&BTreeMap::new())));
+    for s in &settings {
+        let chart_value = flag_variables().into_iter().find(|(n, ..)| *n == s.variable).unwrap().2;
+        assert!(
+            s.chart.iter().any(|a| a.contains(chart_value)),
+            "{}: the setting sets no {chart_value}",
+            s.variable
+        );
+        assert!(!(s.reads)(&defaults), "{}={} is its default", s.variable, s.value);
+        let docs = installed(&BTreeMap::from([(s.variable, s.value)]));
+        let run = run_args(&manager(&docs));
+        assert!((s.reads)(&run), "{}={}: {run:?}", s.variable, s.value);
+        let webhook = webhook_args(&webhook_container(&docs));
+        assert_eq!(
+            webhook.policy, run.policy,
+            "{}: the webhook reads the same policy",
+            s.variable
+        );
+        assert_eq!(
+            webhook.to_config().unwrap().watched,
+            if run.watch_namespaces().is_empty() {
+                captf_webhook::watched::Watched::all()
+            } else {
+                captf_webhook::watched::Watched::only(run.watch_namespaces())
+            },
+            "{}: the webhook is told the controller's namespaces",
+            s.variable
+        );
+    }
+
+    let values: BTreeMap<&str, &str> = settings.iter().map(|s| (s.variable, s.value)).collect();
+    let docs = installed(&values);
+    let chart_values: Vec<&str> = settings.iter().flat_map(|s| s.chart.iter().copied()).collect();
+    let chart = chart_rendered(&chart_values);
+    let run = run_args(&manager(&docs));
+    for s in &settings {
+        assert!((s.reads)(&run), "{} set with the others", s.variable);
+    }
+    assert_eq!(said(&run), said(&run_args(&manager(&chart))));
+    assert_eq!(
+        webhook_said(webhook_args(&webhook_container(&docs))),
+        webhook_said(webhook_args(&webhook_container(&chart)))
+    );
+}
+
+/// A user who wants a flag empty sets its variable to `""` (an empty value is taken for unset):
+/// every flag that takes an empty value reads `""` as it, in the controller and the webhook. The
+/// variables whose default is `""` are among them.
+#[test]
+fn a_variable_set_to_empty_quotes_reads_as_its_flag_given_empty() {
+    let text = committed(COMPONENTS_FILE);
+    let docs = installed(&BTreeMap::new());
+    let manager_args = strings(&manager(&docs)["args"]);
+    let webhook = webhook_container(&docs);
+    let mut read = vec![];
+    for (name, flag, _, webhook_flag) in flag_variables() {
+        let emptied = |args: &[String], flag: &str| -> Vec<String> {
+            let given = format!("--{flag}=");
+            args.iter()
+                .map(|a| {
+                    if a.starts_with(&given) {
+                        given.clone()
+                    } else {
+                        a.clone()
+                    }
+                })
+                .collect()
+        };
+        let Ok(given_empty) = RunArgs::from_flags(&emptied(&manager_args, flag)[1..]) else {
+            continue;
+        };
+        let quoted = installed(&BTreeMap::from([(name, "\"\"")]));
+        let run = run_args(&manager(&quoted));
+        assert_eq!(said(&run), said(&given_empty), "{name}=\"\"");
+        if let Some(w) = webhook_flag {
+            let mut emptied_webhook = webhook.clone();
+            emptied_webhook["args"] = serde_json::json!(emptied(&strings(&webhook["args"]), w));
+            assert_eq!(
+                webhook_said(webhook_args(&webhook_container(&quoted))),
+                webhook_said(webhook_args(&emptied_webhook)),
+                "{name}=\"\" in the webhook"
+            );
+        }
+        read.push(name);
+    }
+    for r in clusterctl::variable_references(&text) {
+        if let Some(name) = r.strip_suffix(":=\"\"") {
+            assert!(
+                read.contains(&name),
+                "{name} defaults to \"\" but its flag takes no empty value"
+            );
+        }
+    }
+}
+
 /// clusterctl installs providers cluster-wide: the components bind the controller's ClusterRole
 /// with a ClusterRoleBinding, whatever the chart's default (the release namespace only) is.
 #[test]
@@ -319,6 +841,22 @@ fn every_variable_has_a_default_and_the_readme_documents_it() {
             v.name
         );
         assert!(readme.contains(v.name), "docs/install.md does not document {}", v.name);
+        // Its row of the variables table: its default, and the flag and chart value it sets.
+        let row = readme
+            .lines()
+            .find(|l| l.starts_with(&format!("| `{}` |", v.name)))
+            .unwrap_or_else(|| panic!("docs/install.md's table of variables has no row for {}", v.name));
+        if !matches!(v.default, clusterctl::DefaultValue::ChartImage(_)) {
+            let default = refs
+                .iter()
+                .find_map(|r| r.strip_prefix(&format!("{}:=", v.name)))
+                .unwrap();
+            assert!(row.contains(&format!("`{default}`")), "{row}: no default `{default}`");
+        }
+        if let Sets::Flag { flag, chart, .. } = v.sets {
+            assert!(row.contains(&format!("`--{flag}`")), "{row}: no `--{flag}`");
+            assert!(row.contains(&format!("`{chart}`")), "{row}: no chart value `{chart}`");
+        }
     }
     // The images and the log level are variables.
     let docs = components();
