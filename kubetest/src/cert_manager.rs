@@ -89,8 +89,7 @@ pub struct CertManager {
 }
 
 fn free_port() -> Result<u16, CertManagerError> {
-    let listener = std::net::TcpListener::bind("0.0.0.0:0").map_err(CertManagerError::Port)?;
-    Ok(listener.local_addr().map_err(CertManagerError::Port)?.port())
+    crate::ports::free_port().map_err(CertManagerError::Port)
 }
 
 impl CertManager {

@@ -23,12 +23,13 @@ pub mod node_agent;
 pub mod node_bootstrap;
 pub mod pki;
 pub mod podnet;
+pub mod ports;
 pub mod probe;
 pub mod process;
 pub mod route;
 pub mod tools;
 
-use std::net::{Ipv4Addr, TcpListener};
+use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
@@ -488,16 +489,11 @@ pub async fn client_from_kubeconfig(path: &Path) -> Result<kube::Client, ClientE
     Ok(kube::Client::try_from(config)?)
 }
 
-/// The layout of one start: free loopback ports (all bound at once, so they differ) and the
+/// The layout of one start: free loopback ports (never one given out before) and the
 /// folder's paths.
 fn layout(dir: &Path, opts: &Options) -> Result<Layout, StartError> {
-    let listeners = (0..4)
-        .map(|_| TcpListener::bind((Ipv4Addr::LOCALHOST, 0)))
-        .collect::<Result<Vec<_>, _>>()
-        .map_err(StartError::Port)?;
-    let ports = listeners
-        .iter()
-        .map(|l| l.local_addr().map(|a| a.port()))
+    let ports = (0..4)
+        .map(|_| ports::free_port_on(Ipv4Addr::LOCALHOST))
         .collect::<Result<Vec<_>, _>>()
         .map_err(StartError::Port)?;
     Ok(Layout {

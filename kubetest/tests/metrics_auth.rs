@@ -7,7 +7,7 @@
 
 mod common;
 
-use std::net::{Ipv4Addr, SocketAddr, TcpListener};
+use std::net::{Ipv4Addr, SocketAddr};
 use std::time::Duration;
 
 use captf_chart_tests::{NAMESPACE, RBAC_KINDS, helm_template};
@@ -100,11 +100,7 @@ async fn allowed(admin: &kube::Client, user: &str, resource: Option<ResourceAttr
 }
 
 fn free_port() -> u16 {
-    TcpListener::bind((Ipv4Addr::LOCALHOST, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    captf_kubetest::ports::free_port_on(Ipv4Addr::LOCALHOST).unwrap()
 }
 
 /// `GET /metrics` with an optional `Authorization` header: the status code and the body.

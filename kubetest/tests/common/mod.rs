@@ -69,13 +69,9 @@ where
 }
 
 /// A TCP port free on every address of this machine now (the process kubelet's pods and the
-/// managers the tests start listen on the host's network).
+/// managers the tests start listen on the host's network), never one given out before.
 pub fn free_port() -> u16 {
-    std::net::TcpListener::bind((std::net::Ipv4Addr::UNSPECIFIED, 0))
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    captf_kubetest::ports::free_port().unwrap()
 }
 
 /// The output (both streams) of a command that must succeed; fails the test with it otherwise.
