@@ -233,7 +233,17 @@ pub enum Command {
     /// each CRD's status.storedVersions to that version alone (what lets a later release drop
     /// the old one). For an administrator: it lists and updates the kinds cluster-wide and
     /// updates customresourcedefinitions/status. Idempotent.
-    MigrateStorage,
+    ///
+    /// With `--to v1alpha1`, the step before going back to a release that knows only v1alpha1
+    /// (`helm rollback` to 0.1): each CRD stores v1alpha1 again, every object is written again
+    /// at it, and the newer versions stop being served, so the older release's clients and
+    /// webhook never need a conversion it cannot do.
+    MigrateStorage {
+        /// The version to store objects at: the release's (v1beta1, the default) or an older
+        /// served one to go back to.
+        #[arg(long, value_parser = parse_version)]
+        to: Option<captf_shared::conversion::Version>,
+    },
     /// Replaced by `refresh` (read the state again) and `reconcile` (skip a backoff).
     #[command(hide = true)]
     Retry {
@@ -251,6 +261,12 @@ pub enum Command {
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         words: Vec<String>,
     },
+}
+
+/// `--to`: one of the versions CAPTF serves.
+fn parse_version(s: &str) -> Result<captf_shared::conversion::Version, String> {
+    let all = captf_shared::conversion::Version::ALL.map(|v| v.as_str()).join(", ");
+    captf_shared::conversion::Version::parse(s).map_err(|_| format!("{s:?} is not a version CAPTF serves ({all})"))
 }
 
 impl Cli {

@@ -72,7 +72,9 @@ pub async fn run(cli: &Cli, conn: &Conn) -> Result<Printed, PluginError> {
         Command::Reconcile { target, reason } => {
             refresh_reconcile::reconcile(conn, &parse_target(target)?, reason.as_deref(), json, now).await
         }
-        Command::MigrateStorage => storage::migrate(conn, json).await,
+        Command::MigrateStorage { to } => {
+            storage::migrate(conn, to.unwrap_or(captf_shared::conversion::Version::STORED), json).await
+        }
         Command::Retry { target } => Err(PluginError::Usage(format!(
             "`retry` is now two commands: `kubectl captf refresh {target}` reads the state and outputs again; `kubectl captf reconcile {target} --reason <why>` starts the retry of a failure now instead of after its backoff"
         ))),

@@ -9,6 +9,11 @@
 //! version alone is left as it is. Each object is written back as read (an update with its
 //! `resourceVersion`): the spec is unchanged, so no Job starts, and an object that changed in
 //! between, or went, was written (or removed) by someone else, which serves as well.
+//!
+//! `--to` an older version prepares going back to a release that knows only that one: each CRD
+//! stores it again (the objects are written while the newer webhook still converts), its
+//! `storedVersions` becomes that version alone, and the newer versions stop being served, so
+//! neither the older release's clients nor its webhook, which serves no conversion, ever meet one.
 
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, ApiResource, DynamicObject, ListParams, Patch, PatchParams, PostParams};
@@ -24,10 +29,31 @@ use crate::printed::{Printed, pretty};
 /// Objects listed per page.
 const PAGE: u32 = 500;
 
-/// What a CRD's `status.storedVersions` says about the migration (PURE): `None` when only the
-/// stored version is in it, else the versions found.
-pub fn needs_migration(stored_versions: &[String]) -> Option<Vec<String>> {
-    (stored_versions != [Version::STORED.as_str()]).then(|| stored_versions.to_vec())
+/// What a CRD says about the migration to `to` (PURE): `None` when `to` is its storage version
+/// and the only one in `status.storedVersions`, else the stored versions found.
+pub fn needs_migration(storage: Option<&str>, stored_versions: &[String], to: Version) -> Option<Vec<String>> {
+    (storage != Some(to.as_str()) || stored_versions != [to.as_str()]).then(|| stored_versions.to_vec())
+}
+
+/// The CRD's versions once `to` is stored (PURE): `to` is the one storage version and served;
+/// when `to` is older than the release's, the newer versions are no longer served. Versions are
+/// JSON (`spec.versions`), each kept whole but for `served` and `storage`.
+pub fn versions_storing(versions: &[serde_json::Value], to: Version) -> Vec<serde_json::Value> {
+    let newer = |name: &str| Version::parse(name).is_ok_and(|v| v > to);
+    versions
+        .iter()
+        .map(|v| {
+            let mut v = v.clone();
+            let name = v["name"].as_str().unwrap_or_default().to_string();
+            v["storage"] = json!(name == to.as_str());
+            if name == to.as_str() {
+                v["served"] = json!(true);
+            } else if to < Version::STORED && newer(&name) {
+                v["served"] = json!(false);
+            }
+            v
+        })
+        .collect()
 }
 
 /// One CRD's migration.
@@ -43,6 +69,13 @@ pub struct Migrated {
     pub moved_on: u64,
     /// Whether `status.storedVersions` was set.
     pub updated: bool,
+    /// The version objects are stored at now.
+    #[serde(serialize_with = "as_name")]
+    pub to: Version,
+}
+
+fn as_name<S: serde::Serializer>(v: &Version, s: S) -> Result<S::Ok, S::Error> {
+    s.serialize_str(v.as_str())
 }
 
 /// The line `migrate-storage` prints for one CRD (PURE).
@@ -55,33 +88,38 @@ pub fn line(m: &Migrated) -> String {
         );
     }
     format!(
-        "{}: {} object(s) written at {} ({} changed or removed meanwhile); storedVersions [{}] -> [{}]",
+        "{}: {} object(s) written at {} ({} changed or removed meanwhile); storedVersions [{}] -> [{}]{}",
         m.crd,
         m.rewritten,
-        Version::STORED,
+        m.to,
         m.moved_on,
         m.before.join(", "),
-        Version::STORED
+        m.to,
+        if m.to < Version::STORED {
+            format!("; {} served alone", m.to)
+        } else {
+            String::new()
+        }
     )
 }
 
 /// The CRD name of a kind (`terraformclusters.infrastructure.cluster.x-k8s.io`) and its resource
-/// at the stored version.
-fn resource(kind: &str) -> (String, ApiResource) {
+/// at `version`.
+fn resource(kind: &str, version: Version) -> (String, ApiResource) {
     let plural = format!("{}s", kind.to_lowercase());
-    let gvk = kube::api::GroupVersionKind::gvk(captf_shared::keys::GROUP, Version::STORED.as_str(), kind);
+    let gvk = kube::api::GroupVersionKind::gvk(captf_shared::keys::GROUP, version.as_str(), kind);
     (
         format!("{plural}.{}", captf_shared::keys::GROUP),
         ApiResource::from_gvk_with_plural(&gvk, &plural),
     )
 }
 
-/// Migrate every CAPTF CRD.
-pub async fn migrate(conn: &Conn, json: bool) -> Result<Printed, PluginError> {
+/// Migrate every CAPTF CRD to store `to`.
+pub async fn migrate(conn: &Conn, to: Version, json: bool) -> Result<Printed, PluginError> {
     let crds: Api<CustomResourceDefinition> = Api::all(conn.client.clone());
     let mut done = Vec::new();
     for kind in SERVED_KINDS {
-        let (name, ar) = resource(kind);
+        let (name, ar) = resource(kind, to);
         let crd = crds.get(&name).await.map_err(|e| {
             from_kube(
                 e,
@@ -95,21 +133,44 @@ pub async fn migrate(conn: &Conn, json: bool) -> Result<Printed, PluginError> {
             .as_ref()
             .and_then(|s| s.stored_versions.clone())
             .unwrap_or_default();
-        let Some(before) = needs_migration(&stored) else {
+        let storage = crd.spec.versions.iter().find(|v| v.storage).map(|v| v.name.as_str());
+        let Some(before) = needs_migration(storage, &stored, to) else {
             done.push(Migrated {
                 crd: name,
                 before: stored,
                 rewritten: 0,
                 moved_on: 0,
                 updated: false,
+                to,
             });
             continue;
         };
+        if !crd.spec.versions.iter().any(|v| v.name == to.as_str()) {
+            return Err(PluginError::Usage(format!(
+                "CRD {name} has no version {to}: install the release that serves it first"
+            )));
+        }
+        let versions: Vec<serde_json::Value> = crd
+            .spec
+            .versions
+            .iter()
+            .map(|v| serde_json::to_value(v).unwrap_or_default())
+            .collect();
+        let storing = versions_storing(&versions, to);
+        // Storage first, serving alone last: the objects are written while every version is
+        // served and the newer webhook converts them.
+        let mut serving_all = storing.clone();
+        for (v, was) in serving_all.iter_mut().zip(&versions) {
+            v["served"] = was["served"].clone();
+        }
+        if serving_all != versions {
+            set_versions(&crds, &name, &serving_all).await?;
+        }
         let (rewritten, moved_on) = rewrite_all(conn, &ar).await?;
         crds.patch_status(
             &name,
             &PatchParams::default(),
-            &Patch::Merge(json!({"status": {"storedVersions": [Version::STORED.as_str()]}})),
+            &Patch::Merge(json!({"status": {"storedVersions": [to.as_str()]}})),
         )
         .await
         .map_err(|e| {
@@ -120,18 +181,45 @@ pub async fn migrate(conn: &Conn, json: bool) -> Result<Printed, PluginError> {
                 None,
             )
         })?;
+        if storing != serving_all {
+            set_versions(&crds, &name, &storing).await?;
+        }
         done.push(Migrated {
             crd: name,
             before,
             rewritten,
             moved_on,
             updated: true,
+            to,
         });
     }
     Ok(if json {
         Printed::out(pretty(&json!({"migrated": done})))
     } else {
         Printed::out(done.iter().map(|m| line(m) + "\n").collect())
+    })
+}
+
+/// Set a CRD's `spec.versions` (a merge patch: the list is replaced whole).
+async fn set_versions(
+    crds: &Api<CustomResourceDefinition>,
+    name: &str,
+    versions: &[serde_json::Value],
+) -> Result<(), PluginError> {
+    crds.patch(
+        name,
+        &PatchParams::default(),
+        &Patch::Merge(json!({"spec": {"versions": versions}})),
+    )
+    .await
+    .map(drop)
+    .map_err(|e| {
+        from_kube(
+            e,
+            &format!("set spec.versions of CRD {name}"),
+            ("patch", "customresourcedefinitions", "apiextensions.k8s.io"),
+            None,
+        )
     })
 }
 
@@ -178,15 +266,52 @@ mod tests {
     #[test]
     fn migrate_storage_is_needed_until_the_stored_version_is_the_only_one() {
         let v = |s: &[&str]| s.iter().map(|x| x.to_string()).collect::<Vec<_>>();
-        assert_eq!(needs_migration(&v(&["v1beta1"])), None);
+        let beta = Version::V1beta1;
+        assert_eq!(needs_migration(Some("v1beta1"), &v(&["v1beta1"]), beta), None);
         assert_eq!(
-            needs_migration(&v(&["v1alpha1", "v1beta1"])),
+            needs_migration(Some("v1beta1"), &v(&["v1alpha1", "v1beta1"]), beta),
             Some(v(&["v1alpha1", "v1beta1"]))
         );
-        assert_eq!(needs_migration(&v(&["v1alpha1"])), Some(v(&["v1alpha1"])));
+        assert_eq!(
+            needs_migration(Some("v1beta1"), &v(&["v1alpha1"]), beta),
+            Some(v(&["v1alpha1"]))
+        );
         // A CRD whose status says nothing yet is migrated too: its objects are listed and
         // written again, which costs nothing when there are none.
-        assert_eq!(needs_migration(&[]), Some(vec![]));
+        assert_eq!(needs_migration(Some("v1beta1"), &[], beta), Some(vec![]));
+        // Going back: a CRD storing v1beta1 is migrated even before anything is stored at it,
+        // and one already storing v1alpha1 alone is left as it is.
+        let alpha = Version::V1alpha1;
+        assert_eq!(
+            needs_migration(Some("v1beta1"), &v(&["v1alpha1"]), alpha),
+            Some(v(&["v1alpha1"]))
+        );
+        assert_eq!(needs_migration(Some("v1alpha1"), &v(&["v1alpha1"]), alpha), None);
+    }
+
+    #[test]
+    fn migrate_storage_to_an_older_version_stores_it_and_stops_serving_the_newer_ones() {
+        let versions = vec![
+            json!({"name": "v1alpha1", "served": true, "storage": false, "deprecated": true}),
+            json!({"name": "v1beta1", "served": true, "storage": true, "schema": {"x": 1}}),
+        ];
+        assert_eq!(
+            versions_storing(&versions, Version::V1alpha1),
+            vec![
+                json!({"name": "v1alpha1", "served": true, "storage": true, "deprecated": true}),
+                json!({"name": "v1beta1", "served": false, "storage": false, "schema": {"x": 1}}),
+            ]
+        );
+        // Forward again: v1beta1 stored and served; v1alpha1 keeps being served.
+        let back = versions_storing(&versions, Version::V1alpha1);
+        assert_eq!(
+            versions_storing(&back, Version::V1beta1),
+            vec![
+                json!({"name": "v1alpha1", "served": true, "storage": false, "deprecated": true}),
+                json!({"name": "v1beta1", "served": true, "storage": true, "schema": {"x": 1}}),
+            ]
+        );
+        assert_eq!(versions_storing(&versions, Version::V1beta1), versions);
     }
 
     #[test]
@@ -197,6 +322,7 @@ mod tests {
             rewritten: 12,
             moved_on: 1,
             updated: true,
+            to: Version::V1beta1,
         };
         assert_eq!(
             line(&m),
@@ -210,5 +336,16 @@ mod tests {
             ..m
         };
         assert!(line(&m).ends_with("storedVersions is already [v1beta1]; nothing to do"));
+        let back = Migrated {
+            before: vec!["v1beta1".into()],
+            rewritten: 3,
+            updated: true,
+            to: Version::V1alpha1,
+            ..m
+        };
+        assert_eq!(
+            line(&back),
+            "terraformclusters.infrastructure.cluster.x-k8s.io: 3 object(s) written at v1alpha1 (0 changed or removed meanwhile); storedVersions [v1beta1] -> [v1alpha1]; v1alpha1 served alone"
+        );
     }
 }

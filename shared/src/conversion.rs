@@ -55,6 +55,14 @@ impl Version {
         format!("{GROUP}/{}", self.as_str())
     }
 
+    /// A served version by its name (`v1alpha1`).
+    pub fn parse(name: &str) -> Result<Version, ConversionError> {
+        Version::ALL
+            .into_iter()
+            .find(|v| v.as_str() == name)
+            .ok_or_else(|| ConversionError::UnknownVersion(bounded(name)))
+    }
+
     /// The version of an `apiVersion` (`infrastructure.cluster.x-k8s.io/v1beta1`).
     pub fn from_api_version(api_version: &str) -> Result<Version, ConversionError> {
         let unknown = || ConversionError::UnknownVersion(bounded(api_version));
@@ -62,10 +70,7 @@ impl Version {
         if group != GROUP {
             return Err(unknown());
         }
-        Version::ALL
-            .into_iter()
-            .find(|v| v.as_str() == version)
-            .ok_or_else(unknown)
+        Version::parse(version).map_err(|_| unknown())
     }
 }
 
