@@ -2,7 +2,8 @@
 # The whole test suite, from a fresh machine: installs the tools the tests need (helm,
 # kubectl, kubernetes-validate, Terraform; etcd, kube-apiserver and kube-controller-manager
 # built from their Go modules) into .tools/, then checks formatting and lints, and runs
-# every test of the workspace.
+# every test of the workspace. The releases release/released.txt names are built first, for the
+# tests that upgrade from them (scripts/build-release.sh).
 #
 # The test binaries run a few at a time ($CAPTF_TEST_JOBS, default the CPU count), slowest first
 # by the last run's times, each one's output printed whole when it ends (scripts/run-tests.py).
@@ -36,6 +37,12 @@ echo "== cargo fmt --check"
 timed "cargo fmt --check" cargo fmt --all -- --check
 echo "== cargo clippy --all-targets -- -D warnings"
 timed "cargo clippy" cargo clippy --workspace --all-targets --locked -- -D warnings
+# The releases the upgrade tests start from, built once per machine (before the workspace's own
+# build, which puts the workspace's binaries back where the release's build left its own).
+echo "== the releases to upgrade from (scripts/build-release.sh)"
+for version in $(awk '!/^#/ && NF { print $1 }' release/released.txt); do
+  timed "release $version (scripts/build-release.sh)" bash scripts/build-release.sh "$version" >/dev/null
+done
 echo "== cargo test --no-run (the build)"
 timed "build (cargo test --no-run)" \
   cargo test --workspace --locked --no-run --message-format=json-render-diagnostics >target/test-artifacts.json
