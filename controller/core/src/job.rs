@@ -189,6 +189,17 @@ pub fn owner_reference(kind: Kind, name: &str, uid: &str) -> OwnerReference {
     }
 }
 
+/// The name of the object of `kind` that owns something (a Job, a Secret) by its owner
+/// references, whatever API version a reference names (PURE). A Job created by an earlier release
+/// names its owner at that release's version (`…/v1alpha1`), and it is still that object's: the
+/// group and kind identify the owner, as Kubernetes' garbage collector takes them.
+pub fn owner_name(owners: &[OwnerReference], kind: Kind) -> Option<&str> {
+    owners
+        .iter()
+        .find(|o| o.kind == kind.as_str() && o.api_version.split('/').next() == Some(keys::GROUP))
+        .map(|o| o.name.as_str())
+}
+
 /// The labels every Job of an object carries plus the per-Job ones.
 pub fn job_labels(p: &JobParams<'_>) -> BTreeMap<String, String> {
     let mut l = BTreeMap::new();
@@ -595,11 +606,35 @@ pub fn build_job(p: &JobParams<'_>) -> Job {
 
 #[cfg(test)]
 mod tests {
+
     #![allow(clippy::unwrap_used)]
     use super::*;
     use crate::Reason;
     use captf_shared::defaults;
     use captf_shared::types::{TerraformSpec, TfBinary};
+
+    #[test]
+    fn a_job_owned_through_an_older_api_version_is_still_its_objects() {
+        let owner = |api_version: &str, kind: &str, name: &str| OwnerReference {
+            api_version: api_version.into(),
+            kind: kind.into(),
+            name: name.into(),
+            uid: "u".into(),
+            ..Default::default()
+        };
+        let now = owner_reference(Kind::TerraformCluster, "prod", "u");
+        assert_eq!(owner_name(&[now], Kind::TerraformCluster), Some("prod"));
+        let earlier = owner("infrastructure.cluster.x-k8s.io/v1alpha1", "TerraformCluster", "prod");
+        assert_eq!(
+            owner_name(std::slice::from_ref(&earlier), Kind::TerraformCluster),
+            Some("prod")
+        );
+        // Another kind, another group: not this kind's.
+        assert_eq!(owner_name(&[earlier], Kind::TerraformMachine), None);
+        let foreign = owner("other.example.com/v1", "TerraformCluster", "prod");
+        assert_eq!(owner_name(&[foreign], Kind::TerraformCluster), None);
+        assert_eq!(owner_name(&[], Kind::TerraformCluster), None);
+    }
 
     fn start(op: Op) -> Start {
         Start {

@@ -974,9 +974,25 @@ fn controller_for<K: CaptfKind>(
             )
         })
     };
+    // Jobs and Secrets wake the object that owns them by group and kind, whatever API version
+    // the reference names: those an earlier release made name its version (`owns` would match
+    // the version too, and an upgrade would leave them waking nothing).
+    fn owner<K: CaptfKind>(meta: &kube::core::ObjectMeta) -> Option<ObjectRef<Meta<K>>> {
+        let name = captf_core::job::owner_name(meta.owner_references.as_deref().unwrap_or_default(), K::KIND)?;
+        Some(ObjectRef::new(name).within(meta.namespace.as_deref()?))
+    }
     let mut controller = Controller::for_stream(feeds.kind_stream(writer, api, ctx.config.selector.as_deref()), reader)
-        .owns_stream(feeds.jobs_stream(K::KIND, jobs, jobs_api))
-        .owns(secrets, watcher::Config::default().labels(&selector));
+        .watches_stream(
+            feeds.jobs_stream(K::KIND, jobs, jobs_api).map(|j| {
+                j.map(|j| {
+                    kube::core::PartialObjectMetaExt::into_request_partial::<Job>(kube::Resource::meta(&j).clone())
+                })
+            }),
+            |j: PartialObjectMeta<Job>| owner::<K>(&j.metadata),
+        )
+        .watches(secrets, watcher::Config::default().labels(&selector), |s: Secret| {
+            owner::<K>(&s.metadata)
+        });
     for owner in OwnerKind::ALL.into_iter().filter(|o| o.concerns(K::KIND)) {
         let store = store.clone();
         let trigger = owners::owner_changes(client.clone(), ns.clone(), owner);
