@@ -21,14 +21,13 @@ mod common;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
+use captf_kubetest::cert_manager::prerequisites_or_skip;
 use captf_kubetest::route::{route_service, tls_files};
 use captf_kubetest::{ControlPlane, Kubelet, Options, Tools, tools_or_skip};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::hypervisor::{BootRequest, Hypervisor};
 use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::{HOLD_ENV, World};
-use k8s_openapi::api::apps::v1::Deployment;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Node, Secret};
 use k8s_openapi::api::rbac::v1::{ClusterRole, ClusterRoleBinding};
@@ -228,17 +227,6 @@ fn terraform_machine_pools() -> ApiResource {
     )
 }
 
-/// The container `name`'s args in the Deployment `namespace/deployment`, as clusterctl installed it.
-async fn deployment_args(admin: &kube::Client, namespace: &str, deployment: &str, container: &str) -> Vec<String> {
-    let d = Api::<Deployment>::namespaced(admin.clone(), namespace)
-        .get(deployment)
-        .await
-        .unwrap();
-    let spec = d.spec.unwrap().template.spec.unwrap();
-    let c = spec.containers.into_iter().find(|c| c.name == container).unwrap();
-    c.args.unwrap_or_default()
-}
-
 /// `args` with every flag named in `replace` dropped and the replacements appended.
 fn with_flags(args: &[String], drop: &[&str], add: &[String]) -> Vec<String> {
     args.iter()
@@ -357,7 +345,7 @@ impl CapiManager {
     /// certificate cert-manager issued for its webhook Service, which is routed to it.
     async fn start(&self, cp: &ControlPlane, admin: &kube::Client, bin: &Path, host: &str) -> tokio::process::Child {
         let work = cp.work_dir();
-        let args = deployment_args(admin, self.namespace, self.deployment, "manager").await;
+        let args = common::clusterctl::deployment_args(admin, self.namespace, self.deployment, "manager").await;
         let certs = work.join(format!("{}-serving-certs", self.binary));
         std::fs::create_dir_all(&certs).unwrap();
         let issued = match tls_files(admin, self.namespace, self.cert_secret, PATIENCE).await {
@@ -519,12 +507,12 @@ impl Management {
         let kubelet = cp.start_kubelet(kubelet_options).await.unwrap();
         let kubeconfig = cp.admin_kubeconfig();
 
-        let repo = local_repository(&tools_root, files.path(), &cert_manager);
+        let repo = common::clusterctl::local_repository(&tools_root, files.path(), &cert_manager, &[CAPTF_VERSION]);
         let infrastructure = match install {
             Install::Clusterctl => vec!["--infrastructure".to_string(), format!("terraform:{CAPTF_VERSION}")],
             Install::Helm => vec![],
         };
-        let release = capi_version(&tools_root);
+        let release = common::clusterctl::capi_version(&tools_root);
         // The kubeadm bootstrap provider of the same release (CABPK); no control plane provider:
         // the tests stand in for one.
         let bootstrap = if kubeadm {
@@ -1072,72 +1060,6 @@ fn tail(text: &str, lines: usize) -> String {
 }
 
 /// The version of the core provider's local repository setup-tools rendered.
-fn capi_version(tools_root: &Path) -> String {
-    let dir = tools_root.join("capi/repository/cluster-api");
-    let mut versions: Vec<String> = std::fs::read_dir(&dir)
-        .unwrap_or_else(|e| panic!("{}: {e} (run `bash scripts/setup-tools.sh`)", dir.display()))
-        .flatten()
-        .map(|e| e.file_name().to_string_lossy().into_owned())
-        .collect();
-    versions.sort();
-    versions.pop().unwrap()
-}
-
-/// A local clusterctl repository: the core and kubeadm bootstrap providers from setup-tools,
-/// CAPTF's from the repository's `clusterctl/` tree (as committed, so the test installs what users
-/// get), and a `clusterctl.yaml` naming them.
-fn local_repository(tools_root: &Path, dir: &Path, cert_manager: &CertManager) -> PathBuf {
-    let repo = dir.join("repository");
-    let capi_version = capi_version(tools_root);
-    // Cluster API's providers in clusterctl's layout, `<type>-<name>/<version>/` (the core
-    // provider's folder is its name alone).
-    let copy_capi = |folder: &str, components: &str| -> PathBuf {
-        let to = repo.join(folder).join(&capi_version);
-        std::fs::create_dir_all(&to).unwrap();
-        for f in [components, "metadata.yaml"] {
-            let from = tools_root
-                .join("capi/repository")
-                .join(folder)
-                .join(&capi_version)
-                .join(f);
-            std::fs::copy(&from, to.join(f))
-                .unwrap_or_else(|e| panic!("{}: {e} (run `bash scripts/setup-tools.sh`)", from.display()));
-        }
-        to.join(components)
-    };
-    let core = copy_capi("cluster-api", "core-components.yaml");
-    let kubeadm_bootstrap = copy_capi("bootstrap-kubeadm", "bootstrap-components.yaml");
-    let captf = repo.join("infrastructure-terraform").join(CAPTF_VERSION);
-    std::fs::create_dir_all(&captf).unwrap();
-    let committed = Path::new(env!("CARGO_MANIFEST_DIR"))
-        .join("../clusterctl/infrastructure-terraform")
-        .join(CAPTF_VERSION);
-    // Every file of the provider's repository: components, metadata, cluster templates and the
-    // ClusterClass.
-    for entry in std::fs::read_dir(&committed).unwrap() {
-        let path = entry.unwrap().path();
-        std::fs::copy(&path, captf.join(path.file_name().unwrap())).unwrap();
-    }
-    // cert-manager, which clusterctl installs before any provider: its chart rendered to the one
-    // manifest clusterctl reads, in the repository layout it expects.
-    let cm = repo.join("cert-manager").join(&cert_manager.version);
-    std::fs::create_dir_all(&cm).unwrap();
-    std::fs::write(cm.join("cert-manager.yaml"), cert_manager.manifest().unwrap()).unwrap();
-    std::fs::write(
-        repo.join("clusterctl.yaml"),
-        format!(
-            "providers:\n  - name: cluster-api\n    url: file://{}\n    type: CoreProvider\n  - name: kubeadm\n    url: file://{}\n    type: BootstrapProvider\n  - name: terraform\n    url: file://{}\n    type: InfrastructureProvider\ncert-manager:\n  url: file://{}\n  version: {}\n",
-            core.display(),
-            kubeadm_bootstrap.display(),
-            captf.join("infrastructure-components.yaml").display(),
-            cm.join("cert-manager.yaml").display(),
-            cert_manager.version,
-        ),
-    )
-    .unwrap();
-    repo
-}
-
 fn condition<'a>(o: &'a Value, kind: &str) -> Option<&'a Value> {
     o["status"]["conditions"]
         .as_array()
@@ -1585,7 +1507,7 @@ async fn start_clusterctl_installed_captf(
     {
         std::fs::write(tls.join(k), v).unwrap();
     }
-    let webhook_args = deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
+    let webhook_args = common::clusterctl::deployment_args(&admin, "captf-system", "captf-webhook", "webhook").await;
     // Under its own account too: it asks the API server who may approve (SubjectAccessReview).
     let webhook_kubeconfig = cp
         .service_account_kubeconfig("captf-system", "captf-webhook")
@@ -1619,7 +1541,8 @@ async fn start_clusterctl_installed_captf(
         .unwrap();
 
     // CAPTF's controller, as its Deployment runs it, under its own account.
-    let controller_args = deployment_args(&admin, "captf-system", "captf-controller", "manager").await;
+    let controller_args =
+        common::clusterctl::deployment_args(&admin, "captf-system", "captf-controller", "manager").await;
     let controller_kubeconfig = cp
         .service_account_kubeconfig("captf-system", "captf-controller")
         .await

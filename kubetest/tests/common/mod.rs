@@ -8,7 +8,9 @@ use k8s_openapi::api::core::v1::Namespace;
 use kube::api::{Api, ApiResource, PostParams};
 
 pub mod chart;
+pub mod clusterctl;
 pub mod people;
+pub mod upgrade;
 pub mod webhook;
 
 /// The start timeout the tests give a control plane that should come up: wider than the
