@@ -141,9 +141,15 @@ fn the_policy_flags_default_to_nothing_but_the_defaults() {
     ])
     .unwrap();
     let p = cli.serve.to_config().unwrap().policy;
+    // The runner image (this release's, by default) may always be named; the listed prefixes
+    // follow it.
     assert_eq!(
         p.runner_image_prefixes,
-        ["ghcr.io/captf/runner:0.1.0", "registry.corp/"]
+        [
+            captf_shared::policy::DEFAULT_RUNNER_IMAGE,
+            "ghcr.io/captf/runner:0.1.0",
+            "registry.corp/"
+        ]
     );
     assert!(p.runner_service_accounts.is_empty(), "no service account may be set");
     assert!(!p.env_from_secrets);
