@@ -19,13 +19,12 @@ mod common;
 use std::path::Path;
 
 use captf_kubetest::cert_manager::prerequisites_or_skip;
-use captf_kubetest::{ControlPlane, Options, tools_or_skip};
-use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, tar_gz};
+use captf_kubetest::tools_or_skip;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::Api;
 
-use common::upgrade::{FROM, GROUP, KINDS, Release, Runners, plugin, program, seed, until_only};
-use common::{TEST_READY_TIMEOUT, run_ok as run};
+use common::run_ok as run;
+use common::upgrade::{FROM, GROUP, Images, KINDS, Release, Runners, Stage, plugin, seed, until_only};
 
 const NS: &str = "default";
 const SYSTEM: &str = "captf-system";
@@ -70,50 +69,19 @@ async fn clusterctl_upgrade_from_0_1_0_keeps_every_object_state_and_variable() {
         )
         .unwrap()
     };
-    let (old, new) = (folder(&format!("v{FROM}")), folder(TO));
-    let image = |components: &str, c: &str| default_image(components, &format!("CAPTF_{c}_IMAGE"));
-
+    let images = |v: &str| {
+        let components = folder(v);
+        let of = |c: &str| default_image(&components, &format!("CAPTF_{c}_IMAGE"));
+        Images {
+            runner: of("RUNNER"),
+            controller: of("CONTROLLER"),
+            webhook: of("WEBHOOK"),
+        }
+    };
+    let (old, new) = (images(&format!("v{FROM}")), images(TO));
+    let stage = Stage::start(tools, &cert_manager, &release, &runners, &old, &new).await;
+    let (admin, kubeconfig) = (stage.admin.clone(), stage.kubeconfig.clone());
     let files = tempfile::tempdir().unwrap();
-    let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
-    let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
-        .await
-        .unwrap();
-    let mut opts = Options::new(tools);
-    opts.ready_timeout = TEST_READY_TIMEOUT;
-    let cp = ControlPlane::start(opts).await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let kubeconfig = cp.admin_kubeconfig();
-    let root = tempfile::tempdir().unwrap();
-    let mut kubelet_options = cp
-        .kubelet_options("clusterctl-upgrade", root.path())
-        .pod_network([modules.port()]);
-    for (name, files) in cert_manager.images() {
-        kubelet_options = kubelet_options.image(name, files);
-    }
-    let _kubelet = cp
-        .start_kubelet(
-            kubelet_options
-                .image(image(&old, "RUNNER"), runners.old.clone())
-                .image(
-                    image(&old, "CONTROLLER"),
-                    program("/captf-controller", release.bin.join("captf-controller")),
-                )
-                .image(
-                    image(&old, "WEBHOOK"),
-                    program("/captf-webhook", release.bin.join("captf-webhook")),
-                )
-                .image(image(&new, "RUNNER"), runners.new.clone())
-                .image(
-                    image(&new, "CONTROLLER"),
-                    program("/captf-controller", common::controller_binary()),
-                )
-                .image(
-                    image(&new, "WEBHOOK"),
-                    program("/captf-webhook", common::webhook::binary("captf-webhook")),
-                ),
-        )
-        .await
-        .unwrap();
 
     let repo = common::clusterctl::local_repository_with(
         &tools_root,
@@ -150,15 +118,9 @@ async fn clusterctl_upgrade_from_0_1_0_keeps_every_object_state_and_variable() {
         before.contains(&"--max-running-jobs-per-namespace=7".to_string()),
         "{before:?}"
     );
-    until_only(
-        &admin,
-        SYSTEM,
-        &[image(&old, "CONTROLLER"), image(&old, "WEBHOOK")],
-        "0.1.0's pods run",
-    )
-    .await;
+    until_only(&admin, SYSTEM, &old.serving(), "0.1.0's pods run").await;
 
-    let seeded = seed(&admin, NS, &modules, "cluster.tar.gz", &runners).await;
+    let seeded = seed(&admin, NS, &stage.modules, &runners).await;
 
     let plan = clusterctl(&["upgrade", "plan"]);
     assert!(plan.contains(TO), "clusterctl offers {TO}: {plan}");
@@ -168,20 +130,12 @@ async fn clusterctl_upgrade_from_0_1_0_keeps_every_object_state_and_variable() {
         "--infrastructure",
         &format!("{SYSTEM}/terraform:{TO}"),
     ]);
-    until_only(
-        &admin,
-        SYSTEM,
-        &[image(&new, "CONTROLLER"), image(&new, "WEBHOOK")],
-        "only 0.2.0's pods run",
-    )
-    .await;
+    until_only(&admin, SYSTEM, &new.serving(), "only 0.2.0's pods run").await;
     let after = args().await;
     for flag in ["--max-running-jobs-per-namespace=7", "--concurrency=3"] {
         assert!(after.contains(&flag.to_string()), "{flag} after the upgrade: {after:?}");
     }
-    seeded
-        .check_after_upgrade(&admin, &runners, &root.path().join("logs"))
-        .await;
+    seeded.check_after_upgrade(&admin, &runners, &stage.logs()).await;
 
     // clusterctl kept v1alpha1 stored beside v1beta1 (it migrates only what an earlier upgrade
     // left); the documented step leaves v1beta1 alone.

@@ -21,17 +21,16 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use captf_kubetest::cert_manager::{CertManager, prerequisites_or_skip};
-use captf_kubetest::{ControlPlane, Options, tools_or_skip};
-use captf_testprovider::runner_image::{ModuleServer, THING_MODULE, tar_gz};
+use captf_kubetest::tools_or_skip;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomResourceDefinition;
 use kube::api::{Api, DynamicObject, PostParams};
 use serde_json::json;
 
+use common::run_ok as run;
 use common::upgrade::{
-    FROM, GROUP, KINDS, PATIENCE, Release, Runners, applied, clusters, get, helm, jobs_of, plugin, program, seed,
+    FROM, GROUP, Images, KINDS, PATIENCE, Release, Runners, Stage, applied, clusters, get, helm, jobs_of, plugin, seed,
     states, until, until_only,
 };
-use common::{TEST_READY_TIMEOUT, run_ok as run};
 
 const NS: &str = "captf-system";
 
@@ -52,48 +51,24 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
     };
     let old_chart = release.chart();
     let new_chart = Path::new(env!("CARGO_MANIFEST_DIR")).join("../charts/captf");
-    let image_of = |chart: &Path, c: &str| captf_chart_tests::default_image_of(chart, c).unwrap();
-    assert_ne!(image_of(&old_chart, "controller"), image_of(&new_chart, "controller"));
-
-    let files = tempfile::tempdir().unwrap();
-    let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
-    let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
-        .await
-        .unwrap();
-    let mut opts = Options::new(tools);
-    opts.ready_timeout = TEST_READY_TIMEOUT;
-    let cp = ControlPlane::start(opts).await.unwrap();
-    let admin = cp.admin_client().await.unwrap();
-    let kubeconfig = cp.admin_kubeconfig();
-    let root = tempfile::tempdir().unwrap();
-    let mut kubelet_options = cp.kubelet_options("upgrade", root.path()).pod_network([modules.port()]);
-    for (image, files) in cert_manager.images() {
-        kubelet_options = kubelet_options.image(image, files);
-    }
-    let _kubelet = cp
-        .start_kubelet(
-            kubelet_options
-                .image(image_of(&old_chart, "runner"), runners.old.clone())
-                .image(
-                    image_of(&old_chart, "controller"),
-                    program("/captf-controller", release.bin.join("captf-controller")),
-                )
-                .image(
-                    image_of(&old_chart, "webhook"),
-                    program("/captf-webhook", release.bin.join("captf-webhook")),
-                )
-                .image(image_of(&new_chart, "runner"), runners.new.clone())
-                .image(
-                    image_of(&new_chart, "controller"),
-                    program("/captf-controller", common::controller_binary()),
-                )
-                .image(
-                    image_of(&new_chart, "webhook"),
-                    program("/captf-webhook", common::webhook::binary("captf-webhook")),
-                ),
-        )
-        .await
-        .unwrap();
+    let images = |chart: &Path| {
+        let of = |c: &str| captf_chart_tests::default_image_of(chart, c).unwrap();
+        Images {
+            runner: of("runner"),
+            controller: of("controller"),
+            webhook: of("webhook"),
+        }
+    };
+    let (old, new) = (images(&old_chart), images(&new_chart));
+    assert_ne!(old.controller, new.controller);
+    let stage = Stage::start(tools, &cert_manager, &release, &runners, &old, &new).await;
+    let Stage {
+        admin,
+        kubeconfig,
+        modules,
+        ..
+    } = &stage;
+    let (admin, kubeconfig) = (admin.clone(), kubeconfig.clone());
     cert_manager.helm_install(&kubeconfig).unwrap();
     CertManager::until_ready(&admin, PATIENCE).await.unwrap();
 
@@ -113,7 +88,7 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
             "4m",
         ],
     );
-    let seeded = seed(&admin, NS, &modules, "cluster.tar.gz", &runners).await;
+    let seeded = seed(&admin, NS, modules, &runners).await;
 
     // The upgrade, as the README says: Helm adopts the CRDs 0.1.0 kept in `crds/`, then
     // `helm upgrade` with this chart.
@@ -139,11 +114,8 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
         NS,
         &["upgrade", "captf", new_chart_arg, "--wait", "--timeout", "4m"],
     );
-    let new_images = [image_of(&new_chart, "controller"), image_of(&new_chart, "webhook")];
-    until_only(&admin, NS, &new_images, "only 0.2.0's pods run").await;
-    seeded
-        .check_after_upgrade(&admin, &runners, &root.path().join("logs"))
-        .await;
+    until_only(&admin, NS, &new.serving(), "only 0.2.0's pods run").await;
+    seeded.check_after_upgrade(&admin, &runners, &stage.logs()).await;
 
     // Storage migrated: v1beta1 alone.
     let out = plugin(&kubeconfig, &["migrate-storage"]);
@@ -175,8 +147,7 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
         NS,
         &["rollback", "captf", "1", "--wait", "--timeout", "4m"],
     );
-    let old_images = [image_of(&old_chart, "controller"), image_of(&old_chart, "webhook")];
-    until_only(&admin, NS, &old_images, "only 0.1.0's pods run again").await;
+    until_only(&admin, NS, &old.serving(), "only 0.1.0's pods run again").await;
     // The CRDs were kept (their resource policy), storing and serving v1alpha1 alone.
     for kind in KINDS {
         let crd = crds.get(&format!("{kind}.{GROUP}")).await.unwrap();

@@ -9,8 +9,10 @@ use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
+use captf_kubetest::cert_manager::CertManager;
+use captf_kubetest::{ControlPlane, Options, Tools};
 use captf_sim::process_kubelet::ProcessImage;
-use captf_testprovider::runner_image::{ModuleServer, RUNNER_INSIDE, WORLD_INSIDE, runner_image};
+use captf_testprovider::runner_image::{ModuleServer, RUNNER_INSIDE, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
 use captf_testprovider::world::HOLD_ENV;
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
@@ -125,6 +127,98 @@ impl Runners {
     /// A change of the thing `name` has begun and waits at the closed gate.
     fn held(&self, name: &str) -> bool {
         self.world.join(format!("{name}.busy")).exists()
+    }
+}
+
+/// The images of one release's runner, controller and webhook, by name.
+pub struct Images {
+    pub runner: String,
+    pub controller: String,
+    pub webhook: String,
+}
+
+impl Images {
+    /// The controller's and the webhook's.
+    pub fn serving(&self) -> [String; 2] {
+        [self.controller.clone(), self.webhook.clone()]
+    }
+}
+
+/// A control plane for an upgrade: cert-manager's images, and both releases' under their names
+/// (`old`: the release's programs and runner; `new`: the workspace's), in pods with networks of
+/// their own, and a module server holding `cluster.tar.gz` (the test provider's one thing).
+pub struct Stage {
+    pub cp: ControlPlane,
+    pub admin: kube::Client,
+    pub kubeconfig: PathBuf,
+    pub modules: ModuleServer,
+    /// The kubelet's folder (its pod logs under `logs/`).
+    pub root: tempfile::TempDir,
+    _kubelet: captf_kubetest::Kubelet,
+    _files: tempfile::TempDir,
+}
+
+impl Stage {
+    pub async fn start(
+        tools: Tools,
+        cert_manager: &CertManager,
+        release: &Release,
+        runners: &Runners,
+        old: &Images,
+        new: &Images,
+    ) -> Stage {
+        let files = tempfile::tempdir().unwrap();
+        let archive = tar_gz(&files.path().join("module"), THING_MODULE).unwrap();
+        let modules = ModuleServer::start(vec![("cluster.tar.gz".into(), archive)])
+            .await
+            .unwrap();
+        let mut opts = Options::new(tools);
+        opts.ready_timeout = super::TEST_READY_TIMEOUT;
+        let cp = ControlPlane::start(opts).await.unwrap();
+        let admin = cp.admin_client().await.unwrap();
+        let kubeconfig = cp.admin_kubeconfig();
+        let root = tempfile::tempdir().unwrap();
+        let mut kubelet_options = cp.kubelet_options("upgrade", root.path()).pod_network([modules.port()]);
+        for (image, files) in cert_manager.images() {
+            kubelet_options = kubelet_options.image(image, files);
+        }
+        let kubelet = cp
+            .start_kubelet(
+                kubelet_options
+                    .image(&old.runner, runners.old.clone())
+                    .image(
+                        &old.controller,
+                        program("/captf-controller", release.bin.join("captf-controller")),
+                    )
+                    .image(
+                        &old.webhook,
+                        program("/captf-webhook", release.bin.join("captf-webhook")),
+                    )
+                    .image(&new.runner, runners.new.clone())
+                    .image(
+                        &new.controller,
+                        program("/captf-controller", super::controller_binary()),
+                    )
+                    .image(
+                        &new.webhook,
+                        program("/captf-webhook", super::webhook::binary("captf-webhook")),
+                    ),
+            )
+            .await
+            .unwrap();
+        Stage {
+            cp,
+            admin,
+            kubeconfig,
+            modules,
+            root,
+            _kubelet: kubelet,
+            _files: files,
+        }
+    }
+
+    pub fn logs(&self) -> PathBuf {
+        self.root.path().join("logs")
     }
 }
 
@@ -311,7 +405,8 @@ const OBJECTS: [&str; 5] = ["ready", "awaiting", "failing", "inflight", "doomed"
 /// (`approval: Always`), `failing` in backoff (its module cannot be fetched), then, with the gate
 /// closed, `inflight`'s first apply and `doomed`'s destroy held in the middle of their change.
 /// Leaves the gate closed.
-pub async fn seed(admin: &kube::Client, ns: &str, modules: &ModuleServer, module: &str, runners: &Runners) -> Seeded {
+pub async fn seed(admin: &kube::Client, ns: &str, modules: &ModuleServer, runners: &Runners) -> Seeded {
+    let module = "cluster.tar.gz";
     let alpha = clusters(admin, ns, "v1alpha1");
     let object = |name: &str, source: String, guard: Value| -> DynamicObject {
         serde_json::from_value(json!({
