@@ -26,8 +26,14 @@ if [ -f "$stamp" ] && [ "$(cat "$stamp")" = "$commit" ]; then
   for b in "${bins[@]}"; do [ -x "$dir/bin/$b" ] || rm -f "$stamp"; done
 fi
 if [ ! -f "$stamp" ]; then
+  # A shallow clone lacks the release's commit: deepen it from its origin first.
+  if ! git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null \
+    && [ "$(git -C "$root" rev-parse --is-shallow-repository)" = true ]; then
+    echo "build-release: the clone is shallow; fetching its history for $commit" >&2
+    git -C "$root" fetch --quiet --unshallow || true
+  fi
   git -C "$root" cat-file -e "$commit^{commit}" 2>/dev/null \
-    || die "the clone lacks $commit, the commit of $version (a shallow clone? run: git fetch --unshallow)"
+    || die "the clone lacks $commit, the commit of $version (a shallow clone whose origin cannot be reached?)"
   src="$dir/src"
   # The tree is unpacked once per commit: unpacking again would give every file a new time and
   # Cargo would compile the release's crates again.
