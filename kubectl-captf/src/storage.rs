@@ -35,20 +35,38 @@ pub fn needs_migration(storage: Option<&str>, stored_versions: &[String], to: Ve
     (storage != Some(to.as_str()) || stored_versions != [to.as_str()]).then(|| stored_versions.to_vec())
 }
 
-/// The CRD's versions once `to` is stored (PURE): `to` is the one storage version and served;
-/// when `to` is older than the release's, the newer versions are no longer served. Versions are
-/// JSON (`spec.versions`), each kept whole but for `served` and `storage`.
+/// The CRD's versions once `to` is stored (PURE): `to` is the one storage version, and served.
+/// Versions are JSON (`spec.versions`), each kept whole but for `served` and `storage`.
 pub fn versions_storing(versions: &[serde_json::Value], to: Version) -> Vec<serde_json::Value> {
-    let newer = |name: &str| Version::parse(name).is_ok_and(|v| v > to);
     versions
         .iter()
         .map(|v| {
             let mut v = v.clone();
-            let name = v["name"].as_str().unwrap_or_default().to_string();
-            v["storage"] = json!(name == to.as_str());
-            if name == to.as_str() {
+            let is_to = v["name"] == to.as_str();
+            v["storage"] = json!(is_to);
+            if is_to {
                 v["served"] = json!(true);
-            } else if to < Version::STORED && newer(&name) {
+            }
+            v
+        })
+        .collect()
+}
+
+/// The CRD's versions once the ones newer than `to` are no longer served, when `to` is older
+/// than the release's (PURE): what going back to a release that knows only `to` needs. Going
+/// forward (`to` the release's), every version stays served.
+pub fn versions_served_up_to(versions: &[serde_json::Value], to: Version) -> Vec<serde_json::Value> {
+    let newer = |v: &serde_json::Value| {
+        v["name"]
+            .as_str()
+            .and_then(|n| Version::parse(n).ok())
+            .is_some_and(|v| v > to)
+    };
+    versions
+        .iter()
+        .map(|v| {
+            let mut v = v.clone();
+            if to < Version::STORED && newer(&v) {
                 v["served"] = json!(false);
             }
             v
@@ -156,15 +174,11 @@ pub async fn migrate(conn: &Conn, to: Version, json: bool) -> Result<Printed, Pl
             .iter()
             .map(|v| serde_json::to_value(v).unwrap_or_default())
             .collect();
+        // Storage first, serving `to` alone last: the objects are written while every version
+        // is served and the newer webhook converts them.
         let storing = versions_storing(&versions, to);
-        // Storage first, serving alone last: the objects are written while every version is
-        // served and the newer webhook converts them.
-        let mut serving_all = storing.clone();
-        for (v, was) in serving_all.iter_mut().zip(&versions) {
-            v["served"] = was["served"].clone();
-        }
-        if serving_all != versions {
-            set_versions(&crds, &name, &serving_all).await?;
+        if storing != versions {
+            set_versions(&crds, &name, &storing).await?;
         }
         let (rewritten, moved_on) = rewrite_all(conn, &ar).await?;
         crds.patch_status(
@@ -181,8 +195,9 @@ pub async fn migrate(conn: &Conn, to: Version, json: bool) -> Result<Printed, Pl
                 None,
             )
         })?;
-        if storing != serving_all {
-            set_versions(&crds, &name, &storing).await?;
+        let served = versions_served_up_to(&storing, to);
+        if served != storing {
+            set_versions(&crds, &name, &served).await?;
         }
         done.push(Migrated {
             crd: name,
@@ -295,23 +310,34 @@ mod tests {
             json!({"name": "v1alpha1", "served": true, "storage": false, "deprecated": true}),
             json!({"name": "v1beta1", "served": true, "storage": true, "schema": {"x": 1}}),
         ];
+        let back = |versions: &[serde_json::Value]| {
+            versions_served_up_to(&versions_storing(versions, Version::V1alpha1), Version::V1alpha1)
+        };
         assert_eq!(
-            versions_storing(&versions, Version::V1alpha1),
+            back(&versions),
             vec![
                 json!({"name": "v1alpha1", "served": true, "storage": true, "deprecated": true}),
                 json!({"name": "v1beta1", "served": false, "storage": false, "schema": {"x": 1}}),
             ]
         );
+        // While the objects are written, every version is still served.
+        assert!(
+            versions_storing(&versions, Version::V1alpha1)
+                .iter()
+                .all(|v| v["served"] == true)
+        );
         // Forward again: v1beta1 stored and served; v1alpha1 keeps being served.
-        let back = versions_storing(&versions, Version::V1alpha1);
+        let forward = |versions: &[serde_json::Value]| {
+            versions_served_up_to(&versions_storing(versions, Version::V1beta1), Version::V1beta1)
+        };
         assert_eq!(
-            versions_storing(&back, Version::V1beta1),
+            forward(&back(&versions)),
             vec![
                 json!({"name": "v1alpha1", "served": true, "storage": false, "deprecated": true}),
                 json!({"name": "v1beta1", "served": true, "storage": true, "schema": {"x": 1}}),
             ]
         );
-        assert_eq!(versions_storing(&versions, Version::V1beta1), versions);
+        assert_eq!(forward(&versions), versions);
     }
 
     #[test]
