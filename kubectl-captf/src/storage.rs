@@ -121,13 +121,13 @@ pub fn line(m: &Migrated) -> String {
     )
 }
 
-/// The CRD name of a kind (`terraformclusters.infrastructure.cluster.x-k8s.io`) and its resource
-/// at `version`.
+/// The CRD name of a served kind (`terraformclusters.infrastructure.cluster.x-k8s.io`) and its
+/// resource at `version`.
 fn resource(kind: &str, version: Version) -> (String, ApiResource) {
-    let plural = format!("{}s", kind.to_lowercase());
+    let plural = captf_shared::types::plural(kind).unwrap_or_default();
     let gvk = kube::api::GroupVersionKind::gvk(captf_shared::keys::GROUP, version.as_str(), kind);
     (
-        format!("{plural}.{}", captf_shared::keys::GROUP),
+        captf_shared::types::crd_name(kind).unwrap_or_default(),
         ApiResource::from_gvk_with_plural(&gvk, &plural),
     )
 }

@@ -24,7 +24,7 @@ use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::CustomRe
 use kube::api::Api;
 
 use common::run_ok as run;
-use common::upgrade::{FROM, GROUP, Images, KINDS, Release, Runners, Stage, plugin, seed, until_only};
+use common::upgrade::{FROM, GROUP, Images, Release, Runners, Stage, crd_names, plugin, seed, until_only};
 
 const NS: &str = "default";
 const SYSTEM: &str = "captf-system";
@@ -145,8 +145,8 @@ async fn clusterctl_upgrade_from_0_1_0_keeps_every_object_state_and_variable() {
     assert_eq!(stored(crd), ["v1alpha1", "v1beta1"]);
     let out = plugin(&kubeconfig, &["migrate-storage"]);
     assert!(out.contains("storedVersions [v1alpha1, v1beta1] -> [v1beta1]"), "{out}");
-    for kind in KINDS {
-        let crd = crds.get(&format!("{kind}.{GROUP}")).await.unwrap();
-        assert_eq!(stored(crd), ["v1beta1"], "{kind}");
+    for name in crd_names() {
+        let crd = crds.get(&name).await.unwrap();
+        assert_eq!(stored(crd), ["v1beta1"], "{name}");
     }
 }

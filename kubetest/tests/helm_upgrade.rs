@@ -28,8 +28,8 @@ use serde_json::json;
 
 use common::run_ok as run;
 use common::upgrade::{
-    FROM, GROUP, Images, KINDS, PATIENCE, Release, Runners, Stage, applied, clusters, get, helm, jobs_of, plugin, seed,
-    states, until, until_only,
+    FROM, GROUP, Images, PATIENCE, Release, Runners, Stage, applied, clusters, crd_names, get, helm, jobs_of, plugin,
+    seed, states, until, until_only,
 };
 
 const NS: &str = "captf-system";
@@ -92,8 +92,8 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
 
     // The upgrade, as the README says: Helm adopts the CRDs 0.1.0 kept in `crds/`, then
     // `helm upgrade` with this chart.
-    for kind in KINDS {
-        let crd = format!("crd/{kind}.{GROUP}");
+    for name in crd_names() {
+        let crd = format!("crd/{name}");
         let kubectl = || {
             let mut c = std::process::Command::new(bin.join("kubectl"));
             c.arg("--kubeconfig").arg(&kubeconfig);
@@ -121,9 +121,9 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
     let out = plugin(&kubeconfig, &["migrate-storage"]);
     assert!(out.contains("storedVersions [v1alpha1, v1beta1] -> [v1beta1]"), "{out}");
     let crds: Api<CustomResourceDefinition> = Api::all(admin.clone());
-    for kind in KINDS {
-        let crd = crds.get(&format!("{kind}.{GROUP}")).await.unwrap();
-        assert_eq!(crd.status.unwrap().stored_versions.unwrap(), ["v1beta1"], "{kind}");
+    for name in crd_names() {
+        let crd = crds.get(&name).await.unwrap();
+        assert_eq!(crd.status.unwrap().stored_versions.unwrap(), ["v1beta1"], "{name}");
     }
 
     // Going back, as docs/install.md says: store v1alpha1 alone first, then `helm rollback`.
@@ -149,8 +149,8 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
     );
     until_only(&admin, NS, &old.serving(), "only 0.1.0's pods run again").await;
     // The CRDs were kept (their resource policy), storing and serving v1alpha1 alone.
-    for kind in KINDS {
-        let crd = crds.get(&format!("{kind}.{GROUP}")).await.unwrap();
+    for name in crd_names() {
+        let crd = crds.get(&name).await.unwrap();
         let served: Vec<&str> = crd
             .spec
             .versions
@@ -158,8 +158,8 @@ async fn helm_upgrade_from_0_1_0_loses_nothing_and_a_rollback_after_migrating_st
             .filter(|v| v.served)
             .map(|v| v.name.as_str())
             .collect();
-        assert_eq!(served, ["v1alpha1"], "{kind}");
-        assert_eq!(crd.status.unwrap().stored_versions.unwrap(), ["v1alpha1"], "{kind}");
+        assert_eq!(served, ["v1alpha1"], "{name}");
+        assert_eq!(crd.status.unwrap().stored_versions.unwrap(), ["v1alpha1"], "{name}");
     }
     for name in names {
         let o = get(&alpha, name).await.unwrap();

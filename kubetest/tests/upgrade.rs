@@ -11,6 +11,7 @@ mod common;
 
 use std::time::Duration;
 
+use captf_shared::keys::GROUP;
 use k8s_openapi::apiextensions_apiserver::pkg::apis::apiextensions::v1::{
     CustomResourceDefinition, WebhookClientConfig,
 };
@@ -19,11 +20,10 @@ use serde_json::{Value, json};
 
 const NS: &str = "team-a";
 const PATIENCE: Duration = Duration::from_secs(60);
-const GROUP: &str = "infrastructure.cluster.x-k8s.io";
 
 fn api(client: &kube::Client, version: &str, kind: &str) -> Api<DynamicObject> {
     let gvk = GroupVersionKind::gvk(GROUP, version, kind);
-    let ar = ApiResource::from_gvk_with_plural(&gvk, &format!("{}s", kind.to_lowercase()));
+    let ar = ApiResource::from_gvk_with_plural(&gvk, &captf_shared::types::plural(kind).unwrap());
     Api::namespaced_with(client.clone(), NS, &ar)
 }
 

@@ -259,6 +259,20 @@ mod tests {
     use super::*;
     use serde_json::Value;
 
+    #[test]
+    fn every_served_kind_has_the_plural_and_crd_name_its_crd_declares() {
+        for crd in crds() {
+            let kind = crd.spec.names.kind.as_str();
+            assert_eq!(
+                crate::types::plural(kind).as_deref(),
+                Some(crd.spec.names.plural.as_str())
+            );
+            assert_eq!(crate::types::crd_name(kind), crd.metadata.name, "{kind}");
+        }
+        assert_eq!(crds().len(), crate::types::SERVED_KINDS.len());
+        assert_eq!(crate::types::plural("Cluster"), None);
+    }
+
     fn schema(crd: &CustomResourceDefinition) -> Value {
         let stored = crd.spec.versions.iter().find(|v| v.storage).unwrap();
         serde_json::to_value(&stored.schema).unwrap()

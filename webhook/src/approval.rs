@@ -23,7 +23,6 @@ use k8s_openapi::api::authentication::v1::UserInfo;
 use k8s_openapi::api::authorization::v1::{
     ResourceAttributes, SubjectAccessReview, SubjectAccessReviewSpec, SubjectAccessReviewStatus,
 };
-use kube::Resource as _;
 
 /// The custom verb checked.
 pub const APPROVE_VERB: &str = "approve";
@@ -97,22 +96,7 @@ pub struct ApproveCheck {
 }
 
 /// The plural of a served kind (the resource RBAC names), `None` for any other kind.
-pub fn plural(kind: &str) -> Option<String> {
-    use captf_shared::types::{
-        TerraformCluster, TerraformClusterTemplate, TerraformMachine, TerraformMachinePool,
-        TerraformMachinePoolTemplate, TerraformMachineTemplate,
-    };
-    let p = match kind {
-        "TerraformCluster" => TerraformCluster::plural(&()),
-        "TerraformMachinePool" => TerraformMachinePool::plural(&()),
-        "TerraformMachine" => TerraformMachine::plural(&()),
-        "TerraformClusterTemplate" => TerraformClusterTemplate::plural(&()),
-        "TerraformMachinePoolTemplate" => TerraformMachinePoolTemplate::plural(&()),
-        "TerraformMachineTemplate" => TerraformMachineTemplate::plural(&()),
-        _ => return None,
-    };
-    Some(p.into_owned())
-}
+pub use captf_shared::types::plural;
 
 /// Why a CREATE (`old` is `None`) or UPDATE needs the `approve` verb: it sets
 /// approves a plan ([`approval_act`]), or turns the guard to let every plan through where it did

@@ -13,7 +13,7 @@ use captf_kubetest::cert_manager::CertManager;
 use captf_kubetest::{ControlPlane, Options, Tools};
 use captf_sim::process_kubelet::ProcessImage;
 use captf_testprovider::runner_image::{ModuleServer, RUNNER_INSIDE, THING_MODULE, WORLD_INSIDE, runner_image, tar_gz};
-use captf_testprovider::world::HOLD_ENV;
+use captf_testprovider::world::{HOLD_ENV, World};
 use k8s_openapi::api::batch::v1::Job;
 use k8s_openapi::api::core::v1::{Pod, Secret};
 use kube::api::{Api, ApiResource, DynamicObject, GroupVersionKind, ListParams, Patch, PatchParams, PostParams};
@@ -21,18 +21,17 @@ use serde_json::{Value, json};
 
 /// Upper bound on one wait of an upgrade test.
 pub const PATIENCE: Duration = Duration::from_secs(240);
-pub const GROUP: &str = "infrastructure.cluster.x-k8s.io";
+pub use captf_shared::keys::GROUP;
 /// The release the tests upgrade from.
 pub const FROM: &str = "0.1.0";
-/// The plural of every CAPTF kind, each a CRD `<plural>.infrastructure.cluster.x-k8s.io`.
-pub const KINDS: [&str; 6] = [
-    "terraformclusters",
-    "terraformmachinepools",
-    "terraformmachines",
-    "terraformmachinetemplates",
-    "terraformclustertemplates",
-    "terraformmachinepooltemplates",
-];
+
+/// The name of every CAPTF CRD (`terraformclusters.infrastructure.cluster.x-k8s.io`).
+pub fn crd_names() -> Vec<String> {
+    captf_shared::types::SERVED_KINDS
+        .iter()
+        .map(|k| captf_shared::types::crd_name(k).unwrap())
+        .collect()
+}
 /// The file whose presence lets the test provider's changes go on ([`HOLD_ENV`]).
 const GATE: &str = "gate";
 
@@ -126,7 +125,7 @@ impl Runners {
 
     /// A change of the thing `name` has begun and waits at the closed gate.
     fn held(&self, name: &str) -> bool {
-        self.world.join(format!("{name}.busy")).exists()
+        World::new(&self.world).busy_marker(name).unwrap().exists()
     }
 }
 

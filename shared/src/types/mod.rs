@@ -35,6 +35,28 @@ pub const SERVED_KINDS: [&str; 6] = [
     "TerraformMachinePoolTemplate",
 ];
 
+/// The plural of a served kind (`terraformclusters`: the resource its CRD, RBAC and URLs name),
+/// `None` for any other kind.
+pub fn plural(kind: &str) -> Option<String> {
+    use kube::Resource;
+    let p = match kind {
+        "TerraformCluster" => TerraformCluster::plural(&()),
+        "TerraformMachinePool" => TerraformMachinePool::plural(&()),
+        "TerraformMachine" => TerraformMachine::plural(&()),
+        "TerraformClusterTemplate" => TerraformClusterTemplate::plural(&()),
+        "TerraformMachinePoolTemplate" => TerraformMachinePoolTemplate::plural(&()),
+        "TerraformMachineTemplate" => TerraformMachineTemplate::plural(&()),
+        _ => return None,
+    };
+    Some(p.into_owned())
+}
+
+/// The name of a served kind's CRD (`terraformclusters.infrastructure.cluster.x-k8s.io`), `None`
+/// for any other kind.
+pub fn crd_name(kind: &str) -> Option<String> {
+    Some(format!("{}.{}", plural(kind)?, crate::keys::GROUP))
+}
+
 #[derive(Debug, thiserror::Error)]
 pub enum ParseObjectError {
     #[error(
